@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs the whole ftrain test suite from a fresh clone: installs dependencies, builds, starts
+# the local Slurm cluster the `slurm` tests need, runs ctest, and stops what it started.
+# Exits non-zero on any failure. Extra arguments go to ctest (e.g. -L unit, -R Plan).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${FTRAIN_BUILD_DIR:-${ROOT}/build}"
+JOBS="${FTRAIN_JOBS:-$(nproc)}"
+CTEST_JOBS="${FTRAIN_CTEST_JOBS:-1}"
+CLUSTER_NODES="${FTRAIN_TEST_NODES:-2}"
+CLUSTER_CPUS="${FTRAIN_TEST_CPUS_PER_NODE:-2}"
+
+cd "${ROOT}"
+echo "== test.sh: dependencies"
+bash scripts/install-deps.sh
+
+echo "== test.sh: build (${BUILD_DIR}, ${JOBS} jobs)"
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+if [ ! -f "${BUILD_DIR}/CMakeCache.txt" ]; then
+  cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "${BUILD_DIR}" -j "${JOBS}"
+
+echo "== test.sh: local Slurm cluster (${CLUSTER_NODES} nodes x ${CLUSTER_CPUS} cpus)"
+started_cluster=0
+cleanup() {
+  if [ "${started_cluster}" -eq 1 ]; then
+    echo "== test.sh: stopping the local Slurm cluster"
+    slurm/local-cluster.sh stop || echo "test.sh: warning: local-cluster.sh stop failed" >&2
+  fi
+}
+trap cleanup EXIT
+if ! slurm/local-cluster.sh status >/dev/null 2>&1; then
+  slurm/local-cluster.sh start --nodes "${CLUSTER_NODES}" --cpus-per-node "${CLUSTER_CPUS}"
+  started_cluster=1
+fi
+eval "$(slurm/local-cluster.sh env)"
+export SLURM_CONF
+
+echo "== test.sh: ctest"
+ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" "$@"

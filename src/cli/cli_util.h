@@ -1,0 +1,30 @@
+// Helpers shared by the thin CLI mains: exit codes from Status, one-line errors,
+// Boost.Program_options parsing with errors turned into usage Status values.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ftrain::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBad = 1;    // the checked thing is bad (corrupt, missing, mismatch)
+constexpr int kExitUsage = 2;  // usage or environment error
+
+// 2 for usage/environment problems, 1 for bad data, 0 for OK.
+int ExitCodeFor(const Status& s);
+
+// Prints "<program>: <message>" on stderr and returns ExitCodeFor(s).
+int Fail(const std::string& program, const Status& s);
+
+// Parses argv with the given options (and positional spec, may be empty). Unknown flags,
+// missing values and bad numbers become InvalidArgument naming the flag.
+Status ParseFlags(const std::string& program, int argc, char** argv,
+                  const boost::program_options::options_description& options,
+                  const boost::program_options::positional_options_description& positional,
+                  boost::program_options::variables_map* vm);
+
+}  // namespace ftrain::cli

@@ -1,0 +1,74 @@
+// `ftrain commcheck`: flags only; the check lives in dist/commcheck.
+#include <iostream>
+#include <sstream>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/log.h"
+#include "dist/commcheck.h"
+#include "dist/dist.h"
+
+namespace ftrain::cli {
+
+namespace po = boost::program_options;
+
+int RunCommcheck(int argc, char** argv) {
+  const std::string program = "ftrain commcheck";
+  po::options_description opts(
+      "ftrain commcheck [--sizes 1M,4M,...] [--iters N] [--warmup N] [--json]\n"
+      "(run one per rank: under srun --mpi=pmix, ftrain launch, or with RANK/WORLD_SIZE/"
+      "MASTER_ADDR/MASTER_PORT)");
+  std::string sizes_text = "1M,4M,16M,64M";
+  dist::CommcheckOptions o;
+  int rdzv_timeout = 0;
+  opts.add_options()("help,h", "show this help")(
+      "sizes", po::value<std::string>(&sizes_text)->default_value(sizes_text),
+      "comma-separated tensor sizes in bytes (K/M/G suffixes; any size, uneven ones too)")(
+      "iters", po::value<int>(&o.iters)->default_value(5), "timed iterations per size")(
+      "warmup", po::value<int>(&o.warmup)->default_value(1), "untimed iterations per size")(
+      "json", po::bool_switch(&o.json), "print one JSON object instead of the table")(
+      "no-groups", "skip the intra-node and inter-node group checks")(
+      "rdzv-timeout", po::value<int>(&rdzv_timeout),
+      "seconds to wait for all ranks (default 300, or FTRAIN_RDZV_TIMEOUT)")(
+      "inject-fault", po::value<std::string>(&o.inject_fault),
+      "RANK:COLLECTIVE: corrupt that rank's result (to test the checker itself)");
+  po::variables_map vm;
+  Status s = ParseFlags(program, argc, argv, opts, po::positional_options_description(), &vm);
+  if (!s.ok()) return Fail(program, s);
+  if (vm.count("help")) {
+    std::cout << opts;
+    return kExitOk;
+  }
+  if (o.iters < 1 || o.warmup < 0) {
+    return Fail(program, Status::InvalidArgument("--iters must be >= 1 and --warmup >= 0"));
+  }
+  o.check_groups = !vm.count("no-groups");
+  std::stringstream ss(sizes_text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int64_t b;
+    if (!dist::ParseByteSize(item, &b)) {
+      return Fail(program, Status::InvalidArgument("--sizes: '" + item +
+                                                   "' is not a positive size like 4096, 64K, 1M"));
+    }
+    o.sizes_bytes.push_back(b);
+  }
+  if (o.sizes_bytes.empty()) return Fail(program, Status::InvalidArgument("--sizes is empty"));
+
+  auto dopts = dist::DistOptionsFromEnv(dist::DistOptions());
+  if (!dopts.ok()) return Fail(program, dopts.status());
+  if (vm.count("rdzv-timeout")) {
+    if (rdzv_timeout <= 0) return Fail(program, Status::InvalidArgument("--rdzv-timeout must be > 0"));
+    dopts->rdzv_timeout_s = rdzv_timeout;
+  }
+  auto ctx = dist::DistContext::Init(*dopts);
+  if (!ctx.ok()) return Fail(program, ctx.status());
+  Status r = dist::RunCommcheck(**ctx, o, std::cout, nullptr);
+  if (!r.ok()) {
+    FT_LOG(Error) << r.message();
+    return ExitCodeFor(r);
+  }
+  return kExitOk;
+}
+
+}  // namespace ftrain::cli

@@ -1,0 +1,189 @@
+// `ftrain plan`: flags (and an optional --model config with --model.<key>=<value> overrides)
+// to a PlanInput, then prints train/plan.h's plan as text or JSON. Argument handling only; the
+// arithmetic is in src/train/plan.cc and is documented in docs/plan.md.
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/config.h"
+#include "model/llama_config.h"
+#include "train/plan.h"
+
+namespace ftrain::cli {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr char kProgram[] = "ftrain plan";
+
+constexpr char kUsage[] =
+    "usage: ftrain plan (--params N | --model FILE [--model.<key>=<value>...]) [flags]\n"
+    "\n"
+    "Per-GPU memory of DDP, ZeRO-1, ZeRO-2, FSDP full shard and hybrid shard for\n"
+    "mixed-precision AdamW (16 bytes/parameter + activations), which fit, the recommended one\n"
+    "and why, and the checkpoint interval by Young/Daly. See docs/plan.md.\n"
+    "\n"
+    "example: ftrain plan --params 7e9 --nodes 8 --gpus-per-node 8 --gpu-mem-gb 80\n";
+
+// "--model.num_layers=16": a config override rather than a flag of this command.
+bool IsOverride(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return false;
+  const std::string key =
+      arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+  return key.find('.') != std::string::npos;
+}
+
+Status IntFlag(const po::variables_map& vm, const char* name, int64_t* out) {
+  if (!vm.count(name)) return Status::Ok();
+  const std::string& text = vm[name].as<std::string>();
+  if (!ParseInt64(text, out)) {
+    return Status::InvalidArgument("--" + std::string(name) + " '" + text + "' is not an integer");
+  }
+  return Status::Ok();
+}
+
+Status OptionalIntFlag(const po::variables_map& vm, const char* name, std::optional<int64_t>* out) {
+  if (!vm.count(name)) return Status::Ok();
+  int64_t v = 0;
+  FT_RETURN_IF_ERROR(IntFlag(vm, name, &v));
+  *out = v;
+  return Status::Ok();
+}
+
+Status DoubleFlag(const po::variables_map& vm, const char* name, double* out) {
+  if (!vm.count(name)) return Status::Ok();
+  const std::string& text = vm[name].as<std::string>();
+  if (!ParseDouble(text, out)) {
+    return Status::InvalidArgument("--" + std::string(name) + " '" + text +
+                                   "' is not a number (e.g. 7e9, 80, 1.5)");
+  }
+  return Status::Ok();
+}
+
+// Loads the [model] section of `path` with the overrides applied. Only model.* keys are read
+// (the file's other sections belong to `ftrain train`), but an unknown model.* key is an error.
+StatusOr<LlamaConfig> LoadModel(const std::string& path,
+                                const std::vector<std::string>& overrides) {
+  FT_ASSIGN_OR_RETURN(Config file, Config::LoadFile(path));
+  for (const auto& o : overrides) {
+    if (o.rfind("--model.", 0) != 0) {
+      return Status::InvalidArgument("'" + o + "': ftrain plan reads only [model] keys; drop it");
+    }
+    FT_RETURN_IF_ERROR(file.ApplyOverride(o));
+  }
+  Config model_only;
+  for (const auto& [key, entry] : file.entries()) {
+    if (key.rfind("model.", 0) == 0) model_only.Set(key, entry.value, entry.origin);
+  }
+  auto model = LlamaConfig::FromConfig(model_only);
+  if (!model.ok()) {
+    const std::string& m = model.status().message();
+    // Value errors already start with "file:line"; missing keys need the file named.
+    if (m.find(path) == std::string::npos) return model.status().Annotate(path);
+    return model.status();
+  }
+  FT_RETURN_IF_ERROR(model_only.CheckAllConsumed());
+  return model;
+}
+
+StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
+                                   const std::vector<std::string>& overrides) {
+  PlanInput in;
+  if (vm.count("params")) {
+    double p = 0;
+    FT_RETURN_IF_ERROR(DoubleFlag(vm, "params", &p));
+    in.parameters = p;
+  }
+  if (vm.count("model")) {
+    in.model_source = vm["model"].as<std::string>();
+    FT_ASSIGN_OR_RETURN(in.model, LoadModel(in.model_source, overrides));
+  } else if (!overrides.empty()) {
+    return Status::InvalidArgument("'" + overrides.front() +
+                                   "' overrides a config key, but no --model FILE is given");
+  }
+  FT_RETURN_IF_ERROR(OptionalIntFlag(vm, "layers", &in.layers));
+  FT_RETURN_IF_ERROR(OptionalIntFlag(vm, "hidden", &in.hidden));
+  FT_RETURN_IF_ERROR(OptionalIntFlag(vm, "seq-len", &in.seq_len));
+  FT_RETURN_IF_ERROR(IntFlag(vm, "nodes", &in.nodes));
+  FT_RETURN_IF_ERROR(IntFlag(vm, "gpus-per-node", &in.gpus_per_node));
+  FT_RETURN_IF_ERROR(IntFlag(vm, "micro-batch", &in.micro_batch));
+  FT_RETURN_IF_ERROR(DoubleFlag(vm, "gpu-mem-gb", &in.gpu_mem_gb));
+  FT_RETURN_IF_ERROR(DoubleFlag(vm, "mtbf-hours", &in.mtbf_hours));
+  FT_RETURN_IF_ERROR(DoubleFlag(vm, "ckpt-stall-s", &in.ckpt_stall_s));
+  FT_RETURN_IF_ERROR(DoubleFlag(vm, "reserve", &in.reserve_fraction));
+  in.act_ckpt = vm["act-ckpt"].as<bool>();
+  const std::string attention = vm["attention"].as<std::string>();
+  if (attention != "fused" && attention != "eager") {
+    return Status::InvalidArgument("--attention '" + attention + "' must be fused or eager");
+  }
+  in.fused_attention = attention == "fused";
+  return in;
+}
+
+}  // namespace
+
+int RunPlan(int argc, char** argv) {
+  // Split "--model.<key>=<value>" overrides from the flags Boost parses.
+  std::vector<char*> args = {argv[0]};
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    if (IsOverride(argv[i])) {
+      overrides.push_back(argv[i]);
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+
+  po::options_description options("flags");
+  // Numbers are read as strings and parsed here, so that errors name the flag and accept 7e9.
+  // One flag per line reads better than the formatter's packing.
+  // clang-format off
+  options.add_options()
+      ("help,h", "print this help and exit")
+      ("params", po::value<std::string>(), "parameter count, e.g. 7e9 (or use --model)")
+      ("model", po::value<std::string>(), "model config file, e.g. configs/llama-7b.cfg")
+      ("nodes", po::value<std::string>(), "nodes (default 1)")
+      ("gpus-per-node", po::value<std::string>(), "GPUs per node (default 8)")
+      ("gpu-mem-gb", po::value<std::string>(), "memory per GPU in GB = 1e9 bytes (default 80)")
+      ("layers", po::value<std::string>(), "decoder layers (default: --model, else assumed)")
+      ("hidden", po::value<std::string>(), "hidden size (default: --model, else assumed)")
+      ("seq-len", po::value<std::string>(), "tokens per sequence (default: model max, or 4096)")
+      ("micro-batch", po::value<std::string>(), "sequences per GPU per pass (default 1)")
+      ("act-ckpt", po::bool_switch(), "activation checkpointing (recompute layers)")
+      ("attention", po::value<std::string>()->default_value("fused"),
+       "fused (no s x s scores stored) or eager")
+      ("mtbf-hours", po::value<std::string>(), "mean time between job failures (default 24)")
+      ("ckpt-stall-s", po::value<std::string>(), "training stall per checkpoint (default 13)")
+      ("reserve", po::value<std::string>(),
+       "fraction of GPU memory kept free for allocator, CUDA context, NCCL (default 0.1)")
+      ("json", po::bool_switch(), "print one JSON object instead of the report");
+  // clang-format on
+
+  po::variables_map vm;
+  Status s = ParseFlags(kProgram, static_cast<int>(args.size()), args.data(), options,
+                        po::positional_options_description(), &vm);
+  if (!s.ok()) return Fail(kProgram, s);
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n"
+              << options << "\n  --<section>.<key>=<value>"
+              << "   override a key of the --model config, e.g. --model.num_layers=16\n";
+    return kExitOk;
+  }
+
+  auto input = InputFromFlags(vm, overrides);
+  if (!input.ok()) return Fail(kProgram, input.status());
+  auto plan = MakePlan(*input);
+  if (!plan.ok()) return Fail(kProgram, plan.status());
+  // Nothing fitting is a result, not an error: the plan says so and suggests what to change.
+  std::cout << (vm["json"].as<bool>() ? FormatPlanJson(*plan) : FormatPlanText(*plan));
+  std::cout.flush();
+  if (!std::cout) {
+    return Fail(kProgram, Status::IOError("writing the plan to stdout failed"));
+  }
+  return kExitOk;
+}
+
+}  // namespace ftrain::cli

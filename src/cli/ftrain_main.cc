@@ -1,0 +1,51 @@
+// `ftrain`: dispatches to a subcommand. Nothing else lives here.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+const Subcommand kSubcommands[] = {
+    {"plan", ftrain::cli::RunPlan, "memory per GPU for DDP/ZeRO/FSDP and the checkpoint interval"},
+    {"launch", ftrain::cli::RunLaunch, "start N local ranks with an env rendezvous (torchrun-like)"},
+    {"commcheck", ftrain::cli::RunCommcheck,
+     "check collectives for correctness and print bus bandwidth"},
+};
+
+void Usage(std::ostream& out) {
+  out << "usage: ftrain <command> [args]\n\ncommands:\n";
+  for (const auto& s : kSubcommands) out << "  " << s.name << "\t" << s.help << "\n";
+  out << "\n'ftrain <command> --help' describes a command's flags.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage(std::cerr);
+    return ftrain::cli::kExitUsage;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    Usage(std::cout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::cout << "ftrain " << FTRAIN_VERSION << " (" << FTRAIN_GIT_VERSION << ")\n";
+    return 0;
+  }
+  for (const auto& s : kSubcommands) {
+    if (cmd == s.name) return s.run(argc - 1, argv + 1);
+  }
+  std::cerr << "ftrain: unknown command '" << cmd << "'; run 'ftrain --help' for the list\n";
+  return ftrain::cli::kExitUsage;
+}

@@ -1,0 +1,38 @@
+// Line-oriented logging to stderr: "<UTC time> <LEVEL> [<prefix>] message", each line written
+// with one write() so that lines from many ranks sharing a terminal or file never interleave.
+// Not a metrics sink (that is metrics.jsonl) and not buffered: a crash loses nothing logged.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace ftrain {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// A tag printed on every line, e.g. "rank 3/8" (empty: none).
+void SetLogPrefix(const std::string& prefix);
+// Parses "debug|info|warning|error"; false on anything else.
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+
+class LogMessage {
+ public:
+  explicit LogMessage(LogLevel level) : level_(level) {}
+  ~LogMessage();
+  LogMessage(const LogMessage&) = delete;
+  LogMessage& operator=(const LogMessage&) = delete;
+  std::ostream& stream() { return stream_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+
+}  // namespace ftrain
+
+#define FT_LOG(level)                                                           \
+  if (::ftrain::LogLevel::k##level < ::ftrain::GetLogLevel()) {                \
+  } else                                                                        \
+    ::ftrain::LogMessage(::ftrain::LogLevel::k##level).stream()

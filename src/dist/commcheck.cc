@@ -1,0 +1,244 @@
+// commcheck: correctness and bandwidth of every collective on known data.
+#include "dist/commcheck.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/log.h"
+
+namespace ftrain::dist {
+namespace {
+
+// Rank r's input value at global index i: small integers, so float32 sums are exact.
+at::Tensor Pattern(int rank, int64_t offset, int64_t n) {
+  auto idx = torch::arange(offset, offset + n, torch::kInt64);
+  return ((idx.remainder(13) + 1) * (rank + 1)).remainder(97).to(torch::kFloat32);
+}
+
+at::Tensor SumPattern(int world, int64_t offset, int64_t n) {
+  at::Tensor acc = torch::zeros({n}, torch::kFloat32);
+  for (int r = 0; r < world; ++r) acc += Pattern(r, offset, n);
+  return acc;
+}
+
+// busbw = algbw * factor (the nccl-tests convention): the bytes each link really carries.
+double BusFactor(const std::string& coll, int n) {
+  if (n <= 1) return 0.0;
+  if (coll == "all_reduce") return 2.0 * (n - 1) / n;
+  if (coll == "broadcast") return 1.0;
+  return 1.0 * (n - 1) / n;  // all_gather, reduce_scatter
+}
+
+// Runs one collective once into fresh buffers and returns (result, expected).
+std::pair<at::Tensor, at::Tensor> RunOnce(Comm& comm, const std::string& coll, int64_t n,
+                                          Status* status) {
+  const int r = comm.rank(), w = comm.size();
+  if (coll == "all_reduce") {
+    at::Tensor t = Pattern(r, 0, n);
+    *status = comm.AllReduce(t, ReduceOp::kSum)->Wait();
+    return {t, SumPattern(w, 0, n)};
+  }
+  if (coll == "all_gather") {
+    ShardSpan s = ShardOf(n, w, r);
+    at::Tensor out = torch::full({n}, -1.0f);
+    *status = comm.AllGather(out, Pattern(r, s.offset, s.length))->Wait();
+    at::Tensor expect = torch::empty({n});
+    for (int q = 0; q < w; ++q) {
+      ShardSpan sq = ShardOf(n, w, q);
+      if (sq.length > 0) expect.narrow(0, sq.offset, sq.length).copy_(Pattern(q, sq.offset, sq.length));
+    }
+    return {out, expect};
+  }
+  if (coll == "reduce_scatter") {
+    ShardSpan s = ShardOf(n, w, r);
+    at::Tensor out = torch::full({s.length}, -1.0f);
+    *status = comm.ReduceScatter(out, Pattern(r, 0, n), ReduceOp::kSum)->Wait();
+    return {out, SumPattern(w, s.offset, s.length)};
+  }
+  // broadcast from the last rank, so a non-zero root is exercised
+  const int root = w - 1;
+  at::Tensor t = r == root ? Pattern(root, 0, n) : torch::full({n}, -1.0f);
+  *status = comm.Broadcast(t, root)->Wait();
+  return {t, Pattern(root, 0, n)};
+}
+
+std::string FormatBytes(int64_t b) {
+  char buf[32];
+  if (b >= (1LL << 30) && b % (1LL << 30) == 0) std::snprintf(buf, sizeof(buf), "%lldG", (long long)(b >> 30));
+  else if (b >= (1LL << 20) && b % (1LL << 20) == 0) std::snprintf(buf, sizeof(buf), "%lldM", (long long)(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof(buf), "%lldK", (long long)(b >> 10));
+  else std::snprintf(buf, sizeof(buf), "%lldB", (long long)b);
+  return buf;
+}
+
+// Agrees on failures: returns the ranks whose local check failed (same on every rank).
+StatusOr<std::vector<int>> FailedRanks(Comm& comm, bool local_bad) {
+  at::Tensor flags = torch::zeros({comm.size()}, torch::kFloat32);
+  flags[comm.rank()] = local_bad ? 1.0f : 0.0f;
+  FT_RETURN_IF_ERROR(comm.AllReduce(flags, ReduceOp::kSum)->Wait());
+  std::vector<int> bad;
+  for (int q = 0; q < comm.size(); ++q) {
+    if (flags[q].item<float>() != 0.0f) bad.push_back(q);
+  }
+  return bad;
+}
+
+}  // namespace
+
+bool ParseByteSize(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  int64_t mult = 1;
+  std::string num = text;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (last == 'K' || last == 'M' || last == 'G' || last == 'B') {
+    num = text.substr(0, text.size() - 1);
+    mult = last == 'K' ? 1024 : last == 'M' ? (1 << 20) : last == 'G' ? (1 << 30) : 1;
+  }
+  int64_t v;
+  if (!ParseInt64(num, &v) || v <= 0) return false;
+  *out = v * mult;
+  return true;
+}
+
+Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostream& out,
+                    std::vector<CommcheckRow>* rows) {
+  torch::NoGradGuard no_grad;
+  const WorldInfo& world = ctx.world();
+  int fault_rank = -1;
+  std::string fault_coll;
+  if (!options.inject_fault.empty()) {
+    size_t colon = options.inject_fault.find(':');
+    int64_t fr;
+    if (colon == std::string::npos || !ParseInt64(options.inject_fault.substr(0, colon), &fr)) {
+      return Status::InvalidArgument("--inject-fault wants RANK:COLLECTIVE, got '" +
+                                     options.inject_fault + "'");
+    }
+    fault_rank = static_cast<int>(fr);
+    fault_coll = options.inject_fault.substr(colon + 1);
+  }
+  const std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter",
+                                                "broadcast"};
+  std::vector<std::pair<std::string, Comm*>> groups = {{"world", &ctx.world_comm()}};
+  if (options.check_groups) {
+    groups.push_back({"intra_node", &ctx.intra_node()});
+    groups.push_back({"inter_node", &ctx.inter_node()});
+  }
+  const bool leader = world.rank == 0;
+  nlohmann::json json_rows = nlohmann::json::array();
+  if (leader && !options.json) {
+    out << "# ftrain commcheck: " << world.world_size << " ranks on " << world.num_nodes
+        << " node(s), backend " << ctx.world_comm().backend() << ", float32, " << options.iters
+        << " iterations (slowest rank)\n";
+    char hdr[160];
+    std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective",
+                  "group", "size", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
+    out << hdr << std::flush;
+  }
+  for (const auto& [group_name, comm] : groups) {
+    // Sub-groups get one small correctness pass; the world group gets every size.
+    std::vector<int64_t> sizes = options.sizes_bytes;
+    if (group_name != "world") sizes = {std::min<int64_t>(sizes.front(), 1 << 20)};
+    for (const std::string& coll : collectives) {
+      for (int64_t bytes : sizes) {
+        const int64_t n = std::max<int64_t>(1, bytes / 4);
+        Status st;
+        auto [got, expect] = RunOnce(*comm, coll, n, &st);
+        if (!st.ok()) return st;
+        if (world.rank == fault_rank && coll == fault_coll && group_name == "world" &&
+            got.numel() > 0) {
+          got[got.numel() / 2] += 1.0f;
+        }
+        bool local_bad = !torch::equal(got, expect);
+        if (local_bad) {
+          auto diff = (got - expect).abs().nonzero();
+          int64_t where = diff.numel() > 0 ? diff[0][0].item<int64_t>() : -1;
+          FT_LOG(Error) << "commcheck: rank " << world.rank << ": " << coll << " on group "
+                        << group_name << " with " << n << " float32 elements: element " << where
+                        << " = " << (where >= 0 ? got[where].item<float>() : 0.0f)
+                        << ", expected " << (where >= 0 ? expect[where].item<float>() : 0.0f);
+        }
+        FT_ASSIGN_OR_RETURN(std::vector<int> bad, FailedRanks(ctx.world_comm(), local_bad));
+        if (!bad.empty()) {
+          std::string list;
+          for (int q : bad) list += (list.empty() ? "" : ",") + std::to_string(q);
+          return Status::Corruption("commcheck FAILED: " + coll + " on group " +
+                                    group_name + " (" + FormatBytes(bytes) +
+                                    ") gave wrong results on rank(s) " + list +
+                                    "; see those ranks' log lines for the element");
+        }
+        // Timing: warm-up, then iters back to back; report the slowest rank's mean.
+        for (int i = 0; i < options.warmup; ++i) {
+          RunOnce(*comm, coll, n, &st);
+          if (!st.ok()) return st;
+        }
+        at::Tensor buf = Pattern(comm->rank(), 0, n);
+        ShardSpan s = ShardOf(n, comm->size(), comm->rank());
+        at::Tensor shard = buf.narrow(0, s.offset, s.length).clone();
+        at::Tensor full = torch::empty({n});
+        FT_RETURN_IF_ERROR(comm->Barrier()->Wait());
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < options.iters; ++i) {
+          std::unique_ptr<Work> work;
+          if (coll == "all_reduce") work = comm->AllReduce(buf, ReduceOp::kSum);
+          else if (coll == "all_gather") work = comm->AllGather(full, shard);
+          else if (coll == "reduce_scatter") work = comm->ReduceScatter(shard, buf, ReduceOp::kSum);
+          else work = comm->Broadcast(buf, comm->size() - 1);
+          FT_RETURN_IF_ERROR(work->Wait());
+        }
+        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                         std::max(1, options.iters);
+        at::Tensor t = torch::full({1}, elapsed, torch::kFloat64);
+        FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(t, ReduceOp::kMax)->Wait());
+        elapsed = t.item<double>();
+        CommcheckRow row;
+        row.collective = coll;
+        row.group = group_name;
+        row.bytes = n * 4;
+        row.time_s = elapsed;
+        row.algbw_gbps = elapsed > 0 ? row.bytes / elapsed / 1e9 : 0;
+        row.busbw_gbps = row.algbw_gbps * BusFactor(coll, comm->size());
+        if (rows) rows->push_back(row);
+        if (leader) {
+          if (options.json) {
+            json_rows.push_back({{"collective", row.collective}, {"group", row.group},
+                                 {"group_size", comm->size()}, {"bytes", row.bytes},
+                                 {"time_s", row.time_s}, {"algbw_gbps", row.algbw_gbps},
+                                 {"busbw_gbps", row.busbw_gbps}, {"ok", true}});
+          } else {
+            char line[200];
+            std::snprintf(line, sizeof(line), "%-15s %-11s %10s %12.1f %12.3f %12.3f  ok\n",
+                          row.collective.c_str(), group_name.c_str(),
+                          FormatBytes(row.bytes).c_str(), row.time_s * 1e6, row.algbw_gbps,
+                          row.busbw_gbps);
+            out << line << std::flush;
+          }
+        }
+      }
+    }
+  }
+  // Barrier latency, a quick sanity figure for the interconnect.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) FT_RETURN_IF_ERROR(ctx.world_comm().Barrier()->Wait());
+  double barrier_us =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
+  if (leader) {
+    if (options.json) {
+      nlohmann::json doc = {{"world_size", world.world_size}, {"num_nodes", world.num_nodes},
+                            {"backend", ctx.world_comm().backend()}, {"ok", true},
+                            {"barrier_us", barrier_us}, {"results", json_rows}};
+      out << doc.dump() << "\n";
+    } else {
+      char line[120];
+      std::snprintf(line, sizeof(line), "barrier latency %.1f us\ncommcheck: OK\n", barrier_us);
+      out << line;
+    }
+    out.flush();
+  }
+  return Status::Ok();
+}
+
+}  // namespace ftrain::dist

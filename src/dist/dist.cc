@@ -1,0 +1,282 @@
+// DistContext: discovery, rendezvous (PMIx or env TCPStore), world-size agreement, groups.
+#include "dist/dist.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "dist/gloo_comm.h"
+#include "dist/pmix_client.h"
+
+namespace ftrain::dist {
+namespace {
+
+constexpr char kPmixStoreKey[] = "ftrain.rdzv.store";
+
+std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// The address other ranks should use to reach this process: FTRAIN_RDZV_ADDR when set,
+// else the IPv4 address the host name resolves to, else loopback.
+std::string AdvertisedAddress() {
+  const char* forced = std::getenv("FTRAIN_RDZV_ADDR");
+  if (forced != nullptr && *forced != '\0') return forced;
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "127.0.0.1";
+  struct addrinfo hints = {};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* res = nullptr;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  char buf[INET_ADDRSTRLEN] = {0};
+  auto* sin = reinterpret_cast<struct sockaddr_in*>(res->ai_addr);
+  inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return buf;
+}
+
+std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string Str(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const std::string& host, int port,
+                                                       bool is_server, int timeout_s,
+                                                       const std::string& how) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = is_server;
+  opts.waitWorkers = false;
+  opts.timeout = std::chrono::seconds(timeout_s);
+  try {
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(host, opts));
+  } catch (const std::exception& e) {
+    return Status::DeadlineExceeded(
+        "cannot reach the rendezvous store at " + host + ":" + std::to_string(port) + " (" +
+        how + ") within " + std::to_string(timeout_s) + " s: " + FirstLine(e.what()) +
+        "; check that rank 0 is running and the address is reachable, or raise "
+        "FTRAIN_RDZV_TIMEOUT");
+  }
+}
+
+struct RankRecord {
+  int world_size = 0, node = 0, local = 0;
+};
+
+std::string EncodeRecord(const WorldInfo& w) {
+  return std::to_string(w.world_size) + " " + std::to_string(w.node_rank) + " " +
+         std::to_string(w.local_rank);
+}
+
+bool DecodeRecord(const std::string& s, RankRecord* r) {
+  std::istringstream in(s);
+  return static_cast<bool>(in >> r->world_size >> r->node >> r->local);
+}
+
+// Every rank publishes (world size, node, local rank); rank 0 checks agreement and publishes
+// a verdict with the layout; every rank reads the verdict. Returns the node of every rank.
+StatusOr<std::vector<RankRecord>> AgreeOnWorld(c10d::Store& store, const WorldInfo& w,
+                                               int timeout_s) {
+  const std::string prefix = "ftrain/rdzv/";
+  try {
+    store.setTimeout(std::chrono::seconds(timeout_s));
+    store.set(prefix + "rank/" + std::to_string(w.rank), Bytes(EncodeRecord(w)));
+    std::vector<RankRecord> layout(static_cast<size_t>(w.world_size));
+    if (w.rank == 0) {
+      std::string verdict = "ok";
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+      for (int r = 0; r < w.world_size && verdict == "ok"; ++r) {
+        const std::string key = prefix + "rank/" + std::to_string(r);
+        while (!store.check({key})) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            std::string missing;
+            for (int m = r; m < w.world_size; ++m) {
+              if (!store.check({prefix + "rank/" + std::to_string(m)})) {
+                missing += (missing.empty() ? "" : ",") + std::to_string(m);
+              }
+            }
+            verdict = "timeout: ranks " + missing + " of " + std::to_string(w.world_size) +
+                      " did not join the rendezvous within " + std::to_string(timeout_s) +
+                      " s; check that they were started and use the same job/MASTER_ADDR";
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (verdict != "ok") break;
+        RankRecord rec;
+        if (!DecodeRecord(Str(store.get(key)), &rec)) {
+          verdict = "mismatch: rank " + std::to_string(r) + " published a malformed record";
+        } else if (rec.world_size != w.world_size) {
+          verdict = "mismatch: rank " + std::to_string(r) + " believes the world size is " +
+                    std::to_string(rec.world_size) + " but rank 0 believes " +
+                    std::to_string(w.world_size) + "; start every rank with the same world size";
+        }
+        layout[static_cast<size_t>(r)] = rec;
+      }
+      std::string payload = verdict;
+      if (verdict == "ok") {
+        for (const auto& rec : layout) {
+          payload += " " + std::to_string(rec.world_size) + " " + std::to_string(rec.node) +
+                     " " + std::to_string(rec.local);
+        }
+      }
+      store.set(prefix + "verdict", Bytes(payload));
+      if (verdict.rfind("timeout", 0) == 0) return Status::DeadlineExceeded(verdict);
+      if (verdict != "ok") return Status::InvalidArgument(verdict);
+      return layout;
+    }
+    std::string payload = Str(store.get(prefix + "verdict"));  // waits up to the timeout
+    if (payload.rfind("timeout", 0) == 0) return Status::DeadlineExceeded("rank 0 reports " + payload);
+    if (payload.rfind("ok", 0) != 0) return Status::InvalidArgument("rank 0 reports " + payload);
+    std::istringstream in(payload.substr(2));
+    int count = 0;
+    RankRecord rec;
+    while (in >> rec.world_size >> rec.node >> rec.local) {
+      if (count < w.world_size) layout[static_cast<size_t>(count)] = rec;
+      ++count;
+    }
+    if (count != w.world_size) {
+      return Status::InvalidArgument("world size mismatch: this rank (" + DescribeWorld(w) +
+                                     ") believes the world size is " +
+                                     std::to_string(w.world_size) + " but rank 0 has " +
+                                     std::to_string(count) +
+                                     " ranks; start every rank with the same world size");
+    }
+    return layout;
+  } catch (const std::exception& e) {
+    return Status::DeadlineExceeded("rank " + std::to_string(w.rank) +
+                                    ": rendezvous did not complete within " +
+                                    std::to_string(timeout_s) + " s: " + FirstLine(e.what()) +
+                                    "; rank 0 or another rank is missing or died");
+  }
+}
+
+}  // namespace
+
+StatusOr<DistOptions> DistOptionsFromEnv(DistOptions base) {
+  const char* t = std::getenv("FTRAIN_RDZV_TIMEOUT");
+  if (t != nullptr && *t != '\0') {
+    int64_t v;
+    if (!ParseInt64(t, &v) || v <= 0 || v > 86400) {
+      return Status::InvalidArgument(std::string("FTRAIN_RDZV_TIMEOUT='") + t +
+                                     "' must be a number of seconds in [1, 86400]");
+    }
+    base.rdzv_timeout_s = static_cast<int>(v);
+  }
+  return base;
+}
+
+struct DistContext::Impl {
+  WorldInfo world;
+  std::unique_ptr<PmixClient> pmix;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::unique_ptr<Comm> world_comm;
+  std::unique_ptr<Comm> intra;
+  std::unique_ptr<Comm> inter;
+  std::string rdzv;
+};
+
+DistContext::DistContext() : impl_(std::make_unique<Impl>()) {}
+DistContext::~DistContext() = default;
+
+StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& options) {
+  if (options.backend != "gloo") {
+    return Status::InvalidArgument("dist.backend '" + options.backend +
+                                   "' is not available in this build; use gloo");
+  }
+  std::unique_ptr<DistContext> ctx(new DistContext());
+  Impl& im = *ctx->impl_;
+  EnvMap env = CurrentEnviron();
+  const std::string self_addr = AdvertisedAddress();
+  const int timeout = options.rdzv_timeout_s;
+
+  if (HasPmixEnv(env)) {
+    FT_ASSIGN_OR_RETURN(im.pmix, PmixClient::Connect());
+    FT_ASSIGN_OR_RETURN(im.world, im.pmix->QueryWorld());
+    std::string store_addr;
+    if (im.world.rank == 0) {
+      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(self_addr, 0, true, timeout, "rank 0's own"));
+      auto* tcp = static_cast<c10d::TCPStore*>(im.store.get());
+      store_addr = self_addr + ":" + std::to_string(tcp->getPort());
+      FT_RETURN_IF_ERROR(im.pmix->Put(kPmixStoreKey, store_addr));
+    }
+    FT_RETURN_IF_ERROR(im.pmix->Commit());
+    FT_RETURN_IF_ERROR(im.pmix->Fence(timeout));
+    if (im.world.rank != 0) {
+      FT_ASSIGN_OR_RETURN(store_addr, im.pmix->Get(0, kPmixStoreKey, timeout));
+      size_t colon = store_addr.rfind(':');
+      int64_t port = 0;
+      if (colon == std::string::npos || !ParseInt64(store_addr.substr(colon + 1), &port)) {
+        return Status::Internal("rank 0 published a malformed store address '" + store_addr +
+                                "' through PMIx");
+      }
+      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(store_addr.substr(0, colon),
+                                                 static_cast<int>(port), false, timeout,
+                                                 "published by rank 0 through PMIx"));
+    }
+    im.rdzv = "pmix namespace " + im.pmix->nspace() + ", store " + store_addr;
+  } else {
+    FT_ASSIGN_OR_RETURN(im.world, DiscoverFromEnv(env));
+    if (im.world.world_size == 1) {
+      im.store = c10::make_intrusive<c10d::HashStore>();
+      im.rdzv = "single process";
+    } else {
+      // Under `ftrain launch` the launcher hosts the store; otherwise rank 0 does.
+      const bool hosted = env.count("FTRAIN_STORE_HOSTED") && env["FTRAIN_STORE_HOSTED"] == "1";
+      const bool server = im.world.rank == 0 && !hosted;
+      const std::string how = std::string(WorldSourceName(im.world.source)) +
+                              " rendezvous: MASTER_ADDR/MASTER_PORT";
+      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(im.world.master_addr, im.world.master_port,
+                                                 server, timeout, how));
+      im.rdzv = how + " = " + im.world.master_addr + ":" + std::to_string(im.world.master_port);
+    }
+  }
+  const WorldInfo& w = im.world;
+  SetLogPrefix("rank " + std::to_string(w.rank) + "/" + std::to_string(w.world_size));
+  FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout, AgreeOnWorld(*im.store, w, timeout));
+
+  const auto op_timeout = std::chrono::milliseconds(1000LL * options.op_timeout_s);
+  FT_ASSIGN_OR_RETURN(im.world_comm,
+                      CreateGlooComm(im.store, "world", w.rank, w.world_size, self_addr,
+                                     op_timeout));
+  if (options.build_node_groups) {
+    // Intra-node: same node, ordered by local rank. Inter-node: same local rank, by node.
+    std::vector<std::pair<int, int>> intra, inter;  // (sort key, rank)
+    for (int r = 0; r < w.world_size; ++r) {
+      const RankRecord& rec = layout[static_cast<size_t>(r)];
+      if (rec.node == w.node_rank) intra.push_back({rec.local, r});
+      if (rec.local == w.local_rank) inter.push_back({rec.node, r});
+    }
+    std::sort(intra.begin(), intra.end());
+    std::sort(inter.begin(), inter.end());
+    auto index_of = [&](const std::vector<std::pair<int, int>>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i].second == w.rank) return static_cast<int>(i);
+      }
+      return -1;
+    };
+    FT_ASSIGN_OR_RETURN(im.intra, CreateGlooComm(im.store, "node" + std::to_string(w.node_rank),
+                                                 index_of(intra), static_cast<int>(intra.size()),
+                                                 self_addr, op_timeout));
+    FT_ASSIGN_OR_RETURN(im.inter, CreateGlooComm(im.store, "local" + std::to_string(w.local_rank),
+                                                 index_of(inter), static_cast<int>(inter.size()),
+                                                 self_addr, op_timeout));
+  }
+  FT_LOG(Info) << "dist: " << DescribeWorld(w) << " via " << im.rdzv;
+  return ctx;
+}
+
+const WorldInfo& DistContext::world() const { return impl_->world; }
+Comm& DistContext::world_comm() { return *impl_->world_comm; }
+Comm& DistContext::intra_node() { return *impl_->intra; }
+Comm& DistContext::inter_node() { return *impl_->inter; }
+const std::string& DistContext::rendezvous_description() const { return impl_->rdzv; }
+
+}  // namespace ftrain::dist

@@ -1,0 +1,48 @@
+// DistContext: the process's place in the job and its communicators. Init() discovers the
+// world (PMIx, Slurm env, torchrun env, single), runs the rendezvous (PMIx put/fence/get of
+// the store address, or the TCPStore named by MASTER_ADDR/MASTER_PORT), checks that every
+// rank agrees on the world size, and builds the world, intra-node and inter-node groups.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "dist/comm.h"
+#include "dist/world.h"
+
+namespace ftrain::dist {
+
+struct DistOptions {
+  std::string backend = "gloo";  // "gloo" or "nccl" (when built with NCCL)
+  int rdzv_timeout_s = 300;      // how long a rank waits for the others to appear
+  int op_timeout_s = 600;        // how long one collective may take before it fails
+  bool build_node_groups = true; // also create intra-node and inter-node groups
+};
+
+// Reads FTRAIN_RDZV_TIMEOUT (seconds) over the defaults; errors name the variable.
+StatusOr<DistOptions> DistOptionsFromEnv(DistOptions base);
+
+class DistContext {
+ public:
+  static StatusOr<std::unique_ptr<DistContext>> Init(const DistOptions& options);
+  ~DistContext();
+  DistContext(const DistContext&) = delete;
+  DistContext& operator=(const DistContext&) = delete;
+
+  const WorldInfo& world() const;
+  Comm& world_comm();
+  // Ranks on this node (same node_rank), ordered by local rank.
+  Comm& intra_node();
+  // Ranks with the same local rank on every node, ordered by node.
+  Comm& inter_node();
+  // Where the rendezvous happened, for logs: "pmix ns=... store=host:port".
+  const std::string& rendezvous_description() const;
+
+ private:
+  DistContext();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ftrain::dist

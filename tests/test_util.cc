@@ -1,0 +1,84 @@
+// Process helpers for tests.
+#include "test_util.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace ftrain::testing {
+
+CommandResult RunCommand(const std::string& command, int timeout_s) {
+  CommandResult r;
+  int fds[2];
+  if (pipe(fds) != 0) return r;
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  auto deadline = start + std::chrono::seconds(timeout_s);
+  char buf[4096];
+  for (;;) {
+    int left_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       deadline - std::chrono::steady_clock::now())
+                                       .count());
+    if (left_ms <= 0) {
+      r.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    struct pollfd p = {fds[0], POLLIN, 0};
+    int n = poll(&p, 1, std::min(left_ms, 200));
+    if (n > 0) {
+      ssize_t got = read(fds[0], buf, sizeof(buf));
+      if (got <= 0) break;
+      r.output.append(buf, static_cast<size_t>(got));
+    }
+  }
+  // Drain whatever is left after a kill or EOF.
+  for (;;) {
+    ssize_t got = read(fds[0], buf, sizeof(buf));
+    if (got <= 0) break;
+    r.output.append(buf, static_cast<size_t>(got));
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  // Reap anything the command left behind in its group (launched ranks after a timeout).
+  kill(-pid, SIGKILL);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
+  return r;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string BinDir() { return FTRAIN_BIN_DIR; }
+std::string Ftrain() { return BinDir() + "/ftrain"; }
+
+}  // namespace ftrain::testing
