@@ -5,6 +5,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "core/version.h"
 
 namespace {
 
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version") {
-    std::cout << "ftrain " << FTRAIN_VERSION << " (" << FTRAIN_GIT_VERSION << ")\n";
+    std::cout << "ftrain " << ftrain::CodeVersion() << "\n";
     return 0;
   }
   for (const auto& s : kSubcommands) {

@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# local-cluster.sh - run a real Slurm 22.05 cluster (munged, slurmctld, N slurmd) on this one
+# machine, for tests of requeue / node failure / PMIx. Needs root. Each slurmd runs in its own
+# mount namespace so `fail-node` can SIGKILL exactly one "node" (slurmd + its job steps).
+# It does not install packages and never touches daemons it did not start (all by PID).
+# All state lives under $FTRAIN_CLUSTER_DIR (default <repo>/.cluster). See docs/local-cluster.md.
+#
+# Usage: local-cluster.sh start [--nodes N] [--cpus-per-node C] | stop | status
+#                         | fail-node NAME | revive-node NAME | env
+set -euo pipefail
+
+# ---- settings (environment overrides) ---------------------------------------------------------
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
+# Physical path: it is matched against /proc/PID/mountinfo, which shows resolved paths.
+STATE_DIR="$(realpath -m -- "${FTRAIN_CLUSTER_DIR:-${REPO_ROOT}/.cluster}")"
+PORT_BASE="${FTRAIN_CLUSTER_PORT_BASE:-16817}"        # slurmctld; slurmd of nodeI: base+I
+DEFAULT_NODES=2
+DEFAULT_CPUS_PER_NODE=2
+SLURMD_TIMEOUT="${FTRAIN_CLUSTER_SLURMD_TIMEOUT:-5}"  # s without a ping answer -> node DOWN
+MSG_TIMEOUT="${FTRAIN_CLUSTER_MSG_TIMEOUT:-3}"        # s per RPC; pinging a dead node takes ~this+1
+CRED_EXPIRE="${FTRAIN_CLUSTER_CRED_EXPIRE:-5}"        # s; requeued job waits this+1 (Slurm min 5)
+DEBUG_LEVEL="${FTRAIN_CLUSTER_DEBUG:-info}"           # SlurmctldDebug / SlurmdDebug
+START_TIMEOUT_S="${FTRAIN_CLUSTER_START_TIMEOUT:-60}" # wait for daemons / nodes idle
+STOP_TIMEOUT_S=20
+NODE_PREFIX="node"
+CLUSTER_NAME="ftrain"
+MUNGE_USER="munge"
+CTLD_HOST="$(hostname -s)"
+
+# ---- derived paths -------------------------------------------------------------------------
+ETC_DIR="${STATE_DIR}/etc"
+LOG_DIR="${STATE_DIR}/log"
+PID_DIR="${STATE_DIR}/pids"
+SPOOL_DIR="${STATE_DIR}/spool"
+NODES_DIR="${STATE_DIR}/nodes"     # per-node private dirs, bind-mounted onto PMIX_CLI_DIR
+PMIX_CLI_DIR="${STATE_DIR}/pmix"   # empty mount point; each node namespace sees its own dir
+# munged (user munge) refuses directories it cannot reach or that others may write, and a
+# checkout under /root (mode 0700) is unreachable for it: keep its files under /run.
+MUNGE_DIR="${FTRAIN_CLUSTER_MUNGE_DIR:-/run/ftrain-munge-${PORT_BASE}}"
+SLURM_CONF_FILE="${ETC_DIR}/slurm.conf"
+MPI_CONF_FILE="${ETC_DIR}/mpi.conf"
+NODES_FILE="${ETC_DIR}/nodes"      # node names, one per line (written by start)
+MUNGE_SOCKET="${MUNGE_DIR}/munge.socket"
+MUNGE_KEY="${MUNGE_DIR}/munge.key"
+MUNGE_LOG="${MUNGE_DIR}/munged.log"  # munged (user munge) cannot write LOG_DIR
+
+die() { echo "local-cluster: error: $*" >&2; exit 1; }
+usage_error() { echo "local-cluster: usage error: $*" >&2; usage >&2; exit 2; }
+log() { echo "local-cluster: $*"; }
+usage() {
+  cat <<EOF
+usage: $(basename "$0") start [--nodes N] [--cpus-per-node C]
+       $(basename "$0") stop | status | env
+       $(basename "$0") fail-node NAME | revive-node NAME
+state dir: ${STATE_DIR} (env FTRAIN_CLUSTER_DIR), ports from ${PORT_BASE} (FTRAIN_CLUSTER_PORT_BASE)
+EOF
+}
+
+# ---- small helpers -------------------------------------------------------------------------
+is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+
+pid_alive() {  # pid_alive PID: true if PID exists and is not a zombie
+  local pid="$1" state
+  [[ -n "${pid}" && -r "/proc/${pid}/stat" ]] || return 1
+  state="$(awk '{print $3}' "/proc/${pid}/stat" 2>/dev/null)" || return 1
+  [[ -n "${state}" && "${state}" != "Z" ]]
+}
+
+read_pid() {  # read_pid NAME: prints the recorded pid of daemon NAME, or nothing
+  local f="${PID_DIR}/$1.pid"
+  if [[ -r "${f}" ]]; then cat "${f}"; fi
+}
+
+daemon_alive() { pid_alive "$(read_pid "$1")"; }
+
+wait_until() {  # wait_until SECONDS CMD...: poll CMD every 0.2 s until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+export_conf() { export SLURM_CONF="${SLURM_CONF_FILE}"; }
+
+node_names() {
+  [[ -r "${NODES_FILE}" ]] || die "no cluster configured under ${STATE_DIR}; run: $0 start"
+  cat "${NODES_FILE}"
+}
+
+check_node_name() {
+  local n
+  for n in $(node_names); do [[ "${n}" == "$1" ]] && return 0; done
+  usage_error "unknown node '$1' (nodes: $(node_names | paste -sd' '))"
+}
+
+node_state() {  # node_state NAME: compact sinfo state, e.g. idle, alloc, down*, idle*
+  sinfo -h -N -n "$1" -o '%t' 2>/dev/null | head -n1
+}
+
+# Every process in the mount namespace NS that also carries the node's marker bind mount
+# (so a recycled namespace inode can never make us kill a stranger).
+node_ns_pids() {  # node_ns_pids NODE NS
+  local node="$1" ns="$2" p pid
+  for p in /proc/[0-9]*; do
+    pid="${p#/proc/}"
+    [[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "${ns}" ]] || continue
+    grep -qF " ${PMIX_CLI_DIR} " "${p}/mountinfo" 2>/dev/null || continue
+    grep -qF "/nodes/${node}/pmix " "${p}/mountinfo" 2>/dev/null || continue
+    echo "${pid}"
+  done
+}
+
+kill_node_namespace() {  # kill_node_namespace NODE: SIGKILL everything of that node, wait
+  local node="$1" ns_file="${PID_DIR}/slurmd-$1.mntns" ns pids pid
+  [[ -r "${ns_file}" ]] || return 0
+  ns="$(cat "${ns_file}")"
+  local deadline=$((SECONDS + STOP_TIMEOUT_S))
+  while :; do
+    pids="$(node_ns_pids "${node}" "${ns}")"
+    [[ -z "${pids}" ]] && break
+    ((SECONDS < deadline)) || die "processes of ${node} survive SIGKILL: ${pids//$'\n'/ }"
+    for pid in ${pids}; do
+      kill -KILL "${pid}" 2>/dev/null || true  # it may have exited meanwhile: fine
+    done
+    sleep 0.2
+  done
+  rm -f "${ns_file}"
+}
+
+# ---- configuration -----------------------------------------------------------------------
+write_configs() {  # write_configs NODES CPUS
+  local nodes="$1" cpus="$2" i
+  mkdir -p "${ETC_DIR}"
+  : >"${NODES_FILE}"
+  for ((i = 1; i <= nodes; i++)); do echo "${NODE_PREFIX}${i}" >>"${NODES_FILE}"; done
+  {
+    echo "# Generated by slurm/local-cluster.sh - do not edit; see docs/local-cluster.md."
+    echo "ClusterName=${CLUSTER_NAME}"
+    echo "SlurmctldHost=${CTLD_HOST}(127.0.0.1)"
+    echo "SlurmctldPort=${PORT_BASE}"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "AuthType=auth/munge"
+    echo "CredType=cred/munge"
+    echo "AuthInfo=socket=${MUNGE_SOCKET},cred_expire=${CRED_EXPIRE}"
+    echo "StateSaveLocation=${SPOOL_DIR}/slurmctld"
+    echo "SlurmdSpoolDir=${SPOOL_DIR}/%n"
+    echo "SlurmctldPidFile=${SPOOL_DIR}/slurmctld.pid"
+    echo "SlurmdPidFile=${SPOOL_DIR}/slurmd-%n.pid"
+    echo "SlurmctldLogFile=${LOG_DIR}/slurmctld.log"
+    echo "SlurmdLogFile=${LOG_DIR}/slurmd-%n.log"
+    echo "SlurmctldDebug=${DEBUG_LEVEL}"
+    echo "SlurmdDebug=${DEBUG_LEVEL}"
+    echo "SlurmdParameters=config_overrides"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobCompType=jobcomp/none"
+    echo "SwitchType=switch/none"
+    echo "MpiDefault=pmix"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_CPU"
+    echo "SchedulerType=sched/builtin"
+    echo "SchedulerParameters=sched_interval=1"
+    echo "JobRequeue=1"
+    echo "ReturnToService=2"
+    echo "SlurmdTimeout=${SLURMD_TIMEOUT}"
+    echo "MessageTimeout=${MSG_TIMEOUT}"
+    echo "KillWait=2"
+    echo "KillOnBadExit=1"
+    echo "InactiveLimit=0"
+    echo "MailProg=/bin/true"
+    echo "MinJobAge=300"
+    echo "NodeName=DEFAULT CPUs=${cpus} State=UNKNOWN"
+    for ((i = 1; i <= nodes; i++)); do
+      echo "NodeName=${NODE_PREFIX}${i} NodeHostname=${CTLD_HOST} NodeAddr=127.0.0.1" \
+        "Port=$((PORT_BASE + i))"
+    done
+    echo "PartitionName=debug Nodes=${NODE_PREFIX}[1-${nodes}] Default=YES MaxTime=INFINITE" \
+      "State=UP"
+  } >"${SLURM_CONF_FILE}"
+  {
+    echo "# Generated by slurm/local-cluster.sh. Read by the pmix plugin (next to slurm.conf)."
+    echo "# ${PMIX_CLI_DIR} is bind-mounted per node inside each slurmd's mount namespace."
+    echo "PMIxCliTmpDirBase=${PMIX_CLI_DIR}"
+  } >"${MPI_CONF_FILE}"
+}
+
+# ---- daemons -------------------------------------------------------------------------------
+start_munged() {
+  if daemon_alive munged; then return 0; fi
+  id "${MUNGE_USER}" >/dev/null 2>&1 || die "user '${MUNGE_USER}' missing (install munge)"
+  # munged wants its dirs owned by itself and not writable by others.
+  install -d -m 0755 -o "${MUNGE_USER}" -g "${MUNGE_USER}" "${MUNGE_DIR}"
+  if [[ ! -s "${MUNGE_KEY}" ]]; then
+    dd if=/dev/urandom of="${MUNGE_KEY}" bs=1024 count=1 status=none
+  fi
+  chown "${MUNGE_USER}:${MUNGE_USER}" "${MUNGE_KEY}"
+  chmod 0400 "${MUNGE_KEY}"
+  ((${#MUNGE_SOCKET} < 100)) || die "munge socket path too long (${#MUNGE_SOCKET} chars, unix \
+sockets allow ~107): ${MUNGE_SOCKET}; set FTRAIN_CLUSTER_DIR to a shorter path"
+  rm -f "${MUNGE_DIR}/munged.pid"  # a stale one (munged was SIGKILLed) would fool the wait below
+  runuser -u "${MUNGE_USER}" -- munged --socket="${MUNGE_SOCKET}" --key-file="${MUNGE_KEY}" \
+    --pid-file="${MUNGE_DIR}/munged.pid" --log-file="${MUNGE_LOG}" \
+    --seed-file="${MUNGE_DIR}/munged.seed" </dev/null >>"${LOG_DIR}/munged.out" 2>&1 ||
+    die "munged failed to start; see ${MUNGE_LOG} and ${LOG_DIR}/munged.out"
+  wait_until 10 test -s "${MUNGE_DIR}/munged.pid" ||
+    die "munged wrote no pid file; see ${MUNGE_LOG}"
+  cp "${MUNGE_DIR}/munged.pid" "${PID_DIR}/munged.pid"
+  wait_until 10 munge_works || die "munged does not answer on ${MUNGE_SOCKET}; see \
+${MUNGE_LOG}"
+}
+
+munge_works() {
+  munge -n -S "${MUNGE_SOCKET}" 2>/dev/null | unmunge -S "${MUNGE_SOCKET}" >/dev/null 2>&1
+}
+
+start_slurmctld() {
+  if daemon_alive slurmctld; then return 0; fi
+  # -D: foreground, so $! is the daemon; setsid: immune to the caller's terminal / ctest.
+  # -i: ignore state-file errors (the spool is wiped by start anyway).
+  setsid slurmctld -D -i -f "${SLURM_CONF_FILE}" </dev/null >>"${LOG_DIR}/slurmctld.out" 2>&1 &
+  echo "$!" >"${PID_DIR}/slurmctld.pid"
+  wait_until "${START_TIMEOUT_S}" ctld_up ||
+    die "slurmctld not answering after ${START_TIMEOUT_S}s; see ${LOG_DIR}/slurmctld.log \
+and ${LOG_DIR}/slurmctld.out"
+}
+
+ctld_up() {
+  daemon_alive slurmctld || die "slurmctld exited; see ${LOG_DIR}/slurmctld.log and \
+${LOG_DIR}/slurmctld.out"
+  scontrol ping 2>/dev/null | grep -q 'is UP'
+}
+
+start_slurmd() {  # start_slurmd NODE: slurmd in a fresh private mount namespace
+  local node="$1" pid ns
+  if daemon_alive "slurmd-${node}"; then return 0; fi
+  # Leftovers of a failed node (step daemons) would confuse the new slurmd: remove them first.
+  kill_node_namespace "${node}"
+  mkdir -p "${NODES_DIR}/${node}/pmix" "${SPOOL_DIR}/${node}"
+  chmod 0755 "${SPOOL_DIR}/${node}"
+  # Inside the namespace: bind this node's private dir onto the shared PMIx client dir, then exec
+  # slurmd (same pid as unshare). Sticky+world-writable like /tmp: jobs of any user create
+  # their PMIx client dirs there.
+  chmod 1777 "${NODES_DIR}/${node}/pmix"
+  # shellcheck disable=SC2016  # $1..$4 expand in the inner shell, on purpose
+  setsid unshare --mount --propagation private -- /bin/sh -c \
+    'mount --bind "$1" "$2" && exec slurmd -D -f "$3" -N "$4"' \
+    local-cluster-ns "${NODES_DIR}/${node}/pmix" "${PMIX_CLI_DIR}" "${SLURM_CONF_FILE}" "${node}" \
+    </dev/null >>"${LOG_DIR}/slurmd-${node}.out" 2>&1 &
+  pid="$!"
+  echo "${pid}" >"${PID_DIR}/slurmd-${node}.pid"
+  # Record the namespace once the bind mount exists (the inner sh has set it up).
+  wait_until 10 node_mounted "${pid}" "${node}" ||
+    die "slurmd for ${node} did not start; see ${LOG_DIR}/slurmd-${node}.out"
+  ns="$(readlink "/proc/${pid}/ns/mnt")"
+  echo "${ns}" >"${PID_DIR}/slurmd-${node}.mntns"
+}
+
+node_mounted() {  # node_mounted PID NODE
+  pid_alive "$1" || return 1
+  grep -qF "/nodes/$2/pmix " "/proc/$1/mountinfo" 2>/dev/null
+}
+
+node_is_down() { [[ "$(node_state "$1")" =~ ^down ]]; }  # down, down*, down~ ...
+
+node_ready() {  # node_ready NODE: responding and usable (idle, or already running a job)
+  local node="$1" st
+  daemon_alive "slurmd-${node}" || die "slurmd of ${node} exited; see \
+${LOG_DIR}/slurmd-${node}.log and ${LOG_DIR}/slurmd-${node}.out"
+  st="$(node_state "${node}")"
+  [[ "${st}" =~ ^(idle|alloc|mix|comp)$ ]]
+}
+
+all_nodes_idle() {
+  local node
+  for node in $(node_names); do
+    daemon_alive "slurmd-${node}" || die "slurmd of ${node} exited; see \
+${LOG_DIR}/slurmd-${node}.log and ${LOG_DIR}/slurmd-${node}.out"
+    [[ "$(node_state "${node}")" == "idle" ]] || return 1
+  done
+}
+
+stop_daemon() {  # stop_daemon NAME: SIGTERM, wait, then SIGKILL
+  local name="$1" pid
+  pid="$(read_pid "${name}")"
+  if pid_alive "${pid}"; then
+    kill -TERM "${pid}" 2>/dev/null || true  # exited meanwhile: fine
+    if ! wait_until "${STOP_TIMEOUT_S}" not_alive "${pid}"; then
+      log "${name} (pid ${pid}) ignored SIGTERM; sending SIGKILL"
+      kill -KILL "${pid}" 2>/dev/null || true  # exited meanwhile: fine
+      wait_until 5 not_alive "${pid}" || die "${name} (pid ${pid}) survives SIGKILL"
+    fi
+  fi
+  rm -f "${PID_DIR}/${name}.pid"
+}
+
+port_in_use() {  # port_in_use PORT: something accepts TCP connections on localhost:PORT
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+not_alive() { ! pid_alive "$1"; }
+
+any_daemon_alive() {
+  local f
+  for f in "${PID_DIR}"/*.pid; do
+    [[ -e "${f}" ]] || continue
+    pid_alive "$(cat "${f}")" && return 0
+  done
+  return 1
+}
+
+on_start_failure() {
+  local rc=$?
+  trap - EXIT
+  if ((rc != 0)); then
+    echo "local-cluster: start failed; stopping the daemons it started (logs kept)" >&2
+    (cmd_stop >/dev/null) || true  # best effort; the original error is what matters
+  fi
+  exit "${rc}"
+}
+
+# ---- subcommands ---------------------------------------------------------------------------
+cmd_start() {
+  local nodes="${DEFAULT_NODES}" cpus="${DEFAULT_CPUS_PER_NODE}" node
+  while (($#)); do
+    case "$1" in
+      --nodes=* | --cpus-per-node=*)  # --opt=value: split and re-parse
+        set -- "${1%%=*}" "${1#*=}" "${@:2}"
+        ;;
+      --nodes | --cpus-per-node)
+        (($# >= 2)) || usage_error "$1 needs a value"
+        if ! is_uint "$2" || (($2 < 1)); then
+          usage_error "$1 must be an integer >= 1, got '$2'"
+        fi
+        if [[ "$1" == "--nodes" ]]; then nodes="$2"; else cpus="$2"; fi
+        shift 2
+        ;;
+      *) usage_error "unknown option for start: '$1'" ;;
+    esac
+  done
+  ((nodes <= 64)) || usage_error "--nodes must be <= 64, got ${nodes}"
+  [[ "$(id -u)" == "0" ]] || die "must run as root (slurmd/munged need it)"
+  is_uint "${PORT_BASE}" || die "FTRAIN_CLUSTER_PORT_BASE must be a number, got '${PORT_BASE}'"
+  local v
+  for v in SLURMD_TIMEOUT:FTRAIN_CLUSTER_SLURMD_TIMEOUT MSG_TIMEOUT:FTRAIN_CLUSTER_MSG_TIMEOUT \
+    CRED_EXPIRE:FTRAIN_CLUSTER_CRED_EXPIRE START_TIMEOUT_S:FTRAIN_CLUSTER_START_TIMEOUT; do
+    local name="${v%%:*}"
+    if ! is_uint "${!name}" || ((${!name} < 1)); then
+      die "${v#*:} must be an integer >= 1, got '${!name}'"
+    fi
+  done
+  # Slurm 22.05 rejects cred_expire < 5 and silently falls back to 120 s.
+  ((CRED_EXPIRE >= 5)) || die "FTRAIN_CLUSTER_CRED_EXPIRE must be >= 5 (Slurm minimum), \
+got ${CRED_EXPIRE}"
+  local cmd
+  for cmd in munged munge unmunge slurmctld slurmd scontrol sinfo unshare runuser setsid; do
+    command -v "${cmd}" >/dev/null || die "'${cmd}' not found (install slurm-wlm and munge)"
+  done
+
+  if daemon_alive slurmctld; then
+    export_conf
+    log "already running (slurmctld pid $(read_pid slurmctld)); state dir ${STATE_DIR}"
+    log "use '$0 stop' first to start with a different size"
+    for node in $(node_names); do
+      daemon_alive "slurmd-${node}" ||
+        log "warning: ${node} is failed; run '$0 revive-node ${node}'"
+    done
+    return 0
+  fi
+  if any_daemon_alive; then
+    die "a partial cluster is running under ${STATE_DIR}; run '$0 stop' first"
+  fi
+
+  local port
+  for ((port = PORT_BASE; port <= PORT_BASE + nodes; port++)); do
+    if port_in_use "${port}"; then
+      die "port ${port} is in use (another cluster?); pick another base with \
+FTRAIN_CLUSTER_PORT_BASE (needs ports base..base+N free)"
+    fi
+  done
+
+  # Fresh start: keep logs, drop Slurm state and per-node dirs from a previous run, after
+  # killing job processes a previous run may have left in its node namespaces.
+  if [[ -r "${NODES_FILE}" ]]; then
+    for node in $(node_names); do kill_node_namespace "${node}"; done
+  fi
+  mkdir -p "${STATE_DIR}" "${LOG_DIR}" "${PID_DIR}" "${PMIX_CLI_DIR}"
+  # Make the state dir ignore itself, so it never shows up in `git status`.
+  [[ -e "${STATE_DIR}/.gitignore" ]] || echo '*' >"${STATE_DIR}/.gitignore"
+  rm -rf "${SPOOL_DIR}" "${NODES_DIR}"
+  mkdir -p "${SPOOL_DIR}/slurmctld" "${NODES_DIR}"
+  write_configs "${nodes}" "${cpus}"
+  export_conf
+  local stamp
+  stamp="==== local-cluster start $(date '+%F %T') nodes=${nodes} cpus=${cpus} ===="
+  local f
+  for f in slurmctld munged; do echo "${stamp}" >>"${LOG_DIR}/${f}.out"; done
+
+  log "starting munged, slurmctld and ${nodes} slurmd (${cpus} CPUs each) in ${STATE_DIR}"
+  # On any failure below, take down what was started so the next `start` begins clean.
+  trap 'on_start_failure' EXIT
+  start_munged
+  start_slurmctld
+  for node in $(node_names); do
+    echo "${stamp}" >>"${LOG_DIR}/slurmd-${node}.out"
+    start_slurmd "${node}"
+  done
+  if ! wait_until "${START_TIMEOUT_S}" all_nodes_idle; then
+    sinfo -N >&2 || true  # diagnostics only
+    die "nodes not idle after ${START_TIMEOUT_S}s; see ${LOG_DIR}/slurmctld.log and \
+${LOG_DIR}/slurmd-<node>.log"
+  fi
+  trap - EXIT
+  log "up: $(node_names | tr '\n' ' ')(ports ${PORT_BASE}-$((PORT_BASE + nodes)))"
+  log "clients: export SLURM_CONF=${SLURM_CONF_FILE}"
+}
+
+cmd_stop() {
+  (($# == 0)) || usage_error "stop takes no arguments"
+  local node
+  if [[ -r "${NODES_FILE}" ]]; then
+    for node in $(node_names); do stop_daemon "slurmd-${node}"; done
+    # Step daemons and job processes of each node (slurmd does not take them down with it).
+    for node in $(node_names); do kill_node_namespace "${node}"; done
+  fi
+  stop_daemon slurmctld
+  stop_daemon munged
+  log "stopped; logs kept in ${LOG_DIR}"
+}
+
+# Exit status (LSB style): 0 when every daemon is alive, 3 when the cluster is not running or
+# some daemon is dead (a failed node counts), so scripts can test "is it up".
+cmd_status() {
+  (($# == 0)) || usage_error "status takes no arguments"
+  [[ -r "${NODES_FILE}" ]] || { log "no cluster under ${STATE_DIR}"; return 3; }
+  export_conf
+  local name pid rc=0
+  printf '%-16s %-8s %s\n' DAEMON PID STATE
+  for name in munged slurmctld $(node_names | sed 's/^/slurmd-/'); do
+    pid="$(read_pid "${name}")"
+    if pid_alive "${pid}"; then
+      printf '%-16s %-8s %s\n' "${name}" "${pid}" alive
+    else
+      printf '%-16s %-8s %s\n' "${name}" "${pid:--}" dead
+      rc=3
+    fi
+  done
+  if daemon_alive slurmctld; then
+    echo
+    sinfo -N -o '%N %t %c %E' || true  # informational
+  fi
+  return "${rc}"
+}
+
+cmd_fail_node() {
+  (($# == 1)) || usage_error "fail-node takes exactly one node name"
+  local node="$1" pid
+  check_node_name "${node}"
+  pid="$(read_pid "slurmd-${node}")"
+  pid_alive "${pid}" || die "slurmd of ${node} is not running (already failed?)"
+  # SIGKILL slurmd and every step daemon / task in its namespace: a crash, not a drain.
+  kill -KILL "${pid}" 2>/dev/null || true  # exited meanwhile: fine, the loop below checks
+  kill_node_namespace "${node}"
+  rm -f "${PID_DIR}/slurmd-${node}.pid"
+  log "killed ${node} (slurmd pid ${pid} and all its step processes) at $(date '+%T')"
+}
+
+cmd_revive_node() {
+  (($# == 1)) || usage_error "revive-node takes exactly one node name"
+  local node="$1" st
+  check_node_name "${node}"
+  daemon_alive slurmctld || die "slurmctld is not running; run '$0 start'"
+  export_conf
+  daemon_alive "slurmd-${node}" && die "slurmd of ${node} is running; fail it first"
+  # A slurmd restarted before slurmctld noticed the crash re-registers as if nothing happened
+  # and the node's jobs hang RUNNING forever (seen: >100 s, no requeue). So wait for DOWN.
+  if ! node_is_down "${node}"; then
+    log "waiting for slurmctld to mark ${node} DOWN (up to ${START_TIMEOUT_S}s)"
+    wait_until "${START_TIMEOUT_S}" node_is_down "${node}" || die "${node} not marked DOWN \
+after ${START_TIMEOUT_S}s (state '$(node_state "${node}")'); see ${LOG_DIR}/slurmctld.log"
+  fi
+  start_slurmd "${node}"
+  # ReturnToService=2 resumes it on registration; resume by hand if it was drained meanwhile.
+  local deadline=$((SECONDS + START_TIMEOUT_S))
+  until node_ready "${node}"; do
+    ((SECONDS < deadline)) || die "${node} not back in service after ${START_TIMEOUT_S}s \
+(state '$(node_state "${node}")'); see ${LOG_DIR}/slurmd-${node}.log and ${LOG_DIR}/slurmctld.log"
+    st="$(node_state "${node}")"
+    if [[ "${st}" =~ ^(drain|drng|down)$ ]]; then  # responding but not in service
+      scontrol update nodename="${node}" state=resume 2>/dev/null || true  # retried in loop
+    fi
+    sleep 0.5
+  done
+  log "${node} back in service ($(node_state "${node}"))"
+}
+
+cmd_env() {
+  (($# == 0)) || usage_error "env takes no arguments"
+  printf 'export SLURM_CONF=%q\n' "${SLURM_CONF_FILE}"
+}
+
+main() {
+  (($#)) || usage_error "missing subcommand"
+  [[ "${STATE_DIR}" != *[[:space:]]* ]] || die "state dir must not contain whitespace: \
+'${STATE_DIR}' (set FTRAIN_CLUSTER_DIR)"
+  local sub="$1"; shift
+  case "${sub}" in
+    start) cmd_start "$@" ;;
+    stop) cmd_stop "$@" ;;
+    status) cmd_status "$@" ;;
+    fail-node) cmd_fail_node "$@" ;;
+    revive-node) cmd_revive_node "$@" ;;
+    env) cmd_env "$@" ;;
+    -h | --help | help) usage ;;
+    *) usage_error "unknown subcommand '${sub}'" ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# commcheck_test.sh - `ftrain commcheck` as a 2-node, 2-tasks-per-node `sbatch` job on the
+# local Slurm cluster, wired up through PMIx (srun --mpi=pmix): every collective must check
+# out on the world, intra-node and inter-node groups, and every rank must report that it
+# found its place through PMIx. Exit 0 pass, 1 fail, 77 skip (no Slurm tools).
+set -euo pipefail
+
+# ---- settings ------------------------------------------------------------------------------
+SLURM_TEST_NAME="commcheck_test"
+FTRAIN="${FTRAIN_BIN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/bin/ftrain}"
+IDLE_TIMEOUT_S=60
+JOB_TIMEOUT_S=240
+SIZES="4,4004,1M"     # uneven element counts on purpose
+
+# shellcheck source=tests/slurm/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+JOB_ID=""
+WORK_DIR=""
+PASSED=0
+cleanup() {
+  local rc=$?
+  cancel_job "${JOB_ID}"
+  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
+    log "kept work dir for inspection: ${WORK_DIR}"
+  fi
+  exit "${rc}"
+}
+trap cleanup EXIT
+
+[[ -x "${FTRAIN}" ]] || fail "ftrain binary not found at ${FTRAIN}; build first"
+cluster_require
+wait_for_nodes_idle "${IDLE_TIMEOUT_S}"
+WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-commcheck.XXXXXX")"
+
+JOB_ID="$(sbatch --parsable --job-name=ftrain-commcheck --nodes=2 --ntasks-per-node=2 \
+  --output="${WORK_DIR}/job.out" --time=5 --chdir="${WORK_DIR}" \
+  --wrap="srun --mpi=pmix --kill-on-bad-exit=1 ${FTRAIN} commcheck --sizes ${SIZES} --iters 2 --json")" ||
+  fail "sbatch failed"
+log "submitted job ${JOB_ID}"
+wait_for_job_state "${JOB_ID}" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY" \
+  "${JOB_TIMEOUT_S}"
+state="$(job_state "${JOB_ID}")"
+cat "${WORK_DIR}/job.out"
+[[ "${state}" == "COMPLETED" ]] || fail "job ${JOB_ID} ended ${state}"
+
+out="${WORK_DIR}/job.out"
+pmix_ranks="$(grep -c 'dist: source=pmix' "${out}" || true)"
+((pmix_ranks == 4)) || fail "expected 4 ranks discovered through PMIx, saw ${pmix_ranks}"
+grep -q '"num_nodes":2' "${out}" || fail "commcheck did not see 2 nodes"
+grep -q '"world_size":4' "${out}" || fail "commcheck did not see 4 ranks"
+grep -q '"group":"intra_node","group_size":2' "${out}" || fail "intra-node group is not 2 ranks"
+grep -q '"group":"inter_node","group_size":2' "${out}" || fail "inter-node group is not 2 ranks"
+for coll in all_reduce all_gather reduce_scatter broadcast; do
+  grep -q "\"collective\":\"${coll}\"" "${out}" || fail "no result for ${coll}"
+done
+grep -q 'pmix namespace' "${out}" || fail "the rendezvous did not go through PMIx"
+log "PASS: 4 ranks on 2 nodes, rendezvous through PMIx, every collective correct"
+PASSED=1
