@@ -19,7 +19,7 @@ PACKAGES=(
   slurm-wlm slurmd slurmctld slurm-client
   munge libmunge-dev
   nginx-light
-  python3 python3-h5py python3-numpy
+  python3 python3-h5py python3-numpy python3-zstandard
   util-linux procps psmisc iproute2 curl
   shellcheck
 )

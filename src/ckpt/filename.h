@@ -1,0 +1,43 @@
+// Every name in a checkpoint root is built and parsed here, and nowhere else:
+//   step-00000120/            a complete checkpoint (the only kind ever chosen for resume)
+//   step-00000120.partial/    being written; never chosen
+//   step-00000120.deleting/   being removed by rotation; never chosen
+//   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
+//   inside a checkpoint: manifest.json, shard-00003.h5, shard-00003.json (receipt), COMMIT
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ftrain::ckpt {
+
+enum class EntryKind { kComplete, kPartial, kDeleting, kOther };
+
+struct RootEntry {
+  EntryKind kind = EntryKind::kOther;
+  int64_t step = -1;
+};
+
+constexpr int64_t kMaxStep = 99999999;  // 8 digits
+constexpr int kMaxWorldSize = 99999;    // 5 digits
+
+std::string StepDirName(int64_t step);     // step-00000120
+std::string PartialDirName(int64_t step);  // step-00000120.partial
+std::string DeletingDirName(int64_t step); // step-00000120.deleting
+RootEntry ParseRootEntry(const std::string& name);
+
+std::string ShardFileName(int rank);    // shard-00003.h5
+std::string ShardTempName(int rank);    // shard-00003.h5.tmp (HDF5 writes here)
+std::string ReceiptFileName(int rank);  // shard-00003.json
+// Parses "shard-00003.h5"; -1 if it is not a shard file name.
+int ParseShardFileName(const std::string& name);
+int ParseReceiptFileName(const std::string& name);
+
+constexpr char kManifestName[] = "manifest.json";
+constexpr char kLatestName[] = "LATEST";
+constexpr char kCommitMarkerName[] = "COMMIT";
+
+// A path read from a manifest: relative, no "..", no "/", no empty or hidden components.
+bool IsSafeRelativeName(const std::string& name);
+
+}  // namespace ftrain::ckpt

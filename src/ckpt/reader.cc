@@ -1,0 +1,146 @@
+// CheckpointReader: manifest-driven, resharding reads.
+#include "ckpt/reader.h"
+
+#include <algorithm>
+
+#include "ckpt/filename.h"
+
+namespace ftrain::ckpt {
+
+StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir,
+                                                                   Env* env) {
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->dir_ = dir;
+  while (r->dir_.size() > 1 && r->dir_.back() == '/') r->dir_.pop_back();
+  RootEntry e = ParseRootEntry(Basename(r->dir_));
+  if (e.kind == EntryKind::kPartial || e.kind == EntryKind::kDeleting) {
+    return Status::FailedPrecondition("'" + dir + "' is not a complete checkpoint (" +
+                                      (e.kind == EntryKind::kPartial ? "still being written"
+                                                                     : "being deleted") +
+                                      "); pick a step-NNNNNNNN directory");
+  }
+  if (!env->IsDirectory(r->dir_)) {
+    return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  }
+  if (!env->FileExists(JoinPath(r->dir_, kManifestName))) {
+    return Status::Corruption("'" + dir + "' has no manifest.json: not a complete checkpoint");
+  }
+  auto lease = ReadLease::Acquire(r->dir_);
+  if (!lease.ok()) return lease.status();
+  r->lease_ = std::move(*lease);
+  CheckpointStore store(Dirname(r->dir_), env);
+  FT_RETURN_IF_ERROR(store.CheckComplete(r->dir_, &r->manifest_));
+  return r;
+}
+
+StatusOr<ShardFileReader*> CheckpointReader::Shard(int rank) {
+  auto it = shards_.find(rank);
+  if (it != shards_.end()) return it->second.get();
+  const ManifestFile* mf = nullptr;
+  for (const auto& f : manifest_.files) {
+    if (f.rank == rank) mf = &f;
+  }
+  if (mf == nullptr) return Status::Corruption("manifest lists no shard for rank " + std::to_string(rank));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<ShardFileReader> reader,
+                      ShardFileReader::Open(JoinPath(dir_, mf->path)));
+  if (reader->rank() != rank || reader->step() != manifest_.meta.step ||
+      reader->world_size() != manifest_.meta.world_size) {
+    return Status::Corruption("shard '" + reader->path() + "' says step " +
+                              std::to_string(reader->step()) + " rank " +
+                              std::to_string(reader->rank()) + "/" +
+                              std::to_string(reader->world_size()) + "; the manifest expects step " +
+                              std::to_string(manifest_.meta.step) + " rank " + std::to_string(rank) +
+                              "/" + std::to_string(manifest_.meta.world_size));
+  }
+  ShardFileReader* raw = reader.get();
+  shards_[rank] = std::move(reader);
+  return raw;
+}
+
+Status CheckpointReader::ReadTensorRange(const std::string& kind, const std::string& name,
+                                         int64_t offset, int64_t length, void* dst) {
+  const ManifestTensor* t = manifest_.FindTensor(kind, name);
+  if (t == nullptr) {
+    return Status::NotFound("checkpoint '" + dir_ + "' has no tensor " + kind + "/" + name);
+  }
+  if (offset < 0 || length < 0 || offset + length > t->numel()) {
+    return Status::InvalidArgument("range [" + std::to_string(offset) + ", " +
+                                   std::to_string(offset + length) + ") is outside tensor " +
+                                   name + " of " + std::to_string(t->numel()) + " elements");
+  }
+  const size_t elem = DTypeSize(t->dtype);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t end = offset + length;
+  for (const auto& p : t->pieces) {
+    const int64_t lo = std::max(offset, p.offset);
+    const int64_t hi = std::min(end, p.offset + p.length);
+    if (lo >= hi) continue;
+    FT_ASSIGN_OR_RETURN(ShardFileReader * shard, Shard(p.rank));
+    FT_RETURN_IF_ERROR(shard->ReadRange("/" + kind + "/" + name, lo - p.offset, hi - lo,
+                                        out + static_cast<size_t>(lo - offset) * elem));
+  }
+  return Status::Ok();
+}
+
+Status CheckpointReader::ReadTensor(const std::string& kind, const std::string& name,
+                                    std::vector<uint8_t>* out) {
+  const ManifestTensor* t = manifest_.FindTensor(kind, name);
+  if (t == nullptr) {
+    return Status::NotFound("checkpoint '" + dir_ + "' has no tensor " + kind + "/" + name);
+  }
+  out->resize(static_cast<size_t>(t->numel()) * DTypeSize(t->dtype));
+  return ReadTensorRange(kind, name, 0, t->numel(), out->data());
+}
+
+bool CheckpointReader::HasBlob(const std::string& group, const std::string& name) const {
+  for (const auto& b : manifest_.blobs) {
+    if (b.group == group && b.name == name) return true;
+  }
+  return false;
+}
+
+StatusOr<std::string> CheckpointReader::ReadBlob(const std::string& group, const std::string& name,
+                                                 int rank, int world_size) {
+  const ManifestBlob* blob = nullptr;
+  for (const auto& b : manifest_.blobs) {
+    if (b.group == group && b.name == name) blob = &b;
+  }
+  if (blob == nullptr) {
+    return Status::NotFound("checkpoint '" + dir_ + "' has no state " + group + "/" + name);
+  }
+  int source = -1;
+  if (blob->policy == "replicated") {
+    source = std::find(blob->ranks.begin(), blob->ranks.end(), rank) != blob->ranks.end()
+                 ? rank
+                 : blob->ranks.front();
+  } else {
+    if (world_size != manifest_.meta.world_size) {
+      return Status::FailedPrecondition(
+          "state " + group + "/" + name + " is per-rank and was written by " +
+          std::to_string(manifest_.meta.world_size) + " ranks; it cannot be given to rank " +
+          std::to_string(rank) + " of " + std::to_string(world_size) +
+          " without remapping (the caller must remap it or start this state fresh)");
+    }
+    if (std::find(blob->ranks.begin(), blob->ranks.end(), rank) == blob->ranks.end()) {
+      return Status::Corruption("state " + group + "/" + name + " has no copy for rank " +
+                                std::to_string(rank));
+    }
+    source = rank;
+  }
+  FT_ASSIGN_OR_RETURN(ShardFileReader * shard, Shard(source));
+  std::vector<uint8_t> bytes;
+  FT_RETURN_IF_ERROR(shard->ReadAll("/" + group + "/" + name, &bytes, /*verify=*/true, 1));
+  return std::string(bytes.begin(), bytes.end());
+}
+
+StatusOr<std::vector<std::string>> CheckpointReader::ReadBlobAllRanks(const std::string& group,
+                                                                      const std::string& name) {
+  std::vector<std::string> out(static_cast<size_t>(manifest_.meta.world_size));
+  for (int r = 0; r < manifest_.meta.world_size; ++r) {
+    FT_ASSIGN_OR_RETURN(out[static_cast<size_t>(r)],
+                        ReadBlob(group, name, r, manifest_.meta.world_size));
+  }
+  return out;
+}
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,681 @@
+// HDF5 shard file writing (parallel chunk compression + direct chunk writes) and reading.
+#include "ckpt/shard_file.h"
+
+#include <hdf5.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "ckpt/h5zstd.h"
+
+namespace ftrain::ckpt {
+
+uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+std::string HashHex(uint64_t h) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool ParseHashHex(const std::string& s, uint64_t* h) {
+  if (s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return false;
+    v = v * 16 + static_cast<uint64_t>(d);
+  }
+  *h = v;
+  return true;
+}
+
+namespace {
+
+// ---- HDF5 plumbing ---------------------------------------------------------------------------
+
+void QuietHdf5() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+herr_t CollectError(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (err->desc != nullptr && *err->desc != '\0') {
+    if (!out->empty()) *out += "; ";
+    *out += err->desc;
+  }
+  return n < 3 ? 0 : 1;  // the outermost few entries say enough
+}
+
+std::string H5ErrorText() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, CollectError, &text);
+  H5Eclear2(H5E_DEFAULT);
+  return text.empty() ? "unknown HDF5 error" : text;
+}
+
+Status H5Fail(const std::string& op, const std::string& path, const std::string& dataset = "") {
+  std::string msg = "HDF5 " + op + " '" + path + "'";
+  if (!dataset.empty()) msg += " dataset " + dataset;
+  return Status::IOError(msg + ": " + H5ErrorText());
+}
+
+// Closes an HDF5 handle of any kind at scope exit.
+class H5Handle {
+ public:
+  explicit H5Handle(hid_t id = -1) : id_(id) {}
+  ~H5Handle() { reset(); }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  void reset(hid_t id = -1) {
+    if (id_ >= 0) {
+      // Close failures at cleanup have no one to report to; the data path checked already.
+      switch (H5Iget_type(id_)) {
+        case H5I_FILE: H5Fclose(id_); break;
+        case H5I_DATASET: H5Dclose(id_); break;
+        case H5I_DATASPACE: H5Sclose(id_); break;
+        case H5I_DATATYPE: H5Tclose(id_); break;
+        case H5I_ATTR: H5Aclose(id_); break;
+        case H5I_GENPROP_LST: H5Pclose(id_); break;
+        case H5I_GROUP: H5Gclose(id_); break;
+        default: break;
+      }
+    }
+    id_ = id;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  hid_t release() {
+    hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
+
+ private:
+  hid_t id_;
+};
+
+hid_t FileType(DType d) {
+  switch (d) {
+    case DType::kBFloat16:
+    case DType::kFloat16: return H5T_STD_U16LE;  // raw bits; the dtype attribute says which
+    case DType::kFloat32: return H5T_IEEE_F32LE;
+    case DType::kFloat64: return H5T_IEEE_F64LE;
+    case DType::kInt32: return H5T_STD_I32LE;
+    case DType::kInt64: return H5T_STD_I64LE;
+    case DType::kUInt8: return H5T_STD_U8LE;
+  }
+  return H5T_STD_U8LE;
+}
+
+hid_t MemType(DType d) {
+  switch (d) {
+    case DType::kBFloat16:
+    case DType::kFloat16: return H5T_NATIVE_UINT16;
+    case DType::kFloat32: return H5T_NATIVE_FLOAT;
+    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
+    case DType::kInt32: return H5T_NATIVE_INT32;
+    case DType::kInt64: return H5T_NATIVE_INT64;
+    case DType::kUInt8: return H5T_NATIVE_UINT8;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+bool WriteStringAttr(hid_t obj, const char* name, const std::string& value) {
+  H5Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Handle space(H5Screate(H5S_SCALAR));
+  H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  return attr.ok() && H5Awrite(attr.get(), type.get(), value.c_str()) >= 0;
+}
+
+bool WriteI64Attr(hid_t obj, const char* name, const std::vector<int64_t>& values, bool scalar) {
+  hsize_t n = values.size();
+  H5Handle space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr));
+  H5Handle attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (values.empty()) return attr.ok();
+  return attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()) >= 0;
+}
+
+bool WriteU64Attr(hid_t obj, const char* name, uint64_t value) {
+  H5Handle space(H5Screate(H5S_SCALAR));
+  H5Handle attr(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  return attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value) >= 0;
+}
+
+bool ReadStringAttr(hid_t obj, const char* name, std::string* out) {
+  if (H5Aexists(obj, name) <= 0) return false;
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
+  H5Handle type(H5Aget_type(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return false;
+  size_t size = H5Tget_size(type.get());
+  std::string buf(size, '\0');
+  H5Handle mem(H5Tcopy(H5T_C_S1));
+  H5Tset_size(mem.get(), size);
+  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+  if (H5Aread(attr.get(), mem.get(), &buf[0]) < 0) return false;
+  buf.resize(strnlen(buf.c_str(), size));
+  *out = buf;
+  return true;
+}
+
+bool ReadI64Attr(hid_t obj, const char* name, std::vector<int64_t>* out) {
+  if (H5Aexists(obj, name) <= 0) return false;
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
+  H5Handle space(H5Aget_space(attr.get()));
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0 || n > (1 << 20)) return false;
+  out->assign(static_cast<size_t>(n), 0);
+  if (n == 0) return true;
+  return H5Aread(attr.get(), H5T_NATIVE_INT64, out->data()) >= 0;
+}
+
+bool ReadU64Attr(hid_t obj, const char* name, uint64_t* out) {
+  if (H5Aexists(obj, name) <= 0) return false;
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
+  return H5Aread(attr.get(), H5T_NATIVE_UINT64, out) >= 0;
+}
+
+// ---- byte shuffle (the exact layout of HDF5's shuffle filter) --------------------------------
+
+void Shuffle(const uint8_t* in, uint8_t* out, size_t n_elems, size_t elem) {
+  if (elem == 1) {
+    std::memcpy(out, in, n_elems);
+    return;
+  }
+  for (size_t b = 0; b < elem; ++b) {
+    uint8_t* dst = out + b * n_elems;
+    const uint8_t* src = in + b;
+    for (size_t i = 0; i < n_elems; ++i) dst[i] = src[i * elem];
+  }
+}
+
+void Unshuffle(const uint8_t* in, uint8_t* out, size_t n_elems, size_t elem) {
+  if (elem == 1) {
+    std::memcpy(out, in, n_elems);
+    return;
+  }
+  for (size_t b = 0; b < elem; ++b) {
+    const uint8_t* src = in + b * n_elems;
+    uint8_t* dst = out + b;
+    for (size_t i = 0; i < n_elems; ++i) dst[i * elem] = src[i];
+  }
+}
+
+// ---- a small fixed thread pool -----------------------------------------------------------------
+
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  template <typename F>
+  std::future<Status> Submit(F fn) {
+    auto task = std::make_shared<std::packaged_task<Status()>>(std::move(fn));
+    auto fut = task->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return fut;
+  }
+  size_t size() const { return workers_.size(); }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stop_ = false;                        // guarded by mu_
+};
+
+int ResolveThreads(int threads) {
+  if (threads > 0) return threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+struct CompressedChunk {
+  std::vector<uint8_t> bytes;
+};
+
+// Compresses chunk `index` of `data` (padding the last one with zeros to a full chunk, as
+// HDF5 stores edge chunks full-size).
+Status CompressChunk(const uint8_t* data, size_t total_bytes, size_t chunk_bytes, size_t elem,
+                     size_t index, bool shuffle, int level, CompressedChunk* out) {
+  thread_local std::vector<uint8_t> staging, shuffled;
+  thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  const size_t begin = index * chunk_bytes;
+  const size_t n = std::min(chunk_bytes, total_bytes - begin);
+  const uint8_t* src = data + begin;
+  if (n < chunk_bytes) {
+    staging.assign(chunk_bytes, 0);
+    std::memcpy(staging.data(), src, n);
+    src = staging.data();
+  }
+  if (shuffle && elem > 1) {
+    shuffled.resize(chunk_bytes);
+    Shuffle(src, shuffled.data(), chunk_bytes / elem, elem);
+    src = shuffled.data();
+  }
+  out->bytes.resize(ZSTD_compressBound(chunk_bytes));
+  size_t got = ZSTD_compressCCtx(cctx, out->bytes.data(), out->bytes.size(), src, chunk_bytes,
+                                 level);
+  if (ZSTD_isError(got)) {
+    return Status::Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(got));
+  }
+  out->bytes.resize(got);
+  return Status::Ok();
+}
+
+Status DecompressChunk(const std::vector<uint8_t>& raw, bool shuffle, bool zstd, size_t elem,
+                       size_t chunk_bytes, uint8_t* dst, size_t dst_bytes) {
+  thread_local std::vector<uint8_t> plain, unshuffled;
+  const uint8_t* src = raw.data();
+  size_t size = raw.size();
+  if (zstd) {
+    plain.resize(chunk_bytes);
+    size_t got = ZSTD_decompress(plain.data(), chunk_bytes, raw.data(), raw.size());
+    if (ZSTD_isError(got) || got != chunk_bytes) {
+      return Status::Corruption(std::string("zstd frame does not decode to a full chunk: ") +
+                                (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size"));
+    }
+    src = plain.data();
+    size = got;
+  }
+  if (size != chunk_bytes) return Status::Corruption("chunk has the wrong size");
+  if (shuffle && elem > 1) {
+    unshuffled.resize(chunk_bytes);
+    Unshuffle(src, unshuffled.data(), chunk_bytes / elem, elem);
+    src = unshuffled.data();
+  }
+  std::memcpy(dst, src, dst_bytes);
+  return Status::Ok();
+}
+
+// Writes one dataset: contiguous when uncompressed, else parallel-compressed direct chunks.
+Status WriteDataset(hid_t file, hid_t lcpl, const std::string& path, const DatasetRecord& rec,
+                    const void* data, const WriteOptions& options, Pool* pool,
+                    uint64_t* stored) {
+  const size_t elem = DTypeSize(rec.dtype);
+  const hsize_t length = static_cast<hsize_t>(rec.length);
+  const size_t total = static_cast<size_t>(rec.length) * elem;
+  const bool compressed = options.zstd_level > 0 && rec.length > 0;
+  H5Handle space(H5Screate_simple(1, &length, nullptr));
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  hsize_t chunk_elems = 0;
+  if (compressed) {
+    chunk_elems = std::max<hsize_t>(1, std::min<hsize_t>(length, options.chunk_bytes / elem));
+    H5Pset_chunk(dcpl.get(), 1, &chunk_elems);
+    if (options.shuffle && elem > 1) H5Pset_shuffle(dcpl.get());
+    const unsigned cd = static_cast<unsigned>(options.zstd_level);
+    if (H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_MANDATORY, 1, &cd) < 0) {
+      return H5Fail("set zstd filter", path, rec.H5Path());
+    }
+  }
+  const std::string h5path = rec.H5Path();
+  H5Handle ds(H5Dcreate2(file, h5path.c_str(), FileType(rec.dtype), space.get(), lcpl,
+                         dcpl.get(), H5P_DEFAULT));
+  if (!ds.ok()) return H5Fail("create", path, h5path);
+  if (!compressed) {
+    if (rec.length > 0 &&
+        H5Dwrite(ds.get(), MemType(rec.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+      return H5Fail("write", path, h5path);
+    }
+  } else {
+    const size_t chunk_bytes = static_cast<size_t>(chunk_elems) * elem;
+    const size_t nchunks = (total + chunk_bytes - 1) / chunk_bytes;
+    const size_t window = 2 * pool->size();
+    std::deque<std::pair<std::future<Status>, std::unique_ptr<CompressedChunk>>> inflight;
+    size_t next_submit = 0, next_write = 0;
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    while (next_write < nchunks) {
+      while (next_submit < nchunks && inflight.size() < window) {
+        auto chunk = std::make_unique<CompressedChunk>();
+        CompressedChunk* raw = chunk.get();
+        const size_t idx = next_submit++;
+        const bool shuffle = options.shuffle && elem > 1;
+        const int level = options.zstd_level;
+        auto fut = pool->Submit([=] {
+          return CompressChunk(bytes, total, chunk_bytes, elem, idx, shuffle, level, raw);
+        });
+        inflight.emplace_back(std::move(fut), std::move(chunk));
+      }
+      auto& front = inflight.front();
+      Status s = front.first.get();
+      if (!s.ok()) return s.Annotate(path + " dataset " + h5path);
+      hsize_t offset = static_cast<hsize_t>(next_write) * chunk_elems;
+      const auto& cbytes = front.second->bytes;
+      if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, &offset, cbytes.size(), cbytes.data()) < 0) {
+        return H5Fail("direct chunk write", path, h5path);
+      }
+      inflight.pop_front();
+      ++next_write;
+    }
+  }
+  bool ok = WriteU64Attr(ds.get(), "xxh3", rec.xxh3) &&
+            WriteStringAttr(ds.get(), "dtype", DTypeName(rec.dtype));
+  if (rec.is_blob) {
+    ok = ok && WriteStringAttr(ds.get(), "policy", rec.policy);
+  } else {
+    ok = ok && WriteI64Attr(ds.get(), "shape", rec.shape, false) &&
+         WriteI64Attr(ds.get(), "offset", {rec.offset}, true);
+  }
+  if (!ok) return H5Fail("write attributes of", path, h5path);
+  *stored = H5Dget_storage_size(ds.get());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ShardFileInfo> WriteShardFile(const std::string& path, int64_t step, int rank,
+                                       int world_size, const ShardContents& contents,
+                                       const WriteOptions& options) {
+  QuietHdf5();
+  FT_RETURN_IF_ERROR(RegisterZstdFilter());
+  if (options.zstd_level < 0 || options.zstd_level > 22) {
+    return Status::InvalidArgument("zstd level must be in [0, 22], got " +
+                                   std::to_string(options.zstd_level));
+  }
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file.ok()) return H5Fail("create file", path);
+  if (!WriteStringAttr(file.get(), "magic", kMagic) ||
+      !WriteI64Attr(file.get(), "format_version", {kFormatVersion}, true) ||
+      !WriteI64Attr(file.get(), "step", {step}, true) ||
+      !WriteI64Attr(file.get(), "rank", {rank}, true) ||
+      !WriteI64Attr(file.get(), "world_size", {world_size}, true)) {
+    return H5Fail("write root attributes of", path);
+  }
+  H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Pool pool(ResolveThreads(options.threads));
+  ShardFileInfo info;
+  info.step = step;
+  info.rank = rank;
+  info.world_size = world_size;
+  for (const auto& t : contents.tensors) {
+    DatasetRecord rec;
+    rec.kind = t.kind;
+    rec.name = t.name;
+    rec.dtype = t.dtype;
+    rec.shape = t.shape;
+    rec.offset = t.offset;
+    rec.length = t.length;
+    const size_t bytes = static_cast<size_t>(t.length) * DTypeSize(t.dtype);
+    rec.xxh3 = Xxh3(t.data, bytes);
+    FT_RETURN_IF_ERROR(
+        WriteDataset(file.get(), lcpl.get(), path, rec, t.data, options, &pool, &rec.stored_bytes));
+    info.raw_bytes += bytes;
+    info.stored_bytes += rec.stored_bytes;
+    info.datasets.push_back(std::move(rec));
+  }
+  for (const auto& b : contents.blobs) {
+    DatasetRecord rec;
+    rec.is_blob = true;
+    rec.kind = b.group;
+    rec.name = b.name;
+    rec.dtype = DType::kUInt8;
+    rec.length = static_cast<int64_t>(b.bytes.size());
+    rec.policy = b.policy;
+    rec.xxh3 = Xxh3(b.bytes.data(), b.bytes.size());
+    WriteOptions blob_opts = options;
+    blob_opts.zstd_level = 0;  // small; compression would not pay
+    FT_RETURN_IF_ERROR(WriteDataset(file.get(), lcpl.get(), path, rec, b.bytes.data(), blob_opts,
+                                    &pool, &rec.stored_bytes));
+    info.raw_bytes += b.bytes.size();
+    info.stored_bytes += rec.stored_bytes;
+    info.datasets.push_back(std::move(rec));
+  }
+  // Closing flushes HDF5's metadata: a failure here (ENOSPC) means the file is incomplete.
+  if (H5Fclose(file.release()) < 0) return H5Fail("close (flush) file", path);
+  return info;
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+ShardFileReader::~ShardFileReader() {
+  if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));  // read-only: nothing to lose
+}
+
+StatusOr<std::unique_ptr<ShardFileReader>> ShardFileReader::Open(const std::string& path) {
+  QuietHdf5();
+  FT_RETURN_IF_ERROR(RegisterZstdFilter());
+  std::unique_ptr<ShardFileReader> r(new ShardFileReader());
+  r->path_ = path;
+  htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  if (is_h5 <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return Status::Corruption("'" + path +
+                              "' is not a readable HDF5 file (truncated, overwritten or missing "
+                              "its superblock)");
+  }
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    return Status::Corruption("HDF5 cannot open '" + path + "': " + H5ErrorText() +
+                              " (truncated or damaged file)");
+  }
+  r->file_id_ = f;
+  std::string magic;
+  std::vector<int64_t> version, step, rank, world;
+  if (!ReadStringAttr(f, "magic", &magic) || magic != kMagic) {
+    return Status::Corruption("'" + path + "' has no ftrain checkpoint magic (found '" + magic +
+                              "'): not an ftrain checkpoint shard");
+  }
+  if (!ReadI64Attr(f, "format_version", &version) || version.size() != 1 ||
+      version[0] != kFormatVersion) {
+    return Status::Corruption("'" + path + "' has format version " +
+                              (version.empty() ? std::string("?") : std::to_string(version[0])) +
+                              "; this ftrain reads version " + std::to_string(kFormatVersion));
+  }
+  if (!ReadI64Attr(f, "step", &step) || !ReadI64Attr(f, "rank", &rank) ||
+      !ReadI64Attr(f, "world_size", &world) || step.size() != 1 || rank.size() != 1 ||
+      world.size() != 1) {
+    return Status::Corruption("'" + path + "' lacks its step/rank/world_size attributes");
+  }
+  r->step_ = step[0];
+  r->rank_ = static_cast<int>(rank[0]);
+  r->world_size_ = static_cast<int>(world[0]);
+  return r;
+}
+
+namespace {
+
+struct ListCtx {
+  std::vector<std::string> paths;
+};
+
+herr_t VisitObject(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<ListCtx*>(data)->paths.push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+StatusOr<std::vector<DatasetRecord>> ShardFileReader::ListDatasets() {
+  hid_t f = static_cast<hid_t>(file_id_);
+  ListCtx ctx;
+  if (H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, VisitObject, &ctx) < 0) {
+    return Status::Corruption("cannot list the datasets of '" + path_ + "': " + H5ErrorText());
+  }
+  std::vector<DatasetRecord> out;
+  for (const auto& p : ctx.paths) {
+    DatasetRecord rec;
+    size_t slash = p.find_last_of('/');
+    if (slash == std::string::npos) {
+      return Status::Corruption("'" + path_ + "' has a dataset '/" + p + "' outside any group");
+    }
+    rec.kind = p.substr(0, slash);
+    rec.name = p.substr(slash + 1);
+    H5Handle ds(H5Dopen2(f, ("/" + p).c_str(), H5P_DEFAULT));
+    if (!ds.ok()) return Status::Corruption("cannot open dataset /" + p + " in '" + path_ + "'");
+    std::string dtype;
+    if (!ReadStringAttr(ds.get(), "dtype", &dtype) || !ReadU64Attr(ds.get(), "xxh3", &rec.xxh3)) {
+      return Status::Corruption("dataset /" + p + " in '" + path_ +
+                                "' lacks its dtype/xxh3 attributes");
+    }
+    FT_ASSIGN_OR_RETURN(rec.dtype, DTypeFromName(dtype));
+    H5Handle space(H5Dget_space(ds.get()));
+    rec.length = H5Sget_simple_extent_npoints(space.get());
+    rec.stored_bytes = H5Dget_storage_size(ds.get());
+    if (ReadStringAttr(ds.get(), "policy", &rec.policy)) {
+      rec.is_blob = true;
+    } else {
+      std::vector<int64_t> off;
+      if (!ReadI64Attr(ds.get(), "shape", &rec.shape) || !ReadI64Attr(ds.get(), "offset", &off) ||
+          off.size() != 1) {
+        return Status::Corruption("dataset /" + p + " in '" + path_ +
+                                  "' lacks its shape/offset attributes");
+      }
+      rec.offset = off[0];
+    }
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+Status ShardFileReader::ReadRange(const std::string& h5path, int64_t begin, int64_t count,
+                                  void* dst) {
+  hid_t f = static_cast<hid_t>(file_id_);
+  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
+  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
+  H5Handle space(H5Dget_space(ds.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (begin < 0 || count < 0 || begin + count > n) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' has " +
+                              std::to_string(n) + " elements; cannot read [" +
+                              std::to_string(begin) + ", " + std::to_string(begin + count) + ")");
+  }
+  if (count == 0) return Status::Ok();
+  H5Handle type(H5Dget_type(ds.get()));
+  H5Handle mem_type(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+  hsize_t start = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(count);
+  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr);
+  H5Handle mem(H5Screate_simple(1, &cnt, nullptr));
+  if (H5Dread(ds.get(), mem_type.get(), mem.get(), space.get(), H5P_DEFAULT, dst) < 0) {
+    return Status::Corruption("reading dataset " + h5path + " of '" + path_ +
+                              "' failed: " + H5ErrorText() + " (damaged or truncated data)");
+  }
+  return Status::Ok();
+}
+
+Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>* out, bool verify,
+                                int threads) {
+  hid_t f = static_cast<hid_t>(file_id_);
+  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
+  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
+  H5Handle space(H5Dget_space(ds.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  H5Handle type(H5Dget_type(ds.get()));
+  const size_t elem = H5Tget_size(type.get());
+  const size_t total = static_cast<size_t>(n) * elem;
+  out->resize(total);
+  uint64_t want = 0;
+  if (verify && !ReadU64Attr(ds.get(), "xxh3", &want)) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' lacks its xxh3 attribute");
+  }
+  H5Handle dcpl(H5Dget_create_plist(ds.get()));
+  bool shuffle = false, zstd = false, other = false;
+  const int nfilters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags, cd[8];
+    size_t ncd = 8;
+    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0,
+                                     nullptr, nullptr);
+    if (id == H5Z_FILTER_SHUFFLE) shuffle = true;
+    else if (id == kZstdFilterId) zstd = true;
+    else other = true;
+  }
+  Status read_status;
+  if (n > 0 && H5Pget_layout(dcpl.get()) == H5D_CHUNKED && !other) {
+    hsize_t chunk_elems = 0;
+    H5Pget_chunk(dcpl.get(), 1, &chunk_elems);
+    const size_t chunk_bytes = static_cast<size_t>(chunk_elems) * elem;
+    const size_t nchunks = (total + chunk_bytes - 1) / chunk_bytes;
+    Pool pool(ResolveThreads(threads));
+    std::deque<std::pair<std::future<Status>, std::shared_ptr<std::vector<uint8_t>>>> inflight;
+    size_t next = 0, done = 0;
+    while (done < nchunks) {
+      while (next < nchunks && inflight.size() < 2 * pool.size()) {
+        hsize_t offset = static_cast<hsize_t>(next) * chunk_elems;
+        hsize_t csize = 0;
+        if (H5Dget_chunk_storage_size(ds.get(), &offset, &csize) < 0 || csize > (1ull << 32)) {
+          return Status::Corruption("chunk " + std::to_string(next) + " of dataset " + h5path +
+                                    " in '" + path_ + "' is missing: " + H5ErrorText());
+        }
+        auto raw = std::make_shared<std::vector<uint8_t>>(csize);
+        uint32_t mask = 0;
+        if (H5Dread_chunk(ds.get(), H5P_DEFAULT, &offset, &mask, raw->data()) < 0) {
+          return Status::Corruption("reading chunk " + std::to_string(next) + " of dataset " +
+                                    h5path + " in '" + path_ + "' failed: " + H5ErrorText() +
+                                    " (truncated file?)");
+        }
+        const bool use_shuffle = shuffle && !(mask & 1u);
+        const bool use_zstd = zstd && !(mask & (shuffle ? 2u : 1u));
+        const size_t begin = next * chunk_bytes;
+        const size_t len = std::min(chunk_bytes, total - begin);
+        uint8_t* dst = out->data() + begin;
+        auto fut = pool.Submit([raw, use_shuffle, use_zstd, elem, chunk_bytes, dst, len] {
+          return DecompressChunk(*raw, use_shuffle, use_zstd, elem, chunk_bytes, dst, len);
+        });
+        inflight.emplace_back(std::move(fut), raw);
+        ++next;
+      }
+      Status s = inflight.front().first.get();
+      if (!s.ok()) {
+        return Status::Corruption("dataset " + h5path + " in '" + path_ + "', chunk " +
+                                  std::to_string(done) + ": " + s.message());
+      }
+      inflight.pop_front();
+      ++done;
+    }
+  } else if (n > 0) {
+    H5Handle mem_type(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+    if (H5Dread(ds.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
+      return Status::Corruption("reading dataset " + h5path + " of '" + path_ +
+                                "' failed: " + H5ErrorText() + " (damaged or truncated data)");
+    }
+  }
+  if (verify) {
+    const uint64_t got = Xxh3(out->data(), out->size());
+    if (got != want) {
+      return Status::Corruption("checksum mismatch in '" + path_ + "' dataset " + h5path +
+                                ": stored xxh3 " + HashHex(want) + ", computed " + HashHex(got));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ftrain::ckpt

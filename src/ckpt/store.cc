@@ -1,0 +1,383 @@
+// Checkpoint root operations: write shard, commit, list, latest, rotate, recover.
+#include "ckpt/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ckpt/filename.h"
+#include "core/log.h"
+
+namespace ftrain::ckpt {
+namespace {
+
+std::string WriterId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
+// Size and XXH3 of a whole file, streamed (the shard can be many GB).
+Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("open '" + path + "': " + std::strerror(errno));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buf(8u << 20);
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      XXH3_freeState(state);
+      return Status::IOError("read '" + path + "': " + std::strerror(err));
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  *hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  *size = total;
+  return Status::Ok();
+}
+
+uint64_t DirBytes(Env* env, const std::string& dir) {
+  uint64_t total = 0;
+  auto children = env->ListDir(dir);
+  if (!children.ok()) return 0;
+  for (const auto& c : *children) {
+    auto size = env->FileSize(JoinPath(dir, c));
+    if (size.ok()) total += *size;
+  }
+  return total;
+}
+
+}  // namespace
+
+const char* CheckpointStatusName(CheckpointStatus s) {
+  switch (s) {
+    case CheckpointStatus::kComplete: return "complete";
+    case CheckpointStatus::kPartial: return "partial";
+    case CheckpointStatus::kDeleting: return "deleting";
+    case CheckpointStatus::kUnreadable: return "unreadable";
+  }
+  return "?";
+}
+
+CheckpointStore::CheckpointStore(std::string root, Env* env) : root_(std::move(root)), env_(env) {
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+}
+
+StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int rank,
+                                              const ShardContents& contents,
+                                              const WriteOptions& options) {
+  if (meta.step < 0 || meta.step > kMaxStep) {
+    return Status::InvalidArgument("step " + std::to_string(meta.step) + " is out of range");
+  }
+  if (meta.world_size < 1 || meta.world_size > kMaxWorldSize || rank < 0 ||
+      rank >= meta.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(rank) + " of world size " +
+                                   std::to_string(meta.world_size) + " is out of range");
+  }
+  const std::string final_dir = JoinPath(root_, StepDirName(meta.step));
+  if (env_->IsDirectory(final_dir)) {
+    return Status::FailedPrecondition("checkpoint '" + final_dir +
+                                      "' is already committed; refusing to write it again");
+  }
+  const std::string partial = JoinPath(root_, PartialDirName(meta.step));
+  FT_RETURN_IF_ERROR(env_->CreateDir(root_));
+  FT_RETURN_IF_ERROR(env_->CreateDir(partial));
+  const std::string tmp = JoinPath(partial, ShardTempName(rank));
+  const std::string shard = JoinPath(partial, ShardFileName(rank));
+  FT_ASSIGN_OR_RETURN(ShardFileInfo info,
+                      WriteShardFile(tmp, meta.step, rank, meta.world_size, contents, options));
+  FT_RETURN_IF_ERROR(env_->SyncFile(tmp));
+  FT_RETURN_IF_ERROR(env_->Rename(tmp, shard));
+  Receipt r;
+  r.meta = meta;
+  r.step = meta.step;
+  r.rank = rank;
+  r.world_size = meta.world_size;
+  r.file = ShardFileName(rank);
+  r.info = std::move(info);
+  r.writer = WriterId();
+  FT_RETURN_IF_ERROR(HashFile(shard, &r.size, &r.xxh3));
+  // The receipt's durable write also fsyncs the directory, which makes the rename durable.
+  FT_RETURN_IF_ERROR(WriteFileDurably(env_, JoinPath(partial, ReceiptFileName(rank)), r.ToJson()));
+  return r;
+}
+
+StatusOr<CommitOutcome> CheckpointStore::TryCommit(const CheckpointMeta& meta) {
+  const std::string partial = JoinPath(root_, PartialDirName(meta.step));
+  const std::string final_dir = JoinPath(root_, StepDirName(meta.step));
+  if (!env_->IsDirectory(partial)) {
+    if (env_->IsDirectory(final_dir)) return CommitOutcome::kAlreadyCommitted;
+    return Status::NotFound("no partial checkpoint '" + partial + "' to commit");
+  }
+  for (int r = 0; r < meta.world_size; ++r) {
+    if (!env_->FileExists(JoinPath(partial, ReceiptFileName(r)))) return CommitOutcome::kNotReady;
+  }
+  Status s = env_->CreateExclusive(JoinPath(partial, kCommitMarkerName), WriterId() + "\n");
+  if (!s.ok()) {
+    if (s.code() == Status::Code::kFailedPrecondition) return CommitOutcome::kBeingCommitted;
+    return s;
+  }
+  FT_RETURN_IF_ERROR(Commit(meta, partial));
+  return CommitOutcome::kCommitted;
+}
+
+Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& partial) {
+  const std::string final_dir = JoinPath(root_, StepDirName(meta.step));
+  FT_ASSIGN_OR_RETURN(std::optional<CheckpointInfo> newest, Latest());
+  if (newest && newest->step > meta.step) {
+    return Status::FailedPrecondition("step " + std::to_string(meta.step) +
+                                      " is superseded by the complete step " +
+                                      std::to_string(newest->step) + "; not committing it");
+  }
+  std::vector<Receipt> receipts;
+  for (int r = 0; r < meta.world_size; ++r) {
+    const std::string path = JoinPath(partial, ReceiptFileName(r));
+    std::string text;
+    FT_RETURN_IF_ERROR(env_->ReadFile(path, &text));
+    FT_ASSIGN_OR_RETURN(Receipt rec, Receipt::FromJson(text, path));
+    if (rec.rank != r) return Status::Corruption(path + ": receipt is for rank " + std::to_string(rec.rank));
+    auto size = env_->FileSize(JoinPath(partial, rec.file));
+    if (!size.ok()) return size.status().Annotate("shard of rank " + std::to_string(r) + " is missing");
+    if (*size != rec.size) {
+      return Status::Corruption("shard '" + JoinPath(partial, rec.file) + "' has " +
+                                std::to_string(*size) + " bytes, its receipt says " +
+                                std::to_string(rec.size));
+    }
+    receipts.push_back(std::move(rec));
+  }
+  CheckpointMeta m = meta;
+  if (m.config_hash.empty() && !receipts.empty()) m = receipts.front().meta;
+  FT_ASSIGN_OR_RETURN(Manifest manifest, BuildManifest(m, receipts));
+  FT_RETURN_IF_ERROR(WriteFileDurably(env_, JoinPath(partial, kManifestName), manifest.ToJson()));
+  FT_RETURN_IF_ERROR(env_->SyncDir(partial));
+  FT_RETURN_IF_ERROR(env_->Rename(partial, final_dir));
+  FT_RETURN_IF_ERROR(env_->SyncDir(root_));
+  // LATEST is a hint for humans and tools; the truth is the newest complete directory.
+  FT_RETURN_IF_ERROR(
+      WriteFileDurably(env_, JoinPath(root_, kLatestName), StepDirName(meta.step) + "\n"));
+  FT_LOG(Info) << "checkpoint: committed " << final_dir << " (" << manifest.files.size()
+               << " shards, " << manifest.stored_bytes << " bytes)";
+  return Status::Ok();
+}
+
+Status CheckpointStore::CheckComplete(const std::string& dir, Manifest* manifest) {
+  const std::string path = JoinPath(dir, kManifestName);
+  std::string text;
+  Status s = env_->ReadFile(path, &text);
+  if (!s.ok()) return Status::Corruption("manifest '" + path + "' cannot be read: " + s.message());
+  FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, path));
+  RootEntry e = ParseRootEntry(Basename(dir));
+  if (e.kind == EntryKind::kComplete && e.step != m.meta.step) {
+    return Status::Corruption(path + ": manifest is for step " + std::to_string(m.meta.step) +
+                              " but the directory is named for step " + std::to_string(e.step));
+  }
+  for (const auto& f : m.files) {
+    const std::string fp = JoinPath(dir, f.path);
+    auto size = env_->FileSize(fp);
+    if (!size.ok()) {
+      return Status::Corruption("shard '" + fp + "' of rank " + std::to_string(f.rank) +
+                                " is missing");
+    }
+    if (*size != f.size) {
+      return Status::Corruption("shard '" + fp + "' has " + std::to_string(*size) +
+                                " bytes, the manifest says " + std::to_string(f.size) +
+                                " (truncated or replaced)");
+    }
+  }
+  if (manifest) *manifest = std::move(m);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List() {
+  if (!env_->IsDirectory(root_)) {
+    return Status::NotFound("checkpoint root '" + root_ + "' does not exist or is not a directory");
+  }
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
+  std::vector<CheckpointInfo> out;
+  for (const auto& name : names) {
+    RootEntry e = ParseRootEntry(name);
+    if (e.kind == EntryKind::kOther) continue;
+    const std::string dir = JoinPath(root_, name);
+    if (!env_->IsDirectory(dir)) continue;
+    CheckpointInfo info;
+    info.step = e.step;
+    info.path = dir;
+    info.bytes_on_disk = DirBytes(env_, dir);
+    if (e.kind == EntryKind::kPartial) {
+      info.status = CheckpointStatus::kPartial;
+    } else if (e.kind == EntryKind::kDeleting) {
+      info.status = CheckpointStatus::kDeleting;
+    } else {
+      Manifest m;
+      Status s = CheckComplete(dir, &m);
+      if (s.ok()) {
+        info.status = CheckpointStatus::kComplete;
+        info.world_size = m.meta.world_size;
+        info.created_unix = m.created_unix;
+        info.raw_bytes = m.raw_bytes;
+      } else {
+        info.status = CheckpointStatus::kUnreadable;
+        info.problem = s.message();
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
+    return a.step != b.step ? a.step > b.step : a.path < b.path;
+  });
+  for (auto& i : out) {
+    if (i.status == CheckpointStatus::kComplete) {
+      i.is_latest = true;
+      break;
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> CheckpointStore::ListForeign() {
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
+  std::vector<std::string> out;
+  for (const auto& name : names) {
+    if (ParseRootEntry(name).kind != EntryKind::kOther) continue;
+    if (name == kLatestName || name == std::string(kLatestName) + ".tmp") continue;
+    out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+StatusOr<std::optional<CheckpointInfo>> CheckpointStore::Latest() {
+  if (!env_->IsDirectory(root_)) return std::optional<CheckpointInfo>();
+  FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  for (auto& i : all) {
+    if (i.status == CheckpointStatus::kComplete) return std::optional<CheckpointInfo>(i);
+  }
+  return std::optional<CheckpointInfo>();
+}
+
+StatusOr<std::vector<std::string>> CheckpointStore::Rotate(const RotationPolicy& policy,
+                                                           bool dry_run) {
+  FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  std::vector<std::string> deleted;
+  int64_t newest_complete = -1;
+  int kept = 0;
+  const int keep_last = std::max(1, policy.keep_last);
+  auto remove = [&](const CheckpointInfo& info, bool via_rename) {
+    if (dry_run) {
+      deleted.push_back(info.path);
+      return;
+    }
+    std::string target = info.path;
+    Status s;
+    if (via_rename) {
+      // Rename first: the directory stops being a complete checkpoint atomically, so a crash
+      // mid-delete never leaves a half-deleted "complete" one.
+      target = JoinPath(root_, DeletingDirName(info.step));
+      s = env_->Rename(info.path, target);
+      if (s.ok()) s = env_->SyncDir(root_);
+    }
+    if (s.ok()) s = env_->RemoveDirRecursive(target);
+    if (!s.ok()) {
+      FT_LOG(Warning) << "rotation: could not delete " << info.path << ": " << s.message()
+                      << " (will retry at the next rotation)";
+      return;
+    }
+    deleted.push_back(info.path);
+  };
+  for (const auto& info : all) {
+    if (info.status != CheckpointStatus::kComplete) continue;
+    if (newest_complete < 0) newest_complete = info.step;
+    const bool milestone = policy.keep_every > 0 && info.step % policy.keep_every == 0;
+    if (kept < keep_last) {
+      ++kept;
+      continue;
+    }
+    if (milestone) continue;
+    if (!ReadLease::IsFree(info.path)) {
+      FT_LOG(Info) << "rotation: " << info.path << " is being read; keeping it for now";
+      continue;
+    }
+    remove(info, true);
+  }
+  for (const auto& info : all) {
+    if (info.status == CheckpointStatus::kDeleting) remove(info, false);
+    // A partial older than the newest complete step can never commit (commits never go
+    // backwards), so it is provably abandoned. Newer partials may belong to a live writer.
+    if (info.status == CheckpointStatus::kPartial && newest_complete >= 0 &&
+        info.step < newest_complete) {
+      remove(info, false);
+    }
+  }
+  return deleted;
+}
+
+Status CheckpointStore::Recover() {
+  if (!env_->IsDirectory(root_)) return Status::Ok();
+  FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  for (const auto& info : all) {
+    if (info.status != CheckpointStatus::kPartial) continue;
+    std::string text;
+    if (!env_->ReadFile(JoinPath(info.path, ReceiptFileName(0)), &text).ok()) continue;
+    auto r0 = Receipt::FromJson(text, info.path);
+    if (!r0.ok()) continue;
+    bool all_there = true;
+    for (int r = 0; r < r0->world_size; ++r) {
+      all_there = all_there && env_->FileExists(JoinPath(info.path, ReceiptFileName(r)));
+    }
+    if (!all_there) {
+      FT_LOG(Info) << "recovery: " << info.path << " is incomplete (missing receipts); "
+                   << "it will never be used and rotation removes it once superseded";
+      continue;
+    }
+    Status s = Commit(r0->meta, info.path);
+    if (s.ok()) {
+      FT_LOG(Warning) << "recovery: finished the interrupted commit of " << info.path;
+    } else {
+      FT_LOG(Warning) << "recovery: cannot finish " << info.path << ": " << s.message();
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<ReadLease>> ReadLease::Acquire(const std::string& dir) {
+  const std::string path = JoinPath(dir, kManifestName);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
+  if (::flock(fd, LOCK_SH) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::IOError("flock '" + path + "': " + std::strerror(err));
+  }
+  std::unique_ptr<ReadLease> lease(new ReadLease());
+  lease->fd_ = fd;
+  return lease;
+}
+
+ReadLease::~ReadLease() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+}
+
+bool ReadLease::IsFree(const std::string& dir) {
+  const std::string path = JoinPath(dir, kManifestName);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
+}
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,101 @@
+// A checkpoint root: saving (each rank writes its shard into step-N.partial/, then exactly
+// one committer makes it step-N/), listing, choosing the latest, rotation and recovery.
+// Every file-system step goes through Env so tests can inject ENOSPC/EIO or kill the process
+// at any of them. The promise: a checkpoint listed as complete is complete and correct,
+// whatever crashed when. Reading lives in reader.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/manifest.h"
+#include "ckpt/shard_file.h"
+#include "core/env.h"
+#include "core/status.h"
+
+namespace ftrain::ckpt {
+
+enum class CheckpointStatus { kComplete, kPartial, kDeleting, kUnreadable };
+const char* CheckpointStatusName(CheckpointStatus s);
+
+struct CheckpointInfo {
+  int64_t step = -1;
+  std::string path;
+  CheckpointStatus status = CheckpointStatus::kUnreadable;
+  std::string problem;  // why unreadable
+  int world_size = 0;
+  double created_unix = 0;
+  uint64_t bytes_on_disk = 0;
+  uint64_t raw_bytes = 0;
+  bool is_latest = false;
+};
+
+struct RotationPolicy {
+  int keep_last = 3;    // newest complete checkpoints kept (at least 1 is always kept)
+  int64_t keep_every = 0;  // also keep steps divisible by this (milestones); 0 = none
+};
+
+enum class CommitOutcome { kCommitted, kNotReady, kAlreadyCommitted, kBeingCommitted };
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::string root, Env* env = Env::Default());
+
+  const std::string& root() const { return root_; }
+
+  // Writes rank `rank`'s shard of step meta.step into step-N.partial/ (creating it), makes it
+  // durable (file fsync, rename from .tmp, directory fsync) and leaves its receipt.
+  StatusOr<Receipt> WriteShard(const CheckpointMeta& meta, int rank, const ShardContents& contents,
+                               const WriteOptions& options);
+
+  // Commits step meta.step if every rank's receipt is there. Any number of callers may try;
+  // one wins the COMMIT marker (O_EXCL) and does: validate receipts and shard sizes, write
+  // manifest.json durably, fsync, rename step-N.partial -> step-N, fsync the root, update
+  // LATEST. Refuses to commit a step older than the newest complete one (superseded).
+  StatusOr<CommitOutcome> TryCommit(const CheckpointMeta& meta);
+
+  // Every step-like entry in the root, newest first. Entries that are not checkpoints are
+  // ignored (and reported by ListForeign()).
+  StatusOr<std::vector<CheckpointInfo>> List();
+  StatusOr<std::vector<std::string>> ListForeign();
+  // The newest complete checkpoint, if any (validated manifest and shard sizes).
+  StatusOr<std::optional<CheckpointInfo>> Latest();
+
+  // Deletes complete checkpoints beyond the policy (never the newest, never one that a reader
+  // holds open), leftover *.deleting directories, and partial directories that are provably
+  // abandoned: older than the newest complete step (commits never go backwards, so they can
+  // never complete). Deletion failures are logged and skipped. Returns the deleted paths.
+  StatusOr<std::vector<std::string>> Rotate(const RotationPolicy& policy, bool dry_run = false);
+
+  // At job start, before any writer runs: finishes commits that a dead committer left
+  // half-done (all receipts present), and reports the rest. Abandoned partials are left for
+  // Rotate().
+  Status Recover();
+
+  // Validates a checkpoint directory cheaply (manifest parses, every shard present with its
+  // size); the deep check is Verify in verify.h.
+  Status CheckComplete(const std::string& dir, Manifest* manifest);
+
+ private:
+  Status Commit(const CheckpointMeta& meta, const std::string& partial);
+
+  std::string root_;
+  Env* env_;
+};
+
+// Shared lock held by readers on a checkpoint directory (flock on its manifest), so rotation
+// never deletes a checkpoint being read. Released by the destructor or at process death.
+class ReadLease {
+ public:
+  static StatusOr<std::unique_ptr<ReadLease>> Acquire(const std::string& dir);
+  ~ReadLease();
+  // True when nobody holds a lease (used by rotation; non-blocking).
+  static bool IsFree(const std::string& dir);
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,38 @@
+// The operations behind `ckptctl`: list, inspect, diff and export, as library functions that
+// print to a stream (so tests and other tools can call them). Exit-code policy stays in the
+// CLI main; these return Status (Corruption/NotFound = "the checked thing is bad").
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "core/env.h"
+#include "core/status.h"
+
+namespace ftrain::ckpt {
+
+Status PrintList(const std::string& root, bool json, std::ostream& out, Env* env = Env::Default());
+Status PrintInspect(const std::string& dir, bool json, std::ostream& out);
+
+struct DiffResult {
+  bool identical = true;
+  int tensors_compared = 0;
+  int blobs_compared = 0;
+};
+// Compares every tensor (globally, so different world sizes compare too) and every piece of
+// state; prints each difference with the max abs difference for float tensors.
+StatusOr<DiffResult> DiffCheckpoints(const std::string& a, const std::string& b, std::ostream& out);
+
+// Consolidated model weights under their Hugging Face names. dtype "bf16" reads the bf16
+// model tensors (bit-exact with what training computed with) and "fp32" the fp32 master
+// weights; when one kind is absent the other is converted (fp32 -> bf16 rounds to nearest
+// even).
+Status ExportSafetensors(const std::string& dir, const std::string& dtype, const std::string& out_path,
+                         std::ostream& log);
+
+// A checkpoint directory from a PATH that is either a checkpoint or a root (-> latest).
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env = Env::Default());
+
+uint16_t Fp32ToBf16(float f);
+
+}  // namespace ftrain::ckpt

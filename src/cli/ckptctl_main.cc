@@ -1,0 +1,239 @@
+// `ckptctl`: the operator's checkpoint tool. Flag parsing and exit codes only; the work is in
+// src/ckpt (store, verify, tools). Exit codes: 0 ok, 1 the checked thing is bad, 2 usage or
+// environment error.
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/store.h"
+#include "ckpt/tools.h"
+#include "ckpt/verify.h"
+#include "cli/cli_util.h"
+
+namespace ftrain::cli {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr char kUsage[] =
+    "usage: ckptctl <command> [args]\n\n"
+    "  list ROOT [--json]                      checkpoints, newest first\n"
+    "  verify PATH [--all] [--json]            re-read and re-hash (PATH: root or checkpoint)\n"
+    "  latest ROOT [--verified]                path of the newest complete checkpoint\n"
+    "  inspect PATH [--json]                   metadata and tensor table\n"
+    "  diff A B                                exit 0 iff bit-identical\n"
+    "  prune ROOT --keep K [--keep-every M] [--dry-run]\n"
+    "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n\n"
+    "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
+
+struct Parsed {
+  po::variables_map vm;
+  std::vector<std::string> args;
+};
+
+// Parses `argv` (argv[0] = the subcommand) with extra options and N positional arguments.
+Status Parse(const std::string& cmd, int argc, char** argv, po::options_description opts,
+             int positional, Parsed* out) {
+  opts.add_options()("help,h", "show this help")(
+      "args", po::value<std::vector<std::string>>(&out->args)->composing(), "positional");
+  po::positional_options_description pos;
+  pos.add("args", -1);
+  FT_RETURN_IF_ERROR(ParseFlags("ckptctl " + cmd, argc, argv, opts, pos, &out->vm));
+  if (out->vm.count("help")) return Status::Ok();
+  if (static_cast<int>(out->args.size()) != positional) {
+    return Status::InvalidArgument("ckptctl " + cmd + " takes " + std::to_string(positional) +
+                                   " path argument(s), got " + std::to_string(out->args.size()) +
+                                   " (see 'ckptctl --help')");
+  }
+  return Status::Ok();
+}
+
+int PrintVerify(const ckpt::VerifyReport& r, bool json, nlohmann::json* all) {
+  const double mbps = r.seconds > 0 ? r.raw_bytes / r.seconds / 1e6 : 0;
+  if (json) {
+    nlohmann::json problems = nlohmann::json::array();
+    for (const auto& p : r.problems) {
+      problems.push_back({{"file", p.file}, {"dataset", p.dataset}, {"problem", p.problem}});
+    }
+    all->push_back({{"path", r.dir}, {"step", r.step}, {"ok", r.ok()},
+                    {"datasets", r.datasets_checked}, {"raw_bytes", r.raw_bytes},
+                    {"stored_bytes", r.stored_bytes}, {"seconds", r.seconds},
+                    {"throughput_mb_s", mbps}, {"problems", problems}});
+  } else {
+    for (const auto& p : r.problems) {
+      std::cout << "BAD " << p.file << (p.dataset.empty() ? "" : " dataset " + p.dataset) << ": "
+                << p.problem << "\n";
+    }
+    std::cout << (r.ok() ? "OK  " : "BAD ") << r.dir << ": " << r.datasets_checked
+              << " datasets, " << std::fixed << std::setprecision(1) << r.raw_bytes / 1e6
+              << " MB re-hashed (" << r.stored_bytes / 1e6 << " MB read) in " << std::setprecision(2)
+              << r.seconds << " s, " << std::setprecision(0) << mbps << " MB/s\n";
+  }
+  return r.ok() ? kExitOk : kExitBad;
+}
+
+int Run(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  const std::string prog = "ckptctl " + cmd;
+  int sub_argc = argc - 1;
+  char** sub_argv = argv + 1;
+  Parsed p;
+  po::options_description opts("ckptctl " + cmd);
+  if (cmd == "list") {
+    opts.add_options()("json", "JSON output");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout);
+    return s.ok() ? kExitOk : Fail(prog, s.IsNotFound() ? Status::InvalidArgument(s.message()) : s);
+  }
+  if (cmd == "verify") {
+    opts.add_options()("json", "JSON output")("all", "every checkpoint under a root")(
+        "threads", po::value<int>()->default_value(0), "decompression threads (0 = all cores)");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    const std::string path = p.args[0];
+    const int threads = p.vm["threads"].as<int>();
+    std::vector<std::string> dirs;
+    Env* env = Env::Default();
+    if (!env->IsDirectory(path)) {
+      return Fail(prog, Status::InvalidArgument("'" + path + "' is not a directory"));
+    }
+    if (p.vm.count("all")) {
+      ckpt::CheckpointStore store(path);
+      auto all = store.List();
+      if (!all.ok()) return Fail(prog, all.status());
+      for (const auto& i : *all) {
+        if (i.status != ckpt::CheckpointStatus::kPartial &&
+            i.status != ckpt::CheckpointStatus::kDeleting) {
+          dirs.push_back(i.path);
+        }
+      }
+      if (dirs.empty()) return Fail(prog, Status::NotFound("no checkpoints under '" + path + "'"));
+    } else {
+      auto dir = ckpt::ResolveCheckpointDir(path);
+      if (!dir.ok()) return Fail(prog, dir.status());
+      dirs.push_back(*dir);
+    }
+    int rc = kExitOk;
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& d : dirs) {
+      if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) != kExitOk) {
+        rc = kExitBad;
+      }
+    }
+    if (p.vm.count("json")) std::cout << all.dump(1) << "\n";
+    return rc;
+  }
+  if (cmd == "latest") {
+    opts.add_options()("verified", "the newest checkpoint that also verifies");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    ckpt::CheckpointStore store(p.args[0]);
+    if (!Env::Default()->IsDirectory(p.args[0])) {
+      return Fail(prog, Status::InvalidArgument("checkpoint root '" + p.args[0] +
+                                                "' does not exist or is not a directory"));
+    }
+    auto all = store.List();
+    if (!all.ok()) return Fail(prog, all.status());
+    for (const auto& i : *all) {
+      if (i.status != ckpt::CheckpointStatus::kComplete) continue;
+      if (p.vm.count("verified")) {
+        auto rep = ckpt::VerifyCheckpoint(i.path);
+        if (!rep.ok()) {
+          std::cerr << "ckptctl latest: skipping " << i.path << ": "
+                    << rep.problems.front().problem << "\n";
+          continue;
+        }
+      }
+      std::cout << i.path << "\n";
+      return kExitOk;
+    }
+    std::cerr << "ckptctl latest: no " << (p.vm.count("verified") ? "verified" : "complete")
+              << " checkpoint in '" << p.args[0] << "'\n";
+    return kExitBad;
+  }
+  if (cmd == "inspect") {
+    opts.add_options()("json", "JSON output");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
+    if (!dir.ok()) return Fail(prog, dir.status());
+    s = ckpt::PrintInspect(*dir, p.vm.count("json") > 0, std::cout);
+    return s.ok() ? kExitOk : Fail(prog, s);
+  }
+  if (cmd == "diff") {
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 2, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    auto a = ckpt::ResolveCheckpointDir(p.args[0]);
+    if (!a.ok()) return Fail(prog, a.status());
+    auto b = ckpt::ResolveCheckpointDir(p.args[1]);
+    if (!b.ok()) return Fail(prog, b.status());
+    auto r = ckpt::DiffCheckpoints(*a, *b, std::cout);
+    if (!r.ok()) return Fail(prog, r.status());
+    if (r->identical) {
+      std::cout << "identical: " << r->tensors_compared << " tensors and " << r->blobs_compared
+                << " pieces of state are bit-identical\n";
+      return kExitOk;
+    }
+    return kExitBad;
+  }
+  if (cmd == "prune") {
+    int keep = 0;
+    int64_t keep_every = 0;
+    opts.add_options()("keep", po::value<int>(&keep)->required(), "newest complete checkpoints to keep")(
+        "keep-every", po::value<int64_t>(&keep_every)->default_value(0), "also keep multiples of M")(
+        "dry-run", "print what would be deleted");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    if (keep < 1) return Fail(prog, Status::InvalidArgument("--keep must be at least 1"));
+    if (keep_every < 0) return Fail(prog, Status::InvalidArgument("--keep-every must be >= 0"));
+    if (!Env::Default()->IsDirectory(p.args[0])) {
+      return Fail(prog, Status::InvalidArgument("'" + p.args[0] + "' is not a directory"));
+    }
+    ckpt::CheckpointStore store(p.args[0]);
+    auto deleted = store.Rotate({keep, keep_every}, p.vm.count("dry-run") > 0);
+    if (!deleted.ok()) return Fail(prog, deleted.status());
+    for (const auto& d : *deleted) {
+      std::cout << (p.vm.count("dry-run") ? "would delete " : "deleted ") << d << "\n";
+    }
+    if (deleted->empty()) std::cout << "nothing to delete\n";
+    return kExitOk;
+  }
+  if (cmd == "export") {
+    std::string format, output, dtype = "bf16";
+    opts.add_options()("format", po::value<std::string>(&format)->required(), "safetensors")(
+        "output,o", po::value<std::string>(&output)->required(), "output file")(
+        "dtype", po::value<std::string>(&dtype)->default_value("bf16"), "bf16 or fp32");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    if (format != "safetensors") {
+      return Fail(prog, Status::InvalidArgument("--format '" + format + "' is not supported; use safetensors"));
+    }
+    auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
+    if (!dir.ok()) return Fail(prog, dir.status());
+    s = ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
+    return s.ok() ? kExitOk : Fail(prog, s);
+  }
+  std::cerr << "ckptctl: unknown command '" << cmd << "'\n" << kUsage;
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace ftrain::cli
+
+int main(int argc, char** argv) { return ftrain::cli::Run(argc, argv); }

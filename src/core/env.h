@@ -1,0 +1,124 @@
+// Env: the small file-system interface that every crash-sensitive write goes through
+// (leveldb style), so tests can fail the Nth operation (ENOSPC, EIO) or kill the process at
+// it. PosixEnv is the real one; FaultInjectionEnv wraps any Env. Bulk data that HDF5 writes
+// itself does not pass here; the sync/rename/marker steps around it do.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ftrain {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(const void* data, size_t n) = 0;
+  virtual Status Sync() = 0;
+  virtual Status Close() = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  static Env* Default();  // PosixEnv; never deleted
+
+  // Creates or truncates.
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Creates `path` with `contents` only if it does not exist (O_EXCL); AlreadyExists ->
+  // FailedPrecondition. Synced before returning.
+  virtual Status CreateExclusive(const std::string& path, const std::string& contents) = 0;
+  virtual Status ReadFile(const std::string& path, std::string* contents) = 0;
+  // fsync of a file written by someone else (HDF5), opened read-only.
+  virtual Status SyncFile(const std::string& path) = 0;
+  virtual Status SyncDir(const std::string& path) = 0;
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual Status RemoveFile(const std::string& path) = 0;
+  virtual Status RemoveDirRecursive(const std::string& path) = 0;
+  virtual Status CreateDir(const std::string& path) = 0;  // OK if it already exists
+  virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  virtual StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+};
+
+// Writes `contents` to `path` so that after return either the old or the new contents are
+// there, whatever crashes: temp file, fsync, rename, fsync of the parent directory.
+Status WriteFileDurably(Env* env, const std::string& path, const std::string& contents);
+
+std::string Dirname(const std::string& path);
+std::string Basename(const std::string& path);
+std::string JoinPath(const std::string& a, const std::string& b);
+
+// Wraps an Env and injects faults at the mutating operations (create, append, sync, rename,
+// remove, mkdir): counting from 1, operation number `fail_at` fails with `error` (an errno
+// value such as ENOSPC or EIO), or with `crash_at` the process SIGKILLs itself right before
+// that operation. Reads are never counted.
+class FaultInjectionEnv : public Env {
+ public:
+  explicit FaultInjectionEnv(Env* base) : base_(base) {}
+
+  void FailAt(int64_t op, int error) {
+    fail_at_ = op;
+    error_ = error;
+  }
+  void FailAllFrom(int64_t op, int error) {  // every op from `op` on fails (a full disk)
+    fail_at_ = op;
+    error_ = error;
+    sticky_ = true;
+  }
+  void CrashAt(int64_t op) { crash_at_ = op; }
+  void Reset() {
+    fail_at_ = -1;
+    crash_at_ = -1;
+    sticky_ = false;
+    count_ = 0;
+  }
+  int64_t op_count() const { return count_; }
+  // "rename /a -> /b" style descriptions of every counted op so far (for test messages).
+  std::vector<std::string> op_log() const;
+
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  Status CreateExclusive(const std::string& path, const std::string& contents) override;
+  Status ReadFile(const std::string& path, std::string* contents) override {
+    return base_->ReadFile(path, contents);
+  }
+  Status SyncFile(const std::string& path) override;
+  Status SyncDir(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status RemoveFile(const std::string& path) override;
+  Status RemoveDirRecursive(const std::string& path) override;
+  Status CreateDir(const std::string& path) override;
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
+  StatusOr<uint64_t> FileSize(const std::string& path) override { return base_->FileSize(path); }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+
+  // Counts one op; returns the injected failure, if any. Used by the wrapped file too.
+  Status Tick(const std::string& what);
+
+ private:
+  Env* base_;
+  std::atomic<int64_t> count_{0};
+  int64_t fail_at_ = -1;
+  int64_t crash_at_ = -1;
+  int error_ = 0;
+  bool sticky_ = false;
+  mutable std::mutex log_mu_;
+  std::vector<std::string> log_;  // guarded by log_mu_
+};
+
+// The crash point hook used by crash tests: when the environment variable
+// FTRAIN_CRASH_AT=N is set, Env::Default() is a FaultInjectionEnv that SIGKILLs the process
+// before its Nth mutating operation, and FTRAIN_CRASH_TRACE=1 logs every op to stderr.
+// Production runs never set it.
+
+}  // namespace ftrain
