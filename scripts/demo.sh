@@ -14,6 +14,8 @@ RANKS_PER_NODE=2
 JOB_TIMEOUT_S=300
 
 cd "${ROOT}"
+# ccache hits across clones in different directories (CI clones afresh).
+export CCACHE_BASEDIR="${ROOT}"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "dependencies"

@@ -12,6 +12,8 @@ CLUSTER_NODES="${FTRAIN_TEST_NODES:-2}"
 CLUSTER_CPUS="${FTRAIN_TEST_CPUS_PER_NODE:-2}"
 
 cd "${ROOT}"
+# ccache hits across clones in different directories (CI clones afresh).
+export CCACHE_BASEDIR="${ROOT}"
 echo "== test.sh: dependencies"
 bash scripts/install-deps.sh
 

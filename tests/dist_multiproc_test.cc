@@ -75,7 +75,7 @@ TEST(Launch, RankKilledBySignalGives128PlusSignal) {
 
 TEST(Launch, SurvivorIgnoringSigtermIsKilledAfterGrace) {
   auto r = RunCommand(Ftrain() + " launch --nproc 2 --grace-s 1 -- /bin/sh -c "
-                                 "'if [ \"$RANK\" = 0 ]; then exit 3; fi; trap \"\" TERM; "
+                                 "'if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; trap \"\" TERM; "
                                  "sleep 60 & wait; sleep 60'",
                       60);
   EXPECT_EQ(r.exit_code, 3) << r.output;
