@@ -111,6 +111,7 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
     for (const auto& p : t.pieces) expected[p.rank]["/" + t.kind + "/" + t.name] = &p;
     dtypes["/" + t.kind + "/" + t.name] = t.dtype;
   }
+  std::vector<uint8_t> bytes;  // reused: growing it once beats faulting in pages per dataset
   for (const auto& f : m.files) {
     const std::string path = JoinPath(dir, f.path);
     uint64_t size = 0, hash = 0;
@@ -156,7 +157,6 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
     for (const auto& d : *datasets) {
       const std::string h5 = d.H5Path();
       present.insert(h5);
-      std::vector<uint8_t> bytes;
       Status rs = (*reader)->ReadAll(h5, &bytes, /*verify=*/true, threads);
       ++rep.datasets_checked;
       rep.raw_bytes += bytes.size();

@@ -121,27 +121,40 @@ class GlooComm : public Comm {
       const int64_t chunk = ShardChunk(n, size_);
       const ShardSpan mine = ShardOf(n, size_, rank_);
       CheckShapes(out.numel(), mine.length, "reduce_scatter output");
-      // Ring reduce-scatter: after size-1 steps rank r holds the full reduction of chunk r.
-      // Chunk c is summed in the fixed order c+1, c+2, ..., c (mod size): deterministic.
-      at::Tensor acc = at::zeros({chunk * size_}, in.options());
-      acc.narrow(0, 0, n).copy_(in.reshape({-1}));
+      const at::Tensor flat = in.reshape({-1});
+      // Chunk c of the input, zero-padded to `chunk` elements when it runs past the end.
+      auto chunk_of = [&](int c) -> at::Tensor {
+        const ShardSpan s = ShardOf(n, size_, c);
+        if (s.length == chunk) return flat.narrow(0, s.offset, chunk);
+        at::Tensor padded = at::zeros({chunk}, in.options());
+        if (s.length > 0) padded.narrow(0, 0, s.length).copy_(flat.narrow(0, s.offset, s.length));
+        return padded;
+      };
+      // Ring reduce-scatter with chunk-sized buffers only: at step s rank r sends its running
+      // partial sum of chunk r-s-1 to r+1 and adds its own chunk r-s-2 to what r-1 sent. After
+      // size-1 steps it holds chunk r reduced over all ranks, summed in the fixed order
+      // c+1, c+2, ..., c (mod size): deterministic.
       at::Tensor incoming = at::empty({chunk}, in.options());
+      at::Tensor running[2] = {at::empty({chunk}, in.options()), at::empty({chunk}, in.options())};
+      at::Tensor send = chunk_of(((rank_ - 1) % size_ + size_) % size_);
       const int next = (rank_ + 1) % size_;
       const int prev = (rank_ - 1 + size_) % size_;
       for (int step = 0; step < size_ - 1; ++step) {
-        const int send_chunk = ((rank_ - step - 1) % size_ + size_) % size_;
         const int recv_chunk = ((rank_ - step - 2) % size_ + size_) % size_;
-        std::vector<at::Tensor> send_v{acc.narrow(0, send_chunk * chunk, chunk)};
+        std::vector<at::Tensor> send_v{send};
         std::vector<at::Tensor> recv_v{incoming};
         const int tag = static_cast<int>((tag_base + static_cast<uint64_t>(step)) % (1u << 30));
         auto recv_work = pg_->recv(recv_v, prev, tag);
         auto send_work = pg_->send(send_v, next, tag);
         recv_work->wait();
         send_work->wait();
-        at::Tensor target = acc.narrow(0, recv_chunk * chunk, chunk);
-        Accumulate(target, incoming, op);
+        at::Tensor& acc = running[step % 2];
+        acc.copy_(chunk_of(recv_chunk));
+        Accumulate(acc, incoming, op);
+        send = acc;
       }
-      at::Tensor result = acc.narrow(0, mine.offset, mine.length);
+      at::Tensor result = size_ == 1 ? flat.narrow(0, mine.offset, mine.length)
+                                     : send.narrow(0, 0, mine.length);
       if (op == ReduceOp::kAvg) result = result / size_;
       out.view({-1}).copy_(result);
     });
