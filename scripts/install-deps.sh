@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgloo-dev
   libhdf5-dev hdf5-tools
-  libzstd-dev zstd
+  libzstd-dev zstd zlib1g-dev
   libxxhash-dev
   libsentencepiece-dev sentencepiece
   libboost-program-options-dev

@@ -353,6 +353,22 @@ Status CheckpointStore::Recover() {
   return Status::Ok();
 }
 
+StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
+  std::vector<std::string> removed;
+  if (!env_->IsDirectory(root_)) return removed;
+  FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  for (const auto& info : all) {
+    if (info.status != CheckpointStatus::kPartial) continue;
+    Status s = env_->RemoveDirRecursive(info.path);
+    if (!s.ok()) {
+      FT_LOG(Warning) << "could not remove abandoned " << info.path << ": " << s.message();
+      continue;
+    }
+    removed.push_back(info.path);
+  }
+  return removed;
+}
+
 StatusOr<std::unique_ptr<ReadLease>> ReadLease::Acquire(const std::string& dir) {
   const std::string path = JoinPath(dir, kManifestName);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

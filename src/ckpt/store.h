@@ -74,6 +74,11 @@ class CheckpointStore {
   // Rotate().
   Status Recover();
 
+  // Removes every step-N.partial directory. Only for a job start, after Recover(), when the
+  // caller knows that no writer of this root is alive (one job per checkpoint root: Slurm
+  // has killed the previous allocation's processes before requeueing). Returns the paths.
+  StatusOr<std::vector<std::string>> RemoveAbandonedPartials();
+
   // Validates a checkpoint directory cheaply (manifest parses, every shard present with its
   // size); the deep check is Verify in verify.h.
   Status CheckComplete(const std::string& dir, Manifest* manifest);

@@ -7,5 +7,8 @@ namespace ftrain::cli {
 int RunPlan(int argc, char** argv);       // cmd_plan.cc
 int RunLaunch(int argc, char** argv);     // cmd_launch.cc
 int RunCommcheck(int argc, char** argv);  // cmd_commcheck.cc
+int RunTrain(int argc, char** argv);      // cmd_train.cc
+int RunPack(int argc, char** argv);       // data_exec.cc (runs ftrain-data pack)
+int RunData(int argc, char** argv);       // data_exec.cc (runs ftrain-data data)
 
 }  // namespace ftrain::cli

@@ -16,10 +16,13 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
+    {"train", ftrain::cli::RunTrain, "train a model (FSDP, checkpoints, exact resume)"},
     {"plan", ftrain::cli::RunPlan, "memory per GPU for DDP/ZeRO/FSDP and the checkpoint interval"},
     {"launch", ftrain::cli::RunLaunch, "start N local ranks with an env rendezvous (torchrun-like)"},
     {"commcheck", ftrain::cli::RunCommcheck,
      "check collectives for correctness and print bus bandwidth"},
+    {"pack", ftrain::cli::RunPack, "tokenize text into shards of fixed-length token rows"},
+    {"data", ftrain::cli::RunData, "inspect | verify | batches of a packed dataset (dir or URL)"},
 };
 
 void Usage(std::ostream& out) {

@@ -118,7 +118,8 @@ class FaultInjectionEnv : public Env {
 
 // The crash point hook used by crash tests: when the environment variable
 // FTRAIN_CRASH_AT=N is set, Env::Default() is a FaultInjectionEnv that SIGKILLs the process
-// before its Nth mutating operation, and FTRAIN_CRASH_TRACE=1 logs every op to stderr.
+// before its Nth mutating operation (only the rank named by FTRAIN_CRASH_RANK, when set),
+// and FTRAIN_CRASH_TRACE=1 logs every op to stderr.
 // Production runs never set it.
 
 }  // namespace ftrain

@@ -32,7 +32,15 @@ class LogMessage {
 
 }  // namespace ftrain
 
-#define FT_LOG(level)                                                           \
-  if (::ftrain::LogLevel::k##level < ::ftrain::GetLogLevel()) {                \
-  } else                                                                        \
-    ::ftrain::LogMessage(::ftrain::LogLevel::k##level).stream()
+// Turns the stream expression into void so it fits the ternary in FT_LOG (glog's trick: safe
+// inside an unbraced if/else, unlike an if-else macro).
+namespace ftrain {
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+}  // namespace ftrain
+
+#define FT_LOG(level)                                               \
+  !(::ftrain::LogLevel::k##level >= ::ftrain::GetLogLevel())        \
+      ? (void)0                                                     \
+      : ::ftrain::LogVoidify() & ::ftrain::LogMessage(::ftrain::LogLevel::k##level).stream()

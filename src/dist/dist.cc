@@ -16,6 +16,9 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "dist/gloo_comm.h"
+#ifdef FTRAIN_WITH_NCCL
+#include "dist/nccl_comm.h"
+#endif
 #include "dist/pmix_client.h"
 
 namespace ftrain::dist {
@@ -187,10 +190,16 @@ DistContext::DistContext() : impl_(std::make_unique<Impl>()) {}
 DistContext::~DistContext() = default;
 
 StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& options) {
-  if (options.backend != "gloo") {
-    return Status::InvalidArgument("dist.backend '" + options.backend +
-                                   "' is not available in this build; use gloo");
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    return Status::InvalidArgument("dist.backend '" + options.backend + "' is not gloo or nccl");
   }
+#ifndef FTRAIN_WITH_NCCL
+  if (options.backend == "nccl") {
+    return Status::FailedPrecondition(
+        "dist.backend = nccl, but this ftrain was built without NCCL (no nccl.h/libnccl under "
+        "FTRAIN_CUDA_ROOT); use gloo or rebuild on a machine with CUDA and NCCL");
+  }
+#endif
   std::unique_ptr<DistContext> ctx(new DistContext());
   Impl& im = *ctx->impl_;
   EnvMap env = CurrentEnviron();
@@ -243,9 +252,16 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
   FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout, AgreeOnWorld(*im.store, w, timeout));
 
   const auto op_timeout = std::chrono::milliseconds(1000LL * options.op_timeout_s);
-  FT_ASSIGN_OR_RETURN(im.world_comm,
-                      CreateGlooComm(im.store, "world", w.rank, w.world_size, self_addr,
-                                     op_timeout));
+  // One factory for every group: Gloo over TCP, or NCCL on this rank's GPU (local rank).
+  auto make_group = [&](const std::string& name, int rank, int size) {
+#ifdef FTRAIN_WITH_NCCL
+    if (options.backend == "nccl") {
+      return CreateNcclComm(im.store, name, rank, size, w.local_rank, op_timeout);
+    }
+#endif
+    return CreateGlooComm(im.store, name, rank, size, self_addr, op_timeout);
+  };
+  FT_ASSIGN_OR_RETURN(im.world_comm, make_group("world", w.rank, w.world_size));
   if (options.build_node_groups) {
     // Intra-node: same node, ordered by local rank. Inter-node: same local rank, by node.
     std::vector<std::pair<int, int>> intra, inter;  // (sort key, rank)
@@ -262,12 +278,10 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
       }
       return -1;
     };
-    FT_ASSIGN_OR_RETURN(im.intra, CreateGlooComm(im.store, "node" + std::to_string(w.node_rank),
-                                                 index_of(intra), static_cast<int>(intra.size()),
-                                                 self_addr, op_timeout));
-    FT_ASSIGN_OR_RETURN(im.inter, CreateGlooComm(im.store, "local" + std::to_string(w.local_rank),
-                                                 index_of(inter), static_cast<int>(inter.size()),
-                                                 self_addr, op_timeout));
+    FT_ASSIGN_OR_RETURN(im.intra, make_group("node" + std::to_string(w.node_rank),
+                                             index_of(intra), static_cast<int>(intra.size())));
+    FT_ASSIGN_OR_RETURN(im.inter, make_group("local" + std::to_string(w.local_rank),
+                                             index_of(inter), static_cast<int>(inter.size())));
   }
   FT_LOG(Info) << "dist: " << DescribeWorld(w) << " via " << im.rdzv;
   return ctx;

@@ -45,6 +45,15 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+// Gloo in LibTorch 1.13 cannot move bfloat16. Data movement is bit-for-bit, so bfloat16
+// tensors travel as float16 views; reductions of 16-bit floats run in float32 (AllReduce).
+bool IsHalfFloat(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+at::Tensor Wire(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t;  // same bits, a type Gloo moves
+}
+
 void Accumulate(at::Tensor& acc, const at::Tensor& incoming, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -78,11 +87,14 @@ class GlooComm : public Comm {
 
   std::unique_ptr<Work> AllReduce(const at::Tensor& tensor, ReduceOp op) override {
     return Enqueue("all_reduce", [this, tensor, op]() mutable {
-      std::vector<at::Tensor> v{tensor};
+      // 16-bit floats are reduced in float32 and rounded once at the end.
+      at::Tensor work = IsHalfFloat(tensor) ? tensor.to(at::kFloat) : tensor;
+      std::vector<at::Tensor> v{work};
       c10d::AllreduceOptions opts;
       opts.reduceOp = ToC10d(op);
       pg_->allreduce(v, opts)->wait();
-      if (op == ReduceOp::kAvg) tensor.div_(size_);
+      if (op == ReduceOp::kAvg) work.div_(size_);
+      if (!work.is_same(tensor)) tensor.copy_(work);
     });
   }
 
@@ -100,15 +112,9 @@ class GlooComm : public Comm {
       const bool exact = n == chunk * size_;
       at::Tensor flat = exact ? out.view({-1}) : at::empty({chunk * size_}, out.options());
       std::vector<std::vector<at::Tensor>> outputs(1);
-      for (int r = 0; r < size_; ++r) outputs[0].push_back(flat.narrow(0, r * chunk, chunk));
-      std::vector<at::Tensor> inputs{padded_in.reshape({-1})};
+      for (int r = 0; r < size_; ++r) outputs[0].push_back(Wire(flat.narrow(0, r * chunk, chunk)));
+      std::vector<at::Tensor> inputs{Wire(padded_in.reshape({-1}))};
       pg_->allgather(outputs, inputs)->wait();
-      // Gloo writes into copies when views are not its own buffers; copy back explicitly.
-      for (int r = 0; r < size_; ++r) {
-        if (outputs[0][r].data_ptr() != flat.narrow(0, r * chunk, chunk).data_ptr()) {
-          flat.narrow(0, r * chunk, chunk).copy_(outputs[0][r]);
-        }
-      }
       if (!exact) out.view({-1}).copy_(flat.narrow(0, 0, n));
     });
   }
@@ -141,8 +147,8 @@ class GlooComm : public Comm {
       const int prev = (rank_ - 1 + size_) % size_;
       for (int step = 0; step < size_ - 1; ++step) {
         const int recv_chunk = ((rank_ - step - 2) % size_ + size_) % size_;
-        std::vector<at::Tensor> send_v{send};
-        std::vector<at::Tensor> recv_v{incoming};
+        std::vector<at::Tensor> send_v{Wire(send)};
+        std::vector<at::Tensor> recv_v{Wire(incoming)};
         const int tag = static_cast<int>((tag_base + static_cast<uint64_t>(step)) % (1u << 30));
         auto recv_work = pg_->recv(recv_v, prev, tag);
         auto send_work = pg_->send(send_v, next, tag);
@@ -162,7 +168,7 @@ class GlooComm : public Comm {
 
   std::unique_ptr<Work> Broadcast(const at::Tensor& tensor, int root) override {
     return Enqueue("broadcast", [this, tensor, root]() mutable {
-      std::vector<at::Tensor> v{tensor};
+      std::vector<at::Tensor> v{Wire(tensor)};
       c10d::BroadcastOptions opts;
       opts.rootRank = root;
       pg_->broadcast(v, opts)->wait();

@@ -36,7 +36,11 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
     return Status::NotFound("cannot open safetensors file '" + path + "': " + std::strerror(errno));
   }
   struct stat st;
-  fstat(fd, &st);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::IOError("cannot stat safetensors file '" + path + "': " + std::strerror(err));
+  }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   uint8_t len_bytes[8];
   if (file_size < 8 || ::pread(fd, len_bytes, 8, 0) != 8) {
@@ -73,9 +77,9 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
     const json& v = it.value();
     SafetensorsEntry e;
     e.name = it.key();
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() ||
-        !v.contains("shape") || !v["shape"].is_array() || !v.contains("data_offsets") ||
-        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
       return bad("tensor '" + e.name + "' lacks dtype/shape/data_offsets");
     }
     e.dtype = v["dtype"].get<std::string>();
@@ -85,6 +89,9 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) return bad("tensor '" + e.name + "' has a bad shape");
       uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(INT64_MAX)) {
+        return bad("tensor '" + e.name + "' has a dimension larger than 2^63");
+      }
       if (dim != 0 && numel > data_size / dim) {
         return bad("tensor '" + e.name + "' shape is larger than the file");
       }
@@ -109,29 +116,52 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
     h.entries.push_back(std::move(e));
   }
   std::sort(h.entries.begin(), h.entries.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < h.entries.size(); ++i) {
-    if (h.entries[i].begin < h.entries[i - 1].end) {
-      return bad("tensors '" + h.entries[i - 1].name + "' and '" + h.entries[i].name +
-                 "' overlap");
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  // Non-empty byte ranges must not overlap (an empty tensor occupies no bytes).
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry& e : h.entries) {
+    if (e.begin == e.end) continue;
+    if (prev != nullptr && e.begin < prev->end) {
+      return bad("tensors '" + prev->name + "' and '" + e.name + "' overlap");
     }
+    prev = &e;
   }
   return h;
 }
 
 Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& header,
                              const SafetensorsEntry& entry, std::vector<uint8_t>* out) {
+  out->resize(entry.end - entry.begin);
+  return ReadSafetensorsTensor(path, header, entry, out->data(), out->size());
+}
+
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& header,
+                             const SafetensorsEntry& entry, void* out, size_t out_bytes) {
+  if (entry.end < entry.begin || out_bytes != entry.end - entry.begin) {
+    return Status::Internal("tensor '" + entry.name + "' in '" + path + "' has " +
+                            std::to_string(entry.end - entry.begin) + " bytes, buffer has " +
+                            std::to_string(out_bytes));
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
-  out->resize(entry.end - entry.begin);
+  uint8_t* dst = static_cast<uint8_t*>(out);
   size_t done = 0;
-  while (done < out->size()) {
-    ssize_t n = ::pread(fd, out->data() + done, out->size() - done,
+  while (done < out_bytes) {
+    ssize_t n = ::pread(fd, dst + done, out_bytes - done,
                         static_cast<off_t>(header.data_start + entry.begin + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
+    if (n < 0) {
+      const int err = errno;
       ::close(fd);
-      return Status::Corruption("short read of tensor '" + entry.name + "' in '" + path + "'");
+      return Status::IOError("read of tensor '" + entry.name + "' in '" + path +
+                             "' failed: " + std::strerror(err));
+    }
+    if (n == 0) {
+      ::close(fd);
+      return Status::Corruption("short read of tensor '" + entry.name + "' in '" + path +
+                                "': the file ends early (truncated since its header was read?)");
     }
     done += static_cast<size_t>(n);
   }
@@ -208,6 +238,18 @@ Status SafetensorsWriter::Finish() {
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     return Status::IOError("rename '" + tmp_ + "' -> '" + path_ + "': " + std::strerror(errno));
   }
+  // Make the rename durable: fsync the directory that now names the file.
+  const size_t slash = path_.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash));
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return Status::IOError("fsync of directory '" + dir + "' after writing '" + path_ +
+                           "': " + std::strerror(err));
+  }
+  ::close(dfd);
   return Status::Ok();
 }
 

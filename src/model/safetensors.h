@@ -38,10 +38,13 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
 // Reads one tensor's bytes.
 Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& header,
                              const SafetensorsEntry& entry, std::vector<uint8_t>* out);
+// Reads one tensor's bytes into `out`, which must hold exactly entry.end - entry.begin bytes.
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& header,
+                             const SafetensorsEntry& entry, void* out, size_t out_bytes);
 
 // Writes tensors in the order given: Begin() with every entry's name/dtype/shape (offsets are
-// assigned), then Write() each tensor's bytes in that order, then Finish() (fsync + rename
-// from path.tmp).
+// assigned), then Write() each tensor's bytes in that order, then Finish() (fsync, rename
+// from path.tmp, fsync of the directory).
 class SafetensorsWriter {
  public:
   ~SafetensorsWriter();

@@ -1,0 +1,103 @@
+// `ftrain pack`: flags only; the packer lives in data/pack. Runs inside the torch-free
+// `ftrain-data` binary (see data_exec.cc for why).
+#include <iostream>
+
+#include "cli/cli_util.h"
+#include "cli/data_commands.h"
+#include "core/log.h"
+#include "data/pack.h"
+
+namespace ftrain::cli {
+
+namespace po = boost::program_options;
+
+int RunPackLocal(int argc, char** argv) {
+  const std::string program = "ftrain pack";
+  data::PackOptions o;
+  int vocab = 0, seq_len = 0;
+  double sample_mb = 4;
+  std::string progress = "auto";
+  po::options_description opts(
+      "ftrain pack (--tokenizer MODEL | --train-tokenizer --vocab-size V) --seq-len L --out DIR "
+      "INPUT...");
+  opts.add_options()("help,h", "show this help")("tokenizer",
+                                                 po::value<std::string>(&o.tokenizer_path),
+                                                 "SentencePiece model to tokenize with")(
+      "train-tokenizer", po::bool_switch(&o.train_tokenizer),
+      "train a SentencePiece model on the inputs first (saved as DIR/tokenizer.model)")(
+      "vocab-size", po::value<int>(&vocab), "vocabulary size for --train-tokenizer")(
+      "tokenizer-type", po::value<std::string>(&o.train.model_type)->default_value("unigram"),
+      "unigram or bpe, for --train-tokenizer")(
+      "tokenizer-sample-mb", po::value<double>(&sample_mb)->default_value(4),
+      "MB of text lines sampled evenly from the inputs to train the tokenizer on")(
+      "seq-len", po::value<int>(&seq_len)->required(),
+      "L: rows hold L+1 tokens (inputs and shifted targets)")(
+      "out", po::value<std::string>(&o.out_dir)->required(), "output directory")(
+      "shard-mb", po::value<double>(&o.shard_mb)->default_value(256),
+      "shard size in MiB (every shard the same number of rows, the last one fewer)")(
+      "shard-rows", po::value<uint64_t>(&o.shard_rows)->default_value(0),
+      "rows per shard (overrides --shard-mb)")(
+      "chunk-kb", po::value<double>(&o.chunk_kb)->default_value(1024),
+      "checksummed read unit in KiB; the reader reads whole chunks")(
+      "chunk-rows", po::value<uint64_t>(&o.chunk_rows)->default_value(0),
+      "rows per chunk (overrides --chunk-kb)")(
+      "text-field", po::value<std::string>(&o.docs.text_field)->default_value("text"),
+      "the string field of each JSON Lines record")(
+      "threads", po::value<int>(&o.threads)->default_value(0), "tokenizer threads (0: all cores)")(
+      "skip-invalid-utf8", po::bool_switch(&o.docs.skip_invalid_utf8),
+      "drop lines that are not UTF-8 (counted) instead of failing")(
+      "force", po::bool_switch(&o.force), "replace a packed dataset already in --out")(
+      "progress", po::value<std::string>(&progress)->default_value("auto"),
+      "auto | tty | plain | none")("progress-s",
+                                   po::value<double>(&o.progress_interval_s)->default_value(10),
+                                   "seconds between plain progress lines")(
+      "input", po::value<std::vector<std::string>>(&o.inputs), "input files or directories");
+  po::positional_options_description pos;
+  pos.add("input", -1);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << opts
+                << "\nInputs: plain text (one file = one document) and JSON Lines (.jsonl,"
+                   " .ndjson, .json: one\ndocument per line), optionally .gz or .zst;"
+                   " directories are searched recursively for\ntext-like names. Writes"
+                   " DIR/shard-*.bin, DIR/tokenizer.model and DIR/index.json.\n"
+                   "Exit codes: 0 ok, 1 bad input data, 2 usage.\n";
+      return kExitOk;
+    }
+  }
+  po::variables_map vm;
+  Status s = ParseFlags(program, argc, argv, opts, pos, &vm);
+  if (!s.ok()) return Fail(program, s);
+  if (seq_len <= 0) return Fail(program, Status::InvalidArgument("--seq-len must be > 0"));
+  o.seq_len = static_cast<uint32_t>(seq_len);
+  if (o.train_tokenizer && vocab <= 0) {
+    return Fail(program, Status::InvalidArgument("--train-tokenizer needs --vocab-size V"));
+  }
+  o.train.vocab_size = vocab;
+  if (!(sample_mb > 0)) {
+    return Fail(program, Status::InvalidArgument("--tokenizer-sample-mb must be > 0"));
+  }
+  o.train.sample_bytes = static_cast<uint64_t>(sample_mb * 1e6);
+  if (progress == "auto")
+    o.progress = data::ProgressMeter::Mode::kAuto;
+  else if (progress == "tty")
+    o.progress = data::ProgressMeter::Mode::kTerminal;
+  else if (progress == "plain")
+    o.progress = data::ProgressMeter::Mode::kPlain;
+  else if (progress == "none")
+    o.progress = data::ProgressMeter::Mode::kNone;
+  else
+    return Fail(program, Status::InvalidArgument("--progress must be auto, tty, plain or none"));
+
+  StatusOr<data::PackResult> r = data::Pack(o);
+  if (!r.ok()) return Fail(program, r.status());
+  const data::DatasetIndex& x = r->index;
+  std::cout << "packed " << x.stats.documents << " documents into " << x.shards.size()
+            << " shards of " << x.rows_per_shard << " rows (" << x.num_rows << " rows of "
+            << x.row_tokens() << " " << x.dtype_name() << " tokens) in " << o.out_dir
+            << "; data version " << x.data_version << "\n";
+  return kExitOk;
+}
+
+}  // namespace ftrain::cli

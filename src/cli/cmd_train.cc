@@ -1,0 +1,68 @@
+// `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
+// src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data or a
+// failed rank, 2 usage/config/environment error.
+#include <iostream>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace ftrain::cli {
+
+namespace {
+constexpr char kHelp[] =
+    "usage: ftrain train --config FILE [--section.key=value ...]\n"
+    "  Trains the model described by FILE (see configs/ and docs/training.md). Any config key\n"
+    "  can be overridden, e.g. --train.steps=100 --ckpt.every_steps=10.\n"
+    "  Run it as one process, under `ftrain launch --nproc N --`, or under `srun --mpi=pmix`.\n"
+    "exit codes: 0 done, 75 stopped on SIGUSR1/SIGTERM after a checkpoint (requeue me),\n"
+    "  1 bad data or a failed rank, 2 usage, config or environment error\n";
+}
+
+int RunTrain(int argc, char** argv) {
+  const std::string program = "ftrain train";
+  std::string config_path;
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kHelp;
+      return kExitOk;
+    }
+    if (a == "--config") {
+      if (i + 1 >= argc) return Fail(program, Status::InvalidArgument("--config needs a file"));
+      config_path = argv[++i];
+    } else if (a.rfind("--config=", 0) == 0) {
+      config_path = a.substr(9);
+    } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
+      overrides.push_back(a);
+    } else {
+      return Fail(program, Status::InvalidArgument("unexpected argument '" + a +
+                                                   "' (want --config FILE and --section.key=value "
+                                                   "overrides; see 'ftrain train --help')"));
+    }
+  }
+  if (config_path.empty()) {
+    return Fail(program, Status::InvalidArgument("--config FILE is required (see 'ftrain train --help')"));
+  }
+  auto config = Config::LoadFile(config_path);
+  if (!config.ok()) return Fail(program, config.status());
+  for (const auto& o : overrides) {
+    Status s = config->ApplyOverride(o);
+    if (!s.ok()) return Fail(program, s);
+  }
+  auto tc = train::TrainConfig::Load(*config);
+  if (!tc.ok()) return Fail(program, tc.status());
+  int exit_code = 0;
+  Status s = train::RunTraining(*tc, &exit_code);
+  if (!s.ok()) {
+    FT_LOG(Error) << program << ": " << s.message();
+    return ExitCodeFor(s);
+  }
+  return exit_code;
+}
+
+}  // namespace ftrain::cli

@@ -1,0 +1,477 @@
+// FsdpEngine: flat sharded units, gather/free around compute, reduce-scatter of gradients,
+// sharded AdamW. The schedule of one micro-batch (with prefetch):
+//   gather root; embed; [gather L0]
+//   for each layer i: wait gather i; gather i+1; forward i (saving its input); free i
+//   head + loss; backward of head
+//   for each layer i from last: re-gather i (and prefetch i-1); recompute + backward i;
+//       accumulate grads; free i; (last micro-batch) reduce-scatter i's grads
+//   backward of embed; accumulate root grads; free root; reduce-scatter root grads
+#include "fsdp/engine.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/log.h"
+
+namespace ftrain::fsdp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t ElemSize(torch::ScalarType t) { return torch::elementSize(t); }
+
+}  // namespace
+
+StatusOr<Sharding> ParseSharding(const std::string& name) {
+  if (name == "full_shard") return Sharding::kFullShard;
+  if (name == "shard_grad_op") return Sharding::kShardGradOp;
+  if (name == "no_shard") return Sharding::kNoShard;
+  if (name == "hybrid_shard") return Sharding::kHybridShard;
+  return Status::InvalidArgument("dist.sharding = '" + name +
+                                 "' is not one of full_shard, shard_grad_op, no_shard, "
+                                 "hybrid_shard");
+}
+
+const char* ShardingName(Sharding s) {
+  switch (s) {
+    case Sharding::kFullShard: return "full_shard";
+    case Sharding::kShardGradOp: return "shard_grad_op";
+    case Sharding::kNoShard: return "no_shard";
+    case Sharding::kHybridShard: return "hybrid_shard";
+  }
+  return "?";
+}
+
+struct FsdpEngine::Unit {
+  struct Param {
+    std::string name;
+    torch::Tensor param;  // the model's leaf parameter; its data is swapped in and out
+    std::vector<int64_t> shape;
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  std::string name;
+  int layer = -1;  // -1 for the root unit
+  std::vector<Param> params;
+  int64_t numel = 0;
+  dist::ShardSpan span;
+  torch::Tensor master, exp_avg, exp_avg_sq;  // fp32 [span.length]
+  torch::Tensor param_shard;                  // param dtype [span.length]; aliases master in fp32
+  torch::Tensor grad_shard;                   // reduce dtype [span.length], reduced and averaged
+  torch::Tensor full;                         // gathered params, param dtype [numel]
+  torch::Tensor full_grad;                    // local gradient sum over micro-batches [numel]
+  torch::Tensor reduced;                      // reduce-scatter output in flight
+  std::unique_ptr<dist::Work> gather_work;
+  std::unique_ptr<dist::Work> reduce_work;
+  bool attached = false;
+  // Saved between forward and backward of a micro-batch.
+  torch::Tensor saved_input;   // act. checkpointing: the block input (no graph)
+  torch::Tensor saved_output;  // no act. checkpointing: output with its graph
+};
+
+FsdpEngine::~FsdpEngine() {
+  // Drain collectives in flight so their worker never touches freed tensors.
+  for (auto& u : units_) {
+    if (u->gather_work) (void)u->gather_work->Wait();  // errors were or will be reported
+    if (u->reduce_work) (void)u->reduce_work->Wait();
+  }
+}
+
+StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model,
+                                                         const FsdpConfig& config,
+                                                         const FsdpGroups& groups) {
+  if (config.param_dtype != torch::kFloat32 && config.param_dtype != torch::kBFloat16) {
+    return Status::InvalidArgument("train.param_dtype must be float32 or bfloat16");
+  }
+  if (config.reduce_dtype != torch::kFloat32 && config.reduce_dtype != torch::kBFloat16) {
+    return Status::InvalidArgument("train.reduce_dtype must be float32 or bfloat16");
+  }
+  std::unique_ptr<FsdpEngine> e(new FsdpEngine());
+  e->model_ = model;
+  e->config_ = config;
+  e->groups_ = groups;
+  const int shard_size = groups.shard ? groups.shard->size() : 1;
+  const int shard_rank = groups.shard ? groups.shard->rank() : 0;
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& item : model->named_parameters()) by_name[item.key()] = item.value();
+  std::vector<std::pair<int, std::vector<std::string>>> unit_names;
+  unit_names.push_back({-1, model->RootParamNames()});
+  for (int i = 0; i < static_cast<int>(model->config().num_layers); ++i) {
+    unit_names.push_back({i, model->LayerParamNames(i)});
+  }
+  size_t assigned = 0;
+  for (const auto& [layer, names] : unit_names) {
+    auto u = std::make_unique<Unit>();
+    u->layer = layer;
+    u->name = layer < 0 ? "root" : "layer" + std::to_string(layer);
+    for (const auto& n : names) {
+      auto it = by_name.find(n);
+      if (it == by_name.end()) return Status::Internal("model has no parameter " + n);
+      Unit::Param p;
+      p.name = n;
+      p.param = it->second;
+      p.shape = it->second.sizes().vec();
+      p.numel = it->second.numel();
+      p.offset = u->numel;
+      u->numel += p.numel;
+      u->params.push_back(p);
+      ++assigned;
+    }
+    u->span = dist::ShardOf(u->numel, shard_size, shard_rank);
+    // This rank's slice of the flat unit, from the model's current (identical) values.
+    torch::Tensor flat = torch::empty({u->numel}, torch::kFloat32);
+    for (const auto& p : u->params) {
+      flat.narrow(0, p.offset, p.numel).copy_(p.param.detach().reshape(-1).to(torch::kFloat32));
+    }
+    u->master = flat.narrow(0, u->span.offset, u->span.length).clone();
+    u->exp_avg = torch::zeros_like(u->master);
+    u->exp_avg_sq = torch::zeros_like(u->master);
+    u->param_shard = config.param_dtype == torch::kFloat32 ? u->master
+                                                           : u->master.to(config.param_dtype);
+    u->grad_shard = torch::zeros({u->span.length}, config.reduce_dtype);
+    e->units_.push_back(std::move(u));
+  }
+  if (assigned != by_name.size()) {
+    return Status::Internal("the model's units do not cover all of its " +
+                            std::to_string(by_name.size()) + " parameters");
+  }
+  for (auto& u : e->units_) {
+    for (auto& p : u->params) p.param.set_data(torch::empty({0}, config.param_dtype));
+  }
+  return e;
+}
+
+bool FsdpEngine::ReshardAfterForward() const {
+  // Freeing after forward only pays when backward recomputes the block (otherwise the saved
+  // graph holds the gathered parameters anyway).
+  return (config_.sharding == Sharding::kFullShard || config_.sharding == Sharding::kHybridShard) &&
+         config_.activation_checkpointing;
+}
+
+Status FsdpEngine::Gather(Unit& u) {
+  if (u.attached || u.gather_work || u.full.defined()) return Status::Ok();
+  const int s = groups_.shard ? groups_.shard->size() : 1;
+  if (s == 1) {
+    u.full = u.param_shard;  // the whole unit; views of it stay valid across steps
+    return Status::Ok();
+  }
+  u.full = torch::empty({u.numel}, config_.param_dtype);
+  u.gather_work = groups_.shard->AllGather(u.full, u.param_shard);
+  comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.param_dtype);
+  return Status::Ok();
+}
+
+Status FsdpEngine::WaitGather(Unit& u) {
+  if (!u.gather_work) return Status::Ok();
+  auto t0 = Clock::now();
+  Status s = u.gather_work->Wait();
+  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  u.gather_work.reset();
+  return s.Annotate("all-gather of " + u.name);
+}
+
+void FsdpEngine::Attach(Unit& u) {
+  if (u.attached) return;
+  for (auto& p : u.params) p.param.set_data(u.full.narrow(0, p.offset, p.numel).view(p.shape));
+  u.attached = true;
+}
+
+void FsdpEngine::Release(Unit& u) {
+  if (KeepsFullParams()) return;
+  for (auto& p : u.params) p.param.set_data(torch::empty({0}, config_.param_dtype));
+  u.full = torch::Tensor();
+  u.attached = false;
+}
+
+void FsdpEngine::AccumulateGrads(Unit& u, bool first_micro_batch) {
+  torch::NoGradGuard no_grad;
+  if (first_micro_batch || !u.full_grad.defined()) {
+    u.full_grad = torch::zeros({u.numel}, config_.reduce_dtype);
+  }
+  for (auto& p : u.params) {
+    torch::Tensor g = p.param.grad();
+    if (!g.defined()) continue;
+    u.full_grad.narrow(0, p.offset, p.numel).add_(g.reshape(-1).to(config_.reduce_dtype));
+    p.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
+                                            bool last_micro_batch) {
+  if (tokens.dim() != 2 || tokens.size(1) < 2) {
+    return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
+  }
+  const bool first = micro_batches_ == 0;
+  ++micro_batches_;
+  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
+  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  const int L = static_cast<int>(units_.size()) - 1;
+  Unit& root = *units_[0];
+  FT_RETURN_IF_ERROR(Gather(root));
+  FT_RETURN_IF_ERROR(WaitGather(root));
+  Attach(root);
+  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
+  torch::Tensor h0 = model_->Embed(inputs);
+  torch::Tensor h = h0.detach();
+  for (int i = 0; i < L; ++i) {
+    Unit& u = *units_[static_cast<size_t>(i) + 1];
+    FT_RETURN_IF_ERROR(Gather(u));
+    FT_RETURN_IF_ERROR(WaitGather(u));
+    Attach(u);
+    if (config_.prefetch && i + 1 < L) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    if (config_.activation_checkpointing) {
+      torch::NoGradGuard no_grad;
+      u.saved_input = h;
+      h = model_->Layer(i, h);
+    } else {
+      torch::Tensor x = h.detach().requires_grad_(true);
+      u.saved_input = x;
+      u.saved_output = model_->Layer(i, x);
+      h = u.saved_output.detach();
+    }
+    if (ReshardAfterForward()) Release(u);
+  }
+  torch::Tensor z = h.detach().requires_grad_(true);
+  torch::Tensor logits = model_->Head(z);
+  torch::Tensor loss = model::CrossEntropyLoss(logits, targets);
+  const float loss_value = loss.item<float>();
+  (loss * loss_scale).backward();
+  logits = torch::Tensor();
+  torch::Tensor grad = z.grad();
+  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(L)]));
+  for (int i = L - 1; i >= 0; --i) {
+    Unit& u = *units_[static_cast<size_t>(i) + 1];
+    FT_RETURN_IF_ERROR(Gather(u));
+    FT_RETURN_IF_ERROR(WaitGather(u));
+    Attach(u);
+    if (config_.prefetch && i > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i)]));
+    torch::Tensor x;
+    if (config_.activation_checkpointing) {
+      x = u.saved_input.detach().requires_grad_(true);
+      torch::Tensor y = model_->Layer(i, x);
+      y.backward(grad);
+    } else {
+      x = u.saved_input;
+      u.saved_output.backward(grad);
+    }
+    grad = x.grad();
+    u.saved_input = torch::Tensor();
+    u.saved_output = torch::Tensor();
+    AccumulateGrads(u, first);
+    Release(u);
+    if (last_micro_batch) {
+      // Start this unit's reduction now; it overlaps the backward of the blocks below.
+      const int s = groups_.shard ? groups_.shard->size() : 1;
+      if (s > 1) {
+        u.reduced = torch::empty({u.span.length}, config_.reduce_dtype);
+        u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, dist::ReduceOp::kSum);
+        comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+      } else {
+        u.reduced = u.full_grad;
+      }
+    }
+  }
+  h0.backward(grad);
+  AccumulateGrads(root, first);
+  Release(root);
+  if (last_micro_batch) {
+    const int s = groups_.shard ? groups_.shard->size() : 1;
+    if (s > 1) {
+      root.reduced = torch::empty({root.span.length}, config_.reduce_dtype);
+      root.reduce_work = groups_.shard->ReduceScatter(root.reduced, root.full_grad, dist::ReduceOp::kSum);
+      comm_bytes_ += static_cast<uint64_t>(root.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+    } else {
+      root.reduced = root.full_grad;
+    }
+    FT_RETURN_IF_ERROR(ReduceGrads());
+  }
+  return loss_value;
+}
+
+Status FsdpEngine::ReduceGrads() {
+  // Order: layers from the last (the order their reduce-scatters were issued), then root.
+  std::vector<Unit*> order;
+  for (size_t i = units_.size() - 1; i >= 1; --i) order.push_back(units_[i].get());
+  order.push_back(units_[0].get());
+  std::vector<std::unique_ptr<dist::Work>> all_reduces;
+  for (Unit* u : order) {
+    if (u->reduce_work) {
+      auto t0 = Clock::now();
+      Status s = u->reduce_work->Wait();
+      comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+      u->reduce_work.reset();
+      FT_RETURN_IF_ERROR(s.Annotate("reduce-scatter of " + u->name));
+    }
+    if (groups_.replicate && groups_.replicate->size() > 1) {
+      all_reduces.push_back(groups_.replicate->AllReduce(u->reduced, dist::ReduceOp::kSum));
+      const int r = groups_.replicate->size();
+      comm_bytes_ += static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) *
+                     ElemSize(config_.reduce_dtype);
+    }
+  }
+  auto t0 = Clock::now();
+  for (auto& w : all_reduces) FT_RETURN_IF_ERROR(w->Wait().Annotate("gradient all-reduce"));
+  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  torch::NoGradGuard no_grad;
+  const double world = static_cast<double>(groups_.world_size);
+  for (Unit* u : order) {
+    u->grad_shard.copy_(u->reduced).div_(world);
+    u->reduced = torch::Tensor();
+    u->full_grad = torch::Tensor();
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double max_norm) {
+  torch::NoGradGuard no_grad;
+  if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
+  // Global gradient norm: squares summed per shard in float64, then across the shard group
+  // (replicas hold identical shards, so the shard group covers every parameter once).
+  double sumsq = 0;
+  for (const auto& u : units_) {
+    if (u->span.length > 0) sumsq += u->grad_shard.to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  if (groups_.shard && groups_.shard->size() > 1) {
+    torch::Tensor t = torch::full({1}, sumsq, torch::kFloat64);
+    auto t0 = Clock::now();
+    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(t, dist::ReduceOp::kSum)->Wait());
+    comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    sumsq = t.item<double>();
+  }
+  StepStats stats;
+  stats.grad_norm = std::sqrt(sumsq);
+  const double coef = ClipCoefficient(stats.grad_norm, max_norm);
+  ++optimizer_step_;
+  for (auto& u : units_) {
+    torch::Tensor g = u->grad_shard.to(torch::kFloat32);
+    if (coef < 1.0) g.mul_(coef);
+    AdamWUpdate(adamw, optimizer_step_, lr, u->master, g, u->exp_avg, u->exp_avg_sq);
+    if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
+    u->grad_shard.zero_();
+  }
+  micro_batches_ = 0;
+  stats.comm_wait_s = comm_wait_s_;
+  stats.comm_bytes = comm_bytes_;
+  comm_wait_s_ = 0;
+  comm_bytes_ = 0;
+  return stats;
+}
+
+StatusOr<float> FsdpEngine::EvalLoss(const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
+  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  Unit& root = *units_[0];
+  FT_RETURN_IF_ERROR(Gather(root));
+  FT_RETURN_IF_ERROR(WaitGather(root));
+  Attach(root);
+  torch::Tensor h = model_->Embed(inputs);
+  for (size_t i = 1; i < units_.size(); ++i) {
+    Unit& u = *units_[i];
+    FT_RETURN_IF_ERROR(Gather(u));
+    FT_RETURN_IF_ERROR(WaitGather(u));
+    Attach(u);
+    h = model_->Layer(static_cast<int>(i) - 1, h);
+    Release(u);
+  }
+  float loss = model::CrossEntropyLoss(model_->Head(h), targets).item<float>();
+  Release(root);
+  return loss;
+}
+
+std::vector<ShardPiece> FsdpEngine::StatePieces() const {
+  std::vector<ShardPiece> out;
+  for (const auto& u : units_) {
+    const int64_t s = u->span.offset, e = u->span.offset + u->span.length;
+    for (const auto& p : u->params) {
+      const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo >= hi) continue;
+      auto add = [&](const char* kind, const torch::Tensor& buf) {
+        out.push_back({kind, p.name, buf.narrow(0, lo - s, hi - lo), p.shape, lo - p.offset});
+      };
+      add("master", u->master);
+      add("optim/exp_avg", u->exp_avg);
+      add("optim/exp_avg_sq", u->exp_avg_sq);
+      if (!u->param_shard.is_same(u->master)) add("model", u->param_shard);
+    }
+  }
+  return out;
+}
+
+Status FsdpEngine::LoadState(
+    const std::function<Status(const std::string&, const std::string&, int64_t, int64_t,
+                               torch::Tensor)>& read) {
+  torch::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    const int64_t s = u->span.offset, e = u->span.offset + u->span.length;
+    for (const auto& p : u->params) {
+      const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo >= hi) continue;
+      for (auto [kind, buf] : {std::pair<const char*, torch::Tensor*>{"master", &u->master},
+                               {"optim/exp_avg", &u->exp_avg},
+                               {"optim/exp_avg_sq", &u->exp_avg_sq}}) {
+        FT_RETURN_IF_ERROR(read(kind, p.name, lo - p.offset, hi - lo, buf->narrow(0, lo - s, hi - lo)));
+      }
+    }
+    if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
+    u->grad_shard.zero_();
+  }
+  micro_batches_ = 0;
+  return Status::Ok();
+}
+
+Status FsdpEngine::LoadFullParameters(
+    const std::function<Status(const std::string&, torch::Tensor)>& read) {
+  torch::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    const int64_t s = u->span.offset, e = u->span.offset + u->span.length;
+    for (const auto& p : u->params) {
+      torch::Tensor full = torch::empty(p.shape, torch::kFloat32);
+      FT_RETURN_IF_ERROR(read(p.name, full));
+      const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo >= hi) continue;
+      u->master.narrow(0, lo - s, hi - lo).copy_(full.reshape(-1).narrow(0, lo - p.offset, hi - lo));
+    }
+    u->exp_avg.zero_();
+    u->exp_avg_sq.zero_();
+    if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> FsdpEngine::GatherFullParameters() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const int s = groups_.shard ? groups_.shard->size() : 1;
+  for (auto& u : units_) {
+    torch::Tensor full;
+    if (s > 1) {
+      full = torch::empty({u->numel}, torch::kFloat32);
+      FT_RETURN_IF_ERROR(groups_.shard->AllGather(full, u->master)->Wait());
+    } else {
+      full = u->master.clone();
+    }
+    for (const auto& p : u->params) {
+      out.push_back({p.name, full.narrow(0, p.offset, p.numel).view(p.shape).clone()});
+    }
+  }
+  return out;
+}
+
+uint64_t FsdpEngine::PersistentBytes() const {
+  uint64_t b = 0;
+  for (const auto& u : units_) {
+    b += u->master.nbytes() + u->exp_avg.nbytes() + u->exp_avg_sq.nbytes() + u->grad_shard.nbytes();
+    if (!u->param_shard.is_same(u->master)) b += u->param_shard.nbytes();
+  }
+  return b;
+}
+
+int64_t FsdpEngine::NumParameters() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u->numel;
+  return n;
+}
+
+}  // namespace ftrain::fsdp

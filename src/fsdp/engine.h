@@ -1,0 +1,135 @@
+// The FSDP engine: applies sharding, mixed precision and activation checkpointing to an
+// unchanged LlamaModel (the model knows nothing about it). Sharding units: one per decoder
+// block, plus a root unit (embeddings, final norm, lm_head) that is gathered for the whole
+// micro-batch. Each unit's parameters live as one flat buffer split with dist::ShardOf across
+// the shard group; fp32 master weights, AdamW moments and gradients exist only as shards.
+//
+// Strategies (dist.sharding):
+//   full_shard     shard over the world; gather a unit before its forward, free it after,
+//                  re-gather for its backward, reduce-scatter its gradients.
+//   shard_grad_op  like full_shard, but keep a unit gathered from its forward to its
+//                  backward (ZeRO-2: less communication, more memory).
+//   no_shard       every rank holds everything; gradients are all-reduced (DDP).
+//   hybrid_shard   full_shard within a node (intra-node group) and all-reduce of the
+//                  gradient shards across nodes (inter-node group).
+// Determinism: collectives are issued in a fixed order, reductions have a fixed order, and
+// gradient accumulation adds micro-batches in order; two runs give the same bits.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "dist/comm.h"
+#include "fsdp/adamw.h"
+#include "model/llama.h"
+
+namespace ftrain::fsdp {
+
+enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+StatusOr<Sharding> ParseSharding(const std::string& name);
+const char* ShardingName(Sharding s);
+
+struct FsdpConfig {
+  Sharding sharding = Sharding::kFullShard;
+  torch::ScalarType param_dtype = torch::kFloat32;   // compute and all-gather dtype
+  torch::ScalarType reduce_dtype = torch::kFloat32;  // gradient reduction dtype
+  bool activation_checkpointing = true;
+  bool prefetch = true;  // all-gather the next unit while the current one computes
+};
+
+// The groups the engine communicates over. `shard` may be null (a group of one rank);
+// `replicate` may be null (no replication). The engine does not own them.
+struct FsdpGroups {
+  dist::Comm* shard = nullptr;
+  dist::Comm* replicate = nullptr;
+  int world_size = 1;  // shard size x replicate size: the data-parallel degree
+};
+
+struct StepStats {
+  double grad_norm = 0;     // before clipping
+  double comm_wait_s = 0;   // time the compute thread waited on collectives this step
+  uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
+};
+
+// One contiguous piece of a parameter held by this rank, for checkpointing.
+struct ShardPiece {
+  std::string kind;  // "master", "optim/exp_avg", "optim/exp_avg_sq", "model" (bf16 only)
+  std::string name;  // Hugging Face parameter name
+  torch::Tensor data;            // a 1-D view into the engine's buffer (fp32 or bf16)
+  std::vector<int64_t> shape;    // global shape
+  int64_t offset = 0;            // in the flattened parameter
+};
+
+class FsdpEngine {
+ public:
+  static StatusOr<std::unique_ptr<FsdpEngine>> Create(model::LlamaModel model,
+                                                      const FsdpConfig& config,
+                                                      const FsdpGroups& groups);
+  ~FsdpEngine();
+
+  // Forward and backward of one micro-batch: tokens [B, T+1] int64 (inputs are [:, :-1],
+  // targets [:, 1:]). The loss is multiplied by loss_scale (1/K for K accumulation steps)
+  // before backward. On the last micro-batch of a step the gradients are reduced.
+  // Returns the unscaled mean loss of this micro-batch.
+  StatusOr<float> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
+                                  bool last_micro_batch);
+
+  // Clips by the global gradient norm (max_norm <= 0: no clipping), applies AdamW with
+  // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
+  StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
+
+  // Evaluation forward (no gradients): mean loss of a micro-batch.
+  StatusOr<float> EvalLoss(const torch::Tensor& tokens);
+
+  int64_t optimizer_step() const { return optimizer_step_; }
+  void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
+
+  // Every piece of persistent state this rank holds (views, not copies).
+  std::vector<ShardPiece> StatePieces() const;
+  // Whether this rank writes its tensor pieces to checkpoints: replicas (hybrid_shard across
+  // nodes, no_shard across ranks) hold identical shards, so only the first replica writes.
+  bool WritesTensorState() const { return !groups_.replicate || groups_.replicate->rank() == 0; }
+  // Fills this rank's state by calling `read` for every piece (kind, name, offset, length,
+  // destination). Model (bf16) pieces are re-derived from the master weights.
+  Status LoadState(const std::function<Status(const std::string& kind, const std::string& name,
+                                              int64_t offset, int64_t length,
+                                              torch::Tensor dst)>& read);
+  // Sets every parameter from full (unsharded) tensors by name, e.g. from safetensors.
+  Status LoadFullParameters(const std::function<Status(const std::string& name,
+                                                       torch::Tensor dst_fp32)>& read);
+  // Gathers the full fp32 master weights of every parameter (collective: all ranks call it).
+  StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> GatherFullParameters();
+
+  // Bytes of persistent state per rank: parameter, gradient, master and moment shards.
+  uint64_t PersistentBytes() const;
+  int64_t NumParameters() const;
+  const FsdpConfig& config() const { return config_; }
+
+ private:
+  struct Unit;
+  FsdpEngine() = default;
+  Status Gather(Unit& u);
+  Status WaitGather(Unit& u);
+  void Attach(Unit& u);
+  void Release(Unit& u);
+  void AccumulateGrads(Unit& u, bool first_micro_batch);
+  Status ReduceGrads();
+  bool ReshardAfterForward() const;
+  bool KeepsFullParams() const { return config_.sharding == Sharding::kNoShard; }
+
+  model::LlamaModel model_{nullptr};
+  FsdpConfig config_;
+  FsdpGroups groups_;
+  std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1..L] layers
+  int64_t optimizer_step_ = 0;
+  int micro_batches_ = 0;  // since the last Step
+  double comm_wait_s_ = 0;
+  uint64_t comm_bytes_ = 0;
+};
+
+}  // namespace ftrain::fsdp

@@ -1,0 +1,94 @@
+// LlamaModel: a Llama-style decoder (RMSNorm, RoPE in the Hugging Face "rotate half"
+// convention, grouped-query causal attention, SwiGLU MLP, tied or untied lm_head) whose
+// named_parameters() are exactly the Hugging Face LlamaForCausalLM names. The model knows
+// nothing about parallelism: it exposes Embed / Layer / Head so that a separate engine (FSDP)
+// can install gathered parameters with param.set_data(...) before each call. Every call reads
+// the parameters afresh; nothing derived from them is cached. See docs/model.md.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/llama_config.h"
+
+namespace ftrain::model {
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  // Allocates every parameter with torch::empty (uninitialized: call InitWeights or
+  // LoadSafetensors before use). `options` sets the parameters' dtype and device, default
+  // float32 on the CPU; a meta device gives shapes and names without memory. Throws
+  // StatusError(InvalidArgument) when cfg.Validate() fails.
+  explicit LlamaModelImpl(const LlamaConfig& cfg,
+                          const torch::TensorOptions& options = torch::kFloat32);
+
+  const LlamaConfig& config() const { return cfg_; }
+
+  // tokens [B, T] int64 with 0 <= token < vocab_size and T <= max_seq_len
+  // -> hidden [B, T, H] in the embedding weight's dtype.
+  torch::Tensor Embed(const torch::Tensor& tokens);
+  // Decoder block i: h + Attn(RMSNorm(h)), then h + MLP(RMSNorm(h)). h [B, T, H]; the
+  // block's parameters must have h's dtype and device. Returns [B, T, H] in h's dtype.
+  torch::Tensor Layer(int i, const torch::Tensor& h);
+  // Final RMSNorm + lm_head (the embedding matrix when tied) -> logits [B, T, V] float32.
+  torch::Tensor Head(const torch::Tensor& h);
+  // Head(Layer(L-1, ... Layer(0, Embed(tokens)))).
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  // HF names of the parameters Embed and Head read: model.embed_tokens.weight,
+  // model.norm.weight and (untied only) lm_head.weight.
+  std::vector<std::string> RootParamNames() const;
+  // HF names of layer i's nine parameters, in named_parameters() order.
+  std::vector<std::string> LayerParamNames(int i) const;
+
+  // Deterministic initialization: every linear and the embedding ~ normal(0, 0.02), every
+  // RMSNorm weight = 1. Each parameter draws from its own CPU generator seeded from
+  // (seed, its HF name), so the bits depend only on seed and config (not on thread count,
+  // parameter order or which other parameters exist). The global generator is not touched.
+  void InitWeights(uint64_t seed);
+  // The value InitWeights gives parameter `name` (float32, CPU), for engines that initialize
+  // one shard unit at a time.
+  static torch::Tensor InitialValue(const std::string& name, at::IntArrayRef shape, uint64_t seed);
+
+ private:
+  struct LayerParams {
+    torch::Tensor q, k, v, o, gate, up, down, input_norm, post_norm;
+  };
+  // The registered parameter tensors themselves (same TensorImpl as named_parameters()),
+  // so param.set_data(...) by an engine is seen here. Never replaced after construction.
+  torch::Tensor embed_, norm_, lm_head_;  // lm_head_ is embed_ when tied
+  std::vector<LayerParams> layers_;
+  LlamaConfig cfg_;
+
+  // RoPE cos/sin [T, head_dim] and the causal mask [T, T] for the last (T, dtype, device):
+  // constants of the config, not derived from parameters; not registered as buffers.
+  struct RopeCache {
+    int64_t seq_len = -1;
+    torch::Tensor cos, sin, mask;
+  };
+  RopeCache Rope(int64_t seq_len, const torch::TensorOptions& options);
+  std::mutex rope_mu_;
+  RopeCache rope_;  // guarded by rope_mu_
+};
+TORCH_MODULE(LlamaModel);
+
+// Mean token cross-entropy in float32. logits [B, T, V] (any float dtype; computed in float32),
+// targets [B, T] int64 in [0, V). Returns a float32 scalar.
+torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// Building blocks, exposed for tests (the HF equations; see docs/model.md).
+// x * rsqrt(mean(x^2) + eps) computed in float32, cast back to x's dtype, times weight.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// cat(-x2, x1) over the last dimension (x1, x2 its halves).
+torch::Tensor RotateHalf(const torch::Tensor& x);
+// cos/sin [T, head_dim] in float32: angle(t, j) = t * theta^(-2(j mod d/2)/d).
+std::pair<torch::Tensor, torch::Tensor> RopeCosSin(int64_t seq_len, int64_t head_dim, double theta);
+// x [..., T, head_dim] -> x * cos + RotateHalf(x) * sin (cos/sin cast to x's dtype).
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+}  // namespace ftrain::model

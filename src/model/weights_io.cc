@@ -1,0 +1,315 @@
+// safetensors <-> LlamaModel. Open() validates every header (and the index) before Check()
+// compares the tensor set with the model's; only then are parameters written, one tensor at
+// a time (peak extra memory: one tensor's bytes plus its converted copy).
+#include "model/weights_io.h"
+
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/llama.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian; this code copies it as is");
+
+namespace ftrain::model {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxIndexBytes = 64u << 20;  // HF indexes are a few hundred KB
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Buffers HF keeps in some old exports; they are recomputed, never loaded.
+bool IsIgnoredBuffer(const std::string& name) { return EndsWith(name, ".rotary_emb.inv_freq"); }
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// A file named by an index must be a plain name in the index's directory.
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+at::ScalarType SourceType(const std::string& dtype) {
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F16") return at::kHalf;
+  if (dtype == "F32") return at::kFloat;
+  return at::ScalarType::Undefined;
+}
+
+StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return Status::Corruption("'" + path + "' is " + std::to_string(st.st_size) +
+                              " bytes, more than the " + std::to_string(max_bytes) +
+                              "-byte limit for a safetensors index");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  if (!in || !in.read(&text[0], static_cast<std::streamsize>(text.size()))) {
+    return Status::IOError("cannot read '" + path + "'");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, kv = c.num_kv_heads * c.HeadDim();
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.push_back({p + "self_attn.q_proj.weight", {H, H}});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, H}});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, H}});
+    specs.push_back({p + "self_attn.o_proj.weight", {H, H}});
+    specs.push_back({p + "mlp.gate_proj.weight", {I, H}});
+    specs.push_back({p + "mlp.up_proj.weight", {I, H}});
+    specs.push_back({p + "mlp.down_proj.weight", {H, I}});
+    specs.push_back({p + "input_layernorm.weight", {H}});
+    specs.push_back({p + "post_attention_layernorm.weight", {H}});
+  }
+  specs.push_back({"model.norm.weight", {H}});
+  if (!c.tie_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}});
+  return specs;
+}
+
+// --- SafetensorsCheckpoint -------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(
+    const std::string& path) {
+  std::unique_ptr<SafetensorsCheckpoint> ck(new SafetensorsCheckpoint());
+  ck->path_ = path;
+  if (!EndsWith(path, ".json")) {
+    FT_RETURN_IF_ERROR(ck->AddFile(path, nullptr));
+    return ck;
+  }
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption("safetensors index '" + path + "': " + what);
+  };
+  FT_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxIndexBytes));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
+    return bad("has no \"weight_map\" object (expected {\"weight_map\": {tensor: file}})");
+  }
+  // file name -> (tensor name -> file name), to check each file against the index.
+  std::map<std::string, std::map<std::string, std::string>> by_file;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) {
+      return bad("weight_map entry '" + it.key() + "' is not a file name string");
+    }
+    const std::string file = it.value().get<std::string>();
+    if (!IsPlainFileName(file)) {
+      return bad("weight_map entry '" + it.key() + "' names file '" + file +
+                 "'; only plain file names in the index's directory are allowed (no '/', '..')");
+    }
+    by_file[file][it.key()] = file;
+  }
+  const std::string dir = DirName(path);
+  for (const auto& [file, names] : by_file) {
+    FT_RETURN_IF_ERROR(ck->AddFile(dir + "/" + file, &names));
+  }
+  return ck;
+}
+
+Status SafetensorsCheckpoint::AddFile(const std::string& file,
+                                      const std::map<std::string, std::string>* index_names) {
+  FT_ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(file));
+  const SafetensorsHeader* h = &(headers_[file] = std::move(header));
+  if (index_names != nullptr) {
+    // First what the index promises, then what the file holds beyond that.
+    std::set<std::string> held;
+    for (const SafetensorsEntry& e : h->entries) held.insert(e.name);
+    for (const auto& item : *index_names) {
+      if (held.count(item.first) == 0) {
+        return Status::Corruption("the index '" + path_ + "' puts tensor '" + item.first +
+                                  "' in '" + file + "', which does not hold it");
+      }
+    }
+  }
+  for (const SafetensorsEntry& e : h->entries) {
+    if (IsIgnoredBuffer(e.name)) continue;
+    if (index_names != nullptr && index_names->count(e.name) == 0) {
+      return Status::Corruption("safetensors file '" + file + "' holds tensor '" + e.name +
+                                "' but the index '" + path_ + "' does not list it there");
+    }
+    auto [it, inserted] = tensors_.emplace(e.name, Located{file, h, e});
+    if (!inserted) {
+      return Status::Corruption("tensor '" + e.name + "' is in both '" + it->second.file +
+                                "' and '" + file + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status SafetensorsCheckpoint::Check(const std::vector<TensorSpec>& expected) const {
+  std::set<std::string> wanted;
+  for (const TensorSpec& spec : expected) {
+    wanted.insert(spec.name);
+    auto it = tensors_.find(spec.name);
+    if (it == tensors_.end()) {
+      std::string hint;
+      if (spec.name == "lm_head.weight") {
+        hint = "; if the checkpoint ties lm_head to the embedding, set model.tie_embeddings = true";
+      }
+      return Status::NotFound("tensor '" + spec.name + "' (shape " + ShapeText(spec.shape) +
+                              ") is missing from '" + path_ + "'" + hint);
+    }
+    const SafetensorsEntry& e = it->second.entry;
+    if (e.shape != spec.shape) {
+      return Status::InvalidArgument("tensor '" + spec.name + "' in '" + it->second.file +
+                                     "' has shape " + ShapeText(e.shape) + " but the model needs " +
+                                     ShapeText(spec.shape) +
+                                     "; check the model.* sizes in the config");
+    }
+    if (SourceType(e.dtype) == at::ScalarType::Undefined) {
+      return Status::InvalidArgument("tensor '" + spec.name + "' in '" + it->second.file +
+                                     "' has dtype " + e.dtype + "; only BF16, F16 and F32 load");
+    }
+  }
+  for (const auto& [name, loc] : tensors_) {
+    if (wanted.count(name)) continue;
+    std::string hint = "; the checkpoint does not match the model config";
+    if (name == "lm_head.weight") {
+      hint =
+          "; the model ties lm_head to model.embed_tokens.weight (model.tie_embeddings = "
+          "true): set it to false to load a separate lm_head";
+    }
+    return Status::InvalidArgument("'" + loc.file + "' has tensor '" + name +
+                                   "' that the model does not have" + hint);
+  }
+  return Status::Ok();
+}
+
+Status SafetensorsCheckpoint::Read(const std::string& name, const at::Tensor& dst) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return Status::NotFound("tensor '" + name + "' is not in '" + path_ + "'");
+  }
+  const Located& loc = it->second;
+  if (dst.sizes().vec() != loc.entry.shape) {
+    return Status::InvalidArgument("tensor '" + name + "' in '" + loc.file + "' has shape " +
+                                   ShapeText(loc.entry.shape) + ", destination has " +
+                                   ShapeText(dst.sizes().vec()));
+  }
+  const at::ScalarType src_type = SourceType(loc.entry.dtype);
+  if (src_type == at::ScalarType::Undefined) {
+    return Status::InvalidArgument("tensor '" + name + "' in '" + loc.file + "' has dtype " +
+                                   loc.entry.dtype + "; only BF16, F16 and F32 load");
+  }
+  try {
+    at::NoGradGuard no_grad;
+    // Read straight into the destination when nothing needs converting.
+    if (dst.device().is_cpu() && dst.scalar_type() == src_type && dst.is_contiguous()) {
+      return ReadSafetensorsTensor(loc.file, *loc.header, loc.entry, dst.data_ptr(),
+                                   static_cast<size_t>(dst.nbytes()));
+    }
+    at::Tensor src = at::empty(loc.entry.shape, at::TensorOptions().dtype(src_type));
+    FT_RETURN_IF_ERROR(ReadSafetensorsTensor(loc.file, *loc.header, loc.entry, src.data_ptr(),
+                                             static_cast<size_t>(src.nbytes())));
+    dst.copy_(src);
+  } catch (const std::exception& ex) {
+    return Status::Internal("loading tensor '" + name + "' from '" + loc.file + "': " + ex.what());
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> SafetensorsCheckpoint::Names() const {
+  std::vector<std::string> names;
+  for (const auto& item : tensors_) names.push_back(item.first);
+  return names;
+}
+
+// --- model-level load/save -------------------------------------------------------------------
+
+Status LoadSafetensors(LlamaModel& model, const std::string& path) {
+  FT_ASSIGN_OR_RETURN(auto ck, SafetensorsCheckpoint::Open(path));
+  const std::vector<TensorSpec> specs = LlamaParamSpecs(model->config());
+  FT_RETURN_IF_ERROR(ck->Check(specs));
+  auto params = model->named_parameters();
+  for (const TensorSpec& spec : specs) {
+    const at::Tensor* p = params.find(spec.name);
+    if (p == nullptr) return Status::Internal("model has no parameter " + spec.name);
+    if (p->sizes().vec() != spec.shape) {
+      return Status::FailedPrecondition(
+          "parameter " + spec.name + " has shape " + ShapeText(p->sizes().vec()) + ", expected " +
+          ShapeText(spec.shape) + "; load weights before an engine shards the model");
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    FT_RETURN_IF_ERROR(ck->Read(spec.name, *params.find(spec.name)));
+  }
+  return Status::Ok();
+}
+
+StatusOr<WeightsDType> ParseWeightsDType(const std::string& text) {
+  if (text == "bf16") return WeightsDType::kBF16;
+  if (text == "fp32") return WeightsDType::kFP32;
+  return Status::InvalidArgument("weights dtype '" + text + "' is not supported; use bf16 or fp32");
+}
+
+Status SaveSafetensors(const LlamaModel& model, const std::string& path, WeightsDType dtype) {
+  const at::ScalarType type = dtype == WeightsDType::kBF16 ? at::kBFloat16 : at::kFloat;
+  const std::string st_dtype = dtype == WeightsDType::kBF16 ? "BF16" : "F32";
+  const std::vector<TensorSpec> specs = LlamaParamSpecs(model->config());
+  auto params = model->named_parameters();
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorSpec& spec : specs) {
+    const at::Tensor* p = params.find(spec.name);
+    if (p == nullptr) return Status::Internal("model has no parameter " + spec.name);
+    if (p->sizes().vec() != spec.shape) {
+      return Status::FailedPrecondition(
+          "parameter " + spec.name + " has shape " + ShapeText(p->sizes().vec()) + ", expected " +
+          ShapeText(spec.shape) + "; save from a model whose parameters are materialized");
+    }
+    SafetensorsEntry e;
+    e.name = spec.name;
+    e.dtype = st_dtype;
+    e.shape = spec.shape;
+    entries.push_back(std::move(e));
+  }
+  FT_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Begin(path, entries, {{"format", "pt"}}));
+  try {
+    at::NoGradGuard no_grad;
+    for (const TensorSpec& spec : specs) {
+      at::Tensor t = params.find(spec.name)->detach().to(at::kCPU).to(type).contiguous();
+      FT_RETURN_IF_ERROR(writer->Write(spec.name, t.data_ptr(), static_cast<size_t>(t.nbytes())));
+    }
+  } catch (const std::exception& ex) {
+    return Status::Internal("saving '" + path + "': " + ex.what());
+  }
+  return writer->Finish();
+}
+
+}  // namespace ftrain::model

@@ -1,0 +1,69 @@
+// metrics.jsonl writing.
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+namespace ftrain::train {
+
+std::string FormatMetricsLine(const StepMetrics& m) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_time_s\":%.6f,"
+                "\"tokens_per_s\":%.1f,\"data_wait_s\":%.6f,\"comm_s\":%.6f,\"ckpt_stall_s\":%.6f,"
+                "\"restart_count\":%lld,\"tokens\":%lld,\"time\":%.3f}",
+                static_cast<long long>(m.step), m.loss, m.lr, m.grad_norm, m.step_time_s,
+                m.tokens_per_s, m.data_wait_s, m.comm_s, m.ckpt_stall_s,
+                static_cast<long long>(m.restart_count), static_cast<long long>(m.tokens),
+                m.unix_time);
+  return buf;
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
+                                                             int64_t truncate_after_step) {
+  // Keep only lines of steps <= truncate_after_step (a resumed run rewrites the rest).
+  std::ifstream in(path);
+  std::string kept;
+  if (in) {
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto pos = line.find("\"step\":");
+      if (pos == std::string::npos) continue;
+      const long long step = std::atoll(line.c_str() + pos + 7);
+      if (step <= truncate_after_step && !line.empty() && line.back() == '}') kept += line + "\n";
+    }
+  }
+  std::unique_ptr<MetricsWriter> w(new MetricsWriter());
+  w->path_ = path;
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) {
+    return Status::IOError("cannot create metrics file '" + tmp + "': " + std::strerror(errno));
+  }
+  std::fwrite(kept.data(), 1, kept.size(), f);
+  if (std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("cannot write metrics file '" + path + "': " + std::strerror(errno));
+  }
+  w->file_ = std::fopen(path.c_str(), "a");
+  if (w->file_ == nullptr) {
+    return Status::IOError("cannot open metrics file '" + path + "': " + std::strerror(errno));
+  }
+  return w;
+}
+
+Status MetricsWriter::Append(const StepMetrics& m) {
+  const std::string line = FormatMetricsLine(m) + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    return Status::IOError("writing metrics file '" + path_ + "': " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ftrain::train

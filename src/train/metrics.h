@@ -1,0 +1,48 @@
+// metrics.jsonl: one JSON object per optimizer step, appended and flushed line by line so a
+// crash loses at most the line being written; losses printed with %.9g so float32 values
+// round-trip exactly. Written by rank 0 only.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <memory>
+
+#include "core/status.h"
+
+namespace ftrain::train {
+
+struct StepMetrics {
+  int64_t step = 0;  // optimizer steps completed after this one (1 for the first)
+  float loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double data_wait_s = 0;
+  double comm_s = 0;
+  double ckpt_stall_s = 0;
+  int64_t restart_count = 0;
+  int64_t tokens = 0;  // tokens consumed so far (global)
+  double unix_time = 0;
+};
+
+std::string FormatMetricsLine(const StepMetrics& m);
+
+class MetricsWriter {
+ public:
+  ~MetricsWriter();
+  // Appends to `path` (created if needed). Lines of steps after `truncate_after_step` that a
+  // crashed previous run left behind are dropped first, so the file stays one line per step.
+  static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path,
+                                                       int64_t truncate_after_step);
+  Status Append(const StepMetrics& m);
+
+ private:
+  MetricsWriter() = default;
+  std::string path_;
+  FILE* file_ = nullptr;
+};
+
+}  // namespace ftrain::train

@@ -1,0 +1,127 @@
+// TrainConfig loading and validation.
+#include "train/train_config.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+namespace ftrain::train {
+namespace {
+
+Status Positive(const Config& c, const char* key, int64_t v) {
+  if (v > 0) return Status::Ok();
+  std::string where = c.Has(key) ? c.entries().at(key).origin + ": " : "";
+  return Status::InvalidArgument(where + key + " must be > 0, got " + std::to_string(v));
+}
+
+Status OneOf(const Config& c, const char* key, const std::string& v,
+             std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  std::string where = c.Has(key) ? c.entries().at(key).origin + ": " : "";
+  return Status::InvalidArgument(where + key + " = '" + v + "' is not one of " + list);
+}
+
+}  // namespace
+
+StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
+  TrainConfig t;
+  t.raw = c;
+  FT_ASSIGN_OR_RETURN(t.model, LlamaConfig::FromConfig(c));
+  OptimSection& o = t.train;
+  FT_RETURN_IF_ERROR(c.GetInt("train.steps", &o.steps));
+  if (!c.Has("train.steps")) return Status::InvalidArgument("config key 'train.steps' is required");
+  FT_RETURN_IF_ERROR(Positive(c, "train.steps", o.steps));
+  FT_RETURN_IF_ERROR(c.GetInt("train.micro_batch", &o.micro_batch));
+  FT_RETURN_IF_ERROR(Positive(c, "train.micro_batch", o.micro_batch));
+  FT_RETURN_IF_ERROR(c.GetInt("train.grad_accum", &o.grad_accum));
+  FT_RETURN_IF_ERROR(Positive(c, "train.grad_accum", o.grad_accum));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.lr", &o.lr));
+  if (o.lr <= 0) return Status::InvalidArgument("train.lr must be > 0");
+  FT_RETURN_IF_ERROR(c.GetDouble("train.min_lr", &o.min_lr));
+  if (o.min_lr < 0) o.min_lr = o.lr / 10;
+  FT_RETURN_IF_ERROR(c.GetInt("train.warmup_steps", &o.warmup_steps));
+  if (o.warmup_steps < 0) return Status::InvalidArgument("train.warmup_steps must be >= 0");
+  FT_RETURN_IF_ERROR(c.GetBool("train.lr_scale_with_batch", &o.lr_scale_with_batch));
+  FT_RETURN_IF_ERROR(c.GetInt("train.base_batch", &o.base_batch));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.weight_decay", &o.weight_decay));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.beta1", &o.beta1));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.beta2", &o.beta2));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.eps", &o.eps));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.clip", &o.clip));
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.eps <= 0 ||
+      o.weight_decay < 0 || o.clip < 0) {
+    return Status::InvalidArgument(
+        "train.beta1/beta2 must be in [0, 1), train.eps > 0, train.weight_decay >= 0, "
+        "train.clip >= 0");
+  }
+  FT_RETURN_IF_ERROR(c.GetInt("train.seed", &o.seed));
+  FT_RETURN_IF_ERROR(c.GetInt("train.threads", &o.threads));
+  FT_RETURN_IF_ERROR(Positive(c, "train.threads", o.threads));
+  FT_RETURN_IF_ERROR(c.GetString("train.param_dtype", &o.param_dtype));
+  FT_RETURN_IF_ERROR(OneOf(c, "train.param_dtype", o.param_dtype, {"float32", "bfloat16"}));
+  FT_RETURN_IF_ERROR(c.GetString("train.reduce_dtype", &o.reduce_dtype));
+  FT_RETURN_IF_ERROR(OneOf(c, "train.reduce_dtype", o.reduce_dtype, {"float32", "bfloat16"}));
+  FT_RETURN_IF_ERROR(c.GetBool("train.activation_checkpointing", &o.activation_checkpointing));
+  FT_RETURN_IF_ERROR(c.GetBool("train.prefetch", &o.prefetch));
+  FT_RETURN_IF_ERROR(c.GetString("train.resume", &o.resume));
+  if (o.resume.empty()) return Status::InvalidArgument("train.resume must be auto, none or a path");
+  FT_RETURN_IF_ERROR(c.GetBool("train.allow_resume_mismatch", &o.allow_resume_mismatch));
+  FT_RETURN_IF_ERROR(c.GetString("train.init", &o.init));
+  FT_RETURN_IF_ERROR(c.GetInt("train.log_every", &o.log_every));
+  FT_RETURN_IF_ERROR(Positive(c, "train.log_every", o.log_every));
+
+  FT_RETURN_IF_ERROR(c.RequireString("data.path", &t.data.path));
+  FT_RETURN_IF_ERROR(c.GetInt("data.prefetch_depth", &t.data.prefetch_depth));
+  if (t.data.prefetch_depth < 0) return Status::InvalidArgument("data.prefetch_depth must be >= 0");
+
+  FT_RETURN_IF_ERROR(c.GetString("dist.sharding", &t.dist.sharding));
+  FT_RETURN_IF_ERROR(OneOf(c, "dist.sharding", t.dist.sharding,
+                           {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}));
+  FT_RETURN_IF_ERROR(c.GetString("dist.backend", &t.dist.backend));
+  FT_RETURN_IF_ERROR(OneOf(c, "dist.backend", t.dist.backend, {"gloo", "nccl"}));
+  FT_RETURN_IF_ERROR(c.GetInt("dist.rdzv_timeout_s", &t.dist.rdzv_timeout_s));
+  FT_RETURN_IF_ERROR(Positive(c, "dist.rdzv_timeout_s", t.dist.rdzv_timeout_s));
+
+  FT_RETURN_IF_ERROR(c.RequireString("run.dir", &t.run_dir));
+  t.ckpt.root = t.run_dir + "/checkpoints";
+  FT_RETURN_IF_ERROR(c.GetString("ckpt.root", &t.ckpt.root));
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.every_minutes", &t.ckpt.every_minutes));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.every_steps", &t.ckpt.every_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.keep", &t.ckpt.keep));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.keep_every", &t.ckpt.keep_every));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.zstd_level", &t.ckpt.zstd_level));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.shuffle", &t.ckpt.shuffle));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.threads", &t.ckpt.threads));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.save_final", &t.ckpt.save_final));
+  if (t.ckpt.every_minutes < 0 || t.ckpt.every_steps < 0 || t.ckpt.keep < 1 ||
+      t.ckpt.keep_every < 0 || t.ckpt.zstd_level < 0 || t.ckpt.zstd_level > 22 ||
+      t.ckpt.threads < 0) {
+    return Status::InvalidArgument(
+        "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
+        "[0, 22], threads >= 0");
+  }
+  FT_RETURN_IF_ERROR(c.CheckAllConsumed());
+  return t;
+}
+
+std::string TrainConfig::ConfigHash() const {
+  std::string canon;
+  for (const auto& [key, entry] : raw.entries()) {
+    const bool irrelevant = key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 ||
+                            key == "train.resume" || key == "train.allow_resume_mismatch" ||
+                            key == "train.log_every" || key == "data.path" ||
+                            key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" ||
+                            key == "train.init";
+    if (!irrelevant) canon += key + "=" + entry.value + "\n";
+  }
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(canon.data(), canon.size())));
+  return buf;
+}
+
+}  // namespace ftrain::train

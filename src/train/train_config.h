@@ -1,0 +1,80 @@
+// Everything `ftrain train` reads from its config file and --section.key=value overrides,
+// validated at start-up with messages that name the bad field (file:line). Each section is
+// one struct; TrainConfig::Load reads them all and rejects unknown keys. No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "model/llama_config.h"
+
+namespace ftrain::train {
+
+struct OptimSection {
+  int64_t steps = 0;  // optimizer steps of the whole run (required)
+  int64_t micro_batch = 4;
+  int64_t grad_accum = 1;
+  double lr = 3e-4;
+  double min_lr = -1;  // default lr / 10
+  int64_t warmup_steps = 0;
+  bool lr_scale_with_batch = false;
+  int64_t base_batch = 0;  // effective batch the lr was tuned for (linear scaling rule)
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double clip = 1.0;  // global gradient-norm clip; 0 = off
+  int64_t seed = 1234;
+  int64_t threads = 1;  // intra-op threads, fixed: part of what makes runs bit-exact
+  std::string param_dtype = "float32";
+  std::string reduce_dtype = "float32";
+  bool activation_checkpointing = true;
+  bool prefetch = true;
+  std::string resume = "auto";  // auto | none | PATH of a complete checkpoint
+  bool allow_resume_mismatch = false;
+  std::string init = "random";  // random | path to model.safetensors or its index.json
+  int64_t log_every = 1;
+};
+
+struct DataSection {
+  std::string path;  // packed directory or http(s):// URL (required)
+  int64_t prefetch_depth = 4;
+};
+
+struct DistSection {
+  std::string sharding = "full_shard";
+  std::string backend = "gloo";
+  int64_t rdzv_timeout_s = 300;
+};
+
+struct CkptSection {
+  std::string root;            // default <run.dir>/checkpoints
+  double every_minutes = 25;   // wall-clock interval; 0 = off
+  int64_t every_steps = 0;     // step interval; 0 = off
+  int64_t keep = 3;
+  int64_t keep_every = 0;
+  int64_t zstd_level = 1;
+  bool shuffle = true;
+  int64_t threads = 0;
+  bool save_final = true;
+};
+
+struct TrainConfig {
+  LlamaConfig model;
+  OptimSection train;
+  DataSection data;
+  DistSection dist;
+  CkptSection ckpt;
+  std::string run_dir;
+  Config raw;  // what was read, for the resolved copy in the run directory
+
+  // Reads every section; unknown keys and bad values fail with the key and its origin.
+  static StatusOr<TrainConfig> Load(const Config& config);
+  // Hash of the settings that change the bits of a run (model, optimizer, schedule, seeds,
+  // dtypes, threads, sharding); paths and checkpoint policy are excluded.
+  std::string ConfigHash() const;
+};
+
+}  // namespace ftrain::train

@@ -1,0 +1,430 @@
+// The training loop. One optimizer step reads like this:
+//   for each of K micro-batches: next batch -> forward + backward (FSDP) -> accumulate
+//   clip + AdamW (sharded) -> metrics -> maybe checkpoint (step boundary) -> maybe stop
+#include "train/trainer.h"
+
+#include <sys/stat.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ckpt/filename.h"
+#include "ckpt/reader.h"
+#include "ckpt/store.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "core/version.h"
+#include "data/reader.h"
+#include "dist/dist.h"
+#include "fsdp/engine.h"
+#include "model/llama.h"
+#include "model/weights_io.h"
+#include "train/checkpointing.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/signals.h"
+
+namespace ftrain::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string FormatEta(double s) {
+  if (s < 0 || s > 1e7) return "--:--:--";
+  char buf[32];
+  const long t = static_cast<long>(s);
+  std::snprintf(buf, sizeof(buf), "%02ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+fsdp::FsdpGroups GroupsFor(fsdp::Sharding s, dist::DistContext& ctx) {
+  fsdp::FsdpGroups g;
+  g.world_size = ctx.world().world_size;
+  switch (s) {
+    case fsdp::Sharding::kFullShard:
+    case fsdp::Sharding::kShardGradOp:
+      g.shard = &ctx.world_comm();
+      break;
+    case fsdp::Sharding::kNoShard:
+      g.replicate = &ctx.world_comm();
+      break;
+    case fsdp::Sharding::kHybridShard:
+      g.shard = &ctx.intra_node();
+      g.replicate = &ctx.inter_node();
+      break;
+  }
+  return g;
+}
+
+// Rank 0 picks what to resume from and broadcasts the step (-1: start fresh).
+StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ctx,
+                                   std::string* dir) {
+  int64_t step = -1;
+  Status decision;
+  if (ctx.world().rank == 0) {
+    ckpt::CheckpointStore store(cfg.ckpt.root);
+    Status rec = store.Recover();
+    if (!rec.ok()) FT_LOG(Warning) << "checkpoint recovery: " << rec.message();
+    // No writer of this root is alive at a job start (one job per root), so what recovery
+    // could not finish is abandoned; a rewrite of the same step must start clean.
+    auto removed = store.RemoveAbandonedPartials();
+    if (removed.ok()) {
+      for (const auto& p : *removed) FT_LOG(Info) << "removed abandoned partial checkpoint " << p;
+    }
+    const std::string& r = cfg.train.resume;
+    if (r == "none") {
+      FT_LOG(Info) << "resume: train.resume = none: starting fresh";
+    } else if (r == "auto") {
+      auto latest = store.Latest();
+      if (!latest.ok()) {
+        decision = latest.status();
+      } else if (!latest->has_value()) {
+        FT_LOG(Info) << "resume: no complete checkpoint in " << cfg.ckpt.root
+                     << ": starting fresh";
+      } else {
+        step = (*latest)->step;
+        FT_LOG(Info) << "resume: newest complete checkpoint is " << (*latest)->path;
+      }
+    } else {
+      ckpt::Manifest m;
+      ckpt::CheckpointStore parent(Dirname(r));
+      Status s = parent.CheckComplete(r, &m);
+      if (!s.ok() || ckpt::ParseRootEntry(Basename(r)).kind != ckpt::EntryKind::kComplete) {
+        decision = Status::InvalidArgument("train.resume = '" + r +
+                                           "' is not a complete checkpoint: " +
+                                           (s.ok() ? "not a step-NNNNNNNN directory" : s.message()));
+      } else {
+        step = m.meta.step;
+        FT_LOG(Info) << "resume: from " << r << " (train.resume)";
+      }
+    }
+  }
+  // Broadcast (step, ok) so that every rank fails or resumes together.
+  torch::Tensor t = torch::tensor({static_cast<double>(step), decision.ok() ? 0.0 : 1.0},
+                                  torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.world_comm().Broadcast(t, 0)->Wait());
+  if (t[1].item<double>() != 0) {
+    if (!decision.ok()) return decision;
+    return Status::InvalidArgument("rank 0 refused to resume (see its log)");
+  }
+  step = static_cast<int64_t>(t[0].item<double>());
+  if (step >= 0) {
+    *dir = cfg.train.resume == "auto" || cfg.train.resume == "none"
+               ? JoinPath(cfg.ckpt.root, ckpt::StepDirName(step))
+               : cfg.train.resume;
+  }
+  return step;
+}
+
+Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
+                             const std::string& data_version, int world_size) {
+  std::vector<std::string> problems;
+  if (m.meta.config_hash != cfg.ConfigHash()) {
+    problems.push_back("config hash " + m.meta.config_hash + " != " + cfg.ConfigHash() +
+                       " (model/optimizer/schedule settings changed)");
+  }
+  if (m.meta.code_version != CodeVersion()) {
+    problems.push_back("code version " + m.meta.code_version + " != " + CodeVersion());
+  }
+  if (m.meta.data_version != data_version) {
+    problems.push_back("data version " + m.meta.data_version + " != " + data_version);
+  }
+  if (!problems.empty()) {
+    std::string all;
+    for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
+    if (!cfg.train.allow_resume_mismatch) {
+      return Status::InvalidArgument("refusing to resume from step " + std::to_string(m.meta.step) +
+                                     ": " + all +
+                                     "; set train.allow_resume_mismatch=true to resume anyway, or "
+                                     "train.resume=none to start fresh");
+    }
+    FT_LOG(Warning) << "resume despite mismatch (train.allow_resume_mismatch): " << all;
+  }
+  if (m.meta.world_size != world_size) {
+    FT_LOG(Warning) << "resume: checkpoint was written by " << m.meta.world_size
+                    << " ranks, this run has " << world_size
+                    << ": resharding; the run is no longer bit-comparable";
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTraining(const TrainConfig& cfg, int* exit_code) {
+  *exit_code = 0;
+  torch::set_num_threads(static_cast<int>(cfg.train.threads));
+  InstallStopSignalHandlers();
+  dist::DistOptions dopts;
+  dopts.backend = cfg.dist.backend;
+  dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
+  FT_ASSIGN_OR_RETURN(dopts, dist::DistOptionsFromEnv(dopts));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<dist::DistContext> ctx, dist::DistContext::Init(dopts));
+  const dist::WorldInfo& world = ctx->world();
+  const bool leader = world.rank == 0;
+  Env* env = Env::Default();
+
+  if (leader) {
+    FT_RETURN_IF_ERROR(env->CreateDir(cfg.run_dir).Annotate("run.dir"));
+    FT_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(cfg.run_dir, "config.resolved.cfg"),
+                                        "# resolved by ftrain " + std::string(CodeVersion()) +
+                                            ", config hash " + cfg.ConfigHash() + "\n" +
+                                            cfg.raw.Canonical()));
+  }
+
+  // Model, then FSDP over it.
+  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
+  model::LlamaModel model(cfg.model);
+  if (cfg.train.init == "random") {
+    model->InitWeights(static_cast<uint64_t>(cfg.train.seed));
+  } else {
+    FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
+  }
+  fsdp::FsdpConfig fc;
+  fc.sharding = sharding;
+  fc.param_dtype = cfg.train.param_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  fc.activation_checkpointing = cfg.train.activation_checkpointing;
+  fc.prefetch = cfg.train.prefetch;
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
+                      fsdp::FsdpEngine::Create(model, fc, GroupsFor(sharding, *ctx)));
+
+  // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
+  // carried in every checkpoint so that anything that does draw resumes exactly).
+  torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL +
+                     static_cast<uint64_t>(world.rank));
+  // Resume.
+  RunState state;
+  std::string resume_dir;
+  FT_ASSIGN_OR_RETURN(int64_t resume_step, ChooseResumeStep(cfg, *ctx, &resume_dir));
+  std::string data_version;
+  {
+    // Open the data once without a cursor to learn its version (cheap: reads index.json).
+    data::ReaderOptions probe;
+    probe.source = cfg.data.path;
+    probe.seed = static_cast<uint64_t>(cfg.train.seed);
+    probe.dp_rank = world.rank;
+    probe.dp_size = world.world_size;
+    probe.micro_batch = static_cast<int>(cfg.train.micro_batch);
+    probe.prefetch_depth = 0;
+    auto r = data::TokenReader::Open(probe, nullptr);
+    if (!r.ok()) {
+      // A data path that is not there is a configuration error (exit 2); damaged data is not.
+      if (r.status().IsNotFound() || r.status().IsInvalidArgument()) {
+        return Status::InvalidArgument("data.path: " + r.status().message());
+      }
+      return r.status();
+    }
+    data_version = (*r)->data_version();
+  }
+  if (resume_step >= 0) {
+    FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
+                        ckpt::CheckpointReader::Open(resume_dir));
+    FT_RETURN_IF_ERROR(
+        CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size));
+    FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, *engine, &state));
+    state.restarts += 1;
+    FT_LOG(Info) << "resume: restored step " << state.step << " from " << resume_dir
+                 << " (restart " << state.restarts << ")";
+  }
+
+  data::ReaderOptions ro;
+  ro.source = cfg.data.path;
+  ro.seed = static_cast<uint64_t>(cfg.train.seed);
+  ro.dp_rank = world.rank;
+  ro.dp_size = world.world_size;
+  ro.micro_batch = static_cast<int>(cfg.train.micro_batch);
+  ro.prefetch_depth = static_cast<int>(cfg.data.prefetch_depth);
+  ro.expected_data_version = data_version;
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<data::TokenReader> reader,
+                      data::TokenReader::Open(ro, state.data_cursor.empty() ? nullptr
+                                                                            : &state.data_cursor));
+  const int64_t seq_len = reader->index().seq_len;
+  if (seq_len > cfg.model.max_seq_len) {
+    return Status::InvalidArgument("data sequences have " + std::to_string(seq_len) +
+                                   " tokens but model.max_seq_len is " +
+                                   std::to_string(cfg.model.max_seq_len));
+  }
+
+  const int64_t K = cfg.train.grad_accum;
+  const int64_t effective_batch = cfg.train.micro_batch * K * world.world_size;
+  LrSchedule sched;
+  sched.peak_lr = cfg.train.lr_scale_with_batch
+                      ? ScaleLrLinearly(cfg.train.lr, effective_batch, cfg.train.base_batch)
+                      : cfg.train.lr;
+  sched.min_lr = cfg.train.min_lr * sched.peak_lr / cfg.train.lr;
+  sched.warmup_steps = cfg.train.warmup_steps;
+  sched.total_steps = cfg.train.steps;
+  const std::string schedule_json =
+      nlohmann::json({{"peak_lr", sched.peak_lr}, {"min_lr", sched.min_lr},
+                      {"warmup_steps", sched.warmup_steps}, {"total_steps", sched.total_steps}})
+          .dump();
+  fsdp::AdamWConfig adamw{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay};
+  if (leader) {
+    FT_LOG(Info) << "train: " << engine->NumParameters() << " parameters, "
+                 << cfg.dist.sharding << " over " << world.world_size << " ranks ("
+                 << world.num_nodes << " nodes); effective batch = micro_batch "
+                 << cfg.train.micro_batch << " x accumulation " << K << " x data-parallel "
+                 << world.world_size << " = " << effective_batch << " sequences of " << seq_len
+                 << " tokens; peak lr " << sched.peak_lr
+                 << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
+  }
+
+  std::unique_ptr<MetricsWriter> metrics;
+  if (leader) {
+    FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"), state.step));
+  }
+  ckpt::CheckpointStore store(cfg.ckpt.root);
+  ckpt::WriteOptions wopts;
+  wopts.zstd_level = static_cast<int>(cfg.ckpt.zstd_level);
+  wopts.shuffle = cfg.ckpt.shuffle;
+  wopts.threads = static_cast<int>(cfg.ckpt.threads);
+  nlohmann::json layout = {{"sharding", cfg.dist.sharding}, {"world_size", world.world_size},
+                           {"num_nodes", world.num_nodes},
+                           {"local_world_size", world.local_world_size},
+                           {"param_dtype", cfg.train.param_dtype}};
+
+  auto save = [&](int64_t step) -> StatusOr<double> {
+    auto t0 = Clock::now();
+    SaveRequest req;
+    req.meta.step = step;
+    req.meta.world_size = world.world_size;
+    req.meta.config_hash = cfg.ConfigHash();
+    req.meta.code_version = CodeVersion();
+    req.meta.data_version = data_version;
+    req.meta.layout_json = layout.dump();
+    req.rank = world.rank;
+    req.write = wopts;
+    state.data_cursor = reader->SaveCursor();
+    auto receipt = SaveShard(store, req, *engine, state, schedule_json);
+    // Every rank learns whether every shard landed before anyone commits.
+    torch::Tensor ok = torch::full({1}, receipt.ok() ? 0.0 : 1.0, torch::kFloat64);
+    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(ok, dist::ReduceOp::kMax)->Wait());
+    if (!receipt.ok()) return receipt.status();
+    if (ok.item<double>() != 0) {
+      return Status::IOError("checkpoint of step " + std::to_string(step) +
+                             " failed on another rank (see its log)");
+    }
+    // Rank 0 commits; every rank learns the outcome (no rank may return early: the others
+    // would wait in a collective forever).
+    Status commit;
+    if (leader) {
+      auto outcome = store.TryCommit(req.meta);
+      if (!outcome.ok()) {
+        commit = outcome.status();
+      } else if (*outcome != ckpt::CommitOutcome::kCommitted &&
+                 *outcome != ckpt::CommitOutcome::kAlreadyCommitted) {
+        commit = Status::Internal("commit of step " + std::to_string(step) + " did not happen");
+      } else {
+        auto rotated = store.Rotate({static_cast<int>(cfg.ckpt.keep), cfg.ckpt.keep_every});
+        if (!rotated.ok()) FT_LOG(Warning) << "rotation: " << rotated.status().message();
+      }
+    }
+    torch::Tensor committed = torch::full({1}, commit.ok() ? 0.0 : 1.0, torch::kFloat64);
+    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(committed, dist::ReduceOp::kMax)->Wait());
+    if (!commit.ok()) return commit;
+    if (committed.item<double>() != 0) {
+      return Status::IOError("commit of step " + std::to_string(step) + " failed on rank 0");
+    }
+    return Seconds(t0, Clock::now());
+  };
+
+  auto run_start = Clock::now();
+  auto last_ckpt = Clock::now();
+  const int64_t start_step = state.step;
+  int64_t last_saved = resume_step;
+  for (int64_t step = state.step; step < cfg.train.steps; ++step) {
+    auto t0 = Clock::now();
+    double data_wait = 0, loss_sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      auto td = Clock::now();
+      FT_ASSIGN_OR_RETURN(data::Batch batch, reader->Next());
+      data_wait += Seconds(td, Clock::now());
+      torch::Tensor tokens = torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens},
+                                              torch::kInt32).to(torch::kInt64);
+      FT_ASSIGN_OR_RETURN(float loss, engine->ForwardBackward(tokens, 1.0 / static_cast<double>(K),
+                                                              k == K - 1));
+      loss_sum += loss;
+    }
+    const double lr = sched.At(step);
+    FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, engine->Step(adamw, lr, cfg.train.clip));
+    state.step = step + 1;
+    state.tokens += effective_batch * seq_len;
+    // One small all-reduce per step: the global loss, and the stop/checkpoint decisions, so
+    // every rank checkpoints and stops at the same step boundary.
+    const bool time_due = cfg.ckpt.every_minutes > 0 &&
+                          Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
+    torch::Tensor sync = torch::tensor({loss_sum / static_cast<double>(K),
+                                        leader && time_due ? 1.0 : 0.0,
+                                        StopRequested() != 0 ? 1.0 : 0.0},
+                                       torch::kFloat64);
+    torch::Tensor flags = sync.narrow(0, 1, 2).clone();
+    torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
+    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
+    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
+    const bool stop = flags[1].item<double>() != 0;
+    const bool step_due = cfg.ckpt.every_steps > 0 && state.step % cfg.ckpt.every_steps == 0;
+    const bool final_step = state.step == cfg.train.steps;
+    const bool want_ckpt = flags[0].item<double>() != 0 || step_due || stop ||
+                           (final_step && cfg.ckpt.save_final);
+    double stall = 0;
+    if (want_ckpt) {
+      auto saved = save(state.step);
+      if (saved.ok()) {
+        stall = *saved;
+        last_saved = state.step;
+        last_ckpt = Clock::now();
+      } else {
+        // Never silently skip: log loudly; the next interval tries again.
+        FT_LOG(Error) << "CHECKPOINT FAILED at step " << state.step << ": "
+                      << saved.status().message() << " (training continues; will retry)";
+        if (stop || final_step) return saved.status();
+      }
+    }
+    const double step_time = Seconds(t0, Clock::now());
+    if (leader) {
+      StepMetrics m;
+      m.step = state.step;
+      m.loss = static_cast<float>(loss_t.item<double>());
+      m.lr = lr;
+      m.grad_norm = stats.grad_norm;
+      m.step_time_s = step_time;
+      m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / (step_time - stall);
+      m.data_wait_s = data_wait;
+      m.comm_s = stats.comm_wait_s;
+      m.ckpt_stall_s = stall;
+      m.restart_count = state.restarts;
+      m.tokens = state.tokens;
+      m.unix_time = static_cast<double>(std::time(nullptr));
+      FT_RETURN_IF_ERROR(metrics->Append(m));
+      if (state.step % cfg.train.log_every == 0 || final_step || stop) {
+        const double elapsed = Seconds(run_start, Clock::now());
+        const double eta = elapsed / static_cast<double>(state.step - start_step) *
+                           static_cast<double>(cfg.train.steps - state.step);
+        std::ostringstream line;
+        line << "step " << state.step << "/" << cfg.train.steps << " loss " << std::fixed
+             << std::setprecision(4) << m.loss << " lr " << std::scientific << std::setprecision(2)
+             << lr << std::fixed << std::setprecision(0) << " tok/s " << m.tokens_per_s
+             << " eta " << FormatEta(eta) << (stall > 0 ? " [checkpoint]" : "");
+        FT_LOG(Info) << line.str();
+      }
+    }
+    if (stop) {
+      FT_LOG(Warning) << "stop requested by signal: checkpointed step " << last_saved
+                      << "; exiting with " << kExitRequeue << " (requeue me)";
+      *exit_code = kExitRequeue;
+      return Status::Ok();
+    }
+  }
+  if (leader) FT_LOG(Info) << "train: done at step " << state.step;
+  return Status::Ok();
+}
+
+}  // namespace ftrain::train

@@ -1,0 +1,74 @@
+// Data test helpers.
+#include "data_test_util.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "data/hash.h"
+#include "data/synthetic.h"
+
+namespace ftrain::data::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrain-data-test.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
+  }
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (path_.empty() || path_.find("ftrain-data-test.") == std::string::npos) return;
+  std::string cmd = "rm -rf '" + path_ + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    // Leaving a temp dir behind is not a test failure; say so for whoever looks.
+    std::fprintf(stderr, "warning: could not remove %s\n", path_.c_str());
+  }
+}
+
+std::string ReadFileOrDie(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFileOrDie(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+  EXPECT_TRUE(out.flush().good()) << "cannot write " << path;
+}
+
+Stream Take(TokenReader* reader, int steps) {
+  Stream s;
+  for (int i = 0; i < steps; ++i) {
+    auto b = reader->Next();
+    if (!b.ok()) {
+      ADD_FAILURE() << "Next() failed at step " << i << ": " << b.status().ToString();
+      return s;
+    }
+    for (int j = 0; j < b->rows; ++j) s.rows.push_back({b->epochs[j], b->samples[j]});
+    s.batch_sums.push_back(Hash64(b->tokens.data(), b->tokens.size() * sizeof(int32_t)));
+  }
+  return s;
+}
+
+bool RowsMatchSynthetic(const Batch& b, uint32_t vocab) {
+  for (int j = 0; j < b.rows; ++j) {
+    for (int t = 0; t < b.row_tokens; ++t) {
+      uint32_t want = SyntheticToken(b.samples[j], uint64_t(t), vocab);
+      if (uint32_t(b.tokens[size_t(j) * b.row_tokens + t]) != want) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace ftrain::data::testing

@@ -1,0 +1,39 @@
+// Helpers shared by the data pipeline tests: temp directories removed at teardown, reading a
+// whole reader stream, and checking rows of synthetic datasets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/reader.h"
+
+namespace ftrain::data::testing {
+
+// mkdtemp under $TMPDIR (or /tmp); removed recursively by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFileOrDie(const std::string& path);
+void WriteFileOrDie(const std::string& path, const std::string& contents);
+
+// One reader's batches flattened: per row (epoch, sample), and a hash of all tokens.
+struct Stream {
+  std::vector<std::pair<uint64_t, uint64_t>> rows;
+  std::vector<uint64_t> batch_sums;
+};
+
+// Runs `steps` batches; fails the test (ADD_FAILURE) on a reader error.
+Stream Take(TokenReader* reader, int steps);
+// Whether every row of every batch holds the synthetic tokens of the sample it claims.
+bool RowsMatchSynthetic(const Batch& b, uint32_t vocab);
+
+}  // namespace ftrain::data::testing
