@@ -1,0 +1,197 @@
+// ckptd client: Unix socket + shared-memory slots.
+#include "ckpt/ckptd_client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace ftrain::ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+uint64_t Align(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
+
+}  // namespace
+
+uint64_t SlotBytesFor(const ShardContents& contents) {
+  uint64_t n = 0;
+  for (const auto& t : contents.tensors) n = Align(n + static_cast<uint64_t>(t.length) * DTypeSize(t.dtype));
+  for (const auto& b : contents.blobs) n = Align(n + b.bytes.size());
+  return n == 0 ? 64 : n;
+}
+
+StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::ConnectRaw(const std::string& socket_path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("ckptd socket path '" + socket_path + "' is too long");
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::IOError(std::string("socket: ") + std::strerror(errno));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::Unavailable("cannot connect to ckptd at '" + socket_path + "': " +
+                               std::strerror(err) + " (is ckptd running on this node?)");
+  }
+  std::unique_ptr<CkptdClient> c(new CkptdClient());
+  c->fd_ = fd;
+  return c;
+}
+
+StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& run_dir,
+                                                            const std::string& node, int rank,
+                                                            int world, uint64_t slot_bytes) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CkptdClient> c, ConnectRaw(ckptd::SocketPath(run_dir, node)));
+  ckptd::Hello h{rank, world, static_cast<int32_t>(getpid()), slot_bytes};
+  FT_ASSIGN_OR_RETURN(std::string reply, c->Call(ckptd::MsgType::kHello, ckptd::EncodeHello(h),
+                                                 ckptd::MsgType::kHelloOk, 60));
+  FT_ASSIGN_OR_RETURN(ckptd::HelloOk ok, ckptd::DecodeHelloOk(reply));
+  c->slot_bytes_ = ok.slot_bytes;
+  for (const auto& name : ok.shm_names) {
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) return Status::IOError("shm_open '" + name + "': " + std::strerror(errno));
+    void* p = ::mmap(nullptr, ok.slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);  // the mapping keeps the segment
+    if (p == MAP_FAILED) return Status::IOError("mmap '" + name + "': " + std::strerror(errno));
+    c->maps_.emplace_back(p, ok.slot_bytes);
+  }
+  return c;
+}
+
+CkptdClient::~CkptdClient() {
+  for (auto& m : maps_) ::munmap(m.first, m.second);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status CkptdClient::SendRaw(const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Unavailable(std::string("ckptd went away (send: ") + std::strerror(errno) + ")");
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::pair<ckptd::MsgType, std::string>> CkptdClient::Receive(double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  auto read_exact = [&](char* dst, size_t n) -> Status {
+    size_t got = 0;
+    while (got < n) {
+      const int left_ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left_ms <= 0) return Status::DeadlineExceeded("no answer from ckptd in time");
+      pollfd p{fd_, POLLIN, 0};
+      int pr = ::poll(&p, 1, left_ms);
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr <= 0) continue;
+      ssize_t r = ::recv(fd_, dst + got, n - got, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return Status::Unavailable("ckptd closed the connection");
+      got += static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  };
+  char hdr[ckptd::kHeaderBytes];
+  FT_RETURN_IF_ERROR(read_exact(hdr, sizeof(hdr)));
+  FT_ASSIGN_OR_RETURN(ckptd::Header h, ckptd::DecodeHeader(reinterpret_cast<uint8_t*>(hdr)));
+  std::string payload(h.length, '\0');
+  FT_RETURN_IF_ERROR(read_exact(payload.data(), payload.size()));
+  return std::make_pair(static_cast<ckptd::MsgType>(h.type), std::move(payload));
+}
+
+StatusOr<std::string> CkptdClient::Call(ckptd::MsgType type, const std::string& payload,
+                                        ckptd::MsgType want, double timeout_s) {
+  FT_RETURN_IF_ERROR(SendRaw(ckptd::Frame(type, payload)));
+  FT_ASSIGN_OR_RETURN(auto reply, Receive(timeout_s));
+  if (reply.first == ckptd::MsgType::kError) {
+    return Status::FailedPrecondition("ckptd refused the request: " + reply.second);
+  }
+  if (reply.first != want) return Status::Internal("ckptd answered with an unexpected message type");
+  return std::move(reply.second);
+}
+
+StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta,
+                                          const ShardContents& contents, double timeout_s) {
+  SubmitStats st;
+  const uint64_t need = SlotBytesFor(contents);
+  if (need > slot_bytes_) {
+    return Status::InvalidArgument("snapshot of " + std::to_string(need) +
+                                   " bytes does not fit the daemon's slots of " +
+                                   std::to_string(slot_bytes_) + " bytes; reconnect with a larger size");
+  }
+  auto t0 = Clock::now();
+  FT_ASSIGN_OR_RETURN(std::string a, Call(ckptd::MsgType::kAcquire, "", ckptd::MsgType::kAcquireOk, timeout_s));
+  FT_ASSIGN_OR_RETURN(uint32_t slot, ckptd::DecodeU32(a));
+  if (slot >= maps_.size()) return Status::Internal("ckptd gave slot " + std::to_string(slot) + " of " + std::to_string(maps_.size()));
+  st.wait_s = Since(t0);
+  st.slot = slot;
+
+  auto t1 = Clock::now();
+  auto* base = static_cast<uint8_t*>(maps_[slot].first);
+  ckptd::Submit sub;
+  sub.step = meta.step;
+  sub.slot = slot;
+  sub.meta = meta;
+  uint64_t off = 0;
+  for (const auto& t : contents.tensors) {
+    const uint64_t n = static_cast<uint64_t>(t.length) * DTypeSize(t.dtype);
+    if (n > 0) std::memcpy(base + off, t.data, n);
+    ckptd::PieceDesc p;
+    p.kind = t.kind;
+    p.name = t.name;
+    p.dtype = t.dtype;
+    p.shape = t.shape;
+    p.offset = t.offset;
+    p.length = t.length;
+    p.slot_offset = off;
+    sub.pieces.push_back(std::move(p));
+    off = Align(off + n);
+  }
+  for (const auto& b : contents.blobs) {
+    if (!b.bytes.empty()) std::memcpy(base + off, b.bytes.data(), b.bytes.size());
+    ckptd::PieceDesc p;
+    p.is_blob = true;
+    p.kind = b.group;
+    p.name = b.name;
+    p.policy = b.policy;
+    p.length = static_cast<int64_t>(b.bytes.size());
+    p.slot_offset = off;
+    sub.pieces.push_back(std::move(p));
+    off = Align(off + b.bytes.size());
+  }
+  st.copy_s = Since(t1);
+  st.bytes = off;
+
+  auto t2 = Clock::now();
+  sub.stall_ns = static_cast<uint64_t>((st.wait_s + st.copy_s) * 1e9);
+  FT_RETURN_IF_ERROR(Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(sub),
+                          ckptd::MsgType::kSubmitOk, 60).status());
+  st.send_s = Since(t2);
+  return st;
+}
+
+StatusOr<std::string> CkptdClient::StatusJson() {
+  return Call(ckptd::MsgType::kStatus, "", ckptd::MsgType::kStatusOk, 10);
+}
+
+StatusOr<std::string> QueryCkptdStatus(const std::string& socket_path, double timeout_s) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CkptdClient> c, CkptdClient::ConnectRaw(socket_path));
+  (void)timeout_s;  // StatusJson uses its own 10 s deadline
+  return c->StatusJson();
+}
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,72 @@
+// The trainer's side of ckptd (torch-free): connect to this node's daemon, copy a rank's
+// snapshot (ckpt::ShardContents) into a free shared-memory slot and submit it. The trainer-
+// visible stall is the wait for a free slot plus the copy plus one small message; the daemon
+// does the compression, writes, fsyncs and the cross-node commit. Not thread-safe: one client
+// per rank, used from the training thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/ckptd_protocol.h"
+#include "ckpt/manifest.h"
+#include "ckpt/shard_file.h"
+#include "core/status.h"
+
+namespace ftrain::ckpt {
+
+struct SubmitStats {
+  double wait_s = 0;   // waiting for a free slot (backpressure)
+  double copy_s = 0;   // copying the state into the slot
+  double send_s = 0;   // SUBMIT round trip
+  uint64_t bytes = 0;  // copied
+  uint32_t slot = 0;
+  double stall_s() const { return wait_s + copy_s + send_s; }
+};
+
+// Bytes a slot needs for `contents` (pieces 64-byte aligned).
+uint64_t SlotBytesFor(const ShardContents& contents);
+
+class CkptdClient {
+ public:
+  // Connects to RUN/ckptd-<node>/sock and says HELLO; the daemon maps (or reuses) this
+  // rank's slots of at least `slot_bytes`. Unavailable when no daemon answers.
+  static StatusOr<std::unique_ptr<CkptdClient>> Connect(const std::string& run_dir,
+                                                        const std::string& node, int rank,
+                                                        int world, uint64_t slot_bytes);
+  ~CkptdClient();
+
+  // Waits for a free slot (at most `timeout_s`), copies `contents` into it and submits step
+  // meta.step. After OK the snapshot is the daemon's: the caller may change its state.
+  StatusOr<SubmitStats> Submit(const CheckpointMeta& meta, const ShardContents& contents,
+                               double timeout_s = 600);
+
+  // The daemon's status as JSON text.
+  StatusOr<std::string> StatusJson();
+
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  int fd() const { return fd_; }
+
+  // Low-level (tests): send bytes as they are; receive one message.
+  Status SendRaw(const std::string& bytes);
+  StatusOr<std::pair<ckptd::MsgType, std::string>> Receive(double timeout_s);
+  // Connects without HELLO (tests, status queries).
+  static StatusOr<std::unique_ptr<CkptdClient>> ConnectRaw(const std::string& socket_path);
+
+ private:
+  CkptdClient() = default;
+  StatusOr<std::string> Call(ckptd::MsgType type, const std::string& payload,
+                             ckptd::MsgType want, double timeout_s);
+
+  int fd_ = -1;
+  uint64_t slot_bytes_ = 0;
+  std::vector<std::pair<void*, size_t>> maps_;  // one mapping per slot
+};
+
+// STATUS of the daemon behind `socket_path`, without HELLO (ckptctl status).
+StatusOr<std::string> QueryCkptdStatus(const std::string& socket_path, double timeout_s = 5);
+
+}  // namespace ftrain::ckpt

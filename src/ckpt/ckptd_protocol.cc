@@ -1,0 +1,277 @@
+// Encoding and validating decoding of ckptd messages.
+#include "ckpt/ckptd_protocol.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "ckpt/filename.h"
+#include "ckpt/shard_file.h"
+#include "core/env.h"
+
+namespace ftrain::ckpt::ckptd {
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));  // little-endian hosts only
+  }
+  void Str(const std::string& s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_ += s;
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (pos_ + sizeof(T) > in_.size()) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool Str(std::string* s, size_t max) {
+    uint32_t n = 0;
+    if (!Get(&n) || n > max || pos_ + n > in_.size()) return false;
+    s->assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Done() const { return pos_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+Status Bad(const std::string& what) { return Status::InvalidArgument("ckptd protocol: " + what); }
+
+bool KnownType(uint16_t t) { return t >= 1 && t <= static_cast<uint16_t>(MsgType::kError); }
+
+}  // namespace
+
+bool IsSafeDatasetName(const std::string& s) {
+  if (s.empty() || s.size() > kMaxNameBytes || s.front() == '/' || s.back() == '/') return false;
+  if (s.find("..") != std::string::npos || s.find("//") != std::string::npos) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-' || c == '/';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string SocketDir(const std::string& run_dir, const std::string& node) {
+  return JoinPath(run_dir, "ckptd-" + node);
+}
+std::string SocketPath(const std::string& run_dir, const std::string& node) {
+  return JoinPath(SocketDir(run_dir, node), "sock");
+}
+std::string ShmPrefix(const std::string& run_dir, const std::string& node) {
+  const std::string key = run_dir + "\n" + node;
+  return "ftrain-ckptd-" + HashHex(Xxh3(key.data(), key.size())).substr(0, 12) + "-";
+}
+std::string ShmName(const std::string& run_dir, const std::string& node, int rank, int slot) {
+  return "/" + ShmPrefix(run_dir, node) + "r" + std::to_string(rank) + "-s" + std::to_string(slot);
+}
+bool IsSafeNodeId(const std::string& node) {
+  if (node.empty() || node.size() > 64 || node[0] == '.') return false;
+  for (char c : node) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+std::string DefaultNodeId() {
+  const char* e = std::getenv("FTRAIN_CKPTD_NODE");
+  if (e != nullptr && *e != '\0') return e;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string EncodeHeader(MsgType type, uint32_t length) {
+  Writer w;
+  w.Put<uint32_t>(kMagic);
+  w.Put<uint16_t>(kVersion);
+  w.Put<uint16_t>(static_cast<uint16_t>(type));
+  w.Put<uint32_t>(length);
+  w.Put<uint32_t>(0);
+  return w.Take();
+}
+
+StatusOr<Header> DecodeHeader(const uint8_t* bytes) {
+  Header h;
+  std::memcpy(&h.magic, bytes, 4);
+  std::memcpy(&h.version, bytes + 4, 2);
+  std::memcpy(&h.type, bytes + 6, 2);
+  std::memcpy(&h.length, bytes + 8, 4);
+  std::memcpy(&h.reserved, bytes + 12, 4);
+  if (h.magic != kMagic) return Bad("bad magic");
+  if (h.version != kVersion) {
+    return Bad("version " + std::to_string(h.version) + " (this daemon speaks " +
+               std::to_string(kVersion) + ")");
+  }
+  if (!KnownType(h.type)) return Bad("unknown message type " + std::to_string(h.type));
+  if (h.length > kMaxPayload) return Bad("payload of " + std::to_string(h.length) + " bytes is too large");
+  return h;
+}
+
+std::string Frame(MsgType type, const std::string& payload) {
+  return EncodeHeader(type, static_cast<uint32_t>(payload.size())) + payload;
+}
+
+std::string EncodeHello(const Hello& m) {
+  Writer w;
+  w.Put(m.rank);
+  w.Put(m.world);
+  w.Put(m.pid);
+  w.Put(m.slot_bytes);
+  return w.Take();
+}
+
+StatusOr<Hello> DecodeHello(const std::string& payload) {
+  Reader r(payload);
+  Hello m;
+  if (!r.Get(&m.rank) || !r.Get(&m.world) || !r.Get(&m.pid) || !r.Get(&m.slot_bytes) || !r.Done()) {
+    return Bad("malformed HELLO");
+  }
+  if (m.world < 1 || m.world > kMaxWorldSize) return Bad("world size " + std::to_string(m.world) + " out of range");
+  if (m.rank < 0 || m.rank >= m.world) {
+    return Bad("rank " + std::to_string(m.rank) + " out of range for world " + std::to_string(m.world));
+  }
+  if (m.slot_bytes == 0 || m.slot_bytes > (uint64_t{1} << 40)) return Bad("slot size out of range");
+  return m;
+}
+
+std::string EncodeHelloOk(const HelloOk& m) {
+  Writer w;
+  w.Put(m.slot_bytes);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.shm_names.size()));
+  for (const auto& n : m.shm_names) w.Str(n);
+  return w.Take();
+}
+
+StatusOr<HelloOk> DecodeHelloOk(const std::string& payload) {
+  Reader r(payload);
+  HelloOk m;
+  uint32_t n = 0;
+  if (!r.Get(&m.slot_bytes) || !r.Get(&n) || n > 64) return Bad("malformed HELLO_OK");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string s;
+    if (!r.Str(&s, 255)) return Bad("malformed HELLO_OK");
+    m.shm_names.push_back(s);
+  }
+  if (!r.Done()) return Bad("malformed HELLO_OK");
+  return m;
+}
+
+std::string EncodeU32(uint32_t v) {
+  Writer w;
+  w.Put(v);
+  return w.Take();
+}
+
+StatusOr<uint32_t> DecodeU32(const std::string& payload) {
+  Reader r(payload);
+  uint32_t v = 0;
+  if (!r.Get(&v) || !r.Done()) return Bad("malformed message (expected one u32)");
+  return v;
+}
+
+std::string EncodeSubmit(const Submit& m) {
+  Writer w;
+  w.Put(m.step);
+  w.Put(m.slot);
+  w.Put(m.stall_ns);
+  w.Put<int32_t>(m.meta.world_size);
+  w.Str(m.meta.config_hash);
+  w.Str(m.meta.code_version);
+  w.Str(m.meta.data_version);
+  w.Str(m.meta.layout_json);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.pieces.size()));
+  for (const auto& p : m.pieces) {
+    w.Put<uint8_t>(p.is_blob ? 1 : 0);
+    w.Str(p.kind);
+    w.Str(p.name);
+    w.Str(p.policy);
+    w.Put<uint8_t>(static_cast<uint8_t>(p.dtype));
+    w.Put<uint32_t>(static_cast<uint32_t>(p.shape.size()));
+    for (int64_t d : p.shape) w.Put(d);
+    w.Put(p.offset);
+    w.Put(p.length);
+    w.Put(p.slot_offset);
+  }
+  return w.Take();
+}
+
+StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
+  Reader r(payload);
+  Submit m;
+  int32_t world = 0;
+  uint32_t n = 0;
+  if (!r.Get(&m.step) || !r.Get(&m.slot) || !r.Get(&m.stall_ns) || !r.Get(&world) ||
+      !r.Str(&m.meta.config_hash, kMaxMetaBytes) || !r.Str(&m.meta.code_version, kMaxMetaBytes) ||
+      !r.Str(&m.meta.data_version, kMaxMetaBytes) || !r.Str(&m.meta.layout_json, kMaxMetaBytes) ||
+      !r.Get(&n)) {
+    return Bad("malformed SUBMIT");
+  }
+  if (m.step < 0 || m.step > kMaxStep) return Bad("step " + std::to_string(m.step) + " out of range");
+  if (world < 1 || world > kMaxWorldSize) return Bad("world size " + std::to_string(world) + " out of range");
+  if (n > static_cast<uint32_t>(kMaxPieces)) return Bad("too many pieces");
+  m.meta.step = m.step;
+  m.meta.world_size = world;
+  for (uint32_t i = 0; i < n; ++i) {
+    PieceDesc p;
+    uint8_t blob = 0, dtype = 0;
+    uint32_t rank = 0;
+    if (!r.Get(&blob) || !r.Str(&p.kind, kMaxNameBytes) || !r.Str(&p.name, kMaxNameBytes) ||
+        !r.Str(&p.policy, 32) || !r.Get(&dtype) || !r.Get(&rank) || rank > 8) {
+      return Bad("malformed piece " + std::to_string(i));
+    }
+    p.is_blob = blob != 0;
+    p.shape.resize(rank);
+    for (auto& d : p.shape) {
+      if (!r.Get(&d)) return Bad("malformed piece " + std::to_string(i));
+    }
+    if (!r.Get(&p.offset) || !r.Get(&p.length) || !r.Get(&p.slot_offset)) {
+      return Bad("malformed piece " + std::to_string(i));
+    }
+    if (blob > 1 || dtype > static_cast<uint8_t>(DType::kUInt8)) return Bad("bad piece kind or dtype");
+    p.dtype = static_cast<DType>(dtype);
+    if (!IsSafeDatasetName(p.kind) || !IsSafeDatasetName(p.name)) {
+      return Bad("piece " + std::to_string(i) + " has an unsafe name");
+    }
+    if (p.is_blob && p.policy != "replicated" && p.policy != "per_rank") return Bad("bad blob policy");
+    if (p.offset < 0 || p.length < 0) return Bad("negative offset or length");
+    uint64_t elem = p.is_blob ? 1 : DTypeSize(p.dtype);
+    if (!p.is_blob) {
+      int64_t numel = 1;
+      for (int64_t d : p.shape) {
+        if (d < 0 || (d > 0 && numel > (int64_t{1} << 50) / d)) return Bad("bad shape");
+        numel *= d;
+      }
+      if (p.offset > numel || p.length > numel - p.offset) return Bad("slice outside the tensor");
+    }
+    const uint64_t bytes = static_cast<uint64_t>(p.length) * elem;
+    if (static_cast<uint64_t>(p.length) > slot_bytes || p.slot_offset > slot_bytes ||
+        bytes > slot_bytes - p.slot_offset) {
+      return Bad("piece " + std::to_string(i) + " lies outside the slot");
+    }
+    m.pieces.push_back(std::move(p));
+  }
+  if (!r.Done()) return Bad("trailing bytes in SUBMIT");
+  return m;
+}
+
+}  // namespace ftrain::ckpt::ckptd

@@ -1,0 +1,114 @@
+// The ckptd wire protocol, shared by the daemon and its client library: every message is a
+// 16-byte header (magic, version, type, payload length) and a payload of little-endian fixed
+// integers and u32-length-prefixed strings. Decoding range-checks every field and never
+// trusts a length; any violation is an InvalidArgument, on which the daemon disconnects the
+// peer. No I/O here (see ckptd_client.h and daemon/server.h) and no file paths on the wire:
+// the daemon derives every path itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "ckpt/manifest.h"
+#include "core/status.h"
+
+namespace ftrain::ckpt::ckptd {
+
+constexpr uint32_t kMagic = 0x44504b43;  // "CKPD"
+constexpr uint16_t kVersion = 1;
+constexpr uint32_t kHeaderBytes = 16;
+constexpr uint32_t kMaxPayload = 4u << 20;  // descriptors of very large models still fit
+constexpr int kMaxPieces = 200000;
+constexpr size_t kMaxNameBytes = 512;
+constexpr size_t kMaxMetaBytes = 64u << 10;
+
+enum class MsgType : uint16_t {
+  kHello = 1,      // c->d: rank, world, pid, slot bytes wanted
+  kHelloOk = 2,    // d->c: slot capacity, slot shm names
+  kAcquire = 3,    // c->d: wait for a free slot of this rank
+  kAcquireOk = 4,  // d->c: slot index
+  kSubmit = 5,     // c->d: step, slot, meta, descriptor
+  kSubmitOk = 6,   // d->c: queued
+  kStatus = 7,     // c->d
+  kStatusOk = 8,   // d->c: JSON text
+  kError = 9,      // d->c: a refused (but well-formed) request; the connection stays
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t type = 0;
+  uint32_t length = 0;
+  uint32_t reserved = 0;
+};
+
+std::string EncodeHeader(MsgType type, uint32_t length);
+// Checks magic, version, known type and length <= kMaxPayload.
+StatusOr<Header> DecodeHeader(const uint8_t* bytes);
+
+struct Hello {
+  int32_t rank = 0;
+  int32_t world = 1;
+  int32_t pid = 0;
+  uint64_t slot_bytes = 0;
+};
+struct HelloOk {
+  uint64_t slot_bytes = 0;
+  std::vector<std::string> shm_names;  // one per slot of this rank
+};
+
+// One piece of the snapshot in the slot: a tensor slice or a blob.
+struct PieceDesc {
+  bool is_blob = false;
+  std::string kind;    // tensor kind, or blob group
+  std::string name;
+  std::string policy;  // blobs only
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;  // tensors: global shape
+  int64_t offset = 0;          // tensors: first element of this slice
+  int64_t length = 0;          // elements (bytes for blobs)
+  uint64_t slot_offset = 0;    // where the bytes start in the slot
+};
+
+struct Submit {
+  int64_t step = 0;
+  uint32_t slot = 0;
+  uint64_t stall_ns = 0;  // what the trainer waited for a slot + copied (for the save log)
+  CheckpointMeta meta;
+  std::vector<PieceDesc> pieces;
+};
+
+std::string EncodeHello(const Hello& m);
+StatusOr<Hello> DecodeHello(const std::string& payload);
+std::string EncodeHelloOk(const HelloOk& m);
+StatusOr<HelloOk> DecodeHelloOk(const std::string& payload);
+std::string EncodeU32(uint32_t v);
+StatusOr<uint32_t> DecodeU32(const std::string& payload);
+std::string EncodeSubmit(const Submit& m);
+// Validates everything that does not need daemon state: step and world ranges, safe names,
+// dtypes, shapes, slice bounds, and that every piece lies inside [0, slot_bytes).
+StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes);
+
+// A full message (header + payload).
+std::string Frame(MsgType type, const std::string& payload);
+
+// Names the daemon derives from (run dir, node); never sent by a client.
+//   RUN/ckptd-<node>/        0700, owned by the job's user
+//   RUN/ckptd-<node>/sock    the Unix socket;  RUN/ckptd-<node>/lock  one daemon per node
+//   /dev/shm/ftrain-ckptd-<hash(run dir, node)>-r<rank>-s<slot>   0600 snapshot slots
+std::string SocketDir(const std::string& run_dir, const std::string& node);
+std::string SocketPath(const std::string& run_dir, const std::string& node);
+std::string ShmPrefix(const std::string& run_dir, const std::string& node);  // no leading '/'
+std::string ShmName(const std::string& run_dir, const std::string& node, int rank, int slot);
+// A node id usable in a directory name: [A-Za-z0-9._-], 1..64 chars.
+bool IsSafeNodeId(const std::string& node);
+// FTRAIN_CKPTD_NODE if set, else the host name.
+std::string DefaultNodeId();
+
+// A tensor kind / blob group / name that can become an HDF5 path component: [A-Za-z0-9._/-],
+// non-empty, no "..", no leading or trailing '/', no "//".
+bool IsSafeDatasetName(const std::string& s);
+
+}  // namespace ftrain::ckpt::ckptd
