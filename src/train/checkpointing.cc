@@ -108,11 +108,11 @@ StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveReques
   json train = {{"global_step", state.step}, {"tokens", state.tokens}};
   // Run history, not training state: `ckptctl diff` ignores the "history" group, so a run
   // that was interrupted compares bit-identical with one that was not.
-  json history = {{"restarts", state.restarts}};
+  json history = {{"restarts", state.restarts}, {"metrics_line", state.metrics_line}};
   contents.blobs.push_back({"optim", "state", "replicated", optim.dump()});
   contents.blobs.push_back({"scheduler", "state", "replicated", schedule_json});
   contents.blobs.push_back({"train", "state", "replicated", train.dump()});
-  contents.blobs.push_back({"history", "run", "replicated", history.dump()});
+  contents.blobs.push_back({"history", "run", "per_rank", history.dump()});
   contents.blobs.push_back({"data", "cursor", "per_rank", state.data_cursor});
   contents.blobs.push_back({"rng", "torch_cpu", "per_rank", RngState()});
   return store.WriteShard(req.meta, req.rank, contents, req.write);
@@ -149,9 +149,13 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
   state->step = train["global_step"].get<int64_t>();
   state->tokens = train.value("tokens", int64_t{0});
   if (reader.HasBlob("history", "run")) {
-    FT_ASSIGN_OR_RETURN(std::string hist_s, reader.ReadBlob("history", "run", rank, world_size));
-    json hist = json::parse(hist_s, nullptr, false);
-    if (!hist.is_discarded()) state->restarts = hist.value("restarts", int64_t{0});
+    // Rank 0's copy: it holds the metrics line (any world size may read it).
+    FT_ASSIGN_OR_RETURN(std::vector<std::string> all, reader.ReadBlobAllRanks("history", "run"));
+    json hist = json::parse(all.front(), nullptr, false);
+    if (!hist.is_discarded()) {
+      state->restarts = hist.value("restarts", int64_t{0});
+      state->metrics_line = hist.value("metrics_line", std::string());
+    }
   }
   if (m.meta.world_size == world_size) {
     FT_ASSIGN_OR_RETURN(state->data_cursor, reader.ReadBlob("data", "cursor", rank, world_size));

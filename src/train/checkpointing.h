@@ -17,6 +17,9 @@ struct RunState {
   int64_t tokens = 0;    // global tokens consumed
   int64_t restarts = 0;  // how many times the run resumed from a checkpoint
   std::string data_cursor;
+  // metrics.jsonl line of the step this checkpoint ends (rank 0), so that a crash between
+  // the commit and the metrics append cannot leave a hole in metrics.jsonl.
+  std::string metrics_line;
 };
 
 struct SaveRequest {

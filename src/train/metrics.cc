@@ -27,19 +27,25 @@ MetricsWriter::~MetricsWriter() {
 }
 
 StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
-                                                             int64_t truncate_after_step) {
+                                                             int64_t truncate_after_step,
+                                                             const std::string& resume_line) {
   // Keep only lines of steps <= truncate_after_step (a resumed run rewrites the rest).
   std::ifstream in(path);
   std::string kept;
+  bool have_last = false;
   if (in) {
     std::string line;
     while (std::getline(in, line)) {
       const auto pos = line.find("\"step\":");
       if (pos == std::string::npos) continue;
       const long long step = std::atoll(line.c_str() + pos + 7);
-      if (step <= truncate_after_step && !line.empty() && line.back() == '}') kept += line + "\n";
+      if (step <= truncate_after_step && !line.empty() && line.back() == '}') {
+        kept += line + "\n";
+        have_last = have_last || step == truncate_after_step;
+      }
     }
   }
+  if (!have_last && !resume_line.empty()) kept += resume_line + "\n";
   std::unique_ptr<MetricsWriter> w(new MetricsWriter());
   w->path_ = path;
   const std::string tmp = path + ".tmp";

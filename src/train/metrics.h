@@ -35,8 +35,11 @@ class MetricsWriter {
   ~MetricsWriter();
   // Appends to `path` (created if needed). Lines of steps after `truncate_after_step` that a
   // crashed previous run left behind are dropped first, so the file stays one line per step.
+  // `resume_line` (the line of step truncate_after_step saved in the checkpoint) is appended
+  // when the file lacks that step: the previous run died between its commit and its append.
   static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path,
-                                                       int64_t truncate_after_step);
+                                                       int64_t truncate_after_step,
+                                                       const std::string& resume_line = "");
   Status Append(const StepMetrics& m);
 
  private:

@@ -279,7 +279,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
   std::unique_ptr<MetricsWriter> metrics;
   if (leader) {
-    FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"), state.step));
+    FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"),
+                                                     state.step, state.metrics_line));
   }
   ckpt::CheckpointStore store(cfg.ckpt.root);
   ckpt::WriteOptions wopts;
@@ -374,8 +375,21 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     const bool final_step = state.step == cfg.train.steps;
     const bool want_ckpt = flags[0].item<double>() != 0 || step_due || stop ||
                            (final_step && cfg.ckpt.save_final);
+    StepMetrics m;
+    m.step = state.step;
+    m.loss = static_cast<float>(loss_t.item<double>());
+    m.lr = lr;
+    m.grad_norm = stats.grad_norm;
+    m.data_wait_s = data_wait;
+    m.comm_s = stats.comm_wait_s;
+    m.restart_count = state.restarts;
+    m.tokens = state.tokens;
+    m.unix_time = static_cast<double>(std::time(nullptr));
+    m.step_time_s = Seconds(t0, Clock::now());
+    m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / m.step_time_s;
     double stall = 0;
     if (want_ckpt) {
+      state.metrics_line = leader ? FormatMetricsLine(m) : "";
       auto saved = save(state.step);
       if (saved.ok()) {
         stall = *saved;
@@ -388,21 +402,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
         if (stop || final_step) return saved.status();
       }
     }
-    const double step_time = Seconds(t0, Clock::now());
     if (leader) {
-      StepMetrics m;
-      m.step = state.step;
-      m.loss = static_cast<float>(loss_t.item<double>());
-      m.lr = lr;
-      m.grad_norm = stats.grad_norm;
-      m.step_time_s = step_time;
-      m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / (step_time - stall);
-      m.data_wait_s = data_wait;
-      m.comm_s = stats.comm_wait_s;
       m.ckpt_stall_s = stall;
-      m.restart_count = state.restarts;
-      m.tokens = state.tokens;
-      m.unix_time = static_cast<double>(std::time(nullptr));
+      m.step_time_s = Seconds(t0, Clock::now());
       FT_RETURN_IF_ERROR(metrics->Append(m));
       if (state.step % cfg.train.log_every == 0 || final_step || stop) {
         const double elapsed = Seconds(run_start, Clock::now());

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=ftrain
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
+#SBATCH --open-mode=append
+#SBATCH --output=ftrain-%j.out
+# train.sh - the ftrain sbatch script: pre-flight commcheck, then the trainer ranks through
+# `srun --mpi=pmix`, one per GPU (per CPU slot here). Makes the job survive failures:
+#   - node failure: Slurm requeues the job (--requeue is set here, whatever the cluster
+#     default); every start logs SLURM_RESTART_COUNT and the trainer resumes from the newest
+#     complete checkpoint (train.resume=auto);
+#   - preemption / time limit: the USR1 warning is forwarded to every rank, they checkpoint at
+#     the next step boundary and exit 75; the script then requeues the job itself;
+#   - a rank crash with the nodes healthy: the training step is restarted inside the same
+#     allocation (bounded retries with backoff), then the job is requeued.
+# Every restart is recorded in RUN_DIR/restarts.jsonl (cause, lost work). Settings below, all
+# overridable from the environment (sbatch --export or the caller's environment).
+set -euo pipefail
+
+# ---- settings ------------------------------------------------------------------------------
+FTRAIN_HOME="${FTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}"       # the ftrain checkout
+FTRAIN_BIN="${FTRAIN_BIN:-${FTRAIN_HOME}/build/bin/ftrain}"
+CKPTCTL_BIN="${CKPTCTL_BIN:-${FTRAIN_HOME}/build/bin/ckptctl}"
+CONFIG="${FTRAIN_CONFIG:?set FTRAIN_CONFIG to the training config file}"
+RUN_DIR="${FTRAIN_RUN_DIR:?set FTRAIN_RUN_DIR to the run directory (shared file system)}"
+DATA="${FTRAIN_DATA:?set FTRAIN_DATA to the packed data directory or URL}"
+TRAIN_ARGS="${FTRAIN_ARGS:-}"                  # extra --section.key=value overrides
+RANKS_PER_NODE="${FTRAIN_RANKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}"
+PREFLIGHT="${FTRAIN_PREFLIGHT:-1}"             # 1: run ftrain commcheck before training
+PREFLIGHT_TIMEOUT_S="${FTRAIN_PREFLIGHT_TIMEOUT_S:-120}"
+MAX_INJOB_RESTARTS="${FTRAIN_MAX_INJOB_RESTARTS:-2}"
+RESTART_BACKOFF_S="${FTRAIN_RESTART_BACKOFF_S:-5}"   # doubles after every in-job restart
+HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"   # a node that cannot run `true` in this is down
+EXIT_REQUEUE=75                                # ftrain train: checkpointed on request
+
+# ---- helpers -------------------------------------------------------------------------------
+log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] train.sh job ${SLURM_JOB_ID:-?}: $*"; }
+now() { date '+%s.%N'; }
+
+# Appends one JSON line to RUN_DIR/restarts.jsonl.
+record() {  # record EVENT CAUSE [EXTRA_JSON]
+  printf '{"time":%s,"job":"%s","restart_count":%s,"event":"%s","cause":"%s"%s}\n' \
+    "$(now)" "${SLURM_JOB_ID:-}" "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "${3:+,$3}" \
+    >>"${RUN_DIR}/restarts.jsonl"
+}
+
+# Seconds of training since the newest complete checkpoint: the work a failure now loses.
+work_since_checkpoint() {
+  local latest created last
+  latest="$("${CKPTCTL_BIN}" list "${RUN_DIR}/checkpoints" --json 2>/dev/null |
+    python3 -c 'import json,sys
+d=json.load(sys.stdin)
+c=[x for x in d["checkpoints"] if x["status"]=="complete"]
+print(c[0]["created_unix"] if c else 0)' 2>/dev/null || echo 0)"
+  last="$(tail -n 1 "${RUN_DIR}/metrics.jsonl" 2>/dev/null |
+    python3 -c 'import json,sys
+try: print(json.loads(sys.stdin.read())["time"])
+except Exception: print(0)' 2>/dev/null || echo 0)"
+  created="${latest%.*}"
+  awk -v a="${last}" -v b="${created}" 'BEGIN { d = a - b; if (b == 0 || d < 0) d = 0; printf "%.0f", d }'
+}
+
+nodes_healthy() {
+  timeout "${HEALTH_TIMEOUT_S}" srun --overlap --nodes="${SLURM_NNODES}" --ntasks-per-node=1 \
+    --kill-on-bad-exit=1 true >/dev/null 2>&1
+}
+
+# ---- the job -------------------------------------------------------------------------------
+mkdir -p "${RUN_DIR}"
+restart_count="${SLURM_RESTART_COUNT:-0}"
+log "start: restart count ${restart_count}, nodes ${SLURM_JOB_NODELIST:-?} (${SLURM_NNODES:-1}), ${RANKS_PER_NODE} ranks per node"
+log "settings: config ${CONFIG}, data ${DATA}, run dir ${RUN_DIR}, ftrain ${FTRAIN_BIN}"
+if [[ "${restart_count}" != "0" ]]; then
+  cause="$(cat "${RUN_DIR}/.last_stop" 2>/dev/null || echo node_failure)"
+  record requeued "${cause}" "\"lost_s\":$(work_since_checkpoint)"
+  log "this is a requeued start (cause: ${cause}); resuming from the newest complete checkpoint"
+else
+  record started initial
+fi
+echo node_failure >"${RUN_DIR}/.last_stop"   # what a start after a silent death assumes
+
+srun_pid=""
+stop_requested=0
+on_usr1() {
+  stop_requested=1
+  log "USR1 (time limit or preemption): asking every rank to checkpoint and stop"
+  if [[ -n "${srun_pid}" ]]; then kill -USR1 "${srun_pid}" 2>/dev/null || true; fi
+}
+trap on_usr1 USR1
+
+if [[ "${PREFLIGHT}" == "1" ]]; then
+  log "pre-flight: ftrain commcheck over all ranks"
+  if ! timeout "${PREFLIGHT_TIMEOUT_S}" srun --mpi=pmix --kill-on-bad-exit=1 \
+      --ntasks-per-node="${RANKS_PER_NODE}" "${FTRAIN_BIN}" commcheck --sizes 64K,1M --iters 1 \
+      --warmup 0; then
+    log "pre-flight commcheck FAILED: not starting the training (fix the nodes or the network)"
+    record preflight_failed commcheck
+    exit 1
+  fi
+fi
+
+injob_restarts=0
+backoff="${RESTART_BACKOFF_S}"
+while :; do
+  log "launching ${FTRAIN_BIN} train on $((SLURM_NNODES * RANKS_PER_NODE)) ranks"
+  # shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
+  srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node="${RANKS_PER_NODE}" \
+    "${FTRAIN_BIN}" train --config "${CONFIG}" --data.path="${DATA}" --run.dir="${RUN_DIR}" \
+    --train.resume=auto ${TRAIN_ARGS} &
+  srun_pid=$!
+  rc=0
+  wait "${srun_pid}" || rc=$?
+  # A USR1 interrupts `wait`; wait again for the step itself.
+  while kill -0 "${srun_pid}" 2>/dev/null; do wait "${srun_pid}" || rc=$?; done
+  srun_pid=""
+  if ((rc == 0)); then
+    log "training finished"
+    record finished "complete"
+    echo "complete" >"${RUN_DIR}/.last_stop"
+    exit 0
+  fi
+  if ((rc == EXIT_REQUEUE)) || ((stop_requested)); then
+    log "ranks checkpointed and stopped (exit ${rc}); requeueing job ${SLURM_JOB_ID}"
+    echo preempted >"${RUN_DIR}/.last_stop"
+    record stopped preempted
+    scontrol requeue "${SLURM_JOB_ID}"
+    exit 0
+  fi
+  lost="$(work_since_checkpoint)"
+  if ! nodes_healthy; then
+    log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue"
+    record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
+    # Slurm marks the node down and requeues the job; until then, do nothing.
+    sleep 600 &
+    wait $! || true
+    exit 1
+  fi
+  if ((injob_restarts >= MAX_INJOB_RESTARTS)); then
+    log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing"
+    echo rank_failure >"${RUN_DIR}/.last_stop"
+    record step_failed rank_failure_requeue "\"lost_s\":${lost},\"exit\":${rc}"
+    scontrol requeue "${SLURM_JOB_ID}"
+    exit 0
+  fi
+  injob_restarts=$((injob_restarts + 1))
+  log "training step failed (exit ${rc}) with healthy nodes: in-job restart ${injob_restarts}/${MAX_INJOB_RESTARTS} in ${backoff} s"
+  record restarted rank_failure "\"lost_s\":${lost},\"exit\":${rc},\"injob\":${injob_restarts}"
+  sleep "${backoff}"
+  backoff=$((backoff * 2))
+done
