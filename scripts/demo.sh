@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The ftrain demo, from a fresh machine: installs dependencies, builds, starts the local Slurm
-# cluster, runs the cluster health check (`ftrain commcheck`) as a 2-node x 2-rank `sbatch`
-# job wired up through PMIx, prints its result, and prints `ftrain plan` for the seed's case
-# (7B model, 8 nodes x 8 GPUs of 80 GB). Later stages of the project grow this into the full
-# fault-tolerant training demo. Stops the cluster it started.
+# cluster (2 nodes x 2 CPUs), runs the cluster health check (`ftrain commcheck`) as a 2-node
+# `sbatch` job through PMIx, prints `ftrain plan` for the seed's case (7B, 8 x 8 GPUs of
+# 80 GB), builds a corpus from the text under /usr/share, trains a tokenizer and packs it,
+# then runs `sbatch slurm/train.sh` twice: a reference job, and the same job with a node
+# crash injected mid-run (`local-cluster.sh fail-node`). Slurm requeues it, it resumes from
+# the newest complete checkpoint, and `ckptctl diff` shows the two final checkpoints are
+# bit-identical. Stops the cluster it started.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +30,7 @@ if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "${BUILD_DIR}/CMakeCache.txt" ]; then
   cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
 fi
-cmake --build "${BUILD_DIR}" -j "$(nproc)" --target ftrain ckptctl h5zstd
+cmake --build "${BUILD_DIR}" -j "$(nproc)" --target ftrain ftrain-data ckptctl h5zstd
 
 say "local Slurm cluster: ${NODES} nodes x ${RANKS_PER_NODE} CPUs"
 started=0
@@ -68,5 +71,65 @@ grep -q "commcheck: OK" "${OUT_DIR}/commcheck-${job_id}.out" || {
 say "ftrain plan: the seed's 7B case (8 nodes x 8 GPUs x 80 GB)"
 "${BUILD_DIR}/bin/ftrain" plan --model configs/llama-7b.cfg --nodes 8 --gpus-per-node 8 \
   --gpu-mem-gb 80 --mtbf-hours 24 --ckpt-stall-s 13
+
+say "corpus: text under /usr/share/common-licenses and /usr/share/doc -> tokenizer -> shards"
+DATA="${OUT_DIR}/data"
+if [ ! -f "${DATA}/index.json" ]; then
+  "${BUILD_DIR}/bin/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 \
+    --skip-invalid-utf8 --progress plain --out "${DATA}" /usr/share/common-licenses \
+    /usr/share/doc/bash /usr/share/doc/git
+fi
+"${BUILD_DIR}/bin/ftrain" data inspect "${DATA}" | head -n 12
+
+STEPS=60
+export FTRAIN_HOME="${ROOT}" FTRAIN_BIN="${BUILD_DIR}/bin/ftrain" CKPTCTL_BIN="${BUILD_DIR}/bin/ckptctl"
+export FTRAIN_CONFIG="${ROOT}/configs/tiny.cfg" FTRAIN_DATA="${DATA}" FTRAIN_RANKS_PER_NODE="${RANKS_PER_NODE}"
+export FTRAIN_ARGS="--train.steps=${STEPS} --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=hybrid_shard"
+submit() {  # submit NAME -> job id
+  FTRAIN_RUN_DIR="${OUT_DIR}/$1" sbatch --parsable --job-name="ftrain-$1" --nodes="${NODES}" \
+    --ntasks-per-node="${RANKS_PER_NODE}" --output="${OUT_DIR}/$1-%j.out" --time=10 \
+    --export=ALL --chdir="${OUT_DIR}" slurm/train.sh
+}
+wait_job() {  # wait_job JOBID: until it leaves the queue; prints its final state
+  local deadline=$((SECONDS + JOB_TIMEOUT_S))
+  while squeue -h -j "$1" 2>/dev/null | grep -q .; do
+    ((SECONDS < deadline)) || { scancel "$1" || true; echo "TIMEOUT"; return; }
+    sleep 1
+  done
+  scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || echo UNKNOWN
+}
+rm -rf "${OUT_DIR}/reference" "${OUT_DIR}/failure"
+
+say "reference job: sbatch slurm/train.sh (${NODES} nodes x ${RANKS_PER_NODE} ranks, ${STEPS} steps)"
+ref_job="$(submit reference)"
+echo "job ${ref_job}: $(wait_job "${ref_job}")"
+tail -n 3 "${OUT_DIR}"/reference-*.out
+
+say "the same job, with a node crash in the middle"
+fail_job="$(submit failure)"
+until [ "$(cat "${OUT_DIR}/failure/metrics.jsonl" 2>/dev/null | wc -l)" -ge 22 ]; do
+  if ! squeue -h -j "${fail_job}" 2>/dev/null | grep -q .; then
+    echo "demo: job ${fail_job} ended before the node failure could be injected:" >&2
+    tail -n 20 "${OUT_DIR}"/failure-*.out >&2
+    exit 1
+  fi
+  sleep 0.5
+done
+victim="$(scontrol show hostnames "$(squeue -h -j "${fail_job}" -o %N)" | tail -n 1)"
+echo "step $(wc -l <"${OUT_DIR}/failure/metrics.jsonl"): SIGKILL of ${victim}'s slurmd and all its job processes"
+slurm/local-cluster.sh fail-node "${victim}"
+until scontrol -o show job "${fail_job}" | grep -q 'Restarts=1'; do sleep 1; done
+echo "Slurm noticed, marked ${victim} down and requeued job ${fail_job}; bringing ${victim} back"
+slurm/local-cluster.sh revive-node "${victim}"
+echo "job ${fail_job}: $(wait_job "${fail_job}")"
+
+say "what happened (restart record)"
+cat "${OUT_DIR}/failure/restarts.jsonl"
+say "ckptctl list + verify"
+"${BUILD_DIR}/bin/ckptctl" list "${OUT_DIR}/failure/checkpoints"
+"${BUILD_DIR}/bin/ckptctl" verify "${OUT_DIR}/failure/checkpoints" --all
+say "ckptctl diff: reference vs. interrupted, final checkpoints"
+"${BUILD_DIR}/bin/ckptctl" diff "${OUT_DIR}/reference/checkpoints/step-000000${STEPS}" \
+  "${OUT_DIR}/failure/checkpoints/step-000000${STEPS}"
 
 say "done"

@@ -131,12 +131,25 @@ StatusOr<std::vector<RankRecord>> AgreeOnWorld(c10d::Store& store, const WorldIn
         }
       }
       store.set(prefix + "verdict", Bytes(payload));
+      if (verdict != "ok") {
+        // This process hosts the store: linger until the ranks that joined have read the
+        // verdict (bounded), or they would see a broken connection instead of the reason.
+        int joined = 0;
+        for (int r = 1; r < std::max(w.world_size, 64); ++r) {
+          if (store.check({prefix + "rank/" + std::to_string(r)})) ++joined;
+        }
+        const auto linger = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (std::chrono::steady_clock::now() < linger &&
+               store.add(prefix + "seen", 0) < joined) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
       if (verdict.rfind("timeout", 0) == 0) return Status::DeadlineExceeded(verdict);
       if (verdict != "ok") return Status::InvalidArgument(verdict);
       return layout;
     }
     std::string payload = Str(store.get(prefix + "verdict"));  // waits up to the timeout
-    if (payload.rfind("timeout", 0) == 0) return Status::DeadlineExceeded("rank 0 reports " + payload);
+    store.add(prefix + "seen", 1);    if (payload.rfind("timeout", 0) == 0) return Status::DeadlineExceeded("rank 0 reports " + payload);
     if (payload.rfind("ok", 0) != 0) return Status::InvalidArgument("rank 0 reports " + payload);
     std::istringstream in(payload.substr(2));
     int count = 0;
