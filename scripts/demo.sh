@@ -107,7 +107,7 @@ tail -n 3 "${OUT_DIR}"/reference-*.out
 
 say "the same job, with a node crash in the middle"
 fail_job="$(submit failure)"
-until [ "$(cat "${OUT_DIR}/failure/metrics.jsonl" 2>/dev/null | wc -l)" -ge 22 ]; do
+until [ "$( (wc -l <"${OUT_DIR}/failure/metrics.jsonl") 2>/dev/null || echo 0)" -ge 22 ]; do
   if ! squeue -h -j "${fail_job}" 2>/dev/null | grep -q .; then
     echo "demo: job ${fail_job} ended before the node failure could be injected:" >&2
     tail -n 20 "${OUT_DIR}"/failure-*.out >&2
