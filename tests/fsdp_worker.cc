@@ -1,12 +1,15 @@
 // Test helper: one rank of a small FSDP training run on synthetic data, for the equivalence,
 // determinism and memory tests (run under `ftrain launch`, or alone as the single-process
-// reference). Writes, on rank 0, OUT.json (per-step global mean loss with %.9g, grad norms,
-// persistent bytes per rank, parameter count) and OUT.bin (final fp32 master weights of every
-// parameter, in name order).
+// reference), and for bench/fsdp_bench.sh. Writes, on rank 0, OUT.json (per-step global mean
+// loss with %.9g, grad norms, persistent bytes per rank, parameter count; and for benchmarks:
+// rank 0's per-step step time, communication wait and bytes sent, every rank's peak RSS) and
+// OUT.bin (final fp32 master weights of every parameter, in name order; --bin 0 skips it).
 //
 // usage: fsdp_worker --out PREFIX [--config configs/tiny.cfg] [--sharding S] [--steps N]
 //        [--micro-batch B] [--accum K] [--clip C] [--dtype float32|bfloat16]
 //        [--reduce-dtype float32|bfloat16] [--act-ckpt 0|1] [--prefetch 0|1] [--lr X]
+//        [--seq-len T] [--bin 0|1]
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -30,6 +33,42 @@ torch::Tensor Batch(int64_t first_sample, int64_t count, int64_t seq_plus_one, i
   return (g * 7919 + t * 104729 + (g * t).remainder(13) * 31).remainder(vocab);
 }
 
+// Peak resident set size of this process in bytes (VmHWM), 0 if unknown.
+uint64_t PeakRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Restarts VmHWM at the current RSS (Linux >= 4.0), so the peak of the steps alone is seen.
+void ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // if this fails, the peak includes start-up: acceptable for a benchmark
+}
+
+// Every rank's value, indexed by rank (collective).
+StatusOr<std::vector<double>> AllRanks(dist::Comm& comm, double v) {
+  torch::Tensor t = torch::zeros({comm.size()}, torch::kFloat64);
+  t[comm.rank()] = v;
+  FT_RETURN_IF_ERROR(comm.AllReduce(t, dist::ReduceOp::kSum)->Wait());
+  std::vector<double> out(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) out[static_cast<size_t>(r)] = t[r].item<double>();
+  return out;
+}
+
+std::string JoinNumbers(const std::vector<double>& v) {
+  std::string out;
+  char buf[64];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%.9g", i ? "," : "", v[i]);
+    out += buf;
+  }
+  return out;
+}
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "fsdp_worker: %s\n", s.ToString().c_str());
   return 1;
@@ -43,7 +82,7 @@ int main(int argc, char** argv) {
       {"--sharding", "full_shard"}, {"--steps", "20"}, {"--micro-batch", "2"}, {"--accum", "1"},
       {"--clip", "0"}, {"--dtype", "float32"}, {"--reduce-dtype", "float32"},
       {"--act-ckpt", "1"}, {"--prefetch", "1"}, {"--lr", "0.003"}, {"--out", ""},
-      {"--seq-len", "32"}};
+      {"--seq-len", "32"}, {"--bin", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!a.count(argv[i])) {
       std::fprintf(stderr, "fsdp_worker: unknown flag %s\n", argv[i]);
@@ -87,12 +126,16 @@ int main(int argc, char** argv) {
   m->InitWeights(1234);
   auto engine = fsdp::FsdpEngine::Create(m, fc, groups);
   if (!engine.ok()) return Fail(engine.status());
+  const uint64_t startup_peak_rss = PeakRssBytes();
+  ResetPeakRss();
   const int64_t steps = std::stoll(a["--steps"]), B = std::stoll(a["--micro-batch"]);
   const int64_t K = std::stoll(a["--accum"]), T1 = std::stoll(a["--seq-len"]) + 1;
   const double clip = std::stod(a["--clip"]), lr = std::stod(a["--lr"]);
   fsdp::AdamWConfig adamw;
   std::string losses, norms;
+  std::vector<double> step_times, comm_waits, comm_bytes;
   for (int64_t s = 0; s < steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t first = ((s * K + k) * w.world_size + w.rank) * B;
@@ -103,6 +146,10 @@ int main(int argc, char** argv) {
     }
     auto stats = (*engine)->Step(adamw, lr, clip);
     if (!stats.ok()) return Fail(stats.status());
+    step_times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    comm_waits.push_back(stats->comm_wait_s);
+    comm_bytes.push_back(static_cast<double>(stats->comm_bytes));
     torch::Tensor l = torch::full({1}, loss_sum / K, torch::kFloat64);
     Status st = (*ctx)->world_comm().AllReduce(l, dist::ReduceOp::kAvg)->Wait();
     if (!st.ok()) return Fail(st);
@@ -112,20 +159,31 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof(buf), "%s%.9g", s ? "," : "", stats->grad_norm);
     norms += buf;
   }
+  // Peaks before GatherFullParameters, which materializes the whole fp32 model.
+  auto peak_steps = AllRanks((*ctx)->world_comm(), static_cast<double>(PeakRssBytes()));
+  if (!peak_steps.ok()) return Fail(peak_steps.status());
+  auto peak_startup = AllRanks((*ctx)->world_comm(), static_cast<double>(startup_peak_rss));
+  if (!peak_startup.ok()) return Fail(peak_startup.status());
   auto params = (*engine)->GatherFullParameters();
   if (!params.ok()) return Fail(params.status());
   if (w.rank == 0 && !a["--out"].empty()) {
-    std::ofstream bin(a["--out"] + ".bin", std::ios::binary);
-    std::map<std::string, torch::Tensor> sorted(params->begin(), params->end());
-    for (const auto& [name, t] : sorted) {
-      auto c = t.contiguous();
-      bin.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    if (a["--bin"] == "1") {
+      std::ofstream bin(a["--out"] + ".bin", std::ios::binary);
+      std::map<std::string, torch::Tensor> sorted(params->begin(), params->end());
+      for (const auto& [name, t] : sorted) {
+        auto c = t.contiguous();
+        bin.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+      }
     }
     std::ofstream js(a["--out"] + ".json");
     js << "{\"losses\":[" << losses << "],\"grad_norms\":[" << norms
        << "],\"persistent_bytes\":" << (*engine)->PersistentBytes()
        << ",\"params\":" << (*engine)->NumParameters() << ",\"world_size\":" << w.world_size
-       << "}\n";
+       << ",\"sharding\":\"" << a["--sharding"] << "\",\"prefetch\":" << a["--prefetch"]
+       << ",\"step_time_s\":[" << JoinNumbers(step_times) << "],\"comm_wait_s\":["
+       << JoinNumbers(comm_waits) << "],\"comm_bytes\":[" << JoinNumbers(comm_bytes)
+       << "],\"peak_rss_steps_bytes\":[" << JoinNumbers(*peak_steps)
+       << "],\"peak_rss_startup_bytes\":[" << JoinNumbers(*peak_startup) << "]}\n";
   }
   return 0;
 }

@@ -25,7 +25,8 @@ uint64_t Align(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
 uint64_t SlotBytesFor(const ShardContents& contents) {
   uint64_t n = 0;
-  for (const auto& t : contents.tensors) n = Align(n + static_cast<uint64_t>(t.length) * DTypeSize(t.dtype));
+  for (const auto& t : contents.tensors)
+    n = Align(n + static_cast<uint64_t>(t.length) * DTypeSize(t.dtype));
   for (const auto& b : contents.blobs) n = Align(n + b.bytes.size());
   return n == 0 ? 64 : n;
 }
@@ -42,8 +43,8 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::ConnectRaw(const std::string
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
     ::close(fd);
-    return Status::Unavailable("cannot connect to ckptd at '" + socket_path + "': " +
-                               std::strerror(err) + " (is ckptd running on this node?)");
+    return Status::Unavailable("cannot connect to ckptd at '" + socket_path +
+                               "': " + std::strerror(err) + " (is ckptd running on this node?)");
   }
   std::unique_ptr<CkptdClient> c(new CkptdClient());
   c->fd_ = fd;
@@ -80,7 +81,9 @@ Status CkptdClient::SendRaw(const std::string& bytes) {
   while (done < bytes.size()) {
     ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Unavailable(std::string("ckptd went away (send: ") + std::strerror(errno) + ")");
+    if (n < 0)
+      return Status::Unavailable(std::string("ckptd went away (send: ") + std::strerror(errno) +
+                                 ")");
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
@@ -120,23 +123,27 @@ StatusOr<std::string> CkptdClient::Call(ckptd::MsgType type, const std::string& 
   if (reply.first == ckptd::MsgType::kError) {
     return Status::FailedPrecondition("ckptd refused the request: " + reply.second);
   }
-  if (reply.first != want) return Status::Internal("ckptd answered with an unexpected message type");
+  if (reply.first != want)
+    return Status::Internal("ckptd answered with an unexpected message type");
   return std::move(reply.second);
 }
 
-StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta,
-                                          const ShardContents& contents, double timeout_s) {
+StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const ShardContents& contents,
+                                          double timeout_s) {
   SubmitStats st;
   const uint64_t need = SlotBytesFor(contents);
   if (need > slot_bytes_) {
-    return Status::InvalidArgument("snapshot of " + std::to_string(need) +
-                                   " bytes does not fit the daemon's slots of " +
-                                   std::to_string(slot_bytes_) + " bytes; reconnect with a larger size");
+    return Status::InvalidArgument(
+        "snapshot of " + std::to_string(need) + " bytes does not fit the daemon's slots of " +
+        std::to_string(slot_bytes_) + " bytes; reconnect with a larger size");
   }
   auto t0 = Clock::now();
-  FT_ASSIGN_OR_RETURN(std::string a, Call(ckptd::MsgType::kAcquire, "", ckptd::MsgType::kAcquireOk, timeout_s));
+  FT_ASSIGN_OR_RETURN(std::string a,
+                      Call(ckptd::MsgType::kAcquire, "", ckptd::MsgType::kAcquireOk, timeout_s));
   FT_ASSIGN_OR_RETURN(uint32_t slot, ckptd::DecodeU32(a));
-  if (slot >= maps_.size()) return Status::Internal("ckptd gave slot " + std::to_string(slot) + " of " + std::to_string(maps_.size()));
+  if (slot >= maps_.size())
+    return Status::Internal("ckptd gave slot " + std::to_string(slot) + " of " +
+                            std::to_string(maps_.size()));
   st.wait_s = Since(t0);
   st.slot = slot;
 
@@ -178,8 +185,9 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta,
 
   auto t2 = Clock::now();
   sub.stall_ns = static_cast<uint64_t>((st.wait_s + st.copy_s) * 1e9);
-  FT_RETURN_IF_ERROR(Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(sub),
-                          ckptd::MsgType::kSubmitOk, 60).status());
+  FT_RETURN_IF_ERROR(
+      Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(sub), ckptd::MsgType::kSubmitOk, 60)
+          .status());
   st.send_s = Since(t2);
   return st;
 }

@@ -58,8 +58,8 @@ class CkptdClient {
 
  private:
   CkptdClient() = default;
-  StatusOr<std::string> Call(ckptd::MsgType type, const std::string& payload,
-                             ckptd::MsgType want, double timeout_s);
+  StatusOr<std::string> Call(ckptd::MsgType type, const std::string& payload, ckptd::MsgType want,
+                             double timeout_s);
 
   int fd_ = -1;
   uint64_t slot_bytes_ = 0;

@@ -123,7 +123,8 @@ StatusOr<Header> DecodeHeader(const uint8_t* bytes) {
                std::to_string(kVersion) + ")");
   }
   if (!KnownType(h.type)) return Bad("unknown message type " + std::to_string(h.type));
-  if (h.length > kMaxPayload) return Bad("payload of " + std::to_string(h.length) + " bytes is too large");
+  if (h.length > kMaxPayload)
+    return Bad("payload of " + std::to_string(h.length) + " bytes is too large");
   return h;
 }
 
@@ -146,9 +147,11 @@ StatusOr<Hello> DecodeHello(const std::string& payload) {
   if (!r.Get(&m.rank) || !r.Get(&m.world) || !r.Get(&m.pid) || !r.Get(&m.slot_bytes) || !r.Done()) {
     return Bad("malformed HELLO");
   }
-  if (m.world < 1 || m.world > kMaxWorldSize) return Bad("world size " + std::to_string(m.world) + " out of range");
+  if (m.world < 1 || m.world > kMaxWorldSize)
+    return Bad("world size " + std::to_string(m.world) + " out of range");
   if (m.rank < 0 || m.rank >= m.world) {
-    return Bad("rank " + std::to_string(m.rank) + " out of range for world " + std::to_string(m.world));
+    return Bad("rank " + std::to_string(m.rank) + " out of range for world " +
+               std::to_string(m.world));
   }
   if (m.slot_bytes == 0 || m.slot_bytes > (uint64_t{1} << 40)) return Bad("slot size out of range");
   return m;
@@ -226,8 +229,10 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
       !r.Get(&n)) {
     return Bad("malformed SUBMIT");
   }
-  if (m.step < 0 || m.step > kMaxStep) return Bad("step " + std::to_string(m.step) + " out of range");
-  if (world < 1 || world > kMaxWorldSize) return Bad("world size " + std::to_string(world) + " out of range");
+  if (m.step < 0 || m.step > kMaxStep)
+    return Bad("step " + std::to_string(m.step) + " out of range");
+  if (world < 1 || world > kMaxWorldSize)
+    return Bad("world size " + std::to_string(world) + " out of range");
   if (n > static_cast<uint32_t>(kMaxPieces)) return Bad("too many pieces");
   m.meta.step = m.step;
   m.meta.world_size = world;
@@ -247,12 +252,14 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
     if (!r.Get(&p.offset) || !r.Get(&p.length) || !r.Get(&p.slot_offset)) {
       return Bad("malformed piece " + std::to_string(i));
     }
-    if (blob > 1 || dtype > static_cast<uint8_t>(DType::kUInt8)) return Bad("bad piece kind or dtype");
+    if (blob > 1 || dtype > static_cast<uint8_t>(DType::kUInt8))
+      return Bad("bad piece kind or dtype");
     p.dtype = static_cast<DType>(dtype);
     if (!IsSafeDatasetName(p.kind) || !IsSafeDatasetName(p.name)) {
       return Bad("piece " + std::to_string(i) + " has an unsafe name");
     }
-    if (p.is_blob && p.policy != "replicated" && p.policy != "per_rank") return Bad("bad blob policy");
+    if (p.is_blob && p.policy != "replicated" && p.policy != "per_rank")
+      return Bad("bad blob policy");
     if (p.offset < 0 || p.length < 0) return Bad("negative offset or length");
     uint64_t elem = p.is_blob ? 1 : DTypeSize(p.dtype);
     if (!p.is_blob) {

@@ -62,7 +62,7 @@ struct HelloOk {
 // One piece of the snapshot in the slot: a tensor slice or a blob.
 struct PieceDesc {
   bool is_blob = false;
-  std::string kind;    // tensor kind, or blob group
+  std::string kind;  // tensor kind, or blob group
   std::string name;
   std::string policy;  // blobs only
   DType dtype = DType::kUInt8;

@@ -5,6 +5,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
+#include "ckpt/ckptd_client.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
 #include "ckpt/verify.h"
@@ -23,7 +26,8 @@ constexpr char kUsage[] =
     "  inspect PATH [--json]                   metadata and tensor table\n"
     "  diff A B                                exit 0 iff bit-identical\n"
     "  prune ROOT --keep K [--keep-every M] [--dry-run]\n"
-    "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n\n"
+    "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
+    "  status RUN_DIR [--json]                 every node's ckptd (exit 1 if one is down)\n\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
 struct Parsed {
@@ -46,6 +50,59 @@ Status Parse(const std::string& cmd, int argc, char** argv, po::options_descript
                                    " (see 'ckptctl --help')");
   }
   return Status::Ok();
+}
+
+// `ckptctl status RUN`: asks the daemon of every node (RUN/ckptd-<node>/sock) for its status.
+int CkptdStatus(const std::string& run_dir, bool json) {
+  std::error_code ec;
+  std::vector<std::string> nodes;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("ckptd-", 0) == 0) nodes.push_back(name.substr(6));
+  }
+  if (ec) {
+    return Fail("ckptctl status", Status::InvalidArgument("cannot list run directory '" + run_dir +
+                                                          "': " + ec.message()));
+  }
+  std::sort(nodes.begin(), nodes.end());
+  if (nodes.empty()) {
+    std::cerr << "ckptctl status: no ckptd has ever run under '" << run_dir << "'\n";
+    return kExitBad;
+  }
+  int rc = kExitOk;
+  for (const auto& node : nodes) {
+    auto st = ckpt::QueryCkptdStatus(ckpt::ckptd::SocketPath(run_dir, node));
+    if (!st.ok()) {
+      rc = kExitBad;
+      if (json) {
+        std::cout << nlohmann::json({{"node", node}, {"running", false}, {"error", st.status().message()}}).dump() << "\n";
+      } else {
+        std::cout << "node " << node << ": NOT RUNNING (" << st.status().message() << ")\n";
+      }
+      continue;
+    }
+    if (json) {
+      std::cout << *st << "\n";
+      continue;
+    }
+    auto j = nlohmann::json::parse(*st, nullptr, false);
+    if (j.is_discarded()) {
+      std::cout << "node " << node << ": malformed status\n";
+      rc = kExitBad;
+      continue;
+    }
+    std::cout << "node " << node << " pid " << j.value("pid", 0) << " world " << j.value("world_size", 0)
+              << "\n  in_flight " << j.value("snapshots_in_flight", 0) << " queue_depth "
+              << j.value("queue_depth", 0) << " last_persisted_step " << j.value("last_persisted_step", -1)
+              << " last_committed_step " << j.value("last_committed_step", -1) << "\n  saves "
+              << j.value("saves", 0) << " commits_won " << j.value("commits_won", 0) << " failures "
+              << j.value("failures", 0) << std::fixed << std::setprecision(1) << " throughput_mb_s "
+              << j.value("throughput_mb_s", 0.0) << std::setprecision(2) << " compression_ratio "
+              << j.value("compression_ratio", 0.0) << "\n";
+    const std::string err = j.value("last_error", std::string());
+    if (!err.empty()) std::cout << "  last_error " << err << "\n";
+  }
+  return rc;
 }
 
 int PrintVerify(const ckpt::VerifyReport& r, bool json, nlohmann::json* all) {
@@ -228,6 +285,13 @@ int Run(int argc, char** argv) {
     if (!dir.ok()) return Fail(prog, dir.status());
     s = ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
     return s.ok() ? kExitOk : Fail(prog, s);
+  }
+  if (cmd == "status") {
+    opts.add_options()("json", "one JSON object per node");
+    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
+    if (!s.ok()) return Fail(prog, s);
+    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
+    return CkptdStatus(p.args[0], p.vm.count("json") > 0);
   }
   std::cerr << "ckptctl: unknown command '" << cmd << "'\n" << kUsage;
   return kExitUsage;

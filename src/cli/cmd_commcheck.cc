@@ -1,4 +1,6 @@
 // `ftrain commcheck`: flags only; the check lives in dist/commcheck.
+#include <torch/cuda.h>
+
 #include <iostream>
 #include <sstream>
 
@@ -15,12 +17,13 @@ namespace po = boost::program_options;
 int RunCommcheck(int argc, char** argv) {
   const std::string program = "ftrain commcheck";
   po::options_description opts(
-      "ftrain commcheck [--sizes 1M,4M,...] [--iters N] [--warmup N] [--json]\n"
+      "ftrain commcheck [--sizes 1M,4M,...] [--iters N] [--warmup N] [--json] [--backend B]\n"
       "(run one per rank: under srun --mpi=pmix, ftrain launch, or with RANK/WORLD_SIZE/"
       "MASTER_ADDR/MASTER_PORT)");
   std::string sizes_text = "1M,4M,16M,64M";
   dist::CommcheckOptions o;
   int rdzv_timeout = 0;
+  std::string backend = "gloo";
   opts.add_options()("help,h", "show this help")(
       "sizes", po::value<std::string>(&sizes_text)->default_value(sizes_text),
       "comma-separated tensor sizes in bytes (K/M/G suffixes; any size, uneven ones too)")(
@@ -28,6 +31,9 @@ int RunCommcheck(int argc, char** argv) {
       "warmup", po::value<int>(&o.warmup)->default_value(1), "untimed iterations per size")(
       "json", po::bool_switch(&o.json), "print one JSON object instead of the table")(
       "no-groups", "skip the intra-node and inter-node group checks")(
+      "backend", po::value<std::string>(&backend)->default_value(backend),
+      "gloo (CPU tensors) or nccl (CUDA tensors on GPU local_rank; needs ftrain built with "
+      "NCCL against a CUDA LibTorch, see scripts/gpu-smoke.sh)")(
       "rdzv-timeout", po::value<int>(&rdzv_timeout),
       "seconds to wait for all ranks (default 300, or FTRAIN_RDZV_TIMEOUT)")(
       "inject-fault", po::value<std::string>(&o.inject_fault),
@@ -61,8 +67,19 @@ int RunCommcheck(int argc, char** argv) {
     if (rdzv_timeout <= 0) return Fail(program, Status::InvalidArgument("--rdzv-timeout must be > 0"));
     dopts->rdzv_timeout_s = rdzv_timeout;
   }
+  if (backend != "gloo" && backend != "nccl") {
+    return Fail(program, Status::InvalidArgument("--backend '" + backend + "' is not gloo or nccl"));
+  }
+  if (backend == "nccl" && !torch::cuda::is_available()) {
+    return Fail(program, Status::FailedPrecondition(
+                             "--backend nccl needs CUDA tensors, but this LibTorch sees no CUDA "
+                             "device (CPU-only LibTorch, or no GPU); build against a CUDA LibTorch "
+                             "on a GPU machine (scripts/gpu-smoke.sh)"));
+  }
+  dopts->backend = backend;
   auto ctx = dist::DistContext::Init(*dopts);
   if (!ctx.ok()) return Fail(program, ctx.status());
+  if (backend == "nccl") o.device = "cuda:" + std::to_string((*ctx)->world().local_rank);
   Status r = dist::RunCommcheck(**ctx, o, std::cout, nullptr);
   if (!r.ok()) {
     FT_LOG(Error) << r.message();

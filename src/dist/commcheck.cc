@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -13,15 +14,20 @@
 namespace ftrain::dist {
 namespace {
 
+// The device of every tensor the check hands to a collective (set once by RunCommcheck).
+torch::TensorOptions F32(const torch::Device& device) {
+  return torch::TensorOptions().dtype(torch::kFloat32).device(device);
+}
+
 // Rank r's input value at global index i: small integers, so float32 sums are exact.
-at::Tensor Pattern(int rank, int64_t offset, int64_t n) {
-  auto idx = torch::arange(offset, offset + n, torch::kInt64);
+at::Tensor Pattern(int rank, int64_t offset, int64_t n, const torch::Device& device) {
+  auto idx = torch::arange(offset, offset + n, torch::TensorOptions(torch::kInt64).device(device));
   return ((idx.remainder(13) + 1) * (rank + 1)).remainder(97).to(torch::kFloat32);
 }
 
-at::Tensor SumPattern(int world, int64_t offset, int64_t n) {
-  at::Tensor acc = torch::zeros({n}, torch::kFloat32);
-  for (int r = 0; r < world; ++r) acc += Pattern(r, offset, n);
+at::Tensor SumPattern(int world, int64_t offset, int64_t n, const torch::Device& device) {
+  at::Tensor acc = torch::zeros({n}, F32(device));
+  for (int r = 0; r < world; ++r) acc += Pattern(r, offset, n, device);
   return acc;
 }
 
@@ -35,35 +41,37 @@ double BusFactor(const std::string& coll, int n) {
 
 // Runs one collective once into fresh buffers and returns (result, expected).
 std::pair<at::Tensor, at::Tensor> RunOnce(Comm& comm, const std::string& coll, int64_t n,
-                                          Status* status) {
+                                          const torch::Device& device, Status* status) {
   const int r = comm.rank(), w = comm.size();
   if (coll == "all_reduce") {
-    at::Tensor t = Pattern(r, 0, n);
+    at::Tensor t = Pattern(r, 0, n, device);
     *status = comm.AllReduce(t, ReduceOp::kSum)->Wait();
-    return {t, SumPattern(w, 0, n)};
+    return {t, SumPattern(w, 0, n, device)};
   }
   if (coll == "all_gather") {
     ShardSpan s = ShardOf(n, w, r);
-    at::Tensor out = torch::full({n}, -1.0f);
-    *status = comm.AllGather(out, Pattern(r, s.offset, s.length))->Wait();
-    at::Tensor expect = torch::empty({n});
+    at::Tensor out = torch::full({n}, -1.0f, F32(device));
+    *status = comm.AllGather(out, Pattern(r, s.offset, s.length, device))->Wait();
+    at::Tensor expect = torch::empty({n}, F32(device));
     for (int q = 0; q < w; ++q) {
       ShardSpan sq = ShardOf(n, w, q);
-      if (sq.length > 0) expect.narrow(0, sq.offset, sq.length).copy_(Pattern(q, sq.offset, sq.length));
+      if (sq.length > 0) {
+        expect.narrow(0, sq.offset, sq.length).copy_(Pattern(q, sq.offset, sq.length, device));
+      }
     }
     return {out, expect};
   }
   if (coll == "reduce_scatter") {
     ShardSpan s = ShardOf(n, w, r);
-    at::Tensor out = torch::full({s.length}, -1.0f);
-    *status = comm.ReduceScatter(out, Pattern(r, 0, n), ReduceOp::kSum)->Wait();
-    return {out, SumPattern(w, s.offset, s.length)};
+    at::Tensor out = torch::full({s.length}, -1.0f, F32(device));
+    *status = comm.ReduceScatter(out, Pattern(r, 0, n, device), ReduceOp::kSum)->Wait();
+    return {out, SumPattern(w, s.offset, s.length, device)};
   }
   // broadcast from the last rank, so a non-zero root is exercised
   const int root = w - 1;
-  at::Tensor t = r == root ? Pattern(root, 0, n) : torch::full({n}, -1.0f);
+  at::Tensor t = r == root ? Pattern(root, 0, n, device) : torch::full({n}, -1.0f, F32(device));
   *status = comm.Broadcast(t, root)->Wait();
-  return {t, Pattern(root, 0, n)};
+  return {t, Pattern(root, 0, n, device)};
 }
 
 std::string FormatBytes(int64_t b) {
@@ -76,10 +84,12 @@ std::string FormatBytes(int64_t b) {
 }
 
 // Agrees on failures: returns the ranks whose local check failed (same on every rank).
-StatusOr<std::vector<int>> FailedRanks(Comm& comm, bool local_bad) {
+StatusOr<std::vector<int>> FailedRanks(Comm& comm, bool local_bad, const torch::Device& device) {
   at::Tensor flags = torch::zeros({comm.size()}, torch::kFloat32);
   flags[comm.rank()] = local_bad ? 1.0f : 0.0f;
+  flags = flags.to(device);
   FT_RETURN_IF_ERROR(comm.AllReduce(flags, ReduceOp::kSum)->Wait());
+  flags = flags.cpu();
   std::vector<int> bad;
   for (int q = 0; q < comm.size(); ++q) {
     if (flags[q].item<float>() != 0.0f) bad.push_back(q);
@@ -108,6 +118,14 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
                     std::vector<CommcheckRow>* rows) {
   torch::NoGradGuard no_grad;
   const WorldInfo& world = ctx.world();
+  std::optional<torch::Device> parsed;
+  try {
+    parsed.emplace(options.device);
+  } catch (const c10::Error&) {
+    return Status::InvalidArgument("commcheck device '" + options.device +
+                                   "' is not a device like cpu or cuda:0");
+  }
+  const torch::Device device = *parsed;
   int fault_rank = -1;
   std::string fault_coll;
   if (!options.inject_fault.empty()) {
@@ -131,7 +149,8 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
   nlohmann::json json_rows = nlohmann::json::array();
   if (leader && !options.json) {
     out << "# ftrain commcheck: " << world.world_size << " ranks on " << world.num_nodes
-        << " node(s), backend " << ctx.world_comm().backend() << ", float32, " << options.iters
+        << " node(s), backend " << ctx.world_comm().backend() << ", float32 on " << device.str()
+        << ", " << options.iters
         << " iterations (slowest rank)\n";
     char hdr[160];
     std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective",
@@ -146,7 +165,7 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
       for (int64_t bytes : sizes) {
         const int64_t n = std::max<int64_t>(1, bytes / 4);
         Status st;
-        auto [got, expect] = RunOnce(*comm, coll, n, &st);
+        auto [got, expect] = RunOnce(*comm, coll, n, device, &st);
         if (!st.ok()) return st;
         if (world.rank == fault_rank && coll == fault_coll && group_name == "world" &&
             got.numel() > 0) {
@@ -161,7 +180,8 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
                         << " = " << (where >= 0 ? got[where].item<float>() : 0.0f)
                         << ", expected " << (where >= 0 ? expect[where].item<float>() : 0.0f);
         }
-        FT_ASSIGN_OR_RETURN(std::vector<int> bad, FailedRanks(ctx.world_comm(), local_bad));
+        FT_ASSIGN_OR_RETURN(std::vector<int> bad,
+                            FailedRanks(ctx.world_comm(), local_bad, device));
         if (!bad.empty()) {
           std::string list;
           for (int q : bad) list += (list.empty() ? "" : ",") + std::to_string(q);
@@ -172,13 +192,13 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
         }
         // Timing: warm-up, then iters back to back; report the slowest rank's mean.
         for (int i = 0; i < options.warmup; ++i) {
-          RunOnce(*comm, coll, n, &st);
+          RunOnce(*comm, coll, n, device, &st);
           if (!st.ok()) return st;
         }
-        at::Tensor buf = Pattern(comm->rank(), 0, n);
+        at::Tensor buf = Pattern(comm->rank(), 0, n, device);
         ShardSpan s = ShardOf(n, comm->size(), comm->rank());
         at::Tensor shard = buf.narrow(0, s.offset, s.length).clone();
-        at::Tensor full = torch::empty({n});
+        at::Tensor full = torch::empty({n}, F32(device));
         FT_RETURN_IF_ERROR(comm->Barrier()->Wait());
         auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < options.iters; ++i) {
@@ -191,7 +211,7 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
         }
         double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                          std::max(1, options.iters);
-        at::Tensor t = torch::full({1}, elapsed, torch::kFloat64);
+        at::Tensor t = torch::full({1}, elapsed, torch::TensorOptions(torch::kFloat64).device(device));
         FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(t, ReduceOp::kMax)->Wait());
         elapsed = t.item<double>();
         CommcheckRow row;

@@ -20,6 +20,9 @@ struct CommcheckOptions {
   int iters = 5;
   bool json = false;
   bool check_groups = true;  // also check the intra-node and inter-node groups
+  // Where the test tensors live: "cpu" (Gloo) or "cuda:N" (NCCL needs device memory; needs a
+  // LibTorch built with CUDA at run time).
+  std::string device = "cpu";
   // Testing aid for the checker itself: "RANK:COLLECTIVE" corrupts one element of that
   // rank's result, so the failure path can be exercised on a healthy machine.
   std::string inject_fault;

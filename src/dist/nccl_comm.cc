@@ -71,6 +71,7 @@ class NcclComm : public Comm {
   ~NcclComm() override {
     cudaStreamSynchronize(stream_);  // drain before tearing down; errors are moot here
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (inputs_ready_ != nullptr) cudaEventDestroy(inputs_ready_);
     ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
@@ -168,7 +169,10 @@ class NcclComm : public Comm {
   std::unique_ptr<Work> Launch(const char* op, F enqueue) {
     std::lock_guard<std::mutex> lock(mu_);
     cudaSetDevice(device_);
-    Status s = enqueue();
+    // The collective's stream is non-blocking, so it does not order itself after the legacy
+    // default stream, where LibTorch's kernels that produced the inputs run: make it wait.
+    Status s = WaitForDefaultStream();
+    if (s.ok()) s = enqueue();
     cudaEvent_t ev = nullptr;
     if (s.ok()) {
       cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -177,6 +181,15 @@ class NcclComm : public Comm {
     }
     if (!s.ok()) s = s.Annotate("rank " + std::to_string(rank_) + " of group " + name_ + " " + op);
     return std::make_unique<EventWork>(ev, s);
+  }
+
+  // Orders stream_ after everything enqueued so far on the legacy default stream (mu_ held).
+  Status WaitForDefaultStream() {
+    cudaError_t e = cudaSuccess;
+    if (inputs_ready_ == nullptr) e = cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(inputs_ready_, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, inputs_ready_, 0);
+    return e == cudaSuccess ? Status::Ok() : CudaError("ordering after the default stream", e);
   }
 
   // A device buffer of at least `bytes`, reused (guarded by mu_).
@@ -200,6 +213,7 @@ class NcclComm : public Comm {
   const int device_;
   std::mutex mu_;
   char* scratch_ = nullptr;   // guarded by mu_
+  cudaEvent_t inputs_ready_ = nullptr;  // guarded by mu_
   size_t scratch_bytes_ = 0;  // guarded by mu_
 };
 

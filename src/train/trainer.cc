@@ -384,7 +384,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     m.comm_s = stats.comm_wait_s;
     m.restart_count = state.restarts;
     m.tokens = state.tokens;
-    m.unix_time = static_cast<double>(std::time(nullptr));
+    m.unix_time = std::chrono::duration<double>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
     m.step_time_s = Seconds(t0, Clock::now());
     m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / m.step_time_s;
     double stall = 0;

@@ -1,0 +1,189 @@
+// ckptd_bench: the trainer-visible stall of a checkpoint through ckptd (wait for a slot + copy
+// into shared memory + SUBMIT) next to, in the same run and for the same bytes: a plain
+// memcpy into a pre-touched buffer (the floor) and a synchronous CheckpointStore::WriteShard
+// (the path the trainer uses without the daemon); plus the daemon's persist throughput.
+// Starts its own build/bin/ckptd. torch::save is in ckpt_bench. Never passes/fails on timing.
+//
+// State: `--mb` MB of one rank's shard: bf16 model (2 B/param), fp32 master (4), AdamW moments
+// (4 + 4); master ~ small smooth values with noise in the low mantissa bits (compresses ~like
+// real weights, not like zeros).
+// usage: ckptd_bench [--mb 512] [--dir /var/tmp/ftrain-ckptd-bench] [--threads 2] [--nice 10]
+// [--reps 3]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/ckptd_client.h"
+#include "ckpt/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t mb = 512;
+  int reps = 3, threads = 2, nice = 10;
+  std::string dir = "/var/tmp/ftrain-ckptd-bench";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--mb") mb = std::atoll(argv[i + 1]);
+    if (a == "--dir") dir = argv[i + 1];
+    if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    if (a == "--nice") nice = std::atoi(argv[i + 1]);
+  }
+  namespace fs = std::filesystem;
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/run");
+
+  // State: P params, 14 bytes each.
+  const int64_t params = mb * 1000000 / 14;
+  std::vector<float> master(params), m1(params), m2(params);
+  std::vector<uint16_t> model(params);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0, 0.02f);
+  for (int64_t i = 0; i < params; ++i) {
+    master[i] = nd(rng);
+    uint32_t b;
+    std::memcpy(&b, &master[i], 4);
+    model[i] = static_cast<uint16_t>(b >> 16);
+    m1[i] = master[i] * 5e-3f;
+    m2[i] = m1[i] * m1[i] + 1e-12f;
+  }
+  ftrain::ckpt::ShardContents c;
+  auto add = [&](const char* kind, ftrain::ckpt::DType dt, const void* p) {
+    c.tensors.push_back({kind, "model.layers.0.mlp.up_proj.weight", dt, {params}, 0, params, p});
+  };
+  add("model", ftrain::ckpt::DType::kBFloat16, model.data());
+  add("master", ftrain::ckpt::DType::kFloat32, master.data());
+  add("optim/exp_avg", ftrain::ckpt::DType::kFloat32, m1.data());
+  add("optim/exp_avg_sq", ftrain::ckpt::DType::kFloat32, m2.data());
+  c.blobs.push_back({"train", "state", "replicated", "{\"global_step\":1}"});
+  const uint64_t bytes = ftrain::ckpt::SlotBytesFor(c);
+
+  // 1. Plain memcpy into a pre-touched buffer of the same size.
+  std::vector<uint8_t> dst(bytes, 1);
+  std::vector<double> memcpy_s;
+  for (int r = 0; r < reps; ++r) {
+    auto t = Clock::now();
+    uint64_t off = 0;
+    for (const auto& t2 : c.tensors) {
+      const size_t n = static_cast<size_t>(t2.length) * ftrain::ckpt::DTypeSize(t2.dtype);
+      std::memcpy(dst.data() + off, t2.data, n);
+      off += (n + 63) & ~size_t{63};
+    }
+    memcpy_s.push_back(Since(t));
+  }
+
+  // 2. Synchronous WriteShard + commit through the library.
+  std::vector<double> sync_s;
+  {
+    ftrain::ckpt::CheckpointStore store(dir + "/sync");
+    for (int r = 0; r < reps; ++r) {
+      ftrain::ckpt::CheckpointMeta meta;
+      meta.step = r + 1;
+      meta.world_size = 1;
+      ftrain::ckpt::WriteOptions wo;
+      wo.threads = threads;
+      auto t = Clock::now();
+      auto rec = store.WriteShard(meta, 0, c, wo);
+      auto out = store.TryCommit(meta);
+      sync_s.push_back(Since(t));
+      if (!rec.ok() || !out.ok()) {
+        std::fprintf(stderr, "sync write failed\n");
+        return 1;
+      }
+    }
+  }
+
+  // 3. ckptd.
+  const std::string bin = std::string(FTRAIN_BIN_DIR) + "/ckptd";
+  pid_t d = fork();
+  if (d == 0) {
+    execl(bin.c_str(), bin.c_str(), "--root", (dir + "/ckpt").c_str(), "--run-dir",
+          (dir + "/run").c_str(), "--node", "bench", "--threads", std::to_string(threads).c_str(),
+          "--nice", std::to_string(nice).c_str(), "--keep", "2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::unique_ptr<ftrain::ckpt::CkptdClient> client;
+  for (int i = 0; i < 200 && !client; ++i) {
+    auto cl = ftrain::ckpt::CkptdClient::Connect(dir + "/run", "bench", 0, 1, bytes);
+    if (cl.ok())
+      client = std::move(cl).value();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  if (!client) {
+    std::fprintf(stderr, "ckptd did not start\n");
+    return 1;
+  }
+  std::vector<double> stall_s, copy_s, persist_wall;
+  double first_touch = 0;
+  // Two warm-up submits touch both slots' pages (first-touch page faults are a one-time cost
+  // of a daemon's life, reported separately).
+  for (int r = 0; r < reps + 2; ++r) {
+    ftrain::ckpt::CheckpointMeta meta;
+    meta.step = r + 1;
+    meta.world_size = 1;
+    auto st = client->Submit(meta, c);
+    if (!st.ok()) {
+      std::fprintf(stderr, "submit: %s\n", st.status().ToString().c_str());
+      return 1;
+    }
+    auto t = Clock::now();
+    for (;;) {  // wait until persisted so the next stall is the copy, not backpressure
+      auto js = nlohmann::json::parse(*client->StatusJson());
+      if (js["last_persisted_step"].get<int64_t>() >= meta.step) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (r < 2) {
+      first_touch = std::max(first_touch, st->stall_s());
+      continue;
+    }
+    stall_s.push_back(st->stall_s());
+    copy_s.push_back(st->copy_s);
+    persist_wall.push_back(Since(t) + st->send_s);
+  }
+  auto js = nlohmann::json::parse(*client->StatusJson());
+  client.reset();
+  kill(d, SIGTERM);
+  waitpid(d, nullptr, 0);
+
+  const double mem = Median(memcpy_s), sync = Median(sync_s), stall = Median(stall_s);
+  std::printf("ckptd_bench: %.0f MB per rank (%lld params), %d reps, threads %d, nice %d\n",
+              bytes / 1e6, static_cast<long long>(params), reps, threads, nice);
+  std::printf("  plain memcpy (pre-touched)     %8.3f s  %7.0f MB/s\n", mem, bytes / mem / 1e6);
+  std::printf("  ckptd stall (slot+copy+SUBMIT) %8.3f s  = %.2fx memcpy, %.1f%% of sync\n", stall,
+              stall / mem, 100 * stall / sync);
+  std::printf("  ckptd first stall (cold slots) %8.3f s\n", first_touch);
+  std::printf("  synchronous WriteShard+commit  %8.3f s  %7.0f MB/s\n", sync, bytes / sync / 1e6);
+  std::printf(
+      "  ckptd persist (daemon)         %8.3f s  wall after SUBMIT; daemon says %.0f MB/s, ratio "
+      "%.2f\n",
+      Median(persist_wall), js["throughput_mb_s"].get<double>(),
+      js["compression_ratio"].get<double>());
+  fs::remove_all(dir);
+  return 0;
+}

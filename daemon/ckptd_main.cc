@@ -1,0 +1,96 @@
+// `ckptd`: the per-node checkpoint daemon. Flag parsing, validation (configuration errors
+// exit 2 with one clear line), signal handling; the work is in server.cc and persist.cc.
+// Does not link LibTorch.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "ckpt/ckptd_protocol.h"
+#include "cli/cli_util.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "server.h"
+
+namespace {
+
+int g_stop_pipe[2] = {-1, -1};
+
+void OnSignal(int) {
+  char b = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &b, 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  using ftrain::Status;
+  const std::string prog = "ckptd";
+  ftrain::ckptd::ServerOptions o;
+  int threads = 2, nice = 10, zstd = 1, keep = 3, slots = 2;
+  double memory_gb = 8;
+  int64_t test_uid = -1;
+  po::options_description opts("ckptd --root CKPT_ROOT --run-dir RUN [options]");
+  opts.add_options()("help,h", "show this help")("root", po::value<std::string>(&o.root),
+                                                 "checkpoint root (shared by all nodes)")(
+      "run-dir", po::value<std::string>(&o.run_dir), "run directory (the socket goes under it)")(
+      "node", po::value<std::string>(&o.node),
+      "node id (default: $FTRAIN_CKPTD_NODE or host name)")(
+      "threads", po::value<int>(&threads), "compression threads per shard (1..64, default 2)")(
+      "nice", po::value<int>(&nice), "nice level of the persist thread (0..19, default 10)")(
+      "zstd-level", po::value<int>(&zstd), "zstd level (0 = none, 1..19, default 1)")(
+      "keep", po::value<int>(&keep), "complete checkpoints kept by rotation (>= 1, default 3)")(
+      "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
+      "slots-per-rank", po::value<int>(&slots), "snapshot slots per rank (2..16, default 2)")(
+      "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect");
+  po::variables_map vm;
+  Status s = ftrain::cli::ParseFlags(prog, argc, argv, opts, {}, &vm);
+  if (!s.ok()) return ftrain::cli::Fail(prog, s);
+  if (vm.count("help")) return (std::cout << opts << "\n", 0);
+  auto bad = [&](const std::string& m) {
+    return ftrain::cli::Fail(prog, Status::InvalidArgument(m));
+  };
+  if (o.root.empty()) return bad("--root is required (the checkpoint root shared by all nodes)");
+  if (o.run_dir.empty()) return bad("--run-dir is required");
+  struct stat st {};
+  if (::stat(o.run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return bad("--run-dir '" + o.run_dir + "' does not exist or is not a directory");
+  }
+  if (o.node.empty()) o.node = ftrain::ckpt::ckptd::DefaultNodeId();
+  if (!ftrain::ckpt::ckptd::IsSafeNodeId(o.node))
+    return bad("--node '" + o.node + "' must be [A-Za-z0-9._-]{1,64}");
+  if (threads < 1 || threads > 64)
+    return bad("--threads " + std::to_string(threads) + " is outside 1..64");
+  if (nice < 0 || nice > 19) return bad("--nice " + std::to_string(nice) + " is outside 0..19");
+  if (zstd < 0 || zstd > 19)
+    return bad("--zstd-level " + std::to_string(zstd) + " is outside 0..19");
+  if (keep < 1) return bad("--keep must be at least 1");
+  if (!(memory_gb > 0) || memory_gb > 4096) return bad("--memory-gb must be in (0, 4096]");
+  if (slots < 2 || slots > 16)
+    return bad("--slots-per-rank " + std::to_string(slots) + " is outside 2..16");
+  o.persist = {threads, nice, zstd, keep};
+  o.memory_gb = memory_gb;
+  o.slots_per_rank = slots;
+  o.allowed_uid = test_uid >= 0 ? static_cast<uid_t>(test_uid) : ::getuid();
+  ftrain::SetLogPrefix("ckptd " + o.node);
+
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0)
+    return ftrain::cli::Fail(prog, Status::IOError("pipe2"));
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  ftrain::ckptd::Server server(o);
+  s = server.Start();
+  if (!s.ok()) return ftrain::cli::Fail(prog, s);
+  s = server.Serve(g_stop_pipe[0]);
+  if (!s.ok()) return ftrain::cli::Fail(prog, s);
+  FT_LOG(Info) << "ckptd: stopped";
+  return 0;
+}

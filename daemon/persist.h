@@ -1,0 +1,73 @@
+// ckptd's persist pipeline: a queue of submitted snapshots and one worker thread (at the
+// configured nice level) that turns each slot into the rank's shard file through the ckpt
+// library (parallel zstd, HDF5 direct chunk writes, fsync, receipt), then tries the cross-node
+// commit (TryCommit: exactly one daemon wins the O_EXCL marker once every rank's receipt is
+// there) and rotates. It never touches sockets; results go back through a callback.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/ckptd_protocol.h"
+#include "ckpt/store.h"
+
+namespace ftrain::ckptd {
+
+struct PersistJob {
+  int rank = 0;
+  uint32_t slot = 0;
+  const uint8_t* base = nullptr;  // the slot's mapping; stays valid until the result is back
+  ckpt::ckptd::Submit submit;
+};
+
+struct PersistResult {
+  int rank = 0;
+  uint32_t slot = 0;
+  int64_t step = 0;
+  Status status;
+  bool committed = false;       // this daemon won the commit
+  bool seen_committed = false;  // the step is committed (by anyone) as far as we know
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  double persist_s = 0;
+};
+
+struct PersistOptions {
+  int threads = 1;  // compression threads per shard
+  int nice = 10;    // of the worker (and so of its compression threads)
+  int zstd_level = 1;
+  int keep = 3;
+};
+
+class Persister {
+ public:
+  Persister(ckpt::CheckpointStore* store, PersistOptions options,
+            std::function<void(PersistResult)> on_done);
+  ~Persister();  // drains the queue, then joins
+
+  void Enqueue(PersistJob job);
+  size_t queued() const;  // waiting, not yet started
+  bool busy() const;      // a job is being written
+
+ private:
+  void Run();
+  PersistResult Persist(const PersistJob& job);
+
+  ckpt::CheckpointStore* store_;
+  PersistOptions options_;
+  std::function<void(PersistResult)> on_done_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PersistJob> queue_;  // guarded by mu_
+  bool busy_ = false;             // guarded by mu_
+  bool stop_ = false;             // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace ftrain::ckptd

@@ -1,0 +1,444 @@
+// ckptd server loop.
+#include "server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+
+namespace ftrain::ckptd {
+
+namespace proto = ckpt::ckptd;
+using proto::MsgType;
+
+namespace {
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)), store_(options_.root) {}
+
+Server::~Server() {
+  persister_.reset();  // drains the queue while the slots are still mapped
+  for (auto& [fd, c] : conns_) ::close(fd);
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(socket_path_.c_str());  // ignored: best effort on the way out
+  }
+  ranks_.clear();  // unlinks every slot
+  for (int fd : wake_) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Status Server::Start() {
+  start_unix_ = NowUnix();
+  const std::string dir = proto::SocketDir(options_.run_dir, options_.node);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::IOError("mkdir '" + dir + "': " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("'" + dir + "' is not a directory; remove it");
+  }
+  if (st.st_uid != ::getuid()) {
+    return Status::FailedPrecondition("'" + dir + "' belongs to uid " + std::to_string(st.st_uid) +
+                                      ", not to this user; refusing to put the socket there");
+  }
+  if (::chmod(dir.c_str(), 0700) != 0)
+    return Status::IOError("chmod 0700 '" + dir + "': " + std::strerror(errno));
+
+  const std::string lock = JoinPath(dir, "lock");
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) return Status::IOError("open '" + lock + "': " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return Status::FailedPrecondition("another ckptd already serves node '" + options_.node +
+                                      "' of run '" + options_.run_dir + "' (lock " + lock + ")");
+  }
+
+  socket_path_ = proto::SocketPath(options_.run_dir, options_.node);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path_.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("socket path '" + socket_path_ + "' is longer than " +
+                                   std::to_string(sizeof(addr.sun_path) - 1) +
+                                   " bytes; use a shorter --run-dir");
+  }
+  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  ::unlink(socket_path_.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return Status::IOError(std::string("socket: ") + std::strerror(errno));
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::chmod(socket_path_.c_str(), 0600) != 0 || ::listen(listen_fd_, 128) != 0) {
+    return Status::IOError("bind/listen '" + socket_path_ + "': " + std::strerror(errno));
+  }
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::IOError("pipe2 failed");
+
+  UnlinkStaleSegments(proto::ShmPrefix(options_.run_dir, options_.node));
+  FT_RETURN_IF_ERROR(Env::Default()->CreateDir(options_.root));
+  // Finishes a commit that a dead committer (a previous daemon) left half-done.
+  Status s = store_.Recover();
+  if (!s.ok()) FT_LOG(Warning) << "ckptd: recovery of '" << options_.root << "': " << s.ToString();
+  auto latest = store_.Latest();
+  if (latest.ok() && latest->has_value()) last_committed_step_ = (*latest)->step;
+
+  persister_ = std::make_unique<Persister>(&store_, options_.persist, [this](PersistResult r) {
+    {
+      std::lock_guard<std::mutex> lock(results_mu_);
+      results_.push_back(std::move(r));
+    }
+    char b = 1;
+    // Ignored: a full pipe already guarantees a wake-up.
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+  });
+  FT_LOG(Info) << "ckptd: serving node '" << options_.node << "' on " << socket_path_ << " (root "
+               << options_.root << ", threads " << options_.persist.threads << ", nice "
+               << options_.persist.nice << ", zstd " << options_.persist.zstd_level << ", keep "
+               << options_.persist.keep << ", memory " << options_.memory_gb << " GB)";
+  return Status::Ok();
+}
+
+Status Server::Serve(int stop_fd) {
+  for (;;) {
+    std::vector<pollfd> fds;
+    fds.push_back({stop_fd, POLLIN, 0});
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
+    int n = ::poll(fds.data(), fds.size(), 1000);
+    if (n < 0 && errno != EINTR)
+      return Status::IOError(std::string("poll: ") + std::strerror(errno));
+    if (n <= 0) continue;
+    if (fds[0].revents) {
+      FT_LOG(Info) << "ckptd: stopping; finishing "
+                   << persister_->queued() + (persister_->busy() ? 1 : 0)
+                   << " snapshot(s) in flight first";
+      persister_.reset();
+      DrainResults();
+      return Status::Ok();
+    }
+    if (fds[1].revents) {
+      char buf[256];
+      while (::read(wake_[0], buf, sizeof(buf)) > 0) {
+      }
+      DrainResults();
+    }
+    if (fds[2].revents) Accept();
+    for (size_t i = 3; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      if (!OnReadable(fds[i].fd)) Disconnect(fds[i].fd, "");
+    }
+    ServeAcquires();
+  }
+}
+
+void Server::Accept() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      FT_LOG(Warning) << "ckptd: SO_PEERCRED failed; refusing the connection";
+      ::close(fd);
+      continue;
+    }
+    if (cred.uid != options_.allowed_uid) {
+      FT_LOG(Warning) << "ckptd: refused a connection from uid " << cred.uid << " (pid " << cred.pid
+                      << "); only uid " << options_.allowed_uid << " may use this daemon";
+      ::close(fd);
+      continue;
+    }
+    Conn c;
+    c.uid = cred.uid;
+    c.pid = cred.pid;
+    conns_[fd] = c;
+  }
+}
+
+bool Server::OnReadable(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return true;
+  Conn& c = it->second;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) return false;  // closed (a trainer that exited or died)
+    c.in.append(buf, static_cast<size_t>(n));
+    if (c.in.size() > proto::kMaxPayload + 2 * proto::kHeaderBytes) break;
+  }
+  while (c.in.size() >= proto::kHeaderBytes) {
+    auto h = proto::DecodeHeader(reinterpret_cast<const uint8_t*>(c.in.data()));
+    if (!h.ok()) {
+      Disconnect(fd, h.status().message());
+      return true;
+    }
+    if (c.in.size() < proto::kHeaderBytes + h->length) break;
+    std::string payload = c.in.substr(proto::kHeaderBytes, h->length);
+    c.in.erase(0, proto::kHeaderBytes + h->length);
+    if (!Handle(fd, c, static_cast<MsgType>(h->type), payload)) return true;  // disconnected
+  }
+  return true;
+}
+
+void Server::Send(int fd, MsgType type, const std::string& payload) {
+  const std::string msg = proto::Frame(type, payload);
+  size_t done = 0;
+  // Replies are small; a peer that does not read them within the socket buffer is dropped.
+  while (done < msg.size()) {
+    ssize_t n = ::send(fd, msg.data() + done, msg.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void Server::Disconnect(int fd, const std::string& why) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  if (!why.empty()) {
+    FT_LOG(Warning) << "ckptd: disconnecting pid " << it->second.pid << " (rank " << it->second.rank
+                    << "): " << why;
+  }
+  if (it->second.rank >= 0) {
+    auto& rs = ranks_[it->second.rank];
+    if (rs.conn == fd) rs.conn = -1;
+    // A slot taken but never submitted goes back; submitted ones keep persisting.
+    for (auto& s : rs.slots) {
+      if (s.state == SlotState::kHeld) s.state = SlotState::kFree;
+    }
+  }
+  ::close(fd);
+  conns_.erase(it);
+}
+
+uint64_t Server::SlotBytesInUse() const {
+  uint64_t n = 0;
+  for (const auto& [r, rs] : ranks_) {
+    for (const auto& s : rs.slots) n += s.seg ? s.seg->size() : 0;
+  }
+  return n;
+}
+
+bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
+  auto refuse = [&](const std::string& why) {
+    FT_LOG(Warning) << "ckptd: refused a request of pid " << c.pid << ": " << why;
+    Send(fd, MsgType::kError, why);
+    return true;
+  };
+  switch (type) {
+    case MsgType::kStatus:
+      Send(fd, MsgType::kStatusOk, StatusJson());
+      return true;
+    case MsgType::kHello: {
+      if (c.rank >= 0) return Disconnect(fd, "second HELLO on one connection"), false;
+      auto h = proto::DecodeHello(payload);
+      if (!h.ok()) return Disconnect(fd, h.status().message()), false;
+      if (world_ != 0 && h->world != world_) {
+        return Disconnect(fd, "world size " + std::to_string(h->world) + " differs from the " +
+                                  std::to_string(world_) + " of the other ranks"),
+               false;
+      }
+      RankSlots& rs = ranks_[h->rank];
+      if (rs.conn >= 0) {
+        refuse("rank " + std::to_string(h->rank) + " is already connected (pid " +
+               std::to_string(conns_[rs.conn].pid) + ")");
+        return Disconnect(fd, ""), false;
+      }
+      const uint64_t want = (h->slot_bytes + 4095) & ~uint64_t{4095};
+      bool fits = !rs.slots.empty() && rs.slots.front().seg->size() >= want;
+      if (!fits) {
+        for (const auto& s : rs.slots) {
+          if (s.state != SlotState::kFree) {
+            refuse("rank " + std::to_string(h->rank) +
+                   " needs larger slots but a snapshot is still being written; retry");
+            return Disconnect(fd, ""), false;
+          }
+        }
+        uint64_t other = SlotBytesInUse();
+        for (const auto& s : rs.slots) other -= s.seg->size();
+        const uint64_t total = other + want * static_cast<uint64_t>(options_.slots_per_rank);
+        if (static_cast<double>(total) > options_.memory_gb * (1u << 30)) {
+          refuse("slots for rank " + std::to_string(h->rank) + " (" +
+                 std::to_string(options_.slots_per_rank) + " x " + std::to_string(want) +
+                 " bytes) would exceed --memory-gb " + std::to_string(options_.memory_gb));
+          return Disconnect(fd, ""), false;
+        }
+        rs.slots.clear();
+        for (int i = 0; i < options_.slots_per_rank; ++i) {
+          auto seg =
+              ShmSegment::Create(proto::ShmName(options_.run_dir, options_.node, h->rank, i), want);
+          if (!seg.ok()) {
+            rs.slots.clear();
+            refuse(seg.status().ToString());
+            return Disconnect(fd, ""), false;
+          }
+          Slot s;
+          s.seg = std::move(seg).value();
+          rs.slots.push_back(std::move(s));
+        }
+      }
+      world_ = h->world;
+      // A restarted trainer resumes from the last committed step and may legitimately
+      // re-submit a step number whose earlier save never committed.
+      rs.last_step = -1;
+      c.rank = h->rank;
+      rs.conn = fd;
+      proto::HelloOk ok;
+      ok.slot_bytes = rs.slots.front().seg->size();
+      for (const auto& s : rs.slots) ok.shm_names.push_back(s.seg->name());
+      FT_LOG(Info) << "ckptd: rank " << h->rank << "/" << h->world << " (pid " << c.pid
+                   << ") connected, " << rs.slots.size() << " slots of " << ok.slot_bytes
+                   << " bytes";
+      Send(fd, MsgType::kHelloOk, proto::EncodeHelloOk(ok));
+      return true;
+    }
+    case MsgType::kAcquire:
+      if (c.rank < 0) return Disconnect(fd, "ACQUIRE before HELLO"), false;
+      if (!payload.empty()) return Disconnect(fd, "ACQUIRE with a payload"), false;
+      c.waiting_acquire = true;
+      return true;  // answered by ServeAcquires()
+    case MsgType::kSubmit: {
+      if (c.rank < 0) return Disconnect(fd, "SUBMIT before HELLO"), false;
+      RankSlots& rs = ranks_[c.rank];
+      auto sub = proto::DecodeSubmit(payload, rs.slots.front().seg->size());
+      if (!sub.ok()) return Disconnect(fd, sub.status().message()), false;
+      if (sub->slot >= rs.slots.size() || rs.slots[sub->slot].state != SlotState::kHeld) {
+        return Disconnect(fd, "SUBMIT names slot " + std::to_string(sub->slot) +
+                                  ", which this client does not hold"),
+               false;
+      }
+      if (sub->meta.world_size != world_)
+        return Disconnect(fd, "SUBMIT with another world size"), false;
+      if (sub->step <= rs.last_step) {
+        rs.slots[sub->slot].state = SlotState::kFree;
+        return refuse("step " + std::to_string(sub->step) + " is not newer than step " +
+                      std::to_string(rs.last_step) + " already submitted by rank " +
+                      std::to_string(c.rank));
+      }
+      Slot& slot = rs.slots[sub->slot];
+      slot.state = SlotState::kPersisting;
+      slot.step = sub->step;
+      rs.last_step = sub->step;
+      FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank
+                   << " slot=" << sub->slot
+                   << " stall_s=" << static_cast<double>(sub->stall_ns) * 1e-9 << " queued";
+      PersistJob job;
+      job.rank = c.rank;
+      job.slot = sub->slot;
+      job.base = slot.seg->data();
+      job.submit = std::move(sub).value();
+      persister_->Enqueue(std::move(job));
+      Send(fd, MsgType::kSubmitOk, "");
+      return true;
+    }
+    default:
+      return Disconnect(fd, "unexpected message type " + std::to_string(static_cast<int>(type))),
+             false;
+  }
+}
+
+void Server::ServeAcquires() {
+  for (auto& [fd, c] : conns_) {
+    if (!c.waiting_acquire) continue;
+    auto& rs = ranks_[c.rank];
+    for (uint32_t i = 0; i < rs.slots.size(); ++i) {
+      if (rs.slots[i].state == SlotState::kFree) {
+        rs.slots[i].state = SlotState::kHeld;
+        c.waiting_acquire = false;
+        Send(fd, MsgType::kAcquireOk, proto::EncodeU32(i));
+        break;
+      }
+    }
+  }
+}
+
+void Server::DrainResults() {
+  std::vector<PersistResult> results;
+  {
+    std::lock_guard<std::mutex> lock(results_mu_);
+    results.swap(results_);
+  }
+  for (auto& r : results) {
+    auto& rs = ranks_[r.rank];
+    if (r.slot < rs.slots.size()) rs.slots[r.slot].state = SlotState::kFree;
+    const double mbps = r.persist_s > 0 ? static_cast<double>(r.raw_bytes) / r.persist_s / 1e6 : 0;
+    if (!r.status.ok()) {
+      ++failures_;
+      last_error_ = r.status.ToString();
+      FT_LOG(Error) << "ckptd: persist FAILED step=" << r.step << " rank=" << r.rank << ": "
+                    << last_error_ << " (older checkpoints are untouched; the trainer's next "
+                    << "checkpoint retries)";
+      continue;
+    }
+    ++saves_;
+    raw_bytes_ += r.raw_bytes;
+    stored_bytes_ += r.stored_bytes;
+    persist_s_ += r.persist_s;
+    last_persisted_step_ = std::max(last_persisted_step_, r.step);
+    if (r.committed) ++commits_;
+    if (r.seen_committed) last_committed_step_ = std::max(last_committed_step_, r.step);
+    FT_LOG(Info) << "ckptd: persisted step=" << r.step << " rank=" << r.rank
+                 << " bytes=" << r.raw_bytes << " stored=" << r.stored_bytes
+                 << " persist_s=" << r.persist_s << " MB/s=" << mbps
+                 << (r.committed ? " committed=yes" : " committed=no");
+  }
+}
+
+std::string Server::StatusJson() {
+  int held = 0, persisting = 0;
+  for (const auto& [r, rs] : ranks_) {
+    for (const auto& s : rs.slots) {
+      held += s.state == SlotState::kHeld;
+      persisting += s.state == SlotState::kPersisting;
+    }
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& [r, rs] : ranks_) {
+    ranks.push_back(
+        {{"rank", r}, {"connected", rs.conn >= 0}, {"last_submitted_step", rs.last_step}});
+  }
+  nlohmann::json j = {
+      {"node", options_.node},
+      {"pid", static_cast<int>(::getpid())},
+      {"root", options_.root},
+      {"uptime_s", NowUnix() - start_unix_},
+      {"world_size", world_},
+      {"ranks", ranks},
+      {"snapshots_in_flight", persisting},
+      {"slots_held_by_trainers", held},
+      {"queue_depth", persister_ ? persister_->queued() : 0},
+      {"last_persisted_step", last_persisted_step_},
+      {"last_committed_step", last_committed_step_},
+      {"saves", saves_},
+      {"commits_won", commits_},
+      {"failures", failures_},
+      {"last_error", last_error_},
+      {"raw_bytes", raw_bytes_},
+      {"stored_bytes", stored_bytes_},
+      {"persist_seconds", persist_s_},
+      {"throughput_mb_s",
+       persist_s_ > 0 ? static_cast<double>(raw_bytes_) / persist_s_ / 1e6 : 0.0},
+      {"compression_ratio",
+       stored_bytes_ > 0 ? static_cast<double>(raw_bytes_) / static_cast<double>(stored_bytes_)
+                         : 0.0},
+      {"shm_bytes", SlotBytesInUse()},
+  };
+  return j.dump();
+}
+
+}  // namespace ftrain::ckptd

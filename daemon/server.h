@@ -1,0 +1,99 @@
+// ckptd's front end: the Unix socket (in a 0700 directory under the run dir, one daemon per
+// node enforced by a lock file), the peer uid check (SO_PEERCRED), message validation, slot
+// ownership (a rank's slots belong to the connection that said HELLO for that rank) and the
+// status report. One poll() loop on one thread; the persist worker reports back through a
+// pipe. A malformed or hostile client is logged and disconnected; the others keep going.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ckpt/ckptd_protocol.h"
+#include "ckpt/store.h"
+#include "persist.h"
+#include "shm_slots.h"
+
+namespace ftrain::ckptd {
+
+struct ServerOptions {
+  std::string root;
+  std::string run_dir;
+  std::string node;
+  PersistOptions persist;
+  double memory_gb = 8;
+  int slots_per_rank = 2;
+  uid_t allowed_uid = 0;  // the job's user (getuid() unless a test says otherwise)
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  // Creates the socket directory and socket, takes the node lock, removes stale slots,
+  // finishes interrupted commits (CheckpointStore::Recover). Errors are start-up failures.
+  Status Start();
+  // Serves until `stop_fd` becomes readable (the signal pipe); then drains the persist queue.
+  Status Serve(int stop_fd);
+
+ private:
+  enum class SlotState { kFree, kHeld, kPersisting };
+  struct Slot {
+    std::unique_ptr<ShmSegment> seg;
+    SlotState state = SlotState::kFree;
+    int64_t step = -1;
+  };
+  struct RankSlots {
+    std::vector<Slot> slots;
+    int conn = -1;  // fd of the connection that owns this rank, -1 when none
+    int64_t last_step = -1;
+  };
+  struct Conn {
+    uid_t uid = 0;
+    pid_t pid = 0;
+    int rank = -1;  // after HELLO
+    std::string in;
+    bool waiting_acquire = false;
+  };
+
+  void Accept();
+  // false: the peer must be disconnected (reason logged).
+  bool OnReadable(int fd);
+  bool Handle(int fd, Conn& c, ckpt::ckptd::MsgType type, const std::string& payload);
+  void Send(int fd, ckpt::ckptd::MsgType type, const std::string& payload);
+  void Disconnect(int fd, const std::string& why);
+  void ServeAcquires();
+  void DrainResults();
+  std::string StatusJson();
+  uint64_t SlotBytesInUse() const;
+
+  ServerOptions options_;
+  ckpt::CheckpointStore store_;
+  std::unique_ptr<Persister> persister_;
+  int listen_fd_ = -1;
+  int lock_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::string socket_path_;
+  std::map<int, Conn> conns_;
+  std::map<int, RankSlots> ranks_;
+  int world_ = 0;
+
+  std::mutex results_mu_;
+  std::vector<PersistResult> results_;  // guarded by results_mu_
+
+  // Statistics (loop thread only).
+  int64_t last_persisted_step_ = -1;
+  int64_t last_committed_step_ = -1;
+  uint64_t saves_ = 0, commits_ = 0, failures_ = 0;
+  uint64_t raw_bytes_ = 0, stored_bytes_ = 0;
+  double persist_s_ = 0;
+  std::string last_error_;
+  double start_unix_ = 0;
+};
+
+}  // namespace ftrain::ckptd

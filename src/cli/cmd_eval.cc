@@ -1,0 +1,137 @@
+// `ftrain eval --config FILE --weights PATH --data DIR [--batches N] [--json]
+// [--section.key=value ...]`: flags only; the evaluation is in src/train/eval.
+// Exit codes: 0 done, 1 damaged weights or data, 2 usage/config/path/shape error.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/config.h"
+#include "train/eval.h"
+#include "train/train_config.h"
+
+namespace ftrain::cli {
+
+namespace {
+constexpr char kHelp[] =
+    "usage: ftrain eval --config FILE --weights PATH --data DIR [--batches N] [--json]\n"
+    "                   [--section.key=value ...]\n"
+    "  Mean token loss and perplexity of the model described by FILE's [model] section on N\n"
+    "  micro-batches (default 16) of the packed data at DIR, read in the fixed order given by\n"
+    "  train.seed (rank 0 of 1) with train.micro_batch rows each. float32 compute, one process.\n"
+    "  PATH: model.safetensors, model.safetensors.index.json, a checkpoint directory (fp32\n"
+    "  master weights; bf16 model weights if it has none), or a checkpoint root (its newest\n"
+    "  complete checkpoint).\n"
+    "  --json prints {\"loss\":...,\"perplexity\":...,\"batches\":N,\"tokens\":...} (loss as %.9g).\n"
+    "exit codes: 0 done, 1 damaged weights or data, 2 usage, config, path or shape error\n";
+
+// Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; advances *i past a separate value.
+bool FlagValue(int argc, char** argv, int* i, const std::string& flag, std::string* out,
+               Status* error) {
+  const std::string a = argv[*i];
+  if (a == flag) {
+    if (*i + 1 >= argc) {
+      *error = Status::InvalidArgument(flag + " needs a value (see 'ftrain eval --help')");
+      return true;
+    }
+    *out = argv[++*i];
+    return true;
+  }
+  if (a.rfind(flag + "=", 0) == 0) {
+    *out = a.substr(flag.size() + 1);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+int RunEval(int argc, char** argv) {
+  const std::string program = "ftrain eval";
+  std::string config_path, weights, data, batches_text = "16";
+  bool json = false;
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    Status err;
+    if (a == "--help" || a == "-h") {
+      std::cout << kHelp;
+      return kExitOk;
+    }
+    if (a == "--json") {
+      json = true;
+    } else if (FlagValue(argc, argv, &i, "--config", &config_path, &err) ||
+               FlagValue(argc, argv, &i, "--weights", &weights, &err) ||
+               FlagValue(argc, argv, &i, "--data", &data, &err) ||
+               FlagValue(argc, argv, &i, "--batches", &batches_text, &err)) {
+      if (!err.ok()) return Fail(program, err);
+    } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
+      overrides.push_back(a);
+    } else {
+      return Fail(program, Status::InvalidArgument(
+                               "unexpected argument '" + a +
+                               "' (want --config FILE --weights PATH --data DIR and "
+                               "--section.key=value overrides; see 'ftrain eval --help')"));
+    }
+  }
+  if (config_path.empty() || weights.empty()) {
+    return Fail(program, Status::InvalidArgument(
+                             "--config FILE and --weights PATH are required (see 'ftrain eval "
+                             "--help')"));
+  }
+  int64_t batches = 0;
+  if (!ParseInt64(batches_text, &batches) || batches <= 0) {
+    return Fail(program, Status::InvalidArgument("--batches '" + batches_text +
+                                                 "' is not a positive integer"));
+  }
+  auto config = Config::LoadFile(config_path);
+  if (!config.ok()) return Fail(program, config.status());
+  for (const auto& o : overrides) {
+    Status s = config->ApplyOverride(o);
+    if (!s.ok()) return Fail(program, s);
+  }
+  if (!data.empty()) config->Set("data.path", data, "--data");
+  if (!config->Has("data.path")) {
+    return Fail(program, Status::InvalidArgument("--data DIR is required (see 'ftrain eval --help')"));
+  }
+  // Validate the whole file as `ftrain train` would (unknown keys, bad values), filling the
+  // keys only a training run needs.
+  if (!config->Has("train.steps")) config->Set("train.steps", "1", "ftrain eval (unused)");
+  if (!config->Has("run.dir")) config->Set("run.dir", ".", "ftrain eval (unused)");
+  auto tc = train::TrainConfig::Load(*config);
+  if (!tc.ok()) return Fail(program, tc.status());
+
+  train::EvalOptions eo;
+  eo.model = tc->model;
+  eo.weights = weights;
+  eo.data = tc->data.path;
+  eo.batches = batches;
+  eo.micro_batch = tc->train.micro_batch;
+  eo.seed = static_cast<uint64_t>(tc->train.seed);
+  eo.threads = static_cast<int>(tc->train.threads);
+  auto r = train::RunEval(eo);
+  if (!r.ok()) return Fail(program, r.status());
+  char line[512];
+  if (json) {
+    std::snprintf(line, sizeof(line),
+                  "{\"loss\":%.9g,\"perplexity\":%.9g,\"batches\":%lld,\"tokens\":%lld,"
+                  "\"step\":%lld}\n",
+                  static_cast<double>(r->loss), r->perplexity, static_cast<long long>(r->batches),
+                  static_cast<long long>(r->tokens), static_cast<long long>(r->step));
+  } else {
+    std::snprintf(line, sizeof(line),
+                  "eval: loss %.9g perplexity %.6g over %lld batches (%lld tokens); weights %s "
+                  "(%s",
+                  static_cast<double>(r->loss), r->perplexity, static_cast<long long>(r->batches),
+                  static_cast<long long>(r->tokens), r->weights.c_str(), r->source.c_str());
+  }
+  std::cout << line;
+  if (!json) {
+    if (r->step >= 0) std::cout << ", step " << r->step;
+    std::cout << ")\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace ftrain::cli
