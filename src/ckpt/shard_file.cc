@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,6 +22,32 @@
 namespace ftrain::ckpt {
 
 uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("open '" + path + "': " + std::strerror(errno));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buf(8u << 20);
+  uint64_t total = 0;
+  Status status;
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::IOError("read '" + path + "': " + std::strerror(errno));
+      break;
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  *hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  *size = total;
+  return status;
+}
 
 std::string HashHex(uint64_t h) {
   char buf[24];

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,34 +19,6 @@ std::string WriterId() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return std::string(host) + ":" + std::to_string(getpid());
-}
-
-// Size and XXH3 of a whole file, streamed (the shard can be many GB).
-Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError("open '" + path + "': " + std::strerror(errno));
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<char> buf(8u << 20);
-  uint64_t total = 0;
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      XXH3_freeState(state);
-      return Status::IOError("read '" + path + "': " + std::strerror(err));
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
-    total += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  *hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  *size = total;
-  return Status::Ok();
 }
 
 uint64_t DirBytes(Env* env, const std::string& dir) {

@@ -1,9 +1,6 @@
 // VerifyCheckpoint: re-read and re-hash everything a checkpoint claims.
 #include "ckpt/verify.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-#include <xxhash.h>
 
 #include <chrono>
 #include <functional>
@@ -17,40 +14,6 @@
 #include "ckpt/shard_file.h"
 
 namespace ftrain::ckpt {
-namespace {
-
-bool HashWholeFile(const std::string& path, uint64_t* size, uint64_t* hash, std::string* err) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *err = std::strerror(errno);
-    return false;
-  }
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  std::vector<char> buf(8u << 20);
-  uint64_t total = 0;
-  bool ok = true;
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *err = std::strerror(errno);
-      ok = false;
-      break;
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(n));
-    total += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  *hash = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  *size = total;
-  return ok;
-}
-
-}  // namespace
-
 VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) {
   VerifyReport rep;
   std::string dir = dir_in;
@@ -129,7 +92,9 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
     };
     auto file_hash = std::async(std::launch::async, [path] {
       FileHash h;
-      h.ok = HashWholeFile(path, &h.size, &h.hash, &h.err);
+      Status st = HashFile(path, &h.size, &h.hash);
+      h.ok = st.ok();
+      h.err = st.message();
       return h;
     });
     const size_t file_problems_at = rep.problems.size();
