@@ -34,9 +34,10 @@ class EvalTest : public ::testing::Test {
     root_ = mkdtemp(tmpl);
     data_ = root_ + "/data";
     run_ = root_ + "/run";
-    auto p = RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                                   "--shard-rows 256 --progress none --out " + data_ +
-                            " /usr/share/common-licenses",
+    auto p = RunCommand(Ftrain() +
+                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
+                            "--shard-rows 256 --progress none --out " +
+                            data_ + " /usr/share/common-licenses",
                         300);
     ASSERT_EQ(p.exit_code, 0) << p.output;
     auto t = RunCommand(Ftrain() + " launch --nproc 2 -- train --config " + Config() +
@@ -85,7 +86,8 @@ TEST_F(EvalTest, CheckpointEqualsItsFp32ExportBitForBit) {
   EXPECT_EQ(from_dir, from_export) << "checkpoint master weights vs their fp32 export";
   EXPECT_EQ(a["batches"], 16);
   EXPECT_EQ(a["tokens"], 16 * 4 * 32);  // batches x train.micro_batch x seq_len
-  EXPECT_NEAR(a["perplexity"].get<double>(), std::exp(a["loss"].get<double>()), 1e-6 * a["perplexity"].get<double>());
+  EXPECT_NEAR(a["perplexity"].get<double>(), std::exp(a["loss"].get<double>()),
+              1e-6 * a["perplexity"].get<double>());
   // Deterministic: the same evaluation twice gives the same text.
   std::string again;
   EvalJson("--weights " + st, &again);
@@ -97,12 +99,14 @@ TEST_F(EvalTest, LossTracksTraining) {
   std::ifstream in(run_ + "/metrics.jsonl");
   std::vector<double> losses;
   std::string line;
-  while (std::getline(in, line)) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  while (std::getline(in, line))
+    losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
   ASSERT_EQ(losses.size(), 30u);
   double tail = 0;
   for (size_t i = losses.size() - 5; i < losses.size(); ++i) tail += losses[i] / 5;
   const double final_loss = EvalJson("--weights " + run_ + "/checkpoints")["loss"].get<double>();
-  const double early = EvalJson("--weights " + run_ + "/checkpoints/step-00000010")["loss"].get<double>();
+  const double early =
+      EvalJson("--weights " + run_ + "/checkpoints/step-00000010")["loss"].get<double>();
   EXPECT_NEAR(final_loss, tail, 0.10 * tail) << "eval loss vs the mean of the last 5 train losses";
   EXPECT_LT(final_loss, early) << "step 30 must evaluate better than step 10";
   EXPECT_LT(final_loss, std::log(512.0) - 0.5) << "well below a uniform guess over 512 tokens";
@@ -119,7 +123,8 @@ TEST_F(EvalTest, BadInputIsOneClearLineAndExit2) {
       {"--weights " + root_ + "/nope.safetensors", "does not exist"},
       {"--weights " + root_, "neither a checkpoint nor a root"},
       {"--weights " + run_ + "/checkpoints --model.hidden_size=32", "shape"},
-      {"--weights " + run_ + "/checkpoints --model.num_layers=3", "no master tensor model.layers.2"},
+      {"--weights " + run_ + "/checkpoints --model.num_layers=3",
+       "no master tensor model.layers.2"},
       {"--weights " + run_ + "/checkpoints --model.num_layers=1", "does not have"},
       {"--weights " + std::string(FTRAIN_SOURCE_DIR) +
            "/tests/fixtures/llama_golden.safetensors --model.intermediate_size=64",

@@ -24,7 +24,8 @@ constexpr char kHelp[] =
     "  PATH: model.safetensors, model.safetensors.index.json, a checkpoint directory (fp32\n"
     "  master weights; bf16 model weights if it has none), or a checkpoint root (its newest\n"
     "  complete checkpoint).\n"
-    "  --json prints {\"loss\":...,\"perplexity\":...,\"batches\":N,\"tokens\":...} (loss as %.9g).\n"
+    "  --json prints {\"loss\":...,\"perplexity\":...,\"batches\":N,\"tokens\":...} (loss as "
+    "%.9g).\n"
     "exit codes: 0 done, 1 damaged weights or data, 2 usage, config, path or shape error\n";
 
 // Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; advances *i past a separate value.
@@ -93,7 +94,8 @@ int RunEval(int argc, char** argv) {
   }
   if (!data.empty()) config->Set("data.path", data, "--data");
   if (!config->Has("data.path")) {
-    return Fail(program, Status::InvalidArgument("--data DIR is required (see 'ftrain eval --help')"));
+    return Fail(program,
+                Status::InvalidArgument("--data DIR is required (see 'ftrain eval --help')"));
   }
   // Validate the whole file as `ftrain train` would (unknown keys, bad values), filling the
   // keys only a training run needs.

@@ -57,7 +57,16 @@ int RunTrain(int argc, char** argv) {
   auto tc = train::TrainConfig::Load(*config);
   if (!tc.ok()) return Fail(program, tc.status());
   int exit_code = 0;
-  Status s = train::RunTraining(*tc, &exit_code);
+  Status s;
+  try {
+    s = train::RunTraining(*tc, &exit_code);
+  } catch (const StatusError& e) {
+    // The model validates its inputs by throwing (e.g. a token id outside the vocabulary).
+    s = e.status();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    s = Status::Internal("unexpected error: " + what.substr(0, what.find('\n')));
+  }
   if (!s.ok()) {
     FT_LOG(Error) << program << ": " << s.message();
     return ExitCodeFor(s);

@@ -52,7 +52,8 @@ Status LoadFromCheckpoint(model::LlamaModel& model, const std::string& dir, Eval
     const ckpt::ManifestTensor* t = m.FindTensor(kind, spec.name);
     if (t == nullptr) {
       return Status::InvalidArgument("checkpoint '" + dir + "' has no " + kind + " tensor " +
-                                     spec.name + ": it was written for another model (check "
+                                     spec.name +
+                                     ": it was written for another model (check "
                                      "[model] in the config)");
     }
     if (t->shape != spec.shape) {
@@ -150,9 +151,9 @@ StatusOr<EvalResult> RunEval(const EvalOptions& o) {
     double sum = 0;
     for (int64_t b = 0; b < o.batches; ++b) {
       FT_ASSIGN_OR_RETURN(data::Batch batch, (*reader)->Next());
-      torch::Tensor tokens = torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens},
-                                              torch::kInt32)
-                                 .to(torch::kInt64);
+      torch::Tensor tokens =
+          torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
+              .to(torch::kInt64);
       torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
       torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
       sum += model::CrossEntropyLoss(model->forward(inputs), targets).item<float>();

@@ -15,22 +15,22 @@ namespace ftrain::train {
 
 struct EvalOptions {
   LlamaConfig model;
-  std::string weights;     // *.safetensors, *.index.json, a checkpoint dir, or a checkpoint root
-  std::string data;        // packed dataset directory or http(s):// URL
-  int64_t batches = 16;    // micro-batches to average over (> 0)
-  int64_t micro_batch = 4; // rows per micro-batch
-  uint64_t seed = 1234;    // data order (the training seed gives the training order)
-  int threads = 1;         // intra-op threads (fixed: results are bit-reproducible)
+  std::string weights;      // *.safetensors, *.index.json, a checkpoint dir, or a checkpoint root
+  std::string data;         // packed dataset directory or http(s):// URL
+  int64_t batches = 16;     // micro-batches to average over (> 0)
+  int64_t micro_batch = 4;  // rows per micro-batch
+  uint64_t seed = 1234;     // data order (the training seed gives the training order)
+  int threads = 1;          // intra-op threads (fixed: results are bit-reproducible)
 };
 
 struct EvalResult {
-  float loss = 0;          // mean over batches of each batch's mean token loss (float32)
-  double perplexity = 0;   // exp(loss)
+  float loss = 0;         // mean over batches of each batch's mean token loss (float32)
+  double perplexity = 0;  // exp(loss)
   int64_t batches = 0;
-  int64_t tokens = 0;      // predicted tokens: batches x micro_batch x seq_len
-  std::string weights;     // what was loaded: the file, or the checkpoint directory resolved
-  std::string source;      // "safetensors", "checkpoint master (fp32)", "checkpoint model (bf16)"
-  int64_t step = -1;       // the checkpoint's step (-1 for safetensors)
+  int64_t tokens = 0;   // predicted tokens: batches x micro_batch x seq_len
+  std::string weights;  // what was loaded: the file, or the checkpoint directory resolved
+  std::string source;   // "safetensors", "checkpoint master (fp32)", "checkpoint model (bf16)"
+  int64_t step = -1;    // the checkpoint's step (-1 for safetensors)
 };
 
 // Errors: a weights path that is not there, a tensor set or shape that does not fit the model,

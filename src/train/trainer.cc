@@ -160,6 +160,12 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
 
 Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   *exit_code = 0;
+  if (cfg.dist.backend == "nccl") {
+    return Status::FailedPrecondition(
+        "dist.backend = nccl: the trainer keeps its tensors on the CPU (there is no "
+        "train.device yet), so it trains over gloo only; NCCL is available to ftrain commcheck "
+        "--backend nccl (see docs/fsdp.md)");
+  }
   torch::set_num_threads(static_cast<int>(cfg.train.threads));
   InstallStopSignalHandlers();
   dist::DistOptions dopts;
