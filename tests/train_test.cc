@@ -275,6 +275,16 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   }
   auto r = RunCommand(Ftrain() + " train", 30);
   EXPECT_EQ(r.exit_code, 2);
+  // Data tokenized with a larger vocabulary than the model's: one line, exit 2 (not an abort).
+  const std::string big = root_ + "/vocab2000";
+  ASSERT_EQ(RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 2000 --seq-len 32 "
+                                  "--progress none --out " + big + " /usr/share/common-licenses",
+                       300).exit_code, 0);
+  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR + "/configs/tiny.cfg --data.path=" +
+                     big + " --run.dir=" + root_ + "/bad2 --train.steps=2",
+                 120);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "model.vocab_size")) << r.output;
 }
 
 TEST_F(TrainTest, ResumeRefusesADifferentConfigUnlessAllowed) {
