@@ -98,7 +98,7 @@ wait_job() {  # wait_job JOBID: until it leaves the queue; prints its final stat
   done
   scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || echo UNKNOWN
 }
-rm -rf "${OUT_DIR}/reference" "${OUT_DIR}/failure"
+rm -rf "${OUT_DIR}/reference" "${OUT_DIR}/failure" "${OUT_DIR}"/reference-*.out "${OUT_DIR}"/failure-*.out
 
 say "reference job: sbatch slurm/train.sh (${NODES} nodes x ${RANKS_PER_NODE} ranks, ${STEPS} steps)"
 ref_job="$(submit reference)"
