@@ -226,6 +226,16 @@ void Server::Disconnect(int fd, const std::string& why) {
   conns_.erase(it);
 }
 
+bool Server::Idle() const {
+  for (const auto& [r, rs] : ranks_) {
+    if (rs.conn >= 0) return false;
+    for (const auto& s : rs.slots) {
+      if (s.state == SlotState::kPersisting || s.state == SlotState::kHeld) return false;
+    }
+  }
+  return true;
+}
+
 uint64_t Server::SlotBytesInUse() const {
   uint64_t n = 0;
   for (const auto& [r, rs] : ranks_) {
@@ -248,6 +258,14 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       if (c.rank >= 0) return Disconnect(fd, "second HELLO on one connection"), false;
       auto h = proto::DecodeHello(payload);
       if (!h.ok()) return Disconnect(fd, h.status().message()), false;
+      // A new trainer generation may run with another world size once the previous one is
+      // gone and every snapshot it handed over is persisted.
+      if (world_ != 0 && h->world != world_ && Idle()) {
+        FT_LOG(Info) << "ckptd: world size changes from " << world_ << " to " << h->world
+                     << "; dropping the previous generation's slots";
+        ranks_.clear();
+        world_ = 0;
+      }
       if (world_ != 0 && h->world != world_) {
         return Disconnect(fd, "world size " + std::to_string(h->world) + " differs from the " +
                                   std::to_string(world_) + " of the other ranks"),
@@ -263,7 +281,7 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       bool fits = !rs.slots.empty() && rs.slots.front().seg->size() >= want;
       if (!fits) {
         for (const auto& s : rs.slots) {
-          if (s.state != SlotState::kFree) {
+          if (s.state == SlotState::kHeld || s.state == SlotState::kPersisting) {
             refuse("rank " + std::to_string(h->rank) +
                    " needs larger slots but a snapshot is still being written; retry");
             return Disconnect(fd, ""), false;
@@ -296,6 +314,8 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       // A restarted trainer resumes from the last committed step and may legitimately
       // re-submit a step number whose earlier save never committed.
       rs.last_step = -1;
+      rs.last_persisted_step = -1;
+      rs.last_failed_step = -1;
       c.rank = h->rank;
       rs.conn = fd;
       proto::HelloOk ok;
@@ -333,6 +353,7 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       Slot& slot = rs.slots[sub->slot];
       slot.state = SlotState::kPersisting;
       slot.step = sub->step;
+      slot.submit = *sub;  // a copy of the descriptor (small): RESTORE answers from it
       rs.last_step = sub->step;
       FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank
                    << " slot=" << sub->slot
@@ -346,6 +367,21 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       Send(fd, MsgType::kSubmitOk, "");
       return true;
     }
+    case MsgType::kRestore: {
+      if (c.rank < 0) return Disconnect(fd, "RESTORE before HELLO"), false;
+      if (!payload.empty()) return Disconnect(fd, "RESTORE with a payload"), false;
+      const Slot* best = nullptr;
+      for (const auto& s : ranks_[c.rank].slots) {
+        if (s.state == SlotState::kRetained && (best == nullptr || s.step > best->step)) best = &s;
+      }
+      if (best != nullptr) {
+        FT_LOG(Info) << "ckptd: rank " << c.rank << " restores step " << best->step
+                     << " from memory";
+      }
+      Send(fd, MsgType::kRestoreOk,
+           proto::EncodeRestoreOk(best != nullptr ? &best->submit : nullptr));
+      return true;
+    }
     default:
       return Disconnect(fd, "unexpected message type " + std::to_string(static_cast<int>(type))),
              false;
@@ -356,13 +392,26 @@ void Server::ServeAcquires() {
   for (auto& [fd, c] : conns_) {
     if (!c.waiting_acquire) continue;
     auto& rs = ranks_[c.rank];
+    int pick = -1;
     for (uint32_t i = 0; i < rs.slots.size(); ++i) {
       if (rs.slots[i].state == SlotState::kFree) {
-        rs.slots[i].state = SlotState::kHeld;
-        c.waiting_acquire = false;
-        Send(fd, MsgType::kAcquireOk, proto::EncodeU32(i));
+        pick = static_cast<int>(i);
         break;
       }
+    }
+    if (pick < 0) {  // no free slot: give up the oldest retained snapshot rather than wait
+      for (uint32_t i = 0; i < rs.slots.size(); ++i) {
+        if (rs.slots[i].state == SlotState::kRetained &&
+            (pick < 0 || rs.slots[i].step < rs.slots[pick].step)) {
+          pick = static_cast<int>(i);
+        }
+      }
+    }
+    if (pick >= 0) {
+      rs.slots[pick].state = SlotState::kHeld;
+      rs.slots[pick].step = -1;
+      c.waiting_acquire = false;
+      Send(fd, MsgType::kAcquireOk, proto::EncodeU32(static_cast<uint32_t>(pick)));
     }
   }
 }
@@ -375,10 +424,18 @@ void Server::DrainResults() {
   }
   for (auto& r : results) {
     auto& rs = ranks_[r.rank];
-    if (r.slot < rs.slots.size()) rs.slots[r.slot].state = SlotState::kFree;
+    if (r.slot < rs.slots.size()) {
+      // A persisted snapshot stays in memory as the rank's newest (older ones are freed).
+      for (auto& s : rs.slots) {
+        if (r.status.ok() && s.state == SlotState::kRetained) s.state = SlotState::kFree;
+      }
+      rs.slots[r.slot].state = r.status.ok() ? SlotState::kRetained : SlotState::kFree;
+    }
     const double mbps = r.persist_s > 0 ? static_cast<double>(r.raw_bytes) / r.persist_s / 1e6 : 0;
     if (!r.status.ok()) {
       ++failures_;
+      last_failed_step_ = std::max(last_failed_step_, r.step);
+      rs.last_failed_step = std::max(rs.last_failed_step, r.step);
       last_error_ = r.status.ToString();
       FT_LOG(Error) << "ckptd: persist FAILED step=" << r.step << " rank=" << r.rank << ": "
                     << last_error_ << " (older checkpoints are untouched; the trainer's next "
@@ -390,6 +447,7 @@ void Server::DrainResults() {
     stored_bytes_ += r.stored_bytes;
     persist_s_ += r.persist_s;
     last_persisted_step_ = std::max(last_persisted_step_, r.step);
+    rs.last_persisted_step = std::max(rs.last_persisted_step, r.step);
     if (r.committed) ++commits_;
     if (r.seen_committed) last_committed_step_ = std::max(last_committed_step_, r.step);
     FT_LOG(Info) << "ckptd: persisted step=" << r.step << " rank=" << r.rank
@@ -409,8 +467,18 @@ std::string Server::StatusJson() {
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& [r, rs] : ranks_) {
-    ranks.push_back(
-        {{"rank", r}, {"connected", rs.conn >= 0}, {"last_submitted_step", rs.last_step}});
+    int64_t retained = -1, in_flight = 0;
+    for (const auto& s : rs.slots) {
+      if (s.state == SlotState::kRetained) retained = std::max(retained, s.step);
+      in_flight += s.state == SlotState::kPersisting;
+    }
+    ranks.push_back({{"rank", r},
+                     {"connected", rs.conn >= 0},
+                     {"last_submitted_step", rs.last_step},
+                     {"in_flight", in_flight},
+                     {"last_persisted_step", rs.last_persisted_step},
+                     {"last_failed_step", rs.last_failed_step},
+                     {"in_memory_step", retained}});
   }
   nlohmann::json j = {
       {"node", options_.node},
@@ -424,6 +492,7 @@ std::string Server::StatusJson() {
       {"queue_depth", persister_ ? persister_->queued() : 0},
       {"last_persisted_step", last_persisted_step_},
       {"last_committed_step", last_committed_step_},
+      {"last_failed_step", last_failed_step_},
       {"saves", saves_},
       {"commits_won", commits_},
       {"failures", failures_},

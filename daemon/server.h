@@ -42,16 +42,24 @@ class Server {
   Status Serve(int stop_fd);
 
  private:
-  enum class SlotState { kFree, kHeld, kPersisting };
+  // kRetained: persisted, and kept as the rank's newest in-memory snapshot so that a
+  // trainer restarted on this node can restore from memory (RESTORE). A retained slot is
+  // handed out for the next snapshot when no slot is free (retention never costs the
+  // trainer a wait).
+  enum class SlotState { kFree, kHeld, kPersisting, kRetained };
   struct Slot {
     std::unique_ptr<ShmSegment> seg;
     SlotState state = SlotState::kFree;
     int64_t step = -1;
+    ckpt::ckptd::Submit submit;  // descriptor of what the slot holds (persisting/retained)
   };
   struct RankSlots {
     std::vector<Slot> slots;
     int conn = -1;  // fd of the connection that owns this rank, -1 when none
     int64_t last_step = -1;
+    // Of the snapshots submitted since the current trainer connected (reset at HELLO).
+    int64_t last_persisted_step = -1;
+    int64_t last_failed_step = -1;
   };
   struct Conn {
     uid_t uid = 0;
@@ -71,6 +79,8 @@ class Server {
   void DrainResults();
   std::string StatusJson();
   uint64_t SlotBytesInUse() const;
+  // No trainer connected and no snapshot held or being written.
+  bool Idle() const;
 
   ServerOptions options_;
   ckpt::CheckpointStore store_;
@@ -88,6 +98,7 @@ class Server {
 
   // Statistics (loop thread only).
   int64_t last_persisted_step_ = -1;
+  int64_t last_failed_step_ = -1;
   int64_t last_committed_step_ = -1;
   uint64_t saves_ = 0, commits_ = 0, failures_ = 0;
   uint64_t raw_bytes_ = 0, stored_bytes_ = 0;

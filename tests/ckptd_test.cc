@@ -164,6 +164,37 @@ TEST_F(CkptdTest, TrainerKilledRightAfterSubmitStillCommits) {
   EXPECT_EQ(WaitLatest(6), 6);
 }
 
+TEST_F(CkptdTest, PersistedSnapshotStaysInMemoryForARestartedTrainer) {
+  StartDaemon("n0");
+  // Nothing persisted yet: nothing to restore.
+  auto none = Client("n0", 0, 1, "-", "--restore");
+  EXPECT_EQ(none.exit_code, 3) << none.output;
+  ASSERT_EQ(Client("n0", 0, 1, "1,2").exit_code, 0);
+  ASSERT_EQ(WaitLatest(2), 2) << ReadLog("n0");
+  // A new trainer process of the same rank gets the newest persisted snapshot, byte for byte.
+  auto r = Client("n0", 0, 1, "-", "--restore");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restored step 2 "), std::string::npos) << r.output;
+  // Retention never blocks: with 2 slots, one retained, five more snapshots go through and
+  // the newest persisted one is what a restart sees.
+  auto more = Client("n0", 0, 1, "3,4,5,6,7");
+  EXPECT_EQ(more.exit_code, 0) << more.output;
+  ASSERT_EQ(WaitLatest(7), 7) << ReadLog("n0");
+  std::string st;
+  for (int i = 0; i < 100; ++i) {  // the status is updated when the result is drained
+    auto q = ckpt::QueryCkptdStatus(proto::SocketPath(run_, "n0"));
+    st = q.ok() ? *q : q.status().ToString();
+    if (st.find("\"in_memory_step\":7") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(st.find("\"in_memory_step\":7"), std::string::npos) << st;
+  r = Client("n0", 0, 1, "-", "--restore");
+  EXPECT_NE(r.output.find("restored step 7 "), std::string::npos) << r.output;
+  // A new generation with another world size is accepted once the old one is idle.
+  auto w2 = Client("n0", 1, 2, "8");
+  EXPECT_EQ(w2.exit_code, 0) << w2.output << ReadLog("n0");
+}
+
 TEST_F(CkptdTest, TwoNodesCommitEveryStepExactlyOnce) {
   StartDaemon("a");
   StartDaemon("b");

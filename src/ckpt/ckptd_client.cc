@@ -192,6 +192,21 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const Shar
   return st;
 }
 
+StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
+  FT_ASSIGN_OR_RETURN(std::string reply,
+                      Call(ckptd::MsgType::kRestore, "", ckptd::MsgType::kRestoreOk, 30));
+  FT_ASSIGN_OR_RETURN(std::optional<ckptd::Submit> sub, ckptd::DecodeRestoreOk(reply, slot_bytes_));
+  if (!sub.has_value()) return std::optional<MemorySnapshot>();
+  if (sub->slot >= maps_.size()) {
+    return Status::Internal("ckptd named slot " + std::to_string(sub->slot) + " of " +
+                            std::to_string(maps_.size()));
+  }
+  MemorySnapshot snap;
+  snap.base = static_cast<const uint8_t*>(maps_[sub->slot].first);
+  snap.submit = std::move(*sub);
+  return std::optional<MemorySnapshot>(std::move(snap));
+}
+
 StatusOr<std::string> CkptdClient::StatusJson() {
   return Call(ckptd::MsgType::kStatus, "", ckptd::MsgType::kStatusOk, 10);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,14 @@ class CkptdClient {
   // meta.step. After OK the snapshot is the daemon's: the caller may change its state.
   StatusOr<SubmitStats> Submit(const CheckpointMeta& meta, const ShardContents& contents,
                                double timeout_s = 600);
+
+  // The newest snapshot of this rank that the daemon persisted and still holds in memory
+  // (nullopt if none). `base` points into the slot mapping; valid until the next Submit.
+  struct MemorySnapshot {
+    ckptd::Submit submit;  // step, meta and one descriptor per piece
+    const uint8_t* base = nullptr;
+  };
+  StatusOr<std::optional<MemorySnapshot>> Restore();
 
   // The daemon's status as JSON text.
   StatusOr<std::string> StatusJson();

@@ -55,7 +55,7 @@ class Reader {
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("ckptd protocol: " + what); }
 
-bool KnownType(uint16_t t) { return t >= 1 && t <= static_cast<uint16_t>(MsgType::kError); }
+bool KnownType(uint16_t t) { return t >= 1 && t <= static_cast<uint16_t>(MsgType::kRestoreOk); }
 
 }  // namespace
 
@@ -95,6 +95,8 @@ bool IsSafeNodeId(const std::string& node) {
 std::string DefaultNodeId() {
   const char* e = std::getenv("FTRAIN_CKPTD_NODE");
   if (e != nullptr && *e != '\0') return e;
+  const char* s = std::getenv("SLURMD_NODENAME");
+  if (s != nullptr && *s != '\0') return s;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return host;
@@ -279,6 +281,24 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
   }
   if (!r.Done()) return Bad("trailing bytes in SUBMIT");
   return m;
+}
+
+std::string EncodeRestoreOk(const Submit* m) {
+  std::string out(1, m != nullptr ? '\1' : '\0');
+  if (m != nullptr) out += EncodeSubmit(*m);
+  return out;
+}
+
+StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint64_t slot_bytes) {
+  if (payload.empty() || (payload[0] != '\0' && payload[0] != '\1')) {
+    return Bad("RESTORE_OK without a valid 'found' byte");
+  }
+  if (payload[0] == '\0') {
+    if (payload.size() != 1) return Bad("RESTORE_OK 'not found' with trailing bytes");
+    return std::optional<Submit>();
+  }
+  FT_ASSIGN_OR_RETURN(Submit m, DecodeSubmit(payload.substr(1), slot_bytes));
+  return std::optional<Submit>(std::move(m));
 }
 
 }  // namespace ftrain::ckpt::ckptd

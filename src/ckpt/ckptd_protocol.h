@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ enum class MsgType : uint16_t {
   kStatus = 7,     // c->d
   kStatusOk = 8,   // d->c: JSON text
   kError = 9,      // d->c: a refused (but well-formed) request; the connection stays
+  kRestore = 10,   // c->d: the newest persisted snapshot of this rank still in memory?
+  kRestoreOk = 11, // d->c: u8 found, then (if found) a Submit naming the retained slot
 };
 
 struct Header {
@@ -87,6 +90,9 @@ StatusOr<HelloOk> DecodeHelloOk(const std::string& payload);
 std::string EncodeU32(uint32_t v);
 StatusOr<uint32_t> DecodeU32(const std::string& payload);
 std::string EncodeSubmit(const Submit& m);
+// RESTORE_OK: `found` and, if found, the retained snapshot's descriptor (Submit encoding).
+std::string EncodeRestoreOk(const Submit* m);
+StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint64_t slot_bytes);
 // Validates everything that does not need daemon state: step and world ranges, safe names,
 // dtypes, shapes, slice bounds, and that every piece lies inside [0, slot_bytes).
 StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes);
@@ -104,7 +110,8 @@ std::string ShmPrefix(const std::string& run_dir, const std::string& node);  // 
 std::string ShmName(const std::string& run_dir, const std::string& node, int rank, int slot);
 // A node id usable in a directory name: [A-Za-z0-9._-], 1..64 chars.
 bool IsSafeNodeId(const std::string& node);
-// FTRAIN_CKPTD_NODE if set, else the host name.
+// FTRAIN_CKPTD_NODE if set, else SLURMD_NODENAME (so that several slurmd on one host, as in
+// the local cluster, get one daemon each), else the host name.
 std::string DefaultNodeId();
 
 // A tensor kind / blob group / name that can become an HDF5 path component: [A-Za-z0-9._/-],

@@ -100,6 +100,10 @@ StatusOr<int> RunLocalJob(const LaunchOptions& options) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("FTRAIN_STORE_HOSTED", "1", 1);
+      // Each simulated node has its own checkpoint daemon (ckptd --node launch-node<k>).
+      if (options.nodes > 1) {
+        setenv("FTRAIN_CKPTD_NODE", ("launch-node" + std::to_string(r / per_node)).c_str(), 1);
+      }
       // A launched rank is not a Slurm step rank even inside an allocation.
       unsetenv("SLURM_STEP_ID");
       unsetenv("PMIX_RANK");

@@ -86,9 +86,8 @@ Status SetRngState(const std::string& bytes) {
 
 }  // namespace
 
-StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveRequest& req,
-                                  const fsdp::FsdpEngine& engine, const RunState& state,
-                                  const std::string& schedule_json) {
+ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
+                                       const std::string& schedule_json) {
   ckpt::ShardContents contents;
   const std::vector<fsdp::ShardPiece> pieces =
       engine.WritesTensorState() ? engine.StatePieces() : std::vector<fsdp::ShardPiece>();
@@ -115,12 +114,49 @@ StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveReques
   contents.blobs.push_back({"history", "run", "per_rank", history.dump()});
   contents.blobs.push_back({"data", "cursor", "per_rank", state.data_cursor});
   contents.blobs.push_back({"rng", "torch_cpu", "per_rank", RngState()});
-  return store.WriteShard(req.meta, req.rank, contents, req.write);
+  return contents;
 }
 
+StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveRequest& req,
+                                  const fsdp::FsdpEngine& engine, const RunState& state,
+                                  const std::string& schedule_json) {
+  return store.WriteShard(req.meta, req.rank, BuildShardContents(engine, state, schedule_json),
+                          req.write);
+}
+
+namespace {
+
+// The bytes of exactly this piece in the in-memory snapshot, if they are provably the bytes
+// of the committed checkpoint (same rank, same slice, XXH3 recorded in the manifest).
+const uint8_t* FromMemory(const MemorySource* mem, const ckpt::ManifestTensor& t, int rank,
+                          int64_t offset, int64_t length, MemorySource* stats) {
+  if (mem == nullptr || mem->snapshot == nullptr) return nullptr;
+  const ckpt::TensorPiece* want = nullptr;
+  for (const auto& p : t.pieces) {
+    if (p.rank == rank && p.offset == offset && p.length == length) want = &p;
+  }
+  if (want == nullptr) return nullptr;
+  for (const auto& p : mem->snapshot->pieces) {
+    if (p.is_blob || p.kind != t.kind || p.name != t.name || p.offset != offset ||
+        p.length != length || p.dtype != t.dtype) {
+      continue;
+    }
+    const uint8_t* bytes = mem->base + p.slot_offset;
+    if (ckpt::Xxh3(bytes, static_cast<size_t>(length) * ckpt::DTypeSize(t.dtype)) != want->xxh3) {
+      ++stats->mismatched;
+      return nullptr;
+    }
+    return bytes;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
-                      fsdp::FsdpEngine& engine, RunState* state) {
+                      fsdp::FsdpEngine& engine, RunState* state, MemorySource* memory) {
   const auto& m = reader.manifest();
+  if (memory != nullptr && m.meta.world_size != world_size) memory = nullptr;
   FT_RETURN_IF_ERROR(engine.LoadState(
       [&](const std::string& kind, const std::string& name, int64_t offset, int64_t length,
           torch::Tensor dst) -> Status {
@@ -135,6 +171,13 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
           return Status::InvalidArgument("checkpoint tensor " + kind + "/" + name +
                                          " has the wrong shape or dtype for this model");
         }
+        const size_t bytes = static_cast<size_t>(length) * ckpt::DTypeSize(t->dtype);
+        if (const uint8_t* mem = FromMemory(memory, *t, rank, offset, length, memory)) {
+          std::memcpy(dst.data_ptr(), mem, bytes);
+          memory->bytes_from_memory += bytes;
+          return Status::Ok();
+        }
+        if (memory != nullptr) memory->bytes_from_disk += bytes;
         return reader.ReadTensorRange(kind, name, offset, length, dst.data_ptr());
       }));
   FT_ASSIGN_OR_RETURN(std::string optim_s, reader.ReadBlob("optim", "state", rank, world_size));

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "ckpt/ckptd_protocol.h"
 #include "ckpt/reader.h"
 #include "ckpt/store.h"
 #include "fsdp/engine.h"
@@ -28,15 +29,32 @@ struct SaveRequest {
   ckpt::WriteOptions write;
 };
 
+// What this rank writes: tensor pieces point into the engine's live shards (valid until the
+// next optimizer step), blobs are copies.
+ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
+                                       const std::string& schedule_json);
+
 // Writes this rank's shard (every rank calls it); the caller commits after a barrier.
 StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveRequest& req,
                                   const fsdp::FsdpEngine& engine, const RunState& state,
                                   const std::string& schedule_json);
 
+// The same rank's snapshot of the checkpoint, still in ckptd's memory (restore from memory).
+// A tensor piece is taken from it only when it is exactly the piece the engine asks for and
+// its XXH3 equals the one the committed manifest records for this rank; anything else is
+// read from disk.
+struct MemorySource {
+  const ckpt::ckptd::Submit* snapshot = nullptr;
+  const uint8_t* base = nullptr;
+  uint64_t bytes_from_memory = 0;  // filled in by LoadCheckpoint
+  uint64_t bytes_from_disk = 0;
+  int mismatched = 0;  // pieces whose hash disagreed with the manifest
+};
+
 // Loads engine and run state for `rank` of `world_size` (resharding tensors when the
 // checkpoint's world size differs; the data cursor is remapped by the data reader; RNG
 // streams are reseeded and logged when they cannot be carried over).
 Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
-                      fsdp::FsdpEngine& engine, RunState* state);
+                      fsdp::FsdpEngine& engine, RunState* state, MemorySource* memory = nullptr);
 
 }  // namespace ftrain::train

@@ -97,6 +97,16 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.shuffle", &t.ckpt.shuffle));
   FT_RETURN_IF_ERROR(c.GetInt("ckpt.threads", &t.ckpt.threads));
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.save_final", &t.ckpt.save_final));
+  FT_RETURN_IF_ERROR(c.GetString("ckpt.daemon", &t.ckpt.daemon));
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.flush_timeout_s", &t.ckpt.flush_timeout_s));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
+  FT_RETURN_IF_ERROR(OneOf(c, "ckpt.daemon", t.ckpt.daemon, {"off", "auto", "require"}));
+  if (t.ckpt.flush_timeout_s <= 0) {
+    std::string where = c.Has("ckpt.flush_timeout_s")
+                            ? c.entries().at("ckpt.flush_timeout_s").origin + ": "
+                            : "";
+    return Status::InvalidArgument(where + "ckpt.flush_timeout_s must be > 0 seconds");
+  }
   if (t.ckpt.every_minutes < 0 || t.ckpt.every_steps < 0 || t.ckpt.keep < 1 ||
       t.ckpt.keep_every < 0 || t.ckpt.zstd_level < 0 || t.ckpt.zstd_level > 22 ||
       t.ckpt.threads < 0) {

@@ -59,6 +59,9 @@ struct CkptSection {
   bool shuffle = true;
   int64_t threads = 0;
   bool save_final = true;
+  std::string daemon = "auto";   // off | auto (use this node's ckptd if it runs) | require
+  double flush_timeout_s = 600;  // max wait for the daemons at a stop / final checkpoint
+  bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
 };
 
 struct TrainConfig {

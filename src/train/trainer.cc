@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -24,6 +25,7 @@
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "model/weights_io.h"
+#include "train/checkpointer.h"
 #include "train/checkpointing.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -206,6 +208,26 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   // carried in every checkpoint so that anything that does draw resumes exactly).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL +
                      static_cast<uint64_t>(world.rank));
+  // Checkpoint path: this node's ckptd if there is one (ckpt.daemon), else synchronous.
+  // Start() waits until the daemon has persisted what an earlier trainer of this job handed
+  // over, so that the recovery below sees no live writer.
+  CheckpointerOptions co;
+  FT_ASSIGN_OR_RETURN(co.daemon, ParseDaemonMode(cfg.ckpt.daemon));
+  co.run_dir = cfg.run_dir;
+  co.node = ckpt::ckptd::DefaultNodeId();
+  co.root = cfg.ckpt.root;
+  co.rank = world.rank;
+  co.world = world.world_size;
+  co.write.zstd_level = static_cast<int>(cfg.ckpt.zstd_level);
+  co.write.shuffle = cfg.ckpt.shuffle;
+  co.write.threads = static_cast<int>(cfg.ckpt.threads);
+  co.keep = static_cast<int>(cfg.ckpt.keep);
+  co.keep_every = static_cast<int>(cfg.ckpt.keep_every);
+  co.flush_timeout_s = cfg.ckpt.flush_timeout_s;
+  Checkpointer checkpointer(co, &ctx->world_comm());
+  FT_RETURN_IF_ERROR(
+      checkpointer.Start(ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}"))));
+
   // Resume.
   RunState state;
   std::string resume_dir;
@@ -235,7 +257,39 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                         ckpt::CheckpointReader::Open(resume_dir));
     FT_RETURN_IF_ERROR(
         CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size));
-    FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, *engine, &state));
+    // Restore from memory: the daemon of this node may still hold this rank's snapshot of
+    // exactly this checkpoint (in-job restart after a process crash); a node failure or any
+    // doubt falls back to disk, piece by piece (LoadCheckpoint checks every hash).
+    std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
+    MemorySource memory;
+    if (cfg.ckpt.restore_from_memory) {
+      auto s = checkpointer.MemorySnapshot();
+      if (!s.ok()) {
+        FT_LOG(Warning) << "resume: cannot ask ckptd for its in-memory snapshot: "
+                        << s.status().message() << "; reading from disk";
+      } else if (s->has_value()) {
+        snap = std::move(*s);
+        const auto& meta = snap->submit.meta;
+        if (meta.step == resume_step && meta.world_size == world.world_size &&
+            meta.config_hash == reader->manifest().meta.config_hash) {
+          memory.snapshot = &snap->submit;
+          memory.base = snap->base;
+        } else {
+          FT_LOG(Info) << "resume: ckptd holds step " << meta.step << " in memory, not step "
+                       << resume_step << ": reading from disk";
+        }
+      }
+    }
+    FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, *engine, &state,
+                                      memory.snapshot != nullptr ? &memory : nullptr));
+    if (memory.snapshot != nullptr) {
+      FT_LOG(Info) << "resume: rank " << world.rank << " restored " << memory.bytes_from_memory
+                   << " bytes from ckptd memory and " << memory.bytes_from_disk
+                   << " from disk (step " << resume_step << ")"
+                   << (memory.mismatched > 0 ? "; " + std::to_string(memory.mismatched) +
+                                                   " in-memory pieces did not match the manifest"
+                                             : std::string());
+    }
     state.restarts += 1;
     FT_LOG(Info) << "resume: restored step " << state.step << " from " << resume_dir
                  << " (restart " << state.restarts << ")";
@@ -288,59 +342,23 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"),
                                                      state.step, state.metrics_line));
   }
-  ckpt::CheckpointStore store(cfg.ckpt.root);
-  ckpt::WriteOptions wopts;
-  wopts.zstd_level = static_cast<int>(cfg.ckpt.zstd_level);
-  wopts.shuffle = cfg.ckpt.shuffle;
-  wopts.threads = static_cast<int>(cfg.ckpt.threads);
   nlohmann::json layout = {{"sharding", cfg.dist.sharding}, {"world_size", world.world_size},
                            {"num_nodes", world.num_nodes},
                            {"local_world_size", world.local_world_size},
                            {"param_dtype", cfg.train.param_dtype}};
 
-  auto save = [&](int64_t step) -> StatusOr<double> {
-    auto t0 = Clock::now();
-    SaveRequest req;
-    req.meta.step = step;
-    req.meta.world_size = world.world_size;
-    req.meta.config_hash = cfg.ConfigHash();
-    req.meta.code_version = CodeVersion();
-    req.meta.data_version = data_version;
-    req.meta.layout_json = layout.dump();
-    req.rank = world.rank;
-    req.write = wopts;
+  // Collective: every rank gets the same outcome. `durable`: return only once the step is
+  // committed (stop signal, final step), whatever path the shards took.
+  auto save = [&](int64_t step, bool durable) -> StatusOr<SaveOutcome> {
+    ckpt::CheckpointMeta meta;
+    meta.step = step;
+    meta.world_size = world.world_size;
+    meta.config_hash = cfg.ConfigHash();
+    meta.code_version = CodeVersion();
+    meta.data_version = data_version;
+    meta.layout_json = layout.dump();
     state.data_cursor = reader->SaveCursor();
-    auto receipt = SaveShard(store, req, *engine, state, schedule_json);
-    // Every rank learns whether every shard landed before anyone commits.
-    torch::Tensor ok = torch::full({1}, receipt.ok() ? 0.0 : 1.0, torch::kFloat64);
-    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(ok, dist::ReduceOp::kMax)->Wait());
-    if (!receipt.ok()) return receipt.status();
-    if (ok.item<double>() != 0) {
-      return Status::IOError("checkpoint of step " + std::to_string(step) +
-                             " failed on another rank (see its log)");
-    }
-    // Rank 0 commits; every rank learns the outcome (no rank may return early: the others
-    // would wait in a collective forever).
-    Status commit;
-    if (leader) {
-      auto outcome = store.TryCommit(req.meta);
-      if (!outcome.ok()) {
-        commit = outcome.status();
-      } else if (*outcome != ckpt::CommitOutcome::kCommitted &&
-                 *outcome != ckpt::CommitOutcome::kAlreadyCommitted) {
-        commit = Status::Internal("commit of step " + std::to_string(step) + " did not happen");
-      } else {
-        auto rotated = store.Rotate({static_cast<int>(cfg.ckpt.keep), cfg.ckpt.keep_every});
-        if (!rotated.ok()) FT_LOG(Warning) << "rotation: " << rotated.status().message();
-      }
-    }
-    torch::Tensor committed = torch::full({1}, commit.ok() ? 0.0 : 1.0, torch::kFloat64);
-    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(committed, dist::ReduceOp::kMax)->Wait());
-    if (!commit.ok()) return commit;
-    if (committed.item<double>() != 0) {
-      return Status::IOError("commit of step " + std::to_string(step) + " failed on rank 0");
-    }
-    return Seconds(t0, Clock::now());
+    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json), durable);
   };
 
   auto run_start = Clock::now();
@@ -397,9 +415,15 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     double stall = 0;
     if (want_ckpt) {
       state.metrics_line = leader ? FormatMetricsLine(m) : "";
-      auto saved = save(state.step);
+      auto saved = save(state.step, stop || final_step);
       if (saved.ok()) {
-        stall = *saved;
+        stall = saved->stall_s;
+        if (leader) {
+          FT_LOG(Info) << "checkpoint step " << state.step << ": "
+                       << (saved->via_daemon ? "handed to ckptd" : "written synchronously")
+                       << (saved->durable ? ", committed" : ", persisting in the background")
+                       << ", stall " << std::setprecision(3) << stall << " s";
+        }
         last_saved = state.step;
         last_ckpt = Clock::now();
       } else {

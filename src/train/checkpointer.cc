@@ -1,0 +1,273 @@
+// Daemon or synchronous checkpoint path, with a collective outcome.
+#include "train/checkpointer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "ckpt/filename.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "dist/comm.h"
+
+namespace ftrain::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+StatusOr<DaemonMode> ParseDaemonMode(const std::string& s) {
+  if (s == "off") return DaemonMode::kOff;
+  if (s == "auto") return DaemonMode::kAuto;
+  if (s == "require") return DaemonMode::kRequire;
+  return Status::InvalidArgument("ckpt.daemon must be off, auto or require, not '" + s + "'");
+}
+
+Checkpointer::Checkpointer(CheckpointerOptions options, dist::Comm* world)
+    : options_(std::move(options)), world_(world), store_(options_.root) {}
+
+Checkpointer::~Checkpointer() = default;
+
+Status Checkpointer::ReduceMax(double* v, int n) {
+  torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
+  FT_RETURN_IF_ERROR(world_->AllReduce(t, dist::ReduceOp::kMax)->Wait());
+  for (int i = 0; i < n; ++i) v[i] = t[i].item<double>();
+  return Status::Ok();
+}
+
+bool Checkpointer::TryConnect(bool quiet) {
+  const std::string sock = ckpt::ckptd::SocketPath(options_.run_dir, options_.node);
+  // A trainer that was just killed may still be registered for this rank for a moment.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto c = ckpt::CkptdClient::Connect(options_.run_dir, options_.node, options_.rank,
+                                        options_.world, slot_bytes_);
+    if (c.ok()) {
+      client_ = std::move(c).value();
+      if (had_daemon_) {
+        FT_LOG(Warning) << "ckptd: reconnected to the daemon of node '" << options_.node
+                        << "'; checkpoints are asynchronous again";
+      } else {
+        FT_LOG(Info) << "ckptd: rank " << options_.rank << " hands its checkpoints to " << sock
+                     << " (" << client_->slot_bytes() << "-byte slots)";
+      }
+      had_daemon_ = true;
+      return true;
+    }
+    const bool busy = c.status().message().find("already connected") != std::string::npos;
+    if (!busy || Clock::now() > deadline) {
+      if (!quiet || had_daemon_) {
+        FT_LOG(Error) << "ckptd: CANNOT USE the checkpoint daemon of node '" << options_.node
+                      << "': " << c.status().message()
+                      << "; this rank saves SYNCHRONOUSLY (training slows at each checkpoint)";
+      }
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Checkpointer::DropDaemon(const std::string& why) {
+  FT_LOG(Error) << "ckptd: the checkpoint daemon of node '" << options_.node << "' FAILED: " << why
+                << "; rank " << options_.rank
+                << " falls back to SYNCHRONOUS checkpoints (none is skipped)";
+  client_.reset();
+}
+
+std::optional<Checkpointer::DaemonState> Checkpointer::QueryDaemon() {
+  if (client_ == nullptr) return std::nullopt;
+  auto text = client_->StatusJson();
+  if (!text.ok()) {
+    DropDaemon("status query: " + text.status().message());
+    return std::nullopt;
+  }
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  DaemonState st;
+  if (j.is_discarded()) {
+    DropDaemon("unreadable status");
+    return std::nullopt;
+  }
+  st.last_committed_step = j.value("last_committed_step", int64_t{-1});
+  st.last_error = j.value("last_error", std::string());
+  for (const auto& r : j.value("ranks", nlohmann::json::array())) {
+    if (r.value("rank", -1) != options_.rank) continue;
+    st.in_flight = r.value("in_flight", int64_t{0});
+    st.last_failed_step = r.value("last_failed_step", int64_t{-1});
+    st.last_persisted_step = r.value("last_persisted_step", int64_t{-1});
+  }
+  return st;
+}
+
+Status Checkpointer::Start(uint64_t slot_bytes) {
+  // Room for the blobs to grow (cursor, metrics line) without reconnecting.
+  slot_bytes_ = slot_bytes + slot_bytes / 64 + (1u << 20);
+  if (options_.daemon != DaemonMode::kOff) {
+    const std::string sock = ckpt::ckptd::SocketPath(options_.run_dir, options_.node);
+    if (!Env::Default()->FileExists(sock)) {
+      if (options_.daemon == DaemonMode::kRequire) {
+        FT_LOG(Error) << "ckpt.daemon = require, but there is no ckptd socket " << sock;
+      } else {
+        FT_LOG(Info) << "ckptd: no daemon on node '" << options_.node << "' (" << sock
+                     << "): checkpoints are written synchronously";
+      }
+    } else {
+      // What an earlier trainer of this job handed over must be on disk (or have failed)
+      // before rank 0's recovery looks at the partial checkpoints.
+      const auto t0 = Clock::now();
+      bool logged = false;
+      for (;;) {
+        auto text = ckpt::QueryCkptdStatus(sock);
+        if (!text.ok()) break;  // not answering: TryConnect below says so
+        nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+        const int64_t busy = j.is_discarded() ? 0
+                                              : j.value("snapshots_in_flight", int64_t{0}) +
+                                                    j.value("queue_depth", int64_t{0});
+        if (busy == 0) break;
+        if (!logged) {
+          FT_LOG(Info) << "ckptd: waiting for the daemon to persist " << busy
+                       << " snapshot(s) handed over before this start";
+          logged = true;
+        }
+        if (Since(t0) > options_.flush_timeout_s) {
+          FT_LOG(Error) << "ckptd: the daemon still writes after " << options_.flush_timeout_s
+                        << " s (ckpt.flush_timeout_s); going on";
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      TryConnect(/*quiet=*/false);
+    }
+  }
+  double v[1] = {options_.daemon == DaemonMode::kRequire && client_ == nullptr ? 1.0 : 0.0};
+  FT_RETURN_IF_ERROR(ReduceMax(v, 1));  // also the barrier before rank 0's recovery
+  if (v[0] != 0) {
+    return Status::FailedPrecondition(
+        "ckpt.daemon = require, but a rank has no checkpoint daemon on its node (see the log: "
+        "start ckptd through slurm/agent.sh, or set ckpt.daemon = auto)");
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta,
+                              const ckpt::ShardContents& contents, bool* committed) {
+  *committed = false;
+  FT_RETURN_IF_ERROR(store_.WriteShard(meta, options_.rank, contents, options_.write).status());
+  // Whoever completes the set of receipts commits (a daemon or a rank); O_EXCL picks one.
+  FT_ASSIGN_OR_RETURN(ckpt::CommitOutcome outcome, store_.TryCommit(meta));
+  if (outcome == ckpt::CommitOutcome::kCommitted) {
+    *committed = true;
+    auto rotated = store_.Rotate({options_.keep, options_.keep_every});
+    if (!rotated.ok()) FT_LOG(Warning) << "rotation: " << rotated.status().message();
+  } else if (outcome == ckpt::CommitOutcome::kAlreadyCommitted) {
+    *committed = true;
+  }
+  return Status::Ok();
+}
+
+StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
+                                         const ckpt::ShardContents& contents, bool durable) {
+  const auto t0 = Clock::now();
+  const std::string step_s = std::to_string(meta.step);
+  if (client_ == nullptr && options_.daemon != DaemonMode::kOff && had_daemon_) {
+    TryConnect(/*quiet=*/true);  // the node agent may have restarted it
+  }
+  if (client_ != nullptr) {
+    // Failures of earlier asynchronous writes surface here, loudly, once each.
+    auto st = QueryDaemon();
+    if (st.has_value() && st->last_failed_step > reported_failed_step_) {
+      reported_failed_step_ = st->last_failed_step;
+      FT_LOG(Error) << "CHECKPOINT FAILED in ckptd at step " << st->last_failed_step << ": "
+                    << st->last_error << " (older checkpoints are intact; training continues and "
+                    << "this checkpoint, step " << step_s << ", tries again)";
+    }
+  }
+  bool via_daemon = false;
+  if (client_ != nullptr) {
+    auto sub = client_->Submit(meta, contents, options_.flush_timeout_s);
+    if (sub.ok()) {
+      via_daemon = true;
+    } else {
+      DropDaemon("handing over step " + step_s + ": " + sub.status().message());
+    }
+  }
+  Status local;
+  bool committed_here = false;
+  if (!via_daemon) local = SaveSync(meta, contents, &committed_here);
+  double v[4] = {local.ok() ? 0.0 : 1.0, via_daemon ? 1.0 : 0.0, committed_here ? 1.0 : 0.0,
+                 Since(t0)};
+  FT_RETURN_IF_ERROR(ReduceMax(v, 4));
+  if (!local.ok()) return local;
+  if (v[0] != 0) {
+    return Status::IOError("checkpoint of step " + step_s + " failed on another rank (see its log)");
+  }
+  SaveOutcome out;
+  out.via_daemon = v[1] != 0;
+  out.stall_s = v[3];
+  if (!out.via_daemon) {
+    if (v[2] == 0) return Status::Internal("every shard of step " + step_s + " was written but no rank committed it");
+    out.durable = true;
+    return out;
+  }
+  if (!durable) return out;
+
+  // Wait until the step is committed; rewrite synchronously what a daemon failed to persist.
+  const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
+  const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
+  bool mine_pending = via_daemon;
+  for (;;) {
+    bool failed = false;
+    if (mine_pending) {
+      auto st = QueryDaemon();  // drops the daemon if it does not answer
+      if (!st.has_value()) {
+        failed = true;
+        mine_pending = false;
+      } else if (st->in_flight == 0) {
+        failed = st->last_persisted_step < meta.step;
+        if (failed) FT_LOG(Error) << "ckptd could not persist step " << step_s << ": " << st->last_error;
+        mine_pending = false;
+      }
+    }
+    const bool committed = Env::Default()->IsDirectory(final_dir);
+    const bool late = options_.rank == 0 && Clock::now() > deadline;
+    double w[3] = {committed ? 0.0 : 1.0, failed ? 1.0 : 0.0, late ? 1.0 : 0.0};
+    FT_RETURN_IF_ERROR(ReduceMax(w, 3));
+    if (w[0] == 0) break;
+    if (w[2] != 0) {
+      return Status::DeadlineExceeded("step " + step_s + " was not committed within " +
+                                      std::to_string(options_.flush_timeout_s) +
+                                      " s (ckpt.flush_timeout_s); see `ckptctl status " +
+                                      options_.run_dir + "`");
+    }
+    if (w[1] != 0) {
+      Status s;
+      bool c = false;
+      if (failed) {
+        FT_LOG(Warning) << "rank " << options_.rank << " rewrites its shard of step " << step_s
+                        << " synchronously";
+        s = SaveSync(meta, contents, &c);
+      }
+      double x[1] = {s.ok() ? 0.0 : 1.0};
+      FT_RETURN_IF_ERROR(ReduceMax(x, 1));
+      if (!s.ok()) return s;
+      if (x[0] != 0) return Status::IOError("step " + step_s + ": a synchronous rewrite failed on another rank");
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  out.durable = true;
+  out.stall_s = Since(t0);
+  return out;
+}
+
+StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> Checkpointer::MemorySnapshot() {
+  if (client_ == nullptr) return std::optional<ckpt::CkptdClient::MemorySnapshot>();
+  return client_->Restore();
+}
+
+}  // namespace ftrain::train

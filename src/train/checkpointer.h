@@ -1,0 +1,95 @@
+// Where a rank's checkpoint goes: to this node's ckptd (asynchronous: the trainer only copies
+// its state into a shared-memory slot) or, when there is no daemon or it failed, through the
+// checkpoint library on the training thread (synchronous). Both paths meet in the store's
+// cross-node commit: whoever writes the last shard of a step (a daemon or a trainer rank)
+// commits it, exactly once. Every method is collective over the world communicator, so all
+// ranks learn the same outcome; a rank whose daemon is gone saves synchronously and says so
+// loudly: a checkpoint is never skipped silently. No LibTorch in this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckpt/ckptd_client.h"
+#include "ckpt/shard_file.h"
+#include "ckpt/store.h"
+#include "core/status.h"
+
+namespace ftrain::dist {
+class Comm;
+}
+
+namespace ftrain::train {
+
+enum class DaemonMode { kOff, kAuto, kRequire };
+StatusOr<DaemonMode> ParseDaemonMode(const std::string& s);
+
+struct CheckpointerOptions {
+  DaemonMode daemon = DaemonMode::kAuto;
+  std::string run_dir;  // the daemon's socket is RUN/ckptd-<node>/sock
+  std::string node;     // ckpt::ckptd::DefaultNodeId() unless a test says otherwise
+  std::string root;
+  int rank = 0;
+  int world = 1;
+  ckpt::WriteOptions write;  // synchronous path
+  int keep = 3;
+  int keep_every = 0;
+  double flush_timeout_s = 600;  // waiting for the daemons to commit a step that must be durable
+};
+
+struct SaveOutcome {
+  double stall_s = 0;       // what the training thread spent (max over ranks)
+  bool via_daemon = false;  // at least one rank handed its shard to a daemon
+  bool durable = false;     // the step is committed on disk
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointerOptions options, dist::Comm* world);
+  ~Checkpointer();
+
+  // Connects to this node's daemon (ckpt.daemon = auto | require) with slots of `slot_bytes`,
+  // then waits until it has persisted whatever an earlier trainer of this job handed over, so
+  // that the start-up recovery sees no live writer. Collective.
+  Status Start(uint64_t slot_bytes);
+
+  // Saves `contents` as this rank's shard of meta.step. With `durable` (stop signal, final
+  // step) it returns only when the step is committed, rewriting synchronously what a daemon
+  // failed to persist. Collective: every rank gets the same status.
+  StatusOr<SaveOutcome> Save(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
+                             bool durable);
+
+  // The daemon's newest in-memory snapshot of this rank (restore from memory), if connected.
+  StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot();
+
+  bool connected() const { return client_ != nullptr; }
+
+ private:
+  bool TryConnect(bool quiet);
+  void DropDaemon(const std::string& why);
+  // The daemon's status, or nullopt (and the daemon dropped) if it does not answer.
+  struct DaemonState {
+    int64_t in_flight = 0;  // this rank's snapshots queued or being written
+    int64_t last_failed_step = -1;     // of this rank, since it connected
+    int64_t last_persisted_step = -1;  // of this rank, since it connected
+    int64_t last_committed_step = -1;
+    std::string last_error;
+  };
+  std::optional<DaemonState> QueryDaemon();
+  Status SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
+                  bool* committed);
+  // Max-reduces `v` (size n) over the world.
+  Status ReduceMax(double* v, int n);
+
+  CheckpointerOptions options_;
+  dist::Comm* world_;
+  ckpt::CheckpointStore store_;
+  std::unique_ptr<ckpt::CkptdClient> client_;
+  uint64_t slot_bytes_ = 0;
+  bool had_daemon_ = false;
+  int64_t reported_failed_step_ = -1;
+};
+
+}  // namespace ftrain::train
