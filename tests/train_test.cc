@@ -7,10 +7,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <regex>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -79,15 +82,17 @@ class TrainTest : public ::testing::Test {
   }
 
   // Relaunches until the run finishes (exit 0), at most `max_launches` times.
-  static void FinishRun(const std::string& run, const std::string& extra, int max_launches) {
+  static std::string FinishRun(const std::string& run, const std::string& extra,
+                               int max_launches) {
     for (int i = 0; i < max_launches; ++i) {
       auto r = RunCommand(TrainCmd(run, 4, 2, extra), 600);
       if (r.exit_code == 0) {
         EXPECT_TRUE(Contains(r.output, "resume: restored step")) << r.output;
-        return;
+        return r.output;
       }
       ADD_FAILURE() << "relaunch " << i << " exited " << r.exit_code << "\n" << r.output;
     }
+    return "";
   }
 
   static void ExpectSameAsReference(const std::string& run, const std::string& ref) {
@@ -128,27 +133,28 @@ std::vector<pid_t> RankPids(const std::string& tag, int rank) {
   return out;
 }
 
-// Starts the launch in the background, SIGKILLs rank `rank` once metrics.jsonl has `at_step`
-// lines, and waits for the launcher to end. Returns the launcher's exit code.
-int LaunchAndKillAt(const std::string& cmd, const std::string& run, int at_step, int rank,
-                    const std::string& tag) {
+// Starts `cmd` in the background (output to `log`, or discarded), runs `action` once
+// metrics.jsonl has `at_step` lines, and waits for the command to end. Returns its exit code.
+int LaunchAndActAt(const std::string& cmd, const std::string& run, int at_step,
+                   const std::function<void()>& action, const std::string& tag,
+                   const std::string& log = "/dev/null") {
   pid_t pid = fork();
   if (pid == 0) {
     setenv("FTRAIN_TEST_TAG", tag.c_str(), 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);
-    dup2(devnull, 2);
+    int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(out, 2);
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-  bool killed = false;
+  bool acted = false;
   int status = 0;
   while (std::chrono::steady_clock::now() < deadline) {
     if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (!killed && static_cast<int>(Losses(run).size()) >= at_step) {
-      for (pid_t p : RankPids(tag, rank)) kill(p, SIGKILL);
-      killed = true;
+    if (!acted && static_cast<int>(Losses(run).size()) >= at_step) {
+      action();
+      acted = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -156,6 +162,67 @@ int LaunchAndKillAt(const std::string& cmd, const std::string& run, int at_step,
   waitpid(pid, &status, 0);
   return -1;
 }
+
+// SIGKILLs rank `rank` once metrics.jsonl has `at_step` lines.
+int LaunchAndKillAt(const std::string& cmd, const std::string& run, int at_step, int rank,
+                    const std::string& tag) {
+  return LaunchAndActAt(
+      cmd, run, at_step,
+      [&] {
+        for (pid_t p : RankPids(tag, rank)) kill(p, SIGKILL);
+      },
+      tag);
+}
+
+// One ckptd per simulated node of `ftrain launch --nodes 2` (launch-node0, launch-node1),
+// writing into RUN/checkpoints (or `root`). Stopped (SIGTERM, then waited for) on destruction.
+class Daemons {
+ public:
+  explicit Daemons(const std::string& run, const std::string& root = "") : run_(run) {
+    ::mkdir(run.c_str(), 0755);
+    for (int n = 0; n < 2; ++n) {
+      const std::string node = "launch-node" + std::to_string(n);
+      pid_t pid = fork();
+      if (pid == 0) {
+        int out = open((run + "/" + node + ".log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(out, 1);
+        dup2(out, 2);
+        const std::string r = root.empty() ? run + "/checkpoints" : root;
+        execl((BinDir() + "/ckptd").c_str(), "ckptd", "--root", r.c_str(), "--run-dir",
+              run.c_str(), "--node", node.c_str(), "--threads", "1", "--keep", "3",
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      pids_.push_back(pid);
+    }
+    for (int n = 0; n < 2; ++n) WaitUp(n);
+  }
+  ~Daemons() {
+    for (pid_t p : pids_) {
+      if (p > 0) kill(p, SIGTERM);
+    }
+    for (pid_t p : pids_) {
+      if (p > 0) waitpid(p, nullptr, 0);
+    }
+  }
+  void WaitUp(int n) {
+    const std::string log = run_ + "/launch-node" + std::to_string(n) + ".log";
+    for (int i = 0; i < 400 && !Contains(ReadFile(log), "serving node"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_TRUE(Contains(ReadFile(log), "serving node")) << ReadFile(log);
+  }
+  void Kill(int n) {
+    kill(pids_[n], SIGKILL);
+    waitpid(pids_[n], nullptr, 0);
+    pids_[n] = -1;
+  }
+  std::string Log(int n) const { return ReadFile(run_ + "/launch-node" + std::to_string(n) + ".log"); }
+
+ private:
+  std::string run_;
+  std::vector<pid_t> pids_;
+};
 
 TEST_F(TrainTest, SigkillAtManyStepsResumesBitExactly) {
   const std::string& ref = Reference("");
@@ -294,6 +361,108 @@ TEST_F(TrainTest, ResumeRefusesADifferentConfigUnlessAllowed) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "refusing to resume")) << r.output;
   EXPECT_TRUE(Contains(r.output, "config hash")) << r.output;
+}
+
+// ---- with ckptd: one daemon per simulated node; checkpoints are handed over through shared
+// memory and persisted in the background. The final checkpoint must still be bit-identical to
+// the synchronous reference.
+
+TEST_F(TrainTest, WithCkptdSigkilledRanksResumeBitExactlyAndFromMemory) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/daemon-kill";
+  Daemons daemons(run);
+  const std::string extra = "--ckpt.daemon=require";
+  // The first kill lands right after the handoff of step 5 (its metrics line is written
+  // after the handoff): the daemons must still commit step 5.
+  const std::vector<std::pair<int, int>> kills = {{1, 5}, {3, 23}, {0, 38}, {2, 51}};
+  for (size_t i = 0; i < kills.size(); ++i) {
+    const int rc = LaunchAndKillAt(TrainCmd(run, 4, 2, extra), run, kills[i].second,
+                                   kills[i].first, "dkill" + std::to_string(i));
+    EXPECT_NE(rc, 0) << "kill " << i << " did not stop the job";
+    if (i == 0) {
+      std::string latest;
+      for (int t = 0; t < 400 && latest.empty(); ++t) {
+        auto l = RunCommand(BinDir() + "/ckptctl latest " + run + "/checkpoints", 30);
+        if (l.exit_code == 0) latest = l.output;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      EXPECT_TRUE(Contains(latest, "step-0000000")) << "the handed-over step 5 never committed\n"
+                                                    << daemons.Log(0) << daemons.Log(1);
+    }
+  }
+  const std::string out = FinishRun(run, extra, 3);
+  ExpectSameAsReference(run, ref);
+  // The relaunch after the last kill found its snapshot in the daemons' memory (the shard
+  // owners, ranks 0 and 1, restore their pieces from it; hash-checked against the manifest).
+  EXPECT_TRUE(std::regex_search(out, std::regex("restored [1-9][0-9]* bytes from ckptd memory")))
+      << out;
+  EXPECT_FALSE(Contains(out, "did not match the manifest")) << out;
+  EXPECT_TRUE(Contains(out, "handed to ckptd")) << out;
+}
+
+TEST_F(TrainTest, WithCkptdKilledMidRunTheTrainerFallsBackToSynchronousSaves) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/daemon-dies";
+  Daemons daemons(run);
+  const std::string log = root_ + "/daemon-dies.log";
+  // The daemon of node 1 is SIGKILLed after step 12; the run must go on, save every later
+  // checkpoint synchronously on node 1's ranks, and finish bit-identical.
+  const int rc = LaunchAndActAt(TrainCmd(run, 4, 2, "--ckpt.daemon=auto"), run, 12,
+                                [&] { daemons.Kill(1); }, "ddies", log);
+  const std::string out = ReadFile(log);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "falls back to SYNCHRONOUS checkpoints")) << out;
+  EXPECT_TRUE(Contains(out, "handed to ckptd")) << out;
+  ExpectSameAsReference(run, ref);
+}
+
+TEST_F(TrainTest, WithCkptdDiskFullFailsLoudlyKeepsOlderCheckpointsAndRetries) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/daemon-enospc";
+  const std::string small = root_ + "/small-fs";
+  ::mkdir(run.c_str(), 0755);
+  ::mkdir(small.c_str(), 0755);
+  // A real file system that fills up: a 24 MiB tmpfs for the checkpoint root (each
+  // checkpoint of the tiny model is ~2 MB; keep 3).
+  if (std::system(("mount -t tmpfs -o size=24m ftrain-test " + small + " 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): the disk-full test needs one";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount " + dir).c_str()); }
+  } unmount{small};
+  const std::string root = small + "/ckpt";
+  Daemons daemons(run, root);
+  const std::string filler = small + "/filler";
+  const std::string log = root_ + "/daemon-enospc.log";
+  // Fill the disk after step 12 (checkpoints 15, 20 and 25 hit ENOSPC in the daemons), free
+  // it again after step 27: the run keeps training and the later checkpoints commit.
+  pid_t freer = -1;
+  const int rc = LaunchAndActAt(
+      TrainCmd(run, 4, 2, "--ckpt.daemon=require --ckpt.root=" + root), run, 12,
+      [&] {
+        std::system(("dd if=/dev/zero of=" + filler + " bs=1M 2>/dev/null; true").c_str());
+        freer = fork();
+        if (freer == 0) {
+          while (Losses(run).size() < 27) usleep(5000);
+          unlink(filler.c_str());
+          _exit(0);
+        }
+      },
+      "denospc", log);
+  if (freer > 0) waitpid(freer, nullptr, 0);
+  const std::string out = ReadFile(log);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string dlogs = daemons.Log(0) + daemons.Log(1);
+  EXPECT_TRUE(Contains(dlogs, "persist FAILED")) << dlogs;
+  EXPECT_TRUE(Contains(dlogs, "No space left on device")) << dlogs;
+  EXPECT_TRUE(Contains(out, "CHECKPOINT FAILED in ckptd at step")) << out;
+  auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000060 " + root +
+                             "/step-00000060", 120);
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_EQ(Losses(ref), Losses(run));
+  auto verify = RunCommand(BinDir() + "/ckptctl verify " + root + " --all", 120);
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
 }
 
 }  // namespace
