@@ -1,15 +1,18 @@
 // ckptd_bench: the trainer-visible stall of a checkpoint through ckptd (wait for a slot + copy
 // into shared memory + SUBMIT) next to, in the same run and for the same bytes: a plain
 // memcpy into a pre-touched buffer (the floor) and a synchronous CheckpointStore::WriteShard
-// (the path the trainer uses without the daemon); plus the daemon's persist throughput.
-// Starts its own build/bin/ckptd. torch::save is in ckpt_bench. Never passes/fails on timing.
+// (the path the trainer uses without the daemon), torch::save + fsync of the same tensors, and
+// a raw write()+fsync of the same bytes (the disk limit); plus the daemon's persist
+// throughput against that limit. Starts its own build/bin/ckptd. Never passes/fails on timing.
 //
 // State: `--mb` MB of one rank's shard: bf16 model (2 B/param), fp32 master (4), AdamW moments
 // (4 + 4); master ~ small smooth values with noise in the low mantissa bits (compresses ~like
 // real weights, not like zeros).
 // usage: ckptd_bench [--mb 512] [--dir /var/tmp/ftrain-ckptd-bench] [--threads 2] [--nice 10]
 // [--reps 3]
+#include <fcntl.h>
 #include <signal.h>
+#include <torch/torch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +121,46 @@ int main(int argc, char** argv) {
     }
   }
 
+  // 2b. torch::save of the same tensors (+ fsync), and a raw write()+fsync of the same bytes.
+  std::vector<double> torch_s, raw_s;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<torch::Tensor> all;
+    for (const auto& t : c.tensors) {
+      all.push_back(torch::from_blob(const_cast<void*>(t.data), {t.length},
+                                     t.dtype == ftrain::ckpt::DType::kBFloat16 ? torch::kBFloat16
+                                                                               : torch::kFloat32));
+    }
+    const std::string path = dir + "/torch.pt";
+    auto t = Clock::now();
+    torch::save(all, path);
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ::fsync(fd);
+    ::close(fd);
+    torch_s.push_back(Since(t));
+    fs::remove(path);
+
+    const std::string raw = dir + "/raw.bin";
+    t = Clock::now();
+    fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (const auto& tt : c.tensors) {
+      const char* p = static_cast<const char*>(tt.data);
+      size_t n = static_cast<size_t>(tt.length) * ftrain::ckpt::DTypeSize(tt.dtype);
+      while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w <= 0) {
+          std::perror("write");
+          return 1;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+      }
+    }
+    ::fsync(fd);
+    ::close(fd);
+    raw_s.push_back(Since(t));
+    fs::remove(raw);
+  }
+
   // 3. ckptd.
   const std::string bin = std::string(FTRAIN_BIN_DIR) + "/ckptd";
   pid_t d = fork();
@@ -179,10 +222,15 @@ int main(int argc, char** argv) {
               stall / mem, 100 * stall / sync);
   std::printf("  ckptd first stall (cold slots) %8.3f s\n", first_touch);
   std::printf("  synchronous WriteShard+commit  %8.3f s  %7.0f MB/s\n", sync, bytes / sync / 1e6);
+  const double ts = Median(torch_s), raw = Median(raw_s);
+  std::printf("  torch::save + fsync            %8.3f s  %7.0f MB/s  (ckptd stall = %.1f%% of it)\n",
+              ts, bytes / ts / 1e6, 100 * stall / ts);
+  std::printf("  raw write()+fsync (disk limit) %8.3f s  %7.0f MB/s\n", raw, bytes / raw / 1e6);
+  const double pw = Median(persist_wall);
   std::printf(
-      "  ckptd persist (daemon)         %8.3f s  wall after SUBMIT; daemon says %.0f MB/s, ratio "
-      "%.2f\n",
-      Median(persist_wall), js["throughput_mb_s"].get<double>(),
+      "  ckptd persist (daemon)         %8.3f s  %7.0f MB/s wall after SUBMIT = %.0f%% of the raw "
+      "disk limit; daemon says %.0f MB/s, ratio %.2f\n",
+      pw, bytes / pw / 1e6, 100 * raw / pw, js["throughput_mb_s"].get<double>(),
       js["compression_ratio"].get<double>());
   fs::remove_all(dir);
   return 0;

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   const std::string prog = "ckptd";
   ftrain::ckptd::ServerOptions o;
   int threads = 2, nice = 10, zstd = 1, keep = 3, slots = 2;
-  double memory_gb = 8;
+  double memory_gb = 8, max_mb_s = 0;
   int64_t test_uid = -1;
   po::options_description opts("ckptd --root CKPT_ROOT --run-dir RUN [options]");
   opts.add_options()("help,h", "show this help")("root", po::value<std::string>(&o.root),
@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
       "nice", po::value<int>(&nice), "nice level of the persist thread (0..19, default 10)")(
       "zstd-level", po::value<int>(&zstd), "zstd level (0 = none, 1..19, default 1)")(
       "keep", po::value<int>(&keep), "complete checkpoints kept by rotation (>= 1, default 3)")(
+      "max-mb-s", po::value<double>(&max_mb_s),
+      "pace each shard's persist to this many MB/s of state (0 = unlimited, default)")(
       "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
       "slots-per-rank", po::value<int>(&slots), "snapshot slots per rank (2..16, default 2)")(
       "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect");
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
   if (!(memory_gb > 0) || memory_gb > 4096) return bad("--memory-gb must be in (0, 4096]");
   if (slots < 2 || slots > 16)
     return bad("--slots-per-rank " + std::to_string(slots) + " is outside 2..16");
-  o.persist = {threads, nice, zstd, keep};
+  if (!(max_mb_s >= 0) || max_mb_s > 1e6) return bad("--max-mb-s must be in [0, 1e6]");
+  o.persist = {threads, nice, zstd, keep, max_mb_s};
   o.memory_gb = memory_gb;
   o.slots_per_rank = slots;
   o.allowed_uid = test_uid >= 0 ? static_cast<uid_t>(test_uid) : ::getuid();

@@ -97,6 +97,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
   ckpt::WriteOptions wo;
   wo.zstd_level = options_.zstd_level;
   wo.threads = options_.threads;
+  wo.max_mb_per_s = options_.max_mb_per_s;
   auto receipt = store_->WriteShard(job.submit.meta, job.rank, contents, wo);
   if (!receipt.ok()) {
     r.status = receipt.status().Annotate("writing the shard of rank " + std::to_string(job.rank) +

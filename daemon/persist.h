@@ -43,6 +43,7 @@ struct PersistOptions {
   int nice = 10;    // of the worker (and so of its compression threads)
   int zstd_level = 1;
   int keep = 3;
+  double max_mb_per_s = 0;  // pace each shard write (0 = unlimited)
 };
 
 class Persister {

@@ -27,7 +27,14 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name
   };
   if (::fchmod(fd, 0600) != 0) return fail("fchmod");
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail("ftruncate");
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Allocate every page now: a full /dev/shm is a clean error here (the trainer falls back to
+  // synchronous saves) instead of a SIGBUS in the trainer's copy later, and the first
+  // snapshot does not pay the page allocation inside its stall.
+  if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    errno = err;
+    return fail("posix_fallocate");
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return fail("mmap");
   ::close(fd);
   std::unique_ptr<ShmSegment> seg(new ShmSegment());

@@ -30,7 +30,7 @@ if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "${BUILD_DIR}/CMakeCache.txt" ]; then
   cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
 fi
-cmake --build "${BUILD_DIR}" -j "$(nproc)" --target ftrain ftrain-data ckptctl h5zstd
+cmake --build "${BUILD_DIR}" -j "$(nproc)" --target ftrain ftrain-data ckptctl ckptd h5zstd
 
 say "local Slurm cluster: ${NODES} nodes x ${RANKS_PER_NODE} CPUs"
 started=0
@@ -83,6 +83,7 @@ fi
 
 STEPS=60
 export FTRAIN_HOME="${ROOT}" FTRAIN_BIN="${BUILD_DIR}/bin/ftrain" CKPTCTL_BIN="${BUILD_DIR}/bin/ckptctl"
+export CKPTD_BIN="${BUILD_DIR}/bin/ckptd"
 export FTRAIN_CONFIG="${ROOT}/configs/tiny.cfg" FTRAIN_DATA="${DATA}" FTRAIN_RANKS_PER_NODE="${RANKS_PER_NODE}"
 export FTRAIN_ARGS="--train.steps=${STEPS} --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=hybrid_shard"
 submit() {  # submit NAME -> job id
@@ -122,6 +123,12 @@ until scontrol -o show job "${fail_job}" | grep -q 'Restarts=1'; do sleep 1; don
 echo "Slurm noticed, marked ${victim} down and requeued job ${fail_job}; bringing ${victim} back"
 slurm/local-cluster.sh revive-node "${victim}"
 echo "job ${fail_job}: $(wait_job "${fail_job}")"
+
+say "checkpoints went through one ckptd per node (slurm/agent.sh); the last saves of each daemon"
+for f in "${OUT_DIR}"/failure/logs/ckptd-*.log; do
+  echo "-- ${f##*/}"
+  grep 'persisted step' "${f}" | tail -n 2
+done
 
 say "what happened (restart record)"
 cat "${OUT_DIR}/failure/restarts.jsonl"

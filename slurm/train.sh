@@ -4,8 +4,11 @@
 #SBATCH --signal=B:USR1@120
 #SBATCH --open-mode=append
 #SBATCH --output=ftrain-%j.out
-# train.sh - the ftrain sbatch script: pre-flight commcheck, then the trainer ranks through
-# `srun --mpi=pmix`, one per GPU (per CPU slot here). Makes the job survive failures:
+# train.sh - the ftrain sbatch script: pre-flight commcheck, one checkpoint daemon per node
+# through the node agent (slurm/agent.sh, an `srun --overlap` step with one task per node),
+# then the trainer ranks through `srun --mpi=pmix`, one per GPU (per CPU slot here). The ranks
+# hand their checkpoints to their node's ckptd (asynchronous; synchronous if it is gone).
+# Makes the job survive failures:
 #   - node failure: Slurm requeues the job (--requeue is set here, whatever the cluster
 #     default); every start logs SLURM_RESTART_COUNT and the trainer resumes from the newest
 #     complete checkpoint (train.resume=auto);
@@ -31,6 +34,10 @@ PREFLIGHT_TIMEOUT_S="${FTRAIN_PREFLIGHT_TIMEOUT_S:-120}"
 MAX_INJOB_RESTARTS="${FTRAIN_MAX_INJOB_RESTARTS:-2}"
 RESTART_BACKOFF_S="${FTRAIN_RESTART_BACKOFF_S:-5}"   # doubles after every in-job restart
 HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"   # a node that cannot run `true` in this is down
+CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (slurm/agent.sh)
+CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
+# FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") and FTRAIN_CKPT_ROOT (default
+# RUN_DIR/checkpoints; passed to the trainer as ckpt.root) are read by agent.sh as well.
 EXIT_REQUEUE=75                                # ftrain train: checkpointed on request
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -99,6 +106,42 @@ if [[ "${PREFLIGHT}" == "1" ]]; then
   fi
 fi
 
+# ---- node agents: one ckptd per node ----------------------------------------------------------
+agent_pid=""
+stop_agents() {
+  if [[ -n "${agent_pid}" ]]; then
+    log "stopping the node agents (ckptd finishes what it holds)"
+    kill -TERM "${agent_pid}" 2>/dev/null || true
+    wait "${agent_pid}" 2>/dev/null || true
+    agent_pid=""
+  fi
+}
+trap stop_agents EXIT
+ckpt_args=()
+if [[ -n "${FTRAIN_CKPT_ROOT:-}" ]]; then ckpt_args+=("--ckpt.root=${FTRAIN_CKPT_ROOT}"); fi
+if [[ "${CKPTD}" == "1" ]]; then
+  export FTRAIN_RUN_DIR="${RUN_DIR}" FTRAIN_HOME
+  srun --overlap --nodes="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+    "${FTRAIN_HOME}/slurm/agent.sh" &
+  agent_pid=$!
+  mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+  node_args=()
+  for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done
+  deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
+  until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
+    if (($(date +%s) >= deadline)) || ! kill -0 "${agent_pid}" 2>/dev/null; then
+      log "WARNING: ckptd is not answering on every node after ${CKPTD_START_TIMEOUT_S} s; ranks without a daemon save synchronously"
+      "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" || true
+      break
+    fi
+    sleep 0.2
+  done
+  log "ckptd: $("${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" --json 2>/dev/null | grep -c '"pid"') of ${#job_nodes[@]} nodes serving"
+  ckpt_args+=("--ckpt.daemon=auto")
+else
+  ckpt_args+=("--ckpt.daemon=off")
+fi
+
 injob_restarts=0
 backoff="${RESTART_BACKOFF_S}"
 while :; do
@@ -106,7 +149,7 @@ while :; do
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
   srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node="${RANKS_PER_NODE}" \
     "${FTRAIN_BIN}" train --config "${CONFIG}" --data.path="${DATA}" --run.dir="${RUN_DIR}" \
-    --train.resume=auto ${TRAIN_ARGS} &
+    --train.resume=auto "${ckpt_args[@]}" ${TRAIN_ARGS} &
   srun_pid=$!
   rc=0
   wait "${srun_pid}" || rc=$?

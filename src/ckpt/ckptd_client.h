@@ -57,6 +57,8 @@ class CkptdClient {
   StatusOr<std::string> StatusJson();
 
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // Threads that copy a snapshot into the slot (default: the machine's cores, at most 4).
+  void set_copy_threads(int n) { copy_threads_ = n < 1 ? 1 : n; }
   int fd() const { return fd_; }
 
   // Low-level (tests): send bytes as they are; receive one message.
@@ -72,6 +74,8 @@ class CkptdClient {
 
   int fd_ = -1;
   uint64_t slot_bytes_ = 0;
+  int copy_threads_ = DefaultCopyThreads();
+  static int DefaultCopyThreads();
   std::vector<std::pair<void*, size_t>> maps_;  // one mapping per slot
 };
 

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <chrono>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -393,14 +394,26 @@ Status DecompressChunk(const std::vector<uint8_t>& raw, bool shuffle, bool zstd,
 // Writes one dataset: contiguous when uncompressed, else parallel-compressed direct chunks.
 // Starts the kernel's write-back of what HDF5 has written so far, every 64 MiB, so that the
 // final fsync of the shard overlaps compression instead of following it.
+// Also paces the write (WriteOptions::max_mb_per_s): after each chunk it sleeps until the
+// state bytes done so far are not ahead of the allowed rate; the bounded compression window
+// then throttles the compression threads too.
 struct Writeback {
   int fd = -1;
   uint64_t pending = 0;
-  void Wrote(uint64_t bytes) {
+  double max_bytes_per_s = 0;
+  uint64_t done = 0;  // state bytes (uncompressed) written so far
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  void Wrote(uint64_t bytes, uint64_t raw_bytes) {
     pending += bytes;
     if (fd >= 0 && pending >= (64u << 20)) {
       (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // advisory; fsync follows
       pending = 0;
+    }
+    done += raw_bytes;
+    if (max_bytes_per_s > 0) {
+      const auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(done / max_bytes_per_s));
+      std::this_thread::sleep_until(due);
     }
   }
 };
@@ -437,7 +450,7 @@ Status WriteDataset(hid_t file, hid_t lcpl, const std::string& path, DatasetReco
         H5Dwrite(ds.get(), MemType(rec.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
       return H5Fail("write", path, h5path);
     }
-    writeback->Wrote(total);
+    writeback->Wrote(total, total);
   } else {
     const size_t chunk_bytes = static_cast<size_t>(chunk_elems) * elem;
     const size_t nchunks = (total + chunk_bytes - 1) / chunk_bytes;
@@ -478,7 +491,7 @@ Status WriteDataset(hid_t file, hid_t lcpl, const std::string& path, DatasetReco
         XXH3_freeState(hash);
         return H5Fail("direct chunk write", path, h5path);
       }
-      writeback->Wrote(cbytes.size());
+      writeback->Wrote(cbytes.size(), std::min(chunk_bytes, total - next_write * chunk_bytes));
       inflight.pop_front();
       ++next_write;
     }
@@ -523,6 +536,7 @@ StatusOr<ShardFileInfo> WriteShardFile(const std::string& path, int64_t step, in
   Pool pool(ResolveThreads(options.threads));
   Writeback writeback;
   writeback.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // -1: no early write-back
+  writeback.max_bytes_per_s = options.max_mb_per_s * 1e6;
   struct CloseFd {
     int fd;
     ~CloseFd() {

@@ -52,6 +52,9 @@ struct WriteOptions {
   bool shuffle = true;       // HDF5 byte shuffle before zstd
   int threads = 0;           // compression threads; 0 = hardware concurrency
   size_t chunk_bytes = 4u << 20;
+  // Pace the write to at most this many MB/s of state (0 = as fast as possible). ckptd uses
+  // it to spread a persist over the checkpoint interval and so disturb training less.
+  double max_mb_per_s = 0;
 };
 
 // What one dataset in a shard file holds (recorded in receipts and the manifest).

@@ -27,7 +27,7 @@ constexpr char kUsage[] =
     "  diff A B                                exit 0 iff bit-identical\n"
     "  prune ROOT --keep K [--keep-every M] [--dry-run]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
-    "  status RUN_DIR [--json]                 every node's ckptd (exit 1 if one is down)\n\n"
+    "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
 struct Parsed {
@@ -53,7 +53,7 @@ Status Parse(const std::string& cmd, int argc, char** argv, po::options_descript
 }
 
 // `ckptctl status RUN`: asks the daemon of every node (RUN/ckptd-<node>/sock) for its status.
-int CkptdStatus(const std::string& run_dir, bool json) {
+int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> only) {
   std::error_code ec;
   std::vector<std::string> nodes;
   for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
@@ -63,6 +63,15 @@ int CkptdStatus(const std::string& run_dir, bool json) {
   if (ec) {
     return Fail("ckptctl status", Status::InvalidArgument("cannot list run directory '" + run_dir +
                                                           "': " + ec.message()));
+  }
+  if (!only.empty()) {  // just these nodes, whether or not a daemon ever ran there
+    for (const auto& n : only) {
+      if (!ckpt::ckptd::IsSafeNodeId(n)) {
+        return Fail("ckptctl status",
+                    Status::InvalidArgument("--node '" + n + "' is not a node id ([A-Za-z0-9._-])"));
+      }
+    }
+    nodes = only;
   }
   std::sort(nodes.begin(), nodes.end());
   if (nodes.empty()) {
@@ -99,6 +108,9 @@ int CkptdStatus(const std::string& run_dir, bool json) {
               << j.value("failures", 0) << std::fixed << std::setprecision(1) << " throughput_mb_s "
               << j.value("throughput_mb_s", 0.0) << std::setprecision(2) << " compression_ratio "
               << j.value("compression_ratio", 0.0) << "\n";
+    if (!j.value("last_error", std::string()).empty()) {
+      std::cout << "  last_error " << j.value("last_error", std::string()) << "\n";
+    }
     const std::string err = j.value("last_error", std::string());
     if (!err.empty()) std::cout << "  last_error " << err << "\n";
   }
@@ -287,11 +299,14 @@ int Run(int argc, char** argv) {
     return s.ok() ? kExitOk : Fail(prog, s);
   }
   if (cmd == "status") {
-    opts.add_options()("json", "one JSON object per node");
+    opts.add_options()("json", "one JSON object per node")(
+        "node", po::value<std::vector<std::string>>()->composing(), "only this node (repeatable)");
     Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
     if (!s.ok()) return Fail(prog, s);
     if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    return CkptdStatus(p.args[0], p.vm.count("json") > 0);
+    return CkptdStatus(p.args[0], p.vm.count("json") > 0,
+                       p.vm.count("node") ? p.vm["node"].as<std::vector<std::string>>()
+                                          : std::vector<std::string>());
   }
   std::cerr << "ckptctl: unknown command '" << cmd << "'\n" << kUsage;
   return kExitUsage;

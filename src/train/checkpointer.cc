@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -104,6 +105,20 @@ std::optional<Checkpointer::DaemonState> Checkpointer::QueryDaemon() {
   return st;
 }
 
+void Checkpointer::CheckDaemonRoot() {
+  auto text = client_->StatusJson();
+  nlohmann::json j = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+  const std::string theirs = j.is_object() ? j.value("root", std::string()) : std::string();
+  std::error_code e1, e2;
+  const auto a = std::filesystem::weakly_canonical(theirs, e1);
+  const auto b = std::filesystem::weakly_canonical(options_.root, e2);
+  if (theirs.empty() || e1 || e2 || a != b) {
+    // Its checkpoints would land where this run never looks for them.
+    DropDaemon("it writes to '" + theirs + "' but ckpt.root is '" + options_.root +
+               "' (start ckptd with --root " + options_.root + ", or set FTRAIN_CKPT_ROOT)");
+  }
+}
+
 Status Checkpointer::Start(uint64_t slot_bytes) {
   // Room for the blobs to grow (cursor, metrics line) without reconnecting.
   slot_bytes_ = slot_bytes + slot_bytes / 64 + (1u << 20);
@@ -141,7 +156,7 @@ Status Checkpointer::Start(uint64_t slot_bytes) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      TryConnect(/*quiet=*/false);
+      if (TryConnect(/*quiet=*/false)) CheckDaemonRoot();
     }
   }
   double v[1] = {options_.daemon == DaemonMode::kRequire && client_ == nullptr ? 1.0 : 0.0};

@@ -69,6 +69,8 @@ class Checkpointer {
  private:
   bool TryConnect(bool quiet);
   void DropDaemon(const std::string& why);
+  // Drops the daemon if it writes to another checkpoint root than ckpt.root.
+  void CheckDaemonRoot();
   // The daemon's status, or nullopt (and the daemon dropped) if it does not answer.
   struct DaemonState {
     int64_t in_flight = 0;  // this rank's snapshots queued or being written

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# agent.sh - the ftrain node agent. train.sh starts it as one task per node, before the
+# trainer, with
+#   srun --overlap --nodes=$SLURM_NNODES --ntasks-per-node=1 slurm/agent.sh &
+# It runs this node's checkpoint daemon (ckptd) and keeps it running: if ckptd dies, the
+# trainer notices at its next checkpoint and saves synchronously (loudly) until the agent has
+# restarted the daemon (bounded restarts with back-off); the trainer then reconnects.
+# SIGTERM/SIGINT (the job ends, is requeued or cancelled) stop ckptd gracefully: it finishes
+# the snapshots it holds, unlinks its shared memory and exits; then the agent exits 0.
+# Settings (environment): FTRAIN_RUN_DIR (required), FTRAIN_CKPT_ROOT (default
+# RUN/checkpoints), FTRAIN_CKPTD_ARGS (extra ckptd flags, e.g. "--threads 1 --nice 19"),
+# FTRAIN_CKPTD_MAX_RESTARTS (default 3), CKPTD_BIN.
+# The daemon's log is RUN/logs/ckptd-<node>.log (appended).
+set -uo pipefail
+
+FTRAIN_HOME="${FTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
+CKPTD_BIN="${CKPTD_BIN:-${FTRAIN_HOME}/build/bin/ckptd}"
+RUN_DIR="${FTRAIN_RUN_DIR:?agent.sh: set FTRAIN_RUN_DIR}"
+CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${RUN_DIR}/checkpoints}"
+CKPTD_ARGS="${FTRAIN_CKPTD_ARGS:-}"
+MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
+NODE="${SLURMD_NODENAME:-$(hostname -s)}"
+export FTRAIN_CKPTD_NODE="${NODE}"
+
+log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] agent.sh ${NODE}: $*"; }
+
+mkdir -p "${RUN_DIR}/logs"
+LOG="${RUN_DIR}/logs/ckptd-${NODE}.log"
+pid=""
+stopping=0
+on_stop() {
+  stopping=1
+  if [[ -n "${pid}" ]]; then kill -TERM "${pid}" 2>/dev/null || true; fi
+}
+trap on_stop TERM INT
+
+restarts=0
+backoff=1
+while :; do
+  # shellcheck disable=SC2086  # CKPTD_ARGS is a list of flags
+  "${CKPTD_BIN}" --root "${CKPT_ROOT}" --run-dir "${RUN_DIR}" --node "${NODE}" ${CKPTD_ARGS} \
+    >>"${LOG}" 2>&1 &
+  pid=$!
+  log "ckptd started (pid ${pid}, log ${LOG})"
+  rc=0
+  wait "${pid}" || rc=$?
+  # A signal interrupts `wait`; wait for the daemon itself to finish its snapshots.
+  while kill -0 "${pid}" 2>/dev/null; do wait "${pid}" || rc=$?; done
+  pid=""
+  if ((stopping)); then
+    log "ckptd stopped (exit ${rc})"
+    exit 0
+  fi
+  if ((rc == 2)); then
+    log "ckptd refused to start (exit 2: bad settings, see ${LOG}); not restarting it"
+    exit 2
+  fi
+  if ((restarts >= MAX_RESTARTS)); then
+    log "ckptd died (exit ${rc}) ${restarts} times; giving up: the trainer saves synchronously"
+    exit 1
+  fi
+  restarts=$((restarts + 1))
+  log "ckptd died (exit ${rc}); restart ${restarts}/${MAX_RESTARTS} in ${backoff} s"
+  sleep "${backoff}" &
+  wait $! || true
+  ((stopping)) && exit 0
+  backoff=$((backoff * 2))
+done

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# e2e.sh - the end-to-end Slurm tests' common part (source it after lib.sh): a packed corpus,
+# `sbatch slurm/train.sh` jobs (2 nodes x 2 ranks, tiny model, hybrid sharding, checkpoints
+# every 5 steps, one ckptd per node through slurm/agent.sh), the uninterrupted reference job,
+# and the bit-identity checks. The corpus and the reference are built once per build of
+# ftrain and shared by the tests (E2E_CACHE, keyed by the binary and the settings), so each
+# test pays only for its own interrupted job.
+# The caller sets SLURM_TEST_NAME and may set E2E_STEPS / E2E_TRAIN_ARGS before sourcing.
+
+E2E_REPO="${SLURM_TEST_REPO_ROOT}"
+E2E_BIN="${FTRAIN_BIN_DIR:-${E2E_REPO}/build/bin}"
+E2E_STEPS="${E2E_STEPS:-60}"
+E2E_TRAIN_ARGS="${E2E_TRAIN_ARGS:---train.steps=${E2E_STEPS} --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=hybrid_shard}"
+E2E_IDLE_TIMEOUT_S=90
+E2E_JOB_TIMEOUT_S=300
+
+JOB_ID=""
+FAILED_NODE=""
+WORK_DIR=""
+PASSED=0
+e2e_cleanup() {
+  local rc=$?
+  cancel_job "${JOB_ID}"
+  if [[ -n "${FAILED_NODE}" ]]; then
+    "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" || log "cleanup: revive-node failed"
+  fi
+  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
+    log "kept work dir for inspection: ${WORK_DIR}"
+  fi
+  exit "${rc}"
+}
+
+# Checks the build and the cluster, makes WORK_DIR, exports train.sh's settings, and makes
+# sure the cached corpus and reference exist (E2E_DATA, E2E_REF).
+e2e_setup() {
+  trap e2e_cleanup EXIT
+  [[ -x "${E2E_BIN}/ftrain" ]] || fail "no ftrain binary in ${E2E_BIN}; build first"
+  cluster_require
+  wait_for_nodes_idle "${E2E_IDLE_TIMEOUT_S}"
+  WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-${SLURM_TEST_NAME}.XXXXXX")"
+  local key
+  key="$( (stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd"; echo "${E2E_TRAIN_ARGS}") |
+    md5sum | cut -c1-12)"
+  E2E_CACHE="${FTRAIN_E2E_CACHE:-${TMPDIR:-/tmp}/ftrain-e2e-cache}/${key}"
+  E2E_DATA="${E2E_CACHE}/data"
+  E2E_REF="${E2E_CACHE}/ref"
+  export FTRAIN_HOME="${E2E_REPO}" FTRAIN_BIN="${E2E_BIN}/ftrain" CKPTCTL_BIN="${E2E_BIN}/ckptctl"
+  export CKPTD_BIN="${E2E_BIN}/ckptd"
+  export FTRAIN_CONFIG="${E2E_REPO}/configs/tiny.cfg" FTRAIN_DATA="${E2E_DATA}"
+  export FTRAIN_ARGS="${E2E_TRAIN_ARGS}" FTRAIN_RANKS_PER_NODE=2 FTRAIN_PREFLIGHT=0
+  if [[ ! -f "${E2E_CACHE}/ref.done" ]]; then
+    # Older keys belong to older builds.
+    rm -rf "$(dirname "${E2E_CACHE}")"
+    mkdir -p "${E2E_CACHE}"
+    log "packing a corpus from /usr/share/common-licenses (cached in ${E2E_CACHE})"
+    "${E2E_BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 --shard-rows 256 \
+      --progress none --out "${E2E_DATA}" /usr/share/common-licenses >/dev/null
+    log "reference job (uninterrupted), cached for the other tests of this build"
+    JOB_ID="$(FTRAIN_RUN_DIR="${E2E_REF}" e2e_submit_to "${E2E_CACHE}" ref)"
+    E2E_OUT_DIR="${E2E_CACHE}" e2e_wait_done "${JOB_ID}" ref
+    JOB_ID=""
+    touch "${E2E_CACHE}/ref.done"
+  else
+    log "reusing the cached reference ${E2E_REF}"
+  fi
+}
+
+e2e_submit_to() {  # e2e_submit_to OUT_DIR NAME [sbatch args...] -> job id
+  local out="$1" name="$2"
+  shift 2
+  FTRAIN_RUN_DIR="${FTRAIN_RUN_DIR:-${WORK_DIR}/${name}}" sbatch --parsable \
+    --job-name="ftrain-${name}" --nodes=2 --ntasks-per-node=2 --output="${out}/${name}-%j.out" \
+    --time=10 --export=ALL --chdir="${out}" "$@" "${E2E_REPO}/slurm/train.sh"
+}
+
+e2e_submit() { e2e_submit_to "${WORK_DIR}" "$@"; }  # e2e_submit NAME [sbatch args...]
+
+e2e_wait_done() {  # e2e_wait_done JOBID NAME: fails unless the job COMPLETED
+  wait_for_job_state "$1" "COMPLETED|FAILED|CANCELLED|TIMEOUT|OUT_OF_MEMORY" "${E2E_JOB_TIMEOUT_S}"
+  local state
+  state="$(job_state "$1")"
+  [[ "${state}" == "COMPLETED" ]] ||
+    { cat "${E2E_OUT_DIR:-${WORK_DIR}}/$2"-*.out >&2; fail "job $1 ($2) ended ${state}"; }
+}
+
+e2e_restarts() { job_field "$1" Restarts; }  # how often Slurm requeued the job
+
+wait_for_restarts() {  # wait_for_restarts JOBID N TIMEOUT_S
+  wait_for "$3" "job $1 requeued ($2 restarts)" bash -c "[[ \"\$(scontrol -o show job $1 | grep -o 'Restarts=[0-9]*')\" == Restarts=$2 ]]"
+}
+
+# A node of the job other than the batch host (whose death would take the script with it).
+e2e_non_batch_node() {
+  local batch_host n
+  batch_host="$(job_field "$1" BatchHost)"
+  for n in $(job_nodes "$1"); do
+    if [[ "${n}" != "${batch_host}" ]]; then echo "${n}"; return 0; fi
+  done
+  return 1
+}
+
+e2e_fail_node() {  # e2e_fail_node NODE: SIGKILL the node's slurmd and everything it runs
+  FAILED_NODE="$1"
+  "${LOCAL_CLUSTER}" fail-node "$1"
+}
+
+e2e_revive_node() {
+  "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}"
+  FAILED_NODE=""
+}
+
+# Pids of the `ftrain train` ranks of run NAME (all nodes share this host's pid namespace).
+e2e_rank_pids() { pgrep -f "^${E2E_BIN}/ftrain train .*--run.dir=${WORK_DIR}/$1( |$)" || true; }
+
+# The run's final checkpoint is bit-identical to the reference, every step's loss (as
+# written) equals the reference's, metrics.jsonl has one line per step, every checkpoint
+# verifies.
+e2e_expect_identical() {  # e2e_expect_identical NAME
+  local run="${WORK_DIR}/$1" step
+  step="$(printf '%08d' "${E2E_STEPS}")"
+  "${E2E_BIN}/ckptctl" diff "${E2E_REF}/checkpoints/step-${step}" \
+    "${run}/checkpoints/step-${step}" || fail "final checkpoints differ"
+  losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1"; }
+  diff <(losses "${E2E_REF}/metrics.jsonl") <(losses "${run}/metrics.jsonl") ||
+    fail "per-step losses differ from the uninterrupted job"
+  [[ "$(wc -l <"${run}/metrics.jsonl")" == "${E2E_STEPS}" ]] ||
+    fail "metrics.jsonl is not one line per step"
+  "${E2E_BIN}/ckptctl" verify "${run}/checkpoints" --all >/dev/null ||
+    fail "a checkpoint of ${run} does not verify"
+}
