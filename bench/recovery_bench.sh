@@ -8,7 +8,8 @@
 #                 node revival: the local cluster has no spare node, a real one would)
 #   job start     RUNNING -> the first trainer process is up (train.sh, agents + ckptd,
 #                 srun, PMIx wire-up of the ranks)
-#   restore       trainer up -> state restored from the newest complete checkpoint
+#   restore       trainer up -> state restored from the newest complete checkpoint (includes
+#                 the ranks' rendezvous, model construction and waiting for the daemons)
 #   warm-up       restored -> first new optimizer step done
 # and the work lost per failure vs the checkpoint interval (steps redone x step time, and
 # restarts.jsonl's lost_s), for each interval in INTERVALS (checkpoint every N steps).
@@ -30,7 +31,7 @@ FAILED=""
 cleanup() {
   cancel_job "${JOB}"
   [[ -z "${FAILED}" ]] || "${LOCAL_CLUSTER}" revive-node "${FAILED}" || true
-  rm -rf "${WORK}"
+  if [[ -n "${FTRAIN_RECOVERY_KEEP:-}" ]]; then echo "kept ${WORK}" >&2; else rm -rf "${WORK}"; fi
 }
 trap cleanup EXIT
 
@@ -82,16 +83,20 @@ for line in open(os.path.join(work, "times.txt")):
     every, t_fail, t_requeue, t_running = line.split()
     every, t_fail, t_requeue, t_running = int(every), float(t_fail), float(t_requeue), float(t_running)
     out = open(os.path.join(work, f"out-{every}.txt"), errors="replace").read().splitlines()
-    after = [l for l in out if ts(l) and ts(l) > t_running]
-    t_up = min(ts(l) for l in after if "[rank " in l)
-    restored = [l for l in after if "resume: restored step" in l]
+    # The trainer of the requeued start: the rank lines after train.sh's last "launching".
+    launch = max(i for i, l in enumerate(out) if "train.sh job" in l and "launching" in l)
+    t_up = min(ts(l) for l in out[launch:] if ts(l) and "[rank " in l)
+    restored = [l for l in out[launch:] if "resume: restored step" in l]
     t_restored = max(ts(l) for l in restored)
     resumed = int(re.search(r"restored step (\d+)", restored[0]).group(1))
     metrics = [json.loads(l) for l in open(os.path.join(work, f"run-{every}", "metrics.jsonl"))]
     t_first = min(m["time"] for m in metrics if m["time"] > t_restored)
     steps = [m["step_time_s"] for m in metrics]
     step_t = statistics.median(steps)
-    failed_at = max(m["step"] for m in metrics if m["time"] < t_fail)
+    # The last step the first allocation finished (metrics.jsonl was truncated at the resume
+    # point, the rank-0 log was not).
+    failed_at = max(int(m.group(1)) for l in out if ts(l) and ts(l) < t_running
+                    for m in [re.search(r"\[rank 0/\d+\] step (\d+)/", l)] if m)
     lost = [json.loads(l).get("lost_s") for l in open(os.path.join(work, f"run-{every}", "restarts.jsonl"))
             if '"requeued"' in l]
     rows.append((every, t_requeue - t_fail, t_running - t_requeue, t_up - t_running,

@@ -42,10 +42,13 @@ while :; do
     >>"${LOG}" 2>&1 &
   pid=$!
   log "ckptd started (pid ${pid}, log ${LOG})"
-  rc=0
-  wait "${pid}" || rc=$?
-  # A signal interrupts `wait`; wait for the daemon itself to finish its snapshots.
-  while kill -0 "${pid}" 2>/dev/null; do wait "${pid}" || rc=$?; done
+  # A signal interrupts `wait` (status 128+N); wait again for the daemon itself, which
+  # finishes its snapshots first.
+  while :; do
+    rc=0
+    wait "${pid}" || rc=$?
+    kill -0 "${pid}" 2>/dev/null || break
+  done
   pid=""
   if ((stopping)); then
     log "ckptd stopped (exit ${rc})"

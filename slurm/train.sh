@@ -68,8 +68,8 @@ except Exception: print(0)' 2>/dev/null || echo 0)"
 }
 
 nodes_healthy() {
-  timeout "${HEALTH_TIMEOUT_S}" srun --overlap --nodes="${SLURM_NNODES}" --ntasks-per-node=1 \
-    --kill-on-bad-exit=1 true >/dev/null 2>&1
+  timeout "${HEALTH_TIMEOUT_S}" srun --overlap --mpi=none --nodes="${SLURM_NNODES}" \
+    --ntasks="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 true >/dev/null 2>&1
 }
 
 # ---- the job -------------------------------------------------------------------------------
@@ -121,20 +121,32 @@ ckpt_args=()
 if [[ -n "${FTRAIN_CKPT_ROOT:-}" ]]; then ckpt_args+=("--ckpt.root=${FTRAIN_CKPT_ROOT}"); fi
 if [[ "${CKPTD}" == "1" ]]; then
   export FTRAIN_RUN_DIR="${RUN_DIR}" FTRAIN_HOME
-  srun --overlap --nodes="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=0 \
-    "${FTRAIN_HOME}/slurm/agent.sh" &
-  agent_pid=$!
   mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   node_args=()
   for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done
-  deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
-  until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
-    if (($(date +%s) >= deadline)) || ! kill -0 "${agent_pid}" 2>/dev/null; then
-      log "WARNING: ckptd is not answering on every node after ${CKPTD_START_TIMEOUT_S} s; ranks without a daemon save synchronously"
-      "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" || true
-      break
-    fi
-    sleep 0.2
+  for attempt in 1 2 3; do
+    # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
+    # --ntasks: the job's SLURM_NTASKS would otherwise ask for one agent per rank.
+    srun --overlap --mpi=none --nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}" \
+      --ntasks-per-node=1 --kill-on-bad-exit=0 "${FTRAIN_HOME}/slurm/agent.sh" &
+    agent_pid=$!
+    deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
+    until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
+      if ! kill -0 "${agent_pid}" 2>/dev/null; then
+        wait "${agent_pid}" 2>/dev/null || true
+        agent_pid=""
+        log "WARNING: the node agents' step ended at start (attempt ${attempt}/3)"
+        break
+      fi
+      if (($(date +%s) >= deadline)); then
+        log "WARNING: ckptd is not answering on every node after ${CKPTD_START_TIMEOUT_S} s; ranks without a daemon save synchronously"
+        "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" || true
+        break
+      fi
+      sleep 0.2
+    done
+    [[ -z "${agent_pid}" ]] || break
+    sleep 1
   done
   log "ckptd: $("${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" --json 2>/dev/null | grep -c '"pid"') of ${#job_nodes[@]} nodes serving"
   ckpt_args+=("--ckpt.daemon=auto")
