@@ -11,7 +11,10 @@
 # while the daemon compresses and writes (its persist takes about CKPT_EVERY - 1 steps with
 # the defaults); interference = overlap mean / baseline mean - 1 (steps 1-2 are warm-up).
 # usage: bench/ckptd_interference.sh   (after `ninja -C build ftrain ftrain-data ckptd`)
-#   FTRAIN_IFERENCE_{STEPS,CKPT_EVERY,SEQ_LEN,DAEMONS} override the defaults below.
+#   FTRAIN_IFERENCE_{STEPS,CKPT_EVERY,SEQ_LEN,DAEMONS} override the defaults below;
+#   FTRAIN_IFERENCE_DIR puts the work (and so the checkpoints) elsewhere (e.g. /dev/shm: no disk
+#   write-back); FTRAIN_IFERENCE_PIN=1 pins the trainer to CPU 0 and ckptd to CPU 1 (taskset), as a site
+#   would with cgroups / srun --cpu-bind: the daemon then never runs on the trainer's core.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +24,7 @@ STEPS="${FTRAIN_IFERENCE_STEPS:-20}"
 CKPT_EVERY="${FTRAIN_IFERENCE_CKPT_EVERY:-3}"
 SEQ_LEN="${FTRAIN_IFERENCE_SEQ_LEN:-128}"
 DAEMONS="${FTRAIN_IFERENCE_DAEMONS:-2/0 1/19 1/19/1/150}"  # threads/nice[/zstd[/MB/s]]
-WORK="$(mktemp -d /var/tmp/ftrain-iference-XXXXXX)"
+WORK="$(mktemp -d "${FTRAIN_IFERENCE_DIR:-/var/tmp}/ftrain-iference-XXXXXX")"
 daemon_pid=""
 cleanup() {
   if [ -n "${daemon_pid}" ]; then kill "${daemon_pid}" 2>/dev/null || true; wait "${daemon_pid}" 2>/dev/null || true; fi
@@ -30,8 +33,10 @@ cleanup() {
 trap cleanup EXIT
 [ -n "${FTRAIN_IFERENCE_KEEP:-}" ] && trap - EXIT
 export FTRAIN_CKPTD_NODE=bench
+PIN_TRAINER=(); PIN_DAEMON=()
+if [ "${FTRAIN_IFERENCE_PIN:-0}" = 1 ]; then PIN_TRAINER=(taskset -c 0); PIN_DAEMON=(taskset -c 1); fi
 
-echo "== ckptd_interference: small.cfg, 1 rank, ${STEPS} steps, checkpoint every ${CKPT_EVERY}," \
+echo "== ckptd_interference: small.cfg, 1 rank, ${STEPS} steps, checkpoint every ${CKPT_EVERY}, pin ${FTRAIN_IFERENCE_PIN:-0}," \
   "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "${BIN}/ftrain" pack --train-tokenizer --vocab-size 2000 --seq-len "${SEQ_LEN}" --progress none \
   --out "${WORK}/data" /usr/share/common-licenses >/dev/null 2>"${WORK}/pack.log" ||
@@ -39,7 +44,7 @@ echo "== ckptd_interference: small.cfg, 1 rank, ${STEPS} steps, checkpoint every
 
 train() {  # name, extra args...
   local name="$1"; shift
-  "${BIN}/ftrain" train --config "${CONFIG}" --data.path="${WORK}/data" \
+  "${PIN_TRAINER[@]}" "${BIN}/ftrain" train --config "${CONFIG}" --data.path="${WORK}/data" \
     --run.dir="${WORK}/run-${name}" --train.steps="${STEPS}" --train.micro_batch=1 \
     --train.grad_accum=1 --train.warmup_steps=2 --ckpt.every_minutes=0 --ckpt.keep=2 "$@" \
     >"${WORK}/train-${name}.log" 2>&1 || { tail -20 "${WORK}/train-${name}.log" >&2; exit 1; }
@@ -53,7 +58,7 @@ for d in ${DAEMONS}; do
   IFS=/ read -r t n z r <<<"${d}"; z="${z:-1}"; r="${r:-0}"
   name="ckptd-t${t}-n${n}-z${z}"; [ "${r}" = 0 ] || name="${name}-${r}MBs"
   mkdir -p "${WORK}/run-${name}"
-  "${BIN}/ckptd" --root "${WORK}/run-${name}/checkpoints" --run-dir "${WORK}/run-${name}" \
+  "${PIN_DAEMON[@]}" "${BIN}/ckptd" --root "${WORK}/run-${name}/checkpoints" --run-dir "${WORK}/run-${name}" \
     --threads "${t}" --nice "${n}" --zstd-level "${z}" --max-mb-s "${r}" --keep 2 >"${WORK}/ckptd-${name}.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do [ -S "${WORK}/run-${name}/ckptd-bench/sock" ] && break; sleep 0.05; done

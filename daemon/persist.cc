@@ -76,24 +76,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
   r.rank = job.rank;
   r.slot = job.slot;
   r.step = job.submit.step;
-  ckpt::ShardContents contents;
-  for (const auto& p : job.submit.pieces) {
-    if (p.is_blob) {
-      contents.blobs.push_back({p.kind, p.name, p.policy,
-                                std::string(reinterpret_cast<const char*>(job.base + p.slot_offset),
-                                            static_cast<size_t>(p.length))});
-    } else {
-      ckpt::TensorShardRef t;
-      t.kind = p.kind;
-      t.name = p.name;
-      t.dtype = p.dtype;
-      t.shape = p.shape;
-      t.offset = p.offset;
-      t.length = p.length;
-      t.data = job.base + p.slot_offset;
-      contents.tensors.push_back(std::move(t));
-    }
-  }
+  const ckpt::ShardContents contents = ckpt::ckptd::ContentsOf(job.submit, job.base);
   ckpt::WriteOptions wo;
   wo.zstd_level = options_.zstd_level;
   wo.threads = options_.threads;

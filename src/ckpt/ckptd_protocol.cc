@@ -301,4 +301,26 @@ StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint
   return std::optional<Submit>(std::move(m));
 }
 
+ShardContents ContentsOf(const Submit& m, const uint8_t* base) {
+  ShardContents contents;
+  for (const auto& p : m.pieces) {
+    if (p.is_blob) {
+      contents.blobs.push_back({p.kind, p.name, p.policy,
+                                std::string(reinterpret_cast<const char*>(base + p.slot_offset),
+                                            static_cast<size_t>(p.length))});
+    } else {
+      TensorShardRef t;
+      t.kind = p.kind;
+      t.name = p.name;
+      t.dtype = p.dtype;
+      t.shape = p.shape;
+      t.offset = p.offset;
+      t.length = p.length;
+      t.data = base + p.slot_offset;
+      contents.tensors.push_back(std::move(t));
+    }
+  }
+  return contents;
+}
+
 }  // namespace ftrain::ckpt::ckptd

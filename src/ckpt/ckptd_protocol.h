@@ -90,6 +90,10 @@ StatusOr<HelloOk> DecodeHelloOk(const std::string& payload);
 std::string EncodeU32(uint32_t v);
 StatusOr<uint32_t> DecodeU32(const std::string& payload);
 std::string EncodeSubmit(const Submit& m);
+// The snapshot a SUBMIT describes, as the checkpoint library takes it: tensor pieces point
+// into the slot mapping at `base`, blobs are copied out of it.
+ShardContents ContentsOf(const Submit& m, const uint8_t* base);
+
 // RESTORE_OK: `found` and, if found, the retained snapshot's descriptor (Submit encoding).
 std::string EncodeRestoreOk(const Submit* m);
 StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint64_t slot_bytes);

@@ -232,17 +232,21 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   RunState state;
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(int64_t resume_step, ChooseResumeStep(cfg, *ctx, &resume_dir));
+  // This rank's view of the data: its slice of every global batch, in the run's order.
+  auto reader_options = [&](int prefetch_depth) {
+    data::ReaderOptions o;
+    o.source = cfg.data.path;
+    o.seed = static_cast<uint64_t>(cfg.train.seed);
+    o.dp_rank = world.rank;
+    o.dp_size = world.world_size;
+    o.micro_batch = static_cast<int>(cfg.train.micro_batch);
+    o.prefetch_depth = prefetch_depth;
+    return o;
+  };
   std::string data_version;
   {
     // Open the data once without a cursor to learn its version (cheap: reads index.json).
-    data::ReaderOptions probe;
-    probe.source = cfg.data.path;
-    probe.seed = static_cast<uint64_t>(cfg.train.seed);
-    probe.dp_rank = world.rank;
-    probe.dp_size = world.world_size;
-    probe.micro_batch = static_cast<int>(cfg.train.micro_batch);
-    probe.prefetch_depth = 0;
-    auto r = data::TokenReader::Open(probe, nullptr);
+    auto r = data::TokenReader::Open(reader_options(0), nullptr);
     if (!r.ok()) {
       // A data path that is not there is a configuration error (exit 2); damaged data is not.
       if (r.status().IsNotFound() || r.status().IsInvalidArgument()) {
@@ -295,13 +299,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                  << " (restart " << state.restarts << ")";
   }
 
-  data::ReaderOptions ro;
-  ro.source = cfg.data.path;
-  ro.seed = static_cast<uint64_t>(cfg.train.seed);
-  ro.dp_rank = world.rank;
-  ro.dp_size = world.world_size;
-  ro.micro_batch = static_cast<int>(cfg.train.micro_batch);
-  ro.prefetch_depth = static_cast<int>(cfg.data.prefetch_depth);
+  data::ReaderOptions ro = reader_options(static_cast<int>(cfg.data.prefetch_depth));
   ro.expected_data_version = data_version;
   FT_ASSIGN_OR_RETURN(std::unique_ptr<data::TokenReader> reader,
                       data::TokenReader::Open(ro, state.data_cursor.empty() ? nullptr
