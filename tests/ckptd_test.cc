@@ -346,6 +346,24 @@ TEST_F(CkptdTest, MalformedMessagesDisconnectOnlyTheOffender) {
     ASSERT_TRUE((*c)->SendRaw(proto::Frame(proto::MsgType::kSubmit, proto::EncodeSubmit(s))).ok());
     expect_closed(c->get(), "SUBMIT before HELLO");
   }
+  {
+    auto c = ckpt::CkptdClient::ConnectRaw(sock);
+    ASSERT_TRUE((*c)->SendRaw(proto::Frame(proto::MsgType::kRestore, "")).ok());
+    expect_closed(c->get(), "RESTORE before HELLO");
+  }
+  {
+    auto c = ckpt::CkptdClient::Connect(run_, "m", 2, 4, 1 << 16);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->SendRaw(proto::Frame(proto::MsgType::kRestore, "x")).ok());
+    expect_closed(c->get(), "RESTORE with a payload");
+  }
+  {
+    // A daemon-to-client message type sent to the daemon.
+    auto c = ckpt::CkptdClient::Connect(run_, "m", 2, 4, 1 << 16);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->SendRaw(proto::Frame(proto::MsgType::kRestoreOk, std::string(1, '\0'))).ok());
+    expect_closed(c->get(), "RESTORE_OK from a client");
+  }
   auto submit_on_fresh = [&](int rank, const proto::Submit& s, bool acquire,
                              const std::string& what) {
     auto c = ckpt::CkptdClient::Connect(run_, "m", rank, 4, 1 << 16);
