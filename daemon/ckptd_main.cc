@@ -3,6 +3,7 @@
 // Does not link LibTorch.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "server.h"
+#include "shm_slots.h"
 
 namespace {
 
@@ -47,7 +49,9 @@ int main(int argc, char** argv) {
       "pace each shard's persist to this many MB/s of state (0 = unlimited, default)")(
       "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
       "slots-per-rank", po::value<int>(&slots), "snapshot slots per rank (2..16, default 2)")(
-      "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect");
+      "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect")(
+      "cleanup", "do not serve: unlink the shared memory a dead daemon of this run and node left "
+                 "behind, then exit (refused while a daemon serves it)");
   po::variables_map vm;
   Status s = ftrain::cli::ParseFlags(prog, argc, argv, opts, {}, &vm);
   if (!s.ok()) return ftrain::cli::Fail(prog, s);
@@ -74,6 +78,24 @@ int main(int argc, char** argv) {
   if (slots < 2 || slots > 16)
     return bad("--slots-per-rank " + std::to_string(slots) + " is outside 2..16");
   if (!(max_mb_s >= 0) || max_mb_s > 1e6) return bad("--max-mb-s must be in [0, 1e6]");
+  if (vm.count("cleanup")) {
+    // Only when no daemon holds the node lock: its slots are in use.
+    const std::string lock = ftrain::JoinPath(ftrain::ckpt::ckptd::SocketDir(o.run_dir, o.node), "lock");
+    int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return ftrain::cli::Fail(prog, Status::FailedPrecondition(
+                                         "a ckptd still serves node '" + o.node + "' of '" +
+                                         o.run_dir + "'; stop it first (SIGTERM)"));
+    }
+    const int n = ftrain::ckptd::UnlinkStaleSegments(
+        ftrain::ckpt::ckptd::ShmPrefix(o.run_dir, o.node));
+    ::unlink(ftrain::ckpt::ckptd::SocketPath(o.run_dir, o.node).c_str());  // ignored: may be gone
+    if (fd >= 0) ::close(fd);
+    std::cout << "ckptd: cleanup of node '" << o.node << "': " << n
+              << " shared-memory segment(s) unlinked\n";
+    return 0;
+  }
   o.persist = {threads, nice, zstd, keep, max_mb_s};
   o.memory_gb = memory_gb;
   o.slots_per_rank = slots;

@@ -50,6 +50,11 @@ while :; do
     kill -0 "${pid}" 2>/dev/null || break
   done
   pid=""
+  if ((rc != 0)); then
+    # A daemon that died (SIGKILL, OOM) leaves its shared-memory slots in /dev/shm.
+    "${CKPTD_BIN}" --cleanup --root "${CKPT_ROOT}" --run-dir "${RUN_DIR}" --node "${NODE}" \
+      >>"${LOG}" 2>&1 || true
+  fi
   if ((stopping)); then
     log "ckptd stopped (exit ${rc})"
     exit 0

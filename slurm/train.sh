@@ -108,13 +108,27 @@ fi
 
 # ---- node agents: one ckptd per node ----------------------------------------------------------
 agent_pid=""
+AGENT_STEP_NAME="ftrain-agents"
 stop_agents() {
-  if [[ -n "${agent_pid}" ]]; then
-    log "stopping the node agents (ckptd finishes what it holds)"
+  [[ -n "${agent_pid}" ]] || return 0
+  log "stopping the node agents (ckptd finishes what it holds, unlinks its shared memory)"
+  # SIGTERM to the agents themselves: a signal to srun would cancel the step, and Slurm
+  # would kill the daemons before they can clean up.
+  local step i
+  step="$(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j' 2>/dev/null |
+    awk -v n="${AGENT_STEP_NAME}" '$2 == n {print $1; exit}')"
+  if [[ -n "${step}" ]]; then
+    scancel --signal=TERM "${step}" 2>/dev/null || kill -TERM "${agent_pid}" 2>/dev/null || true
+  else
     kill -TERM "${agent_pid}" 2>/dev/null || true
-    wait "${agent_pid}" 2>/dev/null || true
-    agent_pid=""
   fi
+  for ((i = 0; i < 600; i++)); do  # up to 60 s for the daemons to drain
+    kill -0 "${agent_pid}" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -TERM "${agent_pid}" 2>/dev/null || true
+  wait "${agent_pid}" 2>/dev/null || true
+  agent_pid=""
 }
 trap stop_agents EXIT
 ckpt_args=()
@@ -128,7 +142,8 @@ if [[ "${CKPTD}" == "1" ]]; then
     # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
     # --ntasks: the job's SLURM_NTASKS would otherwise ask for one agent per rank.
     srun --overlap --mpi=none --nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}" \
-      --ntasks-per-node=1 --kill-on-bad-exit=0 "${FTRAIN_HOME}/slurm/agent.sh" &
+      --ntasks-per-node=1 --kill-on-bad-exit=0 --job-name="${AGENT_STEP_NAME}" \
+      "${FTRAIN_HOME}/slurm/agent.sh" &
     agent_pid=$!
     deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
     until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
@@ -178,6 +193,7 @@ while :; do
     log "ranks checkpointed and stopped (exit ${rc}); requeueing job ${SLURM_JOB_ID}"
     echo preempted >"${RUN_DIR}/.last_stop"
     record stopped preempted
+    stop_agents  # before the requeue: Slurm then kills whatever still runs
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
   fi
@@ -194,6 +210,7 @@ while :; do
     log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing"
     echo rank_failure >"${RUN_DIR}/.last_stop"
     record step_failed rank_failure_requeue "\"lost_s\":${lost},\"exit\":${rc}"
+    stop_agents
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
   fi

@@ -195,6 +195,32 @@ TEST_F(CkptdTest, PersistedSnapshotStaysInMemoryForARestartedTrainer) {
   EXPECT_EQ(w2.exit_code, 0) << w2.output << ReadLog("n0");
 }
 
+TEST_F(CkptdTest, CleanupUnlinksWhatAKilledDaemonLeftButNeverALiveOnesSlots) {
+  auto slots = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().rfind(proto::ShmPrefix(run_, "c"), 0) == 0;
+    }
+    return n;
+  };
+  pid_t d = StartDaemon("c");
+  ASSERT_EQ(Client("c", 0, 1, "1").exit_code, 0);
+  ASSERT_EQ(slots(), 2);
+  const std::string cleanup =
+      BinDir() + "/ckptd --cleanup --root " + root_ + " --run-dir " + run_ + " --node c";
+  auto r = RunCommand(cleanup, 30);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("still serves"), std::string::npos) << r.output;
+  EXPECT_EQ(slots(), 2) << "cleanup must not touch a live daemon's slots";
+  Kill(d, SIGKILL);
+  daemons_.clear();
+  EXPECT_EQ(slots(), 2) << "a SIGKILLed daemon cannot unlink its slots";
+  r = RunCommand(cleanup, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 shared-memory segment(s) unlinked"), std::string::npos) << r.output;
+  EXPECT_EQ(slots(), 0);
+}
+
 TEST_F(CkptdTest, TwoNodesCommitEveryStepExactlyOnce) {
   StartDaemon("a");
   StartDaemon("b");

@@ -178,7 +178,8 @@ int LaunchAndKillAt(const std::string& cmd, const std::string& run, int at_step,
 // writing into RUN/checkpoints (or `root`). Stopped (SIGTERM, then waited for) on destruction.
 class Daemons {
  public:
-  explicit Daemons(const std::string& run, const std::string& root = "") : run_(run) {
+  explicit Daemons(const std::string& run, const std::string& root = "")
+      : run_(run), root_(root.empty() ? run + "/checkpoints" : root) {
     ::mkdir(run.c_str(), 0755);
     for (int n = 0; n < 2; ++n) {
       const std::string node = "launch-node" + std::to_string(n);
@@ -204,6 +205,16 @@ class Daemons {
     for (pid_t p : pids_) {
       if (p > 0) waitpid(p, nullptr, 0);
     }
+    // A SIGKILLed daemon leaves its shared memory behind: what `ckptd --cleanup` is for.
+    for (int n = 0; n < 2; ++n) {
+      auto r = RunCommand(BinDir() + "/ckptd --cleanup --root " + root_ + " --run-dir " + run_ +
+                              " --node launch-node" + std::to_string(n), 30);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      if (killed_[n]) {
+        EXPECT_TRUE(std::regex_search(r.output, std::regex("[1-9][0-9]* shared-memory segment")))
+            << r.output;
+      }
+    }
   }
   void WaitUp(int n) {
     const std::string log = run_ + "/launch-node" + std::to_string(n) + ".log";
@@ -216,12 +227,14 @@ class Daemons {
     kill(pids_[n], SIGKILL);
     waitpid(pids_[n], nullptr, 0);
     pids_[n] = -1;
+    killed_[n] = true;
   }
   std::string Log(int n) const { return ReadFile(run_ + "/launch-node" + std::to_string(n) + ".log"); }
 
  private:
-  std::string run_;
+  std::string run_, root_;
   std::vector<pid_t> pids_;
+  bool killed_[2] = {false, false};
 };
 
 TEST_F(TrainTest, SigkillAtManyStepsResumesBitExactly) {

@@ -19,11 +19,19 @@ FAILED_NODE=""
 WORK_DIR=""
 PASSED=0
 e2e_cleanup() {
-  local rc=$?
+  local rc=$? run log node
   cancel_job "${JOB_ID}"
   if [[ -n "${FAILED_NODE}" ]]; then
     "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" || log "cleanup: revive-node failed"
   fi
+  # Daemons killed with their node leave shared memory behind (a real node reboots).
+  for log in "${WORK_DIR:-/nonexistent}"/*/logs/ckptd-*.log; do
+    [[ -e "${log}" ]] || continue
+    run="$(dirname "$(dirname "${log}")")"
+    node="$(basename "${log}" .log)"
+    "${E2E_BIN}/ckptd" --cleanup --root "${run}/checkpoints" --run-dir "${run}" \
+      --node "${node#ckptd-}" >/dev/null 2>&1 || true
+  done
   if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
     log "kept work dir for inspection: ${WORK_DIR}"
   fi

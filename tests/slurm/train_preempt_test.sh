@@ -31,5 +31,11 @@ stop_step="$(grep -o 'checkpointed step [0-9]*' "${WORK_DIR}"/pre-*.out | head -
 grep -q "resume: restored step ${stop_step} " "${WORK_DIR}"/pre-*.out ||
   fail "the requeued job did not resume from the stop checkpoint (step ${stop_step})"
 e2e_expect_identical pre
+# The daemons were stopped gracefully before the requeue and at the end (SIGTERM to the
+# agents, not a step cancel): each finished its snapshots and unlinked its shared memory.
+for f in "${WORK_DIR}"/pre/logs/ckptd-*.log; do
+  [[ "$(grep -c 'ckptd: stopped' "${f}")" == 2 ]] ||
+    fail "${f##*/}: expected 2 clean stops (requeue, end): $(grep -E 'serving|stopp' "${f}")"
+done
 log "PASS: USR1 -> checkpoint at step ${stop_step} -> exit 75 -> scontrol requeue -> resumed bit-identically"
 PASSED=1
