@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   const std::string prog = "ckptd";
   ftrain::ckptd::ServerOptions o;
   int threads = 2, nice = 10, zstd = 1, keep = 3, slots = 2;
+  int64_t keep_every = 0;
   double memory_gb = 8, max_mb_s = 0;
   int64_t test_uid = -1;
   po::options_description opts("ckptd --root CKPT_ROOT --run-dir RUN [options]");
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
       "nice", po::value<int>(&nice), "nice level of the persist thread (0..19, default 10)")(
       "zstd-level", po::value<int>(&zstd), "zstd level (0 = none, 1..19, default 1)")(
       "keep", po::value<int>(&keep), "complete checkpoints kept by rotation (>= 1, default 3)")(
+      "keep-every", po::value<int64_t>(&keep_every),
+      "rotation also keeps steps divisible by this (milestones; 0 = none, default)")(
       "max-mb-s", po::value<double>(&max_mb_s),
       "pace each shard's persist to this many MB/s of state (0 = unlimited, default)")(
       "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   if (zstd < 0 || zstd > 19)
     return bad("--zstd-level " + std::to_string(zstd) + " is outside 0..19");
   if (keep < 1) return bad("--keep must be at least 1");
+  if (keep_every < 0) return bad("--keep-every must be >= 0");
   if (!(memory_gb > 0) || memory_gb > 4096) return bad("--memory-gb must be in (0, 4096]");
   if (slots < 2 || slots > 16)
     return bad("--slots-per-rank " + std::to_string(slots) + " is outside 2..16");
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
               << " shared-memory segment(s) unlinked\n";
     return 0;
   }
-  o.persist = {threads, nice, zstd, keep, max_mb_s};
+  o.persist = {threads, nice, zstd, keep, max_mb_s, keep_every};
   o.memory_gb = memory_gb;
   o.slots_per_rank = slots;
   o.allowed_uid = test_uid >= 0 ? static_cast<uid_t>(test_uid) : ::getuid();

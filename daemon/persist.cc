@@ -95,6 +95,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
       r.committed = r.seen_committed = true;
       ckpt::RotationPolicy policy;
       policy.keep_last = options_.keep;
+      policy.keep_every = options_.keep_every;
       // Rotation failures are logged by Rotate and retried after the next commit.
       auto deleted = store_->Rotate(policy);
       if (!deleted.ok()) FT_LOG(Warning) << "ckptd: rotation: " << deleted.status().ToString();

@@ -44,6 +44,7 @@ struct PersistOptions {
   int zstd_level = 1;
   int keep = 3;
   double max_mb_per_s = 0;  // pace each shard write (0 = unlimited)
+  int64_t keep_every = 0;   // rotation also keeps steps divisible by this (milestones)
 };
 
 class Persister {

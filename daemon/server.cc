@@ -484,6 +484,8 @@ std::string Server::StatusJson() {
       {"node", options_.node},
       {"pid", static_cast<int>(::getpid())},
       {"root", options_.root},
+      {"keep", options_.persist.keep},
+      {"keep_every", options_.persist.keep_every},
       {"uptime_s", NowUnix() - start_unix_},
       {"world_size", world_},
       {"ranks", ranks},

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,15 @@ class CkptdTest : public ::testing::Test {
   }
   void TearDown() override {
     for (pid_t p : daemons_) Kill(p, SIGKILL);
+    // What the SIGKILLed daemons could not unlink (a real node would reboot; tests share one).
+    for (const auto& node : nodes_) {
+      for (const auto& e : fs::directory_iterator("/dev/shm")) {
+        if (e.path().filename().string().rfind(proto::ShmPrefix(run_, node), 0) == 0) {
+          std::error_code ec;
+          fs::remove(e.path(), ec);
+        }
+      }
+    }
     fs::remove_all(base_);
   }
 
@@ -70,6 +80,7 @@ class CkptdTest : public ::testing::Test {
       _exit(127);
     }
     daemons_.push_back(pid);
+    nodes_.insert(node);
     const std::string sock = proto::SocketPath(run_, node);
     for (int i = 0; i < 200; ++i) {
       // "serving" is logged once the socket listens (a daemon of another uid refuses STATUS).
@@ -123,6 +134,7 @@ class CkptdTest : public ::testing::Test {
 
   std::string base_, root_, run_;
   std::vector<pid_t> daemons_;
+  std::set<std::string> nodes_;
 };
 
 TEST_F(CkptdTest, HandoffCommitsVerifiesAndMatchesTheSynchronousSave) {

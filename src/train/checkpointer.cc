@@ -116,6 +116,17 @@ void Checkpointer::CheckDaemonRoot() {
     // Its checkpoints would land where this run never looks for them.
     DropDaemon("it writes to '" + theirs + "' but ckpt.root is '" + options_.root +
                "' (start ckptd with --root " + options_.root + ", or set FTRAIN_CKPT_ROOT)");
+    return;
+  }
+  const int keep = j.value("keep", options_.keep);
+  const int64_t every = j.value("keep_every", int64_t{0});
+  if ((keep != options_.keep || every != options_.keep_every) && options_.rank == 0) {
+    // Whoever commits a step rotates with its own policy, and the daemons commit most of them.
+    FT_LOG(Warning) << "ckptd rotates with --keep " << keep << " --keep-every " << every
+                    << " but this run has ckpt.keep = " << options_.keep << ", ckpt.keep_every = "
+                    << options_.keep_every << "; the daemons' policy wins for the checkpoints "
+                    << "they commit (start them with FTRAIN_CKPTD_ARGS=\"--keep "
+                    << options_.keep << " --keep-every " << options_.keep_every << "\")";
   }
 }
 
