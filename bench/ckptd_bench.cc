@@ -12,8 +12,8 @@
 // [--reps 3]
 #include <fcntl.h>
 #include <signal.h>
-#include <torch/torch.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,9 +126,9 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     std::vector<torch::Tensor> all;
     for (const auto& t : c.tensors) {
-      all.push_back(torch::from_blob(const_cast<void*>(t.data), {t.length},
-                                     t.dtype == ftrain::ckpt::DType::kBFloat16 ? torch::kBFloat16
-                                                                               : torch::kFloat32));
+      all.push_back(torch::from_blob(
+          const_cast<void*>(t.data), {t.length},
+          t.dtype == ftrain::ckpt::DType::kBFloat16 ? torch::kBFloat16 : torch::kFloat32));
     }
     const std::string path = dir + "/torch.pt";
     auto t = Clock::now();
@@ -223,8 +223,9 @@ int main(int argc, char** argv) {
   std::printf("  ckptd first stall (cold slots) %8.3f s\n", first_touch);
   std::printf("  synchronous WriteShard+commit  %8.3f s  %7.0f MB/s\n", sync, bytes / sync / 1e6);
   const double ts = Median(torch_s), raw = Median(raw_s);
-  std::printf("  torch::save + fsync            %8.3f s  %7.0f MB/s  (ckptd stall = %.1f%% of it)\n",
-              ts, bytes / ts / 1e6, 100 * stall / ts);
+  std::printf(
+      "  torch::save + fsync            %8.3f s  %7.0f MB/s  (ckptd stall = %.1f%% of it)\n", ts,
+      bytes / ts / 1e6, 100 * stall / ts);
   std::printf("  raw write()+fsync (disk limit) %8.3f s  %7.0f MB/s\n", raw, bytes / raw / 1e6);
   const double pw = Median(persist_wall);
   std::printf(

@@ -53,8 +53,9 @@ int main(int argc, char** argv) {
       "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
       "slots-per-rank", po::value<int>(&slots), "snapshot slots per rank (2..16, default 2)")(
       "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect")(
-      "cleanup", "do not serve: unlink the shared memory a dead daemon of this run and node left "
-                 "behind, then exit (refused while a daemon serves it)");
+      "cleanup",
+      "do not serve: unlink the shared memory a dead daemon of this run and node left "
+      "behind, then exit (refused while a daemon serves it)");
   po::variables_map vm;
   Status s = ftrain::cli::ParseFlags(prog, argc, argv, opts, {}, &vm);
   if (!s.ok()) return ftrain::cli::Fail(prog, s);
@@ -84,16 +85,17 @@ int main(int argc, char** argv) {
   if (!(max_mb_s >= 0) || max_mb_s > 1e6) return bad("--max-mb-s must be in [0, 1e6]");
   if (vm.count("cleanup")) {
     // Only when no daemon holds the node lock: its slots are in use.
-    const std::string lock = ftrain::JoinPath(ftrain::ckpt::ckptd::SocketDir(o.run_dir, o.node), "lock");
+    const std::string lock =
+        ftrain::JoinPath(ftrain::ckpt::ckptd::SocketDir(o.run_dir, o.node), "lock");
     int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
     if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd);
-      return ftrain::cli::Fail(prog, Status::FailedPrecondition(
-                                         "a ckptd still serves node '" + o.node + "' of '" +
-                                         o.run_dir + "'; stop it first (SIGTERM)"));
+      return ftrain::cli::Fail(
+          prog, Status::FailedPrecondition("a ckptd still serves node '" + o.node + "' of '" +
+                                           o.run_dir + "'; stop it first (SIGTERM)"));
     }
-    const int n = ftrain::ckptd::UnlinkStaleSegments(
-        ftrain::ckpt::ckptd::ShmPrefix(o.run_dir, o.node));
+    const int n =
+        ftrain::ckptd::UnlinkStaleSegments(ftrain::ckpt::ckptd::ShmPrefix(o.run_dir, o.node));
     ::unlink(ftrain::ckpt::ckptd::SocketPath(o.run_dir, o.node).c_str());  // ignored: may be gone
     if (fd >= 0) ::close(fd);
     std::cout << "ckptd: cleanup of node '" << o.node << "': " << n

@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
-#include <regex>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -52,9 +52,10 @@ class TrainTest : public ::testing::Test {
     char tmpl[] = "/tmp/ftrain-train-test-XXXXXX";
     root_ = mkdtemp(tmpl);
     data_ = root_ + "/data";
-    auto r = RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                                   "--shard-rows 256 --progress none --out " + data_ +
-                            " /usr/share/common-licenses",
+    auto r = RunCommand(Ftrain() +
+                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
+                            "--shard-rows 256 --progress none --out " +
+                            data_ + " /usr/share/common-licenses",
                         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
@@ -66,7 +67,8 @@ class TrainTest : public ::testing::Test {
     return Ftrain() + " launch --nproc " + std::to_string(nproc) + " --nodes " +
            std::to_string(nodes) + " --grace-s 2 -- train --config " + FTRAIN_SOURCE_DIR +
            "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
-           " --train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=hybrid_shard " +
+           " --train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 "
+           "--dist.sharding=hybrid_shard " +
            extra;
   }
 
@@ -82,8 +84,7 @@ class TrainTest : public ::testing::Test {
   }
 
   // Relaunches until the run finishes (exit 0), at most `max_launches` times.
-  static std::string FinishRun(const std::string& run, const std::string& extra,
-                               int max_launches) {
+  static std::string FinishRun(const std::string& run, const std::string& extra, int max_launches) {
     for (int i = 0; i < max_launches; ++i) {
       auto r = RunCommand(TrainCmd(run, 4, 2, extra), 600);
       if (r.exit_code == 0) {
@@ -96,8 +97,9 @@ class TrainTest : public ::testing::Test {
   }
 
   static void ExpectSameAsReference(const std::string& run, const std::string& ref) {
-    auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000060 " +
-                               run + "/checkpoints/step-00000060", 120);
+    auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000060 " + run +
+                               "/checkpoints/step-00000060",
+                           120);
     EXPECT_EQ(diff.exit_code, 0) << diff.output;
     auto a = Losses(ref), b = Losses(run);
     EXPECT_EQ(a.size(), 60u);
@@ -151,7 +153,8 @@ int LaunchAndActAt(const std::string& cmd, const std::string& run, int at_step,
   bool acted = false;
   int status = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (!acted && static_cast<int>(Losses(run).size()) >= at_step) {
       action();
       acted = true;
@@ -189,9 +192,8 @@ class Daemons {
         dup2(out, 1);
         dup2(out, 2);
         const std::string r = root.empty() ? run + "/checkpoints" : root;
-        execl((BinDir() + "/ckptd").c_str(), "ckptd", "--root", r.c_str(), "--run-dir",
-              run.c_str(), "--node", node.c_str(), "--threads", "1", "--keep", "3",
-              static_cast<char*>(nullptr));
+        execl((BinDir() + "/ckptd").c_str(), "ckptd", "--root", r.c_str(), "--run-dir", run.c_str(),
+              "--node", node.c_str(), "--threads", "1", "--keep", "3", static_cast<char*>(nullptr));
         _exit(127);
       }
       pids_.push_back(pid);
@@ -208,7 +210,8 @@ class Daemons {
     // A SIGKILLed daemon leaves its shared memory behind: what `ckptd --cleanup` is for.
     for (int n = 0; n < 2; ++n) {
       auto r = RunCommand(BinDir() + "/ckptd --cleanup --root " + root_ + " --run-dir " + run_ +
-                              " --node launch-node" + std::to_string(n), 30);
+                              " --node launch-node" + std::to_string(n),
+                          30);
       EXPECT_EQ(r.exit_code, 0) << r.output;
       if (killed_[n]) {
         EXPECT_TRUE(std::regex_search(r.output, std::regex("[1-9][0-9]* shared-memory segment")))
@@ -229,7 +232,9 @@ class Daemons {
     pids_[n] = -1;
     killed_[n] = true;
   }
-  std::string Log(int n) const { return ReadFile(run_ + "/launch-node" + std::to_string(n) + ".log"); }
+  std::string Log(int n) const {
+    return ReadFile(run_ + "/launch-node" + std::to_string(n) + ".log");
+  }
 
  private:
   std::string run_, root_;
@@ -259,15 +264,16 @@ TEST_F(TrainTest, KilledDuringACheckpointWriteResumesBitExactly) {
   const std::string run = root_ + "/ckptkill";
   // Rank 1 dies inside its file-system steps of the 2nd and the 4th checkpoint (after HDF5
   // wrote the shard, before or while its receipt lands); rank 0 dies inside a commit.
-  for (const char* point : {"FTRAIN_CRASH_RANK=1 FTRAIN_CRASH_AT=11",
-                            "FTRAIN_CRASH_RANK=1 FTRAIN_CRASH_AT=14",
-                            "FTRAIN_CRASH_RANK=0 FTRAIN_CRASH_AT=12"}) {
+  for (const char* point :
+       {"FTRAIN_CRASH_RANK=1 FTRAIN_CRASH_AT=11", "FTRAIN_CRASH_RANK=1 FTRAIN_CRASH_AT=14",
+        "FTRAIN_CRASH_RANK=0 FTRAIN_CRASH_AT=12"}) {
     auto r = RunCommand(std::string(point) + " " + TrainCmd(run, 4, 2), 600);
     EXPECT_EQ(r.exit_code, 137) << point << "\n" << r.output;
     EXPECT_TRUE(Contains(r.output, "FTRAIN_CRASH_AT: SIGKILL")) << r.output;
     auto latest = RunCommand(BinDir() + "/ckptctl latest " + run + "/checkpoints", 30);
     if (latest.exit_code == 0) {
-      auto v = RunCommand(BinDir() + "/ckptctl verify " + latest.output.substr(0, latest.output.size() - 1), 60);
+      auto v = RunCommand(
+          BinDir() + "/ckptctl verify " + latest.output.substr(0, latest.output.size() - 1), 60);
       EXPECT_EQ(v.exit_code, 0) << v.output;
     }
   }
@@ -344,7 +350,8 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
       {"--train.micro_batch=abc", "train.micro_batch = 'abc' is not an integer"},
       {"--data.path=/nonexistent/data", "/nonexistent/data"},
       {"--train.resume=" + root_ + "/nope/step-00000005", "is not a complete checkpoint"},
-      {"--train.init=" + std::string(FTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
+      {"--train.init=" + std::string(FTRAIN_SOURCE_DIR) +
+           "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
        "shape"},
       {"--dist.sharding=zero9", "dist.sharding"},
   };
@@ -357,11 +364,16 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   EXPECT_EQ(r.exit_code, 2);
   // Data tokenized with a larger vocabulary than the model's: one line, exit 2 (not an abort).
   const std::string big = root_ + "/vocab2000";
-  ASSERT_EQ(RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 2000 --seq-len 32 "
-                                  "--progress none --out " + big + " /usr/share/common-licenses",
-                       300).exit_code, 0);
-  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR + "/configs/tiny.cfg --data.path=" +
-                     big + " --run.dir=" + root_ + "/bad2 --train.steps=2",
+  ASSERT_EQ(RunCommand(Ftrain() +
+                           " pack --train-tokenizer --vocab-size 2000 --seq-len 32 "
+                           "--progress none --out " +
+                           big + " /usr/share/common-licenses",
+                       300)
+                .exit_code,
+            0);
+  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR +
+                     "/configs/tiny.cfg --data.path=" + big + " --run.dir=" + root_ +
+                     "/bad2 --train.steps=2",
                  120);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "model.vocab_size")) << r.output;
@@ -389,8 +401,8 @@ TEST_F(TrainTest, WithCkptdSigkilledRanksResumeBitExactlyAndFromMemory) {
   // after the handoff): the daemons must still commit step 5.
   const std::vector<std::pair<int, int>> kills = {{1, 5}, {3, 23}, {0, 38}, {2, 51}};
   for (size_t i = 0; i < kills.size(); ++i) {
-    const int rc = LaunchAndKillAt(TrainCmd(run, 4, 2, extra), run, kills[i].second,
-                                   kills[i].first, "dkill" + std::to_string(i));
+    const int rc = LaunchAndKillAt(TrainCmd(run, 4, 2, extra), run, kills[i].second, kills[i].first,
+                                   "dkill" + std::to_string(i));
     EXPECT_NE(rc, 0) << "kill " << i << " did not stop the job";
     if (i == 0) {
       std::string latest;
@@ -420,8 +432,8 @@ TEST_F(TrainTest, WithCkptdKilledMidRunTheTrainerFallsBackToSynchronousSaves) {
   const std::string log = root_ + "/daemon-dies.log";
   // The daemon of node 1 is SIGKILLed after step 12; the run must go on, save every later
   // checkpoint synchronously on node 1's ranks, and finish bit-identical.
-  const int rc = LaunchAndActAt(TrainCmd(run, 4, 2, "--ckpt.daemon=auto"), run, 12,
-                                [&] { daemons.Kill(1); }, "ddies", log);
+  const int rc = LaunchAndActAt(
+      TrainCmd(run, 4, 2, "--ckpt.daemon=auto"), run, 12, [&] { daemons.Kill(1); }, "ddies", log);
   const std::string out = ReadFile(log);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(Contains(out, "falls back to SYNCHRONOUS checkpoints")) << out;
@@ -437,7 +449,8 @@ TEST_F(TrainTest, WithCkptdDiskFullFailsLoudlyKeepsOlderCheckpointsAndRetries) {
   ::mkdir(small.c_str(), 0755);
   // A real file system that fills up: a 24 MiB tmpfs for the checkpoint root (each
   // checkpoint of the tiny model is ~2 MB; keep 3).
-  if (std::system(("mount -t tmpfs -o size=24m ftrain-test " + small + " 2>/dev/null").c_str()) != 0) {
+  if (std::system(("mount -t tmpfs -o size=24m ftrain-test " + small + " 2>/dev/null").c_str()) !=
+      0) {
     GTEST_SKIP() << "cannot mount a tmpfs here (needs root): the disk-full test needs one";
   }
   struct Unmount {
@@ -470,8 +483,9 @@ TEST_F(TrainTest, WithCkptdDiskFullFailsLoudlyKeepsOlderCheckpointsAndRetries) {
   EXPECT_TRUE(Contains(dlogs, "persist FAILED")) << dlogs;
   EXPECT_TRUE(Contains(dlogs, "No space left on device")) << dlogs;
   EXPECT_TRUE(Contains(out, "CHECKPOINT FAILED in ckptd at step")) << out;
-  auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000060 " + root +
-                             "/step-00000060", 120);
+  auto diff = RunCommand(
+      BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000060 " + root + "/step-00000060",
+      120);
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_EQ(Losses(ref), Losses(run));
   auto verify = RunCommand(BinDir() + "/ckptctl verify " + root + " --all", 120);

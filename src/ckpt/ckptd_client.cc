@@ -8,12 +8,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
-#include <algorithm>
 
 namespace ftrain::ckpt {
 namespace {
@@ -104,8 +104,8 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) return Status::IOError("shm_open '" + name + "': " + std::strerror(errno));
     // Pre-faulted: the first snapshot's copy does not pay the page-table faults.
-    void* p = ::mmap(nullptr, ok.slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                     fd, 0);
+    void* p =
+        ::mmap(nullptr, ok.slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     ::close(fd);  // the mapping keeps the segment
     if (p == MAP_FAILED) return Status::IOError("mmap '" + name + "': " + std::strerror(errno));
     c->maps_.emplace_back(p, ok.slot_bytes);
@@ -218,8 +218,8 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const Shar
   }
   for (const auto& b : contents.blobs) {
     if (!b.bytes.empty()) {
-      copies.push_back({base + off, reinterpret_cast<const uint8_t*>(b.bytes.data()),
-                        b.bytes.size()});
+      copies.push_back(
+          {base + off, reinterpret_cast<const uint8_t*>(b.bytes.data()), b.bytes.size()});
     }
     ckptd::PieceDesc p;
     p.is_blob = true;

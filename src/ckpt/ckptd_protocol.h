@@ -26,17 +26,17 @@ constexpr size_t kMaxNameBytes = 512;
 constexpr size_t kMaxMetaBytes = 64u << 10;
 
 enum class MsgType : uint16_t {
-  kHello = 1,      // c->d: rank, world, pid, slot bytes wanted
-  kHelloOk = 2,    // d->c: slot capacity, slot shm names
-  kAcquire = 3,    // c->d: wait for a free slot of this rank
-  kAcquireOk = 4,  // d->c: slot index
-  kSubmit = 5,     // c->d: step, slot, meta, descriptor
-  kSubmitOk = 6,   // d->c: queued
-  kStatus = 7,     // c->d
-  kStatusOk = 8,   // d->c: JSON text
-  kError = 9,      // d->c: a refused (but well-formed) request; the connection stays
-  kRestore = 10,   // c->d: the newest persisted snapshot of this rank still in memory?
-  kRestoreOk = 11, // d->c: u8 found, then (if found) a Submit naming the retained slot
+  kHello = 1,       // c->d: rank, world, pid, slot bytes wanted
+  kHelloOk = 2,     // d->c: slot capacity, slot shm names
+  kAcquire = 3,     // c->d: wait for a free slot of this rank
+  kAcquireOk = 4,   // d->c: slot index
+  kSubmit = 5,      // c->d: step, slot, meta, descriptor
+  kSubmitOk = 6,    // d->c: queued
+  kStatus = 7,      // c->d
+  kStatusOk = 8,    // d->c: JSON text
+  kError = 9,       // d->c: a refused (but well-formed) request; the connection stays
+  kRestore = 10,    // c->d: the newest persisted snapshot of this rank still in memory?
+  kRestoreOk = 11,  // d->c: u8 found, then (if found) a Submit naming the retained slot
 };
 
 struct Header {

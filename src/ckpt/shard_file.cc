@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <chrono>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -61,9 +61,12 @@ bool ParseHashHex(const std::string& s, uint64_t* h) {
   uint64_t v = 0;
   for (char c : s) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return false;
     v = v * 16 + static_cast<uint64_t>(d);
   }
   *h = v;
@@ -112,14 +115,29 @@ class H5Handle {
     if (id_ >= 0) {
       // Close failures at cleanup have no one to report to; the data path checked already.
       switch (H5Iget_type(id_)) {
-        case H5I_FILE: H5Fclose(id_); break;
-        case H5I_DATASET: H5Dclose(id_); break;
-        case H5I_DATASPACE: H5Sclose(id_); break;
-        case H5I_DATATYPE: H5Tclose(id_); break;
-        case H5I_ATTR: H5Aclose(id_); break;
-        case H5I_GENPROP_LST: H5Pclose(id_); break;
-        case H5I_GROUP: H5Gclose(id_); break;
-        default: break;
+        case H5I_FILE:
+          H5Fclose(id_);
+          break;
+        case H5I_DATASET:
+          H5Dclose(id_);
+          break;
+        case H5I_DATASPACE:
+          H5Sclose(id_);
+          break;
+        case H5I_DATATYPE:
+          H5Tclose(id_);
+          break;
+        case H5I_ATTR:
+          H5Aclose(id_);
+          break;
+        case H5I_GENPROP_LST:
+          H5Pclose(id_);
+          break;
+        case H5I_GROUP:
+          H5Gclose(id_);
+          break;
+        default:
+          break;
       }
     }
     id_ = id;
@@ -139,12 +157,18 @@ class H5Handle {
 hid_t FileType(DType d) {
   switch (d) {
     case DType::kBFloat16:
-    case DType::kFloat16: return H5T_STD_U16LE;  // raw bits; the dtype attribute says which
-    case DType::kFloat32: return H5T_IEEE_F32LE;
-    case DType::kFloat64: return H5T_IEEE_F64LE;
-    case DType::kInt32: return H5T_STD_I32LE;
-    case DType::kInt64: return H5T_STD_I64LE;
-    case DType::kUInt8: return H5T_STD_U8LE;
+    case DType::kFloat16:
+      return H5T_STD_U16LE;  // raw bits; the dtype attribute says which
+    case DType::kFloat32:
+      return H5T_IEEE_F32LE;
+    case DType::kFloat64:
+      return H5T_IEEE_F64LE;
+    case DType::kInt32:
+      return H5T_STD_I32LE;
+    case DType::kInt64:
+      return H5T_STD_I64LE;
+    case DType::kUInt8:
+      return H5T_STD_U8LE;
   }
   return H5T_STD_U8LE;
 }
@@ -152,12 +176,18 @@ hid_t FileType(DType d) {
 hid_t MemType(DType d) {
   switch (d) {
     case DType::kBFloat16:
-    case DType::kFloat16: return H5T_NATIVE_UINT16;
-    case DType::kFloat32: return H5T_NATIVE_FLOAT;
-    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
-    case DType::kInt32: return H5T_NATIVE_INT32;
-    case DType::kInt64: return H5T_NATIVE_INT64;
-    case DType::kUInt8: return H5T_NATIVE_UINT8;
+    case DType::kFloat16:
+      return H5T_NATIVE_UINT16;
+    case DType::kFloat32:
+      return H5T_NATIVE_FLOAT;
+    case DType::kFloat64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::kInt32:
+      return H5T_NATIVE_INT32;
+    case DType::kInt64:
+      return H5T_NATIVE_INT64;
+    case DType::kUInt8:
+      return H5T_NATIVE_UINT8;
   }
   return H5T_NATIVE_UINT8;
 }
@@ -257,10 +287,18 @@ void UnshuffleFixed(const uint8_t* in, uint8_t* out, size_t n) {
 // The exact layout of HDF5's shuffle filter: byte b of every element, then byte b+1...
 void Shuffle(const uint8_t* in, uint8_t* out, size_t n_elems, size_t elem) {
   switch (elem) {
-    case 1: std::memcpy(out, in, n_elems); return;
-    case 2: ShuffleFixed<2>(in, out, n_elems); return;
-    case 4: ShuffleFixed<4>(in, out, n_elems); return;
-    case 8: ShuffleFixed<8>(in, out, n_elems); return;
+    case 1:
+      std::memcpy(out, in, n_elems);
+      return;
+    case 2:
+      ShuffleFixed<2>(in, out, n_elems);
+      return;
+    case 4:
+      ShuffleFixed<4>(in, out, n_elems);
+      return;
+    case 8:
+      ShuffleFixed<8>(in, out, n_elems);
+      return;
   }
   for (size_t b = 0; b < elem; ++b) {
     for (size_t i = 0; i < n_elems; ++i) out[b * n_elems + i] = in[i * elem + b];
@@ -269,10 +307,18 @@ void Shuffle(const uint8_t* in, uint8_t* out, size_t n_elems, size_t elem) {
 
 void Unshuffle(const uint8_t* in, uint8_t* out, size_t n_elems, size_t elem) {
   switch (elem) {
-    case 1: std::memcpy(out, in, n_elems); return;
-    case 2: UnshuffleFixed<2>(in, out, n_elems); return;
-    case 4: UnshuffleFixed<4>(in, out, n_elems); return;
-    case 8: UnshuffleFixed<8>(in, out, n_elems); return;
+    case 1:
+      std::memcpy(out, in, n_elems);
+      return;
+    case 2:
+      UnshuffleFixed<2>(in, out, n_elems);
+      return;
+    case 4:
+      UnshuffleFixed<4>(in, out, n_elems);
+      return;
+    case 8:
+      UnshuffleFixed<8>(in, out, n_elems);
+      return;
   }
   for (size_t b = 0; b < elem; ++b) {
     for (size_t i = 0; i < n_elems; ++i) out[i * elem + b] = in[b * n_elems + i];
@@ -357,8 +403,8 @@ Status CompressChunk(const uint8_t* data, size_t total_bytes, size_t chunk_bytes
     src = shuffled.data();
   }
   out->bytes.resize(ZSTD_compressBound(chunk_bytes));
-  size_t got = ZSTD_compressCCtx(cctx, out->bytes.data(), out->bytes.size(), src, chunk_bytes,
-                                 level);
+  size_t got =
+      ZSTD_compressCCtx(cctx, out->bytes.data(), out->bytes.size(), src, chunk_bytes, level);
   if (ZSTD_isError(got)) {
     return Status::Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(got));
   }
@@ -421,8 +467,8 @@ struct Writeback {
 // Computes rec->xxh3 on the calling thread while the pool compresses (the hash is sequential
 // by nature; it overlaps the parallel compression instead of preceding it).
 Status WriteDataset(hid_t file, hid_t lcpl, const std::string& path, DatasetRecord* rec_out,
-                    const void* data, const WriteOptions& options, Pool* pool,
-                    uint64_t* stored, Writeback* writeback) {
+                    const void* data, const WriteOptions& options, Pool* pool, uint64_t* stored,
+                    Writeback* writeback) {
   DatasetRecord& rec = *rec_out;
   const size_t elem = DTypeSize(rec.dtype);
   const hsize_t length = static_cast<hsize_t>(rec.length);
@@ -441,8 +487,8 @@ Status WriteDataset(hid_t file, hid_t lcpl, const std::string& path, DatasetReco
     }
   }
   const std::string h5path = rec.H5Path();
-  H5Handle ds(H5Dcreate2(file, h5path.c_str(), FileType(rec.dtype), space.get(), lcpl,
-                         dcpl.get(), H5P_DEFAULT));
+  H5Handle ds(H5Dcreate2(file, h5path.c_str(), FileType(rec.dtype), space.get(), lcpl, dcpl.get(),
+                         H5P_DEFAULT));
   if (!ds.ok()) return H5Fail("create", path, h5path);
   if (!compressed) {
     rec.xxh3 = Xxh3(data, total);
@@ -556,9 +602,8 @@ StatusOr<ShardFileInfo> WriteShardFile(const std::string& path, int64_t step, in
     rec.offset = t.offset;
     rec.length = t.length;
     const size_t bytes = static_cast<size_t>(t.length) * DTypeSize(t.dtype);
-    FT_RETURN_IF_ERROR(
-        WriteDataset(file.get(), lcpl.get(), path, &rec, t.data, options, &pool, &rec.stored_bytes,
-                     &writeback));
+    FT_RETURN_IF_ERROR(WriteDataset(file.get(), lcpl.get(), path, &rec, t.data, options, &pool,
+                                    &rec.stored_bytes, &writeback));
     info.raw_bytes += bytes;
     info.stored_bytes += rec.stored_bytes;
     info.datasets.push_back(std::move(rec));
@@ -694,9 +739,9 @@ Status ShardFileReader::ReadRange(const std::string& h5path, int64_t begin, int6
   H5Handle space(H5Dget_space(ds.get()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (begin < 0 || count < 0 || begin + count > n) {
-    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' has " +
-                              std::to_string(n) + " elements; cannot read [" +
-                              std::to_string(begin) + ", " + std::to_string(begin + count) + ")");
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' has " + std::to_string(n) +
+                              " elements; cannot read [" + std::to_string(begin) + ", " +
+                              std::to_string(begin + count) + ")");
   }
   if (count == 0) return Status::Ok();
   H5Handle type(H5Dget_type(ds.get()));
@@ -732,11 +777,14 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
   for (int i = 0; i < nfilters; ++i) {
     unsigned flags, cd[8];
     size_t ncd = 8;
-    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0,
-                                     nullptr, nullptr);
-    if (id == H5Z_FILTER_SHUFFLE) shuffle = true;
-    else if (id == kZstdFilterId) zstd = true;
-    else other = true;
+    H5Z_filter_t id =
+        H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0, nullptr, nullptr);
+    if (id == H5Z_FILTER_SHUFFLE)
+      shuffle = true;
+    else if (id == kZstdFilterId)
+      zstd = true;
+    else
+      other = true;
   }
   Status read_status;
   if (n > 0 && H5Pget_layout(dcpl.get()) == H5D_CHUNKED && !other) {

@@ -48,9 +48,9 @@ struct ShardContents {
 };
 
 struct WriteOptions {
-  int zstd_level = 1;        // 0: no compression (contiguous datasets)
-  bool shuffle = true;       // HDF5 byte shuffle before zstd
-  int threads = 0;           // compression threads; 0 = hardware concurrency
+  int zstd_level = 1;   // 0: no compression (contiguous datasets)
+  bool shuffle = true;  // HDF5 byte shuffle before zstd
+  int threads = 0;      // compression threads; 0 = hardware concurrency
   size_t chunk_bytes = 4u << 20;
   // Pace the write to at most this many MB/s of state (0 = as fast as possible). ckptd uses
   // it to spread a persist over the checkpoint interval and so disturb training less.

@@ -1,11 +1,10 @@
 // `ckptctl`: the operator's checkpoint tool. Flag parsing and exit codes only; the work is in
 // src/ckpt (store, verify, tools). Exit codes: 0 ok, 1 the checked thing is bad, 2 usage or
 // environment error.
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
-
-#include <filesystem>
 
 #include "ckpt/ckptd_client.h"
 #include "ckpt/store.h"
@@ -67,8 +66,8 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
   if (!only.empty()) {  // just these nodes, whether or not a daemon ever ran there
     for (const auto& n : only) {
       if (!ckpt::ckptd::IsSafeNodeId(n)) {
-        return Fail("ckptctl status",
-                    Status::InvalidArgument("--node '" + n + "' is not a node id ([A-Za-z0-9._-])"));
+        return Fail("ckptctl status", Status::InvalidArgument(
+                                          "--node '" + n + "' is not a node id ([A-Za-z0-9._-])"));
       }
     }
     nodes = only;
@@ -84,7 +83,10 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
     if (!st.ok()) {
       rc = kExitBad;
       if (json) {
-        std::cout << nlohmann::json({{"node", node}, {"running", false}, {"error", st.status().message()}}).dump() << "\n";
+        std::cout << nlohmann::json(
+                         {{"node", node}, {"running", false}, {"error", st.status().message()}})
+                         .dump()
+                  << "\n";
       } else {
         std::cout << "node " << node << ": NOT RUNNING (" << st.status().message() << ")\n";
       }
@@ -100,11 +102,12 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
       rc = kExitBad;
       continue;
     }
-    std::cout << "node " << node << " pid " << j.value("pid", 0) << " world " << j.value("world_size", 0)
-              << "\n  in_flight " << j.value("snapshots_in_flight", 0) << " queue_depth "
-              << j.value("queue_depth", 0) << " last_persisted_step " << j.value("last_persisted_step", -1)
-              << " last_committed_step " << j.value("last_committed_step", -1) << "\n  saves "
-              << j.value("saves", 0) << " commits_won " << j.value("commits_won", 0) << " failures "
+    std::cout << "node " << node << " pid " << j.value("pid", 0) << " world "
+              << j.value("world_size", 0) << "\n  in_flight " << j.value("snapshots_in_flight", 0)
+              << " queue_depth " << j.value("queue_depth", 0) << " last_persisted_step "
+              << j.value("last_persisted_step", -1) << " last_committed_step "
+              << j.value("last_committed_step", -1) << "\n  saves " << j.value("saves", 0)
+              << " commits_won " << j.value("commits_won", 0) << " failures "
               << j.value("failures", 0) << std::fixed << std::setprecision(1) << " throughput_mb_s "
               << j.value("throughput_mb_s", 0.0) << std::setprecision(2) << " compression_ratio "
               << j.value("compression_ratio", 0.0) << "\n";
@@ -124,19 +127,24 @@ int PrintVerify(const ckpt::VerifyReport& r, bool json, nlohmann::json* all) {
     for (const auto& p : r.problems) {
       problems.push_back({{"file", p.file}, {"dataset", p.dataset}, {"problem", p.problem}});
     }
-    all->push_back({{"path", r.dir}, {"step", r.step}, {"ok", r.ok()},
-                    {"datasets", r.datasets_checked}, {"raw_bytes", r.raw_bytes},
-                    {"stored_bytes", r.stored_bytes}, {"seconds", r.seconds},
-                    {"throughput_mb_s", mbps}, {"problems", problems}});
+    all->push_back({{"path", r.dir},
+                    {"step", r.step},
+                    {"ok", r.ok()},
+                    {"datasets", r.datasets_checked},
+                    {"raw_bytes", r.raw_bytes},
+                    {"stored_bytes", r.stored_bytes},
+                    {"seconds", r.seconds},
+                    {"throughput_mb_s", mbps},
+                    {"problems", problems}});
   } else {
     for (const auto& p : r.problems) {
       std::cout << "BAD " << p.file << (p.dataset.empty() ? "" : " dataset " + p.dataset) << ": "
                 << p.problem << "\n";
     }
-    std::cout << (r.ok() ? "OK  " : "BAD ") << r.dir << ": " << r.datasets_checked
-              << " datasets, " << std::fixed << std::setprecision(1) << r.raw_bytes / 1e6
-              << " MB re-hashed (" << r.stored_bytes / 1e6 << " MB read) in " << std::setprecision(2)
-              << r.seconds << " s, " << std::setprecision(0) << mbps << " MB/s\n";
+    std::cout << (r.ok() ? "OK  " : "BAD ") << r.dir << ": " << r.datasets_checked << " datasets, "
+              << std::fixed << std::setprecision(1) << r.raw_bytes / 1e6 << " MB re-hashed ("
+              << r.stored_bytes / 1e6 << " MB read) in " << std::setprecision(2) << r.seconds
+              << " s, " << std::setprecision(0) << mbps << " MB/s\n";
   }
   return r.ok() ? kExitOk : kExitBad;
 }
@@ -196,7 +204,8 @@ int Run(int argc, char** argv) {
     int rc = kExitOk;
     nlohmann::json all = nlohmann::json::array();
     for (const auto& d : dirs) {
-      if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) != kExitOk) {
+      if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) !=
+          kExitOk) {
         rc = kExitBad;
       }
     }
@@ -220,8 +229,8 @@ int Run(int argc, char** argv) {
       if (p.vm.count("verified")) {
         auto rep = ckpt::VerifyCheckpoint(i.path);
         if (!rep.ok()) {
-          std::cerr << "ckptctl latest: skipping " << i.path << ": "
-                    << rep.problems.front().problem << "\n";
+          std::cerr << "ckptctl latest: skipping " << i.path << ": " << rep.problems.front().problem
+                    << "\n";
           continue;
         }
       }
@@ -262,9 +271,10 @@ int Run(int argc, char** argv) {
   if (cmd == "prune") {
     int keep = 0;
     int64_t keep_every = 0;
-    opts.add_options()("keep", po::value<int>(&keep)->required(), "newest complete checkpoints to keep")(
-        "keep-every", po::value<int64_t>(&keep_every)->default_value(0), "also keep multiples of M")(
-        "dry-run", "print what would be deleted");
+    opts.add_options()("keep", po::value<int>(&keep)->required(),
+                       "newest complete checkpoints to keep")(
+        "keep-every", po::value<int64_t>(&keep_every)->default_value(0),
+        "also keep multiples of M")("dry-run", "print what would be deleted");
     Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
     if (!s.ok()) return Fail(prog, s);
     if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
@@ -291,7 +301,8 @@ int Run(int argc, char** argv) {
     if (!s.ok()) return Fail(prog, s);
     if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
     if (format != "safetensors") {
-      return Fail(prog, Status::InvalidArgument("--format '" + format + "' is not supported; use safetensors"));
+      return Fail(prog, Status::InvalidArgument("--format '" + format +
+                                                "' is not supported; use safetensors"));
     }
     auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
     if (!dir.ok()) return Fail(prog, dir.status());

@@ -7,12 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/log.h"
 
@@ -66,7 +65,8 @@ StatusOr<int> RunLocalJob(const LaunchOptions& options) {
     store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_opts);
   } catch (const std::exception& e) {
     return Status::FailedPrecondition(std::string("cannot start the rendezvous store on "
-                                                  "127.0.0.1: ") + e.what());
+                                                  "127.0.0.1: ") +
+                                      e.what());
   }
   const int port = store->getPort();
 
@@ -117,8 +117,7 @@ StatusOr<int> RunLocalJob(const LaunchOptions& options) {
     setpgid(pid, pid);  // also here, so there is no window before the child runs setpgid
     pids[static_cast<size_t>(r)] = pid;
   }
-  FT_LOG(Info) << "launch: started " << options.nproc << " ranks (store 127.0.0.1:" << port
-               << ")";
+  FT_LOG(Info) << "launch: started " << options.nproc << " ranks (store 127.0.0.1:" << port << ")";
 
   int alive = options.nproc;
   int result = 0;
@@ -134,8 +133,8 @@ StatusOr<int> RunLocalJob(const LaunchOptions& options) {
   while (alive > 0) {
     int sig = g_pending_signal.exchange(0);
     if (sig != 0) {
-      FT_LOG(Info) << "launch: forwarding signal " << sig << " (" << strsignal(sig)
-                   << ") to " << alive << " ranks";
+      FT_LOG(Info) << "launch: forwarding signal " << sig << " (" << strsignal(sig) << ") to "
+                   << alive << " ranks";
       signal_all(sig);
     }
     int status = 0;

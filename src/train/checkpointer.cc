@@ -123,10 +123,11 @@ void Checkpointer::CheckDaemonRoot() {
   if ((keep != options_.keep || every != options_.keep_every) && options_.rank == 0) {
     // Whoever commits a step rotates with its own policy, and the daemons commit most of them.
     FT_LOG(Warning) << "ckptd rotates with --keep " << keep << " --keep-every " << every
-                    << " but this run has ckpt.keep = " << options_.keep << ", ckpt.keep_every = "
-                    << options_.keep_every << "; the daemons' policy wins for the checkpoints "
-                    << "they commit (start them with FTRAIN_CKPTD_ARGS=\"--keep "
-                    << options_.keep << " --keep-every " << options_.keep_every << "\")";
+                    << " but this run has ckpt.keep = " << options_.keep
+                    << ", ckpt.keep_every = " << options_.keep_every
+                    << "; the daemons' policy wins for the checkpoints "
+                    << "they commit (start them with FTRAIN_CKPTD_ARGS=\"--keep " << options_.keep
+                    << " --keep-every " << options_.keep_every << "\")";
   }
 }
 
@@ -180,8 +181,8 @@ Status Checkpointer::Start(uint64_t slot_bytes) {
   return Status::Ok();
 }
 
-Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta,
-                              const ckpt::ShardContents& contents, bool* committed) {
+Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
+                              bool* committed) {
   *committed = false;
   FT_RETURN_IF_ERROR(store_.WriteShard(meta, options_.rank, contents, options_.write).status());
   // Whoever completes the set of receipts commits (a daemon or a rank); O_EXCL picks one.
@@ -230,13 +231,16 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   FT_RETURN_IF_ERROR(ReduceMax(v, 4));
   if (!local.ok()) return local;
   if (v[0] != 0) {
-    return Status::IOError("checkpoint of step " + step_s + " failed on another rank (see its log)");
+    return Status::IOError("checkpoint of step " + step_s +
+                           " failed on another rank (see its log)");
   }
   SaveOutcome out;
   out.via_daemon = v[1] != 0;
   out.stall_s = v[3];
   if (!out.via_daemon) {
-    if (v[2] == 0) return Status::Internal("every shard of step " + step_s + " was written but no rank committed it");
+    if (v[2] == 0)
+      return Status::Internal("every shard of step " + step_s +
+                              " was written but no rank committed it");
     out.durable = true;
     return out;
   }
@@ -255,7 +259,8 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
         mine_pending = false;
       } else if (st->in_flight == 0) {
         failed = st->last_persisted_step < meta.step;
-        if (failed) FT_LOG(Error) << "ckptd could not persist step " << step_s << ": " << st->last_error;
+        if (failed)
+          FT_LOG(Error) << "ckptd could not persist step " << step_s << ": " << st->last_error;
         mine_pending = false;
       }
     }
@@ -281,7 +286,8 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
       double x[1] = {s.ok() ? 0.0 : 1.0};
       FT_RETURN_IF_ERROR(ReduceMax(x, 1));
       if (!s.ok()) return s;
-      if (x[0] != 0) return Status::IOError("step " + step_s + ": a synchronous rewrite failed on another rank");
+      if (x[0] != 0)
+        return Status::IOError("step " + step_s + ": a synchronous rewrite failed on another rank");
       continue;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -73,7 +73,7 @@ class Checkpointer {
   void CheckDaemonRoot();
   // The daemon's status, or nullopt (and the daemon dropped) if it does not answer.
   struct DaemonState {
-    int64_t in_flight = 0;  // this rank's snapshots queued or being written
+    int64_t in_flight = 0;             // this rank's snapshots queued or being written
     int64_t last_failed_step = -1;     // of this rank, since it connected
     int64_t last_persisted_step = -1;  // of this rank, since it connected
     int64_t last_committed_step = -1;

@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
@@ -63,8 +62,8 @@ Status SetRngState(const std::string& bytes) {
   uint8_t seeded = 0, has_f = 0, has_d = 0;
   float f = 0;
   double g = 0;
-  bool ok = Take(bytes, &pos, &d.seed_) && Take(bytes, &pos, &left) &&
-            Take(bytes, &pos, &seeded) && Take(bytes, &pos, &d.next_);
+  bool ok = Take(bytes, &pos, &d.seed_) && Take(bytes, &pos, &left) && Take(bytes, &pos, &seeded) &&
+            Take(bytes, &pos, &d.next_);
   for (auto& w : d.state_) ok = ok && Take(bytes, &pos, &w);
   ok = ok && Take(bytes, &pos, &has_f) && Take(bytes, &pos, &f) && Take(bytes, &pos, &has_d) &&
        Take(bytes, &pos, &g) && pos == bytes.size();
@@ -95,8 +94,8 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
     ckpt::TensorShardRef r;
     r.kind = p.kind;
     r.name = p.name;
-    r.dtype = p.data.scalar_type() == torch::kBFloat16 ? ckpt::DType::kBFloat16
-                                                        : ckpt::DType::kFloat32;
+    r.dtype =
+        p.data.scalar_type() == torch::kBFloat16 ? ckpt::DType::kBFloat16 : ckpt::DType::kFloat32;
     r.shape = p.shape;
     r.offset = p.offset;
     r.length = p.data.numel();
@@ -157,9 +156,9 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
                       fsdp::FsdpEngine& engine, RunState* state, MemorySource* memory) {
   const auto& m = reader.manifest();
   if (memory != nullptr && m.meta.world_size != world_size) memory = nullptr;
-  FT_RETURN_IF_ERROR(engine.LoadState(
-      [&](const std::string& kind, const std::string& name, int64_t offset, int64_t length,
-          torch::Tensor dst) -> Status {
+  FT_RETURN_IF_ERROR(
+      engine.LoadState([&](const std::string& kind, const std::string& name, int64_t offset,
+                           int64_t length, torch::Tensor dst) -> Status {
         const ckpt::ManifestTensor* t = m.FindTensor(kind, name);
         if (t == nullptr) {
           return Status::InvalidArgument("checkpoint '" + reader.dir() + "' has no " + kind +
@@ -207,9 +206,11 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
   } else {
     // Every rank's cursor holds the same global position; the data reader remaps it to the
     // new world size. RNG streams are per rank and cannot be carried over: reseed.
-    FT_ASSIGN_OR_RETURN(std::vector<std::string> cursors, reader.ReadBlobAllRanks("data", "cursor"));
+    FT_ASSIGN_OR_RETURN(std::vector<std::string> cursors,
+                        reader.ReadBlobAllRanks("data", "cursor"));
     state->data_cursor = cursors.front();
-    torch::manual_seed(static_cast<uint64_t>(state->step) * 1000003ULL + static_cast<uint64_t>(rank));
+    torch::manual_seed(static_cast<uint64_t>(state->step) * 1000003ULL +
+                       static_cast<uint64_t>(rank));
     FT_LOG(Warning) << "resume: world size changed from " << m.meta.world_size << " to "
                     << world_size << ": tensors resharded, data position remapped, RNG reseeded; "
                     << "the run is no longer bit-comparable with an uninterrupted one";

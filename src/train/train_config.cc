@@ -102,9 +102,8 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
   FT_RETURN_IF_ERROR(OneOf(c, "ckpt.daemon", t.ckpt.daemon, {"off", "auto", "require"}));
   if (t.ckpt.flush_timeout_s <= 0) {
-    std::string where = c.Has("ckpt.flush_timeout_s")
-                            ? c.entries().at("ckpt.flush_timeout_s").origin + ": "
-                            : "";
+    std::string where =
+        c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";
     return Status::InvalidArgument(where + "ckpt.flush_timeout_s must be > 0 seconds");
   }
   if (t.ckpt.every_minutes < 0 || t.ckpt.every_steps < 0 || t.ckpt.keep < 1 ||
@@ -121,11 +120,10 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
 std::string TrainConfig::ConfigHash() const {
   std::string canon;
   for (const auto& [key, entry] : raw.entries()) {
-    const bool irrelevant = key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 ||
-                            key == "train.resume" || key == "train.allow_resume_mismatch" ||
-                            key == "train.log_every" || key == "data.path" ||
-                            key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" ||
-                            key == "train.init";
+    const bool irrelevant =
+        key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
+        key == "train.allow_resume_mismatch" || key == "train.log_every" || key == "data.path" ||
+        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init";
     if (!irrelevant) canon += key + "=" + entry.value + "\n";
   }
   char buf[24];

@@ -50,17 +50,17 @@ struct DistSection {
 };
 
 struct CkptSection {
-  std::string root;            // default <run.dir>/checkpoints
-  double every_minutes = 25;   // wall-clock interval; 0 = off
-  int64_t every_steps = 0;     // step interval; 0 = off
+  std::string root;           // default <run.dir>/checkpoints
+  double every_minutes = 25;  // wall-clock interval; 0 = off
+  int64_t every_steps = 0;    // step interval; 0 = off
   int64_t keep = 3;
   int64_t keep_every = 0;
   int64_t zstd_level = 1;
   bool shuffle = true;
   int64_t threads = 0;
   bool save_final = true;
-  std::string daemon = "auto";   // off | auto (use this node's ckptd if it runs) | require
-  double flush_timeout_s = 600;  // max wait for the daemons at a stop / final checkpoint
+  std::string daemon = "auto";      // off | auto (use this node's ckptd if it runs) | require
+  double flush_timeout_s = 600;     // max wait for the daemons at a stop / final checkpoint
   bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
 };
 

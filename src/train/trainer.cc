@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "ckpt/filename.h"
@@ -89,8 +89,7 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
       if (!latest.ok()) {
         decision = latest.status();
       } else if (!latest->has_value()) {
-        FT_LOG(Info) << "resume: no complete checkpoint in " << cfg.ckpt.root
-                     << ": starting fresh";
+        FT_LOG(Info) << "resume: no complete checkpoint in " << cfg.ckpt.root << ": starting fresh";
       } else {
         step = (*latest)->step;
         FT_LOG(Info) << "resume: newest complete checkpoint is " << (*latest)->path;
@@ -100,9 +99,9 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
       ckpt::CheckpointStore parent(Dirname(r));
       Status s = parent.CheckComplete(r, &m);
       if (!s.ok() || ckpt::ParseRootEntry(Basename(r)).kind != ckpt::EntryKind::kComplete) {
-        decision = Status::InvalidArgument("train.resume = '" + r +
-                                           "' is not a complete checkpoint: " +
-                                           (s.ok() ? "not a step-NNNNNNNN directory" : s.message()));
+        decision =
+            Status::InvalidArgument("train.resume = '" + r + "' is not a complete checkpoint: " +
+                                    (s.ok() ? "not a step-NNNNNNNN directory" : s.message()));
       } else {
         step = m.meta.step;
         FT_LOG(Info) << "resume: from " << r << " (train.resume)";
@@ -110,8 +109,8 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
     }
   }
   // Broadcast (step, ok) so that every rank fails or resumes together.
-  torch::Tensor t = torch::tensor({static_cast<double>(step), decision.ok() ? 0.0 : 1.0},
-                                  torch::kFloat64);
+  torch::Tensor t =
+      torch::tensor({static_cast<double>(step), decision.ok() ? 0.0 : 1.0}, torch::kFloat64);
   FT_RETURN_IF_ERROR(ctx.world_comm().Broadcast(t, 0)->Wait());
   if (t[1].item<double>() != 0) {
     if (!decision.ok()) return decision;
@@ -295,15 +294,15 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                                              : std::string());
     }
     state.restarts += 1;
-    FT_LOG(Info) << "resume: restored step " << state.step << " from " << resume_dir
-                 << " (restart " << state.restarts << ")";
+    FT_LOG(Info) << "resume: restored step " << state.step << " from " << resume_dir << " (restart "
+                 << state.restarts << ")";
   }
 
   data::ReaderOptions ro = reader_options(static_cast<int>(cfg.data.prefetch_depth));
   ro.expected_data_version = data_version;
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<data::TokenReader> reader,
-                      data::TokenReader::Open(ro, state.data_cursor.empty() ? nullptr
-                                                                            : &state.data_cursor));
+  FT_ASSIGN_OR_RETURN(
+      std::unique_ptr<data::TokenReader> reader,
+      data::TokenReader::Open(ro, state.data_cursor.empty() ? nullptr : &state.data_cursor));
   const int64_t seq_len = reader->index().seq_len;
   if (seq_len > cfg.model.max_seq_len) {
     return Status::InvalidArgument("data sequences have " + std::to_string(seq_len) +
@@ -320,18 +319,19 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   sched.min_lr = cfg.train.min_lr * sched.peak_lr / cfg.train.lr;
   sched.warmup_steps = cfg.train.warmup_steps;
   sched.total_steps = cfg.train.steps;
-  const std::string schedule_json =
-      nlohmann::json({{"peak_lr", sched.peak_lr}, {"min_lr", sched.min_lr},
-                      {"warmup_steps", sched.warmup_steps}, {"total_steps", sched.total_steps}})
-          .dump();
+  const std::string schedule_json = nlohmann::json({{"peak_lr", sched.peak_lr},
+                                                    {"min_lr", sched.min_lr},
+                                                    {"warmup_steps", sched.warmup_steps},
+                                                    {"total_steps", sched.total_steps}})
+                                        .dump();
   fsdp::AdamWConfig adamw{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay};
   if (leader) {
-    FT_LOG(Info) << "train: " << engine->NumParameters() << " parameters, "
-                 << cfg.dist.sharding << " over " << world.world_size << " ranks ("
-                 << world.num_nodes << " nodes); effective batch = micro_batch "
-                 << cfg.train.micro_batch << " x accumulation " << K << " x data-parallel "
-                 << world.world_size << " = " << effective_batch << " sequences of " << seq_len
-                 << " tokens; peak lr " << sched.peak_lr
+    FT_LOG(Info) << "train: " << engine->NumParameters() << " parameters, " << cfg.dist.sharding
+                 << " over " << world.world_size << " ranks (" << world.num_nodes
+                 << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
+                 << " x accumulation " << K << " x data-parallel " << world.world_size << " = "
+                 << effective_batch << " sequences of " << seq_len << " tokens; peak lr "
+                 << sched.peak_lr
                  << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
   }
 
@@ -340,7 +340,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"),
                                                      state.step, state.metrics_line));
   }
-  nlohmann::json layout = {{"sharding", cfg.dist.sharding}, {"world_size", world.world_size},
+  nlohmann::json layout = {{"sharding", cfg.dist.sharding},
+                           {"world_size", world.world_size},
                            {"num_nodes", world.num_nodes},
                            {"local_world_size", world.local_world_size},
                            {"param_dtype", cfg.train.param_dtype}};
@@ -370,10 +371,11 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       auto td = Clock::now();
       FT_ASSIGN_OR_RETURN(data::Batch batch, reader->Next());
       data_wait += Seconds(td, Clock::now());
-      torch::Tensor tokens = torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens},
-                                              torch::kInt32).to(torch::kInt64);
-      FT_ASSIGN_OR_RETURN(float loss, engine->ForwardBackward(tokens, 1.0 / static_cast<double>(K),
-                                                              k == K - 1));
+      torch::Tensor tokens =
+          torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
+              .to(torch::kInt64);
+      FT_ASSIGN_OR_RETURN(
+          float loss, engine->ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1));
       loss_sum += loss;
     }
     const double lr = sched.At(step);
@@ -384,10 +386,10 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     // every rank checkpoints and stops at the same step boundary.
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    torch::Tensor sync = torch::tensor({loss_sum / static_cast<double>(K),
-                                        leader && time_due ? 1.0 : 0.0,
-                                        StopRequested() != 0 ? 1.0 : 0.0},
-                                       torch::kFloat64);
+    torch::Tensor sync =
+        torch::tensor({loss_sum / static_cast<double>(K), leader && time_due ? 1.0 : 0.0,
+                       StopRequested() != 0 ? 1.0 : 0.0},
+                      torch::kFloat64);
     torch::Tensor flags = sync.narrow(0, 1, 2).clone();
     torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
     FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
@@ -395,8 +397,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     const bool stop = flags[1].item<double>() != 0;
     const bool step_due = cfg.ckpt.every_steps > 0 && state.step % cfg.ckpt.every_steps == 0;
     const bool final_step = state.step == cfg.train.steps;
-    const bool want_ckpt = flags[0].item<double>() != 0 || step_due || stop ||
-                           (final_step && cfg.ckpt.save_final);
+    const bool want_ckpt =
+        flags[0].item<double>() != 0 || step_due || stop || (final_step && cfg.ckpt.save_final);
     StepMetrics m;
     m.step = state.step;
     m.loss = static_cast<float>(loss_t.item<double>());
@@ -406,8 +408,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     m.comm_s = stats.comm_wait_s;
     m.restart_count = state.restarts;
     m.tokens = state.tokens;
-    m.unix_time = std::chrono::duration<double>(
-                      std::chrono::system_clock::now().time_since_epoch()).count();
+    m.unix_time =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     m.step_time_s = Seconds(t0, Clock::now());
     m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / m.step_time_s;
     double stall = 0;
@@ -442,8 +444,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
         std::ostringstream line;
         line << "step " << state.step << "/" << cfg.train.steps << " loss " << std::fixed
              << std::setprecision(4) << m.loss << " lr " << std::scientific << std::setprecision(2)
-             << lr << std::fixed << std::setprecision(0) << " tok/s " << m.tokens_per_s
-             << " eta " << FormatEta(eta) << (stall > 0 ? " [checkpoint]" : "");
+             << lr << std::fixed << std::setprecision(0) << " tok/s " << m.tokens_per_s << " eta "
+             << FormatEta(eta) << (stall > 0 ? " [checkpoint]" : "");
         FT_LOG(Info) << line.str();
       }
     }
