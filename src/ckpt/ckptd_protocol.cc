@@ -78,7 +78,7 @@ std::string SocketPath(const std::string& run_dir, const std::string& node) {
 }
 std::string ShmPrefix(const std::string& run_dir, const std::string& node) {
   const std::string key = run_dir + "\n" + node;
-  return "ftrain-ckptd-" + HashHex(Xxh3(key.data(), key.size())).substr(0, 12) + "-";
+  return "ftrain-ckptd-" + Hex64(Xxh3(key.data(), key.size())).substr(0, 12) + "-";
 }
 std::string ShmName(const std::string& run_dir, const std::string& node, int rank, int slot) {
   return "/" + ShmPrefix(run_dir, node) + "r" + std::to_string(rank) + "-s" + std::to_string(slot);

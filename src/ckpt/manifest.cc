@@ -21,7 +21,7 @@ namespace {
 
 json RecordToJson(const DatasetRecord& r) {
   json j = {{"kind", r.kind}, {"name", r.name}, {"dtype", DTypeName(r.dtype)},
-            {"length", r.length}, {"xxh3", HashHex(r.xxh3)}, {"stored_bytes", r.stored_bytes}};
+            {"length", r.length}, {"xxh3", Hex64(r.xxh3)}, {"stored_bytes", r.stored_bytes}};
   if (r.is_blob) {
     j["blob"] = true;
     j["policy"] = r.policy;
@@ -52,7 +52,7 @@ Status Get(const json& j, const char* key, T* out, const std::string& origin) {
 Status GetHash(const json& j, const char* key, uint64_t* out, const std::string& origin) {
   std::string hex;
   FT_RETURN_IF_ERROR(Get(j, key, &hex, origin));
-  if (!ParseHashHex(hex, out)) return Bad(origin, std::string("field '") + key + "' is not a hash");
+  if (!ParseHex64(hex, out)) return Bad(origin, std::string("field '") + key + "' is not a hash");
   return Status::Ok();
 }
 
@@ -101,7 +101,7 @@ std::string Receipt::ToJson() const {
   for (const auto& d : info.datasets) datasets.push_back(RecordToJson(d));
   json j = {{"format", "ftrain-receipt"}, {"format_version", kFormatVersion},
             {"step", step}, {"rank", rank}, {"world_size", world_size}, {"file", file},
-            {"size", size}, {"xxh3", HashHex(xxh3)}, {"raw_bytes", info.raw_bytes},
+            {"size", size}, {"xxh3", Hex64(xxh3)}, {"raw_bytes", info.raw_bytes},
             {"stored_bytes", info.stored_bytes}, {"writer", writer}, {"datasets", datasets},
             {"config_hash", meta.config_hash}, {"code_version", meta.code_version},
             {"data_version", meta.data_version}, {"layout_json", meta.layout_json}};
@@ -207,7 +207,7 @@ std::string Manifest::ToJson() const {
     json pieces = json::array();
     for (const auto& p : t.pieces) {
       pieces.push_back({{"rank", p.rank}, {"offset", p.offset}, {"length", p.length},
-                        {"xxh3", HashHex(p.xxh3)}});
+                        {"xxh3", Hex64(p.xxh3)}});
     }
     tensors_j.push_back({{"kind", t.kind}, {"name", t.name}, {"dtype", DTypeName(t.dtype)},
                          {"shape", t.shape}, {"pieces", pieces}});
@@ -220,7 +220,7 @@ std::string Manifest::ToJson() const {
   json files_j = json::array();
   for (const auto& f : files) {
     files_j.push_back({{"path", f.path}, {"rank", f.rank}, {"size", f.size},
-                       {"xxh3", HashHex(f.xxh3)}});
+                       {"xxh3", Hex64(f.xxh3)}});
   }
   json layout = json::parse(meta.layout_json, nullptr, false);
   if (layout.is_discarded()) layout = json::object();

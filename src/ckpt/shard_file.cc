@@ -50,29 +50,6 @@ Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash) {
   return status;
 }
 
-std::string HashHex(uint64_t h) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-bool ParseHashHex(const std::string& s, uint64_t* h) {
-  if (s.size() != 16) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    int d;
-    if (c >= '0' && c <= '9')
-      d = c - '0';
-    else if (c >= 'a' && c <= 'f')
-      d = c - 'a' + 10;
-    else
-      return false;
-    v = v * 16 + static_cast<uint64_t>(d);
-  }
-  *h = v;
-  return true;
-}
-
 namespace {
 
 // ---- HDF5 plumbing ---------------------------------------------------------------------------
@@ -840,7 +817,7 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
     const uint64_t got = Xxh3(out->data(), out->size());
     if (got != want) {
       return Status::Corruption("checksum mismatch in '" + path_ + "' dataset " + h5path +
-                                ": stored xxh3 " + HashHex(want) + ", computed " + HashHex(got));
+                                ": stored xxh3 " + Hex64(want) + ", computed " + Hex64(got));
     }
   }
   return Status::Ok();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ckpt/dtype.h"
+#include "core/hex.h"
 #include "core/status.h"
 
 namespace ftrain::ckpt {
@@ -118,7 +119,5 @@ uint64_t Xxh3(const void* data, size_t n);
 // Size and XXH3-64 of a whole file, streamed in 8 MiB reads (a shard can be many GB).
 // Errors name the path and the OS error.
 Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash);
-std::string HashHex(uint64_t h);
-bool ParseHashHex(const std::string& s, uint64_t* h);
 
 }  // namespace ftrain::ckpt

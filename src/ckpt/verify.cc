@@ -109,8 +109,8 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
                                      std::to_string(f.size) +
                                      (h.size < f.size ? " (truncated)" : "")});
       } else if (h.hash != f.xxh3) {
-        out.push_back({path, "", "file checksum mismatch: manifest xxh3 " + HashHex(f.xxh3) +
-                                     ", computed " + HashHex(h.hash) +
+        out.push_back({path, "", "file checksum mismatch: manifest xxh3 " + Hex64(f.xxh3) +
+                                     ", computed " + Hex64(h.hash) +
                                      " (the file was modified or damaged)"});
       }
       return out;

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "core/hex.h"
+
 namespace ftrain::data {
 
 uint64_t Hash64(const void* data, size_t size, uint64_t seed = 0);
@@ -27,9 +29,9 @@ class Hash64Stream {
   std::unique_ptr<State> state_;
 };
 
-// "0123456789abcdef": exactly 16 lower-case hex digits.
-std::string Hex64(uint64_t v);
-bool ParseHex64(const std::string& text, uint64_t* out);
+// "0123456789abcdef": exactly 16 lower-case hex digits (core/hex.h).
+using ftrain::Hex64;
+using ftrain::ParseHex64;
 
 // SplitMix64 (Steele et al.): tiny, fast, and its output is fixed by the seed on every
 // platform, which is all the shuffle needs. Below(n) is unbiased (rejection sampling).

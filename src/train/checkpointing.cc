@@ -5,7 +5,9 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/log.h"
 
@@ -116,38 +118,31 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
   return contents;
 }
 
-StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveRequest& req,
-                                  const fsdp::FsdpEngine& engine, const RunState& state,
-                                  const std::string& schedule_json) {
-  return store.WriteShard(req.meta, req.rank, BuildShardContents(engine, state, schedule_json),
-                          req.write);
-}
-
 namespace {
+
+// The snapshot's tensor pieces by (kind, name, first element).
+using PieceIndex =
+    std::map<std::tuple<std::string, std::string, int64_t>, const ckpt::ckptd::PieceDesc*>;
 
 // The bytes of exactly this piece in the in-memory snapshot, if they are provably the bytes
 // of the committed checkpoint (same rank, same slice, XXH3 recorded in the manifest).
-const uint8_t* FromMemory(const MemorySource* mem, const ckpt::ManifestTensor& t, int rank,
-                          int64_t offset, int64_t length, MemorySource* stats) {
-  if (mem == nullptr || mem->snapshot == nullptr) return nullptr;
+const uint8_t* FromMemory(MemorySource* mem, const PieceIndex& index, const ckpt::ManifestTensor& t,
+                          int rank, int64_t offset, int64_t length) {
+  auto it = index.find({t.kind, t.name, offset});
+  if (it == index.end() || it->second->length != length || it->second->dtype != t.dtype) {
+    return nullptr;
+  }
   const ckpt::TensorPiece* want = nullptr;
   for (const auto& p : t.pieces) {
     if (p.rank == rank && p.offset == offset && p.length == length) want = &p;
   }
   if (want == nullptr) return nullptr;
-  for (const auto& p : mem->snapshot->pieces) {
-    if (p.is_blob || p.kind != t.kind || p.name != t.name || p.offset != offset ||
-        p.length != length || p.dtype != t.dtype) {
-      continue;
-    }
-    const uint8_t* bytes = mem->base + p.slot_offset;
-    if (ckpt::Xxh3(bytes, static_cast<size_t>(length) * ckpt::DTypeSize(t.dtype)) != want->xxh3) {
-      ++stats->mismatched;
-      return nullptr;
-    }
-    return bytes;
+  const uint8_t* bytes = mem->base + it->second->slot_offset;
+  if (ckpt::Xxh3(bytes, static_cast<size_t>(length) * ckpt::DTypeSize(t.dtype)) != want->xxh3) {
+    ++mem->mismatched;
+    return nullptr;
   }
-  return nullptr;
+  return bytes;
 }
 
 }  // namespace
@@ -155,7 +150,15 @@ const uint8_t* FromMemory(const MemorySource* mem, const ckpt::ManifestTensor& t
 Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
                       fsdp::FsdpEngine& engine, RunState* state, MemorySource* memory) {
   const auto& m = reader.manifest();
-  if (memory != nullptr && m.meta.world_size != world_size) memory = nullptr;
+  if (memory != nullptr && (m.meta.world_size != world_size || memory->snapshot == nullptr)) {
+    memory = nullptr;
+  }
+  PieceIndex index;
+  if (memory != nullptr) {
+    for (const auto& p : memory->snapshot->pieces) {
+      if (!p.is_blob) index[{p.kind, p.name, p.offset}] = &p;
+    }
+  }
   FT_RETURN_IF_ERROR(
       engine.LoadState([&](const std::string& kind, const std::string& name, int64_t offset,
                            int64_t length, torch::Tensor dst) -> Status {
@@ -171,7 +174,9 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
                                          " has the wrong shape or dtype for this model");
         }
         const size_t bytes = static_cast<size_t>(length) * ckpt::DTypeSize(t->dtype);
-        if (const uint8_t* mem = FromMemory(memory, *t, rank, offset, length, memory)) {
+        const uint8_t* mem =
+            memory != nullptr ? FromMemory(memory, index, *t, rank, offset, length) : nullptr;
+        if (mem != nullptr) {
           std::memcpy(dst.data_ptr(), mem, bytes);
           memory->bytes_from_memory += bytes;
           return Status::Ok();

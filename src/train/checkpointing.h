@@ -1,14 +1,13 @@
 // The trainer's side of checkpoints: turns the FSDP engine's shards and the run's state
-// (optimizer step, schedule, data cursor, RNG, train counters) into a checkpoint through the
-// ckpt library, and back, with resharding when the world size changed. Synchronous path
-// (the write happens on the training thread; ckptd moves it off later).
+// (optimizer step, schedule, data cursor, RNG, train counters) into a rank's shard contents,
+// and back from a checkpoint (or ckptd's in-memory snapshot), with resharding when the world
+// size changed. Where the contents go is train/checkpointer.h.
 #pragma once
 
 #include <string>
 
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/reader.h"
-#include "ckpt/store.h"
 #include "fsdp/engine.h"
 
 namespace ftrain::train {
@@ -23,21 +22,10 @@ struct RunState {
   std::string metrics_line;
 };
 
-struct SaveRequest {
-  ckpt::CheckpointMeta meta;
-  int rank = 0;
-  ckpt::WriteOptions write;
-};
-
 // What this rank writes: tensor pieces point into the engine's live shards (valid until the
 // next optimizer step), blobs are copies.
 ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
                                        const std::string& schedule_json);
-
-// Writes this rank's shard (every rank calls it); the caller commits after a barrier.
-StatusOr<ckpt::Receipt> SaveShard(ckpt::CheckpointStore& store, const SaveRequest& req,
-                                  const fsdp::FsdpEngine& engine, const RunState& state,
-                                  const std::string& schedule_json);
 
 // The same rank's snapshot of the checkpoint, still in ckptd's memory (restore from memory).
 // A tensor piece is taken from it only when it is exactly the piece the engine asks for and
