@@ -10,10 +10,9 @@
 // usage: ckpt_bench [--gb 2] [--dir /var/tmp/ftrain-bench] [--threads N] [--cold]
 // Prints a table; never passes or fails on timing.
 #include <fcntl.h>
+#include <torch/torch.h>
 #include <unistd.h>
 #include <zstd.h>
-
-#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
@@ -160,10 +159,14 @@ int main(int argc, char** argv) {
   bool cold = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--gb" && i + 1 < argc) gb = std::atof(argv[++i]);
-    else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--cold") cold = true;
+    if (a == "--gb" && i + 1 < argc)
+      gb = std::atof(argv[++i]);
+    else if (a == "--dir" && i + 1 < argc)
+      dir = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--cold")
+      cold = true;
     else {
       std::fprintf(stderr, "usage: ckpt_bench [--gb G] [--dir D] [--threads N] [--cold]\n");
       return 2;
@@ -213,7 +216,8 @@ int main(int argc, char** argv) {
       const double w = Since(t0);
       std::map<std::string, std::pair<uint64_t, uint64_t>> per_kind;
       for (const auto& d : receipt->info.datasets) {
-        per_kind[d.kind].first += static_cast<uint64_t>(d.length) * ftrain::ckpt::DTypeSize(d.dtype);
+        per_kind[d.kind].first +=
+            static_cast<uint64_t>(d.length) * ftrain::ckpt::DTypeSize(d.dtype);
         per_kind[d.kind].second += d.stored_bytes;
       }
       DropCaches(cold);
@@ -221,11 +225,13 @@ int main(int argc, char** argv) {
       const double limit = level == 0 ? mb / raw_w : std::min(mb / raw_w, z1 * threads);
       char label[64];
       std::snprintf(label, sizeof(label), "zstd %d%s", level,
-                    level == 0 ? " (none)" : shuffle ? " +shuffle" : "");
+                    level == 0 ? " (none)"
+                    : shuffle  ? " +shuffle"
+                               : "");
       std::printf("%-22s %6.0f MB/s %8.0f%% %8.3f %6.0f MB/s %7.0f%%   ", label, mb / w,
                   100.0 * (mb / w) / limit,
-                  double(receipt->info.raw_bytes) / receipt->info.stored_bytes,
-                  mb / rep.seconds, 100.0 * (mb / rep.seconds) / (mb / raw_r));
+                  double(receipt->info.raw_bytes) / receipt->info.stored_bytes, mb / rep.seconds,
+                  100.0 * (mb / rep.seconds) / (mb / raw_r));
       for (const auto& [kind, b] : per_kind) {
         std::printf("%s %.3f  ", kind.c_str(), double(b.first) / b.second);
       }

@@ -2,9 +2,9 @@
 // ftrain code (our plugin, and hdf5plugin's own zstd filter), and crash tests: a real writer
 // process SIGKILLed before every file-system operation of save/commit/rotation and at random
 // times; after every kill `ckptctl latest` names a checkpoint that verifies.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,7 +109,8 @@ TEST_F(CkptctlTest, LatestVerifiedSkipsACorruptNewest) {
 }
 
 TEST_F(CkptctlTest, DiffPruneExport) {
-  auto r = RunCommand(Ckptctl() + " diff " + root_ + "/step-00000020 " + root_ + "/step-00000020", 60);
+  auto r =
+      RunCommand(Ckptctl() + " diff " + root_ + "/step-00000020 " + root_ + "/step-00000020", 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "bit-identical")) << r.output;
   r = RunCommand(Ckptctl() + " diff " + root_ + "/step-00000020 " + root_ + "/step-00000030", 60);
@@ -129,10 +130,15 @@ TEST_F(CkptctlTest, DiffPruneExport) {
 }
 
 TEST_F(CkptctlTest, UsageAndEnvironmentErrorsExit2) {
-  const std::vector<std::string> cases = {
-      "", "bogus", "list", "list " + root_ + " --nope", "list /nonexistent/root",
-      "prune " + root_ + " --keep 0", "export " + root_ + " --format npz -o x",
-      "verify /nonexistent", "latest /nonexistent"};
+  const std::vector<std::string> cases = {"",
+                                          "bogus",
+                                          "list",
+                                          "list " + root_ + " --nope",
+                                          "list /nonexistent/root",
+                                          "prune " + root_ + " --keep 0",
+                                          "export " + root_ + " --format npz -o x",
+                                          "verify /nonexistent",
+                                          "latest /nonexistent"};
   for (const std::string& args : cases) {
     auto r = RunCommand(Ckptctl() + " " + args, 30);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
@@ -146,11 +152,14 @@ TEST_F(CkptctlTest, UsageAndEnvironmentErrorsExit2) {
 TEST_F(CkptctlTest, ReadableWithoutFtrainCode) {
   const std::string weights = tmp_.path() + "/w.safetensors";
   ASSERT_EQ(RunCommand(Ckptctl() + " export " + root_ + "/step-00000030 --format safetensors -o " +
-                           weights + " --dtype fp32", 60).exit_code, 0);
+                           weights + " --dtype fp32",
+                       60)
+                .exit_code,
+            0);
   const std::string shard = root_ + "/step-00000030/shard-00001.h5";
   // h5dump with our plugin decompresses a zstd dataset.
-  auto r = RunCommand("HDF5_PLUGIN_PATH=" + PluginDir() + " h5dump -d /master/model.norm.weight " +
-                          shard, 60);
+  auto r = RunCommand(
+      "HDF5_PLUGIN_PATH=" + PluginDir() + " h5dump -d /master/model.norm.weight " + shard, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "DATA")) << r.output;
   EXPECT_FALSE(Contains(r.output, "error")) << r.output;
@@ -158,20 +167,23 @@ TEST_F(CkptctlTest, ReadableWithoutFtrainCode) {
   // + numpy unshuffle): same bytes, and equal to the exported weights.
   const std::string script = std::string(FTRAIN_SOURCE_DIR) + "/tests/h5_interop.py";
   auto ours = RunCommand("HDF5_PLUGIN_PATH=" + PluginDir() + " /usr/bin/python3 " + script +
-                             " read " + shard + " " + weights, 120);
+                             " read " + shard + " " + weights,
+                         120);
   ASSERT_EQ(ours.exit_code, 0) << ours.output;
-  auto theirs = RunCommand("/usr/bin/python3 " + script + " read-raw " + shard + " " +
-                               weights, 120);
+  auto theirs =
+      RunCommand("/usr/bin/python3 " + script + " read-raw " + shard + " " + weights, 120);
   ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
   EXPECT_EQ(ours.output, theirs.output);
   // The other direction: chunks compressed by python-zstandard decode with our filter.
   const std::string foreign = tmp_.path() + "/foreign.h5";
   // (HDF5 insists that a declared filter is loadable even when every chunk is written raw.)
-  auto w = RunCommand("HDF5_PLUGIN_PATH=" + PluginDir() + " /usr/bin/python3 " + script +
-                          " write-raw " + foreign, 60);
+  auto w = RunCommand(
+      "HDF5_PLUGIN_PATH=" + PluginDir() + " /usr/bin/python3 " + script + " write-raw " + foreign,
+      60);
   ASSERT_EQ(w.exit_code, 0) << w.output;
   auto rd = RunCommand("HDF5_PLUGIN_PATH=" + PluginDir() + " /usr/bin/python3 " + script +
-                           " read-foreign " + foreign, 60);
+                           " read-foreign " + foreign,
+                       60);
   ASSERT_EQ(rd.exit_code, 0) << rd.output;
   EXPECT_EQ(w.output.substr(6), rd.output.substr(5));
 }
@@ -200,11 +212,13 @@ void CheckAfterCrash(const std::string& root, const std::set<std::string>& allow
   ASSERT_EQ(verify.exit_code, 0) << where << " after recovery\n" << verify.output;
   const int64_t step = std::stoll(path.substr(path.size() - 8));
   auto resume = RunCommand(Writer() + " " + root + " " + std::to_string(step + 1) + " " +
-                               std::to_string(next_last) + " 2 2", 60);
+                               std::to_string(next_last) + " 2 2",
+                           60);
   ASSERT_EQ(resume.exit_code, 0) << where << "\n" << resume.output;
   auto final_latest = RunCommand(Ckptctl() + " latest " + root, 30);
   EXPECT_TRUE(Contains(final_latest.output, "step-0000000" + std::to_string(next_last)))
-      << where << "\n" << final_latest.output;
+      << where << "\n"
+      << final_latest.output;
   auto all = RunCommand(Ckptctl() + " verify " + root + " --all", 60);
   EXPECT_EQ(all.exit_code, 0) << where << "\n" << all.output;
 }
@@ -213,8 +227,9 @@ TEST(CkptCrash, KilledBeforeEveryFileSystemOperation) {
   // Count the operations of saving steps 2 and 3 (with rotation) after a base step 1.
   TempDir probe;
   ASSERT_EQ(RunCommand(Writer() + " " + probe.path() + " 1 1 2 2", 60).exit_code, 0);
-  auto traced = RunCommand("FTRAIN_CRASH_AT=1000000 FTRAIN_CRASH_TRACE=1 " + Writer() + " " +
-                               probe.path() + " 2 3 2 2", 60);
+  auto traced = RunCommand(
+      "FTRAIN_CRASH_AT=1000000 FTRAIN_CRASH_TRACE=1 " + Writer() + " " + probe.path() + " 2 3 2 2",
+      60);
   ASSERT_EQ(traced.exit_code, 0) << traced.output;
   int ops = 0;
   std::istringstream in(traced.output);
@@ -227,8 +242,9 @@ TEST(CkptCrash, KilledBeforeEveryFileSystemOperation) {
   for (int k = 1; k <= ops; ++k) {
     TempDir tmp;
     ASSERT_EQ(RunCommand(Writer() + " " + tmp.path() + " 1 1 2 2", 60).exit_code, 0);
-    auto r = RunCommand("FTRAIN_CRASH_AT=" + std::to_string(k) + " " + Writer() + " " +
-                            tmp.path() + " 2 3 2 2", 60);
+    auto r = RunCommand(
+        "FTRAIN_CRASH_AT=" + std::to_string(k) + " " + Writer() + " " + tmp.path() + " 2 3 2 2",
+        60);
     ASSERT_EQ(r.exit_code, 137) << "op " << k << " did not kill the writer\n" << r.output;
     ++kills;
     CheckAfterCrash(tmp.path(), {"step-00000001", "step-00000002", "step-00000003"}, 5,

@@ -51,12 +51,13 @@ RankState::RankState(int64_t step, int rank, int world, int64_t scale) {
       contents_.tensors.push_back(ref);
     }
   }
-  contents_.blobs.push_back({"scheduler", "state", "replicated",
-                             "{\"step\":" + std::to_string(step) + ",\"lr\":0.001}"});
-  contents_.blobs.push_back({"train", "state", "replicated",
-                             "{\"global_step\":" + std::to_string(step) + "}"});
-  contents_.blobs.push_back({"rng", "torch_cpu", "per_rank",
-                             "rng-of-rank-" + std::to_string(rank) + "-step-" + std::to_string(step)});
+  contents_.blobs.push_back(
+      {"scheduler", "state", "replicated", "{\"step\":" + std::to_string(step) + ",\"lr\":0.001}"});
+  contents_.blobs.push_back(
+      {"train", "state", "replicated", "{\"global_step\":" + std::to_string(step) + "}"});
+  contents_.blobs.push_back(
+      {"rng", "torch_cpu", "per_rank",
+       "rng-of-rank-" + std::to_string(rank) + "-step-" + std::to_string(step)});
   contents_.blobs.push_back({"data", "cursor", "per_rank",
                              "cursor-" + std::to_string(rank) + "/" + std::to_string(world)});
 }

@@ -169,8 +169,10 @@ TEST(Ckpt, ReshardingReadsAnyWorldSize) {
       for (size_t t = 0; t < tensors.size(); ++t) {
         auto span = dist::ShardOf(tensors[t].numel(), new_world, r);
         std::vector<float> got(static_cast<size_t>(span.length));
-        ASSERT_TRUE((*reader)->ReadTensorRange("optim/exp_avg", tensors[t].name, span.offset,
-                                              span.length, got.data()).ok());
+        ASSERT_TRUE((*reader)
+                        ->ReadTensorRange("optim/exp_avg", tensors[t].name, span.offset,
+                                          span.length, got.data())
+                        .ok());
         for (int64_t i = 0; i < span.length; ++i) {
           ASSERT_EQ(got[static_cast<size_t>(i)],
                     FixtureValue(5, t, "optim/exp_avg", span.offset + i));
@@ -247,7 +249,8 @@ class DamagedCheckpointTest : public ::testing::Test {
   std::string FirstProblem() {
     auto rep = ckpt::VerifyCheckpoint(dir_);
     EXPECT_FALSE(rep.ok());
-    return rep.problems.empty() ? "" : rep.problems.front().file + ": " + rep.problems.front().problem;
+    return rep.problems.empty() ? ""
+                                : rep.problems.front().file + ": " + rep.problems.front().problem;
   }
   TempDir tmp_;
   std::unique_ptr<CheckpointStore> store_;
@@ -400,9 +403,10 @@ TEST(CkptRotation, KeepsNewestKMilestonesAndLeasedOnes) {
   auto list = store.List();
   ASSERT_TRUE(list.ok());
   std::vector<std::string> left;
-  for (const auto& i : *list) left.push_back(ckpt::StepDirName(i.step) + ":" + CheckpointStatusName(i.status));
+  for (const auto& i : *list)
+    left.push_back(ckpt::StepDirName(i.step) + ":" + CheckpointStatusName(i.status));
   // 8,7,6 newest; 4 milestone; 1 leased; 9.partial may be live; 2,3,5 and debris gone.
-  std::vector<std::string> want = {"step-00000009:partial", "step-00000008:complete",
+  std::vector<std::string> want = {"step-00000009:partial",  "step-00000008:complete",
                                    "step-00000007:complete", "step-00000006:complete",
                                    "step-00000004:complete", "step-00000001:complete"};
   EXPECT_EQ(left, want);
@@ -439,8 +443,10 @@ TEST(CkptFaults, FailureAtEveryFileSystemStep) {
         CheckpointStore plain(tmp.path());
         ASSERT_TRUE(SaveFixture(&plain, 1, 2).ok());
         FaultInjectionEnv env(Env::Default());
-        if (sticky) env.FailAllFrom(op, error);
-        else env.FailAt(op, error);
+        if (sticky)
+          env.FailAllFrom(op, error);
+        else
+          env.FailAt(op, error);
         CheckpointStore store(tmp.path(), &env);
         Status s = SaveFixture(&store, 2, 2);
         if (s.ok()) s = store.Rotate({1, 0}).status();
@@ -474,14 +480,16 @@ TEST(CkptTools, DiffAndExport) {
   ASSERT_TRUE(SaveFixture(&b, 5, 3).ok());  // same state, other world size
   ASSERT_TRUE(SaveFixture(&c, 6, 2).ok());
   std::ostringstream out;
-  auto same = ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/b/step-00000005", out);
+  auto same =
+      ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/b/step-00000005", out);
   ASSERT_TRUE(same.ok());
   // Tensors are identical across world sizes; per-rank state is not comparable.
   EXPECT_FALSE(same->identical);
   EXPECT_NE(out.str().find("per-rank and the world sizes differ"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("elements differ"), std::string::npos) << out.str();
   std::ostringstream out2;
-  auto diff = ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/c/step-00000006", out2);
+  auto diff =
+      ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/c/step-00000006", out2);
   ASSERT_TRUE(diff.ok());
   EXPECT_FALSE(diff->identical);
   EXPECT_NE(out2.str().find("max abs difference"), std::string::npos) << out2.str();

@@ -33,8 +33,9 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(2, 3, 4)
 
 TEST(Collectives, HybridLayoutGroupsAreCorrect) {
   // 2 simulated nodes x 2 ranks: intra-node groups {0,1},{2,3}, inter-node {0,2},{1,3}.
-  auto r = RunCommand(Ftrain() + " launch --nproc 4 --nodes 2 -- commcheck --iters 1 "
-                                 "--warmup 0 --sizes 4004 --json",
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 4 --nodes 2 -- commcheck --iters 1 "
+                          "--warmup 0 --sizes 4004 --json",
                       180);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "\"group\":\"intra_node\",\"group_size\":2")) << r.output;
@@ -44,8 +45,9 @@ TEST(Collectives, HybridLayoutGroupsAreCorrect) {
 
 TEST(Collectives, CorruptedResultFailsNamingRankAndCollective) {
   for (const char* coll : {"all_reduce", "reduce_scatter", "all_gather", "broadcast"}) {
-    auto r = RunCommand(Ftrain() + " launch --nproc 3 -- commcheck --iters 1 --warmup 0 "
-                                   "--sizes 4004 --no-groups --inject-fault 1:" +
+    auto r = RunCommand(Ftrain() +
+                            " launch --nproc 3 -- commcheck --iters 1 --warmup 0 "
+                            "--sizes 4004 --no-groups --inject-fault 1:" +
                             coll,
                         120);
     EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -55,8 +57,9 @@ TEST(Collectives, CorruptedResultFailsNamingRankAndCollective) {
 }
 
 TEST(Launch, DeadRankStopsTheOthersAndItsCodeWins) {
-  auto r = RunCommand(Ftrain() + " launch --nproc 3 --grace-s 2 -- /bin/sh -c "
-                                 "'if [ \"$RANK\" = 1 ]; then sleep 0.3; exit 7; fi; sleep 60'",
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 3 --grace-s 2 -- /bin/sh -c "
+                          "'if [ \"$RANK\" = 1 ]; then sleep 0.3; exit 7; fi; sleep 60'",
                       60);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 7) << r.output;
@@ -66,17 +69,19 @@ TEST(Launch, DeadRankStopsTheOthersAndItsCodeWins) {
 }
 
 TEST(Launch, RankKilledBySignalGives128PlusSignal) {
-  auto r = RunCommand(Ftrain() + " launch --nproc 2 --grace-s 1 -- /bin/sh -c "
-                                 "'if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; sleep 60'",
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 2 --grace-s 1 -- /bin/sh -c "
+                          "'if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; sleep 60'",
                       60);
   EXPECT_EQ(r.exit_code, 137) << r.output;
   EXPECT_TRUE(Contains(r.output, "killed by signal 9")) << r.output;
 }
 
 TEST(Launch, SurvivorIgnoringSigtermIsKilledAfterGrace) {
-  auto r = RunCommand(Ftrain() + " launch --nproc 2 --grace-s 1 -- /bin/sh -c "
-                                 "'if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; trap \"\" TERM; "
-                                 "sleep 60 & wait; sleep 60'",
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 2 --grace-s 1 -- /bin/sh -c "
+                          "'if [ \"$RANK\" = 0 ]; then sleep 1; exit 3; fi; trap \"\" TERM; "
+                          "sleep 60 & wait; sleep 60'",
                       60);
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_LT(r.seconds, 20.0);
@@ -84,9 +89,10 @@ TEST(Launch, SurvivorIgnoringSigtermIsKilledAfterGrace) {
 }
 
 TEST(Launch, EnvironmentIsSetPerRank) {
-  auto r = RunCommand(Ftrain() + " launch --nproc 4 --nodes 2 -- /bin/sh -c "
-                                 "'echo R=$RANK/$WORLD_SIZE L=$LOCAL_RANK/$LOCAL_WORLD_SIZE "
-                                 "N=$GROUP_RANK A=$MASTER_ADDR'",
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 4 --nodes 2 -- /bin/sh -c "
+                          "'echo R=$RANK/$WORLD_SIZE L=$LOCAL_RANK/$LOCAL_WORLD_SIZE "
+                          "N=$GROUP_RANK A=$MASTER_ADDR'",
                       30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "R=3/4 L=1/2 N=1 A=127.0.0.1")) << r.output;
@@ -107,10 +113,10 @@ TEST(Launch, UsageErrorsExit2) {
 
 TEST(Rendezvous, UnreachableStoreTimesOutNamingTheAddress) {
   const int port = FreePort();  // nobody listens there
-  auto r = RunCommand("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(port) + " FTRAIN_RDZV_TIMEOUT=3 " + Ftrain() +
-                          " commcheck --sizes 4K",
-                      60);
+  auto r =
+      RunCommand("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                     " FTRAIN_RDZV_TIMEOUT=3 " + Ftrain() + " commcheck --sizes 4K",
+                 60);
   ASSERT_FALSE(r.timed_out) << "a rank hung instead of failing: " << r.output;
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "127.0.0.1:" + std::to_string(port))) << r.output;
@@ -119,10 +125,10 @@ TEST(Rendezvous, UnreachableStoreTimesOutNamingTheAddress) {
 
 TEST(Rendezvous, MissingRankTimesOutNamingIt) {
   const int port = FreePort();
-  auto r = RunCommand("RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(port) + " FTRAIN_RDZV_TIMEOUT=3 " + Ftrain() +
-                          " commcheck --sizes 4K",
-                      60);
+  auto r =
+      RunCommand("RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                     " FTRAIN_RDZV_TIMEOUT=3 " + Ftrain() + " commcheck --sizes 4K",
+                 60);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "ranks 1,2 of 3 did not join")) << r.output;
@@ -130,11 +136,12 @@ TEST(Rendezvous, MissingRankTimesOutNamingIt) {
 
 TEST(Rendezvous, MismatchedWorldSizesAreRefused) {
   const int port = FreePort();
-  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-                          " FTRAIN_RDZV_TIMEOUT=20 ";
+  const std::string env =
+      "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " FTRAIN_RDZV_TIMEOUT=20 ";
   auto r = RunCommand("(" + env + "RANK=0 WORLD_SIZE=2 " + Ftrain() +
                           " commcheck --sizes 4K > /dev/null 2>&1; echo rank0=$? ) & "
-                          "sleep 0.5; " + env + "RANK=1 WORLD_SIZE=3 " + Ftrain() +
+                          "sleep 0.5; " +
+                          env + "RANK=1 WORLD_SIZE=3 " + Ftrain() +
                           " commcheck --sizes 4K; echo rank1=$?; wait",
                       90);
   ASSERT_FALSE(r.timed_out) << r.output;

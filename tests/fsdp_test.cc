@@ -93,35 +93,38 @@ TEST_P(Equivalence, MatchesSingleProcessWithTheSameGlobalBatch) {
   TempDir tmp;
   const int b = 2;
   const std::string common = std::string("--steps 20 ") + c.extra;
-  auto ref = RunWorker(tmp.path() + "/ref", 1, 1,
-                 common + " --sharding full_shard --micro-batch " + std::to_string(b * c.nproc));
-  auto dist = RunWorker(tmp.path() + "/dist", c.nproc, c.nodes,
-                  common + " --sharding " + c.sharding + " --micro-batch " + std::to_string(b));
-  ExpectClose(dist, ref, 1e-5, std::string(c.sharding) + " x" + std::to_string(c.nproc) + " " + c.extra);
+  auto ref =
+      RunWorker(tmp.path() + "/ref", 1, 1,
+                common + " --sharding full_shard --micro-batch " + std::to_string(b * c.nproc));
+  auto dist =
+      RunWorker(tmp.path() + "/dist", c.nproc, c.nodes,
+                common + " --sharding " + c.sharding + " --micro-batch " + std::to_string(b));
+  ExpectClose(dist, ref, 1e-5,
+              std::string(c.sharding) + " x" + std::to_string(c.nproc) + " " + c.extra);
   // Training must actually have moved the loss.
   EXPECT_LT(ref.losses.back(), ref.losses.front() * 0.97);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, Equivalence,
-    ::testing::Values(EqCase{"full_shard", 2, 1, "", "full2"}, EqCase{"full_shard", 4, 1, "", "full4"},
-                      EqCase{"shard_grad_op", 2, 1, "", "grad_op2"},
-                      EqCase{"shard_grad_op", 4, 1, "", "grad_op4"},
-                      EqCase{"no_shard", 2, 1, "", "no_shard2"}, EqCase{"no_shard", 4, 1, "", "no_shard4"},
-                      EqCase{"hybrid_shard", 2, 2, "", "hybrid1x2"},
-                      EqCase{"hybrid_shard", 4, 2, "", "hybrid2x2"},
-                      EqCase{"full_shard", 4, 1, "--accum 2 --clip 0.5", "full4_accum_clip"},
-                      EqCase{"hybrid_shard", 4, 2, "--accum 3 --clip 0.5", "hybrid2x2_accum_clip"},
-                      EqCase{"no_shard", 2, 1, "--accum 2 --clip 0.5", "no_shard2_accum_clip"},
-                      EqCase{"shard_grad_op", 2, 1, "--accum 2 --clip 0.5 --act-ckpt 0",
-                             "grad_op2_accum_clip_nockpt"}),
+    ::testing::Values(
+        EqCase{"full_shard", 2, 1, "", "full2"}, EqCase{"full_shard", 4, 1, "", "full4"},
+        EqCase{"shard_grad_op", 2, 1, "", "grad_op2"},
+        EqCase{"shard_grad_op", 4, 1, "", "grad_op4"}, EqCase{"no_shard", 2, 1, "", "no_shard2"},
+        EqCase{"no_shard", 4, 1, "", "no_shard4"}, EqCase{"hybrid_shard", 2, 2, "", "hybrid1x2"},
+        EqCase{"hybrid_shard", 4, 2, "", "hybrid2x2"},
+        EqCase{"full_shard", 4, 1, "--accum 2 --clip 0.5", "full4_accum_clip"},
+        EqCase{"hybrid_shard", 4, 2, "--accum 3 --clip 0.5", "hybrid2x2_accum_clip"},
+        EqCase{"no_shard", 2, 1, "--accum 2 --clip 0.5", "no_shard2_accum_clip"},
+        EqCase{"shard_grad_op", 2, 1, "--accum 2 --clip 0.5 --act-ckpt 0",
+               "grad_op2_accum_clip_nockpt"}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(FsdpBf16, CloseToFp32WithinTheDocumentedTolerance) {
   TempDir tmp;
   auto f32 = RunWorker(tmp.path() + "/f32", 2, 1, "--steps 20 --sharding full_shard");
   auto b16 = RunWorker(tmp.path() + "/b16", 2, 1,
-                 "--steps 20 --sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16");
+                       "--steps 20 --sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16");
   ASSERT_EQ(f32.losses.size(), b16.losses.size());
   // bf16 keeps 8 mantissa bits: per-step losses agree within 2% (docs/fsdp.md).
   for (size_t i = 0; i < f32.losses.size(); ++i) {
@@ -132,7 +135,8 @@ TEST(FsdpBf16, CloseToFp32WithinTheDocumentedTolerance) {
 
 TEST(FsdpDeterminism, IdenticalRunsGiveIdenticalBits) {
   TempDir tmp;
-  const std::string args = "--steps 8 --sharding hybrid_shard --dtype bfloat16 --accum 2 --clip 0.5";
+  const std::string args =
+      "--steps 8 --sharding hybrid_shard --dtype bfloat16 --accum 2 --clip 0.5";
   auto a = RunWorker(tmp.path() + "/a", 4, 2, args);
   auto b = RunWorker(tmp.path() + "/b", 4, 2, args);
   ExpectBitIdentical(a, b, "two identical hybrid runs");
@@ -142,15 +146,17 @@ TEST(FsdpDeterminism, PrefetchAndActivationCheckpointingChangeNoBits) {
   TempDir tmp;
   const std::string base = "--steps 6 --sharding full_shard --accum 2";
   auto ref = RunWorker(tmp.path() + "/ref", 2, 1, base);
-  ExpectBitIdentical(RunWorker(tmp.path() + "/nopf", 2, 1, base + " --prefetch 0"), ref, "prefetch off");
-  ExpectBitIdentical(RunWorker(tmp.path() + "/nock", 2, 1, base + " --act-ckpt 0"), ref, "act-ckpt off");
+  ExpectBitIdentical(RunWorker(tmp.path() + "/nopf", 2, 1, base + " --prefetch 0"), ref,
+                     "prefetch off");
+  ExpectBitIdentical(RunWorker(tmp.path() + "/nock", 2, 1, base + " --act-ckpt 0"), ref,
+                     "act-ckpt off");
 }
 
 TEST(FsdpMemory, PersistentBytesPerRankAre16PerParameterOverN) {
   TempDir tmp;
   for (int n : {1, 2, 4}) {
     auto r = RunWorker(tmp.path() + "/m" + std::to_string(n), n, 1,
-                 "--steps 1 --sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16");
+                       "--steps 1 --sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16");
     const double p = r.json["params"].get<double>();
     const double bytes = r.json["persistent_bytes"].get<double>();
     const double want = 16.0 * p / n;

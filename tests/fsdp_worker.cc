@@ -79,10 +79,19 @@ int Fail(const Status& s) {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> a = {
       {"--config", std::string(FTRAIN_SOURCE_DIR) + "/configs/tiny.cfg"},
-      {"--sharding", "full_shard"}, {"--steps", "20"}, {"--micro-batch", "2"}, {"--accum", "1"},
-      {"--clip", "0"}, {"--dtype", "float32"}, {"--reduce-dtype", "float32"},
-      {"--act-ckpt", "1"}, {"--prefetch", "1"}, {"--lr", "0.003"}, {"--out", ""},
-      {"--seq-len", "32"}, {"--bin", "1"}};
+      {"--sharding", "full_shard"},
+      {"--steps", "20"},
+      {"--micro-batch", "2"},
+      {"--accum", "1"},
+      {"--clip", "0"},
+      {"--dtype", "float32"},
+      {"--reduce-dtype", "float32"},
+      {"--act-ckpt", "1"},
+      {"--prefetch", "1"},
+      {"--lr", "0.003"},
+      {"--out", ""},
+      {"--seq-len", "32"},
+      {"--bin", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!a.count(argv[i])) {
       std::fprintf(stderr, "fsdp_worker: unknown flag %s\n", argv[i]);
@@ -139,8 +148,8 @@ int main(int argc, char** argv) {
     double loss_sum = 0;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t first = ((s * K + k) * w.world_size + w.rank) * B;
-      auto loss = (*engine)->ForwardBackward(Batch(first, B, T1, mcfg->vocab_size), 1.0 / K,
-                                             k == K - 1);
+      auto loss =
+          (*engine)->ForwardBackward(Batch(first, B, T1, mcfg->vocab_size), 1.0 / K, k == K - 1);
       if (!loss.ok()) return Fail(loss.status());
       loss_sum += *loss;
     }

@@ -7,10 +7,10 @@
 namespace ftrain::testing {
 
 struct CommandResult {
-  int exit_code = -1;     // exit code, or 128+signal
-  bool timed_out = false; // killed because it passed the deadline
+  int exit_code = -1;      // exit code, or 128+signal
+  bool timed_out = false;  // killed because it passed the deadline
   double seconds = 0;
-  std::string output;     // stdout and stderr interleaved
+  std::string output;  // stdout and stderr interleaved
 };
 
 // Runs `/bin/sh -c command` in its own process group; on timeout kills the whole group.

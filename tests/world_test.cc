@@ -1,10 +1,11 @@
 // Unit tests: rank discovery from each environment source, hostlists, shard arithmetic,
 // config parsing and overrides. No processes, no network.
+#include "dist/world.h"
+
 #include <gtest/gtest.h>
 
 #include "core/config.h"
 #include "dist/comm.h"
-#include "dist/world.h"
 
 namespace ftrain::dist {
 namespace {
@@ -18,8 +19,11 @@ TEST(DiscoverFromEnv, NothingSetIsSingleProcess) {
 }
 
 TEST(DiscoverFromEnv, TorchrunStyle) {
-  auto w = DiscoverFromEnv({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                            {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.1"},
+  auto w = DiscoverFromEnv({{"RANK", "5"},
+                            {"WORLD_SIZE", "8"},
+                            {"LOCAL_RANK", "1"},
+                            {"LOCAL_WORLD_SIZE", "4"},
+                            {"MASTER_ADDR", "10.0.0.1"},
                             {"MASTER_PORT", "29500"}});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->source, WorldSource::kTorchrun);
@@ -41,8 +45,8 @@ TEST(DiscoverFromEnv, TorchrunMissingMasterAddrNamesVariable) {
 }
 
 TEST(DiscoverFromEnv, RankNotBelowWorldSizeIsRejected) {
-  auto w = DiscoverFromEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                            {"MASTER_PORT", "1"}});
+  auto w = DiscoverFromEnv(
+      {{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("rank is not below"), std::string::npos);
 }
@@ -54,11 +58,15 @@ TEST(DiscoverFromEnv, GarbageNumberNamesVariable) {
 }
 
 TEST(DiscoverFromEnv, SlurmStep) {
-  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "3"},
-                            {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_LOCALID", "1"},
-                            {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"},
+  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"},
+                            {"SLURM_PROCID", "3"},
+                            {"SLURM_STEP_NUM_TASKS", "4"},
+                            {"SLURM_LOCALID", "1"},
+                            {"SLURM_NODEID", "1"},
+                            {"SLURM_STEP_NUM_NODES", "2"},
                             {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
-                            {"SLURM_STEP_NODELIST", "node[1-2]"}, {"SLURM_JOB_ID", "1234"}});
+                            {"SLURM_STEP_NODELIST", "node[1-2]"},
+                            {"SLURM_JOB_ID", "1234"}});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->source, WorldSource::kSlurm);
   EXPECT_EQ(w->rank, 3);
@@ -73,10 +81,14 @@ TEST(DiscoverFromEnv, SlurmStep) {
 }
 
 TEST(DiscoverFromEnv, SlurmUnevenTasksPerNode) {
-  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "4"},
-                            {"SLURM_STEP_NUM_TASKS", "5"}, {"SLURM_LOCALID", "0"},
-                            {"SLURM_NODEID", "2"}, {"SLURM_STEP_NUM_NODES", "3"},
-                            {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"MASTER_ADDR", "a"},
+  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"},
+                            {"SLURM_PROCID", "4"},
+                            {"SLURM_STEP_NUM_TASKS", "5"},
+                            {"SLURM_LOCALID", "0"},
+                            {"SLURM_NODEID", "2"},
+                            {"SLURM_STEP_NUM_NODES", "3"},
+                            {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+                            {"MASTER_ADDR", "a"},
                             {"MASTER_PORT", "7"}});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->local_world_size, 1);
@@ -93,9 +105,13 @@ TEST(DiscoverFromEnv, BatchScriptWithoutStepIsNotMultiRank) {
 
 TEST(DiscoverFromEnv, TorchrunVariablesWinOverSlurmStep) {
   // `ftrain launch` inside an allocation sets RANK; those ranks are not the step's.
-  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"},
-                            {"SLURM_NTASKS", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "2"},
-                            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "5"}});
+  auto w = DiscoverFromEnv({{"SLURM_STEP_ID", "0"},
+                            {"SLURM_PROCID", "0"},
+                            {"SLURM_NTASKS", "1"},
+                            {"RANK", "1"},
+                            {"WORLD_SIZE", "2"},
+                            {"MASTER_ADDR", "127.0.0.1"},
+                            {"MASTER_PORT", "5"}});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->source, WorldSource::kTorchrun);
   EXPECT_EQ(w->rank, 1);

@@ -9,13 +9,20 @@ namespace ftrain::ckpt {
 
 const char* DTypeName(DType d) {
   switch (d) {
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kUInt8: return "uint8";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUInt8:
+      return "uint8";
   }
   return "?";
 }
@@ -31,12 +38,16 @@ StatusOr<DType> DTypeFromName(const std::string& name) {
 size_t DTypeSize(DType d) {
   switch (d) {
     case DType::kBFloat16:
-    case DType::kFloat16: return 2;
+    case DType::kFloat16:
+      return 2;
     case DType::kFloat32:
-    case DType::kInt32: return 4;
+    case DType::kInt32:
+      return 4;
     case DType::kFloat64:
-    case DType::kInt64: return 8;
-    case DType::kUInt8: return 1;
+    case DType::kInt64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
   }
   return 1;
 }
@@ -51,9 +62,12 @@ namespace {
 double HalfToDouble(uint16_t h) {
   const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   double v;
-  if (exp == 0) v = mant * (1.0 / (1 << 24));
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = (1.0 + mant / 1024.0) * std::ldexp(1.0, exp - 15);
+  if (exp == 0)
+    v = mant * (1.0 / (1 << 24));
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = (1.0 + mant / 1024.0) * std::ldexp(1.0, exp - 15);
   return sign ? -v : v;
 }
 
@@ -95,7 +109,8 @@ double ElementAsDouble(DType d, const void* data, size_t i) {
       std::memcpy(&v, p + 8 * i, 8);
       return static_cast<double>(v);
     }
-    case DType::kUInt8: return p[i];
+    case DType::kUInt8:
+      return p[i];
   }
   return 0;
 }

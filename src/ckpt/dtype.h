@@ -12,7 +12,7 @@ namespace ftrain::ckpt {
 
 enum class DType { kBFloat16, kFloat16, kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
 
-const char* DTypeName(DType d);          // "bfloat16", "float32", ...
+const char* DTypeName(DType d);  // "bfloat16", "float32", ...
 StatusOr<DType> DTypeFromName(const std::string& name);
 size_t DTypeSize(DType d);
 bool DTypeIsFloat(DType d);

@@ -36,10 +36,14 @@ RootEntry ParseRootEntry(const std::string& name) {
   const int64_t step = ParseDigits(name, 5, 8);
   if (step < 0) return e;
   const std::string suffix = name.substr(13);
-  if (suffix.empty()) e.kind = EntryKind::kComplete;
-  else if (suffix == ".partial") e.kind = EntryKind::kPartial;
-  else if (suffix == ".deleting") e.kind = EntryKind::kDeleting;
-  else return e;
+  if (suffix.empty())
+    e.kind = EntryKind::kComplete;
+  else if (suffix == ".partial")
+    e.kind = EntryKind::kPartial;
+  else if (suffix == ".deleting")
+    e.kind = EntryKind::kDeleting;
+  else
+    return e;
   e.step = step;
   return e;
 }

@@ -21,9 +21,9 @@ struct RootEntry {
 constexpr int64_t kMaxStep = 99999999;  // 8 digits
 constexpr int kMaxWorldSize = 99999;    // 5 digits
 
-std::string StepDirName(int64_t step);     // step-00000120
-std::string PartialDirName(int64_t step);  // step-00000120.partial
-std::string DeletingDirName(int64_t step); // step-00000120.deleting
+std::string StepDirName(int64_t step);      // step-00000120
+std::string PartialDirName(int64_t step);   // step-00000120.partial
+std::string DeletingDirName(int64_t step);  // step-00000120.deleting
 RootEntry ParseRootEntry(const std::string& name);
 
 std::string ShardFileName(int rank);    // shard-00003.h5

@@ -20,7 +20,7 @@ int64_t ManifestTensor::numel() const {
 namespace {
 
 json RecordToJson(const DatasetRecord& r) {
-  json j = {{"kind", r.kind}, {"name", r.name}, {"dtype", DTypeName(r.dtype)},
+  json j = {{"kind", r.kind},     {"name", r.name},        {"dtype", DTypeName(r.dtype)},
             {"length", r.length}, {"xxh3", Hex64(r.xxh3)}, {"stored_bytes", r.stored_bytes}};
   if (r.is_blob) {
     j["blob"] = true;
@@ -99,12 +99,22 @@ StatusOr<DatasetRecord> RecordFromJson(const json& j, const std::string& origin)
 std::string Receipt::ToJson() const {
   json datasets = json::array();
   for (const auto& d : info.datasets) datasets.push_back(RecordToJson(d));
-  json j = {{"format", "ftrain-receipt"}, {"format_version", kFormatVersion},
-            {"step", step}, {"rank", rank}, {"world_size", world_size}, {"file", file},
-            {"size", size}, {"xxh3", Hex64(xxh3)}, {"raw_bytes", info.raw_bytes},
-            {"stored_bytes", info.stored_bytes}, {"writer", writer}, {"datasets", datasets},
-            {"config_hash", meta.config_hash}, {"code_version", meta.code_version},
-            {"data_version", meta.data_version}, {"layout_json", meta.layout_json}};
+  json j = {{"format", "ftrain-receipt"},
+            {"format_version", kFormatVersion},
+            {"step", step},
+            {"rank", rank},
+            {"world_size", world_size},
+            {"file", file},
+            {"size", size},
+            {"xxh3", Hex64(xxh3)},
+            {"raw_bytes", info.raw_bytes},
+            {"stored_bytes", info.stored_bytes},
+            {"writer", writer},
+            {"datasets", datasets},
+            {"config_hash", meta.config_hash},
+            {"code_version", meta.code_version},
+            {"data_version", meta.data_version},
+            {"layout_json", meta.layout_json}};
   return j.dump(1);
 }
 
@@ -156,9 +166,8 @@ StatusOr<Manifest> BuildManifest(const CheckpointMeta& meta, const std::vector<R
   for (const auto& r : receipts) {
     if (r.step != meta.step || r.world_size != meta.world_size) {
       return Status::Corruption("receipt of rank " + std::to_string(r.rank) + " is for step " +
-                                std::to_string(r.step) + " world " +
-                                std::to_string(r.world_size) + ", expected step " +
-                                std::to_string(meta.step) + " world " +
+                                std::to_string(r.step) + " world " + std::to_string(r.world_size) +
+                                ", expected step " + std::to_string(meta.step) + " world " +
                                 std::to_string(meta.world_size));
     }
     m.files.push_back({r.file, r.rank, r.size, r.xxh3});
@@ -206,30 +215,41 @@ std::string Manifest::ToJson() const {
   for (const auto& t : tensors) {
     json pieces = json::array();
     for (const auto& p : t.pieces) {
-      pieces.push_back({{"rank", p.rank}, {"offset", p.offset}, {"length", p.length},
-                        {"xxh3", Hex64(p.xxh3)}});
+      pieces.push_back(
+          {{"rank", p.rank}, {"offset", p.offset}, {"length", p.length}, {"xxh3", Hex64(p.xxh3)}});
     }
-    tensors_j.push_back({{"kind", t.kind}, {"name", t.name}, {"dtype", DTypeName(t.dtype)},
-                         {"shape", t.shape}, {"pieces", pieces}});
+    tensors_j.push_back({{"kind", t.kind},
+                         {"name", t.name},
+                         {"dtype", DTypeName(t.dtype)},
+                         {"shape", t.shape},
+                         {"pieces", pieces}});
   }
   json blobs_j = json::array();
   for (const auto& b : blobs) {
-    blobs_j.push_back({{"group", b.group}, {"name", b.name}, {"policy", b.policy},
-                       {"ranks", b.ranks}});
+    blobs_j.push_back(
+        {{"group", b.group}, {"name", b.name}, {"policy", b.policy}, {"ranks", b.ranks}});
   }
   json files_j = json::array();
   for (const auto& f : files) {
-    files_j.push_back({{"path", f.path}, {"rank", f.rank}, {"size", f.size},
-                       {"xxh3", Hex64(f.xxh3)}});
+    files_j.push_back(
+        {{"path", f.path}, {"rank", f.rank}, {"size", f.size}, {"xxh3", Hex64(f.xxh3)}});
   }
   json layout = json::parse(meta.layout_json, nullptr, false);
   if (layout.is_discarded()) layout = json::object();
-  json j = {{"format", "ftrain-checkpoint"}, {"format_version", kFormatVersion},
-            {"step", meta.step}, {"world_size", meta.world_size},
-            {"created_unix", created_unix}, {"config_hash", meta.config_hash},
-            {"code_version", meta.code_version}, {"data_version", meta.data_version},
-            {"layout", layout}, {"raw_bytes", raw_bytes}, {"stored_bytes", stored_bytes},
-            {"files", files_j}, {"tensors", tensors_j}, {"blobs", blobs_j}};
+  json j = {{"format", "ftrain-checkpoint"},
+            {"format_version", kFormatVersion},
+            {"step", meta.step},
+            {"world_size", meta.world_size},
+            {"created_unix", created_unix},
+            {"config_hash", meta.config_hash},
+            {"code_version", meta.code_version},
+            {"data_version", meta.data_version},
+            {"layout", layout},
+            {"raw_bytes", raw_bytes},
+            {"stored_bytes", stored_bytes},
+            {"files", files_j},
+            {"tensors", tensors_j},
+            {"blobs", blobs_j}};
   return j.dump(1);
 }
 
@@ -284,8 +304,8 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
   }
   for (int r = 0; r < w; ++r) {
     if (!seen[static_cast<size_t>(r)]) {
-      return Bad(origin, "no shard file listed for rank " + std::to_string(r) + " of " +
-                             std::to_string(w));
+      return Bad(origin,
+                 "no shard file listed for rank " + std::to_string(r) + " of " + std::to_string(w));
     }
   }
   if (!j.contains("tensors") || !j["tensors"].is_array()) return Bad(origin, "no tensors list");
@@ -337,7 +357,8 @@ StatusOr<Manifest> Manifest::FromJson(const std::string& text, const std::string
       FT_RETURN_IF_ERROR(CheckName(b.group, "blob group", origin));
       FT_RETURN_IF_ERROR(CheckName(b.name, "blob", origin));
       for (int r : b.ranks) {
-        if (r < 0 || r >= w) return Bad(origin, "blob " + b.name + " names rank " + std::to_string(r));
+        if (r < 0 || r >= w)
+          return Bad(origin, "blob " + b.name + " names rank " + std::to_string(r));
       }
       m.blobs.push_back(std::move(b));
     }

@@ -14,10 +14,10 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::st
   while (r->dir_.size() > 1 && r->dir_.back() == '/') r->dir_.pop_back();
   RootEntry e = ParseRootEntry(Basename(r->dir_));
   if (e.kind == EntryKind::kPartial || e.kind == EntryKind::kDeleting) {
-    return Status::FailedPrecondition("'" + dir + "' is not a complete checkpoint (" +
-                                      (e.kind == EntryKind::kPartial ? "still being written"
-                                                                     : "being deleted") +
-                                      "); pick a step-NNNNNNNN directory");
+    return Status::FailedPrecondition(
+        "'" + dir + "' is not a complete checkpoint (" +
+        (e.kind == EntryKind::kPartial ? "still being written" : "being deleted") +
+        "); pick a step-NNNNNNNN directory");
   }
   if (!env->IsDirectory(r->dir_)) {
     return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
@@ -40,17 +40,17 @@ StatusOr<ShardFileReader*> CheckpointReader::Shard(int rank) {
   for (const auto& f : manifest_.files) {
     if (f.rank == rank) mf = &f;
   }
-  if (mf == nullptr) return Status::Corruption("manifest lists no shard for rank " + std::to_string(rank));
+  if (mf == nullptr)
+    return Status::Corruption("manifest lists no shard for rank " + std::to_string(rank));
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ShardFileReader> reader,
                       ShardFileReader::Open(JoinPath(dir_, mf->path)));
   if (reader->rank() != rank || reader->step() != manifest_.meta.step ||
       reader->world_size() != manifest_.meta.world_size) {
-    return Status::Corruption("shard '" + reader->path() + "' says step " +
-                              std::to_string(reader->step()) + " rank " +
-                              std::to_string(reader->rank()) + "/" +
-                              std::to_string(reader->world_size()) + "; the manifest expects step " +
-                              std::to_string(manifest_.meta.step) + " rank " + std::to_string(rank) +
-                              "/" + std::to_string(manifest_.meta.world_size));
+    return Status::Corruption(
+        "shard '" + reader->path() + "' says step " + std::to_string(reader->step()) + " rank " +
+        std::to_string(reader->rank()) + "/" + std::to_string(reader->world_size()) +
+        "; the manifest expects step " + std::to_string(manifest_.meta.step) + " rank " +
+        std::to_string(rank) + "/" + std::to_string(manifest_.meta.world_size));
   }
   ShardFileReader* raw = reader.get();
   shards_[rank] = std::move(reader);
@@ -65,8 +65,8 @@ Status CheckpointReader::ReadTensorRange(const std::string& kind, const std::str
   }
   if (offset < 0 || length < 0 || offset + length > t->numel()) {
     return Status::InvalidArgument("range [" + std::to_string(offset) + ", " +
-                                   std::to_string(offset + length) + ") is outside tensor " +
-                                   name + " of " + std::to_string(t->numel()) + " elements");
+                                   std::to_string(offset + length) + ") is outside tensor " + name +
+                                   " of " + std::to_string(t->numel()) + " elements");
   }
   const size_t elem = DTypeSize(t->dtype);
   auto* out = static_cast<uint8_t*>(dst);

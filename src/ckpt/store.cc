@@ -36,10 +36,14 @@ uint64_t DirBytes(Env* env, const std::string& dir) {
 
 const char* CheckpointStatusName(CheckpointStatus s) {
   switch (s) {
-    case CheckpointStatus::kComplete: return "complete";
-    case CheckpointStatus::kPartial: return "partial";
-    case CheckpointStatus::kDeleting: return "deleting";
-    case CheckpointStatus::kUnreadable: return "unreadable";
+    case CheckpointStatus::kComplete:
+      return "complete";
+    case CheckpointStatus::kPartial:
+      return "partial";
+    case CheckpointStatus::kDeleting:
+      return "deleting";
+    case CheckpointStatus::kUnreadable:
+      return "unreadable";
   }
   return "?";
 }
@@ -120,9 +124,11 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
     std::string text;
     FT_RETURN_IF_ERROR(env_->ReadFile(path, &text));
     FT_ASSIGN_OR_RETURN(Receipt rec, Receipt::FromJson(text, path));
-    if (rec.rank != r) return Status::Corruption(path + ": receipt is for rank " + std::to_string(rec.rank));
+    if (rec.rank != r)
+      return Status::Corruption(path + ": receipt is for rank " + std::to_string(rec.rank));
     auto size = env_->FileSize(JoinPath(partial, rec.file));
-    if (!size.ok()) return size.status().Annotate("shard of rank " + std::to_string(r) + " is missing");
+    if (!size.ok())
+      return size.status().Annotate("shard of rank " + std::to_string(r) + " is missing");
     if (*size != rec.size) {
       return Status::Corruption("shard '" + JoinPath(partial, rec.file) + "' has " +
                                 std::to_string(*size) + " bytes, its receipt says " +

@@ -33,7 +33,7 @@ struct CheckpointInfo {
 };
 
 struct RotationPolicy {
-  int keep_last = 3;    // newest complete checkpoints kept (at least 1 is always kept)
+  int keep_last = 3;       // newest complete checkpoints kept (at least 1 is always kept)
   int64_t keep_every = 0;  // also keep steps divisible by this (milestones); 0 = none
 };
 

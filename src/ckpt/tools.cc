@@ -61,7 +61,8 @@ StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env) {
   CheckpointStore store(path, env);
   FT_ASSIGN_OR_RETURN(std::optional<CheckpointInfo> latest, store.Latest());
   if (!latest) {
-    return Status::NotFound("'" + path + "' is neither a checkpoint nor a root with a complete one");
+    return Status::NotFound("'" + path +
+                            "' is neither a checkpoint nor a root with a complete one");
   }
   return latest->path;
 }
@@ -73,8 +74,11 @@ Status PrintList(const std::string& root, bool as_json, std::ostream& out, Env* 
   if (as_json) {
     json arr = json::array();
     for (const auto& i : all) {
-      json j = {{"step", i.step}, {"path", i.path}, {"status", CheckpointStatusName(i.status)},
-                {"latest", i.is_latest}, {"bytes_on_disk", i.bytes_on_disk}};
+      json j = {{"step", i.step},
+                {"path", i.path},
+                {"status", CheckpointStatusName(i.status)},
+                {"latest", i.is_latest},
+                {"bytes_on_disk", i.bytes_on_disk}};
       if (i.status == CheckpointStatus::kComplete) {
         j["world_size"] = i.world_size;
         j["created_unix"] = i.created_unix;
@@ -88,8 +92,8 @@ Status PrintList(const std::string& root, bool as_json, std::ostream& out, Env* 
     return Status::Ok();
   }
   out << std::left << std::setw(10) << "step" << std::setw(12) << "status" << std::setw(22)
-      << "created" << std::setw(11) << "size" << std::setw(8) << "ratio" << std::setw(7)
-      << "world" << "\n";
+      << "created" << std::setw(11) << "size" << std::setw(8) << "ratio" << std::setw(7) << "world"
+      << "\n";
   for (const auto& i : all) {
     std::ostringstream ratio;
     if (i.status == CheckpointStatus::kComplete && i.bytes_on_disk > 0) {
@@ -126,13 +130,18 @@ Status PrintInspect(const std::string& dir, bool as_json, std::ostream& out) {
     for (const auto& t : m.tensors) {
       const uint64_t raw = static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype);
       const uint64_t st = stored["/" + t.kind + "/" + t.name];
-      tensors.push_back({{"kind", t.kind}, {"name", t.name}, {"dtype", DTypeName(t.dtype)},
-                         {"shape", t.shape}, {"bytes", raw}, {"stored_bytes", st},
+      tensors.push_back({{"kind", t.kind},
+                         {"name", t.name},
+                         {"dtype", DTypeName(t.dtype)},
+                         {"shape", t.shape},
+                         {"bytes", raw},
+                         {"stored_bytes", st},
                          {"compression_ratio", st > 0 ? double(raw) / st : 0.0}});
     }
     json blobs = json::array();
     for (const auto& b : m.blobs) {
-      blobs.push_back({{"group", b.group}, {"name", b.name}, {"policy", b.policy}, {"ranks", b.ranks}});
+      blobs.push_back(
+          {{"group", b.group}, {"name", b.name}, {"policy", b.policy}, {"ranks", b.ranks}});
     }
     json doc = json::parse(m.ToJson());
     doc["tensors"] = tensors;
@@ -150,24 +159,26 @@ Status PrintInspect(const std::string& dir, bool as_json, std::ostream& out) {
       << "layout       " << m.meta.layout_json << "\n"
       << "size         " << HumanBytes(double(m.raw_bytes)) << " raw, "
       << HumanBytes(double(m.stored_bytes)) << " stored\n\n";
-  out << std::left << std::setw(18) << "kind" << std::setw(48) << "name" << std::setw(10)
-      << "dtype" << std::setw(18) << "shape" << std::setw(11) << "bytes" << "ratio\n";
+  out << std::left << std::setw(18) << "kind" << std::setw(48) << "name" << std::setw(10) << "dtype"
+      << std::setw(18) << "shape" << std::setw(11) << "bytes"
+      << "ratio\n";
   for (const auto& t : m.tensors) {
     std::string shape = "[";
-    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? "," : "") + std::to_string(t.shape[i]);
     shape += "]";
     const uint64_t raw = static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype);
     const uint64_t st = stored["/" + t.kind + "/" + t.name];
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << (st > 0 ? double(raw) / st : 0.0);
     out << std::left << std::setw(18) << t.kind << std::setw(48) << t.name << std::setw(10)
-        << DTypeName(t.dtype) << std::setw(18) << shape << std::setw(11)
-        << HumanBytes(double(raw)) << ratio.str() << "\n";
+        << DTypeName(t.dtype) << std::setw(18) << shape << std::setw(11) << HumanBytes(double(raw))
+        << ratio.str() << "\n";
   }
   out << "\nstate:\n";
   for (const auto& b : m.blobs) {
-    out << "  " << b.group << "/" << b.name << " (" << b.policy << ", " << b.ranks.size()
-        << " cop" << (b.ranks.size() == 1 ? "y" : "ies") << ")\n";
+    out << "  " << b.group << "/" << b.name << " (" << b.policy << ", " << b.ranks.size() << " cop"
+        << (b.ranks.size() == 1 ? "y" : "ies") << ")\n";
   }
   return Status::Ok();
 }
@@ -220,7 +231,8 @@ StatusOr<DiffResult> DiffCheckpoints(const std::string& a_dir, const std::string
     differ(msg.str());
   }
   for (const auto& tb : mb.tensors) {
-    if (ma.FindTensor(tb.kind, tb.name) == nullptr) differ(tb.kind + "/" + tb.name + " only in " + b_dir);
+    if (ma.FindTensor(tb.kind, tb.name) == nullptr)
+      differ(tb.kind + "/" + tb.name + " only in " + b_dir);
   }
   for (const auto& blob : ma.blobs) {
     const std::string id = blob.group + "/" + blob.name;
@@ -231,20 +243,24 @@ StatusOr<DiffResult> DiffCheckpoints(const std::string& a_dir, const std::string
     }
     if (blob.policy == "per_rank" && ma.meta.world_size != mb.meta.world_size) {
       differ("state " + id + " is per-rank and the world sizes differ (" +
-             std::to_string(ma.meta.world_size) + " vs " + std::to_string(mb.meta.world_size) + ")");
+             std::to_string(ma.meta.world_size) + " vs " + std::to_string(mb.meta.world_size) +
+             ")");
       continue;
     }
     const int ranks = blob.policy == "per_rank" ? ma.meta.world_size : 1;
     for (int r = 0; r < ranks; ++r) {
-      FT_ASSIGN_OR_RETURN(std::string xa, a->ReadBlob(blob.group, blob.name, r, ma.meta.world_size));
-      FT_ASSIGN_OR_RETURN(std::string xb, b->ReadBlob(blob.group, blob.name, r, mb.meta.world_size));
+      FT_ASSIGN_OR_RETURN(std::string xa,
+                          a->ReadBlob(blob.group, blob.name, r, ma.meta.world_size));
+      FT_ASSIGN_OR_RETURN(std::string xb,
+                          b->ReadBlob(blob.group, blob.name, r, mb.meta.world_size));
       ++res.blobs_compared;
       if (xa != xb) differ("state " + id + (ranks > 1 ? " of rank " + std::to_string(r) : ""));
     }
   }
   for (const auto& blob : mb.blobs) {
     if (blob.group == "history") continue;
-    if (!a->HasBlob(blob.group, blob.name)) differ("state " + blob.group + "/" + blob.name + " only in " + b_dir);
+    if (!a->HasBlob(blob.group, blob.name))
+      differ("state " + blob.group + "/" + blob.name + " only in " + b_dir);
   }
   return res;
 }
@@ -275,9 +291,10 @@ Status ExportSafetensors(const std::string& dir, const std::string& dtype,
   for (const auto* t : tensors) {
     entries.push_back({t->name, dtype == "bf16" ? "BF16" : "F32", t->shape, 0, 0});
   }
-  std::map<std::string, std::string> meta = {
-      {"format", "pt"}, {"ftrain_step", std::to_string(m.meta.step)},
-      {"ftrain_source", tensors.front()->kind}, {"ftrain_code_version", m.meta.code_version}};
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                             {"ftrain_step", std::to_string(m.meta.step)},
+                                             {"ftrain_source", tensors.front()->kind},
+                                             {"ftrain_code_version", m.meta.code_version}};
   FT_ASSIGN_OR_RETURN(auto writer, model::SafetensorsWriter::Begin(out_path, entries, meta));
   uint64_t total = 0;
   for (const auto* t : tensors) {
@@ -309,9 +326,9 @@ Status ExportSafetensors(const std::string& dir, const std::string& dtype,
     total += raw.size();
   }
   FT_RETURN_IF_ERROR(writer->Finish());
-  log << "exported " << tensors.size() << " tensors (" << HumanBytes(double(total)) << ", "
-      << dtype << ", from " << tensors.front()->kind << " weights of step " << m.meta.step
-      << ") to " << out_path << "\n";
+  log << "exported " << tensors.size() << " tensors (" << HumanBytes(double(total)) << ", " << dtype
+      << ", from " << tensors.front()->kind << " weights of step " << m.meta.step << ") to "
+      << out_path << "\n";
   return Status::Ok();
 }
 

@@ -27,8 +27,8 @@ StatusOr<DiffResult> DiffCheckpoints(const std::string& a, const std::string& b,
 // model tensors (bit-exact with what training computed with) and "fp32" the fp32 master
 // weights; when one kind is absent the other is converted (fp32 -> bf16 rounds to nearest
 // even).
-Status ExportSafetensors(const std::string& dir, const std::string& dtype, const std::string& out_path,
-                         std::ostream& log);
+Status ExportSafetensors(const std::string& dir, const std::string& dtype,
+                         const std::string& out_path, std::ostream& log);
 
 // A checkpoint directory from a PATH that is either a checkpoint or a root (-> latest).
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env = Env::Default());

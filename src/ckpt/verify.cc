@@ -1,11 +1,10 @@
 // VerifyCheckpoint: re-read and re-hash everything a checkpoint claims.
 #include "ckpt/verify.h"
 
-
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <future>
-#include <cstring>
 #include <map>
 #include <set>
 
@@ -48,8 +47,9 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
   const Manifest& m = *manifest;
   rep.step = m.meta.step;
   if (entry.kind == EntryKind::kComplete && entry.step != m.meta.step) {
-    problem(mpath, "", "manifest is for step " + std::to_string(m.meta.step) +
-                           " but the directory is named for step " + std::to_string(entry.step));
+    problem(mpath, "",
+            "manifest is for step " + std::to_string(m.meta.step) +
+                " but the directory is named for step " + std::to_string(entry.step));
   }
   // Files in the directory that the manifest does not account for.
   std::set<std::string> known = {kManifestName, kCommitMarkerName};
@@ -62,10 +62,9 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
     for (const auto& c : *children) {
       if (!known.count(c)) {
         problem(JoinPath(dir, c), "",
-                ParseShardFileName(c) >= 0
-                    ? "extra shard not listed in the manifest (world size " +
-                          std::to_string(m.meta.world_size) + ")"
-                    : "unknown file in the checkpoint directory");
+                ParseShardFileName(c) >= 0 ? "extra shard not listed in the manifest (world size " +
+                                                 std::to_string(m.meta.world_size) + ")"
+                                           : "unknown file in the checkpoint directory");
       }
     }
   }
@@ -105,13 +104,13 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
         return out;
       }
       if (h.size != f.size) {
-        out.push_back({path, "", "size " + std::to_string(h.size) + " bytes, manifest says " +
-                                     std::to_string(f.size) +
-                                     (h.size < f.size ? " (truncated)" : "")});
+        out.push_back({path, "",
+                       "size " + std::to_string(h.size) + " bytes, manifest says " +
+                           std::to_string(f.size) + (h.size < f.size ? " (truncated)" : "")});
       } else if (h.hash != f.xxh3) {
-        out.push_back({path, "", "file checksum mismatch: manifest xxh3 " + Hex64(f.xxh3) +
-                                     ", computed " + Hex64(h.hash) +
-                                     " (the file was modified or damaged)"});
+        out.push_back({path, "",
+                       "file checksum mismatch: manifest xxh3 " + Hex64(f.xxh3) + ", computed " +
+                           Hex64(h.hash) + " (the file was modified or damaged)"});
       }
       return out;
     };
@@ -133,11 +132,12 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
     }
     if ((*reader)->rank() != f.rank || (*reader)->step() != m.meta.step ||
         (*reader)->world_size() != m.meta.world_size) {
-      problem(path, "", "file says step " + std::to_string((*reader)->step()) + " rank " +
-                            std::to_string((*reader)->rank()) + "/" +
-                            std::to_string((*reader)->world_size()) +
-                            ", manifest expects step " + std::to_string(m.meta.step) + " rank " +
-                            std::to_string(f.rank) + "/" + std::to_string(m.meta.world_size));
+      problem(path, "",
+              "file says step " + std::to_string((*reader)->step()) + " rank " +
+                  std::to_string((*reader)->rank()) + "/" +
+                  std::to_string((*reader)->world_size()) + ", manifest expects step " +
+                  std::to_string(m.meta.step) + " rank " + std::to_string(f.rank) + "/" +
+                  std::to_string(m.meta.world_size));
     }
     auto datasets = (*reader)->ListDatasets();
     if (!datasets.ok()) {

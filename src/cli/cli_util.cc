@@ -10,7 +10,8 @@ namespace po = boost::program_options;
 int ExitCodeFor(const Status& s) {
   using C = Status::Code;
   switch (s.code()) {
-    case C::kOk: return kExitOk;
+    case C::kOk:
+      return kExitOk;
     case C::kCorruption:
     case C::kNotFound:
     case C::kUnavailable:

@@ -64,11 +64,13 @@ int RunCommcheck(int argc, char** argv) {
   auto dopts = dist::DistOptionsFromEnv(dist::DistOptions());
   if (!dopts.ok()) return Fail(program, dopts.status());
   if (vm.count("rdzv-timeout")) {
-    if (rdzv_timeout <= 0) return Fail(program, Status::InvalidArgument("--rdzv-timeout must be > 0"));
+    if (rdzv_timeout <= 0)
+      return Fail(program, Status::InvalidArgument("--rdzv-timeout must be > 0"));
     dopts->rdzv_timeout_s = rdzv_timeout;
   }
   if (backend != "gloo" && backend != "nccl") {
-    return Fail(program, Status::InvalidArgument("--backend '" + backend + "' is not gloo or nccl"));
+    return Fail(program,
+                Status::InvalidArgument("--backend '" + backend + "' is not gloo or nccl"));
   }
   if (backend == "nccl" && !torch::cuda::is_available()) {
     return Fail(program, Status::FailedPrecondition(

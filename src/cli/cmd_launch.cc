@@ -34,7 +34,8 @@ int RunLaunch(int argc, char** argv) {
       "seconds between SIGTERM and SIGKILL when stopping the ranks after a failure");
   for (int i = 1; i < split; ++i) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << opts << "\nStarts N ranks of `ftrain <args>` (or of a program given by path)"
+      std::cout << opts
+                << "\nStarts N ranks of `ftrain <args>` (or of a program given by path)"
                    " with RANK, WORLD_SIZE,\nLOCAL_RANK, MASTER_ADDR, MASTER_PORT set; a failing"
                    " rank stops the others and its exit\ncode becomes the launcher's.\n";
       return kExitOk;
@@ -49,9 +50,9 @@ int RunLaunch(int argc, char** argv) {
   }
   if (grace < 0) return Fail(program, Status::InvalidArgument("--grace-s must be >= 0"));
   if (split + 1 >= argc) {
-    return Fail(program, Status::InvalidArgument(
-                             "nothing to launch: give the command after '--', e.g. "
-                             "ftrain launch --nproc 2 -- commcheck"));
+    return Fail(program,
+                Status::InvalidArgument("nothing to launch: give the command after '--', e.g. "
+                                        "ftrain launch --nproc 2 -- commcheck"));
   }
   dist::LaunchOptions lo;
   lo.nproc = nproc;

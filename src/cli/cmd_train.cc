@@ -46,7 +46,8 @@ int RunTrain(int argc, char** argv) {
     }
   }
   if (config_path.empty()) {
-    return Fail(program, Status::InvalidArgument("--config FILE is required (see 'ftrain train --help')"));
+    return Fail(program,
+                Status::InvalidArgument("--config FILE is required (see 'ftrain train --help')"));
   }
   auto config = Config::LoadFile(config_path);
   if (!config.ok()) return Fail(program, config.status());

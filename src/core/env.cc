@@ -91,14 +91,15 @@ Status FaultInjectionEnv::Tick(const std::string& what) {
     ::kill(::getpid(), SIGKILL);
   }
   if (fail_at_ > 0 && (n == fail_at_ || (sticky_ && n > fail_at_))) {
-    std::string msg = "injected fault at op " + std::to_string(n) + " (" + what +
-                      "): " + std::strerror(error_);
+    std::string msg =
+        "injected fault at op " + std::to_string(n) + " (" + what + "): " + std::strerror(error_);
     return Status::IOError(msg);
   }
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const std::string& path) {
+StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
+    const std::string& path) {
   Status s = Tick("create " + path);
   if (!s.ok()) return s;
   auto base = base_->NewWritableFile(path);

@@ -178,15 +178,15 @@ class PosixEnv : public Env {
 }  // namespace
 
 Env* Env::Default() {
-  static Env* env = [] () -> Env* {
+  static Env* env = []() -> Env* {
     static PosixEnv posix;
     const char* crash = std::getenv("FTRAIN_CRASH_AT");
     // With FTRAIN_CRASH_RANK set, only the process whose RANK matches crashes (multi-rank
     // crash tests hand one environment to every rank).
     const char* crash_rank = std::getenv("FTRAIN_CRASH_RANK");
     const char* rank = std::getenv("RANK");
-    const bool this_rank = crash_rank == nullptr ||
-                           (rank != nullptr && std::string(rank) == crash_rank);
+    const bool this_rank =
+        crash_rank == nullptr || (rank != nullptr && std::string(rank) == crash_rank);
     int64_t n = 0;
     if (crash != nullptr && this_rank && ParseInt64(crash, &n) && n > 0) {
       static FaultInjectionEnv faulty(&posix);

@@ -40,7 +40,7 @@ struct LogVoidify {
 };
 }  // namespace ftrain
 
-#define FT_LOG(level)                                               \
-  !(::ftrain::LogLevel::k##level >= ::ftrain::GetLogLevel())        \
-      ? (void)0                                                     \
+#define FT_LOG(level)                                        \
+  !(::ftrain::LogLevel::k##level >= ::ftrain::GetLogLevel()) \
+      ? (void)0                                              \
       : ::ftrain::LogVoidify() & ::ftrain::LogMessage(::ftrain::LogLevel::k##level).stream()

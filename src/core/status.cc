@@ -5,16 +5,26 @@ namespace ftrain {
 
 const char* Status::CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "Invalid argument";
-    case Code::kNotFound: return "Not found";
-    case Code::kCorruption: return "Corruption";
-    case Code::kIOError: return "I/O error";
-    case Code::kFailedPrecondition: return "Failed precondition";
-    case Code::kDeadlineExceeded: return "Deadline exceeded";
-    case Code::kUnavailable: return "Unavailable";
-    case Code::kAborted: return "Aborted";
-    case Code::kInternal: return "Internal error";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "Invalid argument";
+    case Code::kNotFound:
+      return "Not found";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kIOError:
+      return "I/O error";
+    case Code::kFailedPrecondition:
+      return "Failed precondition";
+    case Code::kDeadlineExceeded:
+      return "Deadline exceeded";
+    case Code::kUnavailable:
+      return "Unavailable";
+    case Code::kAborted:
+      return "Aborted";
+    case Code::kInternal:
+      return "Internal error";
   }
   return "Unknown";
 }

@@ -96,10 +96,10 @@ class StatusError : public std::exception {
 
 }  // namespace ftrain
 
-#define FT_RETURN_IF_ERROR(expr)               \
-  do {                                         \
-    ::ftrain::Status _ft_s = (expr);           \
-    if (!_ft_s.ok()) return _ft_s;             \
+#define FT_RETURN_IF_ERROR(expr)     \
+  do {                               \
+    ::ftrain::Status _ft_s = (expr); \
+    if (!_ft_s.ok()) return _ft_s;   \
   } while (0)
 
 #define FT_CONCAT_INNER(a, b) a##b

@@ -76,10 +76,14 @@ std::pair<at::Tensor, at::Tensor> RunOnce(Comm& comm, const std::string& coll, i
 
 std::string FormatBytes(int64_t b) {
   char buf[32];
-  if (b >= (1LL << 30) && b % (1LL << 30) == 0) std::snprintf(buf, sizeof(buf), "%lldG", (long long)(b >> 30));
-  else if (b >= (1LL << 20) && b % (1LL << 20) == 0) std::snprintf(buf, sizeof(buf), "%lldM", (long long)(b >> 20));
-  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof(buf), "%lldK", (long long)(b >> 10));
-  else std::snprintf(buf, sizeof(buf), "%lldB", (long long)b);
+  if (b >= (1LL << 30) && b % (1LL << 30) == 0)
+    std::snprintf(buf, sizeof(buf), "%lldG", (long long)(b >> 30));
+  else if (b >= (1LL << 20) && b % (1LL << 20) == 0)
+    std::snprintf(buf, sizeof(buf), "%lldM", (long long)(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0)
+    std::snprintf(buf, sizeof(buf), "%lldK", (long long)(b >> 10));
+  else
+    std::snprintf(buf, sizeof(buf), "%lldB", (long long)b);
   return buf;
 }
 
@@ -150,11 +154,10 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
   if (leader && !options.json) {
     out << "# ftrain commcheck: " << world.world_size << " ranks on " << world.num_nodes
         << " node(s), backend " << ctx.world_comm().backend() << ", float32 on " << device.str()
-        << ", " << options.iters
-        << " iterations (slowest rank)\n";
+        << ", " << options.iters << " iterations (slowest rank)\n";
     char hdr[160];
-    std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective",
-                  "group", "size", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
+    std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective", "group",
+                  "size", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
     out << hdr << std::flush;
   }
   for (const auto& [group_name, comm] : groups) {
@@ -177,17 +180,15 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
           int64_t where = diff.numel() > 0 ? diff[0][0].item<int64_t>() : -1;
           FT_LOG(Error) << "commcheck: rank " << world.rank << ": " << coll << " on group "
                         << group_name << " with " << n << " float32 elements: element " << where
-                        << " = " << (where >= 0 ? got[where].item<float>() : 0.0f)
-                        << ", expected " << (where >= 0 ? expect[where].item<float>() : 0.0f);
+                        << " = " << (where >= 0 ? got[where].item<float>() : 0.0f) << ", expected "
+                        << (where >= 0 ? expect[where].item<float>() : 0.0f);
         }
-        FT_ASSIGN_OR_RETURN(std::vector<int> bad,
-                            FailedRanks(ctx.world_comm(), local_bad, device));
+        FT_ASSIGN_OR_RETURN(std::vector<int> bad, FailedRanks(ctx.world_comm(), local_bad, device));
         if (!bad.empty()) {
           std::string list;
           for (int q : bad) list += (list.empty() ? "" : ",") + std::to_string(q);
-          return Status::Corruption("commcheck FAILED: " + coll + " on group " +
-                                    group_name + " (" + FormatBytes(bytes) +
-                                    ") gave wrong results on rank(s) " + list +
+          return Status::Corruption("commcheck FAILED: " + coll + " on group " + group_name + " (" +
+                                    FormatBytes(bytes) + ") gave wrong results on rank(s) " + list +
                                     "; see those ranks' log lines for the element");
         }
         // Timing: warm-up, then iters back to back; report the slowest rank's mean.
@@ -203,15 +204,21 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
         auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < options.iters; ++i) {
           std::unique_ptr<Work> work;
-          if (coll == "all_reduce") work = comm->AllReduce(buf, ReduceOp::kSum);
-          else if (coll == "all_gather") work = comm->AllGather(full, shard);
-          else if (coll == "reduce_scatter") work = comm->ReduceScatter(shard, buf, ReduceOp::kSum);
-          else work = comm->Broadcast(buf, comm->size() - 1);
+          if (coll == "all_reduce")
+            work = comm->AllReduce(buf, ReduceOp::kSum);
+          else if (coll == "all_gather")
+            work = comm->AllGather(full, shard);
+          else if (coll == "reduce_scatter")
+            work = comm->ReduceScatter(shard, buf, ReduceOp::kSum);
+          else
+            work = comm->Broadcast(buf, comm->size() - 1);
           FT_RETURN_IF_ERROR(work->Wait());
         }
-        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                         std::max(1, options.iters);
-        at::Tensor t = torch::full({1}, elapsed, torch::TensorOptions(torch::kFloat64).device(device));
+        double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+            std::max(1, options.iters);
+        at::Tensor t =
+            torch::full({1}, elapsed, torch::TensorOptions(torch::kFloat64).device(device));
         FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(t, ReduceOp::kMax)->Wait());
         elapsed = t.item<double>();
         CommcheckRow row;
@@ -224,10 +231,14 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
         if (rows) rows->push_back(row);
         if (leader) {
           if (options.json) {
-            json_rows.push_back({{"collective", row.collective}, {"group", row.group},
-                                 {"group_size", comm->size()}, {"bytes", row.bytes},
-                                 {"time_s", row.time_s}, {"algbw_gbps", row.algbw_gbps},
-                                 {"busbw_gbps", row.busbw_gbps}, {"ok", true}});
+            json_rows.push_back({{"collective", row.collective},
+                                 {"group", row.group},
+                                 {"group_size", comm->size()},
+                                 {"bytes", row.bytes},
+                                 {"time_s", row.time_s},
+                                 {"algbw_gbps", row.algbw_gbps},
+                                 {"busbw_gbps", row.busbw_gbps},
+                                 {"ok", true}});
           } else {
             char line[200];
             std::snprintf(line, sizeof(line), "%-15s %-11s %10s %12.1f %12.3f %12.3f  ok\n",
@@ -247,9 +258,12 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
   if (leader) {
     if (options.json) {
-      nlohmann::json doc = {{"world_size", world.world_size}, {"num_nodes", world.num_nodes},
-                            {"backend", ctx.world_comm().backend()}, {"ok", true},
-                            {"barrier_us", barrier_us}, {"results", json_rows}};
+      nlohmann::json doc = {{"world_size", world.world_size},
+                            {"num_nodes", world.num_nodes},
+                            {"backend", ctx.world_comm().backend()},
+                            {"ok", true},
+                            {"barrier_us", barrier_us},
+                            {"results", json_rows}};
       out << doc.dump() << "\n";
     } else {
       char line[120];

@@ -1,17 +1,16 @@
 // DistContext: discovery, rendezvous (PMIx or env TCPStore), world-size agreement, groups.
 #include "dist/dist.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -62,8 +61,8 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const std::string& host, 
     return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(host, opts));
   } catch (const std::exception& e) {
     return Status::DeadlineExceeded(
-        "cannot reach the rendezvous store at " + host + ":" + std::to_string(port) + " (" +
-        how + ") within " + std::to_string(timeout_s) + " s: " + FirstLine(e.what()) +
+        "cannot reach the rendezvous store at " + host + ":" + std::to_string(port) + " (" + how +
+        ") within " + std::to_string(timeout_s) + " s: " + FirstLine(e.what()) +
         "; check that rank 0 is running and the address is reachable, or raise "
         "FTRAIN_RDZV_TIMEOUT");
   }
@@ -126,8 +125,8 @@ StatusOr<std::vector<RankRecord>> AgreeOnWorld(c10d::Store& store, const WorldIn
       std::string payload = verdict;
       if (verdict == "ok") {
         for (const auto& rec : layout) {
-          payload += " " + std::to_string(rec.world_size) + " " + std::to_string(rec.node) +
-                     " " + std::to_string(rec.local);
+          payload += " " + std::to_string(rec.world_size) + " " + std::to_string(rec.node) + " " +
+                     std::to_string(rec.local);
         }
       }
       store.set(prefix + "verdict", Bytes(payload));
@@ -149,7 +148,9 @@ StatusOr<std::vector<RankRecord>> AgreeOnWorld(c10d::Store& store, const WorldIn
       return layout;
     }
     std::string payload = Str(store.get(prefix + "verdict"));  // waits up to the timeout
-    store.add(prefix + "seen", 1);    if (payload.rfind("timeout", 0) == 0) return Status::DeadlineExceeded("rank 0 reports " + payload);
+    store.add(prefix + "seen", 1);
+    if (payload.rfind("timeout", 0) == 0)
+      return Status::DeadlineExceeded("rank 0 reports " + payload);
     if (payload.rfind("ok", 0) != 0) return Status::InvalidArgument("rank 0 reports " + payload);
     std::istringstream in(payload.substr(2));
     int count = 0;
@@ -159,11 +160,10 @@ StatusOr<std::vector<RankRecord>> AgreeOnWorld(c10d::Store& store, const WorldIn
       ++count;
     }
     if (count != w.world_size) {
-      return Status::InvalidArgument("world size mismatch: this rank (" + DescribeWorld(w) +
-                                     ") believes the world size is " +
-                                     std::to_string(w.world_size) + " but rank 0 has " +
-                                     std::to_string(count) +
-                                     " ranks; start every rank with the same world size");
+      return Status::InvalidArgument(
+          "world size mismatch: this rank (" + DescribeWorld(w) + ") believes the world size is " +
+          std::to_string(w.world_size) + " but rank 0 has " + std::to_string(count) +
+          " ranks; start every rank with the same world size");
     }
     return layout;
   } catch (const std::exception& e) {
@@ -239,9 +239,9 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
         return Status::Internal("rank 0 published a malformed store address '" + store_addr +
                                 "' through PMIx");
       }
-      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(store_addr.substr(0, colon),
-                                                 static_cast<int>(port), false, timeout,
-                                                 "published by rank 0 through PMIx"));
+      FT_ASSIGN_OR_RETURN(im.store,
+                          ConnectStore(store_addr.substr(0, colon), static_cast<int>(port), false,
+                                       timeout, "published by rank 0 through PMIx"));
     }
     im.rdzv = "pmix namespace " + im.pmix->nspace() + ", store " + store_addr;
   } else {
@@ -253,10 +253,10 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
       // Under `ftrain launch` the launcher hosts the store; otherwise rank 0 does.
       const bool hosted = env.count("FTRAIN_STORE_HOSTED") && env["FTRAIN_STORE_HOSTED"] == "1";
       const bool server = im.world.rank == 0 && !hosted;
-      const std::string how = std::string(WorldSourceName(im.world.source)) +
-                              " rendezvous: MASTER_ADDR/MASTER_PORT";
-      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(im.world.master_addr, im.world.master_port,
-                                                 server, timeout, how));
+      const std::string how =
+          std::string(WorldSourceName(im.world.source)) + " rendezvous: MASTER_ADDR/MASTER_PORT";
+      FT_ASSIGN_OR_RETURN(
+          im.store, ConnectStore(im.world.master_addr, im.world.master_port, server, timeout, how));
       im.rdzv = how + " = " + im.world.master_addr + ":" + std::to_string(im.world.master_port);
     }
   }
@@ -291,8 +291,8 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
       }
       return -1;
     };
-    FT_ASSIGN_OR_RETURN(im.intra, make_group("node" + std::to_string(w.node_rank),
-                                             index_of(intra), static_cast<int>(intra.size())));
+    FT_ASSIGN_OR_RETURN(im.intra, make_group("node" + std::to_string(w.node_rank), index_of(intra),
+                                             static_cast<int>(intra.size())));
     FT_ASSIGN_OR_RETURN(im.inter, make_group("local" + std::to_string(w.local_rank),
                                              index_of(inter), static_cast<int>(inter.size())));
   }

@@ -14,10 +14,10 @@
 namespace ftrain::dist {
 
 struct DistOptions {
-  std::string backend = "gloo";  // "gloo" or "nccl" (when built with NCCL)
-  int rdzv_timeout_s = 300;      // how long a rank waits for the others to appear
-  int op_timeout_s = 600;        // how long one collective may take before it fails
-  bool build_node_groups = true; // also create intra-node and inter-node groups
+  std::string backend = "gloo";   // "gloo" or "nccl" (when built with NCCL)
+  int rdzv_timeout_s = 300;       // how long a rank waits for the others to appear
+  int op_timeout_s = 600;         // how long one collective may take before it fails
+  bool build_node_groups = true;  // also create intra-node and inter-node groups
 };
 
 // Reads FTRAIN_RDZV_TIMEOUT (seconds) over the defaults; errors name the variable.

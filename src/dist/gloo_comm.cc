@@ -3,8 +3,6 @@
 // lacks in LibTorch 1.13, padded all-gathers for uneven shards) stay ordered and async.
 #include "dist/gloo_comm.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
 #include <condition_variable>
@@ -13,6 +11,8 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 namespace ftrain::dist {
 namespace {
@@ -39,8 +39,10 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
       return c10d::ReduceOp::SUM;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -60,8 +62,12 @@ void Accumulate(at::Tensor& acc, const at::Tensor& incoming, ReduceOp op) {
     case ReduceOp::kAvg:
       acc.add_(incoming);
       break;
-    case ReduceOp::kMax: at::maximum_out(acc, acc, incoming); break;
-    case ReduceOp::kMin: at::minimum_out(acc, acc, incoming); break;
+    case ReduceOp::kMax:
+      at::maximum_out(acc, acc, incoming);
+      break;
+    case ReduceOp::kMin:
+      at::minimum_out(acc, acc, incoming);
+      break;
   }
 }
 
@@ -159,8 +165,8 @@ class GlooComm : public Comm {
         Accumulate(acc, incoming, op);
         send = acc;
       }
-      at::Tensor result = size_ == 1 ? flat.narrow(0, mine.offset, mine.length)
-                                     : send.narrow(0, 0, mine.length);
+      at::Tensor result =
+          size_ == 1 ? flat.narrow(0, mine.offset, mine.length) : send.narrow(0, 0, mine.length);
       if (op == ReduceOp::kAvg) result = result / size_;
       out.view({-1}).copy_(result);
     });
@@ -182,9 +188,9 @@ class GlooComm : public Comm {
  private:
   void CheckShapes(int64_t got, int64_t want, const char* what) {
     if (got != want) {
-      throw StatusError(Status::InvalidArgument(
-          std::string(what) + " has " + std::to_string(got) + " elements, expected " +
-          std::to_string(want) + " (ShardOf of the full tensor)"));
+      throw StatusError(Status::InvalidArgument(std::string(what) + " has " + std::to_string(got) +
+                                                " elements, expected " + std::to_string(want) +
+                                                " (ShardOf of the full tensor)"));
     }
   }
 
@@ -206,8 +212,8 @@ class GlooComm : public Comm {
         std::string what = e.what();
         size_t nl = what.find('\n');  // c10 errors append a backtrace; keep the first line
         if (nl != std::string::npos) what = what.substr(0, nl);
-        return Status::Unavailable("rank " + std::to_string(rank_) + " of group " + name_ +
-                                   ": " + op + " failed: " + what +
+        return Status::Unavailable("rank " + std::to_string(rank_) + " of group " + name_ + ": " +
+                                   op + " failed: " + what +
                                    " (a peer rank probably died; see its log)");
       }
     });
@@ -269,9 +275,8 @@ StatusOr<std::unique_ptr<Comm>> CreateGlooComm(const c10::intrusive_ptr<c10d::St
     std::string what = e.what();
     size_t nl = what.find('\n');
     if (nl != std::string::npos) what = what.substr(0, nl);
-    return Status::Unavailable("creating Gloo group '" + name + "' (rank " +
-                               std::to_string(rank) + " of " + std::to_string(size) +
-                               ") failed: " + what);
+    return Status::Unavailable("creating Gloo group '" + name + "' (rank " + std::to_string(rank) +
+                               " of " + std::to_string(size) + ") failed: " + what);
   }
 }
 

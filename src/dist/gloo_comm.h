@@ -2,11 +2,10 @@
 // Internal to src/dist: includes c10d headers, so only dist .cc files include it.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "dist/comm.h"
 

@@ -21,14 +21,22 @@ Status CudaError(const std::string& what, cudaError_t e) {
 
 StatusOr<ncclDataType_t> NcclType(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    case at::kChar: return ncclInt8;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    case at::kChar:
+      return ncclInt8;
     default:
       return Status::InvalidArgument(std::string("NCCL cannot reduce dtype ") +
                                      c10::toString(t.scalar_type()));
@@ -37,10 +45,14 @@ StatusOr<ncclDataType_t> NcclType(const at::Tensor& t) {
 
 ncclRedOp_t NcclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -66,7 +78,11 @@ class EventWork : public Work {
 class NcclComm : public Comm {
  public:
   NcclComm(ncclComm_t comm, cudaStream_t stream, std::string name, int rank, int size, int device)
-      : comm_(comm), stream_(stream), name_(std::move(name)), rank_(rank), size_(size),
+      : comm_(comm),
+        stream_(stream),
+        name_(std::move(name)),
+        rank_(rank),
+        size_(size),
         device_(device) {}
   ~NcclComm() override {
     cudaStreamSynchronize(stream_);  // drain before tearing down; errors are moot here
@@ -111,8 +127,8 @@ class NcclComm : public Comm {
                       cudaMemcpyDeviceToDevice, stream_);
       ncclResult_t r = ncclAllGather(slot, buf, static_cast<size_t>(chunk), type, comm_, stream_);
       if (r != ncclSuccess) return NcclError("ncclAllGather", r);
-      cudaMemcpyAsync(out.data_ptr(), buf, static_cast<size_t>(n) * elem,
-                      cudaMemcpyDeviceToDevice, stream_);
+      cudaMemcpyAsync(out.data_ptr(), buf, static_cast<size_t>(n) * elem, cudaMemcpyDeviceToDevice,
+                      stream_);
       return Status::Ok();
     });
   }
@@ -127,19 +143,19 @@ class NcclComm : public Comm {
       const ShardSpan mine = ShardOf(n, size_, rank_);
       if (out.numel() != mine.length) return Status::InvalidArgument("reduce_scatter output size");
       if (chunk * size_ == n && mine.length == chunk) {
-        ncclResult_t r = ncclReduceScatter(in.data_ptr(), out.data_ptr(),
-                                           static_cast<size_t>(chunk), type, NcclOp(op), comm_,
-                                           stream_);
+        ncclResult_t r =
+            ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(chunk), type,
+                              NcclOp(op), comm_, stream_);
         return r == ncclSuccess ? Status::Ok() : NcclError("ncclReduceScatter", r);
       }
       const size_t padded = static_cast<size_t>(chunk * size_) * elem;
       FT_ASSIGN_OR_RETURN(char* buf, Scratch(padded + static_cast<size_t>(chunk) * elem));
       cudaMemsetAsync(buf, 0, padded, stream_);
-      cudaMemcpyAsync(buf, in.data_ptr(), static_cast<size_t>(n) * elem,
-                      cudaMemcpyDeviceToDevice, stream_);
+      cudaMemcpyAsync(buf, in.data_ptr(), static_cast<size_t>(n) * elem, cudaMemcpyDeviceToDevice,
+                      stream_);
       char* result = buf + padded;
-      ncclResult_t r = ncclReduceScatter(buf, result, static_cast<size_t>(chunk), type,
-                                         NcclOp(op), comm_, stream_);
+      ncclResult_t r = ncclReduceScatter(buf, result, static_cast<size_t>(chunk), type, NcclOp(op),
+                                         comm_, stream_);
       if (r != ncclSuccess) return NcclError("ncclReduceScatter", r);
       cudaMemcpyAsync(out.data_ptr(), result, static_cast<size_t>(mine.length) * elem,
                       cudaMemcpyDeviceToDevice, stream_);
@@ -186,7 +202,8 @@ class NcclComm : public Comm {
   // Orders stream_ after everything enqueued so far on the legacy default stream (mu_ held).
   Status WaitForDefaultStream() {
     cudaError_t e = cudaSuccess;
-    if (inputs_ready_ == nullptr) e = cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);
+    if (inputs_ready_ == nullptr)
+      e = cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(inputs_ready_, cudaStreamLegacy);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, inputs_ready_, 0);
     return e == cudaSuccess ? Status::Ok() : CudaError("ordering after the default stream", e);
@@ -212,9 +229,9 @@ class NcclComm : public Comm {
   const int size_;
   const int device_;
   std::mutex mu_;
-  char* scratch_ = nullptr;   // guarded by mu_
+  char* scratch_ = nullptr;             // guarded by mu_
   cudaEvent_t inputs_ready_ = nullptr;  // guarded by mu_
-  size_t scratch_bytes_ = 0;  // guarded by mu_
+  size_t scratch_bytes_ = 0;            // guarded by mu_
 };
 
 }  // namespace
@@ -235,7 +252,8 @@ StatusOr<std::unique_ptr<Comm>> CreateNcclComm(const c10::intrusive_ptr<c10d::St
       store->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
     } else {
       std::vector<uint8_t> bytes = store->get(key);
-      if (bytes.size() != sizeof(id)) return Status::Internal("malformed NCCL unique id in the store");
+      if (bytes.size() != sizeof(id))
+        return Status::Internal("malformed NCCL unique id in the store");
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
   } catch (const std::exception& e) {

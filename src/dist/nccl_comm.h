@@ -5,11 +5,10 @@
 // CI has no GPU, so here it is compiled and linked, and scripts/gpu-smoke.sh runs it.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "dist/comm.h"
 

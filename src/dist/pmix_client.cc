@@ -21,10 +21,18 @@ StatusOr<uint32_t> GetJobUint(const std::string& nspace, const char* key) {
   if (rc != PMIX_SUCCESS || val == nullptr) return PmixError(std::string("PMIx_Get ") + key, rc);
   uint32_t out = 0;
   switch (val->type) {
-    case PMIX_UINT32: out = val->data.uint32; break;
-    case PMIX_UINT16: out = val->data.uint16; break;
-    case PMIX_INT: out = static_cast<uint32_t>(val->data.integer); break;
-    case PMIX_UINT64: out = static_cast<uint32_t>(val->data.uint64); break;
+    case PMIX_UINT32:
+      out = val->data.uint32;
+      break;
+    case PMIX_UINT16:
+      out = val->data.uint16;
+      break;
+    case PMIX_INT:
+      out = static_cast<uint32_t>(val->data.integer);
+      break;
+    case PMIX_UINT64:
+      out = static_cast<uint32_t>(val->data.uint64);
+      break;
     default:
       PMIX_VALUE_RELEASE(val);
       return Status::Internal(std::string("PMIx key ") + key + " has an unexpected type");
@@ -40,9 +48,12 @@ StatusOr<uint32_t> GetProcUint(const std::string& nspace, int rank, const char* 
   pmix_status_t rc = PMIx_Get(&proc, key, nullptr, 0, &val);
   if (rc != PMIX_SUCCESS || val == nullptr) return PmixError(std::string("PMIx_Get ") + key, rc);
   uint32_t out = 0;
-  if (val->type == PMIX_UINT16) out = val->data.uint16;
-  else if (val->type == PMIX_UINT32) out = val->data.uint32;
-  else if (val->type == PMIX_INT) out = static_cast<uint32_t>(val->data.integer);
+  if (val->type == PMIX_UINT16)
+    out = val->data.uint16;
+  else if (val->type == PMIX_UINT32)
+    out = val->data.uint32;
+  else if (val->type == PMIX_INT)
+    out = static_cast<uint32_t>(val->data.integer);
   else {
     PMIX_VALUE_RELEASE(val);
     return Status::Internal(std::string("PMIx key ") + key + " has an unexpected type");

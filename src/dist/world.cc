@@ -26,8 +26,7 @@ Status GetIntVar(const EnvMap& env, const std::string& name, int* out, bool* pre
   return Status::Ok();
 }
 
-Status RequireIntVar(const EnvMap& env, const std::string& name, const std::string& why,
-                     int* out) {
+Status RequireIntVar(const EnvMap& env, const std::string& name, const std::string& why, int* out) {
   bool present = false;
   FT_RETURN_IF_ERROR(GetIntVar(env, name, out, &present));
   if (!present) {
@@ -42,8 +41,8 @@ StatusOr<std::vector<int>> ParseTasksPerNode(const std::string& text) {
   size_t pos = 0;
   while (pos < text.size()) {
     size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                    : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     int64_t count = 0, repeat = 1;
     size_t paren = item.find("(x");
     std::string count_text = item.substr(0, paren);
@@ -79,8 +78,8 @@ StatusOr<WorldInfo> FromSlurm(const EnvMap& env) {
   FT_RETURN_IF_ERROR(GetIntVar(env, "SLURM_STEP_NUM_NODES", &nnodes, &present));
   if (!present) FT_RETURN_IF_ERROR(GetIntVar(env, "SLURM_NNODES", &nnodes, &present));
   w.num_nodes = present ? nnodes : 1;
-  std::string tpn_var = env.count("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
-                                                                : "SLURM_TASKS_PER_NODE";
+  std::string tpn_var =
+      env.count("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
   auto tpn = env.find(tpn_var);
   if (tpn != env.end()) {
     FT_ASSIGN_OR_RETURN(std::vector<int> counts, ParseTasksPerNode(tpn->second));
@@ -154,10 +153,14 @@ StatusOr<WorldInfo> FromTorchrun(const EnvMap& env) {
 
 const char* WorldSourceName(WorldSource s) {
   switch (s) {
-    case WorldSource::kPmix: return "pmix";
-    case WorldSource::kSlurm: return "slurm";
-    case WorldSource::kTorchrun: return "env";
-    case WorldSource::kSingle: return "single";
+    case WorldSource::kPmix:
+      return "pmix";
+    case WorldSource::kSlurm:
+      return "slurm";
+    case WorldSource::kTorchrun:
+      return "env";
+    case WorldSource::kSingle:
+      return "single";
   }
   return "?";
 }

@@ -35,10 +35,14 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
 
 const char* ShardingName(Sharding s) {
   switch (s) {
-    case Sharding::kFullShard: return "full_shard";
-    case Sharding::kShardGradOp: return "shard_grad_op";
-    case Sharding::kNoShard: return "no_shard";
-    case Sharding::kHybridShard: return "hybrid_shard";
+    case Sharding::kFullShard:
+      return "full_shard";
+    case Sharding::kShardGradOp:
+      return "shard_grad_op";
+    case Sharding::kNoShard:
+      return "no_shard";
+    case Sharding::kHybridShard:
+      return "hybrid_shard";
   }
   return "?";
 }
@@ -128,8 +132,8 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     u->master = flat.narrow(0, u->span.offset, u->span.length).clone();
     u->exp_avg = torch::zeros_like(u->master);
     u->exp_avg_sq = torch::zeros_like(u->master);
-    u->param_shard = config.param_dtype == torch::kFloat32 ? u->master
-                                                           : u->master.to(config.param_dtype);
+    u->param_shard =
+        config.param_dtype == torch::kFloat32 ? u->master : u->master.to(config.param_dtype);
     u->grad_shard = torch::zeros({u->span.length}, config.reduce_dtype);
     e->units_.push_back(std::move(u));
   }
@@ -220,7 +224,8 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     FT_RETURN_IF_ERROR(Gather(u));
     FT_RETURN_IF_ERROR(WaitGather(u));
     Attach(u);
-    if (config_.prefetch && i + 1 < L) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    if (config_.prefetch && i + 1 < L)
+      FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
     if (config_.activation_checkpointing) {
       torch::NoGradGuard no_grad;
       u.saved_input = h;
@@ -267,7 +272,8 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
       if (s > 1) {
         u.reduced = torch::empty({u.span.length}, config_.reduce_dtype);
         u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, dist::ReduceOp::kSum);
-        comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+        comm_bytes_ +=
+            static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
       } else {
         u.reduced = u.full_grad;
       }
@@ -280,8 +286,10 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     const int s = groups_.shard ? groups_.shard->size() : 1;
     if (s > 1) {
       root.reduced = torch::empty({root.span.length}, config_.reduce_dtype);
-      root.reduce_work = groups_.shard->ReduceScatter(root.reduced, root.full_grad, dist::ReduceOp::kSum);
-      comm_bytes_ += static_cast<uint64_t>(root.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+      root.reduce_work =
+          groups_.shard->ReduceScatter(root.reduced, root.full_grad, dist::ReduceOp::kSum);
+      comm_bytes_ +=
+          static_cast<uint64_t>(root.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
     } else {
       root.reduced = root.full_grad;
     }
@@ -307,8 +315,8 @@ Status FsdpEngine::ReduceGrads() {
     if (groups_.replicate && groups_.replicate->size() > 1) {
       all_reduces.push_back(groups_.replicate->AllReduce(u->reduced, dist::ReduceOp::kSum));
       const int r = groups_.replicate->size();
-      comm_bytes_ += static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) *
-                     ElemSize(config_.reduce_dtype);
+      comm_bytes_ +=
+          static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) * ElemSize(config_.reduce_dtype);
     }
   }
   auto t0 = Clock::now();
@@ -400,9 +408,8 @@ std::vector<ShardPiece> FsdpEngine::StatePieces() const {
   return out;
 }
 
-Status FsdpEngine::LoadState(
-    const std::function<Status(const std::string&, const std::string&, int64_t, int64_t,
-                               torch::Tensor)>& read) {
+Status FsdpEngine::LoadState(const std::function<Status(const std::string&, const std::string&,
+                                                        int64_t, int64_t, torch::Tensor)>& read) {
   torch::NoGradGuard no_grad;
   for (auto& u : units_) {
     const int64_t s = u->span.offset, e = u->span.offset + u->span.length;
@@ -412,7 +419,8 @@ Status FsdpEngine::LoadState(
       for (auto [kind, buf] : {std::pair<const char*, torch::Tensor*>{"master", &u->master},
                                {"optim/exp_avg", &u->exp_avg},
                                {"optim/exp_avg_sq", &u->exp_avg_sq}}) {
-        FT_RETURN_IF_ERROR(read(kind, p.name, lo - p.offset, hi - lo, buf->narrow(0, lo - s, hi - lo)));
+        FT_RETURN_IF_ERROR(
+            read(kind, p.name, lo - p.offset, hi - lo, buf->narrow(0, lo - s, hi - lo)));
       }
     }
     if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
@@ -432,7 +440,8 @@ Status FsdpEngine::LoadFullParameters(
       FT_RETURN_IF_ERROR(read(p.name, full));
       const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
       if (lo >= hi) continue;
-      u->master.narrow(0, lo - s, hi - lo).copy_(full.reshape(-1).narrow(0, lo - p.offset, hi - lo));
+      u->master.narrow(0, lo - s, hi - lo)
+          .copy_(full.reshape(-1).narrow(0, lo - p.offset, hi - lo));
     }
     u->exp_avg.zero_();
     u->exp_avg_sq.zero_();

@@ -58,11 +58,11 @@ struct StepStats {
 
 // One contiguous piece of a parameter held by this rank, for checkpointing.
 struct ShardPiece {
-  std::string kind;  // "master", "optim/exp_avg", "optim/exp_avg_sq", "model" (bf16 only)
-  std::string name;  // Hugging Face parameter name
-  torch::Tensor data;            // a 1-D view into the engine's buffer (fp32 or bf16)
-  std::vector<int64_t> shape;    // global shape
-  int64_t offset = 0;            // in the flattened parameter
+  std::string kind;            // "master", "optim/exp_avg", "optim/exp_avg_sq", "model" (bf16 only)
+  std::string name;            // Hugging Face parameter name
+  torch::Tensor data;          // a 1-D view into the engine's buffer (fp32 or bf16)
+  std::vector<int64_t> shape;  // global shape
+  int64_t offset = 0;          // in the flattened parameter
 };
 
 class FsdpEngine {
@@ -96,12 +96,12 @@ class FsdpEngine {
   bool WritesTensorState() const { return !groups_.replicate || groups_.replicate->rank() == 0; }
   // Fills this rank's state by calling `read` for every piece (kind, name, offset, length,
   // destination). Model (bf16) pieces are re-derived from the master weights.
-  Status LoadState(const std::function<Status(const std::string& kind, const std::string& name,
-                                              int64_t offset, int64_t length,
-                                              torch::Tensor dst)>& read);
+  Status LoadState(
+      const std::function<Status(const std::string& kind, const std::string& name, int64_t offset,
+                                 int64_t length, torch::Tensor dst)>& read);
   // Sets every parameter from full (unsharded) tensors by name, e.g. from safetensors.
-  Status LoadFullParameters(const std::function<Status(const std::string& name,
-                                                       torch::Tensor dst_fp32)>& read);
+  Status LoadFullParameters(
+      const std::function<Status(const std::string& name, torch::Tensor dst_fp32)>& read);
   // Gathers the full fp32 master weights of every parameter (collective: all ranks call it).
   StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> GatherFullParameters();
 

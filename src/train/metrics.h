@@ -5,9 +5,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "core/status.h"
 

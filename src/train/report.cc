@@ -28,7 +28,8 @@ StatusOr<RunRecords> Load(const std::string& run_dir) {
   const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
   std::ifstream in(metrics);
   if (!in) {
-    return Status::InvalidArgument("'" + run_dir + "' has no metrics.jsonl: not an ftrain run directory");
+    return Status::InvalidArgument("'" + run_dir +
+                                   "' has no metrics.jsonl: not an ftrain run directory");
   }
   std::string line;
   int line_no = 0;
@@ -86,8 +87,9 @@ Status PrintReport(const std::string& run_dir, std::ostream& out) {
       << std::setprecision(0) << "throughput     median " << Percentile(tps, 0.5) << " tokens/s\n"
       << std::setprecision(4) << "data wait      median " << Percentile(wait, 0.5) << " s/step\n"
       << "communication  median " << Percentile(comm, 0.5) << " s/step (waiting on collectives)\n"
-      << std::setprecision(2) << "checkpoints    " << ckpts << " written by this run's steps, stall total "
-      << stall_total << " s; " << r.checkpoints.size() << " in the root now\n";
+      << std::setprecision(2) << "checkpoints    " << ckpts
+      << " written by this run's steps, stall total " << stall_total << " s; "
+      << r.checkpoints.size() << " in the root now\n";
   int restarts = 0;
   double lost = 0;
   for (const auto& e : r.restarts) {
@@ -140,7 +142,8 @@ Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
       << "' fill='none' stroke='#999'/>\n";
   auto polyline = [&](const char* key, const char* color, auto y) {
     svg << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
-    for (const auto& s : r.steps) svg << X(s.value("time", 0.0)) << "," << y(s.value(key, 0.0)) << " ";
+    for (const auto& s : r.steps)
+      svg << X(s.value("time", 0.0)) << "," << y(s.value(key, 0.0)) << " ";
     svg << "'/>\n";
   };
   polyline("tokens_per_s", "#9bc", YT);
@@ -149,7 +152,8 @@ Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
     if (s.value("ckpt_stall_s", 0.0) > 0) {
       const double x = X(s.value("time", 0.0));
       svg << "<line x1='" << x << "' y1='" << top + ph << "' x2='" << x << "' y2='" << top + ph - 8
-          << "' stroke='#383'><title>checkpoint at step " << s.value("step", 0) << "</title></line>\n";
+          << "' stroke='#383'><title>checkpoint at step " << s.value("step", 0)
+          << "</title></line>\n";
     }
   }
   int marks = 0;
@@ -159,8 +163,8 @@ Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
     const double x = X(e.value("time", t0));
     svg << "<line x1='" << x << "' y1='" << top << "' x2='" << x << "' y2='" << top + ph
         << "' stroke='#e80' stroke-dasharray='4,3'/><text x='" << x + 3 << "' y='"
-        << top + 14 + 14 * (marks++ % 4) << "' fill='#e80'>" << ev << ": "
-        << e.value("cause", "") << "</text>\n";
+        << top + 14 + 14 * (marks++ % 4) << "' fill='#e80'>" << ev << ": " << e.value("cause", "")
+        << "</text>\n";
   }
   svg << std::setprecision(3) << "<text x='8' y='" << top + 10 << "' fill='#c33'>" << lmax
       << "</text><text x='8' y='" << top + ph << "' fill='#c33'>" << lmin << "</text>\n"
