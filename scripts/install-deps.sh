@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Installs every Debian package ftrain's build, tests and demo need. Idempotent: when all
-# packages are already present it returns in well under a second without touching apt.
+# Installs every Debian package ftrain's build, tests and demo need, and the CUDA-enabled
+# LibTorch from the pinned `torch` wheel on PyPI (unpacked with pip into a machine-wide prefix,
+# /opt/ftrain/torch-<version>, shared by every clone; see docs/building.md). Idempotent: when
+# everything is present it returns in well under a second without touching apt or pip.
 # Run as root (CI and the demo do). Does not build anything.
+#   install-deps.sh                 install what is missing
+#   install-deps.sh --torch-prefix  print the LibTorch prefix (for -DCMAKE_PREFIX_PATH)
 set -euo pipefail
+
+TORCH_VERSION="${FTRAIN_TORCH_VERSION:-2.11.0}"  # CUDA 13 build on PyPI; matches the H200 image
+TORCH_PREFIX="${FTRAIN_TORCH_PREFIX:-/opt/ftrain/torch-${TORCH_VERSION}}"
+if [ "${1:-}" = "--torch-prefix" ]; then
+  echo "${TORCH_PREFIX}/torch"
+  exit 0
+fi
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libgloo-dev
+  libgloo-dev
   libhdf5-dev hdf5-tools
   libzstd-dev zstd zlib1g-dev
   libxxhash-dev
@@ -31,8 +42,35 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+install_torch() {
+  local marker="${TORCH_PREFIX}/torch/share/cmake/Torch/TorchConfig.cmake"
+  if [ -f "${marker}" ]; then
+    echo "install-deps: LibTorch ${TORCH_VERSION} present in ${TORCH_PREFIX}"
+    return 0
+  fi
+  local py=python3
+  if ! "${py}" -m pip --version >/dev/null 2>&1; then
+    apt-get install -y -q --no-install-recommends python3-pip
+    py=/usr/bin/python3
+  fi
+  echo "install-deps: installing torch==${TORCH_VERSION} (LibTorch with CUDA) into ${TORCH_PREFIX}"
+  local tmp="${TORCH_PREFIX}.tmp.$$" start
+  start=$(date +%s)
+  rm -rf "${tmp}"
+  mkdir -p "$(dirname "${TORCH_PREFIX}")"
+  # --target keeps torch/ and nvidia/ side by side: libtorch_cuda.so finds cuDNN, NCCL,
+  # cuBLAS... through its $ORIGIN/../../nvidia RPATH. PIP_BREAK_SYSTEM_PACKAGES only matters
+  # for Debian's own python3 (nothing is installed into it).
+  PIP_BREAK_SYSTEM_PACKAGES=1 "${py}" -m pip install -q --no-compile --disable-pip-version-check \
+    --target "${tmp}" "torch==${TORCH_VERSION}"
+  rm -rf "${TORCH_PREFIX}"
+  mv "${tmp}" "${TORCH_PREFIX}"
+  echo "install-deps: LibTorch ${TORCH_VERSION} installed in $(($(date +%s) - start)) s"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  install_torch
   exit 0
 fi
 
@@ -56,4 +94,5 @@ if [ ! -e "$policy" ]; then
 fi
 trap '[ "$created_policy" -eq 1 ] && rm -f "$policy"' EXIT
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_torch
 echo "install-deps: done"

@@ -21,7 +21,8 @@ echo "== test.sh: build (${BUILD_DIR}, ${JOBS} jobs)"
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "${BUILD_DIR}/CMakeCache.txt" ]; then
-  cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+  cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DFTRAIN_LIBTORCH_PREFIX="$(bash scripts/install-deps.sh --torch-prefix)"
 fi
 cmake --build "${BUILD_DIR}" -j "${JOBS}"
 
