@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "ckpt/filename.h"
@@ -536,6 +538,306 @@ TEST(Bf16, RoundsToNearestEven) {
   bits = 0x3f818000;  // halfway, odd below -> rounds up to even
   std::memcpy(&up, &bits, 4);
   EXPECT_EQ(ckpt::Fp32ToBf16(up), 0x3f82);
+}
+
+// Resume verifies while it loads: a flipped byte in a tensor is a Corruption from the reader
+// itself (not only from ckptctl verify), for whole pieces and resharded ranges alike.
+TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  ckpt::WriteOptions o;
+  o.zstd_level = GetParam().level;
+  ASSERT_TRUE(SaveFixture(&store, 1, 2, o).ok());
+  const std::string dir = tmp.path() + "/step-00000001";
+  const std::string shard = dir + "/shard-00001.h5";
+  const std::string ds = "/master/model.embed_tokens.weight";
+  uint64_t size = 0;
+  const uint64_t addr = DataAddress(shard, ds, &size);
+  FlipByte(shard, addr + size / 2);
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();  // sizes still match: opens fine
+  const ckpt::ManifestTensor* t =
+      (*reader)->manifest().FindTensor("master", "model.embed_tokens.weight");
+  ASSERT_NE(t, nullptr);
+  std::vector<float> all(static_cast<size_t>(t->numel()));
+  Status s =
+      (*reader)->ReadTensorRange("master", "model.embed_tokens.weight", 0, t->numel(), all.data());
+  ASSERT_TRUE(s.IsCorruption()) << s.message();
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("shard-00001.h5"), std::string::npos) << s.message();
+  // A range inside rank 1's piece (what a resharded rank reads) is caught too; rank 0's piece
+  // alone still reads.
+  const ckpt::TensorPiece& p1 = t->pieces.back();
+  ASSERT_EQ(p1.rank, 1);
+  std::vector<float> part(4);
+  EXPECT_TRUE(
+      (*reader)
+          ->ReadTensorRange("master", "model.embed_tokens.weight", p1.offset + 1, 4, part.data())
+          .IsCorruption());
+  std::vector<float> first(static_cast<size_t>(t->pieces.front().length));
+  EXPECT_TRUE((*reader)
+                  ->ReadTensorRange("master", "model.embed_tokens.weight", 0,
+                                    t->pieces.front().length, first.data())
+                  .ok());
+}
+
+// Moving a damaged checkpoint aside keeps the evidence, makes the older one the latest, and
+// rotation never deletes it; prune removes it only when asked.
+TEST(CkptStore, MarkCorruptKeepsEvidenceAndRotationLeavesIt) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
+  auto moved = store.MarkCorrupt(3);
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  EXPECT_EQ(*moved, tmp.path() + "/step-00000003.corrupt");
+  auto latest = store.Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 2);
+  EXPECT_EQ(ReadAll(tmp.path() + "/LATEST"), "step-00000002\n");
+  // The same step damaged again later gets its own name.
+  ASSERT_TRUE(SaveFixture(&store, 3, 2).ok());
+  auto again = store.MarkCorrupt(3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, tmp.path() + "/step-00000003.corrupt-2");
+  ASSERT_TRUE(store.Rotate({1, 0}).ok());
+  auto list = store.List();
+  ASSERT_TRUE(list.ok());
+  int corrupt = 0;
+  for (const auto& i : *list) corrupt += i.status == ckpt::CheckpointStatus::kCorrupt;
+  EXPECT_EQ(corrupt, 2);
+  auto removed = store.RemoveCorrupt(false);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), 2u);
+}
+
+// Rotation deletes an older checkpoint only once the newest one reads back and verifies.
+TEST(CkptRotation, NothingOlderIsDeletedWhileTheNewestFailsVerification) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  ASSERT_TRUE(SaveFixture(&store, 1, 2).ok());
+  ASSERT_TRUE(SaveFixture(&store, 2, 2).ok());
+  const std::string shard = tmp.path() + "/step-00000002/shard-00000.h5";
+  uint64_t size = 0;
+  FlipByte(shard, DataAddress(shard, "/master/model.embed_tokens.weight", &size) + size / 2);
+  auto deleted = store.Rotate({1, 0});
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_TRUE(deleted->empty()) << "deleted the only good checkpoint: " << deleted->front();
+  struct stat st;
+  EXPECT_EQ(stat((tmp.path() + "/step-00000001").c_str(), &st), 0);
+}
+
+// A step-N symlink to an archive is listed, never followed or deleted by rotation/prune, and
+// the archive's contents survive.
+TEST(CkptRotation, SymlinkToAnArchiveIsNeverFollowedOrDeleted) {
+  TempDir tmp;
+  const std::string root = tmp.path() + "/root", archive = tmp.path() + "/archive";
+  ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
+  CheckpointStore arch(archive);
+  ASSERT_TRUE(SaveFixture(&arch, 1, 2).ok());
+  ASSERT_EQ(symlink((archive + "/step-00000001").c_str(), (root + "/step-00000001").c_str()), 0);
+  CheckpointStore store(root);
+  for (int step = 2; step <= 5; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
+  auto list = store.List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->back().is_symlink);
+  auto deleted = store.Rotate({1, 0});
+  ASSERT_TRUE(deleted.ok());
+  for (const auto& d : *deleted) EXPECT_NE(d, root + "/step-00000001");
+  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001").ok());
+  struct stat st;
+  EXPECT_EQ(lstat((root + "/step-00000001").c_str(), &st), 0);
+  // A link inside a directory being removed is unlinked, its target untouched.
+  const std::string doomed = tmp.path() + "/doomed";
+  ASSERT_EQ(mkdir(doomed.c_str(), 0755), 0);
+  ASSERT_EQ(symlink(archive.c_str(), (doomed + "/link").c_str()), 0);
+  ASSERT_TRUE(Env::Default()->RemoveDirRecursive(doomed).ok());
+  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001").ok());
+  EXPECT_FALSE(Env::Default()->RemoveDirRecursive(root + "/step-00000001").ok());
+}
+
+// A dataset stored with another element type than the manifest says is refused before any
+// copy (an F64 dataset read into a float32 buffer would overflow it).
+TEST(CkptReader, DatasetOfAnotherTypeIsRefusedBeforeCopying) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  ASSERT_TRUE(SaveFixture(&store, 1, 1).ok());
+  const std::string dir = tmp.path() + "/step-00000001";
+  const std::string shard = dir + "/shard-00000.h5";
+  const std::string name = "model.norm.weight";
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok());
+  const int64_t n = (*reader)->manifest().FindTensor("master", name)->numel();
+  reader->reset();
+  {  // Replace the dataset by an F64 one of the same length.
+    hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, ("/master/" + name).c_str(), H5P_DEFAULT), 0);
+    hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t d = H5Dcreate2(f, ("/master/" + name).c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT,
+                         H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<double> values(static_cast<size_t>(n), 1.0);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  // The manifest records the shard's size: restore it so only the dataset type is wrong.
+  std::string manifest = ReadAll(dir + "/manifest.json");
+  struct stat st;
+  ASSERT_EQ(stat(shard.c_str(), &st), 0);
+  auto m = ckpt::Manifest::FromJson(manifest, "m");
+  ASSERT_TRUE(m.ok());
+  m->files[0].size = static_cast<uint64_t>(st.st_size);
+  WriteAll(dir + "/manifest.json", m->ToJson());
+  auto reader2 = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader2.ok()) << reader2.status().message();
+  std::vector<float> buf(static_cast<size_t>(n) + 16, 7.0f);
+  Status s = (*reader2)->ReadTensorRange("master", name, 0, n, buf.data());
+  ASSERT_TRUE(s.IsCorruption()) << s.message();
+  EXPECT_NE(s.message().find("is not stored as float32"), std::string::npos) << s.message();
+  EXPECT_EQ(buf[static_cast<size_t>(n)], 7.0f);  // nothing written past the buffer
+}
+
+// Manifests and receipts are untrusted input: a seeded mutation run over valid ones (drop,
+// rename or retype a key, huge/negative/fractional numbers, empty or wrong-typed arrays,
+// truncation, random bytes) never throws, never crashes and never accepts a manifest whose
+// pieces do not tile its tensors. Runs 10,000+ cases in a few seconds.
+TEST(CkptUntrusted, MutatedManifestsAndReceiptsAreRejectedCleanly) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  ASSERT_TRUE(SaveFixture(&store, 1, 2).ok());
+  const std::string manifest = ReadAll(tmp.path() + "/step-00000001/manifest.json");
+  ASSERT_TRUE(ckpt::Manifest::FromJson(manifest, "m").ok());
+  // A receipt of the same checkpoint, rebuilt from a fresh partial write.
+  ckpt::Receipt receipt;
+  {
+    auto r = store.WriteShard(FixtureMeta(2, 2), 0, RankState(2, 0, 2).contents(), {});
+    ASSERT_TRUE(r.ok());
+    receipt = *r;
+  }
+  const std::string receipt_text = receipt.ToJson();
+  std::mt19937_64 rng(20261201);
+  const std::vector<nlohmann::json> hostile = {nullptr,
+                                               true,
+                                               -1,
+                                               0,
+                                               1e300,
+                                               -1e300,
+                                               18446744073709551615ull,
+                                               -9223372036854775807ll - 1,
+                                               0.5,
+                                               "",
+                                               "x",
+                                               "../../etc/passwd",
+                                               nlohmann::json::array(),
+                                               nlohmann::json::object(),
+                                               nlohmann::json::array({nlohmann::json::object()}),
+                                               nlohmann::json::array({-1, 1e30})};
+  // Every JSON pointer of a document (leaves and containers).
+  std::function<void(const nlohmann::json&, const std::string&, std::vector<std::string>*)> walk =
+      [&](const nlohmann::json& j, const std::string& at, std::vector<std::string>* out) {
+        out->push_back(at);
+        if (j.is_object()) {
+          for (auto it = j.begin(); it != j.end(); ++it) walk(it.value(), at + "/" + it.key(), out);
+        } else if (j.is_array()) {
+          for (size_t i = 0; i < j.size(); ++i) walk(j[i], at + "/" + std::to_string(i), out);
+        }
+      };
+  int cases = 0, accepted = 0;
+  for (const std::string* doc : {&manifest, &receipt_text}) {
+    const nlohmann::json base = nlohmann::json::parse(*doc);
+    std::vector<std::string> pointers;
+    walk(base, "", &pointers);
+    for (int i = 0; i < 6000; ++i) {
+      std::string text;
+      nlohmann::json j = base;
+      const std::string& at = pointers[rng() % pointers.size()];
+      const int kind = static_cast<int>(rng() % 6);
+      try {
+        nlohmann::json::json_pointer ptr(at);
+        if (kind == 0 && !at.empty()) {  // drop the key / element
+          nlohmann::json::json_pointer parent = ptr.parent_pointer();
+          const std::string key = ptr.back();
+          if (j[parent].is_object())
+            j[parent].erase(key);
+          else if (j[parent].is_array())
+            j[parent].erase(std::stoul(key));
+        } else if (kind == 1 && !at.empty() && j[ptr.parent_pointer()].is_object()) {
+          nlohmann::json::json_pointer parent = ptr.parent_pointer();  // rename the key
+          nlohmann::json v = j[ptr];
+          j[parent].erase(ptr.back());
+          j[parent][ptr.back() + "_renamed"] = v;
+        } else if (kind <= 3) {
+          j[ptr] = hostile[rng() % hostile.size()];  // retype / hostile value
+        }
+        text = j.dump();
+        if (kind == 4) text = text.substr(0, rng() % (text.size() + 1));  // truncated
+        if (kind == 5) {                                                  // random bytes
+          for (int k = 0; k < 3; ++k) text[rng() % text.size()] = static_cast<char>(rng());
+        }
+      } catch (const std::exception&) {
+        continue;  // the mutation itself did not apply; not a case
+      }
+      ++cases;
+      if (doc == &manifest) {
+        auto m = ckpt::Manifest::FromJson(text, "mutated manifest");
+        if (m.ok()) {
+          ++accepted;
+          // Whatever was accepted must be safe to use: pieces tile every tensor.
+          for (const auto& t : m->tensors) {
+            int64_t next = 0;
+            for (const auto& p : t.pieces) {
+              ASSERT_EQ(p.offset, next) << text;
+              ASSERT_GE(p.rank, 0);
+              ASSERT_LT(p.rank, m->meta.world_size);
+              next += p.length;
+            }
+            ASSERT_EQ(next, t.numel()) << text;
+          }
+        } else {
+          ASSERT_TRUE(m.status().IsCorruption()) << m.status().message();
+          ASSERT_NE(m.status().message().find("mutated manifest"), std::string::npos)
+              << m.status().message();
+        }
+      } else {
+        auto r = ckpt::Receipt::FromJson(text, "mutated receipt");
+        if (r.ok()) {
+          ++accepted;
+          ASSERT_GE(r->rank, 0);
+          ASSERT_LT(r->rank, r->world_size);
+        } else {
+          ASSERT_NE(r.status().message().find("mutated receipt"), std::string::npos);
+        }
+      }
+    }
+  }
+  EXPECT_GE(cases, 10000);
+  EXPECT_LT(accepted, cases / 2) << "most mutations should be refused";
+}
+
+// One malformed manifest (a renamed key: valid JSON) makes that checkpoint unreadable with a
+// message naming the file and field; listing, rotation and Latest go on with the others.
+TEST(CkptUntrusted, RenamedKeyInAnOldManifestDoesNotStopListingOrRotation) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  for (int step = 1; step <= 4; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
+  const std::string path = tmp.path() + "/step-00000001/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(ReadAll(path));
+  j["tensors"][0]["pieces_"] = j["tensors"][0]["pieces"];
+  j["tensors"][0].erase("pieces");
+  WriteAll(path, j.dump());
+  auto list = store.List();
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  ASSERT_EQ(list->size(), 4u);
+  EXPECT_EQ(list->back().status, ckpt::CheckpointStatus::kUnreadable);
+  EXPECT_NE(list->back().problem.find("manifest.json"), std::string::npos) << list->back().problem;
+  EXPECT_NE(list->back().problem.find("'pieces'"), std::string::npos) << list->back().problem;
+  auto deleted = store.Rotate({2, 0});
+  ASSERT_TRUE(deleted.ok()) << deleted.status().message();
+  auto latest = store.Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 4);
 }
 
 }  // namespace

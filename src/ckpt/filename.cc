@@ -42,10 +42,18 @@ RootEntry ParseRootEntry(const std::string& name) {
     e.kind = EntryKind::kPartial;
   else if (suffix == ".deleting")
     e.kind = EntryKind::kDeleting;
+  else if (suffix == ".corrupt" ||
+           (suffix.rfind(".corrupt-", 0) == 0 && suffix.size() > 9 && suffix.size() <= 13 &&
+            suffix.find_first_not_of("0123456789", 9) == std::string::npos))
+    e.kind = EntryKind::kCorrupt;
   else
     return e;
   e.step = step;
   return e;
+}
+
+std::string CorruptDirName(int64_t step, int n) {
+  return StepDirName(step) + (n <= 1 ? ".corrupt" : ".corrupt-" + std::to_string(n));
 }
 
 std::string ShardFileName(int rank) { return Fmt("shard-%05lld.h5", rank); }

@@ -2,6 +2,8 @@
 //   step-00000120/            a complete checkpoint (the only kind ever chosen for resume)
 //   step-00000120.partial/    being written; never chosen
 //   step-00000120.deleting/   being removed by rotation; never chosen
+//   step-00000120.corrupt/    failed verification at resume, moved aside as evidence; never
+//                             chosen, never deleted by rotation (ckptctl prune --corrupt)
 //   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
 //   inside a checkpoint: manifest.json, shard-00003.h5, shard-00003.json (receipt), COMMIT
 #pragma once
@@ -11,7 +13,7 @@
 
 namespace ftrain::ckpt {
 
-enum class EntryKind { kComplete, kPartial, kDeleting, kOther };
+enum class EntryKind { kComplete, kPartial, kDeleting, kCorrupt, kOther };
 
 struct RootEntry {
   EntryKind kind = EntryKind::kOther;
@@ -24,6 +26,8 @@ constexpr int kMaxWorldSize = 99999;    // 5 digits
 std::string StepDirName(int64_t step);      // step-00000120
 std::string PartialDirName(int64_t step);   // step-00000120.partial
 std::string DeletingDirName(int64_t step);  // step-00000120.deleting
+// step-00000120.corrupt, or step-00000120.corrupt-N for the Nth time that step was set aside
+std::string CorruptDirName(int64_t step, int n = 1);
 RootEntry ParseRootEntry(const std::string& name);
 
 std::string ShardFileName(int rank);    // shard-00003.h5

@@ -22,6 +22,7 @@ struct CheckpointMeta {
   std::string code_version;
   std::string data_version;
   std::string layout_json = "{}";  // free-form JSON object: sharding, dp/tp sizes, nodes
+  std::string generation;          // the job start that wrote it (diagnostics; may be empty)
 };
 
 struct TensorPiece {
@@ -44,7 +45,10 @@ struct ManifestBlob {
   std::string group;
   std::string name;
   std::string policy;
-  std::vector<int> ranks;  // ranks holding a copy
+  std::vector<int> ranks;      // ranks holding a copy
+  std::vector<uint64_t> xxh3;  // XXH3 of each copy, parallel to `ranks` (empty: not recorded)
+  // The recorded hash of `rank`'s copy, or false when the manifest has none.
+  bool HashOf(int rank, uint64_t* out) const;
 };
 
 struct ManifestFile {
@@ -79,7 +83,8 @@ struct Receipt {
   uint64_t size = 0;
   uint64_t xxh3 = 0;  // of the whole file
   ShardFileInfo info;
-  std::string writer;  // host:pid of the writer (diagnostics)
+  std::string writer;      // host:pid of the writer (diagnostics)
+  std::string generation;  // the job start of the writer (see CheckpointMeta::generation)
 
   std::string ToJson() const;
   static StatusOr<Receipt> FromJson(const std::string& text, const std::string& origin);

@@ -2,8 +2,10 @@
 #include "ckpt/reader.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ckpt/filename.h"
+#include "core/hex.h"
 
 namespace ftrain::ckpt {
 
@@ -71,13 +73,36 @@ Status CheckpointReader::ReadTensorRange(const std::string& kind, const std::str
   const size_t elem = DTypeSize(t->dtype);
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t end = offset + length;
+  std::vector<uint8_t> scratch;
   for (const auto& p : t->pieces) {
     const int64_t lo = std::max(offset, p.offset);
     const int64_t hi = std::min(end, p.offset + p.length);
     if (lo >= hi) continue;
     FT_ASSIGN_OR_RETURN(ShardFileReader * shard, Shard(p.rank));
-    FT_RETURN_IF_ERROR(shard->ReadRange("/" + kind + "/" + name, lo - p.offset, hi - lo,
-                                        out + static_cast<size_t>(lo - offset) * elem));
+    // Whole pieces only, so that every byte is checked against the manifest's hash as it is
+    // read: straight into dst when the caller wants the whole piece (same world size), else
+    // through a scratch buffer (resharding reads a piece that straddles two new ranks twice).
+    const bool whole = lo == p.offset && hi == p.offset + p.length;
+    uint8_t* target = out + static_cast<size_t>(lo - offset) * elem;
+    if (!whole) {
+      scratch.resize(static_cast<size_t>(p.length) * elem);
+      target = scratch.data();
+    }
+    uint64_t got = 0;
+    FT_RETURN_IF_ERROR(shard->ReadAllInto("/" + kind + "/" + name, t->dtype, p.length, target,
+                                          read_threads_, verify_ ? &got : nullptr));
+    if (verify_ && got != p.xxh3) {
+      return Status::Corruption("checksum mismatch in checkpoint '" + dir_ + "': tensor " + kind +
+                                "/" + name + " of rank " + std::to_string(p.rank) + " (shard '" +
+                                shard->path() + "') hashes to " + Hex64(got) +
+                                ", the manifest says " + Hex64(p.xxh3) +
+                                " (the file was damaged after it was committed)");
+    }
+    if (!whole) {
+      std::memcpy(out + static_cast<size_t>(lo - offset) * elem,
+                  scratch.data() + static_cast<size_t>(lo - p.offset) * elem,
+                  static_cast<size_t>(hi - lo) * elem);
+    }
   }
   return Status::Ok();
 }
@@ -130,6 +155,12 @@ StatusOr<std::string> CheckpointReader::ReadBlob(const std::string& group, const
   FT_ASSIGN_OR_RETURN(ShardFileReader * shard, Shard(source));
   std::vector<uint8_t> bytes;
   FT_RETURN_IF_ERROR(shard->ReadAll("/" + group + "/" + name, &bytes, /*verify=*/true, 1));
+  uint64_t want = 0;
+  if (verify_ && blob->HashOf(source, &want) && Xxh3(bytes.data(), bytes.size()) != want) {
+    return Status::Corruption("checksum mismatch in checkpoint '" + dir_ + "': state " + group +
+                              "/" + name + " of rank " + std::to_string(source) + " (shard '" +
+                              shard->path() + "') differs from the manifest's hash " + Hex64(want));
+  }
   return std::string(bytes.begin(), bytes.end());
 }
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -198,6 +199,7 @@ bool ReadStringAttr(hid_t obj, const char* name, std::string* out) {
   H5Handle type(H5Aget_type(attr.get()));
   if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return false;
   size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20)) return false;  // a damaged header, not a 4 GB string
   std::string buf(size, '\0');
   H5Handle mem(H5Tcopy(H5T_C_S1));
   H5Tset_size(mem.get(), size);
@@ -630,6 +632,8 @@ StatusOr<std::unique_ptr<ShardFileReader>> ShardFileReader::Open(const std::stri
                               " (truncated or damaged file)");
   }
   r->file_id_ = f;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) r->file_size_ = static_cast<uint64_t>(st.st_size);
   std::string magic;
   std::vector<int64_t> version, step, rank, world;
   if (!ReadStringAttr(f, "magic", &magic) || magic != kMagic) {
@@ -708,47 +712,16 @@ StatusOr<std::vector<DatasetRecord>> ShardFileReader::ListDatasets() {
   return out;
 }
 
-Status ShardFileReader::ReadRange(const std::string& h5path, int64_t begin, int64_t count,
-                                  void* dst) {
-  hid_t f = static_cast<hid_t>(file_id_);
-  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
-  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
-  H5Handle space(H5Dget_space(ds.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  if (begin < 0 || count < 0 || begin + count > n) {
-    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' has " + std::to_string(n) +
-                              " elements; cannot read [" + std::to_string(begin) + ", " +
-                              std::to_string(begin + count) + ")");
-  }
-  if (count == 0) return Status::Ok();
-  H5Handle type(H5Dget_type(ds.get()));
-  H5Handle mem_type(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
-  hsize_t start = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(count);
-  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr);
-  H5Handle mem(H5Screate_simple(1, &cnt, nullptr));
-  if (H5Dread(ds.get(), mem_type.get(), mem.get(), space.get(), H5P_DEFAULT, dst) < 0) {
-    return Status::Corruption("reading dataset " + h5path + " of '" + path_ +
-                              "' failed: " + H5ErrorText() + " (damaged or truncated data)");
-  }
-  return Status::Ok();
-}
+namespace {
 
-Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>* out, bool verify,
-                                int threads) {
-  hid_t f = static_cast<hid_t>(file_id_);
-  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
-  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
-  H5Handle space(H5Dget_space(ds.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  H5Handle type(H5Dget_type(ds.get()));
-  const size_t elem = H5Tget_size(type.get());
-  const size_t total = static_cast<size_t>(n) * elem;
-  out->resize(total);
-  uint64_t want = 0;
-  if (verify && !ReadU64Attr(ds.get(), "xxh3", &want)) {
-    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' lacks its xxh3 attribute");
-  }
-  H5Handle dcpl(H5Dget_create_plist(ds.get()));
+// Reads every element of an open dataset into dst (`total` bytes of `elem`-byte elements):
+// chunked datasets compressed by ftrain's filters are read chunk by chunk and decompressed in
+// parallel; anything else goes through H5Dread.
+Status ReadDatasetInto(hid_t ds, const std::string& path, const std::string& h5path, size_t elem,
+                       size_t total, uint8_t* dst_base, int threads) {
+  if (total == 0) return Status::Ok();
+  H5Handle dcpl(H5Dget_create_plist(ds));
+  H5Handle type(H5Dget_type(ds));
   bool shuffle = false, zstd = false, other = false;
   const int nfilters = H5Pget_nfilters(dcpl.get());
   for (int i = 0; i < nfilters; ++i) {
@@ -763,35 +736,46 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
     else
       other = true;
   }
-  Status read_status;
-  if (n > 0 && H5Pget_layout(dcpl.get()) == H5D_CHUNKED && !other) {
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && !other) {
     hsize_t chunk_elems = 0;
-    H5Pget_chunk(dcpl.get(), 1, &chunk_elems);
+    if (H5Pget_chunk(dcpl.get(), 1, &chunk_elems) != 1 || chunk_elems == 0) {
+      return Status::Corruption("dataset " + h5path + " in '" + path + "' has a bad chunk layout");
+    }
     const size_t chunk_bytes = static_cast<size_t>(chunk_elems) * elem;
     const size_t nchunks = (total + chunk_bytes - 1) / chunk_bytes;
-    Pool pool(ResolveThreads(threads));
+    Pool pool(static_cast<int>(std::min(static_cast<size_t>(ResolveThreads(threads)), nchunks)));
     std::deque<std::pair<std::future<Status>, std::shared_ptr<std::vector<uint8_t>>>> inflight;
+    // Tasks write into dst_base: never return while one is still running.
+    auto drain = [&inflight] {
+      for (auto& f : inflight) f.first.wait();
+    };
     size_t next = 0, done = 0;
     while (done < nchunks) {
       while (next < nchunks && inflight.size() < 2 * pool.size()) {
         hsize_t offset = static_cast<hsize_t>(next) * chunk_elems;
         hsize_t csize = 0;
-        if (H5Dget_chunk_storage_size(ds.get(), &offset, &csize) < 0 || csize > (1ull << 32)) {
+        // A stored chunk is never much larger than its raw bytes (zstd's worst case is a few
+        // hundred bytes over); a larger size is a damaged index, refused before allocating.
+        if (H5Dget_chunk_storage_size(ds, &offset, &csize) < 0 ||
+            csize > chunk_bytes + chunk_bytes / 64 + 4096) {
+          drain();
           return Status::Corruption("chunk " + std::to_string(next) + " of dataset " + h5path +
-                                    " in '" + path_ + "' is missing: " + H5ErrorText());
+                                    " in '" + path +
+                                    "' is missing or has an impossible size: " + H5ErrorText());
         }
         auto raw = std::make_shared<std::vector<uint8_t>>(csize);
         uint32_t mask = 0;
-        if (H5Dread_chunk(ds.get(), H5P_DEFAULT, &offset, &mask, raw->data()) < 0) {
+        if (H5Dread_chunk(ds, H5P_DEFAULT, &offset, &mask, raw->data()) < 0) {
+          drain();
           return Status::Corruption("reading chunk " + std::to_string(next) + " of dataset " +
-                                    h5path + " in '" + path_ + "' failed: " + H5ErrorText() +
+                                    h5path + " in '" + path + "' failed: " + H5ErrorText() +
                                     " (truncated file?)");
         }
         const bool use_shuffle = shuffle && !(mask & 1u);
         const bool use_zstd = zstd && !(mask & (shuffle ? 2u : 1u));
         const size_t begin = next * chunk_bytes;
         const size_t len = std::min(chunk_bytes, total - begin);
-        uint8_t* dst = out->data() + begin;
+        uint8_t* dst = dst_base + begin;
         auto fut = pool.Submit([raw, use_shuffle, use_zstd, elem, chunk_bytes, dst, len] {
           return DecompressChunk(*raw, use_shuffle, use_zstd, elem, chunk_bytes, dst, len);
         });
@@ -799,20 +783,49 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
         ++next;
       }
       Status s = inflight.front().first.get();
+      inflight.pop_front();
       if (!s.ok()) {
-        return Status::Corruption("dataset " + h5path + " in '" + path_ + "', chunk " +
+        drain();
+        return Status::Corruption("dataset " + h5path + " in '" + path + "', chunk " +
                                   std::to_string(done) + ": " + s.message());
       }
-      inflight.pop_front();
       ++done;
     }
-  } else if (n > 0) {
-    H5Handle mem_type(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
-    if (H5Dread(ds.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) < 0) {
-      return Status::Corruption("reading dataset " + h5path + " of '" + path_ +
-                                "' failed: " + H5ErrorText() + " (damaged or truncated data)");
-    }
+    return Status::Ok();
   }
+  H5Handle mem_type(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+  if (H5Dread(ds, mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst_base) < 0) {
+    return Status::Corruption("reading dataset " + h5path + " of '" + path +
+                              "' failed: " + H5ErrorText() + " (damaged or truncated data)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>* out, bool verify,
+                                int threads) {
+  hid_t f = static_cast<hid_t>(file_id_);
+  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
+  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
+  H5Handle space(H5Dget_space(ds.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  H5Handle type(H5Dget_type(ds.get()));
+  const size_t elem = H5Tget_size(type.get());
+  // zstd cannot expand data by more than ~2000x: a bigger claim is a damaged header, refused
+  // before allocating.
+  if (n < 0 || elem == 0 || elem > 8 ||
+      static_cast<uint64_t>(n) * elem > file_size_ * 2048 + (uint64_t{1} << 20)) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ +
+                              "' claims an impossible size (damaged header)");
+  }
+  const size_t total = static_cast<size_t>(n) * elem;
+  out->resize(total);
+  uint64_t want = 0;
+  if (verify && !ReadU64Attr(ds.get(), "xxh3", &want)) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' lacks its xxh3 attribute");
+  }
+  FT_RETURN_IF_ERROR(ReadDatasetInto(ds.get(), path_, h5path, elem, total, out->data(), threads));
   if (verify) {
     const uint64_t got = Xxh3(out->data(), out->size());
     if (got != want) {
@@ -820,6 +833,31 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
                                 ": stored xxh3 " + Hex64(want) + ", computed " + Hex64(got));
     }
   }
+  return Status::Ok();
+}
+
+Status ShardFileReader::ReadAllInto(const std::string& h5path, DType dtype, int64_t elems,
+                                    void* dst, int threads, uint64_t* xxh3) {
+  hid_t f = static_cast<hid_t>(file_id_);
+  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
+  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
+  H5Handle space(H5Dget_space(ds.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  H5Handle type(H5Dget_type(ds.get()));
+  // The element type first: an F64 dataset where the manifest says float32 would overflow a
+  // buffer sized from the manifest.
+  if (H5Tequal(type.get(), FileType(dtype)) <= 0) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' is not stored as " +
+                              DTypeName(dtype) + " as the manifest says (damaged or foreign file)");
+  }
+  if (n != elems) {
+    return Status::Corruption("dataset " + h5path + " in '" + path_ + "' has " + std::to_string(n) +
+                              " elements; the manifest says " + std::to_string(elems));
+  }
+  const size_t total = static_cast<size_t>(elems) * DTypeSize(dtype);
+  FT_RETURN_IF_ERROR(ReadDatasetInto(ds.get(), path_, h5path, DTypeSize(dtype), total,
+                                     static_cast<uint8_t*>(dst), threads));
+  if (xxh3 != nullptr) *xxh3 = Xxh3(dst, total);
   return Status::Ok();
 }
 

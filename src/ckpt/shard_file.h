@@ -100,16 +100,21 @@ class ShardFileReader {
   // Every dataset in the file with its attributes (hash, dtype, slice).
   StatusOr<std::vector<DatasetRecord>> ListDatasets();
 
-  // Reads elements [begin, begin + count) of the dataset into dst (hyperslab; decompresses
-  // only the chunks it touches).
-  Status ReadRange(const std::string& h5path, int64_t begin, int64_t count, void* dst);
-  // Reads the whole dataset with parallel decompression; checks its XXH3 when verify is set.
+  // Reads the whole dataset with parallel decompression; checks its XXH3 against the file's
+  // own attribute when verify is set.
   Status ReadAll(const std::string& h5path, std::vector<uint8_t>* out, bool verify, int threads);
+  // Reads the whole dataset into dst, which holds exactly `elems` elements of `dtype`: the
+  // stored element type and count are checked before anything is copied (another type or
+  // size is Corruption, never an overflow). *xxh3 (when not null) receives the hash of the
+  // bytes read, for the caller to compare with the manifest (resume verifies as it loads).
+  Status ReadAllInto(const std::string& h5path, DType dtype, int64_t elems, void* dst, int threads,
+                     uint64_t* xxh3);
 
  private:
   ShardFileReader() = default;
   std::string path_;
   int64_t file_id_ = -1;
+  uint64_t file_size_ = 0;
   int64_t step_ = 0;
   int rank_ = 0;
   int world_size_ = 0;

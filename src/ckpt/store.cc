@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "ckpt/filename.h"
+#include "ckpt/verify.h"
 #include "core/log.h"
 
 namespace ftrain::ckpt {
@@ -42,6 +43,8 @@ const char* CheckpointStatusName(CheckpointStatus s) {
       return "partial";
     case CheckpointStatus::kDeleting:
       return "deleting";
+    case CheckpointStatus::kCorrupt:
+      return "corrupt";
     case CheckpointStatus::kUnreadable:
       return "unreadable";
   }
@@ -106,7 +109,16 @@ StatusOr<CommitOutcome> CheckpointStore::TryCommit(const CheckpointMeta& meta) {
     if (s.code() == Status::Code::kFailedPrecondition) return CommitOutcome::kBeingCommitted;
     return s;
   }
-  FT_RETURN_IF_ERROR(Commit(meta, partial));
+  Status committed = Commit(meta, partial);
+  if (!committed.ok()) {
+    // Release the marker so that a later attempt (a retry, recovery at the next start) can
+    // commit the step; the partial directory is still intact (the rename comes last).
+    if (env_->IsDirectory(partial)) {
+      Status rm = env_->RemoveFile(JoinPath(partial, kCommitMarkerName));
+      if (!rm.ok()) FT_LOG(Warning) << "commit: cannot release the marker: " << rm.message();
+    }
+    return committed;
+  }
   return CommitOutcome::kCommitted;
 }
 
@@ -193,11 +205,14 @@ StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List() {
     CheckpointInfo info;
     info.step = e.step;
     info.path = dir;
-    info.bytes_on_disk = DirBytes(env_, dir);
+    info.is_symlink = env_->IsSymlink(dir);
+    info.bytes_on_disk = info.is_symlink ? 0 : DirBytes(env_, dir);
     if (e.kind == EntryKind::kPartial) {
       info.status = CheckpointStatus::kPartial;
     } else if (e.kind == EntryKind::kDeleting) {
       info.status = CheckpointStatus::kDeleting;
+    } else if (e.kind == EntryKind::kCorrupt) {
+      info.status = CheckpointStatus::kCorrupt;
     } else {
       Manifest m;
       Status s = CheckComplete(dir, &m);
@@ -230,7 +245,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::ListForeign() {
   std::vector<std::string> out;
   for (const auto& name : names) {
     if (ParseRootEntry(name).kind != EntryKind::kOther) continue;
-    if (name == kLatestName || name == std::string(kLatestName) + ".tmp") continue;
+    if (name == kLatestName || name.rfind(std::string(kLatestName) + ".tmp", 0) == 0) continue;
     out.push_back(name);
   }
   std::sort(out.begin(), out.end());
@@ -254,6 +269,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::Rotate(const RotationPolicy&
   int kept = 0;
   const int keep_last = std::max(1, policy.keep_last);
   auto remove = [&](const CheckpointInfo& info, bool via_rename) {
+    if (info.is_symlink) return;  // an operator's link: never renamed, followed or deleted
     if (dry_run) {
       deleted.push_back(info.path);
       return;
@@ -276,7 +292,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::Rotate(const RotationPolicy&
     deleted.push_back(info.path);
   };
   for (const auto& info : all) {
-    if (info.status != CheckpointStatus::kComplete) continue;
+    if (info.status != CheckpointStatus::kComplete || info.is_symlink) continue;
     if (newest_complete < 0) newest_complete = info.step;
     const bool milestone = policy.keep_every > 0 && info.step % policy.keep_every == 0;
     if (kept < keep_last) {
@@ -284,6 +300,17 @@ StatusOr<std::vector<std::string>> CheckpointStore::Rotate(const RotationPolicy&
       continue;
     }
     if (milestone) continue;
+    if (policy.verify_newest && !dry_run && verified_step_ != newest_complete) {
+      const std::string newest = JoinPath(root_, StepDirName(newest_complete));
+      VerifyReport report = VerifyCheckpoint(newest, 0, env_);
+      if (!report.ok()) {
+        FT_LOG(Error) << "rotation: the newest checkpoint " << newest << " fails verification ("
+                      << report.problems.front().file << ": " << report.problems.front().problem
+                      << "); deleting nothing older";
+        break;
+      }
+      verified_step_ = newest_complete;
+    }
     if (!ReadLease::IsFree(info.path)) {
       FT_LOG(Info) << "rotation: " << info.path << " is being read; keeping it for now";
       continue;
@@ -320,14 +347,66 @@ Status CheckpointStore::Recover() {
                    << "it will never be used and rotation removes it once superseded";
       continue;
     }
-    Status s = Commit(r0->meta, info.path);
-    if (s.ok()) {
+    // A marker here was left by a committer that died: no writer is alive at a job start.
+    const std::string marker = JoinPath(info.path, kCommitMarkerName);
+    if (env_->FileExists(marker)) {
+      Status rm = env_->RemoveFile(marker);
+      if (!rm.ok()) {
+        FT_LOG(Warning) << "recovery: cannot clear the stale commit marker " << marker << ": "
+                        << rm.message();
+        continue;
+      }
+    }
+    auto s = TryCommit(r0->meta);
+    if (s.ok() && *s == CommitOutcome::kCommitted) {
       FT_LOG(Warning) << "recovery: finished the interrupted commit of " << info.path;
-    } else {
-      FT_LOG(Warning) << "recovery: cannot finish " << info.path << ": " << s.message();
+    } else if (!s.ok()) {
+      FT_LOG(Warning) << "recovery: cannot finish " << info.path << ": " << s.status().message();
     }
   }
   return Status::Ok();
+}
+
+StatusOr<std::string> CheckpointStore::MarkCorrupt(int64_t step) {
+  const std::string dir = JoinPath(root_, StepDirName(step));
+  if (!env_->IsDirectory(dir)) {
+    return Status::NotFound("checkpoint '" + dir + "' is not there to set aside");
+  }
+  std::string target;
+  for (int n = 1; n < 1000; ++n) {
+    target = JoinPath(root_, CorruptDirName(step, n));
+    if (!env_->FileExists(target) && !env_->IsSymlink(target)) break;
+  }
+  FT_RETURN_IF_ERROR(env_->Rename(dir, target).Annotate("setting aside a corrupt checkpoint"));
+  FT_RETURN_IF_ERROR(env_->SyncDir(root_));
+  auto latest = Latest();
+  if (latest.ok() && latest->has_value()) {
+    Status s =
+        WriteFileDurably(env_, JoinPath(root_, kLatestName), Basename((*latest)->path) + "\n");
+    if (!s.ok()) FT_LOG(Warning) << "could not refresh LATEST: " << s.message();
+  } else if (latest.ok()) {
+    // Nothing complete is left: LATEST must not point at the set-aside directory.
+    Status s = env_->RemoveFile(JoinPath(root_, kLatestName));
+    (void)s;  // absent already is fine; LATEST is only a hint
+  }
+  return target;
+}
+
+StatusOr<std::vector<std::string>> CheckpointStore::RemoveCorrupt(bool dry_run) {
+  std::vector<std::string> removed;
+  FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
+  for (const auto& info : all) {
+    if (info.status != CheckpointStatus::kCorrupt || info.is_symlink) continue;
+    if (!dry_run) {
+      Status s = env_->RemoveDirRecursive(info.path);
+      if (!s.ok()) {
+        FT_LOG(Warning) << "could not remove " << info.path << ": " << s.message();
+        continue;
+      }
+    }
+    removed.push_back(info.path);
+  }
+  return removed;
 }
 
 StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
@@ -335,7 +414,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
   if (!env_->IsDirectory(root_)) return removed;
   FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
   for (const auto& info : all) {
-    if (info.status != CheckpointStatus::kPartial) continue;
+    if (info.status != CheckpointStatus::kPartial || info.is_symlink) continue;
     Status s = env_->RemoveDirRecursive(info.path);
     if (!s.ok()) {
       FT_LOG(Warning) << "could not remove abandoned " << info.path << ": " << s.message();

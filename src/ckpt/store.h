@@ -17,7 +17,7 @@
 
 namespace ftrain::ckpt {
 
-enum class CheckpointStatus { kComplete, kPartial, kDeleting, kUnreadable };
+enum class CheckpointStatus { kComplete, kPartial, kDeleting, kCorrupt, kUnreadable };
 const char* CheckpointStatusName(CheckpointStatus s);
 
 struct CheckpointInfo {
@@ -30,11 +30,18 @@ struct CheckpointInfo {
   uint64_t bytes_on_disk = 0;
   uint64_t raw_bytes = 0;
   bool is_latest = false;
+  // The entry is a symbolic link (an operator's link to an archive): listed, readable, but
+  // never counted, renamed or deleted by rotation and prune.
+  bool is_symlink = false;
 };
 
 struct RotationPolicy {
   int keep_last = 3;       // newest complete checkpoints kept (at least 1 is always kept)
   int64_t keep_every = 0;  // also keep steps divisible by this (milestones); 0 = none
+  // Delete an older complete checkpoint only after the newest one has been read back and
+  // verified in full (VerifyCheckpoint): with keep_last = 1 the old one goes only once the
+  // new one is known good. Off only for tests of rotation arithmetic.
+  bool verify_newest = true;
 };
 
 enum class CommitOutcome { kCommitted, kNotReady, kAlreadyCommitted, kBeingCommitted };
@@ -71,8 +78,16 @@ class CheckpointStore {
 
   // At job start, before any writer runs: finishes commits that a dead committer left
   // half-done (all receipts present), and reports the rest. Abandoned partials are left for
-  // Rotate().
+  // Rotate(). A finished commit goes through the same COMMIT marker as any other (a marker a
+  // dead committer left behind is cleared first: no writer is alive at a job start).
   Status Recover();
+
+  // Moves a complete checkpoint that failed verification aside as step-N.corrupt (or
+  // .corrupt-2, ...), never deleting anything, and refreshes LATEST. Returns the new path.
+  StatusOr<std::string> MarkCorrupt(int64_t step);
+  // Deletes the step-N.corrupt directories (only when an operator asks: ckptctl prune
+  // --corrupt). Symbolic links are left alone. Returns the paths.
+  StatusOr<std::vector<std::string>> RemoveCorrupt(bool dry_run);
 
   // Removes every step-N.partial directory. Only for a job start, after Recover(), when the
   // caller knows that no writer of this root is alive (one job per checkpoint root: Slurm
@@ -88,6 +103,7 @@ class CheckpointStore {
 
   std::string root_;
   Env* env_;
+  int64_t verified_step_ = -1;  // newest step this store read back and verified
 };
 
 // Shared lock held by readers on a checkpoint directory (flock on its manifest), so rotation

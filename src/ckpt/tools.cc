@@ -86,6 +86,7 @@ Status PrintList(const std::string& root, bool as_json, std::ostream& out, Env* 
         j["compression_ratio"] = i.bytes_on_disk > 0 ? double(i.raw_bytes) / i.bytes_on_disk : 0.0;
       }
       if (!i.problem.empty()) j["problem"] = i.problem;
+      if (i.is_symlink) j["symlink"] = true;
       arr.push_back(j);
     }
     out << json({{"root", root}, {"checkpoints", arr}, {"ignored", foreign}}).dump(1) << "\n";
@@ -105,7 +106,9 @@ Status PrintList(const std::string& root, bool as_json, std::ostream& out, Env* 
         << std::setw(22) << IsoTime(i.created_unix) << std::setw(11)
         << HumanBytes(static_cast<double>(i.bytes_on_disk)) << std::setw(8) << ratio.str()
         << std::setw(7) << (i.world_size > 0 ? std::to_string(i.world_size) : "-")
-        << (i.is_latest ? "LATEST" : "") << "\n";
+        << (i.is_latest ? "LATEST" : "")
+        << (i.is_symlink ? (i.is_latest ? " " : "") + std::string("(symlink: never rotated)") : "")
+        << "\n";
     if (!i.problem.empty()) out << "    problem: " << i.problem << "\n";
   }
   if (all.empty()) out << "(no checkpoints in " << root << ")\n";

@@ -24,7 +24,7 @@ constexpr char kUsage[] =
     "  latest ROOT [--verified]                path of the newest complete checkpoint\n"
     "  inspect PATH [--json]                   metadata and tensor table\n"
     "  diff A B                                exit 0 iff bit-identical\n"
-    "  prune ROOT --keep K [--keep-every M] [--dry-run]\n"
+    "  prune ROOT --keep K [--keep-every M] [--dry-run] [--corrupt]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
     "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
@@ -189,11 +189,19 @@ int Run(int argc, char** argv) {
       ckpt::CheckpointStore store(path);
       auto all = store.List();
       if (!all.ok()) return Fail(prog, all.status());
+      int set_aside = 0;
       for (const auto& i : *all) {
-        if (i.status != ckpt::CheckpointStatus::kPartial &&
-            i.status != ckpt::CheckpointStatus::kDeleting) {
+        if (i.status == ckpt::CheckpointStatus::kCorrupt) {
+          ++set_aside;  // evidence a resume already rejected; verify it by its path
+        } else if (i.status != ckpt::CheckpointStatus::kPartial &&
+                   i.status != ckpt::CheckpointStatus::kDeleting) {
           dirs.push_back(i.path);
         }
+      }
+      if (set_aside > 0) {
+        std::cerr << "ckptctl verify: skipping " << set_aside << " step-N.corrupt director"
+                  << (set_aside == 1 ? "y" : "ies")
+                  << " that resume set aside (name one to verify it)\n";
       }
       if (dirs.empty()) return Fail(prog, Status::NotFound("no checkpoints under '" + path + "'"));
     } else {
@@ -274,7 +282,8 @@ int Run(int argc, char** argv) {
     opts.add_options()("keep", po::value<int>(&keep)->required(),
                        "newest complete checkpoints to keep")(
         "keep-every", po::value<int64_t>(&keep_every)->default_value(0),
-        "also keep multiples of M")("dry-run", "print what would be deleted");
+        "also keep multiples of M")("dry-run", "print what would be deleted")(
+        "corrupt", "also remove step-N.corrupt directories that resume set aside");
     Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
     if (!s.ok()) return Fail(prog, s);
     if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
@@ -286,6 +295,11 @@ int Run(int argc, char** argv) {
     ckpt::CheckpointStore store(p.args[0]);
     auto deleted = store.Rotate({keep, keep_every}, p.vm.count("dry-run") > 0);
     if (!deleted.ok()) return Fail(prog, deleted.status());
+    if (p.vm.count("corrupt")) {
+      auto corrupt = store.RemoveCorrupt(p.vm.count("dry-run") > 0);
+      if (!corrupt.ok()) return Fail(prog, corrupt.status());
+      deleted->insert(deleted->end(), corrupt->begin(), corrupt->end());
+    }
     for (const auto& d : *deleted) {
       std::cout << (p.vm.count("dry-run") ? "would delete " : "deleted ") << d << "\n";
     }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -29,7 +30,11 @@ std::string JoinPath(const std::string& a, const std::string& b) {
 }
 
 Status WriteFileDurably(Env* env, const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
+  // Unique per writer: two processes writing the same file (two committers racing for LATEST,
+  // a late writer of an old job) never truncate each other's temp file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   auto file = env->NewWritableFile(tmp);
   if (!file.ok()) return file.status();
   Status s = (*file)->Append(contents.data(), contents.size());

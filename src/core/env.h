@@ -40,12 +40,15 @@ class Env {
   virtual Status SyncDir(const std::string& path) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status RemoveFile(const std::string& path) = 0;
+  // Never follows a symbolic link: a link inside is unlinked, its target left alone; a link
+  // as `path` itself is refused (FailedPrecondition).
   virtual Status RemoveDirRecursive(const std::string& path) = 0;
   virtual Status CreateDir(const std::string& path) = 0;  // OK if it already exists
   virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual StatusOr<uint64_t> FileSize(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
-  virtual bool IsDirectory(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;  // follows links
+  virtual bool IsSymlink(const std::string& path) = 0;    // lstat: the entry itself
 };
 
 // Writes `contents` to `path` so that after return either the old or the new contents are
@@ -101,6 +104,7 @@ class FaultInjectionEnv : public Env {
   StatusOr<uint64_t> FileSize(const std::string& path) override { return base_->FileSize(path); }
   bool FileExists(const std::string& path) override { return base_->FileExists(path); }
   bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  bool IsSymlink(const std::string& path) override { return base_->IsSymlink(path); }
 
   // Counts one op; returns the injected failure, if any. Used by the wrapped file too.
   Status Tick(const std::string& what);

@@ -131,11 +131,19 @@ class PosixEnv : public Env {
   }
 
   Status RemoveDirRecursive(const std::string& path) override {
+    if (IsSymlink(path)) {
+      return Status::FailedPrecondition("refusing to remove '" + path +
+                                        "' recursively: it is a symbolic link (its target is "
+                                        "left alone; remove the link itself if you mean to)");
+    }
     auto children = ListDir(path);
     if (!children.ok()) return children.status();
     for (const auto& c : *children) {
       std::string p = JoinPath(path, c);
-      Status s = IsDirectory(p) ? RemoveDirRecursive(p) : RemoveFile(p);
+      // lstat, not stat: a link to a directory is unlinked, never descended into.
+      struct stat st;
+      const bool dir = ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      Status s = dir ? RemoveDirRecursive(p) : RemoveFile(p);
       if (!s.ok()) return s;
     }
     if (::rmdir(path.c_str()) != 0) return PosixError("remove directory", path, errno);
@@ -172,6 +180,11 @@ class PosixEnv : public Env {
   bool IsDirectory(const std::string& path) override {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+
+  bool IsSymlink(const std::string& path) override {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
   }
 };
 
