@@ -1,6 +1,9 @@
 // metrics.jsonl writing.
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -68,6 +71,20 @@ Status MetricsWriter::Append(const StepMetrics& m) {
   const std::string line = FormatMetricsLine(m) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     return Status::IOError("writing metrics file '" + path_ + "': " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status AppendJsonLine(const std::string& path, const std::string& line) {
+  const std::string text = line + "\n";
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError("cannot open '" + path + "': " + std::strerror(errno));
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    return Status::IOError("cannot append to '" + path +
+                           "': " + (n < 0 ? std::strerror(err) : "short write"));
   }
   return Status::Ok();
 }

@@ -29,6 +29,10 @@ struct StepMetrics {
 
 std::string FormatMetricsLine(const StepMetrics& m);
 
+// Appends one line (a JSON object without its newline) to `path` with a single O_APPEND
+// write, so that records from the trainer and from slurm/train.sh never interleave.
+Status AppendJsonLine(const std::string& path, const std::string& line);
+
 class MetricsWriter {
  public:
   ~MetricsWriter();

@@ -103,7 +103,13 @@ Status PrintReport(const std::string& run_dir, std::ostream& out) {
   for (const auto& e : r.restarts) {
     out << "  " << std::setprecision(0) << e.value("time", 0.0) << " job " << e.value("job", "")
         << " " << e.value("event", "") << " (" << e.value("cause", "") << ")";
-    if (e.contains("lost_s")) out << ", lost " << e["lost_s"].get<double>() << " s";
+    if (e.contains("lost_s") && e["lost_s"].is_number()) {
+      out << ", lost " << e["lost_s"].get<double>() << " s";
+    }
+    if (e.value("event", "") == "fell_back") {
+      out << ": step " << e.value("step", int64_t{-1}) << " failed verification, moved to "
+          << e.value("moved_to", "") << " (" << e.value("problem", "") << ")";
+    }
     out << "\n";
   }
   return Status::Ok();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -94,6 +95,18 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
         step = (*latest)->step;
         FT_LOG(Info) << "resume: newest complete checkpoint is " << (*latest)->path;
       }
+      // A newer step-N whose manifest does not parse is not a checkpoint; move it aside so
+      // that the step can be written again (and the evidence is kept).
+      auto all = store.List();
+      for (const auto& i : all.ok() ? *all : std::vector<ckpt::CheckpointInfo>()) {
+        if (i.status != ckpt::CheckpointStatus::kUnreadable || i.is_symlink || i.step <= step) {
+          continue;
+        }
+        auto moved = store.MarkCorrupt(i.step);
+        FT_LOG(Error) << "resume: " << i.path << " is unreadable (" << i.problem << "); "
+                      << (moved.ok() ? "moved aside as " + *moved
+                                     : "cannot move it aside: " + moved.status().message());
+      }
     } else {
       ckpt::Manifest m;
       ckpt::CheckpointStore parent(Dirname(r));
@@ -155,6 +168,123 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
                     << ": resharding; the run is no longer bit-comparable";
   }
   return Status::Ok();
+}
+
+// Loads `dir` (step `step`) into the engine and run state on this rank: from this node's
+// ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
+// checked against the manifest's hashes as it is read.
+Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointer& checkpointer,
+               const std::string& data_version, const std::string& dir, int64_t step,
+               fsdp::FsdpEngine& engine, RunState* state) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
+                      ckpt::CheckpointReader::Open(dir));
+  FT_RETURN_IF_ERROR(
+      CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size));
+  // Restore from memory: the daemon of this node may still hold this rank's snapshot of
+  // exactly this checkpoint (in-job restart after a process crash); a node failure or any
+  // doubt falls back to disk, piece by piece (LoadCheckpoint checks every hash).
+  std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
+  MemorySource memory;
+  if (cfg.ckpt.restore_from_memory) {
+    auto s = checkpointer.MemorySnapshot();
+    if (!s.ok()) {
+      FT_LOG(Warning) << "resume: cannot ask ckptd for its in-memory snapshot: "
+                      << s.status().message() << "; reading from disk";
+    } else if (s->has_value()) {
+      snap = std::move(*s);
+      const auto& meta = snap->submit.meta;
+      if (meta.step == step && meta.world_size == world.world_size &&
+          meta.config_hash == reader->manifest().meta.config_hash) {
+        memory.snapshot = &snap->submit;
+        memory.base = snap->base;
+      } else {
+        FT_LOG(Info) << "resume: ckptd holds step " << meta.step << " in memory, not step " << step
+                     << ": reading from disk";
+      }
+    }
+  }
+  FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, engine, state,
+                                    memory.snapshot != nullptr ? &memory : nullptr));
+  if (memory.snapshot != nullptr) {
+    FT_LOG(Info) << "resume: rank " << world.rank << " restored " << memory.bytes_from_memory
+                 << " bytes from ckptd memory and " << memory.bytes_from_disk << " from disk (step "
+                 << step << ")"
+                 << (memory.mismatched > 0 ? "; " + std::to_string(memory.mismatched) +
+                                                 " in-memory pieces did not match the manifest"
+                                           : std::string());
+  }
+  return Status::Ok();
+}
+
+// Whether a failed load means the checkpoint itself is bad (set it aside, try an older one)
+// rather than the configuration (a refused config hash, another model: fail the job).
+bool IsDamage(const Status& s) {
+  return s.IsCorruption() || s.IsNotFound() || s.code() == Status::Code::kIOError;
+}
+
+// Chooses and loads the checkpoint to resume from (collective). With train.resume = auto a
+// checkpoint that fails to load or verify on any rank is moved aside as step-N.corrupt by
+// rank 0 (logged, recorded in restarts.jsonl) and the next older complete one is tried, down
+// to starting fresh; training is deterministic, so the run still ends bit-identical.
+// Returns the resumed step, or -1 for a fresh start.
+StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpointer& checkpointer,
+                         const std::string& data_version, fsdp::FsdpEngine& engine, RunState* state,
+                         std::string* dir) {
+  const dist::WorldInfo& world = ctx.world();
+  for (;;) {
+    *state = RunState();
+    FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
+    if (step < 0) return step;
+    Status loaded = LoadOne(cfg, world, checkpointer, data_version, *dir, step, engine, state);
+    if (!loaded.ok()) {
+      FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
+                    << loaded.message();
+    }
+    // Every rank learns whether any rank failed, and whether any failure was not damage.
+    torch::Tensor vote = torch::tensor(
+        {loaded.ok() ? 0.0 : 1.0, !loaded.ok() && !IsDamage(loaded) ? 1.0 : 0.0}, torch::kFloat64);
+    FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(vote, dist::ReduceOp::kMax)->Wait());
+    const bool any_failed = vote[0].item<double>() != 0;
+    const bool any_config = vote[1].item<double>() != 0;
+    if (!any_failed) {
+      state->restarts += 1;
+      FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
+                   << state->restarts << ", every byte verified)";
+      return step;
+    }
+    if (any_config || (cfg.train.resume != "auto")) {
+      if (!loaded.ok()) return loaded;
+      return Status::FailedPrecondition("another rank cannot load " + *dir + " (see its log)");
+    }
+    if (world.rank == 0) {
+      ckpt::CheckpointStore store(cfg.ckpt.root);
+      auto moved = store.MarkCorrupt(step);
+      const std::string why =
+          loaded.ok() ? "another rank failed to load it (see its log)" : loaded.message();
+      if (!moved.ok()) {
+        FT_LOG(Error) << "resume: cannot set aside the damaged " << *dir << ": "
+                      << moved.status().message();
+      } else {
+        FT_LOG(Error) << "resume: checkpoint step " << step << " FAILED verification (" << why
+                      << "); moved aside as " << *moved
+                      << " (kept as evidence, never deleted automatically); trying the next "
+                         "older checkpoint";
+        nlohmann::json rec = {{"time", std::chrono::duration<double>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count()},
+                              {"event", "fell_back"},
+                              {"cause", "corrupt_checkpoint"},
+                              {"step", step},
+                              {"moved_to", *moved},
+                              {"problem", why}};
+        if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
+        Status w = AppendJsonLine(JoinPath(cfg.run_dir, "restarts.jsonl"), rec.dump());
+        if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
+      }
+    }
+    // Everyone waits until the damaged checkpoint is out of the way before choosing again.
+    FT_RETURN_IF_ERROR(ctx.world_comm().Barrier()->Wait());
+  }
 }
 
 }  // namespace
@@ -227,10 +357,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   FT_RETURN_IF_ERROR(
       checkpointer.Start(ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}"))));
 
-  // Resume.
-  RunState state;
-  std::string resume_dir;
-  FT_ASSIGN_OR_RETURN(int64_t resume_step, ChooseResumeStep(cfg, *ctx, &resume_dir));
+  // Resume: the newest complete checkpoint that loads and verifies on every rank.
   // This rank's view of the data: its slice of every global batch, in the run's order.
   auto reader_options = [&](int prefetch_depth) {
     data::ReaderOptions o;
@@ -255,48 +382,10 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     }
     data_version = (*r)->data_version();
   }
-  if (resume_step >= 0) {
-    FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
-                        ckpt::CheckpointReader::Open(resume_dir));
-    FT_RETURN_IF_ERROR(
-        CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size));
-    // Restore from memory: the daemon of this node may still hold this rank's snapshot of
-    // exactly this checkpoint (in-job restart after a process crash); a node failure or any
-    // doubt falls back to disk, piece by piece (LoadCheckpoint checks every hash).
-    std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
-    MemorySource memory;
-    if (cfg.ckpt.restore_from_memory) {
-      auto s = checkpointer.MemorySnapshot();
-      if (!s.ok()) {
-        FT_LOG(Warning) << "resume: cannot ask ckptd for its in-memory snapshot: "
-                        << s.status().message() << "; reading from disk";
-      } else if (s->has_value()) {
-        snap = std::move(*s);
-        const auto& meta = snap->submit.meta;
-        if (meta.step == resume_step && meta.world_size == world.world_size &&
-            meta.config_hash == reader->manifest().meta.config_hash) {
-          memory.snapshot = &snap->submit;
-          memory.base = snap->base;
-        } else {
-          FT_LOG(Info) << "resume: ckptd holds step " << meta.step << " in memory, not step "
-                       << resume_step << ": reading from disk";
-        }
-      }
-    }
-    FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, *engine, &state,
-                                      memory.snapshot != nullptr ? &memory : nullptr));
-    if (memory.snapshot != nullptr) {
-      FT_LOG(Info) << "resume: rank " << world.rank << " restored " << memory.bytes_from_memory
-                   << " bytes from ckptd memory and " << memory.bytes_from_disk
-                   << " from disk (step " << resume_step << ")"
-                   << (memory.mismatched > 0 ? "; " + std::to_string(memory.mismatched) +
-                                                   " in-memory pieces did not match the manifest"
-                                             : std::string());
-    }
-    state.restarts += 1;
-    FT_LOG(Info) << "resume: restored step " << state.step << " from " << resume_dir << " (restart "
-                 << state.restarts << ")";
-  }
+  RunState state;
+  std::string resume_dir;
+  FT_ASSIGN_OR_RETURN(int64_t resume_step,
+                      Resume(cfg, *ctx, checkpointer, data_version, *engine, &state, &resume_dir));
 
   data::ReaderOptions ro = reader_options(static_cast<int>(cfg.data.prefetch_depth));
   ro.expected_data_version = data_version;
