@@ -486,11 +486,11 @@ after ${START_TIMEOUT_S}s (state '$(node_state "${node}")'); see ${LOG_DIR}/slur
   # A real node comes back from a crash by rebooting, which clears what the dead slurmstepds
   # left behind. Here the spool and the PMIx temp dirs survive: their per-step sockets and
   # dirs (stepd.slurm.pmix.JOB.STEP, spmix_appdir_UID_JOB.STEP) would make the requeued job's
-  # steps fail on this node (a requeued job keeps its id, so its step ids repeat). Remove
-  # them, as a reboot would.
-  find "${SPOOL_DIR}/${node}" -mindepth 1 -maxdepth 1 \( -name 'stepd.slurm.pmix.*' \
-    -o -name 'pmix.*' -o -name "${node}_*" -o -name 'hwloc_topo_[0-9]*' \) \
-    -exec rm -rf {} + 2>/dev/null || true
+  # steps fail on this node (a requeued job keeps its id, so its step ids repeat), and the
+  # batch host's job spool (jobNNNNN/slurm_script) makes the requeued batch launch fail with
+  # "File exists" and Slurm hold the job for good. Empty the node's whole spool, as a reboot
+  # with a node-local spool does.
+  find "${SPOOL_DIR}/${node}" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
   # ... and the node's PMIx client temp dirs (/tmp on a real node).
   find "${NODES_DIR}/${node}/pmix" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
   start_slurmd "${node}"
