@@ -11,15 +11,16 @@
 # is not run here. See docs/fsdp.md ("NCCL").
 #
 # usage: FTRAIN_LIBTORCH_CUDA=/opt/libtorch scripts/gpu-smoke.sh
-#   FTRAIN_LIBTORCH_CUDA  an unpacked CUDA LibTorch (1.13.x, cxx11 ABI; the directory holding
-#                         share/cmake/Torch), passed to CMake as -DCMAKE_PREFIX_PATH
+#   FTRAIN_LIBTORCH_CUDA  a CUDA LibTorch 2.x (cxx11 ABI; the directory holding
+#                         share/cmake/Torch), passed to CMake as -DCMAKE_PREFIX_PATH; default:
+#                         the one scripts/install-deps.sh installs (docs/building.md)
 #   FTRAIN_CUDA_ROOT      CUDA toolkit with nccl.h and libnccl (default /usr/local/cuda)
 # The other build dependencies come from scripts/install-deps.sh.
 # Exit codes: 0 passed, 1 a check failed, 2 setup error (no LibTorch), 77 skipped (no GPU).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LIBTORCH_DIR="${FTRAIN_LIBTORCH_CUDA:-}"
+LIBTORCH_DIR="${FTRAIN_LIBTORCH_CUDA:-$(bash "${ROOT}/scripts/install-deps.sh" --torch-prefix)}"
 CUDA_ROOT="${FTRAIN_CUDA_ROOT:-/usr/local/cuda}"
 BUILD_DIR="${FTRAIN_GPU_BUILD_DIR:-${ROOT}/build-gpu}"
 NPROC="${FTRAIN_GPU_SMOKE_NPROC:-2}"
