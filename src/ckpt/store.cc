@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -425,14 +426,32 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
   return removed;
 }
 
+namespace {
+// flock errors that mean "this file system has no (usable) flock", not "locked": NFS refuses
+// some lock modes on read-only descriptors, Lustre mounted without -o flock says ENOSYS.
+bool FlockUnsupported(int err) {
+  return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL || err == EBADF;
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<ReadLease>> ReadLease::Acquire(const std::string& dir) {
   const std::string path = JoinPath(dir, kManifestName);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
   if (::flock(fd, LOCK_SH) != 0) {
     int err = errno;
-    ::close(fd);
-    return Status::IOError("flock '" + path + "': " + std::strerror(err));
+    if (!FlockUnsupported(err)) {
+      ::close(fd);
+      return Status::IOError("flock '" + path + "': " + std::strerror(err));
+    }
+    // Degrade, never block a resume: read without a lease. Rotation cannot see this reader;
+    // it only deletes checkpoints older than the newest keep_last, which resume never reads.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      FT_LOG(Warning) << "checkpoint read leases are unavailable on this file system (flock '"
+                      << path << "': " << std::strerror(err)
+                      << "); reading without them (see docs/operations.md, shared file systems)";
+    }
   }
   std::unique_ptr<ReadLease> lease(new ReadLease());
   lease->fd_ = fd;
@@ -447,9 +466,12 @@ bool ReadLease::IsFree(const std::string& dir) {
   const std::string path = JoinPath(dir, kManifestName);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return true;
-  bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const bool locked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const int err = errno;
   ::close(fd);
-  return free;
+  // No usable flock here: nobody can hold a lease, so treat the checkpoint as free rather
+  // than keeping every checkpoint forever.
+  return locked || FlockUnsupported(err);
 }
 
 }  // namespace ftrain::ckpt

@@ -47,7 +47,15 @@ StatusOr<RunRecords> Load(const std::string& run_dir) {
     json j = json::parse(line, nullptr, false);
     if (!j.is_discarded()) r.restarts.push_back(std::move(j));
   }
-  ckpt::CheckpointStore store(JoinPath(run_dir, "checkpoints"));
+  // The checkpoint root the run used: ckpt.root from the resolved config the trainer wrote
+  // (a custom root is not under the run directory), else the default.
+  std::string root = JoinPath(run_dir, "checkpoints");
+  std::ifstream cfg(JoinPath(run_dir, "config.resolved.cfg"));
+  const std::string key = "ckpt.root = ";
+  while (std::getline(cfg, line)) {
+    if (line.rfind(key, 0) == 0 && line.size() > key.size()) root = line.substr(key.size());
+  }
+  ckpt::CheckpointStore store(root);
   auto list = store.List();
   if (list.ok()) r.checkpoints = *list;
   return r;
@@ -62,7 +70,34 @@ double Percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
+namespace {
+Status PrintReportImpl(const std::string& run_dir, std::ostream& out);
+Status WriteReportSvgImpl(const std::string& run_dir, const std::string& svg_path);
+}  // namespace
+
+// Records are JSON written by the trainer and train.sh, but a run directory is input: a line
+// with a mistyped field is an error naming the run directory, never an exception.
 Status PrintReport(const std::string& run_dir, std::ostream& out) {
+  try {
+    return PrintReportImpl(run_dir, out);
+  } catch (const std::exception& e) {
+    return Status::Corruption("a record in '" + run_dir +
+                              "' (metrics.jsonl or restarts.jsonl) is malformed: " + e.what());
+  }
+}
+
+Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
+  try {
+    return WriteReportSvgImpl(run_dir, svg_path);
+  } catch (const std::exception& e) {
+    return Status::Corruption("a record in '" + run_dir +
+                              "' (metrics.jsonl or restarts.jsonl) is malformed: " + e.what());
+  }
+}
+
+namespace {
+
+Status PrintReportImpl(const std::string& run_dir, std::ostream& out) {
   FT_ASSIGN_OR_RETURN(RunRecords r, Load(run_dir));
   std::vector<double> step_time, tps, wait, comm;
   double stall_total = 0;
@@ -115,7 +150,7 @@ Status PrintReport(const std::string& run_dir, std::ostream& out) {
   return Status::Ok();
 }
 
-Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
+Status WriteReportSvgImpl(const std::string& run_dir, const std::string& svg_path) {
   FT_ASSIGN_OR_RETURN(RunRecords r, Load(run_dir));
   const double W = 900, H = 420, left = 60, right = 60, top = 40, bottom = 50;
   const double pw = W - left - right, ph = H - top - bottom;
@@ -185,5 +220,7 @@ Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
   if (!f) return Status::IOError("writing '" + svg_path + "' failed");
   return Status::Ok();
 }
+
+}  // namespace
 
 }  // namespace ftrain::train
