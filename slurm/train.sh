@@ -39,6 +39,7 @@ CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
 # FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") and FTRAIN_CKPT_ROOT (default
 # RUN_DIR/checkpoints; passed to the trainer as ckpt.root) are read by agent.sh as well.
 EXIT_REQUEUE=75                                # ftrain train: checkpointed on request
+CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${RUN_DIR}/checkpoints}"  # where the lost-work figure looks
 
 # ---- helpers -------------------------------------------------------------------------------
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] train.sh job ${SLURM_JOB_ID:-?}: $*"; }
@@ -54,7 +55,7 @@ record() {  # record EVENT CAUSE [EXTRA_JSON]
 # Seconds of training since the newest complete checkpoint: the work a failure now loses.
 work_since_checkpoint() {
   local latest created last
-  latest="$("${CKPTCTL_BIN}" list "${RUN_DIR}/checkpoints" --json 2>/dev/null |
+  latest="$("${CKPTCTL_BIN}" list "${CKPT_ROOT}" --json 2>/dev/null |
     python3 -c 'import json,sys
 d=json.load(sys.stdin)
 c=[x for x in d["checkpoints"] if x["status"]=="complete"]
