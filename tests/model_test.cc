@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -33,8 +32,10 @@ class TempDir {
     path_ = ::mkdtemp(tmpl);
   }
   ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);  // best effort: a leftover temp dir is harmless
+    // Best effort: a leftover temp dir is harmless. Not std::filesystem::remove_all: this
+    // binary links LibTorch 2.11, whose exported copy of it crashes when a call binds to it.
+    const int rc = std::system(("rm -rf '" + path_ + "'").c_str());
+    (void)rc;
   }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }

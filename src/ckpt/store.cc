@@ -152,6 +152,14 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
   CheckpointMeta m = meta;
   if (m.config_hash.empty() && !receipts.empty()) m = receipts.front().meta;
   FT_ASSIGN_OR_RETURN(Manifest manifest, BuildManifest(m, receipts));
+  // Temp files of a committer that died mid-write (names are unique per writer, so they are
+  // never reused): garbage, and the caller holds the COMMIT marker, so nobody else writes here.
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(partial));
+  for (const auto& n : names) {
+    if (n.rfind(std::string(kManifestName) + ".tmp", 0) == 0) {
+      FT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(partial, n)));
+    }
+  }
   FT_RETURN_IF_ERROR(WriteFileDurably(env_, JoinPath(partial, kManifestName), manifest.ToJson()));
   FT_RETURN_IF_ERROR(env_->SyncDir(partial));
   FT_RETURN_IF_ERROR(env_->Rename(partial, final_dir));

@@ -4,7 +4,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <filesystem>
+#include <climits>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -15,6 +16,19 @@
 
 namespace ftrain::train {
 namespace {
+
+// realpath() of `path`, or of its parent plus its last component when it does not exist yet;
+// the path itself when neither resolves. Not std::filesystem::weakly_canonical: LibTorch 2.11
+// exports its own copies of std::filesystem symbols that calls may bind to (its remove_all
+// crashes), so code linked with LibTorch stays with POSIX here.
+std::string CanonicalPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) != nullptr) return buf;
+  if (::realpath(Dirname(path).c_str(), buf) != nullptr) {
+    return JoinPath(buf, Basename(path));
+  }
+  return path;
+}
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) {
@@ -109,10 +123,7 @@ void Checkpointer::CheckDaemonRoot() {
   auto text = client_->StatusJson();
   nlohmann::json j = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
   const std::string theirs = j.is_object() ? j.value("root", std::string()) : std::string();
-  std::error_code e1, e2;
-  const auto a = std::filesystem::weakly_canonical(theirs, e1);
-  const auto b = std::filesystem::weakly_canonical(options_.root, e2);
-  if (theirs.empty() || e1 || e2 || a != b) {
+  if (theirs.empty() || CanonicalPath(theirs) != CanonicalPath(options_.root)) {
     // Its checkpoints would land where this run never looks for them.
     DropDaemon("it writes to '" + theirs + "' but ckpt.root is '" + options_.root +
                "' (start ckptd with --root " + options_.root + ", or set FTRAIN_CKPT_ROOT)");
