@@ -96,6 +96,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
       ckpt::RotationPolicy policy;
       policy.keep_last = options_.keep;
       policy.keep_every = options_.keep_every;
+      policy.verify_threads = options_.threads;  // the read-back runs at the worker's nice
       // Rotation failures are logged by Rotate and retried after the next commit.
       auto deleted = store_->Rotate(policy);
       if (!deleted.ok()) FT_LOG(Warning) << "ckptd: rotation: " << deleted.status().ToString();

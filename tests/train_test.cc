@@ -74,13 +74,15 @@ class TrainTest : public ::testing::Test {
 
   // The uninterrupted reference (computed once per configuration).
   static const std::string& Reference(const std::string& extra) {
+    // Keyed by the suite's root too: every suite (TrainTest, TrainFallbackTest) makes and
+    // removes its own root, so a reference from an earlier suite is gone.
     static std::map<std::string, std::string> refs;
-    auto it = refs.find(extra);
+    auto it = refs.find(root_ + "\n" + extra);
     if (it != refs.end()) return it->second;
     const std::string run = root_ + "/ref" + std::to_string(refs.size());
     auto r = RunCommand(TrainCmd(run, 4, 2, extra), 600);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return refs[extra] = run;
+    return refs[root_ + "\n" + extra] = run;
   }
 
   // Relaunches until the run finishes (exit 0), at most `max_launches` times.

@@ -801,17 +801,31 @@ Status ReadDatasetInto(hid_t ds, const std::string& path, const std::string& h5p
   return Status::Ok();
 }
 
+// An open dataset of a shard with its element count and stored type.
+struct OpenDataset {
+  H5Handle ds, type;
+  hssize_t n = -1;
+};
+
+Status OpenDatasetIn(int64_t file_id, const std::string& path, const std::string& h5path,
+                     OpenDataset* out) {
+  out->ds.reset(H5Dopen2(static_cast<hid_t>(file_id), h5path.c_str(), H5P_DEFAULT));
+  if (!out->ds.ok()) return Status::Corruption("'" + path + "' has no dataset " + h5path);
+  H5Handle space(H5Dget_space(out->ds.get()));
+  out->n = H5Sget_simple_extent_npoints(space.get());
+  out->type.reset(H5Dget_type(out->ds.get()));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>* out, bool verify,
                                 int threads) {
-  hid_t f = static_cast<hid_t>(file_id_);
-  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
-  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
-  H5Handle space(H5Dget_space(ds.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  H5Handle type(H5Dget_type(ds.get()));
-  const size_t elem = H5Tget_size(type.get());
+  OpenDataset d;
+  FT_RETURN_IF_ERROR(OpenDatasetIn(file_id_, path_, h5path, &d));
+  const H5Handle& ds = d.ds;
+  const hssize_t n = d.n;
+  const size_t elem = H5Tget_size(d.type.get());
   // zstd cannot expand data by more than ~2000x: a bigger claim is a damaged header, refused
   // before allocating.
   if (n < 0 || elem == 0 || elem > 8 ||
@@ -838,12 +852,11 @@ Status ShardFileReader::ReadAll(const std::string& h5path, std::vector<uint8_t>*
 
 Status ShardFileReader::ReadAllInto(const std::string& h5path, DType dtype, int64_t elems,
                                     void* dst, int threads, uint64_t* xxh3) {
-  hid_t f = static_cast<hid_t>(file_id_);
-  H5Handle ds(H5Dopen2(f, h5path.c_str(), H5P_DEFAULT));
-  if (!ds.ok()) return Status::Corruption("'" + path_ + "' has no dataset " + h5path);
-  H5Handle space(H5Dget_space(ds.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  H5Handle type(H5Dget_type(ds.get()));
+  OpenDataset d;
+  FT_RETURN_IF_ERROR(OpenDatasetIn(file_id_, path_, h5path, &d));
+  const H5Handle& ds = d.ds;
+  const H5Handle& type = d.type;
+  const hssize_t n = d.n;
   // The element type first: an F64 dataset where the manifest says float32 would overflow a
   // buffer sized from the manifest.
   if (H5Tequal(type.get(), FileType(dtype)) <= 0) {

@@ -311,7 +311,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::Rotate(const RotationPolicy&
     if (milestone) continue;
     if (policy.verify_newest && !dry_run && verified_step_ != newest_complete) {
       const std::string newest = JoinPath(root_, StepDirName(newest_complete));
-      VerifyReport report = VerifyCheckpoint(newest, 0, env_);
+      VerifyReport report = VerifyCheckpoint(newest, policy.verify_threads, env_);
       if (!report.ok()) {
         FT_LOG(Error) << "rotation: the newest checkpoint " << newest << " fails verification ("
                       << report.problems.front().file << ": " << report.problems.front().problem

@@ -42,6 +42,7 @@ struct RotationPolicy {
   // verified in full (VerifyCheckpoint): with keep_last = 1 the old one goes only once the
   // new one is known good. Off only for tests of rotation arithmetic.
   bool verify_newest = true;
+  int verify_threads = 1;  // decompression threads of that read-back (0 = one per core)
 };
 
 enum class CommitOutcome { kCommitted, kNotReady, kAlreadyCommitted, kBeingCommitted };

@@ -200,7 +200,11 @@ Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::Shar
   FT_ASSIGN_OR_RETURN(ckpt::CommitOutcome outcome, store_.TryCommit(meta));
   if (outcome == ckpt::CommitOutcome::kCommitted) {
     *committed = true;
-    auto rotated = store_.Rotate({options_.keep, options_.keep_every});
+    ckpt::RotationPolicy policy;
+    policy.keep_last = options_.keep;
+    policy.keep_every = options_.keep_every;
+    policy.verify_threads = options_.write.threads;
+    auto rotated = store_.Rotate(policy);
     if (!rotated.ok()) FT_LOG(Warning) << "rotation: " << rotated.status().message();
   } else if (outcome == ckpt::CommitOutcome::kAlreadyCommitted) {
     *committed = true;
