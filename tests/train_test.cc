@@ -522,7 +522,7 @@ TEST_P(TrainFallbackTest, FlippedByteInNewestCheckpointFallsBackAndStaysBitExact
   // Every file still has the size the manifest says: only a hash check can catch it.
   const std::string out = FinishRun(run, extra, 2);
   EXPECT_TRUE(Contains(out, "FAILED verification")) << out;
-  EXPECT_TRUE(Contains(out, "checksum mismatch")) << out;
+  EXPECT_TRUE(Contains(out, "checksum")) << out;  // the manifest's XXH3 or zstd's own
   struct stat st;
   EXPECT_EQ(stat((newest + ".corrupt").c_str(), &st), 0) << newest << ".corrupt is missing";
   EXPECT_TRUE(Contains(ReadFile(run + "/restarts.jsonl"), "\"event\":\"fell_back\""));

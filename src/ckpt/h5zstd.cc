@@ -29,7 +29,12 @@ size_t ftrain_h5z_zstd(unsigned int flags, size_t cd_nelmts, const unsigned int 
   const size_t bound = ZSTD_compressBound(nbytes);
   void* out = H5allocate_memory(bound, false);
   if (out == nullptr) return 0;
-  size_t got = ZSTD_compress(out, bound, *buf, nbytes, level);
+  // With zstd's content checksum, like ftrain's own chunk compressor.
+  thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  size_t got = ZSTD_compress2(cctx, out, bound, *buf, nbytes);
   if (ZSTD_isError(got)) {
     H5free_memory(out);
     return 0;

@@ -382,8 +382,12 @@ Status CompressChunk(const uint8_t* data, size_t total_bytes, size_t chunk_bytes
     src = shuffled.data();
   }
   out->bytes.resize(ZSTD_compressBound(chunk_bytes));
-  size_t got =
-      ZSTD_compressCCtx(cctx, out->bytes.data(), out->bytes.size(), src, chunk_bytes, level);
+  // Every frame carries zstd's own content checksum (4 bytes), checked by every decoder, ours
+  // and hdf5plugin's alike: a damaged chunk fails to decode even before the XXH3 comparison.
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  size_t got = ZSTD_compress2(cctx, out->bytes.data(), out->bytes.size(), src, chunk_bytes);
   if (ZSTD_isError(got)) {
     return Status::Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(got));
   }
