@@ -862,5 +862,56 @@ TEST(CkptFormat, ZstdFramesCarryTheirChecksumFlag) {
   EXPECT_TRUE(head[4] & 0x04) << "Content_Checksum_flag not set";
 }
 
+// Fencing: a writer (a daemon still persisting, a rank that woke up late) of generation G
+// never puts its shard into generation G+1's commit of the same step, whichever comes first.
+TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  const std::string old_gen = "000001700000000-0000000a", new_gen = "000001700000999-0000000b";
+  ASSERT_LT(old_gen, ckpt::NewGeneration());
+  auto meta_of = [&](const std::string& g) {
+    ckpt::CheckpointMeta m = FixtureMeta(5, 2);
+    m.generation = g;
+    return m;
+  };
+  // G wrote rank 0 of step 5 and died before rank 1; G+1 starts and writes both ranks: the
+  // old partial is replaced, and the commit has only G+1's shards.
+  ASSERT_TRUE(store.WriteShard(meta_of(old_gen), 0, RankState(5, 0, 2).contents(), {}).ok());
+  ASSERT_TRUE(store.WriteShard(meta_of(new_gen), 0, RankState(5, 0, 2).contents(), {}).ok());
+  // The late G writer of rank 1 is refused, before it writes anything.
+  auto late = store.WriteShard(meta_of(old_gen), 1, RankState(5, 1, 2).contents(), {});
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("fenced"), std::string::npos) << late.status().message();
+  ASSERT_TRUE(store.WriteShard(meta_of(new_gen), 1, RankState(5, 1, 2).contents(), {}).ok());
+  // A stale receipt planted into the partial (a writer that passed its last check just before
+  // the takeover) is refused by the committer, which releases its marker.
+  const std::string partial = tmp.path() + "/step-00000005.partial";
+  const std::string good = ReadAll(partial + "/shard-00001.json");
+  nlohmann::json j = nlohmann::json::parse(good);
+  j["generation"] = old_gen;
+  WriteAll(partial + "/shard-00001.json", j.dump());
+  auto refused = store.TryCommit(meta_of(new_gen));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("stale writer"), std::string::npos)
+      << refused.status().message();
+  struct stat st;
+  EXPECT_NE(stat((partial + "/COMMIT").c_str(), &st), 0) << "a failed commit kept its marker";
+  WriteAll(partial + "/shard-00001.json", good);
+  auto committed = store.TryCommit(meta_of(new_gen));
+  ASSERT_TRUE(committed.ok()) << committed.status().message();
+  EXPECT_EQ(*committed, ckpt::CommitOutcome::kCommitted);
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
+  auto m = CheckpointReader::Open(tmp.path() + "/step-00000005");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->manifest().meta.generation, new_gen);
+  // And once G+1 owns a partial, a G writer cannot take it back.
+  ckpt::CheckpointMeta m6 = FixtureMeta(6, 2);
+  m6.generation = new_gen;
+  ASSERT_TRUE(store.WriteShard(m6, 0, RankState(6, 0, 2).contents(), {}).ok());
+  m6.generation = old_gen;
+  EXPECT_FALSE(store.WriteShard(m6, 1, RankState(6, 1, 2).contents(), {}).ok());
+}
+
 }  // namespace
 }  // namespace ftrain::testing

@@ -217,6 +217,8 @@ std::string EncodeSubmit(const Submit& m) {
     w.Put(p.length);
     w.Put(p.slot_offset);
   }
+  // Trailer: the writer's generation (fencing of stale writers, see store.h).
+  w.Str(m.meta.generation);
   return w.Take();
 }
 
@@ -278,6 +280,9 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
       return Bad("piece " + std::to_string(i) + " lies outside the slot");
     }
     m.pieces.push_back(std::move(p));
+  }
+  if (!r.Done() && !r.Str(&m.meta.generation, kMaxMetaBytes)) {
+    return Bad("malformed generation in SUBMIT");
   }
   if (!r.Done()) return Bad("trailing bytes in SUBMIT");
   return m;

@@ -1,6 +1,9 @@
 // Checkpoint root and shard naming.
 #include "ckpt/filename.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -57,7 +60,11 @@ std::string CorruptDirName(int64_t step, int n) {
 }
 
 std::string ShardFileName(int rank) { return Fmt("shard-%05lld.h5", rank); }
-std::string ShardTempName(int rank) { return ShardFileName(rank) + ".tmp"; }
+std::string ShardTempName(int rank) {
+  static std::atomic<uint64_t> counter{0};
+  return ShardFileName(rank) + ".tmp." + std::to_string(::getpid()) + "." +
+         std::to_string(counter.fetch_add(1));
+}
 std::string ReceiptFileName(int rank) { return Fmt("shard-%05lld.json", rank); }
 
 int ParseShardFileName(const std::string& name) {

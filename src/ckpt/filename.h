@@ -30,8 +30,10 @@ std::string DeletingDirName(int64_t step);  // step-00000120.deleting
 std::string CorruptDirName(int64_t step, int n = 1);
 RootEntry ParseRootEntry(const std::string& name);
 
-std::string ShardFileName(int rank);    // shard-00003.h5
-std::string ShardTempName(int rank);    // shard-00003.h5.tmp (HDF5 writes here)
+std::string ShardFileName(int rank);  // shard-00003.h5
+// shard-00003.h5.tmp.<pid>.<n>: unique per writer, so two writers of one rank (a late daemon,
+// a trainer that fell back to a synchronous save) never write into each other's file.
+std::string ShardTempName(int rank);
 std::string ReceiptFileName(int rank);  // shard-00003.json
 // Parses "shard-00003.h5"; -1 if it is not a shard file name.
 int ParseShardFileName(const std::string& name);
@@ -40,6 +42,8 @@ int ParseReceiptFileName(const std::string& name);
 constexpr char kManifestName[] = "manifest.json";
 constexpr char kLatestName[] = "LATEST";
 constexpr char kCommitMarkerName[] = "COMMIT";
+// In step-N.partial/: the generation (job start) whose writers own it; see store.h.
+constexpr char kGenerationName[] = "GENERATION";
 
 // A path read from a manifest: relative, no "..", no "/", no empty or hidden components.
 bool IsSafeRelativeName(const std::string& name);

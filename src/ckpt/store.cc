@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "ckpt/filename.h"
 #include "ckpt/verify.h"
@@ -74,7 +77,7 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
   }
   const std::string partial = JoinPath(root_, PartialDirName(meta.step));
   FT_RETURN_IF_ERROR(env_->CreateDir(root_));
-  FT_RETURN_IF_ERROR(env_->CreateDir(partial));
+  FT_RETURN_IF_ERROR(ClaimPartial(partial, meta.generation));
   const std::string tmp = JoinPath(partial, ShardTempName(rank));
   const std::string shard = JoinPath(partial, ShardFileName(rank));
   FT_ASSIGN_OR_RETURN(ShardFileInfo info,
@@ -89,10 +92,73 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
   r.file = ShardFileName(rank);
   r.info = std::move(info);
   r.writer = WriterId();
+  r.generation = meta.generation;
   FT_RETURN_IF_ERROR(HashFile(shard, &r.size, &r.xxh3));
+  // Again before the receipt: a newer generation may have taken the partial over meanwhile.
+  FT_RETURN_IF_ERROR(CheckGeneration(partial, meta.generation));
   // The receipt's durable write also fsyncs the directory, which makes the rename durable.
   FT_RETURN_IF_ERROR(WriteFileDurably(env_, JoinPath(partial, ReceiptFileName(rank)), r.ToJson()));
   return r;
+}
+
+namespace {
+// Generations order by their "<unix ms>-<random>" text: zero-padded milliseconds first.
+bool Older(const std::string& a, const std::string& b) { return a < b; }
+}  // namespace
+
+std::string NewGeneration() {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(ms), rd());
+  return buf;
+}
+
+Status CheckpointStore::CheckGeneration(const std::string& partial, const std::string& mine) {
+  if (mine.empty()) return Status::Ok();
+  std::string owner;
+  Status s = env_->ReadFile(JoinPath(partial, kGenerationName), &owner);
+  if (!s.ok()) {
+    return Status::FailedPrecondition("'" + partial +
+                                      "' is gone or has no generation: taken over " +
+                                      "by a newer start of the job (this writer is fenced)");
+  }
+  while (!owner.empty() && owner.back() == '\n') owner.pop_back();
+  if (owner != mine) {
+    return Status::FailedPrecondition("'" + partial + "' belongs to generation '" + owner +
+                                      "', this writer is of generation '" + mine +
+                                      "': a stale writer is fenced off (not writing its shard)");
+  }
+  return Status::Ok();
+}
+
+Status CheckpointStore::ClaimPartial(const std::string& partial, const std::string& mine) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    FT_RETURN_IF_ERROR(env_->CreateDir(partial));
+    if (mine.empty()) return Status::Ok();
+    Status created = env_->CreateExclusive(JoinPath(partial, kGenerationName), mine + "\n");
+    if (created.ok()) return Status::Ok();
+    if (created.code() != Status::Code::kFailedPrecondition) return created;
+    std::string owner;
+    if (!env_->ReadFile(JoinPath(partial, kGenerationName), &owner).ok()) continue;  // racing
+    while (!owner.empty() && owner.back() == '\n') owner.pop_back();
+    if (owner == mine) return Status::Ok();
+    if (Older(mine, owner)) {
+      return Status::FailedPrecondition("'" + partial + "' belongs to the newer generation '" +
+                                        owner + "'; this writer (generation '" + mine +
+                                        "') is stale and is fenced off");
+    }
+    // An older generation's leftover: never committable by us, and its writers are fenced by
+    // the new GENERATION. Remove it and start afresh.
+    FT_LOG(Warning) << "checkpoint: removing " << partial << " of the older generation '" << owner
+                    << "' (this is generation '" << mine << "')";
+    Status rm = env_->RemoveDirRecursive(partial);
+    if (!rm.ok() && env_->IsDirectory(partial)) return rm;
+  }
+  return Status::Aborted("could not claim '" + partial + "' for generation '" + mine +
+                         "' (writers of several generations are racing)");
 }
 
 StatusOr<CommitOutcome> CheckpointStore::TryCommit(const CheckpointMeta& meta) {
@@ -131,6 +197,13 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
                                       " is superseded by the complete step " +
                                       std::to_string(newest->step) + "; not committing it");
   }
+  // The generation that owns the partial (empty: written without fencing).
+  std::string owner;
+  {
+    Status g = env_->ReadFile(JoinPath(partial, kGenerationName), &owner);
+    if (!g.ok()) owner.clear();
+    while (!owner.empty() && owner.back() == '\n') owner.pop_back();
+  }
   std::vector<Receipt> receipts;
   for (int r = 0; r < meta.world_size; ++r) {
     const std::string path = JoinPath(partial, ReceiptFileName(r));
@@ -139,6 +212,12 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
     FT_ASSIGN_OR_RETURN(Receipt rec, Receipt::FromJson(text, path));
     if (rec.rank != r)
       return Status::Corruption(path + ": receipt is for rank " + std::to_string(rec.rank));
+    if (rec.generation != owner) {
+      return Status::FailedPrecondition(path + ": receipt of generation '" + rec.generation +
+                                        "' in a partial checkpoint of "
+                                        "generation '" +
+                                        owner + "' (a stale writer); not committing it");
+    }
     auto size = env_->FileSize(JoinPath(partial, rec.file));
     if (!size.ok())
       return size.status().Annotate("shard of rank " + std::to_string(r) + " is missing");
@@ -156,7 +235,8 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
   // never reused): garbage, and the caller holds the COMMIT marker, so nobody else writes here.
   FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(partial));
   for (const auto& n : names) {
-    if (n.rfind(std::string(kManifestName) + ".tmp", 0) == 0) {
+    if (n.rfind(std::string(kManifestName) + ".tmp", 0) == 0 ||
+        (n.rfind("shard-", 0) == 0 && n.find(".h5.tmp") != std::string::npos)) {
       FT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(partial, n)));
     }
   }

@@ -55,6 +55,14 @@ class CheckpointStore {
 
   // Writes rank `rank`'s shard of step meta.step into step-N.partial/ (creating it), makes it
   // durable (file fsync, rename from .tmp, directory fsync) and leaves its receipt.
+  //
+  // Fencing: with meta.generation set (the job start, "<unix ms>-<random>", made by rank 0),
+  // the partial directory belongs to one generation (its GENERATION file, created O_EXCL by
+  // the first writer). A writer of a newer generation that finds an older one's partial
+  // removes it and starts it afresh; a writer of an older generation (a daemon or rank that
+  // woke up late) is refused with FailedPrecondition before and after it writes, and the
+  // committer accepts only receipts of the partial's generation. So a stale writer can never
+  // put its shard into a newer generation's commit.
   StatusOr<Receipt> WriteShard(const CheckpointMeta& meta, int rank, const ShardContents& contents,
                                const WriteOptions& options);
 
@@ -101,11 +109,17 @@ class CheckpointStore {
 
  private:
   Status Commit(const CheckpointMeta& meta, const std::string& partial);
+  Status ClaimPartial(const std::string& partial, const std::string& generation);
+  Status CheckGeneration(const std::string& partial, const std::string& generation);
 
   std::string root_;
   Env* env_;
   int64_t verified_step_ = -1;  // newest step this store read back and verified
 };
+
+// A fresh generation id for a job start: "<unix ms, 15 digits>-<8 hex random>", ordered by
+// time (rank 0 makes it and hands it to every rank).
+std::string NewGeneration();
 
 // Shared lock held by readers on a checkpoint directory (flock on its manifest), so rotation
 // never deletes a checkpoint being read. Released by the destructor or at process death.

@@ -52,7 +52,7 @@ VerifyReport VerifyCheckpoint(const std::string& dir_in, int threads, Env* env) 
                 " but the directory is named for step " + std::to_string(entry.step));
   }
   // Files in the directory that the manifest does not account for.
-  std::set<std::string> known = {kManifestName, kCommitMarkerName};
+  std::set<std::string> known = {kManifestName, kCommitMarkerName, kGenerationName};
   for (const auto& f : m.files) {
     known.insert(f.path);
     known.insert(ReceiptFileName(f.rank));

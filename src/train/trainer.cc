@@ -216,6 +216,23 @@ Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointe
   return Status::Ok();
 }
 
+// Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>": two doubles carry
+// it exactly through the world's broadcast).
+StatusOr<std::string> AgreeOnGeneration(dist::DistContext& ctx) {
+  double ms = 0, rnd = 0;
+  if (ctx.world().rank == 0) {
+    const std::string g = ckpt::NewGeneration();
+    ms = static_cast<double>(std::stoll(g.substr(0, 15)));
+    rnd = static_cast<double>(std::stoul(g.substr(16), nullptr, 16));
+  }
+  torch::Tensor t = torch::tensor({ms, rnd}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.world_comm().Broadcast(t, 0)->Wait());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(t[0].item<double>()),
+                static_cast<unsigned>(t[1].item<double>()));
+  return std::string(buf);
+}
+
 // Whether a failed load means the checkpoint itself is bad (set it aside, try an older one)
 // rather than the configuration (a refused config hash, another model: fail the job).
 bool IsDamage(const Status& s) {
@@ -382,6 +399,10 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     }
     data_version = (*r)->data_version();
   }
+  // This start's generation: every shard this run writes carries it, so that a writer of an
+  // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
+  FT_ASSIGN_OR_RETURN(const std::string generation, AgreeOnGeneration(*ctx));
+  if (leader) FT_LOG(Info) << "checkpoint generation " << generation;
   RunState state;
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(int64_t resume_step,
@@ -445,6 +466,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     meta.code_version = CodeVersion();
     meta.data_version = data_version;
     meta.layout_json = layout.dump();
+    meta.generation = generation;
     state.data_cursor = reader->SaveCursor();
     return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json), durable);
   };
