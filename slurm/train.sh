@@ -15,7 +15,13 @@
 #   - preemption / time limit: the USR1 warning is forwarded to every rank, they checkpoint at
 #     the next step boundary and exit 75; the script then requeues the job itself;
 #   - a rank crash with the nodes healthy: the training step is restarted inside the same
-#     allocation (bounded retries with backoff), then the job is requeued.
+#     allocation (bounded retries with backoff), then the job is requeued;
+#   - USR1 at any other moment (pre-flight, agent start-up, back-off): nothing new to save, so
+#     straight to the requeue; every wait on the stop path is bounded (FTRAIN_STOP_TIMEOUT_S);
+#   - a configuration or input error (the trainer exits 2, RUN_DIR/.config_error says why):
+#     the job FAILS with that message, no restart loop;
+#   - a node that does not answer the health probe: left to Slurm's node-failure requeue for
+#     FTRAIN_HEALTH_WAIT_S, then the script requeues the job itself.
 # Every restart is recorded in RUN_DIR/restarts.jsonl (cause, lost work). Settings below, all
 # overridable from the environment (sbatch --export or the caller's environment).
 set -euo pipefail
@@ -34,11 +40,14 @@ PREFLIGHT_TIMEOUT_S="${FTRAIN_PREFLIGHT_TIMEOUT_S:-120}"
 MAX_INJOB_RESTARTS="${FTRAIN_MAX_INJOB_RESTARTS:-2}"
 RESTART_BACKOFF_S="${FTRAIN_RESTART_BACKOFF_S:-5}"   # doubles after every in-job restart
 HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"   # a node that cannot run `true` in this is down
+HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"  # then wait this long for Slurm to requeue, else requeue
+STOP_TIMEOUT_S="${FTRAIN_STOP_TIMEOUT_S:-90}"  # USR1 -> ranks' checkpoint must end within this
 CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (slurm/agent.sh)
 CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
 # FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") and FTRAIN_CKPT_ROOT (default
 # RUN_DIR/checkpoints; passed to the trainer as ckpt.root) are read by agent.sh as well.
 EXIT_REQUEUE=75                                # ftrain train: checkpointed on request
+EXIT_CONFIG=2                                  # ftrain train: configuration or input error
 CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${RUN_DIR}/checkpoints}"  # where the lost-work figure looks
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -96,18 +105,6 @@ on_usr1() {
 }
 trap on_usr1 USR1
 
-if [[ "${PREFLIGHT}" == "1" ]]; then
-  log "pre-flight: ftrain commcheck over all ranks"
-  if ! timeout "${PREFLIGHT_TIMEOUT_S}" srun --mpi=pmix --kill-on-bad-exit=1 \
-      --ntasks-per-node="${RANKS_PER_NODE}" "${FTRAIN_BIN}" commcheck --sizes 64K,1M --iters 1 \
-      --warmup 0; then
-    log "pre-flight commcheck FAILED: not starting the training (fix the nodes or the network)"
-    record preflight_failed commcheck
-    exit 1
-  fi
-fi
-
-# ---- node agents: one ckptd per node ----------------------------------------------------------
 agent_pid=""
 AGENT_STEP_NAME="ftrain-agents"
 stop_agents() {
@@ -128,10 +125,49 @@ stop_agents() {
     sleep 0.1
   done
   kill -TERM "${agent_pid}" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do  # and 10 s more for srun to go; never an unbounded wait
+    kill -0 "${agent_pid}" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "${agent_pid}" 2>/dev/null || true
   wait "${agent_pid}" 2>/dev/null || true
   agent_pid=""
 }
 trap stop_agents EXIT
+
+# Requeue now, with nothing new to save (USR1 outside a training step): the job goes back to
+# the queue before the warning window ends and resumes from its newest checkpoint.
+requeue_stopped() {  # requeue_stopped WHERE
+  log "USR1 arrived during $1: nothing new to checkpoint; requeueing job ${SLURM_JOB_ID}"
+  echo preempted >"${RUN_DIR}/.last_stop"
+  record stopped preempted "\"during\":\"$1\""
+  stop_agents
+  scontrol requeue "${SLURM_JOB_ID}"
+  exit 0
+}
+
+if [[ "${PREFLIGHT}" == "1" ]]; then
+  log "pre-flight: ftrain commcheck over all ranks"
+  # In the background, so that a USR1 is handled at once rather than after the check.
+  timeout "${PREFLIGHT_TIMEOUT_S}" srun --mpi=pmix --kill-on-bad-exit=1 \
+    --ntasks-per-node="${RANKS_PER_NODE}" "${FTRAIN_BIN}" commcheck --sizes 64K,1M --iters 1 \
+    --warmup 0 &
+  preflight_pid=$!
+  preflight_rc=0
+  wait "${preflight_pid}" || preflight_rc=$?
+  if ((stop_requested)); then
+    kill -TERM "${preflight_pid}" 2>/dev/null || true
+    wait "${preflight_pid}" 2>/dev/null || true
+    requeue_stopped "the pre-flight check"
+  fi
+  if ((preflight_rc != 0)); then
+    log "pre-flight commcheck FAILED: not starting the training (fix the nodes or the network)"
+    record preflight_failed commcheck
+    exit 1
+  fi
+fi
+
+# ---- node agents: one ckptd per node ----------------------------------------------------------
 ckpt_args=()
 if [[ -n "${FTRAIN_CKPT_ROOT:-}" ]]; then ckpt_args+=("--ckpt.root=${FTRAIN_CKPT_ROOT}"); fi
 if [[ "${CKPTD}" == "1" ]]; then
@@ -169,20 +205,41 @@ if [[ "${CKPTD}" == "1" ]]; then
 else
   ckpt_args+=("--ckpt.daemon=off")
 fi
+if ((stop_requested)); then requeue_stopped "pre-flight or agent start-up"; fi
 
 injob_restarts=0
 backoff="${RESTART_BACKOFF_S}"
 while :; do
   log "launching ${FTRAIN_BIN} train on $((SLURM_NNODES * RANKS_PER_NODE)) ranks"
+  rm -f "${RUN_DIR}/.config_error"  # the trainer writes it when it exits 2
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
   srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node="${RANKS_PER_NODE}" \
     "${FTRAIN_BIN}" train --config "${CONFIG}" --data.path="${DATA}" --run.dir="${RUN_DIR}" \
     --train.resume=auto "${ckpt_args[@]}" ${TRAIN_ARGS} &
   srun_pid=$!
+  # A USR1 that came between the launch and the line above would be lost: forward it now.
+  if ((stop_requested)); then kill -USR1 "${srun_pid}" 2>/dev/null || true; fi
   rc=0
   wait "${srun_pid}" || rc=$?
-  # A USR1 interrupts `wait`; wait again for the step itself.
-  while kill -0 "${srun_pid}" 2>/dev/null; do wait "${srun_pid}" || rc=$?; done
+  # A USR1 interrupts `wait`; wait again for the step itself, at most STOP_TIMEOUT_S once a
+  # stop was asked for (the ranks' checkpoint must end inside Slurm's warning window).
+  stop_deadline=""
+  while kill -0 "${srun_pid}" 2>/dev/null; do
+    if ((stop_requested)); then
+      [[ -n "${stop_deadline}" ]] || stop_deadline=$((SECONDS + STOP_TIMEOUT_S))
+      if ((SECONDS >= stop_deadline)); then
+        log "the ranks did not stop within ${STOP_TIMEOUT_S} s of USR1: ending the step"
+        kill -TERM "${srun_pid}" 2>/dev/null || true
+        sleep 5
+        kill -KILL "${srun_pid}" 2>/dev/null || true
+      fi
+      sleep 1 &
+      wait $! || true
+      continue
+    fi
+    wait "${srun_pid}" || rc=$?
+  done
+  wait "${srun_pid}" 2>/dev/null || rc=$?
   srun_pid=""
   if ((rc == 0)); then
     log "training finished"
@@ -198,14 +255,28 @@ while :; do
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
   fi
+  if ((rc == EXIT_CONFIG)) || [[ -s "${RUN_DIR}/.config_error" ]]; then
+    why="$(head -c 2000 "${RUN_DIR}/.config_error" 2>/dev/null || echo "see the ranks' messages above")"
+    log "FAILED: the trainer refused its configuration or input (exit ${rc}): ${why}"
+    log "not restarting (a restart cannot fix this); fix the settings and submit again"
+    echo config_error >"${RUN_DIR}/.last_stop"
+    record failed config_error "\"exit\":${rc}"
+    exit "${EXIT_CONFIG}"
+  fi
   lost="$(work_since_checkpoint)"
   if ! nodes_healthy; then
-    log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue"
+    log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue for up to ${HEALTH_WAIT_S} s"
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
-    # Slurm marks the node down and requeues the job; until then, do nothing.
-    sleep 600 &
+    # Slurm marks the node down and requeues the job (and ends this script); if it does not
+    # (the node answers Slurm but not the probe), requeue it ourselves.
+    sleep "${HEALTH_WAIT_S}" &
     wait $! || true
-    exit 1
+    if ((stop_requested)); then requeue_stopped "the wait for a node failure"; fi
+    log "Slurm did not requeue within ${HEALTH_WAIT_S} s: requeueing job ${SLURM_JOB_ID}"
+    echo node_failure >"${RUN_DIR}/.last_stop"
+    stop_agents
+    scontrol requeue "${SLURM_JOB_ID}"
+    exit 0
   fi
   if ((injob_restarts >= MAX_INJOB_RESTARTS)); then
     log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing"
@@ -218,6 +289,8 @@ while :; do
   injob_restarts=$((injob_restarts + 1))
   log "training step failed (exit ${rc}) with healthy nodes: in-job restart ${injob_restarts}/${MAX_INJOB_RESTARTS} in ${backoff} s"
   record restarted rank_failure "\"lost_s\":${lost},\"exit\":${rc},\"injob\":${injob_restarts}"
-  sleep "${backoff}"
+  sleep "${backoff}" &  # in the background: a USR1 is handled at once, not after the sleep
+  wait $! || true
+  if ((stop_requested)); then requeue_stopped "the restart back-off"; fi
   backoff=$((backoff * 2))
 done

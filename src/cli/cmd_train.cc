@@ -1,6 +1,7 @@
 // `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
-// src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data or a
-// failed rank, 2 usage/config/environment error.
+// src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data, a
+// failed rank, a timeout or an I/O error (worth a restart), 2 usage, config or input error
+// (a restart cannot help: slurm/train.sh fails the job).
 #include <iostream>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 namespace ftrain::cli {
@@ -19,7 +21,8 @@ constexpr char kHelp[] =
     "  can be overridden, e.g. --train.steps=100 --ckpt.every_steps=10.\n"
     "  Run it as one process, under `ftrain launch --nproc N --`, or under `srun --mpi=pmix`.\n"
     "exit codes: 0 done, 75 stopped on SIGUSR1/SIGTERM after a checkpoint (requeue me),\n"
-    "  1 bad data or a failed rank, 2 usage, config or environment error\n";
+    "  1 bad data, a failed rank, a timeout or an I/O error (a restart may help),\n"
+    "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why)\n";
 }
 
 int RunTrain(int argc, char** argv) {
@@ -49,14 +52,25 @@ int RunTrain(int argc, char** argv) {
     return Fail(program,
                 Status::InvalidArgument("--config FILE is required (see 'ftrain train --help')"));
   }
+  // A configuration error before the config is loaded is recorded in the run directory
+  // named on the command line (slurm/train.sh always passes --run.dir=).
+  std::string cli_run_dir;
+  for (const auto& o : overrides) {
+    if (o.rfind("--run.dir=", 0) == 0) cli_run_dir = o.substr(10);
+  }
+  auto config_error = [&](const Status& s) {
+    Status w = train::RecordConfigError(cli_run_dir, s.message());
+    (void)w;  // best effort: the message is on stderr either way
+    return Fail(program, s);
+  };
   auto config = Config::LoadFile(config_path);
-  if (!config.ok()) return Fail(program, config.status());
+  if (!config.ok()) return config_error(config.status());
   for (const auto& o : overrides) {
     Status s = config->ApplyOverride(o);
-    if (!s.ok()) return Fail(program, s);
+    if (!s.ok()) return config_error(s);
   }
   auto tc = train::TrainConfig::Load(*config);
-  if (!tc.ok()) return Fail(program, tc.status());
+  if (!tc.ok()) return config_error(tc.status());
   int exit_code = 0;
   Status s;
   try {
@@ -70,7 +84,19 @@ int RunTrain(int argc, char** argv) {
   }
   if (!s.ok()) {
     FT_LOG(Error) << program << ": " << s.message();
-    return ExitCodeFor(s);
+    // A rendezvous/collective timeout or an I/O error is the environment of this start (a
+    // node that did not come up, a full disk): exit 1, so that the job script restarts.
+    // Configuration and input errors stay 2 and are recorded for the job script, which then
+    // fails the job instead of looping (slurm/train.sh).
+    if (s.code() == Status::Code::kDeadlineExceeded || s.code() == Status::Code::kIOError) {
+      return kExitBad;
+    }
+    const int code = ExitCodeFor(s);
+    if (code == kExitUsage) {
+      Status w = train::RecordConfigError(tc->run_dir, s.message());
+      if (!w.ok()) FT_LOG(Warning) << "cannot record the error: " << w.message();
+    }
+    return code;
   }
   return exit_code;
 }

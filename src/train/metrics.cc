@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 
+#include "core/env.h"
+
 namespace ftrain::train {
 
 std::string FormatMetricsLine(const StepMetrics& m) {
@@ -87,6 +89,13 @@ Status AppendJsonLine(const std::string& path, const std::string& line) {
                            "': " + (n < 0 ? std::strerror(err) : "short write"));
   }
   return Status::Ok();
+}
+
+Status RecordConfigError(const std::string& run_dir, const std::string& message) {
+  if (run_dir.empty()) return Status::Ok();
+  Env* env = Env::Default();
+  if (!env->IsDirectory(run_dir)) return Status::Ok();  // nothing started: nothing to tell
+  return WriteFileDurably(env, JoinPath(run_dir, kConfigErrorFile), message + "\n");
 }
 
 }  // namespace ftrain::train
