@@ -683,13 +683,14 @@ TEST(CkptReader, DatasetOfAnotherTypeIsRefusedBeforeCopying) {
     H5Sclose(space);
     H5Fclose(f);
   }
-  // The manifest records the shard's size: restore it so only the dataset type is wrong.
+  // A consistent but foreign checkpoint: the manifest records the new file's size and hash
+  // (so the whole-file check passes) and only the dataset type is wrong.
   std::string manifest = ReadAll(dir + "/manifest.json");
   struct stat st;
   ASSERT_EQ(stat(shard.c_str(), &st), 0);
   auto m = ckpt::Manifest::FromJson(manifest, "m");
   ASSERT_TRUE(m.ok());
-  m->files[0].size = static_cast<uint64_t>(st.st_size);
+  ASSERT_TRUE(ckpt::HashFile(shard, &m->files[0].size, &m->files[0].xxh3).ok());
   WriteAll(dir + "/manifest.json", m->ToJson());
   auto reader2 = CheckpointReader::Open(dir);
   ASSERT_TRUE(reader2.ok()) << reader2.status().message();

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <zstd.h>
 
+#include <memory>
 #include <mutex>
 
 extern "C" {
@@ -30,7 +31,9 @@ size_t ftrain_h5z_zstd(unsigned int flags, size_t cd_nelmts, const unsigned int 
   void* out = H5allocate_memory(bound, false);
   if (out == nullptr) return 0;
   // With zstd's content checksum, like ftrain's own chunk compressor.
-  thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> ctx(ZSTD_createCCtx(),
+                                                                      &ZSTD_freeCCtx);
+  ZSTD_CCtx* cctx = ctx.get();
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);

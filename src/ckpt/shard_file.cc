@@ -367,7 +367,11 @@ struct CompressedChunk {
 Status CompressChunk(const uint8_t* data, size_t total_bytes, size_t chunk_bytes, size_t elem,
                      size_t index, bool shuffle, int level, CompressedChunk* out) {
   thread_local std::vector<uint8_t> staging, shuffled;
-  thread_local ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  // Freed when the thread ends (compression threads live for one shard write; a raw pointer
+  // here leaked one context per thread per checkpoint in a long-running ckptd).
+  thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> ctx(ZSTD_createCCtx(),
+                                                                      &ZSTD_freeCCtx);
+  ZSTD_CCtx* cctx = ctx.get();
   const size_t begin = index * chunk_bytes;
   const size_t n = std::min(chunk_bytes, total_bytes - begin);
   const uint8_t* src = data + begin;
