@@ -356,6 +356,11 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
            "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
        "shape"},
       {"--dist.sharding=zero9", "dist.sharding"},
+      {"--train.device=tpu", "train.device"},
+      {"--train.device=cuda", "train.device = cuda needs dist.backend = nccl"},
+      {"--dist.backend=nccl", "dist.backend = nccl needs train.device = cuda"},
+      // This machine has no GPU (the CUDA LibTorch is linked; CUDA is unavailable at run time).
+      {"--train.device=cuda --dist.backend=nccl", "no usable GPU"},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(base + c.args, 120);

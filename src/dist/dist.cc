@@ -196,6 +196,7 @@ struct DistContext::Impl {
   std::unique_ptr<Comm> world_comm;
   std::unique_ptr<Comm> intra;
   std::unique_ptr<Comm> inter;
+  std::unique_ptr<Comm> control;  // Gloo world group for CPU control tensors (nccl only)
   std::string rdzv;
 };
 
@@ -269,12 +270,18 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
   auto make_group = [&](const std::string& name, int rank, int size) {
 #ifdef FTRAIN_WITH_NCCL
     if (options.backend == "nccl") {
-      return CreateNcclComm(im.store, name, rank, size, w.local_rank, op_timeout);
+      return CreateNcclComm(im.store, name, rank, size,
+                            options.cuda_device >= 0 ? options.cuda_device : w.local_rank,
+                            op_timeout);
     }
 #endif
     return CreateGlooComm(im.store, name, rank, size, self_addr, op_timeout);
   };
   FT_ASSIGN_OR_RETURN(im.world_comm, make_group("world", w.rank, w.world_size));
+  if (options.backend != "gloo") {
+    FT_ASSIGN_OR_RETURN(im.control, CreateGlooComm(im.store, "control", w.rank, w.world_size,
+                                                   self_addr, op_timeout));
+  }
   if (options.build_node_groups) {
     // Intra-node: same node, ordered by local rank. Inter-node: same local rank, by node.
     std::vector<std::pair<int, int>> intra, inter;  // (sort key, rank)
@@ -302,6 +309,7 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
 
 const WorldInfo& DistContext::world() const { return impl_->world; }
 Comm& DistContext::world_comm() { return *impl_->world_comm; }
+Comm& DistContext::control() { return impl_->control ? *impl_->control : *impl_->world_comm; }
 Comm& DistContext::intra_node() { return *impl_->intra; }
 Comm& DistContext::inter_node() { return *impl_->inter; }
 const std::string& DistContext::rendezvous_description() const { return impl_->rdzv; }

@@ -18,6 +18,8 @@ struct DistOptions {
   int rdzv_timeout_s = 300;       // how long a rank waits for the others to appear
   int op_timeout_s = 600;         // how long one collective may take before it fails
   bool build_node_groups = true;  // also create intra-node and inter-node groups
+  // nccl: the CUDA device of this rank (the GPU Slurm bound to the task; -1 = local rank).
+  int cuda_device = -1;
 };
 
 // Reads FTRAIN_RDZV_TIMEOUT (seconds) over the defaults; errors name the variable.
@@ -32,6 +34,10 @@ class DistContext {
 
   const WorldInfo& world() const;
   Comm& world_comm();
+  // A Gloo group over the world for small control collectives on CPU tensors (votes, the
+  // loss for logging, decisions): with backend = gloo it is world_comm() itself; with nccl a
+  // separate Gloo group, so that no CPU tensor is ever handed to NCCL.
+  Comm& control();
   // Ranks on this node (same node_rank), ordered by local rank.
   Comm& intra_node();
   // Ranks with the same local rank on every node, ordered by node.

@@ -129,12 +129,13 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     for (const auto& p : u->params) {
       flat.narrow(0, p.offset, p.numel).copy_(p.param.detach().reshape(-1).to(torch::kFloat32));
     }
-    u->master = flat.narrow(0, u->span.offset, u->span.length).clone();
+    // On the engine's device (a no-op on the CPU).
+    u->master = flat.narrow(0, u->span.offset, u->span.length).clone().to(config.device);
     u->exp_avg = torch::zeros_like(u->master);
     u->exp_avg_sq = torch::zeros_like(u->master);
     u->param_shard =
         config.param_dtype == torch::kFloat32 ? u->master : u->master.to(config.param_dtype);
-    u->grad_shard = torch::zeros({u->span.length}, config.reduce_dtype);
+    u->grad_shard = torch::zeros({u->span.length}, e->Opts(config.reduce_dtype));
     e->units_.push_back(std::move(u));
   }
   if (assigned != by_name.size()) {
@@ -142,7 +143,7 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
                             std::to_string(by_name.size()) + " parameters");
   }
   for (auto& u : e->units_) {
-    for (auto& p : u->params) p.param.set_data(torch::empty({0}, config.param_dtype));
+    for (auto& p : u->params) p.param.set_data(torch::empty({0}, e->Opts(config.param_dtype)));
   }
   return e;
 }
@@ -161,7 +162,7 @@ Status FsdpEngine::Gather(Unit& u) {
     u.full = u.param_shard;  // the whole unit; views of it stay valid across steps
     return Status::Ok();
   }
-  u.full = torch::empty({u.numel}, config_.param_dtype);
+  u.full = torch::empty({u.numel}, Opts(config_.param_dtype));
   u.gather_work = groups_.shard->AllGather(u.full, u.param_shard);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.param_dtype);
   return Status::Ok();
@@ -184,7 +185,7 @@ void FsdpEngine::Attach(Unit& u) {
 
 void FsdpEngine::Release(Unit& u) {
   if (KeepsFullParams()) return;
-  for (auto& p : u.params) p.param.set_data(torch::empty({0}, config_.param_dtype));
+  for (auto& p : u.params) p.param.set_data(torch::empty({0}, Opts(config_.param_dtype)));
   u.full = torch::Tensor();
   u.attached = false;
 }
@@ -192,7 +193,7 @@ void FsdpEngine::Release(Unit& u) {
 void FsdpEngine::AccumulateGrads(Unit& u, bool first_micro_batch) {
   torch::NoGradGuard no_grad;
   if (first_micro_batch || !u.full_grad.defined()) {
-    u.full_grad = torch::zeros({u.numel}, config_.reduce_dtype);
+    u.full_grad = torch::zeros({u.numel}, Opts(config_.reduce_dtype));
   }
   for (auto& p : u.params) {
     torch::Tensor g = p.param.grad();
@@ -270,7 +271,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
       // Start this unit's reduction now; it overlaps the backward of the blocks below.
       const int s = groups_.shard ? groups_.shard->size() : 1;
       if (s > 1) {
-        u.reduced = torch::empty({u.span.length}, config_.reduce_dtype);
+        u.reduced = torch::empty({u.span.length}, Opts(config_.reduce_dtype));
         u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, dist::ReduceOp::kSum);
         comm_bytes_ +=
             static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
@@ -285,7 +286,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   if (last_micro_batch) {
     const int s = groups_.shard ? groups_.shard->size() : 1;
     if (s > 1) {
-      root.reduced = torch::empty({root.span.length}, config_.reduce_dtype);
+      root.reduced = torch::empty({root.span.length}, Opts(config_.reduce_dtype));
       root.reduce_work =
           groups_.shard->ReduceScatter(root.reduced, root.full_grad, dist::ReduceOp::kSum);
       comm_bytes_ +=
@@ -337,17 +338,18 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
   // Global gradient norm: squares summed per shard in float64, then across the shard group
   // (replicas hold identical shards, so the shard group covers every parameter once).
-  double sumsq = 0;
+  // Summed on the device in unit order (the same float64 additions as on the host), read
+  // back once per step: no per-unit host synchronisation.
+  torch::Tensor acc = torch::zeros({1}, Opts(torch::kFloat64));
   for (const auto& u : units_) {
-    if (u->span.length > 0) sumsq += u->grad_shard.to(torch::kFloat64).pow(2).sum().item<double>();
+    if (u->span.length > 0) acc.add_(u->grad_shard.to(torch::kFloat64).pow(2).sum());
   }
   if (groups_.shard && groups_.shard->size() > 1) {
-    torch::Tensor t = torch::full({1}, sumsq, torch::kFloat64);
     auto t0 = Clock::now();
-    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(t, dist::ReduceOp::kSum)->Wait());
+    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, dist::ReduceOp::kSum)->Wait());
     comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-    sumsq = t.item<double>();
   }
+  const double sumsq = acc.item<double>();
   StepStats stats;
   stats.grad_norm = std::sqrt(sumsq);
   const double coef = ClipCoefficient(stats.grad_norm, max_norm);
@@ -438,6 +440,7 @@ Status FsdpEngine::LoadFullParameters(
     for (const auto& p : u->params) {
       torch::Tensor full = torch::empty(p.shape, torch::kFloat32);
       FT_RETURN_IF_ERROR(read(p.name, full));
+      full = full.to(config_.device);
       const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
       if (lo >= hi) continue;
       u->master.narrow(0, lo - s, hi - lo)
@@ -456,11 +459,12 @@ StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> FsdpEngine::GatherF
   for (auto& u : units_) {
     torch::Tensor full;
     if (s > 1) {
-      full = torch::empty({u->numel}, torch::kFloat32);
+      full = torch::empty({u->numel}, Opts(torch::kFloat32));
       FT_RETURN_IF_ERROR(groups_.shard->AllGather(full, u->master)->Wait());
     } else {
       full = u->master.clone();
     }
+    full = full.to(torch::kCPU);  // the callers write files
     for (const auto& p : u->params) {
       out.push_back({p.name, full.narrow(0, p.offset, p.numel).view(p.shape).clone()});
     }

@@ -40,6 +40,9 @@ struct FsdpConfig {
   torch::ScalarType reduce_dtype = torch::kFloat32;  // gradient reduction dtype
   bool activation_checkpointing = true;
   bool prefetch = true;  // all-gather the next unit while the current one computes
+  // Where every flat shard, gathered unit, gradient buffer and AdamW moment lives. The same
+  // code runs on both: only this option differs between a CPU and a GPU run.
+  torch::Device device = torch::kCPU;
 };
 
 // The groups the engine communicates over. `shard` may be null (a group of one rank);
@@ -121,6 +124,9 @@ class FsdpEngine {
   Status ReduceGrads();
   bool ReshardAfterForward() const;
   bool KeepsFullParams() const { return config_.sharding == Sharding::kNoShard; }
+  torch::TensorOptions Opts(torch::ScalarType dtype) const {
+    return torch::TensorOptions(dtype).device(config_.device);
+  }
 
   model::LlamaModel model_{nullptr};
   FsdpConfig config_;

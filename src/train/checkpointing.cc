@@ -88,7 +88,8 @@ Status SetRngState(const std::string& bytes) {
 }  // namespace
 
 ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
-                                       const std::string& schedule_json) {
+                                       const std::string& schedule_json,
+                                       std::vector<torch::Tensor>* staging) {
   ckpt::ShardContents contents;
   const std::vector<fsdp::ShardPiece> pieces =
       engine.WritesTensorState() ? engine.StatePieces() : std::vector<fsdp::ShardPiece>();
@@ -101,7 +102,17 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
     r.shape = p.shape;
     r.offset = p.offset;
     r.length = p.data.numel();
-    r.data = p.data.data_ptr();
+    if (p.data.is_cpu()) {
+      r.data = p.data.data_ptr();
+    } else {
+      // Device -> host (pinned, so the copy runs at full PCIe/NVLink-C2C speed); the caller
+      // keeps the host copies alive while the checkpoint library reads them.
+      torch::Tensor host = torch::empty(
+          p.data.sizes(), torch::TensorOptions(p.data.scalar_type()).pinned_memory(true));
+      host.copy_(p.data);
+      r.data = host.data_ptr();
+      staging->push_back(std::move(host));
+    }
     contents.tensors.push_back(r);
   }
   json optim = {{"step", engine.optimizer_step()}};
@@ -115,6 +126,14 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
   contents.blobs.push_back({"history", "run", "per_rank", history.dump()});
   contents.blobs.push_back({"data", "cursor", "per_rank", state.data_cursor});
   contents.blobs.push_back({"rng", "torch_cpu", "per_rank", RngState()});
+  if (engine.config().device.is_cuda()) {
+    // The CUDA generator of this rank's device (its state is an opaque byte tensor).
+    const torch::Tensor cuda_rng =
+        at::globalContext().defaultGenerator(engine.config().device).get_state();
+    contents.blobs.push_back({"rng", "torch_cuda", "per_rank",
+                              std::string(static_cast<const char*>(cuda_rng.data_ptr()),
+                                          static_cast<size_t>(cuda_rng.nbytes()))});
+  }
   return contents;
 }
 
@@ -159,31 +178,38 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
       if (!p.is_blob) index[{p.kind, p.name, p.offset}] = &p;
     }
   }
-  FT_RETURN_IF_ERROR(
-      engine.LoadState([&](const std::string& kind, const std::string& name, int64_t offset,
-                           int64_t length, torch::Tensor dst) -> Status {
-        const ckpt::ManifestTensor* t = m.FindTensor(kind, name);
-        if (t == nullptr) {
-          return Status::InvalidArgument("checkpoint '" + reader.dir() + "' has no " + kind +
-                                         " tensor " + name + "; it was written for another model");
-        }
-        int64_t numel = 1;
-        for (int64_t d : t->shape) numel *= d;
-        if (t->dtype != ckpt::DType::kFloat32 || numel < offset + length) {
-          return Status::InvalidArgument("checkpoint tensor " + kind + "/" + name +
-                                         " has the wrong shape or dtype for this model");
-        }
-        const size_t bytes = static_cast<size_t>(length) * ckpt::DTypeSize(t->dtype);
-        const uint8_t* mem =
-            memory != nullptr ? FromMemory(memory, index, *t, rank, offset, length) : nullptr;
-        if (mem != nullptr) {
-          std::memcpy(dst.data_ptr(), mem, bytes);
-          memory->bytes_from_memory += bytes;
-          return Status::Ok();
-        }
-        if (memory != nullptr) memory->bytes_from_disk += bytes;
-        return reader.ReadTensorRange(kind, name, offset, length, dst.data_ptr());
-      }));
+  FT_RETURN_IF_ERROR(engine.LoadState([&](const std::string& kind, const std::string& name,
+                                          int64_t offset, int64_t length,
+                                          torch::Tensor dst) -> Status {
+    const ckpt::ManifestTensor* t = m.FindTensor(kind, name);
+    if (t == nullptr) {
+      return Status::InvalidArgument("checkpoint '" + reader.dir() + "' has no " + kind +
+                                     " tensor " + name + "; it was written for another model");
+    }
+    int64_t numel = 1;
+    for (int64_t d : t->shape) numel *= d;
+    if (t->dtype != ckpt::DType::kFloat32 || numel < offset + length) {
+      return Status::InvalidArgument("checkpoint tensor " + kind + "/" + name +
+                                     " has the wrong shape or dtype for this model");
+    }
+    const size_t bytes = static_cast<size_t>(length) * ckpt::DTypeSize(t->dtype);
+    // A GPU destination is filled from a pinned host buffer (host -> device copy).
+    torch::Tensor host =
+        dst.is_cpu() ? dst
+                     : torch::empty(dst.sizes(),
+                                    torch::TensorOptions(dst.scalar_type()).pinned_memory(true));
+    const uint8_t* mem =
+        memory != nullptr ? FromMemory(memory, index, *t, rank, offset, length) : nullptr;
+    if (mem != nullptr) {
+      std::memcpy(host.data_ptr(), mem, bytes);
+      memory->bytes_from_memory += bytes;
+    } else {
+      if (memory != nullptr) memory->bytes_from_disk += bytes;
+      FT_RETURN_IF_ERROR(reader.ReadTensorRange(kind, name, offset, length, host.data_ptr()));
+    }
+    if (!dst.is_cpu()) dst.copy_(host);
+    return Status::Ok();
+  }));
   FT_ASSIGN_OR_RETURN(std::string optim_s, reader.ReadBlob("optim", "state", rank, world_size));
   FT_ASSIGN_OR_RETURN(std::string train_s, reader.ReadBlob("train", "state", rank, world_size));
   json optim = json::parse(optim_s, nullptr, false);
@@ -208,6 +234,15 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
     FT_ASSIGN_OR_RETURN(state->data_cursor, reader.ReadBlob("data", "cursor", rank, world_size));
     FT_ASSIGN_OR_RETURN(std::string rng, reader.ReadBlob("rng", "torch_cpu", rank, world_size));
     FT_RETURN_IF_ERROR(SetRngState(rng));
+    if (engine.config().device.is_cuda() && reader.HasBlob("rng", "torch_cuda")) {
+      FT_ASSIGN_OR_RETURN(std::string cuda_rng,
+                          reader.ReadBlob("rng", "torch_cuda", rank, world_size));
+      torch::Tensor state = torch::empty({static_cast<int64_t>(cuda_rng.size())}, torch::kUInt8);
+      std::memcpy(state.data_ptr(), cuda_rng.data(), cuda_rng.size());
+      at::Generator gen = at::globalContext().defaultGenerator(engine.config().device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
   } else {
     // Every rank's cursor holds the same global position; the data reader remaps it to the
     // new world size. RNG streams are per rank and cannot be carried over: reseed.

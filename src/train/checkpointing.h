@@ -23,9 +23,11 @@ struct RunState {
 };
 
 // What this rank writes: tensor pieces point into the engine's live shards (valid until the
-// next optimizer step), blobs are copies.
+// next optimizer step), blobs are copies. Shards on a GPU are first copied to host memory
+// held in `staging` (which must outlive the contents; required for a GPU engine).
 ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
-                                       const std::string& schedule_json);
+                                       const std::string& schedule_json,
+                                       std::vector<torch::Tensor>* staging = nullptr);
 
 // The same rank's snapshot of the checkpoint, still in ckptd's memory (restore from memory).
 // A tensor piece is taken from it only when it is exactly the piece the engine asks for and

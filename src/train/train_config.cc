@@ -61,6 +61,10 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetInt("train.seed", &o.seed));
   FT_RETURN_IF_ERROR(c.GetInt("train.threads", &o.threads));
   FT_RETURN_IF_ERROR(Positive(c, "train.threads", o.threads));
+  std::string device = "cpu";
+  FT_RETURN_IF_ERROR(c.GetString("train.device", &device));
+  FT_RETURN_IF_ERROR(OneOf(c, "train.device", device, {"cpu", "cuda"}));
+  o.device = device == "cuda" ? Device::kCuda : Device::kCpu;
   FT_RETURN_IF_ERROR(c.GetString("train.param_dtype", &o.param_dtype));
   FT_RETURN_IF_ERROR(OneOf(c, "train.param_dtype", o.param_dtype, {"float32", "bfloat16"}));
   FT_RETURN_IF_ERROR(c.GetString("train.reduce_dtype", &o.reduce_dtype));
@@ -85,6 +89,16 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(OneOf(c, "dist.backend", t.dist.backend, {"gloo", "nccl"}));
   FT_RETURN_IF_ERROR(c.GetInt("dist.rdzv_timeout_s", &t.dist.rdzv_timeout_s));
   FT_RETURN_IF_ERROR(Positive(c, "dist.rdzv_timeout_s", t.dist.rdzv_timeout_s));
+  if (o.device == Device::kCuda && t.dist.backend != "nccl") {
+    return Status::InvalidArgument(
+        "train.device = cuda needs dist.backend = nccl (gloo moves CPU tensors only); set "
+        "--dist.backend=nccl");
+  }
+  if (o.device == Device::kCpu && t.dist.backend == "nccl") {
+    return Status::InvalidArgument(
+        "dist.backend = nccl needs train.device = cuda (NCCL moves GPU tensors only); set "
+        "--train.device=cuda, or use dist.backend = gloo on CPUs");
+  }
 
   FT_RETURN_IF_ERROR(c.RequireString("run.dir", &t.run_dir));
   t.ckpt.root = t.run_dir + "/checkpoints";
@@ -117,13 +131,18 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   return t;
 }
 
+const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+
 std::string TrainConfig::ConfigHash() const {
   std::string canon;
   for (const auto& [key, entry] : raw.entries()) {
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" || key == "data.path" ||
-        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init";
+        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init" ||
+        // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
+        // (the trainer says that bits are not promised across devices).
+        key == "train.device" || key == "dist.backend";
     if (!irrelevant) canon += key + "=" + entry.value + "\n";
   }
   char buf[24];

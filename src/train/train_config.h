@@ -12,6 +12,10 @@
 
 namespace ftrain::train {
 
+// Where the engine's shards, gradients, optimizer state and activations live.
+enum class Device { kCpu, kCuda };
+const char* DeviceName(Device d);
+
 struct OptimSection {
   int64_t steps = 0;  // optimizer steps of the whole run (required)
   int64_t micro_batch = 4;
@@ -27,7 +31,8 @@ struct OptimSection {
   double eps = 1e-8;
   double clip = 1.0;  // global gradient-norm clip; 0 = off
   int64_t seed = 1234;
-  int64_t threads = 1;  // intra-op threads, fixed: part of what makes runs bit-exact
+  int64_t threads = 1;           // intra-op threads, fixed: part of what makes runs bit-exact
+  Device device = Device::kCpu;  // train.device: cpu | cuda (one rank per GPU, needs nccl)
   std::string param_dtype = "float32";
   std::string reduce_dtype = "float32";
   bool activation_checkpointing = true;

@@ -28,6 +28,7 @@
 #include "model/weights_io.h"
 #include "train/checkpointer.h"
 #include "train/checkpointing.h"
+#include "train/device.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/signals.h"
@@ -124,7 +125,7 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
   // Broadcast (step, ok) so that every rank fails or resumes together.
   torch::Tensor t =
       torch::tensor({static_cast<double>(step), decision.ok() ? 0.0 : 1.0}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(ctx.world_comm().Broadcast(t, 0)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
   if (t[1].item<double>() != 0) {
     if (!decision.ok()) return decision;
     return Status::InvalidArgument("rank 0 refused to resume (see its log)");
@@ -161,6 +162,24 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
                                      "train.resume=none to start fresh");
     }
     FT_LOG(Warning) << "resume despite mismatch (train.allow_resume_mismatch): " << all;
+  }
+  // Where it was written: another device kind, GPU model or LibTorch resumes, but the bits
+  // of the continued run are not promised to match an uninterrupted one.
+  const nlohmann::json written = nlohmann::json::parse(m.meta.layout_json, nullptr, false);
+  if (written.is_object()) {
+    const std::string was = written.contains("device") && written["device"].is_string()
+                                ? written["device"].get<std::string>()
+                                : std::string("cpu");
+    const std::string torch_was = written.contains("torch") && written["torch"].is_string()
+                                      ? written["torch"].get<std::string>()
+                                      : std::string("?");
+    if (was != DeviceName(cfg.train.device) || torch_was != TORCH_VERSION) {
+      FT_LOG(Warning) << "resume: checkpoint step " << m.meta.step << " was written on " << was
+                      << " with LibTorch " << torch_was << "; this run trains on "
+                      << DeviceName(cfg.train.device) << " with LibTorch " << TORCH_VERSION
+                      << ": it resumes, but bit-exactness with an uninterrupted run is not "
+                         "promised across devices or libraries";
+    }
   }
   if (m.meta.world_size != world_size) {
     FT_LOG(Warning) << "resume: checkpoint was written by " << m.meta.world_size
@@ -226,7 +245,7 @@ StatusOr<std::string> AgreeOnGeneration(dist::DistContext& ctx) {
     rnd = static_cast<double>(std::stoul(g.substr(16), nullptr, 16));
   }
   torch::Tensor t = torch::tensor({ms, rnd}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(ctx.world_comm().Broadcast(t, 0)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(t[0].item<double>()),
                 static_cast<unsigned>(t[1].item<double>()));
@@ -260,7 +279,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
     // Every rank learns whether any rank failed, and whether any failure was not damage.
     torch::Tensor vote = torch::tensor(
         {loaded.ok() ? 0.0 : 1.0, !loaded.ok() && !IsDamage(loaded) ? 1.0 : 0.0}, torch::kFloat64);
-    FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(vote, dist::ReduceOp::kMax)->Wait());
+    FT_RETURN_IF_ERROR(ctx.control().AllReduce(vote, dist::ReduceOp::kMax)->Wait());
     const bool any_failed = vote[0].item<double>() != 0;
     const bool any_config = vote[1].item<double>() != 0;
     if (!any_failed) {
@@ -300,7 +319,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
       }
     }
     // Everyone waits until the damaged checkpoint is out of the way before choosing again.
-    FT_RETURN_IF_ERROR(ctx.world_comm().Barrier()->Wait());
+    FT_RETURN_IF_ERROR(ctx.control().Barrier()->Wait());
   }
 }
 
@@ -308,22 +327,26 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
 
 Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   *exit_code = 0;
-  if (cfg.dist.backend == "nccl") {
-    return Status::FailedPrecondition(
-        "dist.backend = nccl: the trainer keeps its tensors on the CPU (there is no "
-        "train.device yet), so it trains over gloo only; NCCL is available to ftrain commcheck "
-        "--backend nccl (see docs/fsdp.md)");
-  }
+  // The device first: NCCL communicators are bound to it, and a machine that cannot give this
+  // rank a GPU is a one-line configuration error (exit 2), not a crash later.
+  FT_ASSIGN_OR_RETURN(DeviceChoice dev, ChooseDevice(cfg.train.device, 0));
+  std::string math_modes = "cpu: " + std::to_string(cfg.train.threads) + " intra-op threads";
+  if (dev.device.is_cuda()) math_modes = PinDeterministicMathModes();
   torch::set_num_threads(static_cast<int>(cfg.train.threads));
   InstallStopSignalHandlers();
   dist::DistOptions dopts;
   dopts.backend = cfg.dist.backend;
   dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
+  dopts.cuda_device = dev.cuda_index;
   FT_ASSIGN_OR_RETURN(dopts, dist::DistOptionsFromEnv(dopts));
   FT_ASSIGN_OR_RETURN(std::unique_ptr<dist::DistContext> ctx, dist::DistContext::Init(dopts));
   const dist::WorldInfo& world = ctx->world();
   const bool leader = world.rank == 0;
   Env* env = Env::Default();
+  if (dev.device.is_cuda()) {
+    FT_ASSIGN_OR_RETURN(dev, ChooseDevice(cfg.train.device, world.local_world_size));
+  }
+  FT_LOG(Info) << "device: " << dev.description << "; " << math_modes;
 
   if (leader) {
     FT_RETURN_IF_ERROR(env->CreateDir(cfg.run_dir).Annotate("run.dir"));
@@ -347,6 +370,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   fc.activation_checkpointing = cfg.train.activation_checkpointing;
   fc.prefetch = cfg.train.prefetch;
+  fc.device = dev.device;
   FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
                       fsdp::FsdpEngine::Create(model, fc, GroupsFor(sharding, *ctx)));
 
@@ -370,9 +394,13 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   co.keep = static_cast<int>(cfg.ckpt.keep);
   co.keep_every = static_cast<int>(cfg.ckpt.keep_every);
   co.flush_timeout_s = cfg.ckpt.flush_timeout_s;
-  Checkpointer checkpointer(co, &ctx->world_comm());
-  FT_RETURN_IF_ERROR(
-      checkpointer.Start(ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}"))));
+  // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
+  Checkpointer checkpointer(co, &ctx->control());
+  {
+    std::vector<torch::Tensor> staging;
+    FT_RETURN_IF_ERROR(checkpointer.Start(
+        ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}", &staging))));
+  }
 
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
   // This rank's view of the data: its slice of every global batch, in the run's order.
@@ -454,7 +482,11 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                            {"world_size", world.world_size},
                            {"num_nodes", world.num_nodes},
                            {"local_world_size", world.local_world_size},
-                           {"param_dtype", cfg.train.param_dtype}};
+                           {"param_dtype", cfg.train.param_dtype},
+                           {"device", DeviceName(cfg.train.device)},
+                           {"device_detail", dev.description},
+                           {"torch", TORCH_VERSION},
+                           {"math_modes", math_modes}};
 
   // Collective: every rank gets the same outcome. `durable`: return only once the step is
   // committed (stop signal, final step), whatever path the shards took.
@@ -468,7 +500,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     meta.layout_json = layout.dump();
     meta.generation = generation;
     state.data_cursor = reader->SaveCursor();
-    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json), durable);
+    std::vector<torch::Tensor> staging;  // host copies of device shards, alive during Save
+    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json, &staging),
+                             durable);
   };
 
   auto run_start = Clock::now();
@@ -485,6 +519,11 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       torch::Tensor tokens =
           torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
               .to(torch::kInt64);
+      if (dev.device.is_cuda()) {
+        // From pinned memory, without blocking the host: the copy is ordered before the
+        // forward on the current stream.
+        tokens = tokens.pin_memory().to(dev.device, /*non_blocking=*/true);
+      }
       FT_ASSIGN_OR_RETURN(
           float loss, engine->ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1));
       loss_sum += loss;
@@ -503,8 +542,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                       torch::kFloat64);
     torch::Tensor flags = sync.narrow(0, 1, 2).clone();
     torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
-    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
-    FT_RETURN_IF_ERROR(ctx->world_comm().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
+    FT_RETURN_IF_ERROR(ctx->control().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
+    FT_RETURN_IF_ERROR(ctx->control().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
     const bool stop = flags[1].item<double>() != 0;
     const bool step_due = cfg.ckpt.every_steps > 0 && state.step % cfg.ckpt.every_steps == 0;
     const bool final_step = state.step == cfg.train.steps;

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# gpu-check.sh - the one prepared device check, for a bare single-GPU machine (the H200 image:
+# python3 with torch 2.11.0+cu130, nvcc 13.0, CMake, ninja, no Debian -dev packages). In one
+# command, well under 8 minutes:
+#   1. build ftrain, ckptctl and ckptd against the image's torch (torch.utils.cmake_prefix_path)
+#      and the carried .deb files unpacked with `dpkg -x` into FTRAIN_DEB_PREFIX;
+#   2. `ftrain commcheck --backend nccl` on 1 rank (NCCL refuses two ranks on one GPU);
+#   3. pack a corpus, train configs/gpu-check.cfg (~100M parameters, bf16) on cuda with
+#      checkpoints through ckptd: an uninterrupted reference, then a run whose trainer is
+#      SIGKILLed at a step and resumed;
+#   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
+#   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
+#      the state size / stall (the device-to-host rate the checkpoint achieved).
+# --dry-run: the same sequence on a machine without a GPU: the existing build (FTRAIN_BIN_DIR,
+# default build/bin), gloo instead of nccl, train.device=cpu and a tiny model. It checks
+# everything but the GPU itself and runs in the test suite.
+# Exit: 0 pass, 1 a check failed, 2 setup error (missing tool or library), 77 no GPU (not
+# a dry run).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DRY_RUN=0
+if [[ "${1:-}" == "--dry-run" ]]; then DRY_RUN=1; shift; fi
+(($# == 0)) || { echo "usage: $0 [--dry-run]" >&2; exit 2; }
+WORK="${FTRAIN_GPU_CHECK_DIR:-$(mktemp -d /tmp/ftrain-gpu-check-XXXXXX)}"
+BUILD_DIR="${FTRAIN_GPU_BUILD_DIR:-${ROOT}/build-gpu}"
+DEB_PREFIX="${FTRAIN_DEB_PREFIX:-${ROOT}/shared/debs/root}"   # dpkg -x of the carried .debs
+PEAK_TFLOPS="${FTRAIN_PEAK_TFLOPS:-989}"   # bf16 dense peak: H100/H200 SXM 989 TFLOP/s
+KILL_AT_STEP="${FTRAIN_GPU_CHECK_KILL_AT:-23}"
+JOBS="${FTRAIN_JOBS:-$(nproc)}"
+
+log() { echo "== gpu-check: $*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+cleanup() {
+  if [[ -n "${CKPTD_PID:-}" ]]; then kill -TERM "${CKPTD_PID}" 2>/dev/null || true; fi
+  if [[ -z "${FTRAIN_GPU_CHECK_DIR:-}" && "${PASSED:-0}" == 1 ]]; then rm -rf "${WORK}"; fi
+}
+trap cleanup EXIT
+
+if ((DRY_RUN)); then
+  BIN="${FTRAIN_BIN_DIR:-${ROOT}/build/bin}"
+  CONFIG="${ROOT}/configs/tiny.cfg"
+  DEVICE_ARGS=(--train.device=cpu --dist.backend=gloo --train.steps=40 --ckpt.every_steps=10
+    --ckpt.every_minutes=0)
+  BACKEND=gloo
+  VOCAB=512 SEQ=32
+  [[ -x "${BIN}/ftrain" && -x "${BIN}/ckptctl" && -x "${BIN}/ckptd" ]] ||
+    { log "dry run: no ftrain/ckptctl/ckptd in ${BIN}; build first"; exit 2; }
+  log "dry run: CPU + gloo + tiny model with ${BIN} (no GPU steps)"
+else
+  command -v nvidia-smi >/dev/null 2>&1 || { log "no nvidia-smi: no GPU here (skipped)"; exit 77; }
+  nvidia-smi -L | grep -q '^GPU ' || { log "nvidia-smi lists no GPU (skipped)"; exit 77; }
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
+  TORCH_PREFIX="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
+    { log "python3 has no torch: cannot build against the image's LibTorch"; exit 2; }
+  for tool in cmake ninja nvcc; do
+    command -v "${tool}" >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/${tool} ]] ||
+      { log "missing ${tool}"; exit 2; }
+  done
+  [[ -d "${DEB_PREFIX}/usr/include" ]] || {
+    log "no unpacked .deb prefix at ${DEB_PREFIX} (dpkg -x the carried packages there)"; exit 2; }
+  log "building against ${TORCH_PREFIX} and ${DEB_PREFIX}"
+  t0=${SECONDS}
+  export PKG_CONFIG_PATH="${DEB_PREFIX}/usr/lib/x86_64-linux-gnu/pkgconfig:${DEB_PREFIX}/usr/share/pkgconfig"
+  export LD_LIBRARY_PATH="${DEB_PREFIX}/usr/lib/x86_64-linux-gnu:${DEB_PREFIX}/usr/lib/x86_64-linux-gnu/hdf5/serial:${LD_LIBRARY_PATH:-}"
+  cmake -S "${ROOT}" -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="${TORCH_PREFIX};${DEB_PREFIX}/usr" -DFTRAIN_FUZZ=OFF \
+    -DHDF5_ROOT="${DEB_PREFIX}/usr" >"${WORK}/cmake.log" 2>&1 ||
+    { tail -n 30 "${WORK}/cmake.log" >&2; exit 2; }
+  cmake --build "${BUILD_DIR}" -j "${JOBS}" --target ftrain ckptctl ckptd >"${WORK}/build.log" 2>&1 ||
+    { tail -n 30 "${WORK}/build.log" >&2; exit 2; }
+  log "built in $((SECONDS - t0)) s"
+  BIN="${BUILD_DIR}/bin"
+  CONFIG="${ROOT}/configs/gpu-check.cfg"
+  DEVICE_ARGS=()
+  BACKEND=nccl
+  VOCAB=8000 SEQ=512
+fi
+
+log "commcheck --backend ${BACKEND} (1 rank)"
+"${BIN}/ftrain" commcheck --backend "${BACKEND}" --sizes 4100B,1M,64M ||
+  fail "commcheck --backend ${BACKEND}"
+
+DATA="${WORK}/data"
+if [[ ! -d "${DATA}" ]]; then
+  src=/usr/share/common-licenses
+  if [[ ! -d "${src}" ]]; then
+    src="${WORK}/text"
+    mkdir -p "${src}"
+    python3 - "${src}/corpus.txt" <<'PY'
+import random, sys
+random.seed(0)
+words = [''.join(random.choice('etaoinshrdlucmfwyp') for _ in range(random.randint(2, 9)))
+         for _ in range(3000)]
+with open(sys.argv[1], 'w') as f:
+    for _ in range(60000):
+        f.write(' '.join(random.choice(words) for _ in range(random.randint(5, 30))) + '\n')
+PY
+  fi
+  log "packing ${src} (vocab ${VOCAB}, ${SEQ} tokens per row)"
+  "${BIN}/ftrain" pack --train-tokenizer --vocab-size "${VOCAB}" --seq-len "${SEQ}" \
+    --progress none --out "${DATA}" "${src}" >/dev/null
+fi
+
+# One ckptd for this "node", writing into RUN/checkpoints.
+start_ckptd() {  # start_ckptd RUN
+  mkdir -p "$1"
+  FTRAIN_CKPTD_NODE=gpucheck "${BIN}/ckptd" --root "$1/checkpoints" --run-dir "$1" \
+    --node gpucheck --threads 2 --keep 3 >>"$1/ckptd.log" 2>&1 &
+  CKPTD_PID=$!
+  for _ in $(seq 1 200); do grep -q 'serving node' "$1/ckptd.log" 2>/dev/null && return 0; sleep 0.05; done
+  fail "ckptd did not start: $(cat "$1/ckptd.log")"
+}
+stop_ckptd() {
+  kill -TERM "${CKPTD_PID}" 2>/dev/null || true
+  wait "${CKPTD_PID}" 2>/dev/null || true
+  CKPTD_PID=""
+}
+train() {  # train RUN [extra args]: one rank, checkpoints through ckptd
+  local run="$1"
+  shift
+  FTRAIN_CKPTD_NODE=gpucheck "${BIN}/ftrain" train --config "${CONFIG}" --data.path="${DATA}" \
+    --run.dir="${run}" --ckpt.daemon=require "${DEVICE_ARGS[@]}" "$@"
+}
+
+REF="${WORK}/ref" RUN="${WORK}/killed"
+log "reference run (uninterrupted)"
+start_ckptd "${REF}"
+t_ref=${SECONDS}
+train "${REF}" >"${WORK}/ref.log" 2>&1 || { tail -n 30 "${WORK}/ref.log" >&2; fail "reference run"; }
+t_ref=$((SECONDS - t_ref))
+stop_ckptd
+
+log "interrupted run: SIGKILL at step ${KILL_AT_STEP}, then resume"
+start_ckptd "${RUN}"
+train "${RUN}" >"${WORK}/killed-1.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 6000); do
+  [[ -f "${RUN}/metrics.jsonl" ]] && (($(wc -l <"${RUN}/metrics.jsonl") >= KILL_AT_STEP)) && break
+  kill -0 "${pid}" 2>/dev/null || break
+  sleep 0.05
+done
+kill -KILL "${pid}" 2>/dev/null || fail "the trainer ended before step ${KILL_AT_STEP}"
+wait "${pid}" 2>/dev/null || true
+train "${RUN}" >"${WORK}/killed-2.log" 2>&1 || { tail -n 30 "${WORK}/killed-2.log" >&2; fail "resumed run"; }
+stop_ckptd
+grep -q 'resume: restored step' "${WORK}/killed-2.log" || fail "the second run did not resume"
+
+last="$("${BIN}/ckptctl" latest "${REF}/checkpoints")" || fail "the reference has no checkpoint"
+"${BIN}/ckptctl" diff "${last}" "${RUN}/checkpoints/$(basename "${last}")" ||
+  fail "final checkpoints differ"
+losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1"; }
+diff <(losses "${REF}/metrics.jsonl") <(losses "${RUN}/metrics.jsonl") >/dev/null ||
+  fail "per-step losses differ from the uninterrupted run"
+log "bit-identical: final checkpoint (ckptctl diff) and every step's loss"
+
+python3 - "${REF}/metrics.jsonl" "${WORK}/ref.log" "${PEAK_TFLOPS}" <<'PY'
+import json, re, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+log = open(sys.argv[2]).read()
+m = re.search(r'train: (\d+) parameters', log)
+params = int(m.group(1)) if m else 0
+steady = [r for r in rows[5:] if r.get('ckpt_stall_s', 0) == 0] or rows
+tps = statistics.median(r['tokens_per_s'] for r in steady)
+stalls = [r['ckpt_stall_s'] for r in rows if r.get('ckpt_stall_s', 0) > 0]
+peak = float(sys.argv[3]) * 1e12
+print(f"tokens/s (median, steps without a checkpoint): {tps:.0f}")
+print(f"parameters: {params}; MFU = 6*P*tokens/s / peak = {6 * params * tps / peak * 100:.1f} % of {sys.argv[3]} TFLOP/s")
+if stalls:
+    state = params * 16  # bf16 params + fp32 master + two fp32 moments (+ bf16 model copy)
+    s = statistics.median(stalls)
+    print(f"checkpoint stall (median of {len(stalls)}): {s:.3f} s; state ~{state / 1e9:.2f} GB -> {state / s / 1e9:.2f} GB/s device-to-host incl. the handoff")
+PY
+PASSED=1
+log "PASS (work dir ${WORK})"

@@ -1,0 +1,32 @@
+// train.device: which device this rank trains on, chosen and checked before anything is
+// allocated. cuda: one rank per GPU, the GPU Slurm (or the launcher) bound to the task, with
+// the math modes that keep runs bit-exact pinned and recorded. Every refusal is one line and
+// exit 2 (InvalidArgument / FailedPrecondition).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "core/status.h"
+#include "train/train_config.h"
+
+namespace ftrain::train {
+
+struct DeviceChoice {
+  torch::Device device = torch::kCPU;
+  int cuda_index = -1;      // the CUDA device ordinal this process uses
+  std::string description;  // "cpu" or "cuda:0 (NVIDIA H200, 132 SMs, ...)" for logs/manifests
+};
+
+// Picks the device before the rendezvous (NCCL communicators are bound to it). The local
+// rank comes from the environment the launcher or Slurm set (LOCAL_RANK, SLURM_LOCALID); with
+// one visible GPU (Slurm's --gpus-per-task / CUDA_VISIBLE_DEVICES binding) it is that GPU.
+// `local_world_size` (0 = unknown yet) is checked against the visible GPUs.
+StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size);
+
+// Sets the deterministic math modes for CUDA (CUBLAS_WORKSPACE_CONFIG before the first cuBLAS
+// handle, deterministic algorithms, no TF32, no cuDNN autotuning) and returns them as text.
+std::string PinDeterministicMathModes();
+
+}  // namespace ftrain::train
