@@ -580,6 +580,15 @@ TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
                   ->ReadTensorRange("master", "model.embed_tokens.weight", 0,
                                     t->pieces.front().length, first.data())
                   .ok());
+  // The same damage through the second line of defence alone (no whole-file check): each
+  // piece's hash against the manifest, or zstd's frame checksum, names it too.
+  auto pieces = CheckpointReader::Open(dir);
+  ASSERT_TRUE(pieces.ok());
+  (*pieces)->set_piece_checks_for_test();
+  Status ps =
+      (*pieces)->ReadTensorRange("master", "model.embed_tokens.weight", 0, t->numel(), all.data());
+  ASSERT_TRUE(ps.IsCorruption()) << ps.message();
+  EXPECT_NE(ps.message().find("checksum"), std::string::npos) << ps.message();
 }
 
 // Moving a damaged checkpoint aside keeps the evidence, makes the older one the latest, and

@@ -30,7 +30,10 @@ Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash) {
   if (fd < 0) return Status::IOError("open '" + path + "': " + std::strerror(errno));
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
-  std::vector<char> buf(8u << 20);
+  // A buffer that stays in L2: each block is copied out of the page cache and hashed while
+  // still in cache (an 8 MiB buffer made that two trips through memory).
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint; ignoring failure is fine
+  std::vector<char> buf(256u << 10);
   uint64_t total = 0;
   Status status;
   for (;;) {

@@ -121,7 +121,7 @@ class ShardFileReader {
 };
 
 uint64_t Xxh3(const void* data, size_t n);
-// Size and XXH3-64 of a whole file, streamed in 8 MiB reads (a shard can be many GB).
+// Size and XXH3-64 of a whole file, streamed in 256 KiB reads (a shard can be many GB).
 // Errors name the path and the OS error.
 Status HashFile(const std::string& path, uint64_t* size, uint64_t* hash);
 
