@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "ckpt/filename.h"
 #include "ckpt/reader.h"
@@ -921,6 +922,32 @@ TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
   ASSERT_TRUE(store.WriteShard(m6, 0, RankState(6, 0, 2).contents(), {}).ok());
   m6.generation = old_gen;
   EXPECT_FALSE(store.WriteShard(m6, 1, RankState(6, 1, 2).contents(), {}).ok());
+}
+
+// Two ranks of one generation claim the same partial: the loser of the O_EXCL race can read
+// GENERATION before the winner wrote its contents. It must wait for them, not take the
+// empty file for an older generation's leftover and delete the winner's shards (seen in CI:
+// a reference run lost a shard and failed its commit).
+TEST(CkptFencing, ARankThatSeesGenerationBeingWrittenWaitsForIt) {
+  TempDir tmp;
+  CheckpointStore store(tmp.path());
+  const std::string gen = ckpt::NewGeneration();
+  ckpt::CheckpointMeta meta = FixtureMeta(7, 2);
+  meta.generation = gen;
+  const std::string partial = tmp.path() + "/step-00000007.partial";
+  ASSERT_EQ(mkdir(partial.c_str(), 0755), 0);
+  // The winner: created, contents 200 ms later; its shard is already there.
+  WriteAll(partial + "/GENERATION", "");
+  WriteAll(partial + "/sentinel", "the other rank's work");
+  std::thread winner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    WriteAll(partial + "/GENERATION", gen + "\n");
+  });
+  auto r = store.WriteShard(meta, 1, RankState(7, 1, 2).contents(), {});
+  winner.join();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  struct stat st;
+  EXPECT_EQ(stat((partial + "/sentinel").c_str(), &st), 0) << "the partial was deleted";
 }
 
 }  // namespace

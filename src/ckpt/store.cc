@@ -70,6 +70,12 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
     return Status::InvalidArgument("rank " + std::to_string(rank) + " of world size " +
                                    std::to_string(meta.world_size) + " is out of range");
   }
+  for (const auto& t : contents.tensors) {
+    if (t.on_device) {
+      return Status::InvalidArgument("tensor " + t.kind + "/" + t.name +
+                                     " is in device memory; copy it to the host first");
+    }
+  }
   const std::string final_dir = JoinPath(root_, StepDirName(meta.step));
   if (env_->IsDirectory(final_dir)) {
     return Status::FailedPrecondition("checkpoint '" + final_dir +
@@ -141,8 +147,17 @@ Status CheckpointStore::ClaimPartial(const std::string& partial, const std::stri
     Status created = env_->CreateExclusive(JoinPath(partial, kGenerationName), mine + "\n");
     if (created.ok()) return Status::Ok();
     if (created.code() != Status::Code::kFailedPrecondition) return created;
+    // O_EXCL creates the file before its contents are written: a rank that lost the race
+    // can read it empty for a moment. Wait for the contents (the writer is microseconds
+    // away) before judging; empty for a whole second means its creator died in between.
     std::string owner;
-    if (!env_->ReadFile(JoinPath(partial, kGenerationName), &owner).ok()) continue;  // racing
+    bool readable = false;
+    for (int look = 0; look < 20; ++look) {
+      readable = env_->ReadFile(JoinPath(partial, kGenerationName), &owner).ok();
+      if (!readable || !owner.empty()) break;
+      ::usleep(50 * 1000);
+    }
+    if (!readable) continue;  // removed meanwhile (racing): claim again
     while (!owner.empty() && owner.back() == '\n') owner.pop_back();
     if (owner == mine) return Status::Ok();
     if (Older(mine, owner)) {
