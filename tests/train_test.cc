@@ -500,6 +500,32 @@ TEST_F(TrainTest, WithCkptdDiskFullFailsLoudlyKeepsOlderCheckpointsAndRetries) {
 }
 
 }  // namespace
+// A hung peer (SIGSTOPped, as a wedged GPU or a frozen node would look) never hangs the others:
+// their next collective fails after dist.timeout_s with a message, the launcher stops the job,
+// and a relaunch resumes bit-exactly.
+TEST_F(TrainTest, AHungPeerTimesOutInsteadOfHangingTheJob) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/hung";
+  const std::string extra = "--dist.timeout_s=5";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = LaunchAndActAt(
+      TrainCmd(run, 4, 2, extra), run, 17,
+      [&] {
+        for (pid_t p : RankPids("hung", 2)) kill(p, SIGSTOP);
+      },
+      "hung", run + ".log");
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (pid_t p : RankPids("hung", 2)) kill(p, SIGKILL);  // if the launcher left it stopped
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "the job hung (no timeout)";
+  EXPECT_LT(waited, 120) << "took " << waited << " s";
+  const std::string out = ReadFile(run + ".log");
+  EXPECT_TRUE(Contains(out, "imed out") || Contains(out, "imeout")) << out;
+  FinishRun(run, "", 2);
+  ExpectSameAsReference(run, ref);
+}
+
 // The newest checkpoint is damaged after it was committed (one flipped byte inside a master
 // weight dataset: the HDF5 structure is intact, only the hash can tell). The resume must
 // notice while loading, set the checkpoint aside as step-N.corrupt, fall back to the next

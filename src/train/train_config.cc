@@ -89,6 +89,8 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(OneOf(c, "dist.backend", t.dist.backend, {"gloo", "nccl"}));
   FT_RETURN_IF_ERROR(c.GetInt("dist.rdzv_timeout_s", &t.dist.rdzv_timeout_s));
   FT_RETURN_IF_ERROR(Positive(c, "dist.rdzv_timeout_s", t.dist.rdzv_timeout_s));
+  FT_RETURN_IF_ERROR(c.GetInt("dist.timeout_s", &t.dist.timeout_s));
+  FT_RETURN_IF_ERROR(Positive(c, "dist.timeout_s", t.dist.timeout_s));
   if (o.device == Device::kCuda && t.dist.backend != "nccl") {
     return Status::InvalidArgument(
         "train.device = cuda needs dist.backend = nccl (gloo moves CPU tensors only); set "
@@ -140,6 +142,7 @@ std::string TrainConfig::ConfigHash() const {
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" || key == "data.path" ||
         key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init" ||
+        key == "dist.timeout_s" ||
         // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
         // (the trainer says that bits are not promised across devices).
         key == "train.device" || key == "dist.backend";

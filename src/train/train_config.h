@@ -52,6 +52,9 @@ struct DistSection {
   std::string sharding = "full_shard";
   std::string backend = "gloo";
   int64_t rdzv_timeout_s = 300;
+  // A collective that has not finished in this long fails the rank with a message naming the
+  // group and operation (a hung or dead peer never hangs a rank forever).
+  int64_t timeout_s = 600;
 };
 
 struct CkptSection {
