@@ -198,6 +198,7 @@ struct DistContext::Impl {
   std::unique_ptr<Comm> inter;
   std::unique_ptr<Comm> control;  // Gloo world group for CPU control tensors (nccl only)
   std::string rdzv;
+  std::string collective_settings;  // nccl: version and the pinned reduction-order settings
 };
 
 DistContext::DistContext() : impl_(std::make_unique<Impl>()) {}
@@ -277,6 +278,12 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
 #endif
     return CreateGlooComm(im.store, name, rank, size, self_addr, op_timeout);
   };
+#ifdef FTRAIN_WITH_NCCL
+  if (options.backend == "nccl") {
+    im.collective_settings = PinNcclReductionOrder();  // before the first communicator
+    FT_LOG(Info) << "dist: " << im.collective_settings;
+  }
+#endif
   FT_ASSIGN_OR_RETURN(im.world_comm, make_group("world", w.rank, w.world_size));
   if (options.backend != "gloo") {
     FT_ASSIGN_OR_RETURN(im.control, CreateGlooComm(im.store, "control", w.rank, w.world_size,
@@ -298,10 +305,24 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
       }
       return -1;
     };
-    FT_ASSIGN_OR_RETURN(im.intra, make_group("node" + std::to_string(w.node_rank), index_of(intra),
-                                             static_cast<int>(intra.size())));
-    FT_ASSIGN_OR_RETURN(im.inter, make_group("local" + std::to_string(w.local_rank),
-                                             index_of(inter), static_cast<int>(inter.size())));
+    const std::string intra_name = "node" + std::to_string(w.node_rank);
+    const std::string inter_name = "local" + std::to_string(w.local_rank);
+#ifdef FTRAIN_WITH_NCCL
+    if (options.backend == "nccl") {
+      // ncclCommSplit of the world communicator: no second bootstrap through the store, and
+      // NCCL may share the parent's resources. Every rank splits twice, in this order.
+      FT_ASSIGN_OR_RETURN(im.intra,
+                          SplitNcclComm(*im.world_comm, w.node_rank, index_of(intra), intra_name));
+      FT_ASSIGN_OR_RETURN(im.inter,
+                          SplitNcclComm(*im.world_comm, w.local_rank, index_of(inter), inter_name));
+    }
+#endif
+    if (!im.intra) {
+      FT_ASSIGN_OR_RETURN(im.intra,
+                          make_group(intra_name, index_of(intra), static_cast<int>(intra.size())));
+      FT_ASSIGN_OR_RETURN(im.inter,
+                          make_group(inter_name, index_of(inter), static_cast<int>(inter.size())));
+    }
   }
   FT_LOG(Info) << "dist: " << DescribeWorld(w) << " via " << im.rdzv;
   return ctx;
@@ -313,5 +334,6 @@ Comm& DistContext::control() { return impl_->control ? *impl_->control : *impl_-
 Comm& DistContext::intra_node() { return *impl_->intra; }
 Comm& DistContext::inter_node() { return *impl_->inter; }
 const std::string& DistContext::rendezvous_description() const { return impl_->rdzv; }
+const std::string& DistContext::collective_settings() const { return impl_->collective_settings; }
 
 }  // namespace ftrain::dist

@@ -44,6 +44,10 @@ class DistContext {
   Comm& inter_node();
   // Where the rendezvous happened, for logs: "pmix ns=... store=host:port".
   const std::string& rendezvous_description() const;
+  // With nccl: the NCCL version and the settings that fix its reduction order
+  // ("NCCL 2.28.9, NCCL_ALGO=Ring, NCCL_PROTO=Simple"), for logs and the checkpoint layout;
+  // empty with gloo.
+  const std::string& collective_settings() const;
 
  private:
   DistContext();

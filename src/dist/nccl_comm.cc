@@ -1,19 +1,42 @@
-// NcclComm: Comm over NCCL on raw CUDA pointers. Uneven shards are staged through padded
-// device buffers, because NCCL's all-gather and reduce-scatter need equal counts per rank.
+// NcclComm: Comm over NCCL on CUDA tensors (see nccl_comm.h for the contract). Uneven shards
+// are staged through padded buffers from LibTorch's caching allocator, because NCCL's
+// all-gather and reduce-scatter need equal counts per rank. Nothing here blocks the host
+// except the bounded waits for communicator set-up and, when asked, Work::Wait().
 #include "dist/nccl_comm.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
+
+#include "core/log.h"
 
 namespace ftrain::dist {
 namespace {
 
-Status NcclError(const std::string& what, ncclResult_t r) {
-  return Status::Unavailable(what + " failed: " + ncclGetErrorString(r));
+using Clock = std::chrono::steady_clock;
+
+// After an abort, how long the process may take to notice and exit on its own before the
+// watchdog ends it (a rank blocked in a CUDA call behind a dead peer never returns).
+constexpr auto kAbortGrace = std::chrono::seconds(30);
+
+Status NcclError(const std::string& what, ncclResult_t r, ncclComm_t comm = nullptr) {
+  std::string msg = what + " failed: " + ncclGetErrorString(r);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') msg += std::string(" (") + last + ")";
+  }
+  return Status::Unavailable(msg);
 }
 Status CudaError(const std::string& what, cudaError_t e) {
   return Status::Unavailable(what + " failed: " + cudaGetErrorString(e));
@@ -57,39 +80,132 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
+// A non-blocking communicator answers ncclInProgress while it works in the background:
+// poll its state until it settles, at most until `deadline`.
+ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline) {
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    r = state;
+  }
+  return r;
+}
+
+ncclConfig_t NonBlockingConfig(const std::string& name) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.commName = name.c_str();  // copied by NCCL during the call
+  return config;
+}
+
+bool BlockingWaitRequested() {
+  const char* v = std::getenv("FTRAIN_NCCL_BLOCKING_WAIT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// One CUDA event, destroyed when the last holder (the Work, the watchdog) lets go.
+struct Event {
+  cudaEvent_t ev = nullptr;
+  ~Event() {
+    if (ev != nullptr) cudaEventDestroy(ev);  // legal while pending; nothing to report
+  }
+};
+
+// What the communicator, its Work handles and its watchdog share.
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  Status error;       // guarded by mu: set once, by the watchdog or a failed launch
+  bool stop = false;  // guarded by mu
+  struct Pending {
+    std::shared_ptr<Event> done;
+    Clock::time_point deadline;
+    std::string what;
+  };
+  std::deque<Pending> pending;  // guarded by mu, in issue order
+  Status Error() {
+    std::lock_guard<std::mutex> lock(mu);
+    return error;
+  }
+};
+
 class EventWork : public Work {
  public:
-  EventWork(cudaEvent_t ev, Status launch) : event_(ev), launch_(std::move(launch)) {}
-  ~EventWork() override {
-    if (event_ != nullptr) cudaEventDestroy(event_);  // nothing to report at destruction
-  }
+  EventWork(std::shared_ptr<Shared> shared, std::shared_ptr<Event> done, Status launch, int device,
+            bool blocking)
+      : shared_(std::move(shared)),
+        done_(std::move(done)),
+        launch_(std::move(launch)),
+        device_(device),
+        blocking_(blocking) {}
+
   Status Wait() override {
-    if (!launch_.ok() || event_ == nullptr) return launch_;
-    cudaError_t e = cudaEventSynchronize(event_);
-    if (e != cudaSuccess) return CudaError("waiting for an NCCL collective", e);
-    return Status::Ok();
+    if (!launch_.ok()) return launch_;
+    FT_RETURN_IF_ERROR(shared_->Error());
+    if (done_ == nullptr) return Status::Ok();
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    if (!blocking_) {
+      // Like c10d's work.wait(): the caller's current stream waits on the device.
+      cudaStream_t cur = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+      cudaError_t e = cudaStreamWaitEvent(cur, done_->ev, 0);
+      if (e != cudaSuccess) return CudaError("ordering after an NCCL collective", e);
+      return Status::Ok();
+    }
+    // Blocking on the host, but never past the watchdog's verdict.
+    for (;;) {
+      cudaError_t e = cudaEventQuery(done_->ev);
+      if (e == cudaSuccess) return Status::Ok();
+      if (e != cudaErrorNotReady) return CudaError("waiting for an NCCL collective", e);
+      FT_RETURN_IF_ERROR(shared_->Error());
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
  private:
-  cudaEvent_t event_;
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Event> done_;
   Status launch_;
+  const int device_;
+  const bool blocking_;
 };
 
 class NcclComm : public Comm {
  public:
-  NcclComm(ncclComm_t comm, cudaStream_t stream, std::string name, int rank, int size, int device)
+  NcclComm(ncclComm_t comm, std::string name, int rank, int size, int device,
+           std::chrono::milliseconds timeout)
       : comm_(comm),
-        stream_(stream),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                             static_cast<c10::DeviceIndex>(device))),
         name_(std::move(name)),
         rank_(rank),
         size_(size),
-        device_(device) {}
+        device_(device),
+        timeout_(timeout),
+        blocking_wait_(BlockingWaitRequested()),
+        shared_(std::make_shared<Shared>()) {
+    cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);  // checked at launch
+    watchdog_ = std::thread([this] { Watch(); });
+  }
+
   ~NcclComm() override {
-    cudaStreamSynchronize(stream_);  // drain before tearing down; errors are moot here
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->stop = true;
+    }
+    shared_->cv.notify_all();
+    watchdog_.join();
     if (inputs_ready_ != nullptr) cudaEventDestroy(inputs_ready_);
-    ncclCommDestroy(comm_);
-    cudaStreamDestroy(stream_);
+    if (!shared_->Error().ok()) return;  // aborted: NCCL freed the communicator
+    // Flush and tear down, bounded: a peer that is gone must not hang the exit.
+    const auto deadline = Clock::now() + timeout_;
+    ncclResult_t r = Settle(comm_, ncclCommFinalize(comm_), deadline);
+    if (r == ncclSuccess) {
+      ncclCommDestroy(comm_);  // nothing left to report at teardown
+    } else {
+      ncclCommAbort(comm_);  // did not quiesce in time: drop it
+    }
   }
 
   int rank() const override { return rank_; }
@@ -98,16 +214,16 @@ class NcclComm : public Comm {
   const char* backend() const override { return "nccl"; }
 
   std::unique_ptr<Work> AllReduce(const at::Tensor& t, ReduceOp op) override {
-    return Launch("all_reduce", [&]() -> Status {
+    return Launch("all_reduce", {t}, [&]() -> Status {
       FT_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t));
-      ncclResult_t r = ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                     type, NcclOp(op), comm_, stream_);
-      return r == ncclSuccess ? Status::Ok() : NcclError("ncclAllReduce", r);
+      return Call("ncclAllReduce",
+                  ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type,
+                                NcclOp(op), comm_, stream_.stream()));
     });
   }
 
   std::unique_ptr<Work> AllGather(const at::Tensor& out, const at::Tensor& in) override {
-    return Launch("all_gather", [&]() -> Status {
+    return Launch("all_gather", {out, in}, [&]() -> Status {
       FT_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(out));
       const int64_t n = out.numel();
       const int64_t chunk = ShardChunk(n, size_);
@@ -115,27 +231,28 @@ class NcclComm : public Comm {
       const ShardSpan mine = ShardOf(n, size_, rank_);
       if (in.numel() != mine.length) return Status::InvalidArgument("all_gather input size");
       if (chunk * size_ == n && mine.length == chunk) {
-        ncclResult_t r = ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(chunk),
-                                       type, comm_, stream_);
-        return r == ncclSuccess ? Status::Ok() : NcclError("ncclAllGather", r);
+        return Call("ncclAllGather",
+                    ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(chunk), type,
+                                  comm_, stream_.stream()));
       }
       // Padded staging: [chunk x size] in scratch, our piece copied into its slot first.
-      FT_ASSIGN_OR_RETURN(char* buf, Scratch(static_cast<size_t>(chunk * size_) * elem));
+      at::Tensor scratch = Scratch(static_cast<size_t>(chunk * size_) * elem);
+      char* buf = static_cast<char*>(scratch.data_ptr());
       char* slot = buf + static_cast<size_t>(rank_ * chunk) * elem;
-      cudaMemsetAsync(slot, 0, static_cast<size_t>(chunk) * elem, stream_);
-      cudaMemcpyAsync(slot, in.data_ptr(), static_cast<size_t>(mine.length) * elem,
-                      cudaMemcpyDeviceToDevice, stream_);
-      ncclResult_t r = ncclAllGather(slot, buf, static_cast<size_t>(chunk), type, comm_, stream_);
-      if (r != ncclSuccess) return NcclError("ncclAllGather", r);
-      cudaMemcpyAsync(out.data_ptr(), buf, static_cast<size_t>(n) * elem, cudaMemcpyDeviceToDevice,
-                      stream_);
-      return Status::Ok();
+      FT_RETURN_IF_ERROR(Cuda("cudaMemsetAsync", cudaMemsetAsync(slot, 0, chunk * elem, stream_)));
+      FT_RETURN_IF_ERROR(
+          Cuda("cudaMemcpyAsync", cudaMemcpyAsync(slot, in.data_ptr(), mine.length * elem,
+                                                  cudaMemcpyDeviceToDevice, stream_)));
+      FT_RETURN_IF_ERROR(Call("ncclAllGather", ncclAllGather(slot, buf, static_cast<size_t>(chunk),
+                                                             type, comm_, stream_.stream())));
+      return Cuda("cudaMemcpyAsync", cudaMemcpyAsync(out.data_ptr(), buf, n * elem,
+                                                     cudaMemcpyDeviceToDevice, stream_));
     });
   }
 
   std::unique_ptr<Work> ReduceScatter(const at::Tensor& out, const at::Tensor& in,
                                       ReduceOp op) override {
-    return Launch("reduce_scatter", [&]() -> Status {
+    return Launch("reduce_scatter", {out, in}, [&]() -> Status {
       FT_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(in));
       const int64_t n = in.numel();
       const int64_t chunk = ShardChunk(n, size_);
@@ -143,98 +260,234 @@ class NcclComm : public Comm {
       const ShardSpan mine = ShardOf(n, size_, rank_);
       if (out.numel() != mine.length) return Status::InvalidArgument("reduce_scatter output size");
       if (chunk * size_ == n && mine.length == chunk) {
-        ncclResult_t r =
-            ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(chunk), type,
-                              NcclOp(op), comm_, stream_);
-        return r == ncclSuccess ? Status::Ok() : NcclError("ncclReduceScatter", r);
+        return Call("ncclReduceScatter",
+                    ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(chunk),
+                                      type, NcclOp(op), comm_, stream_.stream()));
       }
       const size_t padded = static_cast<size_t>(chunk * size_) * elem;
-      FT_ASSIGN_OR_RETURN(char* buf, Scratch(padded + static_cast<size_t>(chunk) * elem));
-      cudaMemsetAsync(buf, 0, padded, stream_);
-      cudaMemcpyAsync(buf, in.data_ptr(), static_cast<size_t>(n) * elem, cudaMemcpyDeviceToDevice,
-                      stream_);
+      at::Tensor scratch = Scratch(padded + static_cast<size_t>(chunk) * elem);
+      char* buf = static_cast<char*>(scratch.data_ptr());
+      FT_RETURN_IF_ERROR(Cuda("cudaMemsetAsync", cudaMemsetAsync(buf, 0, padded, stream_)));
+      FT_RETURN_IF_ERROR(
+          Cuda("cudaMemcpyAsync",
+               cudaMemcpyAsync(buf, in.data_ptr(), n * elem, cudaMemcpyDeviceToDevice, stream_)));
       char* result = buf + padded;
-      ncclResult_t r = ncclReduceScatter(buf, result, static_cast<size_t>(chunk), type, NcclOp(op),
-                                         comm_, stream_);
-      if (r != ncclSuccess) return NcclError("ncclReduceScatter", r);
-      cudaMemcpyAsync(out.data_ptr(), result, static_cast<size_t>(mine.length) * elem,
-                      cudaMemcpyDeviceToDevice, stream_);
-      return Status::Ok();
+      FT_RETURN_IF_ERROR(
+          Call("ncclReduceScatter", ncclReduceScatter(buf, result, static_cast<size_t>(chunk), type,
+                                                      NcclOp(op), comm_, stream_.stream())));
+      return Cuda("cudaMemcpyAsync", cudaMemcpyAsync(out.data_ptr(), result, mine.length * elem,
+                                                     cudaMemcpyDeviceToDevice, stream_));
     });
   }
 
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
-    return Launch("broadcast", [&]() -> Status {
+    return Launch("broadcast", {t}, [&]() -> Status {
       FT_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t));
-      ncclResult_t r = ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                     type, root, comm_, stream_);
-      return r == ncclSuccess ? Status::Ok() : NcclError("ncclBroadcast", r);
+      return Call("ncclBroadcast",
+                  ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type,
+                                root, comm_, stream_.stream()));
     });
   }
 
   std::unique_ptr<Work> Barrier() override {
-    return Launch("barrier", [&]() -> Status {
-      FT_ASSIGN_OR_RETURN(char* buf, Scratch(sizeof(float)));
-      ncclResult_t r = ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm_, stream_);
-      return r == ncclSuccess ? Status::Ok() : NcclError("ncclAllReduce (barrier)", r);
+    return Launch("barrier", {}, [&]() -> Status {
+      at::Tensor scratch = Scratch(sizeof(float));
+      return Call("ncclAllReduce (barrier)",
+                  ncclAllReduce(scratch.data_ptr(), scratch.data_ptr(), 1, ncclFloat32, ncclSum,
+                                comm_, stream_.stream()));
     });
   }
 
+  StatusOr<std::unique_ptr<Comm>> Split(int color, int key, const std::string& name) {
+    std::lock_guard<std::mutex> lock(launch_mu_);
+    FT_RETURN_IF_ERROR(shared_->Error());
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    ncclConfig_t config = NonBlockingConfig(name);
+    ncclComm_t child = nullptr;
+    const auto deadline = Clock::now() + timeout_;
+    ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &config);
+    if (r == ncclInProgress && child != nullptr) r = Settle(child, r, deadline);
+    if (r == ncclInProgress) r = Settle(comm_, r, deadline);
+    if (r != ncclSuccess) {
+      if (child != nullptr) ncclCommAbort(child);
+      if (r == ncclInProgress) {
+        return Status::DeadlineExceeded("ncclCommSplit of group " + name_ + " into " + name +
+                                        " did not finish within " +
+                                        std::to_string(timeout_.count() / 1000) + " s");
+      }
+      return NcclError("ncclCommSplit of group " + name_ + " into " + name, r, comm_);
+    }
+    int child_rank = 0, child_size = 0;
+    ncclCommUserRank(child, &child_rank);
+    ncclCommCount(child, &child_size);
+    return std::unique_ptr<Comm>(
+        new NcclComm(child, name, child_rank, child_size, device_, timeout_));
+  }
+
  private:
+  Status Call(const char* what, ncclResult_t r) {
+    if (r == ncclInProgress) r = Settle(comm_, r, Clock::now() + timeout_);
+    if (r == ncclSuccess) return Status::Ok();
+    if (r == ncclInProgress) {
+      return Status::DeadlineExceeded(std::string(what) + " was not enqueued within " +
+                                      std::to_string(timeout_.count() / 1000) + " s");
+    }
+    return NcclError(what, r, comm_);
+  }
+  static Status Cuda(const char* what, cudaError_t e) {
+    return e == cudaSuccess ? Status::Ok() : CudaError(what, e);
+  }
+
+  // Device memory from LibTorch's caching allocator, allocated on the caller's current
+  // stream and recorded on ours, so the allocator reuses it only after the collective ran.
+  at::Tensor Scratch(size_t bytes) {
+    at::Tensor t = at::empty({static_cast<int64_t>(bytes)},
+                             at::TensorOptions().dtype(at::kByte).device(
+                                 at::kCUDA, static_cast<c10::DeviceIndex>(device_)));
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+    return t;
+  }
+
   template <typename F>
-  std::unique_ptr<Work> Launch(const char* op, F enqueue) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cudaSetDevice(device_);
-    // The collective's stream is non-blocking, so it does not order itself after the legacy
-    // default stream, where LibTorch's kernels that produced the inputs run: make it wait.
-    Status s = WaitForDefaultStream();
+  std::unique_ptr<Work> Launch(const char* op, std::initializer_list<at::Tensor> tensors,
+                               F enqueue) {
+    std::lock_guard<std::mutex> lock(launch_mu_);
+    const std::string what = std::string(op) + " on group " + name_ + " (rank " +
+                             std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+    Status s = shared_->Error();
+    if (!s.ok()) return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    for (const at::Tensor& t : tensors) {
+      if (!t.is_cuda() || t.get_device() != device_) {
+        s = Status::InvalidArgument(what + ": tensor on " + t.device().str() +
+                                    ", NCCL needs tensors on cuda:" + std::to_string(device_));
+        return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+      }
+    }
+    // Inputs were produced on LibTorch's current stream: order our stream after it.
+    cudaStream_t cur = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    if (inputs_ready_ == nullptr) s = Status::Unavailable("cudaEventCreate failed");
+    if (s.ok()) s = Cuda("cudaEventRecord", cudaEventRecord(inputs_ready_, cur));
+    if (s.ok()) s = Cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, inputs_ready_, 0));
     if (s.ok()) s = enqueue();
-    cudaEvent_t ev = nullptr;
-    if (s.ok()) {
-      cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-      if (e == cudaSuccess) e = cudaEventRecord(ev, stream_);
-      if (e != cudaSuccess) s = CudaError("recording an event", e);
+    // The caller may free its tensors once Wait() returned on its stream; the allocator must
+    // not hand their memory out again before our stream is done with it.
+    for (const at::Tensor& t : tensors) {
+      if (s.ok() && t.numel() > 0) {
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+      }
     }
-    if (!s.ok()) s = s.Annotate("rank " + std::to_string(rank_) + " of group " + name_ + " " + op);
-    return std::make_unique<EventWork>(ev, s);
+    auto done = std::make_shared<Event>();
+    if (s.ok())
+      s = Cuda("cudaEventCreate", cudaEventCreateWithFlags(&done->ev, cudaEventDisableTiming));
+    if (s.ok()) s = Cuda("cudaEventRecord", cudaEventRecord(done->ev, stream_));
+    if (!s.ok()) {
+      s = s.Annotate(what);
+      Fail(s);  // a half-enqueued collective leaves the group out of step with its peers
+      return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+    }
+    {
+      std::lock_guard<std::mutex> l(shared_->mu);
+      shared_->pending.push_back({done, Clock::now() + timeout_, what});
+    }
+    shared_->cv.notify_all();
+    return std::make_unique<EventWork>(shared_, done, Status::Ok(), device_, blocking_wait_);
   }
 
-  // Orders stream_ after everything enqueued so far on the legacy default stream (mu_ held).
-  Status WaitForDefaultStream() {
-    cudaError_t e = cudaSuccess;
-    if (inputs_ready_ == nullptr)
-      e = cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(inputs_ready_, cudaStreamLegacy);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, inputs_ready_, 0);
-    return e == cudaSuccess ? Status::Ok() : CudaError("ordering after the default stream", e);
+  // Records the group's first error and aborts the communicator (its peers' collectives
+  // then fail or time out too). Later launches and waits return the error.
+  void Fail(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (!shared_->error.ok()) return;
+      shared_->error = s;
+    }
+    FT_LOG(Error) << "nccl: " << s.message() << "; aborting the communicator of group " << name_;
+    ncclCommAbort(comm_);  // the verdict is already recorded; abort has nothing to add
   }
 
-  // A device buffer of at least `bytes`, reused (guarded by mu_).
-  StatusOr<char*> Scratch(size_t bytes) {
-    if (bytes > scratch_bytes_) {
-      cudaStreamSynchronize(stream_);  // the old buffer may still be in use
-      if (scratch_ != nullptr) cudaFree(scratch_);
-      scratch_ = nullptr;
-      cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&scratch_), bytes);
-      if (e != cudaSuccess) return CudaError("cudaMalloc of NCCL staging", e);
-      scratch_bytes_ = bytes;
+  // The watchdog: every collective finishes within the timeout, or the group is aborted.
+  void Watch() {
+    cudaSetDevice(device_);  // event queries need the device's context on this thread
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    for (;;) {
+      shared_->cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (shared_->stop) return;
+      if (!shared_->error.ok()) {
+        // Aborted: the process should be on its way out. If it is still here after the
+        // grace period, a thread is stuck behind the dead collective for good.
+        if (!shared_->cv.wait_for(lock, kAbortGrace, [this] { return shared_->stop; })) {
+          FT_LOG(Error) << "nccl: group " << name_ << " was aborted (" << shared_->error.message()
+                        << ") and the process did not stop within "
+                        << std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count()
+                        << " s; exiting so that the job restarts";
+          std::_Exit(1);  // the same exit code as a collective timeout that returned
+        }
+        return;
+      }
+      Status verdict;
+      while (!shared_->pending.empty()) {
+        Shared::Pending& p = shared_->pending.front();
+        cudaError_t e = cudaEventQuery(p.done->ev);
+        if (e == cudaSuccess) {
+          shared_->pending.pop_front();
+          continue;
+        }
+        if (e != cudaErrorNotReady) {
+          verdict = CudaError(p.what, e);
+        } else if (Clock::now() > p.deadline) {
+          verdict = Status::DeadlineExceeded(
+              p.what + " timed out after " + std::to_string(timeout_.count() / 1000) +
+              " s (dist.timeout_s): a peer is dead, hung or unreachable");
+        }
+        break;
+      }
+      if (verdict.ok()) {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          verdict = NcclError("group " + name_, async, comm_);
+        }
+      }
+      if (!verdict.ok()) {
+        lock.unlock();
+        Fail(verdict);
+        lock.lock();
+      }
     }
-    return scratch_;
   }
 
   ncclComm_t comm_;
-  cudaStream_t stream_;
+  c10::cuda::CUDAStream stream_;
   const std::string name_;
   const int rank_;
   const int size_;
   const int device_;
-  std::mutex mu_;
-  char* scratch_ = nullptr;             // guarded by mu_
-  cudaEvent_t inputs_ready_ = nullptr;  // guarded by mu_
-  size_t scratch_bytes_ = 0;            // guarded by mu_
+  const std::chrono::milliseconds timeout_;
+  const bool blocking_wait_;
+  std::shared_ptr<Shared> shared_;
+  std::mutex launch_mu_;                // serialises launches: the issue order is the order
+  cudaEvent_t inputs_ready_ = nullptr;  // guarded by launch_mu_ (after construction)
+  std::thread watchdog_;
 };
 
 }  // namespace
+
+std::string PinNcclReductionOrder() {
+  // Ring all-reduce / reduce-scatter with the Simple protocol add in one fixed order for a
+  // given world and topology; NCCL's tuner would otherwise pick per message size and
+  // topology. A user who sets these (to tune) keeps theirs, and the log shows it.
+  ::setenv("NCCL_ALGO", "Ring", /*overwrite=*/0);
+  ::setenv("NCCL_PROTO", "Simple", /*overwrite=*/0);
+  int version = 0;
+  ncclGetVersion(&version);  // on failure 0, printed as such
+  std::string out = "NCCL " + std::to_string(version / 10000) + "." +
+                    std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
+  for (const char* var : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"}) {
+    if (const char* v = std::getenv(var)) out += std::string(", ") + var + "=" + v;
+  }
+  return out;
+}
 
 StatusOr<std::unique_ptr<Comm>> CreateNcclComm(const c10::intrusive_ptr<c10d::Store>& store,
                                                const std::string& name, int rank, int size,
@@ -259,13 +512,30 @@ StatusOr<std::unique_ptr<Comm>> CreateNcclComm(const c10::intrusive_ptr<c10d::St
   } catch (const std::exception& e) {
     return Status::DeadlineExceeded("exchanging the NCCL id of group " + name + ": " + e.what());
   }
-  ncclComm_t comm;
-  ncclResult_t r = ncclCommInitRank(&comm, size, id, rank);
-  if (r != ncclSuccess) return NcclError("ncclCommInitRank of group " + name, r);
-  cudaStream_t stream;
-  ce = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (ce != cudaSuccess) return CudaError("cudaStreamCreate", ce);
-  return std::unique_ptr<Comm>(new NcclComm(comm, stream, name, rank, size, device));
+  ncclConfig_t config = NonBlockingConfig(name);
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (comm != nullptr) r = Settle(comm, r, Clock::now() + timeout);
+  if (r != ncclSuccess) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (r == ncclInProgress) {
+      return Status::DeadlineExceeded(
+          "NCCL communicator of group " + name + " was not set up within " +
+          std::to_string(timeout.count() / 1000) + " s (a peer is missing or cannot be reached)");
+    }
+    return NcclError("ncclCommInitRankConfig of group " + name, r);
+  }
+  return std::unique_ptr<Comm>(new NcclComm(comm, name, rank, size, device, timeout));
+}
+
+StatusOr<std::unique_ptr<Comm>> SplitNcclComm(Comm& parent, int color, int key,
+                                              const std::string& name) {
+  auto* nccl = dynamic_cast<NcclComm*>(&parent);
+  if (nccl == nullptr) {
+    return Status::InvalidArgument("SplitNcclComm: group " + parent.name() + " is " +
+                                   parent.backend() + ", not nccl");
+  }
+  return nccl->Split(color, key, name);
 }
 
 }  // namespace ftrain::dist
