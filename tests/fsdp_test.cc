@@ -152,6 +152,48 @@ TEST(FsdpDeterminism, PrefetchAndActivationCheckpointingChangeNoBits) {
                      "act-ckpt off");
 }
 
+// The trainer initialises each rank's shards unit by unit (FsdpConfig::init_seed) instead of
+// filling the whole fp32 model on every rank first: the bits are the same, and the start-up
+// peak of a rank no longer holds the whole model.
+TEST(FsdpInit, ShardedInitIsBitIdenticalToFullInit) {
+  TempDir tmp;
+  const std::string args = "--steps 4 --sharding hybrid_shard --accum 2";
+  auto full = RunWorker(tmp.path() + "/full", 4, 2, args);
+  auto sharded = RunWorker(tmp.path() + "/sharded", 4, 2, args + " --init sharded");
+  ExpectBitIdentical(sharded, full, "sharded vs full initialisation");
+}
+
+TEST(FsdpInit, ShardedInitNeverHoldsTheWholeModelOnARank) {
+  TempDir tmp;
+  // ~91M parameters (365 MB in fp32) in 12 layers of 7.1M: a unit is small next to the model.
+  const std::string cfg = tmp.path() + "/mid.cfg";
+  std::ofstream(cfg) << "[model]\nvocab_size = 4096\nhidden_size = 768\n"
+                        "intermediate_size = 2048\nnum_layers = 12\nnum_heads = 12\n"
+                        "num_kv_heads = 12\nmax_seq_len = 64\ntie_embeddings = false\n";
+  const double unit_bytes = 4.0 * (4 * 768 * 768 + 3 * 768 * 2048 + 2 * 768);  // one layer
+  const std::string args =
+      "--config " + cfg + " --steps 1 --micro-batch 1 --seq-len 8 --bin 0 --sharding full_shard";
+  auto full = RunWorker(tmp.path() + "/full", 4, 1, args);
+  auto sharded = RunWorker(tmp.path() + "/sharded", 4, 1, args + " --init sharded");
+  ASSERT_TRUE(full.json.contains("rss_before_model_bytes")) << full.json.dump();
+  ASSERT_TRUE(sharded.json.contains("rss_before_model_bytes")) << sharded.json.dump();
+  const double model_bytes = 4.0 * full.json["params"].get<double>();
+  const double persistent = sharded.json["persistent_bytes"].get<double>();
+  for (size_t r = 0; r < 4; ++r) {
+    const double f = full.json["peak_rss_startup_bytes"][r].get<double>() -
+                     full.json["rss_before_model_bytes"][r].get<double>();
+    const double s = sharded.json["peak_rss_startup_bytes"][r].get<double>() -
+                     sharded.json["rss_before_model_bytes"][r].get<double>();
+    // The measurement sees a whole model when one is filled (the old way)...
+    EXPECT_GE(f, 0.9 * model_bytes) << "rank " << r << ": full init grew by " << f / 1e6 << " MB";
+    // ...and the sharded way grows by this rank's state and about one unit in flight.
+    EXPECT_LE(s, persistent + 2 * unit_bytes + 64e6)
+        << "rank " << r << ": sharded init grew by " << s / 1e6 << " MB; its state is "
+        << persistent / 1e6 << " MB, a unit " << unit_bytes / 1e6 << " MB, the model "
+        << model_bytes / 1e6 << " MB";
+  }
+}
+
 TEST(FsdpMemory, PersistentBytesPerRankAre16PerParameterOverN) {
   TempDir tmp;
   for (int n : {1, 2, 4}) {

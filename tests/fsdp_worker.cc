@@ -34,14 +34,15 @@ torch::Tensor Batch(int64_t first_sample, int64_t count, int64_t seq_plus_one, i
 }
 
 // Peak resident set size of this process in bytes (VmHWM), 0 if unknown.
-uint64_t PeakRssBytes() {
+uint64_t StatusBytes(const char* field) {  // "VmHWM:" (peak RSS), "VmRSS:" (now)
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(std::strlen(field))) * 1024;
   }
   return 0;
 }
+uint64_t PeakRssBytes() { return StatusBytes("VmHWM:"); }
 
 // Restarts VmHWM at the current RSS (Linux >= 4.0), so the peak of the steps alone is seen.
 void ResetPeakRss() {
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
       {"--lr", "0.003"},
       {"--out", ""},
       {"--seq-len", "32"},
-      {"--bin", "1"}};
+      {"--bin", "1"},
+      {"--init", "full"}};  // full: InitWeights then Create; sharded: FsdpConfig::init_seed
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!a.count(argv[i])) {
       std::fprintf(stderr, "fsdp_worker: unknown flag %s\n", argv[i]);
@@ -131,8 +133,13 @@ int main(int argc, char** argv) {
       groups.replicate = &(*ctx)->inter_node();
       break;
   }
+  const uint64_t rss_before_model = StatusBytes("VmRSS:");
   model::LlamaModel m(*mcfg);
-  m->InitWeights(1234);
+  if (a["--init"] == "sharded") {
+    fc.init_seed = 1234;  // the trainer's way: no rank ever holds the whole model
+  } else {
+    m->InitWeights(1234);
+  }
   auto engine = fsdp::FsdpEngine::Create(m, fc, groups);
   if (!engine.ok()) return Fail(engine.status());
   const uint64_t startup_peak_rss = PeakRssBytes();
@@ -173,6 +180,8 @@ int main(int argc, char** argv) {
   if (!peak_steps.ok()) return Fail(peak_steps.status());
   auto peak_startup = AllRanks((*ctx)->world_comm(), static_cast<double>(startup_peak_rss));
   if (!peak_startup.ok()) return Fail(peak_startup.status());
+  auto before_model = AllRanks((*ctx)->world_comm(), static_cast<double>(rss_before_model));
+  if (!before_model.ok()) return Fail(before_model.status());
   auto params = (*engine)->GatherFullParameters();
   if (!params.ok()) return Fail(params.status());
   if (w.rank == 0 && !a["--out"].empty()) {
@@ -192,7 +201,8 @@ int main(int argc, char** argv) {
        << ",\"step_time_s\":[" << JoinNumbers(step_times) << "],\"comm_wait_s\":["
        << JoinNumbers(comm_waits) << "],\"comm_bytes\":[" << JoinNumbers(comm_bytes)
        << "],\"peak_rss_steps_bytes\":[" << JoinNumbers(*peak_steps)
-       << "],\"peak_rss_startup_bytes\":[" << JoinNumbers(*peak_startup) << "]}\n";
+       << "],\"peak_rss_startup_bytes\":[" << JoinNumbers(*peak_startup)
+       << "],\"rss_before_model_bytes\":[" << JoinNumbers(*before_model) << "]}\n";
   }
   return 0;
 }

@@ -106,6 +106,9 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     unit_names.push_back({i, model->LayerParamNames(i)});
   }
   size_t assigned = 0;
+  // One host buffer for the full values of the unit being sharded, reused: allocating per
+  // unit leaves holes between the persistent shards that the allocator never returns.
+  torch::Tensor flat_buffer;
   for (const auto& [layer, names] : unit_names) {
     auto u = std::make_unique<Unit>();
     u->layer = layer;
@@ -124,10 +127,22 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
       ++assigned;
     }
     u->span = dist::ShardOf(u->numel, shard_size, shard_rank);
-    // This rank's slice of the flat unit, from the model's current (identical) values.
-    torch::Tensor flat = torch::empty({u->numel}, torch::kFloat32);
-    for (const auto& p : u->params) {
-      flat.narrow(0, p.offset, p.numel).copy_(p.param.detach().reshape(-1).to(torch::kFloat32));
+    // This rank's slice of the flat unit, from the initial values (or the model's current,
+    // identical on every rank); the full unit lives only for this iteration.
+    if (!flat_buffer.defined() || flat_buffer.numel() < u->numel) {
+      flat_buffer = torch::Tensor();  // freed before the larger one is allocated
+      flat_buffer = torch::empty({u->numel}, torch::kFloat32);
+    }
+    torch::Tensor flat = flat_buffer.narrow(0, 0, u->numel);
+    for (auto& p : u->params) {
+      torch::Tensor dst = flat.narrow(0, p.offset, p.numel);
+      if (config.init_seed) {
+        model::LlamaModelImpl::InitialValueInto(p.name, dst, *config.init_seed);
+      } else {
+        dst.copy_(p.param.detach().reshape(-1).to(torch::kFloat32));
+      }
+      // The model's full tensor is not needed any more: free it now, not after all units.
+      p.param.set_data(torch::empty({0}, e->Opts(config.param_dtype)));
     }
     // On the engine's device (a no-op on the CPU).
     u->master = flat.narrow(0, u->span.offset, u->span.length).clone().to(config.device);
@@ -141,9 +156,6 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
   if (assigned != by_name.size()) {
     return Status::Internal("the model's units do not cover all of its " +
                             std::to_string(by_name.size()) + " parameters");
-  }
-  for (auto& u : e->units_) {
-    for (auto& p : u->params) p.param.set_data(torch::empty({0}, e->Opts(config.param_dtype)));
   }
   return e;
 }

@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,12 @@ struct FsdpConfig {
   // Where every flat shard, gathered unit, gradient buffer and AdamW moment lives. The same
   // code runs on both: only this option differs between a CPU and a GPU run.
   torch::Device device = torch::kCPU;
+  // Set: every parameter starts at model::LlamaModelImpl::InitialValue(name, shape, seed),
+  // computed unit by unit while sharding, and the model's own (torch::empty, never touched)
+  // tensors are not read, so a rank holds one unit's full values at a time instead of the
+  // whole fp32 model (28 GB per rank for 7B). Bit-identical to InitWeights(seed) + Create.
+  // Unset: the model's current values are sharded (safetensors import).
+  std::optional<uint64_t> init_seed;
 };
 
 // The groups the engine communicates over. `shard` may be null (a group of one rank);

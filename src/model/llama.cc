@@ -146,9 +146,19 @@ std::vector<std::string> LlamaModelImpl::LayerParamNames(int i) const {
 
 torch::Tensor LlamaModelImpl::InitialValue(const std::string& name, at::IntArrayRef shape,
                                            uint64_t seed) {
-  if (EndsWith(name, "norm.weight")) return at::ones(shape, at::kFloat);
+  torch::Tensor t = at::empty(shape, at::kFloat);
+  InitialValueInto(name, t, seed);
+  return t;
+}
+
+void LlamaModelImpl::InitialValueInto(const std::string& name, torch::Tensor dst, uint64_t seed) {
+  if (EndsWith(name, "norm.weight")) {
+    dst.fill_(1.0f);
+    return;
+  }
+  // normal_ fills a contiguous tensor in element order: the shape does not change the bits.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(ParamSeed(name, seed));
-  return at::empty(shape, at::kFloat).normal_(0.0, 0.02, gen);
+  dst.normal_(0.0, 0.02, gen);
 }
 
 void LlamaModelImpl::InitWeights(uint64_t seed) {

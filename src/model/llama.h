@@ -54,6 +54,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // The value InitWeights gives parameter `name` (float32, CPU), for engines that initialize
   // one shard unit at a time.
   static torch::Tensor InitialValue(const std::string& name, at::IntArrayRef shape, uint64_t seed);
+  // The same values written into `dst` (contiguous float32 CPU, the parameter's shape or a
+  // flat view of it), so an engine can fill one reused buffer instead of allocating per
+  // parameter.
+  static void InitialValueInto(const std::string& name, torch::Tensor dst, uint64_t seed);
 
  private:
   struct LayerParams {
