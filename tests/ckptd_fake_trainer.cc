@@ -1,11 +1,14 @@
 // A torch-free stand-in for a trainer rank that checkpoints through ckptd: fills slots with
 // the synthetic state of ckpt_fixture.h and submits the given steps. Used by ckptd_test.
 //   ckptd_fake_trainer RUN_DIR NODE RANK WORLD STEPS [--scale S] [--kill-after-submit]
-//                      [--restore]
+//                      [--restore] [--fake-gpu]
 // STEPS is a comma-separated list (may be "-": none). Exit 0 when every submit was accepted,
 // 1 otherwise. --restore first asks for the rank's newest in-memory snapshot and checks every
 // byte against the fixture state of that step: prints "restored step N", exit 3 when the
-// daemon holds none, 4 when a byte differs.
+// daemon holds none, 4 when a byte differs. --fake-gpu marks every tensor as device memory and
+// hands the client a DeviceMemory that copies with memcpy (no GPU here): the routing a GPU
+// rank uses (registration of the slots, copies straight into them) with host bytes; exit 5
+// when a copy missed the registered slots.
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +21,47 @@
 
 #include "ckpt/ckptd_client.h"
 #include "ckpt_fixture.h"
+
+namespace {
+
+// The GPU path's DeviceMemory with memcpy instead of cudaMemcpyAsync (the name says fake).
+class FakeGpuMemory : public ftrain::ckpt::DeviceMemory {
+ public:
+  void RegisterHost(void* p, size_t n) override { ranges_.push_back({p, n}); }
+  void UnregisterHost(void* p) override {
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      if (ranges_[i].first == p) {
+        ranges_.erase(ranges_.begin() + static_cast<std::ptrdiff_t>(i));
+        ++unregistered_;
+        return;
+      }
+    }
+  }
+  ftrain::Status CopyToHost(const std::vector<ftrain::ckpt::DeviceCopy>& copies) override {
+    for (const auto& c : copies) {
+      bool inside = false;
+      for (const auto& r : ranges_) {
+        const auto* lo = static_cast<const uint8_t*>(r.first);
+        const auto* d = static_cast<const uint8_t*>(c.dst);
+        inside = inside || (d >= lo && d + c.n <= lo + r.second);
+      }
+      if (!inside) ++outside_;
+      std::memcpy(c.dst, c.src, c.n);
+      ++copies_;
+    }
+    return ftrain::Status::Ok();
+  }
+  size_t registered() const { return ranges_.size(); }
+  int copies() const { return copies_; }
+  int outside() const { return outside_; }
+  int unregistered() const { return unregistered_; }
+
+ private:
+  std::vector<std::pair<void*, size_t>> ranges_;
+  int copies_ = 0, outside_ = 0, unregistered_ = 0;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -34,16 +78,19 @@ int main(int argc, char** argv) {
     if (t != "-") steps.push_back(std::atoll(t.c_str()));
   }
   int64_t scale = 1;
-  bool kill_after = false, restore = false;
+  bool kill_after = false, restore = false, fake_gpu = false;
   for (int i = 6; i < argc; ++i) {
     if (std::strcmp(argv[i], "--restore") == 0) restore = true;
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kill-after-submit") == 0) kill_after = true;
+    if (std::strcmp(argv[i], "--fake-gpu") == 0) fake_gpu = true;
   }
   using ftrain::testing::RankState;
   const uint64_t slot_bytes =
       ftrain::ckpt::SlotBytesFor(RankState(0, rank, world, scale).contents());
-  auto client = ftrain::ckpt::CkptdClient::Connect(run_dir, node, rank, world, slot_bytes);
+  FakeGpuMemory gpu;
+  auto client = ftrain::ckpt::CkptdClient::Connect(run_dir, node, rank, world, slot_bytes,
+                                                   fake_gpu ? &gpu : nullptr);
   if (!client.ok()) {
     std::fprintf(stderr, "fake trainer rank %d: %s\n", rank, client.status().ToString().c_str());
     return 1;
@@ -86,7 +133,9 @@ int main(int argc, char** argv) {
   }
   for (int64_t step : steps) {
     RankState state(step, rank, world, scale);
-    auto st = (*client)->Submit(ftrain::testing::FixtureMeta(step, world), state.contents());
+    ftrain::ckpt::ShardContents contents = state.contents();
+    for (auto& t : contents.tensors) t.on_device = fake_gpu;
+    auto st = (*client)->Submit(ftrain::testing::FixtureMeta(step, world), contents);
     if (!st.ok()) {
       std::fprintf(stderr, "fake trainer rank %d step %lld: %s\n", rank,
                    static_cast<long long>(step), st.status().ToString().c_str());
@@ -98,5 +147,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (kill_after) ::raise(SIGKILL);
+  if (fake_gpu) {
+    const size_t slots = gpu.registered();
+    client->reset();  // unregisters the slots before unmapping them
+    std::printf("fake gpu: %d copies, %d outside the %zu registered slots, %d unregistered\n",
+                gpu.copies(), gpu.outside(), slots, gpu.unregistered());
+    if (gpu.outside() > 0 || gpu.copies() == 0 || gpu.unregistered() != static_cast<int>(slots))
+      return 5;
+  }
   return 0;
 }

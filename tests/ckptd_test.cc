@@ -162,6 +162,23 @@ TEST_F(CkptdTest, HandoffCommitsVerifiesAndMatchesTheSynchronousSave) {
   EXPECT_FALSE(fs::exists(proto::SocketPath(run_, "n0")));
 }
 
+// A GPU rank's snapshot goes device -> host straight into its registered slots. No GPU here:
+// the fake trainer's DeviceMemory copies with memcpy, through exactly the client code a GPU
+// rank runs; the checkpoint must be the same bits as the synchronous save.
+TEST_F(CkptdTest, DeviceTensorsGoStraightIntoRegisteredSlots_FakeGpu) {
+  pid_t d = StartDaemon("g0");
+  auto r = Client("g0", 0, 1, "1,2", "--fake-gpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" 0 outside the "), std::string::npos) << r.output;
+  ASSERT_EQ(WaitLatest(2), 2) << ReadLog("g0");
+  ckpt::CheckpointStore sync(base_ + "/sync");
+  ASSERT_TRUE(testing::SaveFixture(&sync, 2, 1).ok());
+  std::string out;
+  EXPECT_EQ(Ckptctl("diff " + root_ + "/step-00000002 " + base_ + "/sync/step-00000002", &out), 0)
+      << out;
+  Stop(d);
+}
+
 TEST_F(CkptdTest, TrainerKilledRightAfterSubmitStillCommits) {
   StartDaemon("n0");
   auto r = Client("n0", 0, 1, "5", "--scale 20 --kill-after-submit");

@@ -91,9 +91,17 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::ConnectRaw(const std::string
   return c;
 }
 
+bool HasDeviceTensors(const ShardContents& contents) {
+  for (const auto& t : contents.tensors) {
+    if (t.on_device) return true;
+  }
+  return false;
+}
+
 StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& run_dir,
                                                             const std::string& node, int rank,
-                                                            int world, uint64_t slot_bytes) {
+                                                            int world, uint64_t slot_bytes,
+                                                            DeviceMemory* device) {
   FT_ASSIGN_OR_RETURN(std::unique_ptr<CkptdClient> c, ConnectRaw(ckptd::SocketPath(run_dir, node)));
   ckptd::Hello h{rank, world, static_cast<int32_t>(getpid()), slot_bytes};
   FT_ASSIGN_OR_RETURN(std::string reply, c->Call(ckptd::MsgType::kHello, ckptd::EncodeHello(h),
@@ -109,7 +117,9 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
     ::close(fd);  // the mapping keeps the segment
     if (p == MAP_FAILED) return Status::IOError("mmap '" + name + "': " + std::strerror(errno));
     c->maps_.emplace_back(p, ok.slot_bytes);
+    if (device != nullptr) device->RegisterHost(p, ok.slot_bytes);
   }
+  c->device_ = device;
   return c;
 }
 
@@ -119,7 +129,10 @@ int CkptdClient::DefaultCopyThreads() {
 }
 
 CkptdClient::~CkptdClient() {
-  for (auto& m : maps_) ::munmap(m.first, m.second);
+  for (auto& m : maps_) {
+    if (device_ != nullptr) device_->UnregisterHost(m.first);
+    ::munmap(m.first, m.second);
+  }
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -202,9 +215,18 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const Shar
   sub.meta = meta;
   uint64_t off = 0;
   std::vector<Copy> copies;
+  std::vector<DeviceCopy> device_copies;  // GPU state: straight into the slot
   for (const auto& t : contents.tensors) {
     const uint64_t n = static_cast<uint64_t>(t.length) * DTypeSize(t.dtype);
-    if (n > 0) copies.push_back({base + off, static_cast<const uint8_t*>(t.data), n});
+    if (n > 0 && t.on_device) {
+      if (device_ == nullptr) {
+        return Status::Internal("tensor " + t.kind + "/" + t.name +
+                                " is in device memory, but the ckptd client has no device");
+      }
+      device_copies.push_back({base + off, t.data, n});
+    } else if (n > 0) {
+      copies.push_back({base + off, static_cast<const uint8_t*>(t.data), n});
+    }
     ckptd::PieceDesc p;
     p.kind = t.kind;
     p.name = t.name;
@@ -230,6 +252,9 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const Shar
     p.slot_offset = off;
     sub.pieces.push_back(std::move(p));
     off = Align(off + b.bytes.size());
+  }
+  if (!device_copies.empty()) {
+    FT_RETURN_IF_ERROR(device_->CopyToHost(device_copies).Annotate("snapshot into ckptd slot"));
   }
   ParallelCopy(copies, copy_threads_);
   st.copy_s = Since(t1);

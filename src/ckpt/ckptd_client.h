@@ -31,13 +31,41 @@ struct SubmitStats {
 // Bytes a slot needs for `contents` (pieces 64-byte aligned).
 uint64_t SlotBytesFor(const ShardContents& contents);
 
+// One device -> host copy of `n` bytes.
+struct DeviceCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  uint64_t n = 0;
+};
+
+// Device memory as the checkpoint library sees it: it has no device code, so a GPU trainer
+// hands it an implementation (train/device_memory.h). Host ranges it registers are where
+// snapshots land (the daemon's slots), so the device can copy into them directly.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // `p` (`n` bytes) is a copy destination from now on: pin it for DMA where possible.
+  virtual void RegisterHost(void* p, size_t n) = 0;
+  // Before `p` is unmapped.
+  virtual void UnregisterHost(void* p) = 0;
+  // Performs every copy, after the work the device has queued so far (the step that made the
+  // state), and returns once all bytes are on the host.
+  virtual Status CopyToHost(const std::vector<DeviceCopy>& copies) = 0;
+};
+
+// Whether any tensor of `contents` lies in device memory.
+bool HasDeviceTensors(const ShardContents& contents);
+
 class CkptdClient {
  public:
   // Connects to RUN/ckptd-<node>/sock and says HELLO; the daemon maps (or reuses) this
   // rank's slots of at least `slot_bytes`. Unavailable when no daemon answers.
+  // With `device` (not owned; outlives the client) the slots are registered with it, and
+  // device tensors are copied straight into a slot.
   static StatusOr<std::unique_ptr<CkptdClient>> Connect(const std::string& run_dir,
                                                         const std::string& node, int rank,
-                                                        int world, uint64_t slot_bytes);
+                                                        int world, uint64_t slot_bytes,
+                                                        DeviceMemory* device = nullptr);
   ~CkptdClient();
 
   // Waits for a free slot (at most `timeout_s`), copies `contents` into it and submits step
@@ -77,6 +105,7 @@ class CkptdClient {
   int copy_threads_ = DefaultCopyThreads();
   static int DefaultCopyThreads();
   std::vector<std::pair<void*, size_t>> maps_;  // one mapping per slot
+  DeviceMemory* device_ = nullptr;              // not owned
 };
 
 // STATUS of the daemon behind `socket_path`, without HELLO (ckptctl status).

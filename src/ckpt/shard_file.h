@@ -31,6 +31,9 @@ struct TensorShardRef {
   int64_t offset = 0;
   int64_t length = 0;
   const void* data = nullptr;
+  // `data` is device (GPU) memory: only a DeviceMemory (ckptd_client.h) copies it to host;
+  // the file writer accepts host memory only.
+  bool on_device = false;
 };
 
 // "replicated": every rank holds the same bytes (any copy serves any world size).

@@ -1,11 +1,14 @@
 // Daemon or synchronous checkpoint path, with a collective outcome.
 #include "train/checkpointer.h"
 
+#include <sys/mman.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -47,7 +50,18 @@ StatusOr<DaemonMode> ParseDaemonMode(const std::string& s) {
 Checkpointer::Checkpointer(CheckpointerOptions options, dist::Comm* world)
     : options_(std::move(options)), world_(world), store_(options_.root) {}
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() {
+  client_.reset();  // unregisters its slots with the device first
+  ReleaseSyncStaging();
+}
+
+void Checkpointer::ReleaseSyncStaging() {
+  if (sync_staging_ == nullptr) return;
+  options_.device->UnregisterHost(sync_staging_);
+  ::munmap(sync_staging_, sync_staging_bytes_);
+  sync_staging_ = nullptr;
+  sync_staging_bytes_ = 0;
+}
 
 Status Checkpointer::ReduceMax(double* v, int n) {
   torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
@@ -62,7 +76,7 @@ bool Checkpointer::TryConnect(bool quiet) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {
     auto c = ckpt::CkptdClient::Connect(options_.run_dir, options_.node, options_.rank,
-                                        options_.world, slot_bytes_);
+                                        options_.world, slot_bytes_, options_.device);
     if (c.ok()) {
       client_ = std::move(c).value();
       if (had_daemon_) {
@@ -195,7 +209,45 @@ Status Checkpointer::Start(uint64_t slot_bytes) {
 Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
                               bool* committed) {
   *committed = false;
-  FT_RETURN_IF_ERROR(store_.WriteShard(meta, options_.rank, contents, options_.write).status());
+  // The file writer reads host memory: device tensors go through a host copy first (one
+  // buffer, reused across checkpoints; pinned by the device where it can).
+  const ckpt::ShardContents* host = &contents;
+  ckpt::ShardContents staged;
+  if (ckpt::HasDeviceTensors(contents)) {
+    if (options_.device == nullptr) {
+      return Status::Internal("device tensors in a snapshot, but the checkpointer has no device");
+    }
+    staged = contents;
+    uint64_t total = 0;
+    for (const auto& t : contents.tensors) {
+      if (t.on_device) total += static_cast<uint64_t>(t.length) * ckpt::DTypeSize(t.dtype);
+    }
+    if (sync_staging_bytes_ < total) {
+      ReleaseSyncStaging();
+      // Whole pages of its own (mmap), so registering it never overlaps another range.
+      void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        return Status::IOError("cannot map " + std::to_string(total) +
+                               " bytes to stage a checkpoint on the host: " + std::strerror(errno));
+      }
+      sync_staging_ = static_cast<uint8_t*>(p);
+      sync_staging_bytes_ = total;
+      options_.device->RegisterHost(sync_staging_, sync_staging_bytes_);
+    }
+    std::vector<ckpt::DeviceCopy> copies;
+    uint64_t off = 0;
+    for (auto& t : staged.tensors) {
+      if (!t.on_device) continue;
+      const uint64_t n = static_cast<uint64_t>(t.length) * ckpt::DTypeSize(t.dtype);
+      copies.push_back({sync_staging_ + off, t.data, n});
+      t.data = sync_staging_ + off;
+      t.on_device = false;
+      off += n;
+    }
+    FT_RETURN_IF_ERROR(options_.device->CopyToHost(copies).Annotate("checkpoint staging"));
+    host = &staged;
+  }
+  FT_RETURN_IF_ERROR(store_.WriteShard(meta, options_.rank, *host, options_.write).status());
   // Whoever completes the set of receipts commits (a daemon or a rank); O_EXCL picks one.
   FT_ASSIGN_OR_RETURN(ckpt::CommitOutcome outcome, store_.TryCommit(meta));
   if (outcome == ckpt::CommitOutcome::kCommitted) {

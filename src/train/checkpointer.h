@@ -37,6 +37,9 @@ struct CheckpointerOptions {
   int keep = 3;
   int keep_every = 0;
   double flush_timeout_s = 600;  // waiting for the daemons to commit a step that must be durable
+  // GPU ranks: copies device tensors into the daemon's slots (or a host buffer for the
+  // synchronous path). Not owned; outlives the Checkpointer. Null on CPU.
+  ckpt::DeviceMemory* device = nullptr;
 };
 
 struct SaveOutcome {
@@ -92,6 +95,10 @@ class Checkpointer {
   uint64_t slot_bytes_ = 0;
   bool had_daemon_ = false;
   int64_t reported_failed_step_ = -1;
+  // Host copy of device tensors for SaveSync (mmap'd pages, registered with the device).
+  void ReleaseSyncStaging();
+  uint8_t* sync_staging_ = nullptr;
+  uint64_t sync_staging_bytes_ = 0;
 };
 
 }  // namespace ftrain::train

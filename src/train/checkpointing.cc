@@ -88,8 +88,7 @@ Status SetRngState(const std::string& bytes) {
 }  // namespace
 
 ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
-                                       const std::string& schedule_json,
-                                       std::vector<torch::Tensor>* staging) {
+                                       const std::string& schedule_json) {
   ckpt::ShardContents contents;
   const std::vector<fsdp::ShardPiece> pieces =
       engine.WritesTensorState() ? engine.StatePieces() : std::vector<fsdp::ShardPiece>();
@@ -102,17 +101,10 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
     r.shape = p.shape;
     r.offset = p.offset;
     r.length = p.data.numel();
-    if (p.data.is_cpu()) {
-      r.data = p.data.data_ptr();
-    } else {
-      // Device -> host (pinned, so the copy runs at full PCIe/NVLink-C2C speed); the caller
-      // keeps the host copies alive while the checkpoint library reads them.
-      torch::Tensor host = torch::empty(
-          p.data.sizes(), torch::TensorOptions(p.data.scalar_type()).pinned_memory(true));
-      host.copy_(p.data);
-      r.data = host.data_ptr();
-      staging->push_back(std::move(host));
-    }
+    // Device memory stays where it is: the checkpointer's DeviceMemory copies it straight
+    // into the daemon's slot (or a host buffer for a synchronous save).
+    r.data = p.data.data_ptr();
+    r.on_device = !p.data.is_cpu();
     contents.tensors.push_back(r);
   }
   json optim = {{"step", engine.optimizer_step()}};

@@ -23,11 +23,10 @@ struct RunState {
 };
 
 // What this rank writes: tensor pieces point into the engine's live shards (valid until the
-// next optimizer step), blobs are copies. Shards on a GPU are first copied to host memory
-// held in `staging` (which must outlive the contents; required for a GPU engine).
+// next optimizer step; on a GPU they are device pointers, marked on_device, which the
+// checkpointer's DeviceMemory copies out), blobs are copies.
 ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const RunState& state,
-                                       const std::string& schedule_json,
-                                       std::vector<torch::Tensor>* staging = nullptr);
+                                       const std::string& schedule_json);
 
 // The same rank's snapshot of the checkpoint, still in ckptd's memory (restore from memory).
 // A tensor piece is taken from it only when it is exactly the piece the engine asks for and

@@ -2,8 +2,13 @@
 #include "train/device.h"
 
 #include <ATen/Context.h>
+#include <dlfcn.h>
 
 #include <cstdlib>
+
+#ifdef FTRAIN_WITH_NCCL
+#include <cuda_runtime.h>
+#endif
 
 namespace ftrain::train {
 namespace {
@@ -49,6 +54,56 @@ StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
   c.description = "cuda:" + std::to_string(c.cuda_index) + " of " + std::to_string(visible) +
                   " visible (local rank " + std::to_string(local) + ")";
   return c;
+}
+
+namespace {
+std::string MajorMinor(int v) {  // CUDA encodes 13.0 as 13000
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+}  // namespace
+
+DeviceFingerprint FingerprintDevice(const DeviceChoice& dev) {
+  DeviceFingerprint f;
+  f.torch = TORCH_VERSION;
+#ifdef FTRAIN_WITH_NCCL
+  if (!dev.device.is_cuda()) return f;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, dev.cuda_index) == cudaSuccess) {
+    f.gpu = prop.name;
+    f.sm_count = prop.multiProcessorCount;
+    f.capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) f.driver = MajorMinor(v);
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) f.cuda = MajorMinor(v);
+  // cuBLAS and cuDNN are LibTorch's (loaded with libtorch_cuda), not linked by ftrain: ask
+  // the loaded libraries, so the versions are the ones that actually compute.
+  using GetProperty = int (*)(int, int*);  // cublasGetProperty(libraryPropertyType, int*)
+  if (auto get = reinterpret_cast<GetProperty>(dlsym(RTLD_DEFAULT, "cublasGetProperty"))) {
+    int major = 0, minor = 0, patch = 0;
+    if (get(0, &major) == 0 && get(1, &minor) == 0 && get(2, &patch) == 0) {
+      f.cublas = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+    }
+  }
+  using GetVersion = size_t (*)();
+  if (auto get = reinterpret_cast<GetVersion>(dlsym(RTLD_DEFAULT, "cudnnGetVersion"))) {
+    f.cudnn = std::to_string(get());
+  }
+#else
+  (void)dev;  // built without CUDA: nothing but the LibTorch version to record
+#endif
+  return f;
+}
+
+std::vector<std::pair<std::string, std::string>> FingerprintFields(const DeviceFingerprint& f) {
+  return {{"gpu", f.gpu},
+          {"sm_count", f.sm_count > 0 ? std::to_string(f.sm_count) : ""},
+          {"capability", f.capability},
+          {"driver", f.driver},
+          {"cuda", f.cuda},
+          {"cublas", f.cublas},
+          {"cudnn", f.cudnn},
+          {"torch", f.torch}};
 }
 
 std::string PinDeterministicMathModes() {

@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "train/train_config.h"
@@ -24,6 +26,24 @@ struct DeviceChoice {
 // one visible GPU (Slurm's --gpus-per-task / CUDA_VISIBLE_DEVICES binding) it is that GPU.
 // `local_world_size` (0 = unknown yet) is checked against the visible GPUs.
 StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size);
+
+// What the bits of a GPU run depend on beyond the code and the data: recorded in every
+// checkpoint's layout; a resume where any of it differs warns that bit-exactness with an
+// uninterrupted run is not promised. Empty fields: unknown (CPU runs leave all but torch).
+struct DeviceFingerprint {
+  std::string gpu;         // "NVIDIA H200"
+  int sm_count = 0;        // streaming multiprocessors
+  std::string capability;  // "9.0"
+  std::string driver;      // CUDA driver API version, "13.0"
+  std::string cuda;        // CUDA runtime, "13.0"
+  std::string cublas;      // "13.1.0"
+  std::string cudnn;       // "91400" as cuDNN reports it
+  std::string torch;       // LibTorch, "2.11.0"
+};
+DeviceFingerprint FingerprintDevice(const DeviceChoice& dev);
+// "gpu", "sm_count", ... as (name, value) pairs in a fixed order, for the layout JSON and the
+// resume comparison.
+std::vector<std::pair<std::string, std::string>> FingerprintFields(const DeviceFingerprint& f);
 
 // Sets the deterministic math modes for CUDA (CUBLAS_WORKSPACE_CONFIG before the first cuBLAS
 // handle, deterministic algorithms, no TF32, no cuDNN autotuning) and returns them as text.

@@ -29,6 +29,7 @@
 #include "train/checkpointer.h"
 #include "train/checkpointing.h"
 #include "train/device.h"
+#include "train/device_memory.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/signals.h"
@@ -140,7 +141,8 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ct
 }
 
 Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
-                             const std::string& data_version, int world_size) {
+                             const std::string& data_version, int world_size,
+                             const nlohmann::json& hardware) {
   std::vector<std::string> problems;
   if (m.meta.config_hash != cfg.ConfigHash()) {
     problems.push_back("config hash " + m.meta.config_hash + " != " + cfg.ConfigHash() +
@@ -179,6 +181,25 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
                       << DeviceName(cfg.train.device) << " with LibTorch " << TORCH_VERSION
                       << ": it resumes, but bit-exactness with an uninterrupted run is not "
                          "promised across devices or libraries";
+    } else if (written.contains("hardware") && written["hardware"].is_object()) {
+      // Same device kind: the GPU model, SM count and the math libraries decide the bits too.
+      std::string changed;
+      for (const auto& [key, now] : hardware.items()) {
+        const auto it = written["hardware"].find(key);
+        const std::string then = it != written["hardware"].end() && it->is_string()
+                                     ? it->get<std::string>()
+                                     : std::string("?");
+        if (then != now.get<std::string>()) {
+          changed +=
+              (changed.empty() ? "" : ", ") + key + " " + then + " -> " + now.get<std::string>();
+        }
+      }
+      if (!changed.empty()) {
+        FT_LOG(Warning) << "resume: checkpoint step " << m.meta.step
+                        << " was written on other hardware or libraries (" << changed
+                        << "): it resumes, but bit-exactness with an uninterrupted run is not "
+                           "promised";
+      }
     }
   }
   if (m.meta.world_size != world_size) {
@@ -193,12 +214,12 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
 // ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
 // checked against the manifest's hashes as it is read.
 Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointer& checkpointer,
-               const std::string& data_version, const std::string& dir, int64_t step,
-               fsdp::FsdpEngine& engine, RunState* state) {
+               const std::string& data_version, const nlohmann::json& hardware,
+               const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state) {
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
                       ckpt::CheckpointReader::Open(dir));
   FT_RETURN_IF_ERROR(
-      CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size));
+      CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size, hardware));
   // Restore from memory: the daemon of this node may still hold this rank's snapshot of
   // exactly this checkpoint (in-job restart after a process crash); a node failure or any
   // doubt falls back to disk, piece by piece (LoadCheckpoint checks every hash).
@@ -264,14 +285,15 @@ bool IsDamage(const Status& s) {
 // to starting fresh; training is deterministic, so the run still ends bit-identical.
 // Returns the resumed step, or -1 for a fresh start.
 StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpointer& checkpointer,
-                         const std::string& data_version, fsdp::FsdpEngine& engine, RunState* state,
-                         std::string* dir) {
+                         const std::string& data_version, const nlohmann::json& hardware,
+                         fsdp::FsdpEngine& engine, RunState* state, std::string* dir) {
   const dist::WorldInfo& world = ctx.world();
   for (;;) {
     *state = RunState();
     FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
     if (step < 0) return step;
-    Status loaded = LoadOne(cfg, world, checkpointer, data_version, *dir, step, engine, state);
+    Status loaded =
+        LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine, state);
     if (!loaded.ok()) {
       FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
                     << loaded.message();
@@ -338,6 +360,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   dopts.backend = cfg.dist.backend;
   dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
   dopts.cuda_device = dev.cuda_index;
+  dopts.op_timeout_s = static_cast<int>(cfg.dist.timeout_s);
   FT_ASSIGN_OR_RETURN(dopts, dist::DistOptionsFromEnv(dopts));
   FT_ASSIGN_OR_RETURN(std::unique_ptr<dist::DistContext> ctx, dist::DistContext::Init(dopts));
   const dist::WorldInfo& world = ctx->world();
@@ -347,6 +370,13 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     FT_ASSIGN_OR_RETURN(dev, ChooseDevice(cfg.train.device, world.local_world_size));
   }
   FT_LOG(Info) << "device: " << dev.description << "; " << math_modes;
+  // Recorded in every checkpoint; a resume on other hardware or libraries warns.
+  nlohmann::json hardware = nlohmann::json::object();
+  for (const auto& [key, value] : FingerprintFields(FingerprintDevice(dev))) {
+    if (!value.empty()) hardware[key] = value;
+  }
+  if (!ctx->collective_settings().empty()) hardware["nccl"] = ctx->collective_settings();
+  if (dev.device.is_cuda()) FT_LOG(Info) << "device: " << hardware.dump();
 
   if (leader) {
     FT_RETURN_IF_ERROR(env->CreateDir(cfg.run_dir).Annotate("run.dir"));
@@ -358,13 +388,15 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
   // Model, then FSDP over it.
   FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
+  // The model's tensors are allocated but, for a random init, never written: the engine
+  // computes each unit's initial values while sharding it (fsdp::FsdpConfig::init_seed).
   model::LlamaModel model(cfg.model);
+  fsdp::FsdpConfig fc;
   if (cfg.train.init == "random") {
-    model->InitWeights(static_cast<uint64_t>(cfg.train.seed));
+    fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
   } else {
     FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
   }
-  fsdp::FsdpConfig fc;
   fc.sharding = sharding;
   fc.param_dtype = cfg.train.param_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
@@ -394,13 +426,16 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   co.keep = static_cast<int>(cfg.ckpt.keep);
   co.keep_every = static_cast<int>(cfg.ckpt.keep_every);
   co.flush_timeout_s = cfg.ckpt.flush_timeout_s;
+  // GPU: snapshots go device -> host straight into the daemon's slots (registered for DMA).
+  std::unique_ptr<ckpt::DeviceMemory> device_memory;
+  if (dev.device.is_cuda()) {
+    device_memory = MakeCudaDeviceMemory(dev.cuda_index);
+    co.device = device_memory.get();
+  }
   // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
   Checkpointer checkpointer(co, &ctx->control());
-  {
-    std::vector<torch::Tensor> staging;
-    FT_RETURN_IF_ERROR(checkpointer.Start(
-        ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}", &staging))));
-  }
+  FT_RETURN_IF_ERROR(
+      checkpointer.Start(ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}"))));
 
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
   // This rank's view of the data: its slice of every global batch, in the run's order.
@@ -433,8 +468,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   if (leader) FT_LOG(Info) << "checkpoint generation " << generation;
   RunState state;
   std::string resume_dir;
-  FT_ASSIGN_OR_RETURN(int64_t resume_step,
-                      Resume(cfg, *ctx, checkpointer, data_version, *engine, &state, &resume_dir));
+  FT_ASSIGN_OR_RETURN(int64_t resume_step, Resume(cfg, *ctx, checkpointer, data_version, hardware,
+                                                  *engine, &state, &resume_dir));
 
   data::ReaderOptions ro = reader_options(static_cast<int>(cfg.data.prefetch_depth));
   ro.expected_data_version = data_version;
@@ -486,7 +521,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                            {"device", DeviceName(cfg.train.device)},
                            {"device_detail", dev.description},
                            {"torch", TORCH_VERSION},
-                           {"math_modes", math_modes}};
+                           {"math_modes", math_modes},
+                           {"hardware", hardware}};
 
   // Collective: every rank gets the same outcome. `durable`: return only once the step is
   // committed (stop signal, final step), whatever path the shards took.
@@ -500,9 +536,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     meta.layout_json = layout.dump();
     meta.generation = generation;
     state.data_cursor = reader->SaveCursor();
-    std::vector<torch::Tensor> staging;  // host copies of device shards, alive during Save
-    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json, &staging),
-                             durable);
+    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json), durable);
   };
 
   auto run_start = Clock::now();
