@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/store.h"
+#include "ckpt_fixture.h"
 #include "cli/commands.h"
 #include "core/config.h"
 #include "data/synthetic.h"
@@ -780,11 +782,11 @@ CliResult RunCli(std::vector<std::string> args) {
   args.insert(args.begin(), "plan");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
   int code = cli::RunPlan(static_cast<int>(argv.size()), argv.data());
-  std::string out = testing::internal::GetCapturedStdout();
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string out = ::testing::internal::GetCapturedStdout();
+  std::string err = ::testing::internal::GetCapturedStderr();
   return {code, out, err};
 }
 
@@ -844,7 +846,7 @@ TEST(PlanCliTest, UsageErrorsExitTwo) {
 }
 
 TEST(PlanCliTest, BadConfigFileNamesFileAndLine) {
-  const std::string path = testing::TempDir() + "/plan_test_bad.cfg";
+  const std::string path = ::testing::TempDir() + "/plan_test_bad.cfg";
   {
     std::ofstream f(path);
     f << "[model]\nvocab_size = 512\nhidden_size 64\n";
@@ -913,7 +915,7 @@ TEST(PlanCliTest, SeedAdapters) {
 }
 
 TEST(PlanCliTest, DataDirectory) {
-  const std::string dir = testing::TempDir() + "/plan_test_data";
+  const std::string dir = ::testing::TempDir() + "/plan_test_data";
   std::filesystem::remove_all(dir);
   data::SyntheticSpec spec;
   spec.num_rows = 100;
@@ -939,7 +941,7 @@ void WriteFile(const std::string& path, const std::string& text) {
 }
 
 TEST(PlanCliTest, CalibrateFromARunDirectory) {
-  const std::string run = testing::TempDir() + "/plan_test_run";
+  const std::string run = ::testing::TempDir() + "/plan_test_run";
   std::filesystem::remove_all(run);
   std::filesystem::create_directories(run);
   std::string metrics;
@@ -990,6 +992,44 @@ TEST(PlanCliTest, CalibrateFromARunDirectory) {
   r = RunCli({"--params", "7e9", "--gpu", "h100-sxm", "--mfu", "0.4", "--calibrate", run});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--mfu and --calibrate"), std::string::npos) << r.err;
+}
+
+// The run's GPU count from its newest checkpoint, its sequence length from its data index.
+TEST(PlanCliTest, CalibrateReadsCheckpointAndData) {
+  const std::string run = ::testing::TempDir() + "/plan_test_run_ckpt";
+  std::filesystem::remove_all(run);
+  std::filesystem::create_directories(run);
+  std::string metrics;
+  for (int i = 1; i <= 20; ++i) {
+    metrics += "{\"step\":" + std::to_string(i) + ",\"tokens_per_s\":500.0}\n";
+  }
+  WriteFile(run + "/metrics.jsonl", metrics);
+  data::SyntheticSpec spec;
+  spec.num_rows = 64;
+  spec.seq_len = 15;
+  ASSERT_TRUE(data::WriteSyntheticDataset(run + "/data", spec).ok());
+  WriteFile(run + "/config.resolved.cfg",
+            "model.hidden_size = 64\nmodel.intermediate_size = 172\nmodel.max_seq_len = 64\n"
+            "model.num_heads = 4\nmodel.num_kv_heads = 2\nmodel.num_layers = 2\n"
+            "model.vocab_size = 512\ndata.path = " +
+                run + "/data\n");
+  ckpt::CheckpointStore store(run + "/checkpoints");
+  ASSERT_TRUE(ftrain::testing::SaveFixture(&store, 5, 4).ok());
+
+  auto facts = ReadCalibrationRun(run, std::nullopt);
+  ASSERT_TRUE(facts.ok()) << facts.status().ToString();
+  EXPECT_EQ(facts->gpus, 4);
+  EXPECT_NE(facts->gpus_source.find("step-00000005"), std::string::npos) << facts->gpus_source;
+  EXPECT_EQ(facts->seq_len, 15);
+  EXPECT_EQ(facts->steps.size(), 20u);
+
+  auto r = RunCli(
+      {"--model", ConfigPath("tiny.cfg"), "--peak-tflops", "0.01", "--calibrate", run, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const double mfu = (6.0 * 156480 + 12.0 * 2 * 64 * 15) * 500 / (4 * 1e10);
+  EXPECT_NEAR(j["time"]["mfu"].get<double>(), mfu, 1e-12);
+  EXPECT_EQ(j["time"]["calibration_steps"], 10);
 }
 
 TEST(PlanCliTest, TimeAndAdapterUsageErrorsExitTwo) {
