@@ -1046,6 +1046,7 @@ TEST(PlanCliTest, TimeAndAdapterUsageErrorsExitTwo) {
       {{"--lora-targets", "q,attn"}, "unknown projection 'attn'"},
       {{"--lora-targets", ","}, "--lora-targets is empty"},
       {{"--text-bytes", "0"}, "--text-bytes must be a positive number"},
+      {{"--gpu", "rtx4090", "--gpu-mem-gb", "80"}, "is more than a rtx4090 has (24 GB)"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"--params", "7e9"};

@@ -152,6 +152,12 @@ Status ValidateTimeInput(const PlanInput& in) {
   }
   if (!in.gpu.empty()) {
     FT_ASSIGN_OR_RETURN(GpuSpec gpu, FindGpu(in.gpu));
+    // Less than the GPU has is legitimate (a MIG slice, memory kept for something else).
+    if (in.gpu_mem_given && in.gpu_mem_gb > gpu.memory_gb * (1 + 1e-9)) {
+      return Status::InvalidArgument("--gpu-mem-gb " + Short(in.gpu_mem_gb) + " is more than a " +
+                                     in.gpu + " has (" + Short(gpu.memory_gb) +
+                                     " GB); drop --gpu-mem-gb or fix --gpu");
+    }
     if (in.peak_tflops) {
       return Status::InvalidArgument("--gpu " + in.gpu + " already gives the peak (" +
                                      Short(gpu.bf16_dense_tflops) +
