@@ -7,14 +7,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ckpt/store.h"
+#include "ckpt_fixture.h"
 #include "cli/commands.h"
 #include "core/config.h"
+#include "data/synthetic.h"
 #include "model/llama_config.h"
+#include "train/plan_sources.h"
 
 namespace ftrain {
 namespace {
@@ -373,6 +378,398 @@ TEST(PlanTest, TextReport) {
   EXPECT_NE(text.find("expected work lost per failure 12.5 min"), std::string::npos);
 }
 
+// --- LoRA and QLoRA ---------------------------------------------------------------------------
+
+PlanInput OneConsumerGpu() {  // the adapter seed case: 7B on one 24 GB GPU
+  PlanInput in;
+  in.parameters = 7e9;
+  in.nodes = 1;
+  in.gpus_per_node = 1;
+  in.gpu_mem_gb = 24;
+  return in;
+}
+
+const AdapterPlan& Adapter(const PlanResult& r, const std::string& name) {
+  for (const auto& a : r.adapters) {
+    if (a.name == name) return a;
+  }
+  ADD_FAILURE() << "no adapter row " << name;
+  return r.adapters.front();
+}
+
+TEST(PlanAdapterTest, SevenBillionOnOneConsumerGpu) {
+  PlanInput in = OneConsumerGpu();
+  in.act_ckpt = true;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Recommended(*r), "none");  // full fine-tuning: 112 GB of state on 21.6 GB
+  for (const auto& s : r->strategies) EXPECT_FALSE(s.fits) << s.name;
+
+  // Assumed 7B shape: h 4096, I = 8h/3 rounded up to 256 = 11008, no GQA.
+  EXPECT_EQ(r->intermediate, 11008);
+  EXPECT_EQ(r->kv_dim, 4096);
+  const double h = 4096, inter = 11008, l = 32;
+  const double per_layer = 16 * (4 * (h + h) + 3 * (h + inter));  // q,k,v,o + gate,up,down
+  const auto& lora = Adapter(*r, "lora");
+  EXPECT_DOUBLE_EQ(lora.adapter_parameters, l * per_layer);  // 39,976,960
+  EXPECT_DOUBLE_EQ(lora.adapter_bytes, 14 * l * per_layer);
+  EXPECT_DOUBLE_EQ(lora.base_bytes, 2 * 7e9);
+  EXPECT_DOUBLE_EQ(lora.dequant_bytes, 0);
+  EXPECT_DOUBLE_EQ(lora.activation_bytes, r->activation_bytes);
+  EXPECT_TRUE(lora.fits);  // 14.0 + 0.6 + 1.6 = 16.2 GB of 21.6
+
+  const auto& qlora = Adapter(*r, "qlora");
+  const double quantised = l * (4 * h * h + 3 * h * inter);
+  EXPECT_DOUBLE_EQ(qlora.quantised_parameters, quantised);
+  // 0.5 byte + (8/64 + 32/(64*256)) bits = 0.127 bits per quantised weight; the rest bf16.
+  const double constants = (8.0 / 64 + 32.0 / (64 * 256)) / 8;
+  EXPECT_NEAR(constants * 8, 0.127, 0.0005);
+  EXPECT_DOUBLE_EQ(qlora.base_bytes, (0.5 + constants) * quantised + 2 * (7e9 - quantised));
+  EXPECT_DOUBLE_EQ(qlora.dequant_bytes, 2 * h * inter);
+  EXPECT_TRUE(qlora.fits);
+  EXPECT_LT(qlora.total_bytes, 7e9);
+  // Nothing fits for full fine-tuning, so the suggestions name the adapters.
+  bool named = false;
+  for (const auto& s : r->suggestions) named = named || s.find("qlora") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+TEST(PlanAdapterTest, ActivationsDecideLora) {
+  PlanInput in = OneConsumerGpu();
+  in.seq_len = 2048;  // 9.1 GB of activations without checkpointing
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(Adapter(*r, "lora").fits);  // 14.0 + 0.6 + 9.1 = 23.7 GB > 21.6
+  EXPECT_TRUE(Adapter(*r, "qlora").fits);
+  const std::string text = FormatPlanText(*r);
+  EXPECT_NE(text.find("try: --act-ckpt"), std::string::npos) << text;
+  EXPECT_NE(text.find("then lora and qlora fit"), std::string::npos) << text;
+
+  in.seq_len = 4096;  // 18.3 GB of activations: neither fits
+  r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(Adapter(*r, "lora").fits);
+  EXPECT_FALSE(Adapter(*r, "qlora").fits);
+}
+
+TEST(PlanAdapterTest, RankTargetsAndGqaFromTheModel) {
+  PlanInput in = OneConsumerGpu();
+  in.parameters.reset();
+  in.model = LoadModel("tiny.cfg");  // h 64, kv 2 heads x 16 = 32, I 172, 2 layers
+  in.lora_rank = 8;
+  in.lora_targets = {"q", "v", "q"};  // duplicates count once
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kv_dim, 32);
+  EXPECT_DOUBLE_EQ(Adapter(*r, "lora").adapter_parameters, 2 * 8 * ((64 + 64) + (64 + 32)));
+  // Every projection is quantised, targeted or not: exactly the layers' linear weights.
+  EXPECT_DOUBLE_EQ(Adapter(*r, "qlora").quantised_parameters,
+                   2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 172));
+
+  in.lora_rank = 33;  // larger than the 64 x 32 v projection allows
+  auto bad = MakePlan(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--lora-rank 33"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(PlanAdapterTest, JsonRows) {
+  auto r = MakePlan(OneConsumerGpu());
+  ASSERT_TRUE(r.ok());
+  auto j = nlohmann::json::parse(FormatPlanJson(*r));
+  ASSERT_EQ(j["adapters"].size(), 2u);
+  EXPECT_EQ(j["adapters"][0]["name"], "lora");
+  EXPECT_EQ(j["adapters"][1]["name"], "qlora");
+  EXPECT_EQ(j["adapters"][0]["lora_rank"], 16);
+  EXPECT_TRUE(j["adapters"][1]["total_bytes_per_gpu"].is_number_integer());
+  EXPECT_EQ(j["strategies"].size(), 5u);  // the full fine-tune rows are unchanged
+}
+
+// --- time to train ------------------------------------------------------------------------------
+
+PlanInput SeedTime() {  // 8 TB of text, 64 H100 SXM at 45 % MFU, one epoch in 5 days
+  PlanInput in = SeedCase();
+  in.text_bytes = 8e12;
+  in.gpu = "h100-sxm";
+  in.mfu = 0.45;
+  in.deadline_days = 5;
+  return in;
+}
+
+TEST(PlanTimeTest, SeedCase) {
+  auto r = MakePlan(SeedTime());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const TimePlan& t = r->time;
+  EXPECT_DOUBLE_EQ(t.bytes_per_token, 4.0);
+  EXPECT_NE(t.bytes_per_token_source.find("assumed"), std::string::npos);
+  EXPECT_DOUBLE_EQ(t.tokens, 2e12);
+  EXPECT_FALSE(t.attention_counted);  // the 7B shape is only assumed
+  EXPECT_DOUBLE_EQ(t.flops_per_token, 6 * 7e9);
+  EXPECT_DOUBLE_EQ(t.total_flops, 8.4e22);
+  // 8.4e22 / (64 x 989e12 x 0.45) = 2.949e6 s = 34.1 days.
+  const double days = 8.4e22 / (64 * 989e12 * 0.45) / 86400;
+  EXPECT_NEAR(days, 34.13, 0.01);
+  EXPECT_NEAR(t.epoch_seconds / 86400, days, 0.01 * days);
+  EXPECT_NEAR(t.tokens_per_s, 64 * 989e12 * 0.45 / 4.2e10, 1e-6 * t.tokens_per_s);
+  EXPECT_NEAR(t.disk_bytes_per_s_per_node, 2 * 8 * 989e12 * 0.45 / 4.2e10, 1e-3);
+  EXPECT_NEAR(t.text_bytes_per_s_per_node, 4 * 8 * 989e12 * 0.45 / 4.2e10, 1e-3);
+  EXPECT_GT(t.epoch_seconds_with_overhead, t.epoch_seconds);
+
+  // The deadline: 5 days need 307 % MFU on 64 GPUs; 437 GPUs at 45 %.
+  EXPECT_EQ(t.verdict, "impossible");
+  EXPECT_NEAR(t.needed_mfu, 8.4e22 / (5 * 86400) / (64 * 989e12), 1e-9);
+  EXPECT_NEAR(t.needed_mfu, 3.072, 0.001);
+  EXPECT_EQ(t.gpus_needed, 437);
+  EXPECT_EQ(t.nodes_needed, 55);
+  EXPECT_NEAR(t.tokens_in_deadline, 64 * 989e12 * 0.45 / 4.2e10 * 5 * 86400, 1e3);
+  EXPECT_NEAR(t.tokens_in_deadline / t.tokens, 0.1465, 0.0005);
+
+  PlanInput a100 = SeedTime();
+  a100.gpu = "a100-80gb";
+  r = MakePlan(a100);
+  ASSERT_TRUE(r.ok());
+  const double a100_days = 8.4e22 / (64 * 312e12 * 0.45) / 86400;  // 108.2
+  EXPECT_NEAR(r->time.epoch_seconds / 86400, a100_days, 0.01 * a100_days);
+
+  const std::string text = FormatPlanText(*MakePlan(SeedTime()));
+  EXPECT_NE(text.find("one epoch: 34.1 days"), std::string::npos) << text;
+  EXPECT_NE(text.find("deadline 5 days: impossible"), std::string::npos) << text;
+  EXPECT_NE(text.find("437 GPUs (55 nodes of 8)"), std::string::npos) << text;
+}
+
+TEST(PlanTimeTest, Verdicts) {
+  PlanInput in = SeedTime();
+  in.deadline_days = 40;  // 34.1 days at 45 %: possible
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->time.verdict, "possible");
+  EXPECT_EQ(r->time.tokens_in_deadline, r->time.tokens);
+  in.deadline_days = 30;  // needs 51 %
+  EXPECT_EQ(MakePlan(in)->time.verdict, "needs a higher MFU");
+  in.deadline_days = 20;  // needs 77 %
+  EXPECT_EQ(MakePlan(in)->time.verdict, "unrealistic");
+}
+
+TEST(PlanTimeTest, AttentionTermWithAKnownShape) {
+  PlanInput in = SeedTime();
+  in.parameters.reset();
+  in.model = LoadModel("llama-7b.cfg");
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->time.attention_counted);
+  EXPECT_DOUBLE_EQ(r->time.attention_flops_per_token, 12.0 * 32 * 4096 * 4096);
+  EXPECT_DOUBLE_EQ(r->time.flops_per_token, 6.0 * 6738415616 + 12.0 * 32 * 4096 * 4096);
+
+  in = SeedTime();
+  in.layers = 32;
+  in.hidden = 4096;
+  in.seq_len = 2048;
+  r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->time.flops_per_token, 6 * 7e9 + 12.0 * 32 * 4096 * 2048);
+}
+
+TEST(PlanTimeTest, TokensAndBytesFromAPackedDataset) {
+  PlanInput in = SeedCase();
+  in.gpu = "h100-sxm";
+  DataFacts d;
+  d.path = "packed";
+  d.rows = 1000;
+  d.seq_len = 4096;
+  d.token_bytes = 2;
+  d.text_bytes = 17000000;
+  d.stream_tokens = 4250000;  // 4.0 bytes per token
+  in.data = d;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->time.tokens, 1000.0 * 4096);
+  EXPECT_DOUBLE_EQ(r->time.disk_bytes_per_token, 4097.0 * 2 / 4096);
+  EXPECT_DOUBLE_EQ(r->time.bytes_per_token, 4.0);
+  EXPECT_NE(r->time.bytes_per_token_source.find("measured"), std::string::npos);
+  EXPECT_DOUBLE_EQ(r->time.mfu, 0.40);  // the default
+
+  // --text-bytes with --data: the pack is a sample that measures bytes per token.
+  in.data->text_bytes = 34000000;  // 8.0 bytes per token
+  in.text_bytes = 8e12;
+  r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->time.tokens, 1e12);
+  in.bytes_per_token = 2.0;  // the flag wins over the measurement
+  EXPECT_DOUBLE_EQ(MakePlan(in)->time.tokens, 4e12);
+}
+
+TEST(PlanTimeTest, NoThroughputSourceStillGivesFlops) {
+  PlanInput in = SeedCase();
+  in.tokens = 2e12;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->time.have_peak);
+  EXPECT_DOUBLE_EQ(r->time.total_flops, 8.4e22);
+  EXPECT_NE(FormatPlanText(*r).find("give --gpu NAME or --peak-tflops"), std::string::npos);
+  auto j = nlohmann::json::parse(FormatPlanJson(*r));
+  EXPECT_TRUE(j["time"]["epoch_days"].is_null());
+  EXPECT_EQ(j["time"]["total_flops"].get<double>(), 8.4e22);
+}
+
+TEST(PlanTimeTest, GpuTableAndMemory) {
+  auto h100 = FindGpu("h100-sxm");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_EQ(h100->bf16_dense_tflops, 989);
+  EXPECT_EQ(FindGpu("a100-80gb")->bf16_dense_tflops, 312);
+  EXPECT_EQ(FindGpu("h200")->bf16_dense_tflops, 989);
+  EXPECT_EQ(FindGpu("b200")->bf16_dense_tflops, 2250);
+  auto bad = FindGpu("h100");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("known: a100-40gb"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("h100-sxm"), std::string::npos);
+
+  PlanInput in = SeedCase();
+  in.gpu = "h200";
+  in.gpu_mem_given = false;  // --gpu-mem-gb absent: the GPU's 141 GB
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->usable_bytes, 141e9 * 0.9);
+  in.gpu_mem_given = true;  // an explicit --gpu-mem-gb stays
+  EXPECT_DOUBLE_EQ(MakePlan(in)->usable_bytes, 72e9);
+}
+
+CalibrationRun SyntheticRun(int steps, double tps) {
+  CalibrationRun run;
+  run.run_dir = "runs/x";
+  for (int i = 1; i <= steps; ++i) {
+    CalibrationStep s;
+    s.step = i;
+    s.tokens_per_s = i <= 10 ? tps / 10 : tps + (i % 3);  // slow warm-up, then steady
+    run.steps.push_back(s);
+  }
+  run.gpus = 8;
+  run.gpus_source = "--calibrate-gpus";
+  return run;
+}
+
+TEST(PlanTimeTest, CalibrateTakesTheMedianAfterWarmUp) {
+  PlanInput in = SeedCase();
+  in.layers = 32;
+  in.hidden = 4096;  // a known shape: the attention term counts, for the run too
+  in.gpu = "h100-sxm";
+  in.tokens = 2e12;
+  CalibrationRun run = SyntheticRun(25, 8000);  // steady steps 11..25: 8000 + i % 3
+  run.steps[14].ckpt_stall_s = 3;               // step 15 wrote a checkpoint: skipped
+  run.model = LoadModel("llama-7b.cfg");
+  run.seq_len = 2048;
+  in.calibrate = run;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Steps 11..25 without 15: i % 3 over {11..14, 16..25} -> 4x 0, 5x 1, 5x 2: median 8001.
+  EXPECT_EQ(r->time.calibration_steps, 14);
+  EXPECT_DOUBLE_EQ(r->time.calibration_tokens_per_s, 8001);
+  const double run_flops = 6.0 * 6738415616 + 12.0 * 32 * 4096 * 2048;
+  const double mfu = run_flops * 8001 / (8 * 989e12);
+  EXPECT_NEAR(r->time.mfu, mfu, 1e-12);
+  EXPECT_NEAR(r->time.tokens_per_s, 64 * 989e12 * mfu / r->time.flops_per_token, 1e-6);
+  EXPECT_NE(r->time.mfu_source.find("median 8001 tokens/s over 14 steps on 8 GPUs"),
+            std::string::npos)
+      << r->time.mfu_source;
+
+  // A restart starts a new warm-up: its first 10 steps are skipped too.
+  run = SyntheticRun(25, 8000);
+  for (int i = 15; i < 25; ++i) run.steps[i].restart_count = 1;
+  in.calibrate = run;
+  auto few = MakePlan(in);
+  ASSERT_FALSE(few.ok());
+  // Steps 11..15 count; 16..25 are the restarted run's warm-up.
+  EXPECT_NE(few.status().message().find("5 usable steps"), std::string::npos)
+      << few.status().message();
+  EXPECT_NE(few.status().message().find("needs at least 10"), std::string::npos);
+  EXPECT_NE(few.status().message().find("5 more steps"), std::string::npos);
+
+  in.calibrate = SyntheticRun(12, 8000);  // 2 usable steps
+  few = MakePlan(in);
+  ASSERT_FALSE(few.ok());
+  EXPECT_TRUE(few.status().IsInvalidArgument());
+  EXPECT_NE(few.status().message().find("needs at least 10"), std::string::npos);
+  in.calibrate_skip = 0;  // every step counts
+  EXPECT_TRUE(MakePlan(in).ok());
+
+  in.calibrate_skip = 10;
+  run = SyntheticRun(30, 8000);
+  run.gpus = 0;  // unknown: no checkpoint, no flag
+  in.calibrate = run;
+  auto unknown = MakePlan(in);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("--calibrate-gpus"), std::string::npos);
+
+  run = SyntheticRun(30, 1e9);  // more than the peak
+  in.calibrate = run;
+  auto above = MakePlan(in);
+  ASSERT_FALSE(above.ok());
+  EXPECT_NE(above.status().message().find("above the peak"), std::string::npos);
+}
+
+TEST(PlanTimeTest, BadInputNamesTheFlag) {
+  auto expect_error = [](const PlanInput& in, const std::string& text) {
+    auto r = MakePlan(in);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_TRUE(r.status().IsInvalidArgument());
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().message();
+  };
+  PlanInput in = SeedTime();
+  in.text_bytes.reset();
+  expect_error(in, "--deadline-days needs a token count");
+  in = SeedTime();
+  in.gpu.clear();
+  expect_error(in, "--deadline-days needs a throughput");
+  in = SeedTime();
+  in.mfu = 0;
+  expect_error(in, "--mfu must be a fraction in (0, 1]");
+  in.mfu = -0.4;
+  expect_error(in, "--mfu must be a fraction in (0, 1]");
+  in.mfu = 45;
+  expect_error(in, "give --mfu 0.45");
+  in = SeedTime();
+  in.mfu = 1.0;  // the bound itself is allowed
+  EXPECT_TRUE(MakePlan(in).ok());
+  in = SeedTime();
+  in.text_bytes.reset();
+  in.tokens = 2e12;
+  in.data = DataFacts{"packed", 10, 16, 2, 0, 0};
+  expect_error(in, "--tokens and --data");
+  in.data.reset();
+  in.text_bytes = 8e12;
+  expect_error(in, "--tokens and --text-bytes");
+  in = SeedTime();
+  in.gpu = "h100";
+  expect_error(in, "known:");
+  in = SeedTime();
+  in.peak_tflops = 989;
+  expect_error(in, "give one of --gpu and --peak-tflops");
+  in = SeedTime();
+  in.deadline_days = 0;
+  expect_error(in, "--deadline-days");
+  in = SeedTime();
+  in.tokens = 2e12;
+  in.text_bytes.reset();
+  in.tokens = -1;
+  expect_error(in, "--tokens");
+  in = SeedTime();
+  in.calibrate = SyntheticRun(30, 8000);
+  expect_error(in, "--mfu and --calibrate");
+  in.mfu.reset();
+  in.gpu.clear();
+  in.deadline_days.reset();
+  expect_error(in, "--calibrate needs the peak");
+  in = SeedCase();
+  in.lora_rank = 0;
+  expect_error(in, "--lora-rank must be a positive integer");
+  in.lora_rank = -4;
+  expect_error(in, "--lora-rank");
+  in = SeedCase();
+  in.lora_targets = {"q", "attn"};
+  expect_error(in, "unknown projection 'attn'; known: q,k,v,o,gate,up,down");
+  in.lora_targets = {};
+  expect_error(in, "--lora-targets is empty");
+}
+
 // --- the command line ---------------------------------------------------------------------------
 
 struct CliResult {
@@ -385,11 +782,11 @@ CliResult RunCli(std::vector<std::string> args) {
   args.insert(args.begin(), "plan");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
   int code = cli::RunPlan(static_cast<int>(argv.size()), argv.data());
-  std::string out = testing::internal::GetCapturedStdout();
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string out = ::testing::internal::GetCapturedStdout();
+  std::string err = ::testing::internal::GetCapturedStderr();
   return {code, out, err};
 }
 
@@ -449,7 +846,7 @@ TEST(PlanCliTest, UsageErrorsExitTwo) {
 }
 
 TEST(PlanCliTest, BadConfigFileNamesFileAndLine) {
-  const std::string path = testing::TempDir() + "/plan_test_bad.cfg";
+  const std::string path = ::testing::TempDir() + "/plan_test_bad.cfg";
   {
     std::ofstream f(path);
     f << "[model]\nvocab_size = 512\nhidden_size 64\n";
@@ -480,6 +877,186 @@ TEST(PlanCliTest, BadConfigFileNamesFileAndLine) {
   r = RunCli({"--model", path + ".missing"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(".missing"), std::string::npos) << r.err;
+}
+
+// The exact seed commands of docs/plan.md.
+TEST(PlanCliTest, SeedTimeToTrain) {
+  auto r = RunCli({"--params", "7e9", "--nodes", "8", "--gpus-per-node", "8", "--gpu", "h100-sxm",
+                   "--mfu", "0.45", "--text-bytes", "8e12", "--deadline-days", "5", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["recommended"], "hybrid_shard");          // existing keys unchanged
+  EXPECT_EQ(j["gpu_mem_bytes"], int64_t{80000000000});  // from --gpu h100-sxm
+  const auto& t = j["time"];
+  EXPECT_EQ(t["tokens"].get<double>(), 2e12);
+  EXPECT_NEAR(t["epoch_days"].get<double>(), 34.13, 0.01 * 34.13);
+  EXPECT_EQ(t["deadline"]["verdict"], "impossible");
+  EXPECT_EQ(t["deadline"]["gpus_needed"].get<double>(), 437);
+
+  r = RunCli({"--params", "7e9", "--nodes", "8", "--gpus-per-node", "8", "--gpu", "a100-80gb",
+              "--mfu", "0.45", "--text-bytes", "8e12", "--deadline-days", "5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("one epoch: 108.2 days"), std::string::npos) << r.out;
+}
+
+TEST(PlanCliTest, SeedAdapters) {
+  auto r = RunCli({"--params", "7e9", "--nodes", "1", "--gpus-per-node", "1", "--gpu-mem-gb", "24",
+                   "--act-ckpt"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recommended: none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("LoRA rank 16 on q,k,v,o,gate,up,down"), std::string::npos) << r.out;
+
+  r = RunCli({"--params", "7e9", "--nodes", "1", "--gpus-per-node", "1", "--gpu-mem-gb", "24",
+              "--lora-rank", "8", "--lora-targets", "q,v", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["adapters"][0]["lora_targets"], (std::vector<std::string>{"q", "v"}));
+  EXPECT_EQ(j["adapters"][0]["adapter_parameters"], 32 * 8 * 2 * (4096 + 4096));
+}
+
+TEST(PlanCliTest, DataDirectory) {
+  const std::string dir = ::testing::TempDir() + "/plan_test_data";
+  std::filesystem::remove_all(dir);
+  data::SyntheticSpec spec;
+  spec.num_rows = 100;
+  spec.seq_len = 15;
+  ASSERT_TRUE(data::WriteSyntheticDataset(dir, spec).ok());
+  auto r = RunCli({"--params", "7e9", "--nodes", "8", "--data", dir, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["time"]["tokens"].get<double>(), 100.0 * 15);
+  EXPECT_DOUBLE_EQ(j["time"]["disk_bytes_per_token"].get<double>(), 16.0 * 2 / 15);
+
+  r = RunCli({"--params", "7e9", "--data", dir, "--tokens", "1e9"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tokens and --data"), std::string::npos) << r.err;
+  r = RunCli({"--params", "7e9", "--data", dir + "/missing"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--data"), std::string::npos) << r.err;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+TEST(PlanCliTest, CalibrateFromARunDirectory) {
+  const std::string run = ::testing::TempDir() + "/plan_test_run";
+  std::filesystem::remove_all(run);
+  std::filesystem::create_directories(run);
+  std::string metrics;
+  for (int i = 1; i <= 30; ++i) {
+    metrics += "{\"step\":" + std::to_string(i) +
+               ",\"loss\":5,\"tokens_per_s\":" + std::to_string(i <= 10 ? 100 : 1000) +
+               ".0,\"ckpt_stall_s\":0.000000,\"restart_count\":0,\"tokens\":1}\n";
+  }
+  WriteFile(run + "/metrics.jsonl", metrics + "{\"step\":31,\"lo");  // a torn last line
+  WriteFile(run + "/config.resolved.cfg",
+            "# resolved by ftrain test\nmodel.hidden_size = 64\nmodel.intermediate_size = 172\n"
+            "model.max_seq_len = 64\nmodel.num_heads = 4\nmodel.num_kv_heads = 2\n"
+            "model.num_layers = 2\nmodel.vocab_size = 512\ndata.path = /nonexistent\n"
+            "run.dir = " +
+                run + "\n");
+  // The tiny model: 6P + 12 L h s = 6 x 156480 + 12 x 2 x 64 x 64 (s = max_seq_len: the data
+  // path is gone); 1000 tokens/s on 2 GPUs of 0.01 TFLOP/s.
+  const double mfu = (6.0 * 156480 + 12.0 * 2 * 64 * 64) * 1000 / (2 * 1e10);
+  auto r = RunCli({"--model", ConfigPath("tiny.cfg"), "--nodes", "1", "--gpus-per-node", "2",
+                   "--peak-tflops", "0.01", "--calibrate", run, "--calibrate-gpus", "2", "--tokens",
+                   "1e9", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["time"]["mfu"].get<double>(), mfu, 1e-12);
+  EXPECT_EQ(j["time"]["calibration_steps"], 20);
+  // Same model, same GPUs: the plan predicts the run's own throughput.
+  EXPECT_NEAR(j["time"]["tokens_per_s"].get<double>(), 1000, 1e-6);
+
+  // Without --calibrate-gpus the count comes from a checkpoint; there is none.
+  r = RunCli({"--params", "7e9", "--peak-tflops", "0.01", "--calibrate", run});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("give --calibrate-gpus N"), std::string::npos) << r.err;
+
+  WriteFile(run + "/metrics.jsonl", metrics.substr(0, metrics.find("{\"step\":16")));
+  r = RunCli(
+      {"--params", "7e9", "--peak-tflops", "0.01", "--calibrate", run, "--calibrate-gpus", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("5 usable steps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs at least 10"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  r = RunCli({"--params", "7e9", "--peak-tflops", "0.01", "--calibrate", run + "/nope"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no metrics.jsonl"), std::string::npos) << r.err;
+  r = RunCli({"--params", "7e9", "--calibrate-gpus", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--calibrate RUN_DIR, which is not given"), std::string::npos) << r.err;
+  r = RunCli({"--params", "7e9", "--gpu", "h100-sxm", "--mfu", "0.4", "--calibrate", run});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--mfu and --calibrate"), std::string::npos) << r.err;
+}
+
+// The run's GPU count from its newest checkpoint, its sequence length from its data index.
+TEST(PlanCliTest, CalibrateReadsCheckpointAndData) {
+  const std::string run = ::testing::TempDir() + "/plan_test_run_ckpt";
+  std::filesystem::remove_all(run);
+  std::filesystem::create_directories(run);
+  std::string metrics;
+  for (int i = 1; i <= 20; ++i) {
+    metrics += "{\"step\":" + std::to_string(i) + ",\"tokens_per_s\":500.0}\n";
+  }
+  WriteFile(run + "/metrics.jsonl", metrics);
+  data::SyntheticSpec spec;
+  spec.num_rows = 64;
+  spec.seq_len = 15;
+  ASSERT_TRUE(data::WriteSyntheticDataset(run + "/data", spec).ok());
+  WriteFile(run + "/config.resolved.cfg",
+            "model.hidden_size = 64\nmodel.intermediate_size = 172\nmodel.max_seq_len = 64\n"
+            "model.num_heads = 4\nmodel.num_kv_heads = 2\nmodel.num_layers = 2\n"
+            "model.vocab_size = 512\ndata.path = " +
+                run + "/data\n");
+  ckpt::CheckpointStore store(run + "/checkpoints");
+  ASSERT_TRUE(ftrain::testing::SaveFixture(&store, 5, 4).ok());
+
+  auto facts = ReadCalibrationRun(run, std::nullopt);
+  ASSERT_TRUE(facts.ok()) << facts.status().ToString();
+  EXPECT_EQ(facts->gpus, 4);
+  EXPECT_NE(facts->gpus_source.find("step-00000005"), std::string::npos) << facts->gpus_source;
+  EXPECT_EQ(facts->seq_len, 15);
+  EXPECT_EQ(facts->steps.size(), 20u);
+
+  auto r = RunCli(
+      {"--model", ConfigPath("tiny.cfg"), "--peak-tflops", "0.01", "--calibrate", run, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const double mfu = (6.0 * 156480 + 12.0 * 2 * 64 * 15) * 500 / (4 * 1e10);
+  EXPECT_NEAR(j["time"]["mfu"].get<double>(), mfu, 1e-12);
+  EXPECT_EQ(j["time"]["calibration_steps"], 10);
+}
+
+TEST(PlanCliTest, TimeAndAdapterUsageErrorsExitTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--gpu", "h100"}, "known: a100-40gb"},
+      {{"--deadline-days", "5", "--gpu", "h100-sxm"}, "needs a token count"},
+      {{"--deadline-days", "5", "--tokens", "2e12"}, "needs a throughput"},
+      {{"--mfu", "0"}, "--mfu must be a fraction"},
+      {{"--mfu", "1.5"}, "--mfu must be a fraction"},
+      {{"--mfu", "-0.3"}, "--mfu must be a fraction"},
+      {{"--mfu", "forty"}, "--mfu 'forty' is not a number"},
+      {{"--tokens", "2e12", "--text-bytes", "8e12"}, "--tokens and --text-bytes"},
+      {{"--lora-rank", "0"}, "--lora-rank must be a positive integer"},
+      {{"--lora-targets", "q,attn"}, "unknown projection 'attn'"},
+      {{"--lora-targets", ","}, "--lora-targets is empty"},
+      {{"--text-bytes", "0"}, "--text-bytes must be a positive number"},
+      {{"--gpu", "rtx4090", "--gpu-mem-gb", "80"}, "is more than a rtx4090 has (24 GB)"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"--params", "7e9"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = RunCli(args);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 TEST(PlanCliTest, NothingFitsStillExitsZero) {

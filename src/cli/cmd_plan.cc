@@ -1,8 +1,10 @@
 // `ftrain plan`: flags (and an optional --model config with --model.<key>=<value> overrides)
 // to a PlanInput, then prints train/plan.h's plan as text or JSON. Argument handling only; the
-// arithmetic is in src/train/plan.cc and is documented in docs/plan.md.
+// arithmetic is in src/train/plan*.cc, reading --data/--calibrate in train/plan_sources.cc, and
+// both are documented in docs/plan.md.
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "core/config.h"
 #include "model/llama_config.h"
 #include "train/plan.h"
+#include "train/plan_sources.h"
 
 namespace ftrain::cli {
 namespace {
@@ -24,9 +27,14 @@ constexpr char kUsage[] =
     "\n"
     "Per-GPU memory of DDP, ZeRO-1, ZeRO-2, FSDP full shard and hybrid shard for\n"
     "mixed-precision AdamW (16 bytes/parameter + activations), which fit, the recommended one\n"
-    "and why, and the checkpoint interval by Young/Daly. See docs/plan.md.\n"
+    "and why, the checkpoint interval by Young/Daly, LoRA/QLoRA memory next to them, and the\n"
+    "time to train one epoch (with a deadline: whether it can be met). See docs/plan.md.\n"
     "\n"
-    "example: ftrain plan --params 7e9 --nodes 8 --gpus-per-node 8 --gpu-mem-gb 80\n";
+    "examples:\n"
+    "  ftrain plan --params 7e9 --nodes 8 --gpus-per-node 8 --gpu-mem-gb 80\n"
+    "  ftrain plan --params 7e9 --nodes 8 --gpus-per-node 8 --gpu h100-sxm --mfu 0.45 \\\n"
+    "      --text-bytes 8e12 --deadline-days 5\n"
+    "  ftrain plan --params 7e9 --nodes 1 --gpus-per-node 1 --gpu-mem-gb 24 --act-ckpt\n";
 
 // "--model.num_layers=16": a config override rather than a flag of this command.
 bool IsOverride(const std::string& arg) {
@@ -120,6 +128,61 @@ StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
     return Status::InvalidArgument("--attention '" + attention + "' must be fused or eager");
   }
   in.fused_attention = attention == "fused";
+  in.gpu_mem_given = vm.count("gpu-mem-gb") > 0;
+
+  FT_RETURN_IF_ERROR(IntFlag(vm, "lora-rank", &in.lora_rank));
+  if (vm.count("lora-targets")) {
+    in.lora_targets.clear();
+    std::stringstream list(vm["lora-targets"].as<std::string>());
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      if (!item.empty()) in.lora_targets.push_back(item);
+    }
+  }
+
+  auto optional_double = [&](const char* name, std::optional<double>* out) -> Status {
+    if (!vm.count(name)) return Status::Ok();
+    double v = 0;
+    FT_RETURN_IF_ERROR(DoubleFlag(vm, name, &v));
+    *out = v;
+    return Status::Ok();
+  };
+  FT_RETURN_IF_ERROR(optional_double("tokens", &in.tokens));
+  FT_RETURN_IF_ERROR(optional_double("text-bytes", &in.text_bytes));
+  FT_RETURN_IF_ERROR(optional_double("bytes-per-token", &in.bytes_per_token));
+  FT_RETURN_IF_ERROR(optional_double("peak-tflops", &in.peak_tflops));
+  FT_RETURN_IF_ERROR(optional_double("mfu", &in.mfu));
+  FT_RETURN_IF_ERROR(optional_double("deadline-days", &in.deadline_days));
+  if (vm.count("gpu")) in.gpu = vm["gpu"].as<std::string>();
+  FT_RETURN_IF_ERROR(IntFlag(vm, "calibrate-skip", &in.calibrate_skip));
+  std::optional<int64_t> calibrate_gpus;
+  FT_RETURN_IF_ERROR(OptionalIntFlag(vm, "calibrate-gpus", &calibrate_gpus));
+  if (!vm.count("calibrate") && (calibrate_gpus || vm.count("calibrate-skip"))) {
+    return Status::InvalidArgument(
+        std::string(calibrate_gpus ? "--calibrate-gpus" : "--calibrate-skip") +
+        " applies to --calibrate RUN_DIR, which is not given");
+  }
+  if (calibrate_gpus && *calibrate_gpus <= 0) {
+    return Status::InvalidArgument("--calibrate-gpus must be a positive integer, got " +
+                                   std::to_string(*calibrate_gpus));
+  }
+  // Flag conflicts first: they are cheaper to report than a dataset that does not open.
+  if (vm.count("data") && in.tokens) {
+    return Status::InvalidArgument(
+        "--tokens and --data both give the token count; use one (--data counts rows x "
+        "seq_len of the packed dataset)");
+  }
+  if (vm.count("calibrate") && in.mfu) {
+    return Status::InvalidArgument(
+        "--mfu and --calibrate both give the MFU; use one (--calibrate measures it from a run)");
+  }
+  if (vm.count("data")) {
+    FT_ASSIGN_OR_RETURN(in.data, ReadDataFacts(vm["data"].as<std::string>()));
+  }
+  if (vm.count("calibrate")) {
+    FT_ASSIGN_OR_RETURN(in.calibrate,
+                        ReadCalibrationRun(vm["calibrate"].as<std::string>(), calibrate_gpus));
+  }
   return in;
 }
 
@@ -159,6 +222,28 @@ int RunPlan(int argc, char** argv) {
       ("ckpt-stall-s", po::value<std::string>(), "training stall per checkpoint (default 13)")
       ("reserve", po::value<std::string>(),
        "fraction of GPU memory kept free for allocator, CUDA context, NCCL (default 0.1)")
+      ("lora-rank", po::value<std::string>(), "LoRA/QLoRA adapter rank r (default 16)")
+      ("lora-targets", po::value<std::string>(),
+       "projections with adapters, comma-separated (default q,k,v,o,gate,up,down)")
+      ("tokens", po::value<std::string>(), "tokens in one epoch, e.g. 2e12")
+      ("data", po::value<std::string>(),
+       "packed dataset (DIR or URL): tokens = rows x seq_len; measures bytes per token")
+      ("text-bytes", po::value<std::string>(),
+       "raw text in bytes, e.g. 8e12; tokens = text-bytes / bytes per token")
+      ("bytes-per-token", po::value<std::string>(),
+       "text bytes per token (default: measured by --data, else 4.0)")
+      ("gpu", po::value<std::string>(),
+       "GPU model for the peak (and memory unless --gpu-mem-gb): a100-80gb, h100-sxm, h200, ...")
+      ("peak-tflops", po::value<std::string>(), "bf16 dense peak per GPU, TFLOP/s (instead of --gpu)")
+      ("mfu", po::value<std::string>(), "model FLOPs utilisation, a fraction (default 0.40)")
+      ("calibrate", po::value<std::string>(),
+       "RUN_DIR: take the MFU a real run measured (metrics.jsonl, config.resolved.cfg)")
+      ("calibrate-gpus", po::value<std::string>(),
+       "GPUs of the --calibrate run (default: from its newest checkpoint)")
+      ("calibrate-skip", po::value<std::string>(),
+       "warm-up steps skipped after each (re)start of the --calibrate run (default 10)")
+      ("deadline-days", po::value<std::string>(),
+       "say whether one epoch fits in this many days, and what it would take")
       ("json", po::bool_switch(), "print one JSON object instead of the report");
   // clang-format on
 

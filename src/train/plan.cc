@@ -9,10 +9,53 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "train/plan_internal.h"
+
 namespace ftrain {
+
+namespace plan_internal {
+
+Status CheckPositiveInt(const char* flag, int64_t v, int64_t max) {
+  if (v <= 0) {
+    return Status::InvalidArgument(std::string(flag) + " must be a positive integer, got " +
+                                   std::to_string(v));
+  }
+  if (v > max) {
+    return Status::InvalidArgument(std::string(flag) + " " + std::to_string(v) +
+                                   " is larger than " + std::to_string(max) +
+                                   "; check for an extra digit");
+  }
+  return Status::Ok();
+}
+
+Status CheckPositive(const char* flag, double v) {
+  if (!(v > 0) || !std::isfinite(v)) {
+    return Status::InvalidArgument(std::string(flag) + " must be a positive number, got " +
+                                   Short(v));
+  }
+  return Status::Ok();
+}
+
+double CheckpointedActivationBytes(const PlanResult& r) {
+  const double s = static_cast<double>(*r.input.seq_len);
+  const double b = static_cast<double>(r.input.micro_batch);
+  const double h = static_cast<double>(r.hidden);
+  const double l = static_cast<double>(r.layers);
+  return l * 2.0 * s * b * h + r.activation_bytes_per_layer;
+}
+
+}  // namespace plan_internal
+
 namespace {
 
-constexpr double kGB = 1e9;
+using plan_internal::Bytes;
+using plan_internal::CheckPositive;
+using plan_internal::CheckPositiveInt;
+using plan_internal::Gb;
+using plan_internal::kGB;
+using plan_internal::Num;
+using plan_internal::Pad;
+using plan_internal::Short;
 constexpr double kDefaultSeqLen = 4096;
 constexpr double kHeadDim = 128;  // heads = hidden / 128 when no model config gives them
 constexpr double kMaxParameters = 1e15;
@@ -50,42 +93,6 @@ const StandardShape& NearestShape(double parameters) {
     }
   }
   return *best;
-}
-
-std::string Num(double v, int decimals) {
-  char buf[64];
-  if (std::fabs(v) < 0.5 * std::pow(10.0, -decimals)) v = 0;  // never print "-0.0"
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
-std::string Gb(double bytes) { return Num(bytes / kGB, 1); }
-// A flag's value as the user might have typed it: 7e+09, 80, 0.1.
-std::string Short(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
-// `max` is far above any real cluster or model; a value beyond it is a typo.
-Status CheckPositiveInt(const char* flag, int64_t v, int64_t max) {
-  if (v <= 0) {
-    return Status::InvalidArgument(std::string(flag) + " must be a positive integer, got " +
-                                   std::to_string(v));
-  }
-  if (v > max) {
-    return Status::InvalidArgument(std::string(flag) + " " + std::to_string(v) +
-                                   " is larger than " + std::to_string(max) +
-                                   "; check for an extra digit");
-  }
-  return Status::Ok();
-}
-
-Status CheckPositive(const char* flag, double v) {
-  if (!(v > 0) || !std::isfinite(v)) {
-    return Status::InvalidArgument(std::string(flag) + " must be a positive number, got " +
-                                   Short(v));
-  }
-  return Status::Ok();
 }
 
 Status ValidateInput(const PlanInput& in) {
@@ -135,7 +142,8 @@ Status ValidateInput(const PlanInput& in) {
           "; lower --seq-len or raise --model.max_seq_len");
     }
   }
-  return Status::Ok();
+  FT_RETURN_IF_ERROR(plan_internal::ValidateAdapterInput(in));
+  return plan_internal::ValidateTimeInput(in);
 }
 
 // Memory and traffic of one strategy: each component is divided by the number of GPUs it is
@@ -327,6 +335,15 @@ std::vector<std::string> Suggest(const PlanResult& r) {
                   " GB; shorten --seq-len, or split layers across GPUs with tensor or pipeline "
                   "parallelism (not in ftrain)");
   }
+  std::string adapters;
+  for (const auto& a : r.adapters) {
+    if (a.fits)
+      adapters += (adapters.empty() ? "" : ", ") + a.name + " " + Gb(a.total_bytes) + " GB";
+  }
+  if (!adapters.empty()) {
+    out.push_back("fine-tune with adapters instead of all weights, which fit: " + adapters +
+                  " per GPU (the adapter rows below; ftrain train itself trains all weights)");
+  }
   return out;
 }
 
@@ -343,6 +360,8 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
     r.layers = model->num_layers;
     r.hidden = model->hidden_size;
     r.heads = static_cast<double>(model->num_heads);
+    r.intermediate = model->intermediate_size;
+    r.kv_dim = model->num_kv_heads * model->HeadDim();
     r.largest_unit_parameters = model->LargestUnitParameters();
   } else {
     r.parameters = std::llround(*input.parameters);
@@ -354,6 +373,10 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
     r.hidden_assumed = !input.hidden;
     if (r.layers_assumed || r.hidden_assumed) r.assumed_shape = shape.name;
     r.heads = static_cast<double>(r.hidden) / kHeadDim;
+    // Llama's SwiGLU width: 8h/3 rounded up to a multiple of 256 (11008 for h = 4096).
+    r.intermediate =
+        256 * static_cast<int64_t>(std::ceil(8.0 * static_cast<double>(r.hidden) / 3.0 / 256.0));
+    r.kv_dim = r.hidden;  // no grouped-query attention assumed
     // Every parameter assigned to some layer: a slight over-estimate of the largest unit.
     r.largest_unit_parameters = std::max<int64_t>(1, r.parameters / r.layers);
     r.largest_unit_estimated = true;
@@ -369,11 +392,16 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   const double l = static_cast<double>(r.layers);
   const double attention_scores = input.fused_attention ? 0.0 : 5.0 * r.heads * s / h;
   r.activation_bytes_per_layer = s * b * h * (34.0 + attention_scores);
-  r.activation_bytes = input.act_ckpt ? l * 2.0 * s * b * h + r.activation_bytes_per_layer
+  r.activation_bytes = input.act_ckpt ? plan_internal::CheckpointedActivationBytes(r)
                                       : l * r.activation_bytes_per_layer;
 
   r.num_gpus = static_cast<double>(input.nodes) * static_cast<double>(input.gpus_per_node);
-  r.usable_bytes = input.gpu_mem_gb * kGB * (1.0 - input.reserve_fraction);
+  if (!input.gpu_mem_given && !input.gpu.empty()) {
+    FT_ASSIGN_OR_RETURN(GpuSpec gpu, FindGpu(input.gpu));
+    r.input.gpu_mem_gb = gpu.memory_gb;
+  }
+  r.usable_bytes = r.input.gpu_mem_gb * kGB * (1.0 - input.reserve_fraction);
+  FT_ASSIGN_OR_RETURN(r.adapters, plan_internal::ComputeAdapters(r));
   for (int i = 0; i < kNumStrategies; ++i) {
     r.strategies.push_back(Strategy(static_cast<StrategyIndex>(i), r));
   }
@@ -403,25 +431,15 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   r.work_lost_s = r.checkpoint_interval_s / 2.0;
   r.stall_overhead = input.ckpt_stall_s / r.checkpoint_interval_s;
   r.rework_overhead = r.work_lost_s / mtbf_s;
-  return r;
-}
 
-// Pads to `width`; a value too wide for its column still gets one separating space.
-std::string Pad(const std::string& s, size_t width, bool left = false) {
-  if (s.size() >= width) return left ? s + " " : " " + s;
-  return left ? s + std::string(width - s.size(), ' ') : std::string(width - s.size(), ' ') + s;
+  FT_ASSIGN_OR_RETURN(r.time, plan_internal::ComputeTime(r));
+  return r;
 }
 
 std::string DurationText(double seconds) {
   if (seconds >= 3600 && std::fmod(seconds, 3600) == 0) return Num(seconds / 3600, 0) + " h";
   if (seconds >= 3600) return Num(seconds / 3600, 1) + " h";
   return Num(seconds, seconds == std::floor(seconds) ? 0 : 1) + " s";
-}
-
-// JSON number for a byte count: an integer whenever it fits in int64.
-nlohmann::ordered_json Bytes(double v) {
-  if (std::fabs(v) < 9e18) return static_cast<int64_t>(std::llround(v));
-  return v;
 }
 
 }  // namespace
@@ -447,8 +465,9 @@ std::string FormatPlanText(const PlanResult& r) {
   };
   o << "cluster: " << plural(static_cast<double>(in.nodes), "node") << " x "
     << plural(static_cast<double>(in.gpus_per_node), "GPU") << " = " << plural(r.num_gpus, "GPU")
-    << " of " << Num(in.gpu_mem_gb, 1) << " GB; usable " << Gb(r.usable_bytes)
-    << " GB per GPU after a " << Num(in.reserve_fraction * 100, 0)
+    << " of " << Num(in.gpu_mem_gb, 1) << " GB" << (in.gpu.empty() ? "" : " (" + in.gpu + ")")
+    << "; usable " << Gb(r.usable_bytes) << " GB per GPU after a "
+    << Num(in.reserve_fraction * 100, 0)
     << "% reserve (allocator fragmentation, CUDA context, NCCL buffers)\n";
   o << "activations: seq-len " << *in.seq_len << ", micro-batch " << in.micro_batch
     << ", activation checkpointing " << (in.act_ckpt ? "on" : "off") << ", "
@@ -487,6 +506,7 @@ std::string FormatPlanText(const PlanResult& r) {
   }
   o << "  rule: among strategies that fit, fewest inter-node bytes per GPU per step, then fewest "
        "intra-node bytes, then the least sharding\n\n";
+  plan_internal::AppendAdapterText(r, o);
 
   o << "checkpoint every " << Num(r.checkpoint_interval_s / 60, 1) << " min ("
     << Num(r.checkpoint_interval_s, 0) << " s) = sqrt(2 x " << DurationText(in.ckpt_stall_s)
@@ -495,6 +515,7 @@ std::string FormatPlanText(const PlanResult& r) {
     << Num(100 * (r.stall_overhead + r.rework_overhead), 1) << "% ("
     << Num(100 * r.stall_overhead, 1) << "% checkpoint stalls + " << Num(100 * r.rework_overhead, 1)
     << "% rework after failures)\n";
+  plan_internal::AppendTimeText(r, o);
   return o.str();
 }
 
@@ -533,6 +554,8 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"parameters_source", r.parameters_source},
       {"layers", r.layers},
       {"hidden", r.hidden},
+      {"intermediate", r.intermediate},
+      {"kv_dim", r.kv_dim},
       {"heads", r.heads},
       {"layers_assumed", r.layers_assumed},
       {"hidden_assumed", r.hidden_assumed},
@@ -540,6 +563,7 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"largest_unit_parameters", r.largest_unit_parameters},
       {"nodes", in.nodes},
       {"gpus_per_node", in.gpus_per_node},
+      {"gpu", in.gpu.empty() ? json(nullptr) : json(in.gpu)},
       {"gpu_mem_bytes", Bytes(in.gpu_mem_gb * kGB)},
       {"reserve_fraction", in.reserve_fraction},
       {"usable_bytes_per_gpu", Bytes(r.usable_bytes)},
@@ -549,6 +573,8 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"attention", in.fused_attention ? "fused" : "eager"},
       {"activation_bytes_per_gpu", Bytes(r.activation_bytes)},
       {"strategies", strategies},
+      {"adapters", plan_internal::AdaptersJson(r)},
+      {"time", plan_internal::TimeJson(r)},
   };
   return j.dump(2) + "\n";
 }

@@ -1,7 +1,9 @@
 // The planner behind `ftrain plan`: per-GPU memory of DDP, ZeRO-1, ZeRO-2, FSDP full shard and
-// hybrid shard for mixed-precision AdamW, which of them fit, the recommended one and why, and
-// the checkpoint interval by Young/Daly. Pure arithmetic on a PlanInput (no I/O, no LibTorch);
-// the formulas and their sources are in docs/plan.md. Flag parsing lives in src/cli/cmd_plan.cc.
+// hybrid shard for mixed-precision AdamW, which of them fit, the recommended one and why, the
+// checkpoint interval by Young/Daly, the LoRA/QLoRA rows next to them, and the time to train
+// (FLOPs, MFU, deadline). Pure arithmetic on a PlanInput (no I/O, no LibTorch): what a packed
+// dataset or a run directory says is read by train/plan_sources.h. The formulas and their
+// sources are in docs/plan.md. Flag parsing lives in src/cli/cmd_plan.cc.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,44 @@
 #include "model/llama_config.h"
 
 namespace ftrain {
+
+// One row of the GPU table (docs/plan.md, "GPU peaks"): bf16 dense tensor peak from the
+// vendor's datasheet (dense: half the "with sparsity" figure), and the memory of one GPU.
+struct GpuSpec {
+  const char* name;  // --gpu value, e.g. "h100-sxm"
+  double bf16_dense_tflops;
+  double memory_gb;
+};
+const std::vector<GpuSpec>& KnownGpus();
+// The row for `name`; InvalidArgument listing the known names otherwise.
+StatusOr<GpuSpec> FindGpu(const std::string& name);
+
+// What `--data DIR` says about a packed dataset (its index only; no token is read).
+struct DataFacts {
+  std::string path;
+  uint64_t rows = 0;
+  uint32_t seq_len = 0;      // a row holds seq_len + 1 tokens and trains seq_len of them
+  uint32_t token_bytes = 2;  // 2 (uint16) or 4 (uint32)
+  uint64_t text_bytes = 0;   // UTF-8 bytes the packer tokenised; 0 when not recorded
+  uint64_t stream_tokens = 0;
+};
+
+// What `--calibrate RUN_DIR` read from a run: one record per metrics.jsonl line, the model
+// of its config.resolved.cfg, and its GPU count.
+struct CalibrationStep {
+  int64_t step = 0;
+  double tokens_per_s = 0;
+  double ckpt_stall_s = 0;
+  int64_t restart_count = 0;
+};
+struct CalibrationRun {
+  std::string run_dir;
+  std::vector<CalibrationStep> steps;
+  std::optional<LlamaConfig> model;  // the run's [model]; else the plan's own model is used
+  std::optional<int64_t> seq_len;    // the run's rows (its data index), when readable
+  int64_t gpus = 0;                  // 0: unknown (then --calibrate-gpus is required)
+  std::string gpus_source;           // "--calibrate-gpus" or the checkpoint it came from
+};
 
 // One field per `ftrain plan` flag; messages about a field name its flag.
 struct PlanInput {
@@ -31,6 +71,81 @@ struct PlanInput {
   double mtbf_hours = 24.0;          // --mtbf-hours: mean time between failures of the job
   double ckpt_stall_s = 13.0;        // --ckpt-stall-s: training time lost per checkpoint
   double reserve_fraction = 0.10;    // --reserve: GPU memory kept free (allocator, CUDA, NCCL)
+  bool gpu_mem_given = true;         // false: --gpu-mem-gb absent, take --gpu's memory
+
+  // Adapters (docs/plan.md, "LoRA and QLoRA").
+  int64_t lora_rank = 16;  // --lora-rank
+  std::vector<std::string> lora_targets = {"q", "k", "v", "o", "gate", "up", "down"};
+
+  // Time to train (docs/plan.md, "Time to train"). At most one token source.
+  std::optional<double> tokens;             // --tokens: tokens in one epoch
+  std::optional<DataFacts> data;            // --data DIR: rows x seq_len
+  std::optional<double> text_bytes;         // --text-bytes: raw text, / bytes per token
+  std::optional<double> bytes_per_token;    // --bytes-per-token; else measured, else 4
+  std::string gpu;                          // --gpu NAME (KnownGpus); empty: none
+  std::optional<double> peak_tflops;        // --peak-tflops: bf16 dense peak per GPU
+  std::optional<double> mfu;                // --mfu; default 0.40 unless --calibrate
+  std::optional<CalibrationRun> calibrate;  // --calibrate RUN_DIR
+  int64_t calibrate_skip = 10;              // --calibrate-skip: warm-up steps per (re)start
+  std::optional<double> deadline_days;      // --deadline-days
+};
+
+// Fine-tuning with adapters, bytes per GPU: a frozen base (bf16, or NF4 for QLoRA), the
+// adapters' trainable state, one dequantised projection (QLoRA), and the activations.
+struct AdapterPlan {
+  std::string name;                 // lora, qlora
+  double adapter_parameters = 0;    // r x (d_in + d_out) summed over the targeted projections
+  double quantised_parameters = 0;  // qlora: the decoder layers' projection weights in NF4
+  double base_bytes = 0;            // frozen weights (incl. quantisation constants)
+  double adapter_bytes = 0;         // adapters: fp32 master + Adam m,v + bf16 grads
+  double dequant_bytes = 0;         // bf16 copy of the largest projection being multiplied
+  double activation_bytes = 0;
+  double total_bytes = 0;
+  bool fits = false;
+  double headroom_bytes = 0;
+};
+
+// Time to train and, with a deadline, whether it is possible.
+struct TimePlan {
+  double flops_per_token = 0;  // 6P (+ 12 L h s when the shape is known)
+  double dense_flops_per_token = 0;
+  double attention_flops_per_token = 0;  // 0 when not counted
+  bool attention_counted = false;
+
+  bool have_tokens = false;
+  double tokens = 0;  // one epoch
+  std::string tokens_source;
+  double total_flops = 0;
+  double bytes_per_token = 4.0;  // raw text per token
+  std::string bytes_per_token_source;
+  double disk_bytes_per_token = 2.0;  // packed bytes read per trained token
+  std::string disk_bytes_source;
+
+  bool have_peak = false;
+  std::string gpu;        // empty with --peak-tflops
+  double peak_flops = 0;  // per GPU, FLOP/s
+  double mfu = 0.40;
+  std::string mfu_source;               // "default", "--mfu", "measured by RUN_DIR ..."
+  double calibration_tokens_per_s = 0;  // the run's median (0 without --calibrate)
+  int64_t calibration_steps = 0;        // steps it used
+
+  double tokens_per_s = 0;  // whole cluster at the MFU
+  double tokens_per_s_per_gpu = 0;
+  double tokens_per_s_per_node = 0;
+  double epoch_seconds = 0;                // compute only
+  double epoch_seconds_with_overhead = 0;  // x (1 + Young/Daly overhead)
+  double disk_bytes_per_s_per_node = 0;
+  double text_bytes_per_s_per_node = 0;
+
+  bool have_deadline = false;
+  double deadline_days = 0;
+  double needed_tokens_per_s = 0;
+  double needed_mfu = 0;          // on the given GPUs
+  std::string verdict;            // possible | needs higher MFU | unrealistic | impossible
+  double gpus_needed = 0;         // at the assumed MFU, whole GPUs
+  double nodes_needed = 0;        // of --gpus-per-node
+  double tokens_in_deadline = 0;  // on the given GPUs at the assumed MFU
+  double needed_disk_bytes_per_s_per_node = 0;
 };
 
 // Bytes per GPU for one strategy; state = weights + grads + master + moments.
@@ -57,7 +172,9 @@ struct PlanResult {
   std::string parameters_source;  // "--params" or the model config path
   int64_t layers = 0;
   int64_t hidden = 0;
-  double heads = 0;  // the model's num_heads, else hidden / 128
+  int64_t intermediate = 0;  // SwiGLU width: the model's, else the Llama rule from hidden
+  int64_t kv_dim = 0;        // k/v projection width: kv_heads x head_dim, else hidden
+  double heads = 0;          // the model's num_heads, else hidden / 128
   bool layers_assumed = false;
   bool hidden_assumed = false;
   std::string assumed_shape;  // "7B" when layers or hidden came from the standard table
@@ -78,15 +195,20 @@ struct PlanResult {
   double work_lost_s = 0;            // expected work lost per failure: interval / 2
   double stall_overhead = 0;         // stall / interval
   double rework_overhead = 0;        // (interval / 2) / MTBF
+
+  std::vector<AdapterPlan> adapters;  // lora, qlora: beside the strategies, not ranked with them
+  TimePlan time;
 };
 
 // Validates the input (messages name the flag) and computes the plan. "Nothing fits" is a
 // successful plan with recommended == -1, not an error.
 StatusOr<PlanResult> MakePlan(const PlanInput& input);
 
-// Human-readable report: table in GB (1 decimal, 1 GB = 1e9 bytes), reasoning, Young/Daly.
+// Human-readable report: table in GB (1 decimal, 1 GB = 1e9 bytes), reasoning, Young/Daly,
+// adapters, time to train.
 std::string FormatPlanText(const PlanResult& plan);
-// One JSON object: strategies[], recommended (name or null), checkpoint_interval_s, ...
+// One JSON object: strategies[], recommended (name or null), checkpoint_interval_s, ...,
+// adapters[], time{}.
 std::string FormatPlanJson(const PlanResult& plan);
 
 }  // namespace ftrain

@@ -1,0 +1,24 @@
+// What `ftrain plan` reads from disk, turned into plain values for the planner (train/plan.h):
+// a packed dataset's index (--data: rows, seq_len, token width, text bytes; no token is read)
+// and a training run's records (--calibrate: metrics.jsonl, config.resolved.cfg, and the GPU
+// count of its newest complete checkpoint). No LibTorch; the arithmetic stays in plan*.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "train/plan.h"
+
+namespace ftrain {
+
+// `spec` is a packed directory or an http(s) URL, as for `ftrain data inspect`.
+StatusOr<DataFacts> ReadDataFacts(const std::string& spec);
+
+// `gpus`: the run's GPU count when the caller knows it (--calibrate-gpus); otherwise it is read
+// from the newest complete checkpoint, and left 0 when there is none.
+StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
+                                            std::optional<int64_t> gpus);
+
+}  // namespace ftrain
