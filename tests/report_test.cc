@@ -229,6 +229,33 @@ TEST(ReportTest, OldRecordsWithoutLastStepAreEstimatedFromLostSeconds) {
   EXPECT_FALSE(s->warnings.empty());
 }
 
+// `ftrain launch` without slurm/train.sh: the only record is the trainer's fell_back (what
+// TrainFallbackTest's run directory holds). Steps 1..15, then 16..30 after the restart.
+TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
+  const std::string dir = NewDir("launch");
+  std::string m;
+  AddSteps(&m, 1, 15, kT0, 0, SmallSt, 5, 0.5);  // step 15 ends at 0 + 15.5 + 7.0 = 22.5
+  AddSteps(&m, 16, 30, kT0 + 40, 1, SmallSt, 5, 0.5);
+  WriteFile(dir + "/metrics.jsonl", m);
+  WriteFile(dir + "/restarts.jsonl",
+            Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\""));
+  auto s = train::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->interruptions.size(), 1u);
+  const auto& in = s->interruptions[0];
+  EXPECT_NE(in.cause.find("outside slurm/train.sh"), std::string::npos) << in.cause;
+  EXPECT_FALSE(in.detected_at.has_value());
+  EXPECT_TRUE(in.failed_at_estimated);
+  EXPECT_NEAR(in.failed_at - kT0, 22.5 + 5 * 1.5, 1e-6);  // up to the damaged step 20
+  EXPECT_EQ(in.redone_steps, 5);
+  EXPECT_NEAR(in.lost_s, 40 - 22.5, 1e-6);
+  std::ostringstream out;
+  train::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("not recorded (no train.sh record of the failure)"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("interruption #1 (near"), std::string::npos) << out.str();
+}
+
 TEST(ReportTest, OptionalGpuFieldsAreReportedWhenPresent) {
   const std::string dir = NewDir("gpu");
   std::string m;

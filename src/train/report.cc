@@ -194,6 +194,7 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
     if (first == nullptr && IsFailureEvent(e.event) && e.event != "fell_back") first = &e;
     if (!in.detected_at && IsDetection(e.event)) in.detected_at = e.time;
     if (!in.restarted_at && IsRestart(e.event)) in.restarted_at = e.time;
+    if (e.event == "requeued") in.requeued = true;
     if (lost == nullptr && e.lost_s) lost = &e;
     if (life == nullptr && e.last_step_time) life = &e;
     if (!in.how.empty()) in.how += ", then ";
@@ -203,7 +204,7 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
     in.cause = first->cause.empty() ? first->event : first->cause;
     limit = std::min(limit, first->time);
   } else if (!in.fallbacks.empty()) {
-    in.cause = "restart without a train.sh record";
+    in.cause = "unrecorded (restarted outside slurm/train.sh)";
   } else {
     in.cause = "unrecorded (no restarts.jsonl record; the restart count went up)";
     if (in.how.empty()) in.how = "only metrics.jsonl tells";
@@ -212,6 +213,8 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
     in.failed_at = *life->last_step_time;
     in.redone_steps =
         std::max<int64_t>(0, life->last_step.value_or(in.resumed_step) - in.resumed_step);
+    in.failed_at_basis = "the last sign of life (step " +
+                         std::to_string(in.resumed_step + in.redone_steps) + " ended)";
   } else {
     // Old records: train.sh's lost_s is the work since the newest complete checkpoint, which
     // after a fallback is the damaged one, further on than the step resumed from.
@@ -222,6 +225,15 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
     }
     in.failed_at = est;
     in.failed_at_estimated = true;
+    if (lost != nullptr) {
+      in.failed_at_basis =
+          "estimated: the step resumed from + lost_s (work since the newest "
+          "checkpoint, recorded by an older train.sh)";
+    } else if (!in.fallbacks.empty()) {
+      in.failed_at_basis = "estimated: the damaged checkpoint's step (no train.sh record)";
+    } else {
+      in.failed_at_basis = "not recorded: placed at the end of the last step that counts";
+    }
     in.redone_steps_estimated = true;
   }
   in.failed_at = std::max(in.last_good_time, std::min(in.failed_at, limit));
@@ -350,14 +362,17 @@ void Analyze(RunSummary* r) {
       begin = r->interruptions.back().down_until;
     }
   }
-  for (const auto& in : r->interruptions) {
+  for (size_t k = 0; k < r->interruptions.size(); ++k) {
+    const Interruption& in = r->interruptions[k];
     r->lost_s += in.lost_s;
     r->redone_s += in.redone_s;
     r->down_s += in.down_s;
     if (in.failed_at_estimated) {
-      r->warnings.push_back("the failure at " + IsoTime(in.failed_at) +
-                            " is placed from lost_s (records before train.sh wrote "
-                            "last_step_time): its re-done work is an estimate");
+      r->warnings.push_back("interruption #" + std::to_string(k + 1) + " (near " +
+                            IsoTime(in.failed_at) +
+                            "): its failure time and re-done steps are estimates "
+                            "(restarts.jsonl has no last_step_time for it: not run by "
+                            "slurm/train.sh, or by an older one)");
     }
   }
   r->other_s = std::max(0.0, r->wall_s - r->productive_s - r->lost_s);

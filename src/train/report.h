@@ -53,6 +53,8 @@ struct Interruption {
   double last_good_time = 0;  // when that step ended
   double failed_at = 0;       // the last sign of life before the failure
   bool failed_at_estimated = false;
+  std::string failed_at_basis;         // how failed_at was found, in words
+  bool requeued = false;               // a requeued record: Slurm (or train.sh) requeued the job
   std::optional<double> detected_at;   // train.sh noticed (absent: Slurm requeued silently)
   std::optional<double> restarted_at;  // the new attempt began (requeued / restarted record)
   std::optional<double> first_step_start, first_step_end;  // absent: the run never resumed

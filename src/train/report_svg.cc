@@ -315,7 +315,8 @@ std::string RenderReportSvg(const RunSummary& r) {
     const double x = X(in.failed_at);
     const std::string tag = "#" + std::to_string(k + 1);
     const std::string label = tag + " " + in.cause + ": down " + HumanDuration(in.down_s) + ", " +
-                              std::to_string(in.redone_steps) + " steps re-done";
+                              std::to_string(in.redone_steps) + " steps re-done" +
+                              (in.failed_at_estimated ? " (time estimated)" : "");
     const auto y =
         rows.Place(svg, x, {Fit(label, kFont, kR - kL), tag + " " + in.cause, tag}, kFailColor);
     o << "<line x1='" << Num(x) << "' y1='" << Num(y ? *y + 3 : kP1T - 6) << "' x2='" << Num(x)

@@ -41,20 +41,15 @@ void PrintInterruption(const RunSummary& r, const Interruption& in, int n, std::
       in.resumed_step > 0
           ? "step " + std::to_string(in.resumed_step) + " at " + At(r, in.last_good_time)
           : "none (before the first step)");
-  std::string failed = At(r, in.failed_at);
-  if (in.failed_at_estimated) {
-    failed += ", estimated from the lost work train.sh recorded";
-  } else {
-    failed += ", the last sign of life (step " + std::to_string(in.resumed_step + in.redone_steps) +
-              " ended)";
-  }
-  Row(out, "failed", failed);
+  Row(out, "failed", At(r, in.failed_at) + ", " + in.failed_at_basis);
   if (in.detected_at) {
     Row(out, "detected",
         At(r, *in.detected_at) + ", " + HumanDuration(*in.detected_at - in.failed_at) +
             " after the failure (train.sh)");
   } else {
-    Row(out, "detected", "not recorded (Slurm requeued the job; train.sh saw nothing)");
+    Row(out, "detected",
+        in.requeued ? "not recorded (the batch host died: Slurm requeued the job)"
+                    : "not recorded (no train.sh record of the failure)");
   }
   if (in.restarted_at) Row(out, "restarted", At(r, *in.restarted_at));
   for (int i : in.fallbacks) {
@@ -251,6 +246,7 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
         {"last_good", TimeJson(r, in.last_good_time)},
         {"failed_at", TimeJson(r, in.failed_at)},
         {"failed_at_estimated", in.failed_at_estimated},
+        {"failed_at_basis", in.failed_at_basis},
         {"detected_at", in.detected_at ? TimeJson(r, *in.detected_at) : ojson()},
         {"detection_s", in.detected_at ? ojson(*in.detected_at - in.failed_at) : ojson()},
         {"restarted_at", in.restarted_at ? TimeJson(r, *in.restarted_at) : ojson()},
