@@ -238,7 +238,9 @@ TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
   AddSteps(&m, 16, 30, kT0 + 40, 1, SmallSt, 5, 0.5);
   WriteFile(dir + "/metrics.jsonl", m);
   WriteFile(dir + "/restarts.jsonl",
-            Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\""));
+            Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\"") +
+                Event(kT0 + 38, "resumed", "resume",
+                      "\"step\":15,\"dir\":\"ckpt/step-00000015\",\"source\":\"disk\""));
   auto s = train::AnalyzeRun(dir);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 1u);
@@ -249,6 +251,7 @@ TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
   EXPECT_NEAR(in.failed_at - kT0, 22.5 + 5 * 1.5, 1e-6);  // up to the damaged step 20
   EXPECT_EQ(in.redone_steps, 5);
   EXPECT_NEAR(in.lost_s, 40 - 22.5, 1e-6);
+  EXPECT_EQ(in.state_from, "disk, ckpt/step-00000015");  // the trainer's resumed record
   std::ostringstream out;
   train::PrintReport(*s, out);
   EXPECT_NE(out.str().find("not recorded (no train.sh record of the failure)"), std::string::npos)
@@ -370,12 +373,16 @@ std::string WriteRealisticRun() {
              "\"lost_s\":210,\"last_step\":87,\"last_step_time\":" + std::to_string(life1));
   r += Event(life1 + 35 + 720, "requeued", "node_failure",
              "\"lost_s\":210,\"last_step\":87,\"last_step_time\":" + std::to_string(life1));
+  r += Event(life1 + 35 + 720 + 80, "resumed", "resume",
+             "\"step\":80,\"dir\":\"/shared/run/checkpoints/step-00000080\",\"source\":\"disk\"");
   t = AddSteps(&m, 81, 140, life1 + 35 + 720 + 90, 1, st, 20, 3.0, true);
   const double life2 = AddSteps(&lost, 141, 167, t, 1, st, 20, 3.0, true);  // 160 checkpointed
   r += Event(life2 + 6, "restarted", "rank_failure",
              "\"lost_s\":230,\"last_step\":167,\"last_step_time\":" + std::to_string(life2));
   r += Event(life2 + 6 + 40, "fell_back", "corrupt_checkpoint",
              "\"step\":160,\"moved_to\":\"step-00000160.corrupt\",\"problem\":\"XXH3 mismatch\"");
+  r += Event(life2 + 6 + 40 + 30, "resumed", "resume",
+             "\"step\":140,\"dir\":\"/shared/run/checkpoints/step-00000140\",\"source\":\"disk\"");
   t = AddSteps(&m, 141, 200, life2 + 6 + 40 + 35, 2, st, 20, 3.0, true);
   r += Event(t + 20, "finished", "complete");
   WriteFile(dir + "/metrics.jsonl", m);

@@ -203,7 +203,7 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
   if (first != nullptr) {
     in.cause = first->cause.empty() ? first->event : first->cause;
     limit = std::min(limit, first->time);
-  } else if (!in.fallbacks.empty()) {
+  } else if (!evs.empty()) {  // only the trainer's fell_back / resumed records
     in.cause = "unrecorded (restarted outside slurm/train.sh)";
   } else {
     in.cause = "unrecorded (no restarts.jsonl record; the restart count went up)";
@@ -353,7 +353,7 @@ void Analyze(RunSummary* r) {
       }
       if (failure) failures.push_back(std::move(g));
     }
-    if (failures.empty()) failures.emplace_back();  // only the restart count tells
+    if (failures.empty()) failures.push_back(gap);  // only the restart count (or a resume) tells
     double begin = p != nullptr ? p->time : r->start;
     for (size_t k = 0; k < failures.size(); ++k) {
       std::optional<double> next;
