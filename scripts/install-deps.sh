@@ -33,6 +33,7 @@ PACKAGES=(
   python3 python3-h5py python3-numpy python3-zstandard
   util-linux procps psmisc iproute2 curl
   shellcheck
+  librsvg2-bin fonts-dejavu-core  # ftrain report: the SVG test renders it to PNG
 )
 
 missing=()

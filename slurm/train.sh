@@ -77,6 +77,17 @@ except Exception: print(0)' 2>/dev/null || echo 0)"
   awk -v a="${last}" -v b="${created}" 'BEGIN { d = a - b; if (b == 0 || d < 0) d = 0; printf "%.0f", d }'
 }
 
+# ',"last_step":N,"last_step_time":T' of the newest line in metrics.jsonl (nothing if there is
+# none): the last sign of life before a failure. A resumed trainer drops the lines after its
+# checkpoint, so this record is the only trace of the work that is re-done (ftrain report).
+last_step_fields() {
+  tail -n 1 "${RUN_DIR}/metrics.jsonl" 2>/dev/null | python3 -c 'import json,sys
+try:
+  d=json.loads(sys.stdin.read())
+  print(",\"last_step\":%d,\"last_step_time\":%.3f" % (d["step"], d["time"]))
+except Exception: pass' 2>/dev/null || true
+}
+
 nodes_healthy() {
   timeout "${HEALTH_TIMEOUT_S}" srun --overlap --mpi=none --nodes="${SLURM_NNODES}" \
     --ntasks="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 true >/dev/null 2>&1
@@ -89,7 +100,7 @@ log "start: restart count ${restart_count}, nodes ${SLURM_JOB_NODELIST:-?} (${SL
 log "settings: config ${CONFIG}, data ${DATA}, run dir ${RUN_DIR}, ftrain ${FTRAIN_BIN}"
 if [[ "${restart_count}" != "0" ]]; then
   cause="$(cat "${RUN_DIR}/.last_stop" 2>/dev/null || echo node_failure)"
-  record requeued "${cause}" "\"lost_s\":$(work_since_checkpoint)"
+  record requeued "${cause}" "\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
   log "this is a requeued start (cause: ${cause}); resuming from the newest complete checkpoint"
 else
   record started initial
@@ -250,7 +261,7 @@ while :; do
   if ((rc == EXIT_REQUEUE)) || ((stop_requested)); then
     log "ranks checkpointed and stopped (exit ${rc}); requeueing job ${SLURM_JOB_ID}"
     echo preempted >"${RUN_DIR}/.last_stop"
-    record stopped preempted
+    record stopped preempted "\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
     stop_agents  # before the requeue: Slurm then kills whatever still runs
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
@@ -263,7 +274,7 @@ while :; do
     record failed config_error "\"exit\":${rc}"
     exit "${EXIT_CONFIG}"
   fi
-  lost="$(work_since_checkpoint)"
+  lost="$(work_since_checkpoint)$(last_step_fields)"  # "lost_s":... in the records below
   if ! nodes_healthy; then
     log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue for up to ${HEALTH_WAIT_S} s"
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"

@@ -430,6 +430,14 @@ TEST_F(TrainTest, WithCkptdSigkilledRanksResumeBitExactlyAndFromMemory) {
       << out;
   EXPECT_FALSE(Contains(out, "did not match the manifest")) << out;
   EXPECT_TRUE(Contains(out, "handed to ckptd")) << out;
+  // ... and said so in restarts.jsonl, where ftrain report reads where the state came from.
+  const std::string records = ReadFile(run + "/restarts.jsonl");
+  EXPECT_TRUE(
+      std::regex_search(records, std::regex("\"source\":\"ckptd memory on [1-4] of 4 ranks")))
+      << records;
+  auto report = RunCommand(Ftrain() + " report " + run, 30);
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_TRUE(Contains(report.output, "state from             ckptd memory on")) << report.output;
 }
 
 TEST_F(TrainTest, WithCkptdKilledMidRunTheTrainerFallsBackToSynchronousSaves) {

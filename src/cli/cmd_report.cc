@@ -1,4 +1,4 @@
-// `ftrain report RUN_DIR [--svg FILE]`: flags only; see src/train/report.h.
+// `ftrain report RUN_DIR [--svg FILE] [--json]`: flags only; see src/train/report.h.
 #include <iostream>
 
 #include "cli/cli_util.h"
@@ -11,11 +11,13 @@ namespace po = boost::program_options;
 
 int RunReport(int argc, char** argv) {
   const std::string program = "ftrain report";
-  po::options_description opts("ftrain report RUN_DIR [--svg FILE]");
+  po::options_description opts("ftrain report RUN_DIR [--svg FILE] [--json]");
   std::string run_dir, svg;
+  bool json = false;
   opts.add_options()("help,h", "show this help")("run-dir", po::value<std::string>(&run_dir),
-                                                 "the run directory")(
-      "svg", po::value<std::string>(&svg), "also write a self-contained SVG timeline here");
+                                                 "the run directory (run.dir of a training run)")(
+      "svg", po::value<std::string>(&svg), "also write a self-contained SVG timeline here")(
+      "json", po::bool_switch(&json), "print one JSON object instead of the text report");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
   po::variables_map vm;
@@ -25,13 +27,25 @@ int RunReport(int argc, char** argv) {
     std::cout << opts;
     return kExitOk;
   }
-  if (run_dir.empty()) return Fail(program, Status::InvalidArgument("give the run directory"));
-  s = train::PrintReport(run_dir, std::cout);
-  if (s.ok() && !svg.empty()) {
-    s = train::WriteReportSvg(run_dir, svg);
-    if (s.ok()) std::cout << "timeline written to " << svg << "\n";
+  if (run_dir.empty()) {
+    return Fail(program, Status::InvalidArgument("give the run directory (see --help)"));
   }
-  return s.ok() ? kExitOk : Fail(program, s);
+  auto summary = train::AnalyzeRun(run_dir);
+  if (!summary.ok()) return Fail(program, summary.status());
+  if (json) {
+    // The text report lists its warnings (skipped torn lines, estimates) at its end; with
+    // --json they are in "warnings" and on stderr, so a script's log shows them too.
+    for (const auto& w : summary->warnings) std::cerr << program << ": warning: " << w << "\n";
+    train::PrintReportJson(*summary, std::cout);
+  } else {
+    train::PrintReport(*summary, std::cout);
+  }
+  if (!svg.empty()) {
+    s = train::WriteReportSvg(*summary, svg);
+    if (!s.ok()) return Fail(program, s);
+    (json ? std::cerr : std::cout) << "timeline written to " << svg << "\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace ftrain::cli

@@ -1,13 +1,14 @@
-// Run report: summary text and an SVG timeline.
+// Run report, part 1: reading a run directory's records and working out what happened
+// (interruptions, goodput, hours lost, percentiles). Text/JSON output lives in
+// report_text.cc, the SVG timeline in report_svg.cc.
 #include "train/report.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <vector>
 
 #include "ckpt/store.h"
 #include "core/env.h"
@@ -17,210 +18,430 @@ namespace {
 
 using nlohmann::json;
 
-struct RunRecords {
-  std::vector<json> steps;     // metrics.jsonl, in order
-  std::vector<json> restarts;  // restarts.jsonl
-  std::vector<ckpt::CheckpointInfo> checkpoints;
-};
-
-StatusOr<RunRecords> Load(const std::string& run_dir) {
-  RunRecords r;
-  const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
-  std::ifstream in(metrics);
+// One JSONL file, line by line. A line that is not a JSON object is Corruption naming
+// file:line, except the last line when the file does not end in a newline: that is what a
+// crash in the middle of an append leaves, so it is skipped with a warning. Empty lines are
+// skipped with a warning (no writer produces them; they change nothing).
+Status ReadJsonLines(const std::string& path, std::vector<std::pair<int, json>>* out,
+                     std::vector<std::string>* warnings) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return Status::InvalidArgument("'" + run_dir +
-                                   "' has no metrics.jsonl: not an ftrain run directory");
+    // No file: nothing recorded (yet). A file that cannot be read is an error, not silence.
+    if (!Env::Default()->FileExists(path)) return Status::Ok();
+    return Status::IOError("cannot read '" + path + "': check its permissions");
   }
-  std::string line;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  size_t pos = 0;
   int line_no = 0;
-  while (std::getline(in, line)) {
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    const bool torn = nl == std::string::npos;
+    if (torn) nl = text.size();
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
     ++line_no;
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) {
-      return Status::Corruption(metrics + ":" + std::to_string(line_no) + ": not a metrics record");
+    const std::string where = path + ":" + std::to_string(line_no);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      warnings->push_back(where + ": empty line (skipped)");
+      continue;
     }
-    r.steps.push_back(std::move(j));
-  }
-  std::ifstream rs(JoinPath(run_dir, "restarts.jsonl"));
-  while (std::getline(rs, line)) {
     json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded()) r.restarts.push_back(std::move(j));
+    if (j.is_discarded() || !j.is_object()) {
+      if (torn) {
+        warnings->push_back(where + ": incomplete last line (a crash mid-append?), skipped");
+        continue;
+      }
+      return Status::Corruption(where + ": not a JSON object (" +
+                                line.substr(0, std::min<size_t>(line.size(), 60)) +
+                                "); fix or remove that line and run the report again");
+    }
+    out->emplace_back(line_no, std::move(j));
   }
-  // The checkpoint root the run used: ckpt.root from the resolved config the trainer wrote
-  // (a custom root is not under the run directory), else the default.
-  std::string root = JoinPath(run_dir, "checkpoints");
+  return Status::Ok();
+}
+
+// Typed field access naming file:line and the field; absent optional fields keep `*v`.
+template <typename T>
+Status Field(const json& j, const char* key, bool required, const std::string& where, T* v) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!required) return Status::Ok();
+    return Status::Corruption(where + ": field '" + key + "' is missing");
+  }
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (it->is_string()) {
+      *v = it->template get<std::string>();
+    } else if (it->is_number()) {
+      *v = it->dump();  // a job id written as a number
+    } else {
+      return Status::Corruption(where + ": field '" + key + "' is not a string");
+    }
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer() && !it->is_number_unsigned()) {
+      return Status::Corruption(where + ": field '" + key + "' is not an integer");
+    }
+    *v = it->template get<T>();
+  } else {
+    if (!it->is_number())
+      return Status::Corruption(where + ": field '" + key + "' is not a number");
+    *v = it->template get<double>();
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status OptField(const json& j, const char* key, const std::string& where, std::optional<T>* v) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  T x{};
+  FT_RETURN_IF_ERROR(Field(j, key, true, where, &x));
+  *v = x;
+  return Status::Ok();
+}
+
+StatusOr<StepRecord> ParseStep(const json& j, const std::string& where) {
+  StepRecord s;
+  FT_RETURN_IF_ERROR(Field(j, "step", true, where, &s.step));
+  // "time" is what the trainer writes; "unix_time" is accepted for records from other tools.
+  FT_RETURN_IF_ERROR(Field(j, j.contains("time") ? "time" : "unix_time", true, where, &s.time));
+  FT_RETURN_IF_ERROR(Field(j, "step_time_s", true, where, &s.step_time_s));
+  FT_RETURN_IF_ERROR(Field(j, "loss", false, where, &s.loss));
+  FT_RETURN_IF_ERROR(Field(j, "tokens_per_s", false, where, &s.tokens_per_s));
+  FT_RETURN_IF_ERROR(Field(j, "data_wait_s", false, where, &s.data_wait_s));
+  FT_RETURN_IF_ERROR(Field(j, "comm_s", false, where, &s.comm_s));
+  FT_RETURN_IF_ERROR(Field(j, "ckpt_stall_s", false, where, &s.ckpt_stall_s));
+  FT_RETURN_IF_ERROR(Field(j, "restart_count", false, where, &s.restart_count));
+  FT_RETURN_IF_ERROR(Field(j, "tokens", false, where, &s.tokens));
+  FT_RETURN_IF_ERROR(OptField(j, "mfu", where, &s.mfu));
+  FT_RETURN_IF_ERROR(OptField(j, "gpu_util", where, &s.gpu_util));
+  FT_RETURN_IF_ERROR(OptField(j, "gpu_mem_gb", where, &s.gpu_mem_gb));
+  FT_RETURN_IF_ERROR(OptField(j, "tokens_per_s_per_gpu", where, &s.tokens_per_s_per_gpu));
+  if (s.step_time_s < 0 || !std::isfinite(s.time)) {
+    return Status::Corruption(where + ": negative step_time_s or a time that is not finite");
+  }
+  return s;
+}
+
+StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
+  RunEvent e;
+  e.json = j.dump();
+  FT_RETURN_IF_ERROR(Field(j, "time", true, where, &e.time));
+  FT_RETURN_IF_ERROR(Field(j, "event", true, where, &e.event));
+  FT_RETURN_IF_ERROR(Field(j, "cause", false, where, &e.cause));
+  FT_RETURN_IF_ERROR(Field(j, "job", false, where, &e.job));
+  FT_RETURN_IF_ERROR(OptField(j, "lost_s", where, &e.lost_s));
+  FT_RETURN_IF_ERROR(OptField(j, "last_step", where, &e.last_step));
+  FT_RETURN_IF_ERROR(OptField(j, "last_step_time", where, &e.last_step_time));
+  FT_RETURN_IF_ERROR(OptField(j, "step", where, &e.step));
+  std::string a, b;
+  if (e.event == "fell_back") {
+    FT_RETURN_IF_ERROR(Field(j, "moved_to", false, where, &a));
+    FT_RETURN_IF_ERROR(Field(j, "problem", false, where, &b));
+    e.detail = "moved to " + a + " (" + b + ")";
+  } else if (e.event == "resumed") {
+    FT_RETURN_IF_ERROR(Field(j, "source", false, where, &a));
+    FT_RETURN_IF_ERROR(Field(j, "dir", false, where, &b));
+    e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
+  }
+  return e;
+}
+
+// The checkpoint root the run used: ckpt.root from the resolved config the trainer wrote (a
+// custom root is not under the run directory), else the default.
+std::string CheckpointRoot(const std::string& run_dir) {
+  std::string root = JoinPath(run_dir, "checkpoints"), line;
   std::ifstream cfg(JoinPath(run_dir, "config.resolved.cfg"));
   const std::string key = "ckpt.root = ";
   while (std::getline(cfg, line)) {
     if (line.rfind(key, 0) == 0 && line.size() > key.size()) root = line.substr(key.size());
   }
-  ckpt::CheckpointStore store(root);
+  return root;
+}
+
+bool IsFailureEvent(const std::string& ev) {
+  return ev != "started" && ev != "finished" && ev != "resumed";
+}
+bool IsDetection(const std::string& ev) {
+  return ev == "step_failed" || ev == "restarted" || ev == "stopped" || ev == "failed";
+}
+bool IsRestart(const std::string& ev) {
+  return ev == "requeued" || ev == "restarted" || ev == "started";
+}
+
+// One interruption: the failure records `evs` in the gap between step record `p` (nullptr:
+// before the first step) and `q` (nullptr: the run has no step after it). A gap can hold
+// several failures (an attempt that failed again before its first checkpoint): then `begin`
+// is when the attempt that failed began, and `next` (not the last in the gap) the time of
+// the next failure's first record.
+Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord* q,
+                     const std::vector<int>& evs, double median_step_s, double begin,
+                     std::optional<double> next) {
+  Interruption in;
+  in.events = evs;
+  in.resumed_step = p != nullptr ? p->step : 0;
+  in.last_good_time = begin;
+  in.failed_again = next.has_value();
+  const double end = next ? *next : (q != nullptr ? q->Start() : r.end);
+  double limit = end;  // the failure happened before this
+  const RunEvent* first = nullptr;
+  const RunEvent* lost = nullptr;
+  const RunEvent* life = nullptr;
+  for (int i : evs) {
+    const RunEvent& e = r.events[i];
+    if (e.event == "fell_back") in.fallbacks.push_back(i);
+    if (e.event == "resumed" && !e.detail.empty()) in.state_from = e.detail;
+    if (first == nullptr && IsFailureEvent(e.event) && e.event != "fell_back") first = &e;
+    if (!in.detected_at && IsDetection(e.event)) in.detected_at = e.time;
+    if (!in.restarted_at && IsRestart(e.event)) in.restarted_at = e.time;
+    if (e.event == "requeued") in.requeued = true;
+    if (lost == nullptr && e.lost_s) lost = &e;
+    if (life == nullptr && e.last_step_time) life = &e;
+    if (!in.how.empty()) in.how += ", then ";
+    in.how += e.event + (e.job.empty() ? "" : " (job " + e.job + ")");
+  }
+  if (first != nullptr) {
+    in.cause = first->cause.empty() ? first->event : first->cause;
+    limit = std::min(limit, first->time);
+  } else if (!evs.empty()) {  // only the trainer's fell_back / resumed records
+    in.cause = "unrecorded (restarted outside slurm/train.sh)";
+  } else {
+    in.cause = "unrecorded (no restarts.jsonl record; the restart count went up)";
+    if (in.how.empty()) in.how = "only metrics.jsonl tells";
+  }
+  if (life != nullptr) {
+    in.failed_at = *life->last_step_time;
+    in.redone_steps =
+        std::max<int64_t>(0, life->last_step.value_or(in.resumed_step) - in.resumed_step);
+    in.failed_at_basis = "the last sign of life (step " +
+                         std::to_string(in.resumed_step + in.redone_steps) + " ended)";
+  } else {
+    // Old records: train.sh's lost_s is the work since the newest complete checkpoint, which
+    // after a fallback is the damaged one, further on than the step resumed from.
+    double est = in.last_good_time + (lost != nullptr ? *lost->lost_s : 0);
+    for (int i : in.fallbacks) {
+      const int64_t bad = r.events[i].step.value_or(in.resumed_step);
+      est += static_cast<double>(std::max<int64_t>(0, bad - in.resumed_step)) * median_step_s;
+    }
+    in.failed_at = est;
+    in.failed_at_estimated = true;
+    if (lost != nullptr) {
+      in.failed_at_basis =
+          "estimated: the step resumed from + lost_s (work since the newest "
+          "checkpoint, recorded by an older train.sh)";
+    } else if (!in.fallbacks.empty()) {
+      in.failed_at_basis = "estimated: the damaged checkpoint's step (no train.sh record)";
+    } else {
+      in.failed_at_basis = "not recorded: placed at the end of the last step that counts";
+    }
+    in.redone_steps_estimated = true;
+  }
+  in.failed_at = std::max(in.last_good_time, std::min(in.failed_at, limit));
+  in.redone_s = in.failed_at - in.last_good_time;
+  if (in.redone_steps_estimated) {
+    in.redone_steps =
+        median_step_s > 0 ? static_cast<int64_t>(std::llround(in.redone_s / median_step_s)) : 0;
+  }
+  // Downtime ends when the next attempt starts work that is kept (the first new step) or,
+  // when that attempt failed too, when it began.
+  in.down_until = next ? in.restarted_at.value_or(*next) : end;
+  in.down_until = std::max(in.failed_at, std::min(in.down_until, end));
+  if (q != nullptr && !next) {
+    in.next_record = static_cast<int>(q - r.steps.data());
+    in.first_step_start = q->Start();
+    in.first_step_end = q->time;
+  }
+  in.down_s = in.down_until - in.failed_at;
+  in.lost_s = in.redone_s + in.down_s;
+  if (in.state_from.empty() && (q != nullptr || next)) {
+    in.state_from = in.resumed_step > 0
+                        ? "the checkpoint of step " + std::to_string(in.resumed_step) +
+                              " (disk or ckptd memory: not recorded)"
+                        : "nothing: a fresh start from step 0";
+  }
+  return in;
+}
+
+// Splits the records of one gap into failures: a new one begins with a record of a failure
+// (or a restart) after the current one already restarted.
+std::vector<std::vector<int>> SplitFailures(const RunSummary& r, const std::vector<int>& gap) {
+  std::vector<std::vector<int>> out;
+  bool restarted = true;
+  for (int i : gap) {
+    const std::string& ev = r.events[i].event;
+    if ((IsDetection(ev) || IsRestart(ev)) && restarted) {
+      out.emplace_back();
+      restarted = false;
+    }
+    if (out.empty()) out.emplace_back();
+    out.back().push_back(i);
+    if (IsRestart(ev)) restarted = true;
+  }
+  if (out.empty()) out.emplace_back();  // only the restart count tells
+  return out;
+}
+
+void Analyze(RunSummary* r) {
+  const auto inf = std::numeric_limits<double>::infinity();
+  r->start = inf;
+  r->end = -inf;
+  for (const auto& s : r->steps) {
+    r->start = std::min(r->start, s.Start());
+    r->end = std::max(r->end, s.time);
+  }
+  for (const auto& e : r->events) {
+    r->start = std::min(r->start, e.time);
+    r->end = std::max(r->end, e.time);
+  }
+  if (r->start == inf) r->start = r->end = 0;
+  r->wall_s = r->end - r->start;
+
+  std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg;
+  for (const auto& s : r->steps) {
+    r->productive_s += s.step_time_s;
+    st.push_back(s.step_time_s - s.ckpt_stall_s);
+    stw.push_back(s.step_time_s);
+    tps.push_back(s.tokens_per_s);
+    wait.push_back(s.data_wait_s);
+    comm.push_back(s.comm_s);
+    if (s.ckpt_stall_s > 0) {
+      stall.push_back(s.ckpt_stall_s);
+      r->checkpoint_steps.push_back(s.step);
+      r->stall_total_s += s.ckpt_stall_s;
+    }
+    if (s.mfu) mfu.push_back(*s.mfu);
+    if (s.gpu_util) util.push_back(*s.gpu_util);
+    if (s.gpu_mem_gb) mem.push_back(*s.gpu_mem_gb);
+    if (s.tokens_per_s_per_gpu) tpg.push_back(*s.tokens_per_s_per_gpu);
+  }
+  r->step_time = ComputePercentiles(st);
+  r->step_time_with_stall = ComputePercentiles(stw);
+  r->tokens_per_s = ComputePercentiles(tps);
+  r->data_wait = ComputePercentiles(wait);
+  r->comm = ComputePercentiles(comm);
+  r->stall = ComputePercentiles(stall);
+  if (!mfu.empty()) r->mfu = ComputePercentiles(mfu);
+  if (!util.empty()) r->gpu_util = ComputePercentiles(util);
+  if (!mem.empty()) r->gpu_mem_gb = ComputePercentiles(mem);
+  if (!tpg.empty()) r->tokens_per_s_per_gpu = ComputePercentiles(tpg);
+
+  // Every gap between consecutive step records (and before the first / after the last) that
+  // holds a failure record, a restart, or a rise of the restart count is an interruption.
+  const double median = r->step_time_with_stall.p50;
+  const size_t n = r->steps.size();
+  size_t ev = 0;
+  for (size_t i = 0; i <= n; ++i) {
+    const StepRecord* p = i > 0 ? &r->steps[i - 1] : nullptr;
+    const StepRecord* q = i < n ? &r->steps[i] : nullptr;
+    std::vector<int> gap;
+    bool interrupted = p != nullptr && q != nullptr && q->restart_count > p->restart_count;
+    while (ev < r->events.size() && (q == nullptr || r->events[ev].time <= q->time)) {
+      const RunEvent& e = r->events[ev];
+      gap.push_back(static_cast<int>(ev));
+      if (IsFailureEvent(e.event) || (e.event == "started" && p != nullptr)) interrupted = true;
+      ++ev;
+    }
+    if (!interrupted) continue;
+    // Keep the groups that are failures: the run's own first `started` is not one, while a
+    // `started` after steps is a new job on this run directory (how it ended is unrecorded).
+    std::vector<std::vector<int>> failures;
+    for (auto& g : SplitFailures(*r, gap)) {
+      bool failure = false;
+      for (int e : g) {
+        const std::string& name = r->events[e].event;
+        failure = failure || IsFailureEvent(name) || (name == "started" && p != nullptr);
+      }
+      if (failure) failures.push_back(std::move(g));
+    }
+    if (failures.empty()) failures.push_back(gap);  // only the restart count (or a resume) tells
+    double begin = p != nullptr ? p->time : r->start;
+    for (size_t k = 0; k < failures.size(); ++k) {
+      std::optional<double> next;
+      if (k + 1 < failures.size()) next = r->events[failures[k + 1].front()].time;
+      r->interruptions.push_back(Explain(*r, p, q, failures[k], median, begin, next));
+      begin = r->interruptions.back().down_until;
+    }
+  }
+  for (size_t k = 0; k < r->interruptions.size(); ++k) {
+    const Interruption& in = r->interruptions[k];
+    r->lost_s += in.lost_s;
+    r->redone_s += in.redone_s;
+    r->down_s += in.down_s;
+    if (in.failed_at_estimated) {
+      r->warnings.push_back("interruption #" + std::to_string(k + 1) + " (near " +
+                            IsoTime(in.failed_at) +
+                            "): its failure time and re-done steps are estimates "
+                            "(restarts.jsonl has no last_step_time for it: not run by "
+                            "slurm/train.sh, or by an older one)");
+    }
+  }
+  r->other_s = std::max(0.0, r->wall_s - r->productive_s - r->lost_s);
+  r->goodput = r->wall_s > 0 ? r->productive_s / r->wall_s : 0;
+}
+
+}  // namespace
+
+StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
+  Env* env = Env::Default();
+  if (!env->IsDirectory(run_dir)) {
+    return Status::InvalidArgument("run directory '" + run_dir +
+                                   "' does not exist or is not a directory: give the "
+                                   "run.dir of a training run");
+  }
+  RunSummary r;
+  r.run_dir = run_dir;
+  const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
+  const std::string restarts = JoinPath(run_dir, "restarts.jsonl");
+  if (!env->FileExists(metrics) && !env->FileExists(restarts)) {
+    return Status::InvalidArgument("'" + run_dir +
+                                   "' has neither metrics.jsonl nor restarts.jsonl: not an "
+                                   "ftrain run directory (give the run.dir of a training run)");
+  }
+  std::vector<std::pair<int, json>> lines;
+  FT_RETURN_IF_ERROR(ReadJsonLines(metrics, &lines, &r.warnings));
+  for (const auto& [no, j] : lines) {
+    FT_ASSIGN_OR_RETURN(StepRecord s, ParseStep(j, metrics + ":" + std::to_string(no)));
+    r.steps.push_back(s);
+  }
+  if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
+  lines.clear();
+  FT_RETURN_IF_ERROR(ReadJsonLines(restarts, &lines, &r.warnings));
+  for (const auto& [no, j] : lines) {
+    FT_ASSIGN_OR_RETURN(RunEvent e, ParseEvent(j, restarts + ":" + std::to_string(no)));
+    r.events.push_back(std::move(e));
+  }
+  std::stable_sort(r.events.begin(), r.events.end(),
+                   [](const RunEvent& a, const RunEvent& b) { return a.time < b.time; });
+  r.ckpt_root = CheckpointRoot(run_dir);
+  ckpt::CheckpointStore store(r.ckpt_root);
   auto list = store.List();
-  if (list.ok()) r.checkpoints = *list;
+  // A missing or unreadable root only leaves the root's count out of the report.
+  if (list.ok()) {
+    for (const auto& c : *list) {
+      if (c.status == ckpt::CheckpointStatus::kComplete) {
+        ++r.checkpoints_in_root;
+        if (!r.latest_in_root || c.step > *r.latest_in_root) r.latest_in_root = c.step;
+      }
+      if (c.status == ckpt::CheckpointStatus::kCorrupt) ++r.corrupt_in_root;
+    }
+  }
+  Analyze(&r);
   return r;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
+Percentiles ComputePercentiles(std::vector<double> v) {
+  Percentiles p;
+  p.count = static_cast<int>(v.size());
+  if (v.empty()) return p;
   std::sort(v.begin(), v.end());
-  const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-  return v[std::min(v.size() - 1, i)];
-}
-
-}  // namespace
-
-namespace {
-Status PrintReportImpl(const std::string& run_dir, std::ostream& out);
-Status WriteReportSvgImpl(const std::string& run_dir, const std::string& svg_path);
-}  // namespace
-
-// Records are JSON written by the trainer and train.sh, but a run directory is input: a line
-// with a mistyped field is an error naming the run directory, never an exception.
-Status PrintReport(const std::string& run_dir, std::ostream& out) {
-  try {
-    return PrintReportImpl(run_dir, out);
-  } catch (const std::exception& e) {
-    return Status::Corruption("a record in '" + run_dir +
-                              "' (metrics.jsonl or restarts.jsonl) is malformed: " + e.what());
-  }
-}
-
-Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path) {
-  try {
-    return WriteReportSvgImpl(run_dir, svg_path);
-  } catch (const std::exception& e) {
-    return Status::Corruption("a record in '" + run_dir +
-                              "' (metrics.jsonl or restarts.jsonl) is malformed: " + e.what());
-  }
-}
-
-namespace {
-
-Status PrintReportImpl(const std::string& run_dir, std::ostream& out) {
-  FT_ASSIGN_OR_RETURN(RunRecords r, Load(run_dir));
-  std::vector<double> step_time, tps, wait, comm;
-  double stall_total = 0;
-  int ckpts = 0;
-  for (const auto& s : r.steps) {
-    const double stall = s.value("ckpt_stall_s", 0.0);
-    step_time.push_back(s.value("step_time_s", 0.0) - stall);
-    tps.push_back(s.value("tokens_per_s", 0.0));
-    wait.push_back(s.value("data_wait_s", 0.0));
-    comm.push_back(s.value("comm_s", 0.0));
-    stall_total += stall;
-    if (stall > 0) ++ckpts;
-  }
-  const json& last = r.steps.empty() ? json::object() : r.steps.back();
-  out << std::fixed;
-  out << "run            " << run_dir << "\n"
-      << "steps          " << last.value("step", 0) << " (" << r.steps.size() << " recorded)\n"
-      << "tokens         " << last.value("tokens", int64_t{0}) << "\n"
-      << "final loss     " << std::setprecision(4) << last.value("loss", 0.0) << "\n"
-      << std::setprecision(3) << "step time      median " << Percentile(step_time, 0.5)
-      << " s, p95 " << Percentile(step_time, 0.95) << " s (without checkpoint stalls)\n"
-      << std::setprecision(0) << "throughput     median " << Percentile(tps, 0.5) << " tokens/s\n"
-      << std::setprecision(4) << "data wait      median " << Percentile(wait, 0.5) << " s/step\n"
-      << "communication  median " << Percentile(comm, 0.5) << " s/step (waiting on collectives)\n"
-      << std::setprecision(2) << "checkpoints    " << ckpts
-      << " written by this run's steps, stall total " << stall_total << " s; "
-      << r.checkpoints.size() << " in the root now\n";
-  int restarts = 0;
-  double lost = 0;
-  for (const auto& e : r.restarts) {
-    const std::string ev = e.value("event", "");
-    if (ev == "requeued" || ev == "restarted") {
-      ++restarts;
-      lost += e.value("lost_s", 0.0);
-    }
-  }
-  out << "restarts       " << restarts << ", work lost " << std::setprecision(0) << lost << " s\n";
-  for (const auto& e : r.restarts) {
-    out << "  " << std::setprecision(0) << e.value("time", 0.0) << " job " << e.value("job", "")
-        << " " << e.value("event", "") << " (" << e.value("cause", "") << ")";
-    if (e.contains("lost_s") && e["lost_s"].is_number()) {
-      out << ", lost " << e["lost_s"].get<double>() << " s";
-    }
-    if (e.value("event", "") == "fell_back") {
-      out << ": step " << e.value("step", int64_t{-1}) << " failed verification, moved to "
-          << e.value("moved_to", "") << " (" << e.value("problem", "") << ")";
-    }
-    out << "\n";
-  }
-  return Status::Ok();
-}
-
-Status WriteReportSvgImpl(const std::string& run_dir, const std::string& svg_path) {
-  FT_ASSIGN_OR_RETURN(RunRecords r, Load(run_dir));
-  const double W = 900, H = 420, left = 60, right = 60, top = 40, bottom = 50;
-  const double pw = W - left - right, ph = H - top - bottom;
-  double t0 = 1e300, t1 = -1e300, lmin = 1e300, lmax = -1e300, tmax = 1;
-  for (const auto& s : r.steps) {
-    const double t = s.value("time", 0.0);
-    t0 = std::min(t0, t);
-    t1 = std::max(t1, t);
-    lmin = std::min(lmin, s.value("loss", 0.0));
-    lmax = std::max(lmax, s.value("loss", 0.0));
-    tmax = std::max(tmax, s.value("tokens_per_s", 0.0));
-  }
-  for (const auto& e : r.restarts) {
-    t0 = std::min(t0, e.value("time", t0));
-    t1 = std::max(t1, e.value("time", t1));
-  }
-  if (r.steps.empty() || t1 <= t0) t1 = t0 + 1;
-  if (lmax <= lmin) lmax = lmin + 1;
-  auto X = [&](double t) { return left + (t - t0) / (t1 - t0) * pw; };
-  auto YL = [&](double l) { return top + (lmax - l) / (lmax - lmin) * ph; };
-  auto YT = [&](double v) { return top + (1 - v / tmax) * ph; };
-  std::ostringstream svg;
-  svg << std::fixed << std::setprecision(1);
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-      << "' font-family='sans-serif' font-size='12'>\n"
-      << "<rect width='100%' height='100%' fill='white'/>\n"
-      << "<text x='" << left << "' y='22' font-size='15'>ftrain run: " << run_dir
-      << " (loss and throughput over wall time)</text>\n"
-      << "<rect x='" << left << "' y='" << top << "' width='" << pw << "' height='" << ph
-      << "' fill='none' stroke='#999'/>\n";
-  auto polyline = [&](const char* key, const char* color, auto y) {
-    svg << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
-    for (const auto& s : r.steps)
-      svg << X(s.value("time", 0.0)) << "," << y(s.value(key, 0.0)) << " ";
-    svg << "'/>\n";
+  auto rank = [&](double q) {
+    const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
   };
-  polyline("tokens_per_s", "#9bc", YT);
-  polyline("loss", "#c33", YL);
-  for (const auto& s : r.steps) {
-    if (s.value("ckpt_stall_s", 0.0) > 0) {
-      const double x = X(s.value("time", 0.0));
-      svg << "<line x1='" << x << "' y1='" << top + ph << "' x2='" << x << "' y2='" << top + ph - 8
-          << "' stroke='#383'><title>checkpoint at step " << s.value("step", 0)
-          << "</title></line>\n";
-    }
-  }
-  int marks = 0;
-  for (const auto& e : r.restarts) {
-    const std::string ev = e.value("event", "");
-    if (ev != "requeued" && ev != "restarted" && ev != "step_failed") continue;
-    const double x = X(e.value("time", t0));
-    svg << "<line x1='" << x << "' y1='" << top << "' x2='" << x << "' y2='" << top + ph
-        << "' stroke='#e80' stroke-dasharray='4,3'/><text x='" << x + 3 << "' y='"
-        << top + 14 + 14 * (marks++ % 4) << "' fill='#e80'>" << ev << ": " << e.value("cause", "")
-        << "</text>\n";
-  }
-  svg << std::setprecision(3) << "<text x='8' y='" << top + 10 << "' fill='#c33'>" << lmax
-      << "</text><text x='8' y='" << top + ph << "' fill='#c33'>" << lmin << "</text>\n"
-      << std::setprecision(0) << "<text x='" << W - right + 4 << "' y='" << top + 10
-      << "' fill='#579'>" << tmax << " tok/s</text>\n"
-      << "<text x='" << left << "' y='" << H - 15 << "'>red: loss; blue: tokens/s; green ticks: "
-      << "checkpoints; orange: failures and restarts; " << std::setprecision(0) << (t1 - t0)
-      << " s shown</text>\n</svg>\n";
-  std::ofstream f(svg_path);
-  if (!f) return Status::InvalidArgument("cannot write '" + svg_path + "'");
-  f << svg.str();
-  if (!f) return Status::IOError("writing '" + svg_path + "' failed");
-  return Status::Ok();
+  p.p50 = rank(0.5);
+  p.p95 = rank(0.95);
+  p.max = v.back();
+  return p;
 }
-
-}  // namespace
 
 }  // namespace ftrain::train

@@ -1,18 +1,114 @@
-// `ftrain report RUN_DIR [--svg FILE]`: what a run did, from its own records
-// (metrics.jsonl, restarts.jsonl, the checkpoint root): steps, tokens, step-time median/p95,
-// tokens/s, checkpoints and their stall, restarts with cause and lost work; and a
-// self-contained SVG timeline of loss and throughput with checkpoints and restarts marked.
-// Reads files only; no LibTorch.
+// `ftrain report RUN_DIR [--svg FILE] [--json]`: what a run did, from its own records
+// (metrics.jsonl, restarts.jsonl, the checkpoint root): goodput and the hours lost to
+// interruptions, each interruption with cause, detection, recovery and re-done work, step-time
+// p50/p95, tokens/s, MFU and GPU figures when recorded, checkpoint stalls; as text, as JSON,
+// and as a self-contained SVG timeline. Reads files only; no LibTorch.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
 namespace ftrain::train {
 
-Status PrintReport(const std::string& run_dir, std::ostream& out);
-Status WriteReportSvg(const std::string& run_dir, const std::string& svg_path);
+// One line of metrics.jsonl (the steps that count: a resumed trainer rewrites the lines of
+// the steps it re-does, so the file never holds a step twice).
+struct StepRecord {
+  int64_t step = 0;
+  double time = 0;  // unix seconds at the end of the step ("time")
+  double step_time_s = 0;
+  double loss = 0;
+  double tokens_per_s = 0;
+  double data_wait_s = 0;
+  double comm_s = 0;
+  double ckpt_stall_s = 0;
+  int64_t restart_count = 0;
+  int64_t tokens = 0;
+  std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
+  double Start() const { return time - step_time_s; }
+};
+
+// One line of restarts.jsonl (slurm/train.sh and the trainer's fell_back / resumed records).
+struct RunEvent {
+  double time = 0;
+  std::string event, cause, job;
+  std::string json;  // the whole record, for --json
+  std::optional<double> lost_s;
+  std::optional<int64_t> last_step;      // the newest step before the failure (train.sh)
+  std::optional<double> last_step_time;  // and when it ended: the last sign of life
+  std::optional<int64_t> step;           // fell_back: the damaged step; resumed: the step
+  std::string detail;                    // fell_back: moved_to + problem; resumed: source
+};
+
+// The wall time between the last step that counts before a failure and the first step after
+// it: re-done work (steps that ran but were lost) followed by downtime.
+struct Interruption {
+  std::string cause;          // of the first record in the gap (node_failure, rank_failure, ...)
+  std::string how;            // what the records say happened, in words
+  int64_t resumed_step = 0;   // the last step that counts before it (the checkpoint used)
+  double last_good_time = 0;  // when that step ended
+  double failed_at = 0;       // the last sign of life before the failure
+  bool failed_at_estimated = false;
+  std::string failed_at_basis;         // how failed_at was found, in words
+  bool requeued = false;               // a requeued record: Slurm (or train.sh) requeued the job
+  std::optional<double> detected_at;   // train.sh noticed (absent: Slurm requeued silently)
+  std::optional<double> restarted_at;  // the new attempt began (requeued / restarted record)
+  std::optional<double> first_step_start, first_step_end;  // absent: the run never resumed
+  int next_record = -1;  // index into RunSummary::steps of that first step (-1: none)
+  // The attempt after it failed too before committing a checkpoint: the next interruption
+  // begins where this one's downtime ends (`down_until`, when that attempt started).
+  bool failed_again = false;
+  double down_until = 0;  // the first new step's start, the next attempt's start, or the end
+  int64_t redone_steps = 0;
+  bool redone_steps_estimated = false;
+  double redone_s = 0, down_s = 0, lost_s = 0;  // lost = re-done + down
+  std::string state_from;                       // where the resumed state came from, in words
+  std::vector<int> fallbacks;                   // indexes into RunSummary::events (fell_back)
+  std::vector<int> events;                      // indexes into RunSummary::events in this gap
+};
+
+struct Percentiles {
+  double p50 = 0, p95 = 0, max = 0;
+  int count = 0;
+};
+
+struct RunSummary {
+  std::string run_dir, ckpt_root;
+  std::vector<StepRecord> steps;
+  std::vector<RunEvent> events;  // sorted by time
+  std::vector<Interruption> interruptions;
+  std::vector<std::string> warnings;  // skipped lines, guesses: shown, never silent
+  double start = 0, end = 0, wall_s = 0;
+  double productive_s = 0, lost_s = 0, redone_s = 0, down_s = 0, other_s = 0, goodput = 0;
+  Percentiles step_time, step_time_with_stall, tokens_per_s, data_wait, comm, stall;
+  std::optional<Percentiles> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
+  std::vector<int64_t> checkpoint_steps;  // steps whose record shows a checkpoint stall
+  double stall_total_s = 0;
+  int checkpoints_in_root = 0, corrupt_in_root = 0;
+  std::optional<int64_t> latest_in_root;
+};
+
+// Reads and analyses RUN_DIR. A missing directory or one without records is InvalidArgument
+// (exit 2); a malformed record is Corruption naming file:line (exit 1), except a torn last
+// line of a file (what a crash mid-append leaves), which is skipped with a warning.
+StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir);
+
+void PrintReport(const RunSummary& r, std::ostream& out);
+void PrintReportJson(const RunSummary& r, std::ostream& out);
+std::string RenderReportSvg(const RunSummary& r);
+Status WriteReportSvg(const RunSummary& r, const std::string& svg_path);
+
+// Helpers shared by the text, JSON and SVG forms (and tests).
+std::string IsoTime(double unix_s);                     // 2026-12-01T14:33:02Z
+std::string Offset(double seconds);                     // +01:23:45 (hours grow past 99)
+std::string HumanDuration(double seconds);              // 45 s, 2 min 30 s, 3 h 05 min
+Percentiles ComputePercentiles(std::vector<double> v);  // nearest rank
+// A conservative width of `text` at `font_px` in a sans-serif font: the SVG lays out every
+// label with it so nothing leaves the picture.
+double TextWidth(const std::string& text, double font_px);
 
 }  // namespace ftrain::train

@@ -213,9 +213,12 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
 // Loads `dir` (step `step`) into the engine and run state on this rank: from this node's
 // ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
 // checked against the manifest's hashes as it is read.
+// `*from_memory`: the bytes this rank took from ckptd memory (0: all from disk).
 Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointer& checkpointer,
                const std::string& data_version, const nlohmann::json& hardware,
-               const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state) {
+               const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state,
+               uint64_t* from_memory) {
+  *from_memory = 0;
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
                       ckpt::CheckpointReader::Open(dir));
   FT_RETURN_IF_ERROR(
@@ -246,6 +249,7 @@ Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointe
   FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, engine, state,
                                     memory.snapshot != nullptr ? &memory : nullptr));
   if (memory.snapshot != nullptr) {
+    *from_memory = memory.bytes_from_memory;
     FT_LOG(Info) << "resume: rank " << world.rank << " restored " << memory.bytes_from_memory
                  << " bytes from ckptd memory and " << memory.bytes_from_disk << " from disk (step "
                  << step << ")"
@@ -279,6 +283,38 @@ bool IsDamage(const Status& s) {
   return s.IsCorruption() || s.IsNotFound() || s.code() == Status::Code::kIOError;
 }
 
+// Where the resumed state came from, for `ftrain report` (collective): a `resumed` record in
+// restarts.jsonl by rank 0: disk, or how many ranks took how many bytes from ckptd memory.
+Status RecordResume(const TrainConfig& cfg, dist::DistContext& ctx, int64_t step,
+                    const std::string& dir, uint64_t from_memory) {
+  torch::Tensor t = torch::tensor({static_cast<double>(from_memory), from_memory > 0 ? 1.0 : 0.0},
+                                  torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(t, dist::ReduceOp::kSum)->Wait());
+  if (ctx.world().rank != 0) return Status::Ok();
+  const int64_t ranks = static_cast<int64_t>(t[1].item<double>());
+  std::string source = "disk";
+  if (ranks > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "ckptd memory on %lld of %d ranks (%.1f MB; the rest from disk)",
+                  static_cast<long long>(ranks), ctx.world().world_size, t[0].item<double>() / 1e6);
+    source = buf;
+  }
+  nlohmann::json rec = {
+      {"time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"event", "resumed"},
+      {"cause", "resume"},
+      {"step", step},
+      {"dir", dir},
+      {"source", source}};
+  if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
+  Status w = AppendJsonLine(JoinPath(cfg.run_dir, "restarts.jsonl"), rec.dump());
+  // The record only informs the report; training goes on without it.
+  if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
+  return Status::Ok();
+}
+
 // Chooses and loads the checkpoint to resume from (collective). With train.resume = auto a
 // checkpoint that fails to load or verify on any rank is moved aside as step-N.corrupt by
 // rank 0 (logged, recorded in restarts.jsonl) and the next older complete one is tried, down
@@ -292,8 +328,9 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
     *state = RunState();
     FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
     if (step < 0) return step;
-    Status loaded =
-        LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine, state);
+    uint64_t from_memory = 0;
+    Status loaded = LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine,
+                            state, &from_memory);
     if (!loaded.ok()) {
       FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
                     << loaded.message();
@@ -308,6 +345,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
       state->restarts += 1;
       FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
                    << state->restarts << ", every byte verified)";
+      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, from_memory));
       return step;
     }
     if (any_config || (cfg.train.resume != "auto")) {

@@ -1,0 +1,531 @@
+// `ftrain report` on synthetic run directories written here: goodput, hours lost, per
+// interruption detection / recovery / re-done work, and step-time p50/p95 against values
+// computed by hand (comments show the arithmetic); bad input (missing directory, malformed
+// and torn lines) and exit codes; the SVG rendered to PNG by rsvg-convert, its size checked
+// and every text element inside the viewBox. FTRAIN_REPORT_KEEP=DIR keeps the realistic
+// run directory, its SVG and PNG there (to look at them).
+#include "train/report.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace ftrain {
+namespace {
+
+constexpr double kT0 = 1796140800;  // 2026-12-01T16:00:00Z
+
+// Where the run directories go: FTRAIN_REPORT_KEEP, else a per-process temp directory (two
+// builds may run this test at the same time) that is removed at the end.
+std::string Base() {
+  const char* keep = std::getenv("FTRAIN_REPORT_KEEP");
+  if (keep != nullptr && *keep != '\0') return keep;
+  return ::testing::TempDir() + "/ftrain_report_" + std::to_string(getpid());
+}
+
+class RemoveTempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const char* keep = std::getenv("FTRAIN_REPORT_KEEP");
+    if (keep == nullptr || *keep == '\0') std::system(("rm -rf '" + Base() + "'").c_str());
+  }
+};
+// GoogleTest takes ownership of the environment.
+::testing::Environment* const kRemoveTempDirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
+std::string NewDir(const std::string& name) {
+  std::string dir = Base() + "/report_" + name;
+  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+  return dir;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Appends metrics lines for steps [from, to] run back to back from `start`, with step time
+// st(step) (which includes `stall` on steps divisible by `ckpt_every`). Returns the end time.
+template <typename F>
+double AddSteps(std::string* out, int from, int to, double start, int restart_count, F st,
+                int ckpt_every, double stall, bool gpu = false) {
+  double t = start;
+  for (int k = from; k <= to; ++k) {
+    const double s = st(k) + (k % ckpt_every == 0 ? stall : 0);
+    t += s;
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  "{\"step\":%d,\"loss\":%.6f,\"lr\":0.0003,\"grad_norm\":1.0,\"step_time_s\":%.6f,"
+                  "\"tokens_per_s\":%.1f,\"data_wait_s\":0.001,\"comm_s\":0.05,"
+                  "\"ckpt_stall_s\":%.6f,\"restart_count\":%d,\"tokens\":%d,\"time\":%.3f",
+                  k, 2.0 + 8.0 / (1.0 + 0.05 * k), s, 4096.0 / s, k % ckpt_every == 0 ? stall : 0.0,
+                  restart_count, 4096 * k, t);
+    *out += buf;
+    if (gpu) {
+      std::snprintf(buf, sizeof(buf),
+                    ",\"gpu_util\":%.1f,\"gpu_mem_gb\":%.2f,\"mfu\":%.4f,"
+                    "\"tokens_per_s_per_gpu\":%.1f",
+                    90.0 + k % 7, 70.0 + 0.01 * k, 0.40 + 0.001 * (k % 10), 4096.0 / s / 64);
+      *out += buf;
+    }
+    *out += "}\n";
+  }
+  return t;
+}
+
+std::string Event(double t, const std::string& event, const std::string& cause,
+                  const std::string& extra = "") {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "{\"time\":%.3f,\"job\":\"1001\",\"event\":\"%s\",", t,
+                event.c_str());
+  return std::string(buf) + "\"cause\":\"" + cause + "\"" + (extra.empty() ? "" : "," + extra) +
+         "}\n";
+}
+
+// Step k takes 1.0 + 0.1 * (k % 10) s, plus a 0.5 s checkpoint stall when k % 5 == 0. Over
+// any ten consecutive steps that is 1.1 + 1.2 + 1.3 + 1.4 + 2.0 + 1.6 + 1.7 + 1.8 + 1.9 + 1.5
+// = 15.5 s; steps 11..15 take 7.0 s, steps 16..20 8.5 s.
+double SmallSt(int k) { return 1.0 + 0.1 * (k % 10); }
+
+// The hand-computed run (offsets from T0):
+//   0      started
+//   10     attempt 1 starts step 1; steps 1..10 end at 25.5 (checkpoint 10)
+//          steps 11..13 run (1.1 + 1.2 + 1.3 = 3.6 s): last sign of life 29.1, then lost
+//   40     step_failed node_failure (train.sh); 300 requeued (Slurm)
+//   320    attempt 2 starts step 11; steps 11..15 kept, step 15 ends at 327.0
+//          steps 16..22 run (8.5 + 1.1 + 1.2 = 10.8 s): last sign of life 337.8, then lost
+//   345    restarted rank_failure; 355 fell_back: step 20 damaged, resume from 15
+//   365    attempt 3 starts step 16; steps 16..30 (24.0 s) end at 389.0
+//   395    finished
+std::string WriteSmallRun(const std::string& name, bool new_fields = true) {
+  const std::string dir = NewDir(name);
+  std::string m, r;
+  r += Event(kT0, "started", "initial");
+  double end = AddSteps(&m, 1, 10, kT0 + 10, 0, SmallSt, 5, 0.5);
+  EXPECT_NEAR(end, kT0 + 25.5, 1e-6);
+  auto life = [&](int step, double t) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ",\"last_step\":%d,\"last_step_time\":%.3f", step, t);
+    return new_fields ? std::string(buf) : std::string();
+  };
+  r += Event(kT0 + 40, "step_failed", "node_failure",
+             "\"lost_s\":3" + life(13, kT0 + 29.1) + ",\"exit\":1");
+  r += Event(kT0 + 300, "requeued", "node_failure", "\"lost_s\":3" + life(13, kT0 + 29.1));
+  end = AddSteps(&m, 11, 15, kT0 + 320, 1, SmallSt, 5, 0.5);
+  EXPECT_NEAR(end, kT0 + 327, 1e-6);
+  r += Event(kT0 + 345, "restarted", "rank_failure",
+             "\"lost_s\":2" + life(22, kT0 + 337.8) + ",\"exit\":1,\"injob\":1");
+  r += Event(kT0 + 355, "fell_back", "corrupt_checkpoint",
+             "\"step\":20,\"moved_to\":\"step-00000020.corrupt\",\"problem\":\"checksum\"");
+  end = AddSteps(&m, 16, 30, kT0 + 365, 2, SmallSt, 5, 0.5);
+  EXPECT_NEAR(end, kT0 + 389, 1e-6);
+  r += Event(kT0 + 395, "finished", "complete");
+  WriteFile(dir + "/metrics.jsonl", m);
+  WriteFile(dir + "/restarts.jsonl", r);
+  return dir;
+}
+
+TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
+  auto s = train::AnalyzeRun(WriteSmallRun("small"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_NEAR(s->start, kT0, 1e-6);
+  EXPECT_NEAR(s->wall_s, 395, 1e-6);
+  // Productive: the 30 step records, three decades of 15.5 s.
+  EXPECT_NEAR(s->productive_s, 46.5, 1e-6);
+  // Lost: (320 - 25.5) + (365 - 327) = 294.5 + 38 = 332.5 s.
+  EXPECT_NEAR(s->lost_s, 332.5, 1e-6);
+  EXPECT_NEAR(s->redone_s, 3.6 + 10.8, 1e-6);
+  EXPECT_NEAR(s->down_s, 290.9 + 27.2, 1e-6);
+  EXPECT_NEAR(s->goodput, 46.5 / 395, 1e-9);
+  // Other: 10 s start-up + 6 s between the last step and `finished`.
+  EXPECT_NEAR(s->other_s, 16, 1e-6);
+  // Without stalls each value 1.0..1.9 appears 3 times: 15th of 30 is 1.4, 29th is 1.9.
+  EXPECT_NEAR(s->step_time.p50, 1.4, 1e-9);
+  EXPECT_NEAR(s->step_time.p95, 1.9, 1e-9);
+  // With stalls (1.0 -> 1.5, 1.5 -> 2.0): 1.1..2.0 three times each: 1.5 and 2.0.
+  EXPECT_NEAR(s->step_time_with_stall.p50, 1.5, 1e-9);
+  EXPECT_NEAR(s->step_time_with_stall.p95, 2.0, 1e-9);
+  EXPECT_EQ(s->checkpoint_steps, (std::vector<int64_t>{5, 10, 15, 20, 25, 30}));
+  EXPECT_NEAR(s->stall_total_s, 3.0, 1e-9);
+  EXPECT_FALSE(s->mfu.has_value());  // absent fields stay absent
+  ASSERT_EQ(s->interruptions.size(), 2u);
+
+  const auto& a = s->interruptions[0];
+  EXPECT_EQ(a.cause, "node_failure");
+  EXPECT_EQ(a.resumed_step, 10);
+  EXPECT_FALSE(a.failed_at_estimated);
+  EXPECT_NEAR(a.failed_at - kT0, 29.1, 1e-6);
+  EXPECT_NEAR(*a.detected_at - a.failed_at, 10.9, 1e-6);  // detection
+  EXPECT_NEAR(*a.restarted_at - kT0, 300, 1e-6);
+  EXPECT_NEAR(*a.first_step_start - *a.detected_at, 280, 1e-6);  // recovery
+  EXPECT_EQ(a.redone_steps, 3);
+  EXPECT_NEAR(a.redone_s, 3.6, 1e-6);
+  EXPECT_NEAR(a.down_s, 290.9, 1e-6);
+  EXPECT_NEAR(a.lost_s, 294.5, 1e-6);
+
+  const auto& b = s->interruptions[1];
+  EXPECT_EQ(b.cause, "rank_failure");
+  EXPECT_EQ(b.resumed_step, 15);
+  EXPECT_EQ(b.redone_steps, 7);  // 16..22
+  EXPECT_NEAR(b.redone_s, 10.8, 1e-6);
+  EXPECT_NEAR(*b.detected_at - b.failed_at, 7.2, 1e-6);
+  EXPECT_NEAR(*b.first_step_start - *b.detected_at, 20, 1e-6);
+  EXPECT_NEAR(b.down_s, 27.2, 1e-6);
+  ASSERT_EQ(b.fallbacks.size(), 1u);
+  EXPECT_EQ(s->events[b.fallbacks[0]].step, 20);
+  EXPECT_NE(b.state_from.find("step 15"), std::string::npos) << b.state_from;
+}
+
+TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
+  auto s = train::AnalyzeRun(WriteSmallRun("text"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::ostringstream out;
+  train::PrintReport(*s, out);
+  const std::string t = out.str();
+  EXPECT_NE(t.find("2026-12-01T16:00:00Z"), std::string::npos) << t;
+  EXPECT_NE(t.find("2026-12-01T16:00:29Z (+00:00:29)"), std::string::npos) << t;  // failure 1
+  EXPECT_NE(t.find("goodput        11.8 %"), std::string::npos) << t;
+  EXPECT_NE(t.find("hours lost     0.09 h (5 min 33 s) to 2 interruptions"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("3 steps (11-13)"), std::string::npos) << t;
+  EXPECT_NE(t.find("7 steps (16-22)"), std::string::npos) << t;
+  EXPECT_NE(t.find("failed verification"), std::string::npos) << t;
+  EXPECT_NE(t.find("p50 1.400 s, p95 1.900 s"), std::string::npos) << t;
+  EXPECT_EQ(t.find("17961"), std::string::npos) << "raw Unix seconds in the report:\n" << t;
+}
+
+TEST(ReportTest, OldRecordsWithoutLastStepAreEstimatedFromLostSeconds) {
+  auto s = train::AnalyzeRun(WriteSmallRun("old", /*new_fields=*/false));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->interruptions.size(), 2u);
+  const auto& a = s->interruptions[0];
+  EXPECT_TRUE(a.failed_at_estimated);
+  EXPECT_NEAR(a.failed_at - kT0, 25.5 + 3, 1e-6);  // last good + lost_s
+  EXPECT_EQ(a.redone_steps, 2);                    // 3 s / median 1.5 s
+  // After the fallback, lost_s counts from the damaged step 20: 5 steps x 1.5 s further on.
+  EXPECT_NEAR(s->interruptions[1].failed_at - kT0, 327 + 2 + 7.5, 1e-6);
+  EXPECT_NEAR(s->lost_s, 332.5, 1e-6);  // the total does not depend on where the failure was
+  EXPECT_FALSE(s->warnings.empty());
+}
+
+// `ftrain launch` without slurm/train.sh: the only record is the trainer's fell_back (what
+// TrainFallbackTest's run directory holds). Steps 1..15, then 16..30 after the restart.
+TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
+  const std::string dir = NewDir("launch");
+  std::string m;
+  AddSteps(&m, 1, 15, kT0, 0, SmallSt, 5, 0.5);  // step 15 ends at 0 + 15.5 + 7.0 = 22.5
+  AddSteps(&m, 16, 30, kT0 + 40, 1, SmallSt, 5, 0.5);
+  WriteFile(dir + "/metrics.jsonl", m);
+  WriteFile(dir + "/restarts.jsonl",
+            Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\"") +
+                Event(kT0 + 38, "resumed", "resume",
+                      "\"step\":15,\"dir\":\"ckpt/step-00000015\",\"source\":\"disk\""));
+  auto s = train::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->interruptions.size(), 1u);
+  const auto& in = s->interruptions[0];
+  EXPECT_NE(in.cause.find("outside slurm/train.sh"), std::string::npos) << in.cause;
+  EXPECT_FALSE(in.detected_at.has_value());
+  EXPECT_TRUE(in.failed_at_estimated);
+  EXPECT_NEAR(in.failed_at - kT0, 22.5 + 5 * 1.5, 1e-6);  // up to the damaged step 20
+  EXPECT_EQ(in.redone_steps, 5);
+  EXPECT_NEAR(in.lost_s, 40 - 22.5, 1e-6);
+  EXPECT_EQ(in.state_from, "disk, ckpt/step-00000015");  // the trainer's resumed record
+  std::ostringstream out;
+  train::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("not recorded (no train.sh record of the failure)"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("interruption #1 (near"), std::string::npos) << out.str();
+}
+
+TEST(ReportTest, OptionalGpuFieldsAreReportedWhenPresent) {
+  const std::string dir = NewDir("gpu");
+  std::string m;
+  AddSteps(&m, 1, 20, kT0, 0, SmallSt, 5, 0.5, /*gpu=*/true);
+  WriteFile(dir + "/metrics.jsonl", m);
+  auto s = train::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(s->mfu && s->gpu_util && s->gpu_mem_gb && s->tokens_per_s_per_gpu);
+  EXPECT_NEAR(s->mfu->p50, 0.404, 1e-9);  // 0.400..0.409 twice each: 10th of 20
+  EXPECT_NEAR(s->gpu_mem_gb->max, 70.2, 1e-9);
+  std::ostringstream out;
+  train::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("MFU            p50 40.4 %"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("memory max 70.2 GB"), std::string::npos) << out.str();
+}
+
+// --- the command line ---------------------------------------------------------------------
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult RunCli(std::vector<std::string> args) {
+  args.insert(args.begin(), "report");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int code = cli::RunReport(static_cast<int>(argv.size()), argv.data());
+  std::string out = testing::internal::GetCapturedStdout();
+  std::string err = testing::internal::GetCapturedStderr();
+  return {code, out, err};
+}
+
+TEST(ReportCliTest, JsonCarriesTheNumbers) {
+  auto r = RunCli({WriteSmallRun("json"), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["goodput"].get<double>(), 46.5 / 395, 1e-9);
+  EXPECT_NEAR(j["lost_h"].get<double>(), 332.5 / 3600, 1e-9);
+  EXPECT_NEAR(j["step_time_s"]["p95"].get<double>(), 1.9, 1e-9);
+  EXPECT_EQ(j["start"]["iso"], "2026-12-01T16:00:00Z");
+  EXPECT_EQ(j["checkpoints"]["written"], 6);
+  ASSERT_EQ(j["interruptions"].size(), 2u);
+  EXPECT_EQ(j["interruptions"][0]["failed_at"]["offset"], "+00:00:29");
+  EXPECT_NEAR(j["interruptions"][0]["detection_s"].get<double>(), 10.9, 1e-6);
+  EXPECT_NEAR(j["interruptions"][1]["recovery_s"].get<double>(), 20, 1e-6);
+  EXPECT_EQ(j["interruptions"][1]["fell_back"][0]["step"], 20);
+  EXPECT_EQ(j["events"].size(), 6u);
+  EXPECT_FALSE(j.contains("mfu"));
+}
+
+TEST(ReportCliTest, UsageErrorsExit2) {
+  EXPECT_EQ(RunCli({}).code, 2);
+  auto r = RunCli({"/nonexistent/run"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("'/nonexistent/run' does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(RunCli({NewDir("empty_dir")}).code, 2);  // no records at all
+  EXPECT_EQ(RunCli({WriteSmallRun("flag"), "--bogus"}).code, 2);
+  r = RunCli({WriteSmallRun("svgdir"), "--svg", "/nonexistent/dir/t.svg"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--svg"), std::string::npos) << r.err;
+}
+
+TEST(ReportCliTest, MalformedLineIsAnErrorNamingFileAndLine) {
+  const std::string dir = WriteSmallRun("malformed");
+  std::string m = ReadFile(dir + "/metrics.jsonl");
+  const size_t third = m.find('\n', m.find('\n', m.find('\n') + 1) + 1);
+  WriteFile(dir + "/metrics.jsonl",
+            m.substr(0, third + 1) + "{\"step\":4,\"loss\":\n" + m.substr(third + 1));
+  auto r = RunCli({dir});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir + "/metrics.jsonl:4: not a JSON object"), std::string::npos) << r.err;
+  // A field of the wrong type is named.
+  WriteFile(dir + "/metrics.jsonl", m.substr(0, third + 1) + "{\"step\":\"4\",\"time\":1}\n");
+  r = RunCli({dir});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("metrics.jsonl:4: field 'step' is not an integer"), std::string::npos)
+      << r.err;
+}
+
+TEST(ReportCliTest, TornLastLineAndEmptyLinesAreSkippedWithAWarning) {
+  const std::string dir = WriteSmallRun("torn");
+  WriteFile(dir + "/metrics.jsonl",
+            ReadFile(dir + "/metrics.jsonl") + "\n{\"step\":31,\"loss\":2.1,\"lr");
+  auto r = RunCli({dir});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("metrics.jsonl:31: empty line (skipped)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("metrics.jsonl:32: incomplete last line"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("steps          30 (30 records)"), std::string::npos) << r.out;
+  // An empty metrics.jsonl (a run that has not finished a step yet) still reports.
+  WriteFile(dir + "/metrics.jsonl", "");
+  r = RunCli({dir});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("none recorded yet"), std::string::npos) << r.out;
+}
+
+// --- the SVG, looked at the way a person would ----------------------------------------------
+
+// ~200 steps of ~30 s, checkpoints every 20 steps (3 s stall); a node crash after step 87
+// (last checkpoint 80) with a 12-minute requeue; a rank crash after step 167 whose newest
+// checkpoint (160) fails verification, so the run falls back to 140. GPU fields present.
+std::string WriteRealisticRun() {
+  const std::string dir = NewDir("realistic");
+  auto st = [](int k) { return 30.0 + 3.0 * std::sin(0.7 * k) + (k % 37 == 0 ? 9.0 : 0.0); };
+  std::string m, r, lost;
+  r += Event(kT0, "started", "initial");
+  double t = AddSteps(&m, 1, 80, kT0 + 45, 0, st, 20, 3.0, true);
+  const double life1 = AddSteps(&lost, 81, 87, t, 0, st, 20, 3.0, true);  // re-done later
+  r += Event(life1 + 35, "step_failed", "node_failure",
+             "\"lost_s\":210,\"last_step\":87,\"last_step_time\":" + std::to_string(life1));
+  r += Event(life1 + 35 + 720, "requeued", "node_failure",
+             "\"lost_s\":210,\"last_step\":87,\"last_step_time\":" + std::to_string(life1));
+  r += Event(life1 + 35 + 720 + 80, "resumed", "resume",
+             "\"step\":80,\"dir\":\"/shared/run/checkpoints/step-00000080\",\"source\":\"disk\"");
+  t = AddSteps(&m, 81, 140, life1 + 35 + 720 + 90, 1, st, 20, 3.0, true);
+  const double life2 = AddSteps(&lost, 141, 167, t, 1, st, 20, 3.0, true);  // 160 checkpointed
+  r += Event(life2 + 6, "restarted", "rank_failure",
+             "\"lost_s\":230,\"last_step\":167,\"last_step_time\":" + std::to_string(life2));
+  r += Event(life2 + 6 + 40, "fell_back", "corrupt_checkpoint",
+             "\"step\":160,\"moved_to\":\"step-00000160.corrupt\",\"problem\":\"XXH3 mismatch\"");
+  r += Event(life2 + 6 + 40 + 30, "resumed", "resume",
+             "\"step\":140,\"dir\":\"/shared/run/checkpoints/step-00000140\",\"source\":\"disk\"");
+  t = AddSteps(&m, 141, 200, life2 + 6 + 40 + 35, 2, st, 20, 3.0, true);
+  r += Event(t + 20, "finished", "complete");
+  WriteFile(dir + "/metrics.jsonl", m);
+  WriteFile(dir + "/restarts.jsonl", r);
+  return dir;
+}
+
+bool HaveRsvg() { return std::system("command -v rsvg-convert >/dev/null 2>&1") == 0; }
+
+struct Png {
+  uint32_t width = 0, height = 0, channels = 4;
+  std::vector<uint8_t> pixels;  // unfiltered, RGB or RGBA
+};
+
+// Decodes the 8-bit RGB / RGBA non-interlaced PNGs rsvg-convert writes (enough for the checks).
+bool DecodePng(const std::string& p, Png* out) {
+  auto be32 = [&](size_t o) {
+    return (uint32_t{static_cast<uint8_t>(p[o])} << 24) |
+           (uint32_t{static_cast<uint8_t>(p[o + 1])} << 16) |
+           (uint32_t{static_cast<uint8_t>(p[o + 2])} << 8) |
+           uint32_t{static_cast<uint8_t>(p[o + 3])};
+  };
+  if (p.size() < 33 || p.compare(1, 3, "PNG") != 0) return false;
+  out->width = be32(16);
+  out->height = be32(20);
+  if (p[24] != 8 || (p[25] != 6 && p[25] != 2) || p[28] != 0) return false;
+  out->channels = p[25] == 6 ? 4 : 3;
+  const size_t bpp = out->channels;
+  std::string idat;
+  for (size_t pos = 8; pos + 12 <= p.size();) {
+    const uint32_t n = be32(pos);
+    if (p.compare(pos + 4, 4, "IDAT") == 0) idat += p.substr(pos + 8, n);
+    pos += 12 + n;
+  }
+  const size_t stride = size_t{out->width} * bpp;
+  std::vector<uint8_t> raw((stride + 1) * out->height);
+  uLongf len = raw.size();
+  if (uncompress(raw.data(), &len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) !=
+          Z_OK ||
+      len != raw.size()) {
+    return false;
+  }
+  out->pixels.assign(stride * out->height, 0);
+  for (size_t y = 0; y < out->height; ++y) {
+    const uint8_t f = raw[y * (stride + 1)];
+    const uint8_t* in = &raw[y * (stride + 1) + 1];
+    uint8_t* row = &out->pixels[y * stride];
+    const uint8_t* up = y > 0 ? row - stride : nullptr;
+    for (size_t x = 0; x < stride; ++x) {
+      const int a = x >= bpp ? row[x - bpp] : 0, b = up ? up[x] : 0;
+      const int c = up && x >= bpp ? up[x - bpp] : 0;
+      int v = in[x];
+      if (f == 1) v += a;
+      if (f == 2) v += b;
+      if (f == 3) v += (a + b) / 2;
+      if (f == 4) {
+        const int pp = a + b - c, pa = std::abs(pp - a), pb = std::abs(pp - b),
+                  pc = std::abs(pp - c);
+        v += pa <= pb && pa <= pc ? a : (pb <= pc ? b : c);
+      }
+      row[x] = static_cast<uint8_t>(v);
+    }
+  }
+  return true;
+}
+
+struct Ink {
+  int left = 1 << 30, right = -1, top = 1 << 30, bottom = -1;
+};
+
+Ink InkOf(const Png& png) {
+  Ink ink;
+  for (uint32_t y = 0; y < png.height; ++y) {
+    for (uint32_t x = 0; x < png.width; ++x) {
+      const uint8_t* px = &png.pixels[(size_t{y} * png.width + x) * png.channels];
+      if (png.channels == 4 ? px[3] < 32 : px[0] > 223 && px[1] > 223 && px[2] > 223) continue;
+      ink.left = std::min<int>(ink.left, x);
+      ink.right = std::max<int>(ink.right, x);
+      ink.top = std::min<int>(ink.top, y);
+      ink.bottom = std::max<int>(ink.bottom, y);
+    }
+  }
+  return ink;
+}
+
+std::string Unescape(std::string s) {
+  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"&lt;", "<"}, {"&gt;", ">"}, {"&apos;", "'"}, {"&quot;", "\""}, {"&amp;", "&"}}) {
+    for (size_t i; (i = s.find(from)) != std::string::npos;) s.replace(i, from.size(), to);
+  }
+  return s;
+}
+
+TEST(ReportSvgTest, RendersToPngOfTheRightSizeWithEveryLabelInside) {
+  const std::string dir = WriteRealisticRun();
+  const std::string svg = dir + "/timeline.svg", png = dir + "/timeline.png";
+  auto r = RunCli({dir, "--svg", svg});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = ReadFile(svg);
+  ASSERT_NE(text.find("viewBox='0 0 1000 600'"), std::string::npos);
+  EXPECT_NE(text.find("node_failure"), std::string::npos);
+  EXPECT_NE(text.find("fell back: step 160"), std::string::npos);
+  EXPECT_NE(text.find(">30 min<"), std::string::npos) << "time ticks in h/min";
+  EXPECT_NE(text.find(">1 h 15 min<"), std::string::npos) << "time ticks in h/min";
+
+  ASSERT_TRUE(HaveRsvg()) << "rsvg-convert is missing: install librsvg2-bin "
+                             "(scripts/install-deps.sh installs it)";
+  ASSERT_EQ(std::system(("rsvg-convert -o '" + png + "' '" + svg + "'").c_str()), 0);
+  Png picture;
+  ASSERT_TRUE(DecodePng(ReadFile(png), &picture));
+  EXPECT_EQ(picture.width, 1000u);
+  EXPECT_EQ(picture.height, 600u);
+
+  // Every text element, rendered alone by rsvg-convert on a canvas 20 px larger on each
+  // side (ink that leaves the picture shows there; one wholly outside has none): its ink
+  // lies inside the original 1000 x 600 and within the width the layout assumed
+  // (TextWidth), so no label is cut off or runs into its neighbour.
+  const std::string root =
+      "<svg xmlns='http://www.w3.org/2000/svg' width='1040' height='640' "
+      "font-family='DejaVu Sans, Liberation Sans, Arial, sans-serif'><g "
+      "transform='translate(20,20)'>";
+  std::regex re("<text x='([-0-9.]+)' y='([-0-9.]+)' font-size='([0-9.]+)'[^>]*>([^<]*)</text>");
+  int n = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it, ++n) {
+    const std::string label = Unescape((*it)[4].str());
+    const double x = std::stod((*it)[1]), fs = std::stod((*it)[3]);
+    WriteFile(dir + "/one.svg", root + it->str() + "</g></svg>\n");
+    ASSERT_EQ(std::system(("rsvg-convert -o '" + dir + "/one.png' '" + dir + "/one.svg'").c_str()),
+              0);
+    Png one;
+    ASSERT_TRUE(DecodePng(ReadFile(dir + "/one.png"), &one));
+    const Ink ink = InkOf(one);
+    ASSERT_GE(ink.right, 0) << "no ink for '" << label << "'";
+    EXPECT_GE(ink.left - 20, 0) << label;
+    EXPECT_LE(ink.right - 20, 1000 - 1) << label;
+    EXPECT_GE(ink.top - 20, 0) << label;
+    EXPECT_LE(ink.bottom - 20, 600 - 1) << label;
+    EXPECT_LE(ink.right - 20, x + train::TextWidth(label, fs)) << label;
+  }
+  EXPECT_GT(n, 20);
+  EXPECT_EQ(text.find("<text", text.rfind("</text>") + 1), std::string::npos) << "unparsed text";
+}
+
+}  // namespace
+}  // namespace ftrain
