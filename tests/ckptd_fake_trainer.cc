@@ -37,7 +37,9 @@ class FakeGpuMemory : public ftrain::ckpt::DeviceMemory {
       }
     }
   }
-  ftrain::Status CopyToHost(const std::vector<ftrain::ckpt::DeviceCopy>& copies) override {
+  ftrain::Status WaitForCopies() override { return ftrain::Status::Ok(); }
+  ftrain::Status OrderBeforeStateChanges() override { return ftrain::Status::Ok(); }
+  ftrain::Status StartCopyToHost(const std::vector<ftrain::ckpt::DeviceCopy>& copies) override {
     for (const auto& c : copies) {
       bool inside = false;
       for (const auto& r : ranges_) {

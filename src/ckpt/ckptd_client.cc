@@ -190,6 +190,13 @@ StatusOr<std::string> CkptdClient::Call(ckptd::MsgType type, const std::string& 
 
 StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const ShardContents& contents,
                                           double timeout_s) {
+  FT_ASSIGN_OR_RETURN(Pending p, BeginSubmit(meta, contents, timeout_s));
+  return FinishSubmit(std::move(p));
+}
+
+StatusOr<CkptdClient::Pending> CkptdClient::BeginSubmit(const CheckpointMeta& meta,
+                                                        const ShardContents& contents,
+                                                        double timeout_s) {
   SubmitStats st;
   const uint64_t need = SlotBytesFor(contents);
   if (need > slot_bytes_) {
@@ -254,17 +261,25 @@ StatusOr<SubmitStats> CkptdClient::Submit(const CheckpointMeta& meta, const Shar
     off = Align(off + b.bytes.size());
   }
   if (!device_copies.empty()) {
-    FT_RETURN_IF_ERROR(device_->CopyToHost(device_copies).Annotate("snapshot into ckptd slot"));
+    FT_RETURN_IF_ERROR(
+        device_->StartCopyToHost(device_copies).Annotate("snapshot into ckptd slot"));
   }
   ParallelCopy(copies, copy_threads_);
   st.copy_s = Since(t1);
   st.bytes = off;
+  return Pending{std::move(sub), st};
+}
 
+StatusOr<SubmitStats> CkptdClient::FinishSubmit(Pending pending) {
+  SubmitStats st = pending.stats;
   auto t2 = Clock::now();
-  sub.stall_ns = static_cast<uint64_t>((st.wait_s + st.copy_s) * 1e9);
-  FT_RETURN_IF_ERROR(
-      Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(sub), ckptd::MsgType::kSubmitOk, 60)
-          .status());
+  if (device_ != nullptr) {
+    FT_RETURN_IF_ERROR(device_->WaitForCopies().Annotate("snapshot into ckptd slot"));
+  }
+  pending.submit.stall_ns = static_cast<uint64_t>((st.wait_s + st.copy_s) * 1e9);
+  FT_RETURN_IF_ERROR(Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(pending.submit),
+                          ckptd::MsgType::kSubmitOk, 60)
+                         .status());
   st.send_s = Since(t2);
   return st;
 }

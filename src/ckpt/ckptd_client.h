@@ -48,9 +48,18 @@ class DeviceMemory {
   virtual void RegisterHost(void* p, size_t n) = 0;
   // Before `p` is unmapped.
   virtual void UnregisterHost(void* p) = 0;
-  // Performs every copy, after the work the device has queued so far (the step that made the
-  // state), and returns once all bytes are on the host.
-  virtual Status CopyToHost(const std::vector<DeviceCopy>& copies) = 0;
+  // Starts every copy, after the work the device has queued so far (the step that made the
+  // state), and returns once they are queued (the host does not wait for the bytes).
+  virtual Status StartCopyToHost(const std::vector<DeviceCopy>& copies) = 0;
+  // Returns once every started copy has landed on the host.
+  virtual Status WaitForCopies() = 0;
+  // Makes the device's next work (the optimizer step that changes the copied state) wait for
+  // the started copies, without blocking the host.
+  virtual Status OrderBeforeStateChanges() = 0;
+  Status CopyToHost(const std::vector<DeviceCopy>& copies) {
+    Status s = StartCopyToHost(copies);
+    return s.ok() ? WaitForCopies() : s;
+  }
 };
 
 // Whether any tensor of `contents` lies in device memory.
@@ -72,6 +81,17 @@ class CkptdClient {
   // meta.step. After OK the snapshot is the daemon's: the caller may change its state.
   StatusOr<SubmitStats> Submit(const CheckpointMeta& meta, const ShardContents& contents,
                                double timeout_s = 600);
+  // Submit in two halves, so that a GPU rank's device -> host copy overlaps its next forward
+  // and backward: Begin takes a slot, copies the host pieces and starts the device copies;
+  // Finish waits for them and submits. Between the two the device state must not change
+  // (DeviceMemory::OrderBeforeStateChanges); Finish must come before the next Begin.
+  struct Pending {
+    ckptd::Submit submit;
+    SubmitStats stats;
+  };
+  StatusOr<Pending> BeginSubmit(const CheckpointMeta& meta, const ShardContents& contents,
+                                double timeout_s = 600);
+  StatusOr<SubmitStats> FinishSubmit(Pending pending);
 
   // The newest snapshot of this rank that the daemon persisted and still holds in memory
   // (nullopt if none). `base` points into the slot mapping; valid until the next Submit.

@@ -50,8 +50,16 @@ StatusOr<DaemonMode> ParseDaemonMode(const std::string& s) {
 Checkpointer::Checkpointer(CheckpointerOptions options, dist::Comm* world)
     : options_(std::move(options)), world_(world), store_(options_.root) {}
 
+void Checkpointer::WaitForDeviceCopies() {
+  if (!pending_ || options_.device == nullptr) return;
+  Status s = options_.device->WaitForCopies();
+  if (!s.ok()) FT_LOG(Error) << "checkpoint: " << s.message();
+}
+
 Checkpointer::~Checkpointer() {
-  client_.reset();  // unregisters its slots with the device first
+  FinishPending();        // a snapshot begun at the last step boundary still reaches ckptd
+  WaitForDeviceCopies();  // (if finishing failed) before the slots are unmapped
+  client_.reset();        // unregisters its slots with the device first
   ReleaseSyncStaging();
 }
 
@@ -103,6 +111,8 @@ bool Checkpointer::TryConnect(bool quiet) {
 }
 
 void Checkpointer::DropDaemon(const std::string& why) {
+  WaitForDeviceCopies();  // never unmap a slot that a device copy still writes into
+  pending_.reset();
   FT_LOG(Error) << "ckptd: the checkpoint daemon of node '" << options_.node << "' FAILED: " << why
                 << "; rank " << options_.rank
                 << " falls back to SYNCHRONOUS checkpoints (none is skipped)";
@@ -264,8 +274,38 @@ Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::Shar
   return Status::Ok();
 }
 
+void Checkpointer::BeforeStateChanges() {
+  if (!pending_ || options_.device == nullptr) return;
+  Status s = options_.device->OrderBeforeStateChanges();
+  if (!s.ok()) {
+    // The state must not change under the copy: wait for it on the host instead.
+    FT_LOG(Warning) << "checkpoint: " << s.message() << "; waiting for the copy on the host";
+    s = options_.device->WaitForCopies();
+    if (!s.ok()) FT_LOG(Error) << "checkpoint: " << s.message();
+  }
+}
+
+void Checkpointer::FinishPending() {
+  if (!pending_) return;
+  ckpt::CkptdClient::Pending p = std::move(*pending_);
+  pending_.reset();
+  const std::string step_s = std::to_string(pending_step_);
+  auto sub = client_ != nullptr ? client_->FinishSubmit(std::move(p))
+                                : StatusOr<ckpt::SubmitStats>(Status::Unavailable("no daemon"));
+  if (!sub.ok()) {
+    // The device state has moved on: this step cannot be rewritten synchronously. Older
+    // checkpoints are intact; the next checkpoint tries again.
+    FT_LOG(Error) << "CHECKPOINT FAILED at step " << step_s
+                  << ": handing it over to ckptd: " << sub.status().message()
+                  << " (training continues; the next checkpoint "
+                  << "tries again)";
+    DropDaemon("finishing the hand-over of step " + step_s + ": " + sub.status().message());
+  }
+}
+
 StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
                                          const ckpt::ShardContents& contents, bool durable) {
+  FinishPending();  // an earlier step's snapshot goes to the daemon first
   const auto t0 = Clock::now();
   const std::string step_s = std::to_string(meta.step);
   if (client_ == nullptr && options_.daemon != DaemonMode::kOff && had_daemon_) {
@@ -281,8 +321,21 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
                     << "this checkpoint, step " << step_s << ", tries again)";
     }
   }
-  bool via_daemon = false;
-  if (client_ != nullptr) {
+  bool via_daemon = false, deferred = false;
+  if (client_ != nullptr && !durable && options_.device != nullptr &&
+      ckpt::HasDeviceTensors(contents)) {
+    // GPU: the device -> host copy runs on a side stream while the next step's forward and
+    // backward compute; its optimizer step waits for it (BeforeStateChanges), and the
+    // snapshot is submitted after that step (FinishPending).
+    auto begun = client_->BeginSubmit(meta, contents, options_.flush_timeout_s);
+    if (begun.ok()) {
+      pending_ = std::move(*begun);
+      pending_step_ = meta.step;
+      via_daemon = deferred = true;
+    } else {
+      DropDaemon("handing over step " + step_s + ": " + begun.status().message());
+    }
+  } else if (client_ != nullptr) {
     auto sub = client_->Submit(meta, contents, options_.flush_timeout_s);
     if (sub.ok()) {
       via_daemon = true;
@@ -303,6 +356,7 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   }
   SaveOutcome out;
   out.via_daemon = v[1] != 0;
+  out.deferred = deferred;
   out.stall_s = v[3];
   if (!out.via_daemon) {
     if (v[2] == 0)

@@ -46,6 +46,9 @@ struct SaveOutcome {
   double stall_s = 0;       // what the training thread spent (max over ranks)
   bool via_daemon = false;  // at least one rank handed its shard to a daemon
   bool durable = false;     // the step is committed on disk
+  bool deferred = false;    // this rank's device -> host copy is still running (GPU): call
+                            // BeforeStateChanges before the next optimizer step and
+                            // FinishPending after it
 };
 
 class Checkpointer {
@@ -63,6 +66,12 @@ class Checkpointer {
   // failed to persist. Collective: every rank gets the same status.
   StatusOr<SaveOutcome> Save(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
                              bool durable);
+
+  // A deferred snapshot (SaveOutcome::deferred): the optimizer step that is about to change
+  // the state waits for the copy on the device (call right before it); after that step the
+  // snapshot is submitted to the daemon (a failure is logged loudly; training continues).
+  void BeforeStateChanges();
+  void FinishPending();
 
   // The daemon's newest in-memory snapshot of this rank (restore from memory), if connected.
   StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot();
@@ -95,6 +104,9 @@ class Checkpointer {
   uint64_t slot_bytes_ = 0;
   bool had_daemon_ = false;
   int64_t reported_failed_step_ = -1;
+  void WaitForDeviceCopies();
+  std::optional<ckpt::CkptdClient::Pending> pending_;  // a begun, unsubmitted snapshot
+  int64_t pending_step_ = -1;
   // Host copy of device tensors for SaveSync (mmap'd pages, registered with the device).
   void ReleaseSyncStaging();
   uint8_t* sync_staging_ = nullptr;

@@ -601,7 +601,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       loss_sum += loss;
     }
     const double lr = sched.At(step);
+    checkpointer.BeforeStateChanges();  // a snapshot still copying off the GPU goes first
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, engine->Step(adamw, lr, cfg.train.clip));
+    checkpointer.FinishPending();
     state.step = step + 1;
     state.tokens += effective_batch * seq_len;
     // One small all-reduce per step: the global loss, and the stop/checkpoint decisions, so
@@ -642,7 +644,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
         stall = saved->stall_s;
         if (leader) {
           FT_LOG(Info) << "checkpoint step " << state.step << ": "
-                       << (saved->via_daemon ? "handed to ckptd" : "written synchronously")
+                       << (saved->via_daemon
+                               ? (saved->deferred ? "copying to ckptd" : "handed to ckptd")
+                               : "written synchronously")
                        << (saved->durable ? ", committed" : ", persisting in the background")
                        << ", stall " << std::setprecision(3) << stall << " s";
         }
