@@ -346,6 +346,11 @@ TEST_F(MetricsTest, SinksOnCpuOmitGpuFieldsAndPublishEverywhere) {
   m.step = 8;
   (*sinks)->Publish(m);
   EXPECT_EQ((*sinks)->last_committed_step(), 7);
+  // The file is replaced at most once a second; closing the sinks writes the last step.
+  sinks->reset();
+  const json after = ParseProm(dir_ + "/prometheus/ftrain-rank0.prom");
+  EXPECT_EQ((*Sample(after, "ftrain_step"))["value"], 8.0) << after.dump();
+  EXPECT_EQ((*Sample(after, "ftrain_last_checkpoint_step"))["value"], 7.0) << after.dump();
 
   const json tb = ReadTensorBoard(dir_ + "/tensorboard");
   EXPECT_EQ(tb["train/loss"], json::array({{7, 3.25}, {8, 3.25}})) << tb.dump();

@@ -188,13 +188,25 @@ void MetricsSinks::Publish(const StepMetrics& m) {
     }
   }
   if (prom_ != nullptr) {
-    Status s = prom_->Write(PromSamples(m));
-    if (!s.ok() && s.message() != prom_error_) {
-      // Not fatal and retried every step (a full disk may clear); logged once per error.
-      FT_LOG(Warning) << "metrics: " << s.message() << " (retrying every step)";
-    }
-    prom_error_ = s.ok() ? "" : s.message();
+    prom_step_ = m;
+    prom_pending_ = true;
+    if (NowUnixSeconds() - prom_written_unix_ >= 1.0) WriteProm();
   }
+}
+
+void MetricsSinks::WriteProm() {
+  prom_written_unix_ = NowUnixSeconds();
+  prom_pending_ = false;
+  Status s = prom_->Write(PromSamples(prom_step_));
+  if (!s.ok() && s.message() != prom_error_) {
+    // Not fatal and retried (a full disk may clear); logged once per error.
+    FT_LOG(Warning) << "metrics: " << s.message() << " (retrying every second)";
+  }
+  prom_error_ = s.ok() ? "" : s.message();
+}
+
+MetricsSinks::~MetricsSinks() {
+  if (prom_ != nullptr && prom_pending_) WriteProm();
 }
 
 }  // namespace ftrain::train
