@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
       "pace each shard's persist to this many MB/s of state (0 = unlimited, default)")(
       "memory-gb", po::value<double>(&memory_gb), "shared memory for slots (GiB, default 8)")(
       "slots-per-rank", po::value<int>(&slots), "snapshot slots per rank (2..16, default 2)")(
+      "prom-dir", po::value<std::string>(&o.prom_dir),
+      "write Prometheus metrics to ckptd-[JOB-]NODE.prom in this directory (node_exporter's "
+      "textfile collector directory; default: none)")(
       "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect")(
       "cleanup",
       "do not serve: unlink the shared memory a dead daemon of this run and node left "

@@ -67,6 +67,8 @@ Status Server::Start() {
     return Status::FailedPrecondition("another ckptd already serves node '" + options_.node +
                                       "' of run '" + options_.run_dir + "' (lock " + lock + ")");
   }
+  // Under the lock: a refused second daemon must not overwrite the serving one's file.
+  FT_RETURN_IF_ERROR(OpenPromFile());
 
   socket_path_ = proto::SocketPath(options_.run_dir, options_.node);
   sockaddr_un addr{};
@@ -120,6 +122,7 @@ Status Server::Serve(int stop_fd) {
     int n = ::poll(fds.data(), fds.size(), 1000);
     if (n < 0 && errno != EINTR)
       return Status::IOError(std::string("poll: ") + std::strerror(errno));
+    MaybeWritePromFile(false);
     if (n <= 0) continue;
     if (fds[0].revents) {
       FT_LOG(Info) << "ckptd: stopping; finishing "
@@ -127,6 +130,7 @@ Status Server::Serve(int stop_fd) {
                    << " snapshot(s) in flight first";
       persister_.reset();
       DrainResults();
+      MaybeWritePromFile(true);
       return Status::Ok();
     }
     if (fds[1].revents) {

@@ -16,6 +16,7 @@
 
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/store.h"
+#include "core/prom_textfile.h"
 #include "persist.h"
 #include "shm_slots.h"
 
@@ -29,6 +30,7 @@ struct ServerOptions {
   double memory_gb = 8;
   int slots_per_rank = 2;
   uid_t allowed_uid = 0;  // the job's user (getuid() unless a test says otherwise)
+  std::string prom_dir;   // --prom-dir: node_exporter textfile directory; "" = none
 };
 
 class Server {
@@ -81,6 +83,9 @@ class Server {
   uint64_t SlotBytesInUse() const;
   // No trainer connected and no snapshot held or being written.
   bool Idle() const;
+  // The .prom file (server_metrics.cc): rewritten at most once a second, or now with `force`.
+  Status OpenPromFile();
+  void MaybeWritePromFile(bool force);
 
   ServerOptions options_;
   ckpt::CheckpointStore store_;
@@ -105,6 +110,9 @@ class Server {
   double persist_s_ = 0;
   std::string last_error_;
   double start_unix_ = 0;
+  std::unique_ptr<PromTextfile> prom_;
+  double prom_written_unix_ = 0;
+  std::string prom_error_;  // the last write error logged
 };
 
 }  // namespace ftrain::ckptd

@@ -10,7 +10,8 @@
 #      SIGKILLed at a step and resumed;
 #   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
 #   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
-#      the state size / stall (the device-to-host rate the checkpoint achieved).
+#      the state size / stall (the device-to-host rate the checkpoint achieved); check that
+#      metrics.jsonl has the NVML health fields and ftrain's own mfu.
 # --dry-run: the same sequence on a machine without a GPU: the existing build (FTRAIN_BIN_DIR,
 # default build/bin), gloo instead of nccl, train.device=cpu and a tiny model. It checks
 # everything but the GPU itself and runs in the test suite.
@@ -154,6 +155,20 @@ diff <(losses "${REF}/metrics.jsonl") <(losses "${RUN}/metrics.jsonl") >/dev/nul
   fail "per-step losses differ from the uninterrupted run"
 log "bit-identical: final checkpoint (ckptctl diff) and every step's loss"
 
+# The health fields of metrics.jsonl (NVML via dlopen, MFU from the GPU model's peak): on a
+# GPU they must be there; on the dry run (CPU) the gpu_* fields must not be.
+python3 - "${REF}/metrics.jsonl" "${DRY_RUN}" <<'PY' || fail "metrics.jsonl health fields"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+if sys.argv[2] == "1":
+    bad = [k for r in rows for k in r if k.startswith("gpu_")]
+    sys.exit(f"gpu fields on a CPU run: {bad[:3]}" if bad else 0)
+missing = [k for k in ("gpu_util", "gpu_mem_gb", "tokens_per_s_per_gpu", "mfu") if k not in rows[-1]]
+print("metrics.jsonl health: " + ", ".join(
+    f"{k} median {statistics.median(r[k] for r in rows if k in r):.4g}"
+    for k in ("gpu_util", "gpu_mem_gb", "tokens_per_s_per_gpu", "mfu") if k not in missing))
+sys.exit(f"missing in metrics.jsonl: {missing} (see the 'metrics:' warning in the log)" if missing else 0)
+PY
 python3 - "${REF}/metrics.jsonl" "${WORK}/ref.log" "${PEAK_TFLOPS}" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian package ftrain's build, tests and demo need, and the CUDA-enabled
+# Installs every Debian package ftrain's build, tests and demo need, the CUDA-enabled
 # LibTorch from the pinned `torch` wheel on PyPI (unpacked with pip into a machine-wide prefix,
-# /opt/ftrain/torch-<version>, shared by every clone; see docs/building.md). Idempotent: when
+# /opt/ftrain/torch-<version>, shared by every clone; see docs/building.md), and the pinned
+# `tensorboard` package the metrics tests read event files back with (pip --target
+# /opt/ftrain/py-tensorboard-<version>; nothing goes into a system Python). Idempotent: when
 # everything is present it returns in well under a second without touching apt or pip.
 # Run as root (CI and the demo do). Does not build anything.
 #   install-deps.sh                 install what is missing
@@ -10,6 +12,8 @@ set -euo pipefail
 
 TORCH_VERSION="${FTRAIN_TORCH_VERSION:-2.11.0}"  # CUDA 13 build on PyPI; matches the H200 image
 TORCH_PREFIX="${FTRAIN_TORCH_PREFIX:-/opt/ftrain/torch-${TORCH_VERSION}}"
+TENSORBOARD_VERSION="${FTRAIN_TENSORBOARD_VERSION:-2.21.0}"  # tests/CMakeLists.txt has the path
+TENSORBOARD_PREFIX="${FTRAIN_TENSORBOARD_PREFIX:-/opt/ftrain/py-tensorboard-${TENSORBOARD_VERSION}}"
 if [ "${1:-}" = "--torch-prefix" ]; then
   echo "${TORCH_PREFIX}/torch"
   exit 0
@@ -27,10 +31,11 @@ PACKAGES=(
   nlohmann-json3-dev
   libcurl4-openssl-dev
   libpmix-dev
+  libprotobuf-dev protobuf-compiler prometheus-cpp-dev
   slurm-wlm slurmd slurmctld slurm-client
   munge libmunge-dev
   nginx-light
-  python3 python3-h5py python3-numpy python3-zstandard
+  python3 python3-h5py python3-numpy python3-zstandard python3-prometheus-client
   util-linux procps psmisc iproute2 curl
   shellcheck
   librsvg2-bin fonts-dejavu-core  # ftrain report: the SVG test renders it to PNG
@@ -69,9 +74,33 @@ install_torch() {
   echo "install-deps: LibTorch ${TORCH_VERSION} installed in $(($(date +%s) - start)) s"
 }
 
+# The tensorboard PyPI package (EventAccumulator reads the trainer's event files in the
+# tests), with its dependencies, into its own prefix: PYTHONPATH=${TENSORBOARD_PREFIX}.
+install_tensorboard() {
+  local marker="${TENSORBOARD_PREFIX}/tensorboard/version.py"
+  if [ -f "${marker}" ]; then
+    echo "install-deps: tensorboard ${TENSORBOARD_VERSION} present in ${TENSORBOARD_PREFIX}"
+    return 0
+  fi
+  local py=python3
+  if ! "${py}" -m pip --version >/dev/null 2>&1; then
+    apt-get install -y -q --no-install-recommends python3-pip
+    py=/usr/bin/python3
+  fi
+  echo "install-deps: installing tensorboard==${TENSORBOARD_VERSION} into ${TENSORBOARD_PREFIX}"
+  local tmp="${TENSORBOARD_PREFIX}.tmp.$$"
+  rm -rf "${tmp}"
+  mkdir -p "$(dirname "${TENSORBOARD_PREFIX}")"
+  PIP_BREAK_SYSTEM_PACKAGES=1 "${py}" -m pip install -q --no-compile --disable-pip-version-check \
+    --target "${tmp}" "tensorboard==${TENSORBOARD_VERSION}"
+  rm -rf "${TENSORBOARD_PREFIX}"
+  mv "${tmp}" "${TENSORBOARD_PREFIX}"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   install_torch
+  install_tensorboard
   exit 0
 fi
 
@@ -96,4 +125,5 @@ fi
 trap '[ "$created_policy" -eq 1 ] && rm -f "$policy"' EXIT
 apt-get install -y -q --no-install-recommends "${missing[@]}"
 install_torch
+install_tensorboard
 echo "install-deps: done"

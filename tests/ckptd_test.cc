@@ -14,6 +14,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -177,6 +179,52 @@ TEST_F(CkptdTest, DeviceTensorsGoStraightIntoRegisteredSlots_FakeGpu) {
   EXPECT_EQ(Ckptctl("diff " + root_ + "/step-00000002 " + base_ + "/sync/step-00000002", &out), 0)
       << out;
   Stop(d);
+}
+
+// --prom-dir: ckptd-<job>-<node>.prom, a valid Prometheus text file (prometheus_client's
+// parser) that follows the persists and the commit within a second or two.
+TEST_F(CkptdTest, PrometheusTextfileFollowsPersistAndCommit) {
+  const std::string prom_dir = base_ + "/prom";
+  pid_t d = StartDaemon("n0", {"--prom-dir", prom_dir}, "SLURM_JOB_ID=4242");
+  auto r0 = Client("n0", 0, 2, "1,2");
+  auto r1 = Client("n0", 1, 2, "1,2");
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  ASSERT_EQ(WaitLatest(2), 2) << ReadLog("n0");
+  const std::string file = prom_dir + "/ckptd-4242-n0.prom";
+  std::map<std::string, nlohmann::json> by_name;
+  for (int i = 0; i < 100; ++i) {  // rewritten once a second
+    auto r = RunCommand("/usr/bin/python3 " + std::string(FTRAIN_SOURCE_DIR) +
+                            "/tests/parse_prom.py " + file + " 2>/dev/null",
+                        30);
+    if (r.exit_code == 0) {
+      for (const auto& sample : nlohmann::json::parse(r.output)) by_name[sample["name"]] = sample;
+      if (by_name["ckptd_last_committed_step"].value("value", -1.0) == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const nlohmann::json labels = {{"node", "n0"}, {"slurm_job_id", "4242"}};
+  auto value = [&](const std::string& name, const char* type) {
+    const nlohmann::json& s = by_name[name];
+    EXPECT_EQ(s.value("type", ""), type) << name;
+    EXPECT_EQ(s.value("labels", nlohmann::json()), labels) << name;
+    return s.value("value", -1.0);
+  };
+  EXPECT_EQ(value("ckptd_last_committed_step", "gauge"), 2);
+  EXPECT_EQ(value("ckptd_last_persisted_step", "gauge"), 2);
+  EXPECT_EQ(value("ckptd_snapshots_in_flight", "gauge"), 0);
+  EXPECT_EQ(value("ckptd_persisted_snapshots_total", "counter"), 4);  // 2 ranks x 2 steps
+  EXPECT_GT(value("ckptd_persist_bytes_total", "counter"), 0);
+  EXPECT_GT(value("ckptd_persist_raw_bytes_total", "counter"), 0);
+  EXPECT_GT(value("ckptd_persist_bytes_per_second", "gauge"), 0);
+  Stop(d);
+  // A directory that cannot be made is a configuration error (exit 2), before serving.
+  std::ofstream(base_ + "/plainfile") << "x";
+  auto bad = RunCommand(BinDir() + "/ckptd --root " + root_ + " --run-dir " + run_ +
+                            " --node n1 --prom-dir " + base_ + "/plainfile/sub",
+                        10);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--prom-dir"), std::string::npos) << bad.output;
 }
 
 TEST_F(CkptdTest, TrainerKilledRightAfterSubmitStillCommits) {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -108,6 +109,34 @@ class TrainTest : public ::testing::Test {
     EXPECT_EQ(a, b) << "per-step losses differ from the uninterrupted run";
     auto verify = RunCommand(BinDir() + "/ckptctl verify " + run + "/checkpoints --all", 120);
     EXPECT_EQ(verify.exit_code, 0) << verify.output;
+    ExpectSinksMatchMetrics(run);
+  }
+
+  // However many launches and crashes it took, TensorBoard (its own EventAccumulator) shows
+  // one loss per step, equal to metrics.jsonl's, and the Prometheus textfile the final step.
+  static void ExpectSinksMatchMetrics(const std::string& run) {
+    auto tb = RunCommand(std::string("PYTHONPATH=") + FTRAIN_TENSORBOARD_PYTHONPATH +
+                             " /usr/bin/python3 " + FTRAIN_SOURCE_DIR +
+                             "/tests/read_tensorboard.py " + run + "/tensorboard 2>/dev/null",
+                         120);
+    ASSERT_EQ(tb.exit_code, 0) << tb.output;
+    std::map<int, float> want, got;
+    for (const auto& [step, text] : Losses(run)) want[step] = std::strtof(text.c_str(), nullptr);
+    const nlohmann::json scalars = nlohmann::json::parse(tb.output);
+    for (const auto& e : scalars.value("train/loss", nlohmann::json::array())) {
+      EXPECT_EQ(got.count(e[0].get<int>()), 0u) << "step " << e[0] << " twice in TensorBoard";
+      got[e[0].get<int>()] = static_cast<float>(e[1].get<double>());
+    }
+    EXPECT_EQ(got, want) << "TensorBoard's losses differ from metrics.jsonl";
+    const std::string prom = ReadFile(run + "/prometheus/ftrain-rank0.prom");
+    EXPECT_TRUE(Contains(prom, "ftrain_step{node=")) << prom;
+    EXPECT_TRUE(std::regex_search(prom, std::regex("\nftrain_step\\{[^}]*\\} 60\n"))) << prom;
+    EXPECT_TRUE(
+        std::regex_search(prom, std::regex("\nftrain_last_checkpoint_step\\{[^}]*\\} 60\n")))
+        << prom;
+    // A CPU run: no GPU fields, no MFU (no peak given).
+    const std::string jsonl = ReadFile(run + "/metrics.jsonl");
+    EXPECT_FALSE(Contains(jsonl, "gpu_") || Contains(jsonl, "\"mfu\"")) << jsonl.substr(0, 400);
   }
 
   static std::string root_;

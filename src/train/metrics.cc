@@ -19,12 +19,24 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   std::snprintf(buf, sizeof(buf),
                 "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_time_s\":%.6f,"
                 "\"tokens_per_s\":%.1f,\"data_wait_s\":%.6f,\"comm_s\":%.6f,\"ckpt_stall_s\":%.6f,"
-                "\"restart_count\":%lld,\"tokens\":%lld,\"time\":%.3f}",
+                "\"restart_count\":%lld,\"tokens\":%lld,\"time\":%.3f",
                 static_cast<long long>(m.step), m.loss, m.lr, m.grad_norm, m.step_time_s,
                 m.tokens_per_s, m.data_wait_s, m.comm_s, m.ckpt_stall_s,
                 static_cast<long long>(m.restart_count), static_cast<long long>(m.tokens),
                 m.unix_time);
-  return buf;
+  std::string line = buf;
+  auto optional = [&line](const char* key, const std::optional<double>& v, const char* format) {
+    if (!v) return;
+    char num[64];
+    std::snprintf(num, sizeof(num), format, *v);
+    line += std::string(",\"") + key + "\":" + num;
+  };
+  optional("gpu_util", m.gpu_util, "%.0f");
+  optional("gpu_mem_gb", m.gpu_mem_gb, "%.3f");
+  optional("tokens_per_s_per_gpu", m.tokens_per_s_per_gpu, "%.1f");
+  optional("mfu", m.mfu, "%.4f");
+  optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
+  return line + "}";
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -25,6 +26,14 @@ struct StepMetrics {
   int64_t restart_count = 0;
   int64_t tokens = 0;  // tokens consumed so far (global)
   double unix_time = 0;
+  // Written only when known (train/metrics_sinks.h): CPU runs have no gpu_* fields, mfu needs
+  // a peak, scaling_efficiency a baseline. Like the timings above, they are not part of what
+  // bit-exact resume compares (the losses and the checkpoint's training state).
+  std::optional<double> gpu_util;    // 0-100, this rank's GPU (NVML)
+  std::optional<double> gpu_mem_gb;  // GiB in use on that GPU
+  std::optional<double> tokens_per_s_per_gpu;
+  std::optional<double> mfu;                 // 0-1
+  std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...
 };
 
 std::string FormatMetricsLine(const StepMetrics& m);

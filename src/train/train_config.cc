@@ -129,6 +129,28 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
         "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
         "[0, 22], threads >= 0");
   }
+  MetricsSection& m = t.metrics;
+  FT_RETURN_IF_ERROR(c.GetBool("metrics.tensorboard", &m.tensorboard));
+  m.prometheus_dir = t.run_dir + "/prometheus";
+  FT_RETURN_IF_ERROR(c.GetString("metrics.prometheus_dir", &m.prometheus_dir));
+  if (m.prometheus_dir.empty()) {
+    return Status::InvalidArgument(
+        "metrics.prometheus_dir is empty: give a directory (node_exporter's textfile "
+        "directory) or 'off'");
+  }
+  FT_RETURN_IF_ERROR(c.GetDouble("metrics.peak_tflops", &m.peak_tflops));
+  FT_RETURN_IF_ERROR(
+      c.GetDouble("metrics.baseline_tokens_per_s_per_gpu", &m.baseline_tokens_per_s_per_gpu));
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.step_time_window", &m.step_time_window));
+  if (m.peak_tflops < 0 || m.peak_tflops > 1e6 || m.baseline_tokens_per_s_per_gpu < 0) {
+    return Status::InvalidArgument(
+        "metrics.peak_tflops must be in [0, 1e6] (TFLOP/s per device; 0 = from the GPU "
+        "model) and metrics.baseline_tokens_per_s_per_gpu >= 0 (0 = no scaling efficiency)");
+  }
+  if (m.step_time_window < 1 || m.step_time_window > 100000) {
+    return Status::InvalidArgument("metrics.step_time_window must be in [1, 100000] steps, got " +
+                                   std::to_string(m.step_time_window));
+  }
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
 }
@@ -138,6 +160,8 @@ const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
 std::string TrainConfig::ConfigHash() const {
   std::string canon;
   for (const auto& [key, entry] : raw.entries()) {
+    // Where metrics go and what MFU is measured against: not a bit of the run changes.
+    if (key.rfind("metrics.", 0) == 0) continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" || key == "data.path" ||

@@ -72,19 +72,30 @@ struct CkptSection {
   bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
 };
 
+// Where the per-step metrics go besides RUN_DIR/metrics.jsonl, and what the derived ones
+// need. None of it changes what is computed: excluded from ConfigHash.
+struct MetricsSection {
+  bool tensorboard = true;                   // RUN_DIR/tensorboard/events.out.tfevents.*
+  std::string prometheus_dir;                // default RUN_DIR/prometheus; "off" = no .prom file
+  double peak_tflops = 0;                    // per-device bf16 peak for mfu; 0 = from the GPU model
+  double baseline_tokens_per_s_per_gpu = 0;  // single-GPU throughput: scaling_efficiency
+  int64_t step_time_window = 100;            // steps in the step-time p50/p95
+};
+
 struct TrainConfig {
   LlamaConfig model;
   OptimSection train;
   DataSection data;
   DistSection dist;
   CkptSection ckpt;
+  MetricsSection metrics;
   std::string run_dir;
   Config raw;  // what was read, for the resolved copy in the run directory
 
   // Reads every section; unknown keys and bad values fail with the key and its origin.
   static StatusOr<TrainConfig> Load(const Config& config);
   // Hash of the settings that change the bits of a run (model, optimizer, schedule, seeds,
-  // dtypes, threads, sharding); paths and checkpoint policy are excluded.
+  // dtypes, threads, sharding); paths, checkpoint policy and metrics sinks are excluded.
   std::string ConfigHash() const;
 };
 

@@ -32,6 +32,7 @@
 #include "train/device_memory.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/metrics_sinks.h"
 #include "train/signals.h"
 
 namespace ftrain::train {
@@ -547,9 +548,12 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   }
 
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<MetricsSinks> sinks;  // TensorBoard, Prometheus, GPU health (rank 0)
   if (leader) {
     FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"),
                                                      state.step, state.metrics_line));
+    FT_ASSIGN_OR_RETURN(sinks, MetricsSinks::Open(cfg, {world.world_size, dev.cuda_index,
+                                                        engine->NumParameters(), resume_step}));
   }
   nlohmann::json layout = {{"sharding", cfg.dist.sharding},
                            {"world_size", world.world_size},
@@ -636,6 +640,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     m.step_time_s = Seconds(t0, Clock::now());
     m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / m.step_time_s;
+    if (leader) sinks->AddHealth(&m);
     double stall = 0;
     if (want_ckpt) {
       state.metrics_line = leader ? FormatMetricsLine(m) : "";
@@ -651,6 +656,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                        << ", stall " << std::setprecision(3) << stall << " s";
         }
         last_saved = state.step;
+        if (leader) sinks->NoteCheckpoint(state.step, saved->durable);
         last_ckpt = Clock::now();
       } else {
         // Never silently skip: log loudly; the next interval tries again.
@@ -663,6 +669,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       m.ckpt_stall_s = stall;
       m.step_time_s = Seconds(t0, Clock::now());
       FT_RETURN_IF_ERROR(metrics->Append(m));
+      sinks->Publish(m);
       if (state.step % cfg.train.log_every == 0 || final_step || stop) {
         const double elapsed = Seconds(run_start, Clock::now());
         const double eta = elapsed / static_cast<double>(state.step - start_step) *
