@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,9 +38,9 @@ using testing::RunCommand;
 class CkptdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = "/tmp/ckptd-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(base_);
+    // A short name: the daemon's socket path (under run_) must fit sockaddr_un.
+    tmp_ = std::make_unique<testing::TempDir>("ckptd-test");
+    base_ = tmp_->path();
     fs::create_directories(base_ + "/run");
     root_ = base_ + "/ckpt";
     run_ = base_ + "/run";
@@ -55,7 +56,7 @@ class CkptdTest : public ::testing::Test {
         }
       }
     }
-    fs::remove_all(base_);
+    // tmp_ (base_) goes with the fixture.
   }
 
   // Starts ckptd and waits until its socket answers STATUS.
@@ -132,6 +133,7 @@ class CkptdTest : public ::testing::Test {
     return r.exit_code;
   }
 
+  std::unique_ptr<testing::TempDir> tmp_;
   std::string base_, root_, run_;
   std::vector<pid_t> daemons_;
   std::set<std::string> nodes_;
