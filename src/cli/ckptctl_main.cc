@@ -28,6 +28,7 @@ constexpr char kUsage[] =
     "  prune ROOT --keep K [--keep-every M] [--dry-run] [--corrupt]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
     "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
+    "every command takes --log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL)\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
 struct Parsed {
@@ -356,6 +357,8 @@ const Subcommand kSubcommands[] = {
 };
 
 int Run(int argc, char** argv) {
+  const Status log = InitLogLevel(&argc, argv);
+  if (!log.ok()) return Fail("ckptctl", log);
   if (argc < 2) {
     std::cerr << kUsage;
     return kExitUsage;
