@@ -29,6 +29,7 @@
 #include "ckpt/reader.h"
 #include "ckpt/store.h"
 #include "ckpt/verify.h"
+#include "core/thread_pool.h"
 
 namespace {
 
@@ -159,7 +160,7 @@ double ZstdSingleThreadMBs(const ftrain::ckpt::ShardContents& c, int level) {
 int main(int argc, char** argv) {
   double gb = 2.0;
   std::string dir = "/var/tmp/ftrain-bench";
-  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  int threads = ftrain::DefaultThreads();
   bool cold = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

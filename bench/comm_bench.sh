@@ -19,6 +19,8 @@ for n in ${RANKS}; do
     --sizes "${SIZES}" >"${TMP}/comm-${n}.json" 2>"${TMP}/comm-${n}.log" ||
     { cat "${TMP}/comm-${n}.log" >&2; exit 1; }
 done
+# RANKS is a list of rank counts ("1 2 4"): split into one argument each on purpose.
+# shellcheck disable=SC2086
 python3 - "${TMP}" ${RANKS} <<'PY'
 import json, sys, os
 tmp, ranks = sys.argv[1], sys.argv[2:]

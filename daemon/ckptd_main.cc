@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
   int64_t keep_every = 0;
   double memory_gb = 8, max_mb_s = 0;
   int64_t test_uid = -1;
-  po::options_description opts("ckptd --root CKPT_ROOT --run-dir RUN [options]");
+  const Status log = ftrain::cli::InitLogLevel(&argc, argv);  // --log-level, FTRAIN_LOG_LEVEL
+  if (!log.ok()) return ftrain::cli::Fail(prog, log);
+  po::options_description opts(
+      "ckptd --root CKPT_ROOT --run-dir RUN [--log-level debug|info|warning|error] [options]");
   opts.add_options()("help,h", "show this help")("root", po::value<std::string>(&o.root),
                                                  "checkpoint root (shared by all nodes)")(
       "run-dir", po::value<std::string>(&o.run_dir), "run directory (the socket goes under it)")(

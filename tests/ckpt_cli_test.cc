@@ -23,23 +23,8 @@
 namespace ftrain::testing {
 namespace {
 
-bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
-
 std::string Ckptctl() { return BinDir() + "/ckptctl"; }
 std::string PluginDir() { return BinDir() + "/../lib/hdf5-plugins"; }
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ftrain-ckptctl-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class CkptctlTest : public ::testing::Test {
  protected:

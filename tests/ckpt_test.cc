@@ -23,25 +23,13 @@
 #include "ckpt_fixture.h"
 #include "dist/comm.h"
 #include "model/safetensors.h"
+#include "test_util.h"
 
 namespace ftrain::testing {
 namespace {
 
 using ckpt::CheckpointReader;
 using ckpt::CheckpointStore;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ftrain-ckpt-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string ReadAll(const std::string& p) {
   std::ifstream in(p, std::ios::binary);

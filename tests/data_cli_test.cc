@@ -22,15 +22,12 @@ namespace ftrain::data {
 namespace {
 
 using ::ftrain::testing::CommandResult;
+using ::ftrain::testing::Contains;
 using ::ftrain::testing::Ftrain;
 using ::ftrain::testing::RunCommand;
+using ::ftrain::testing::TempDir;
 using testing::ReadFileOrDie;
-using testing::TempDir;
 using testing::WriteFileOrDie;
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::string Q(const std::string& s) { return "'" + s + "'"; }
 

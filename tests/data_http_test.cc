@@ -9,19 +9,17 @@
 #include "data/verify.h"
 #include "data_http_server.h"
 #include "data_test_util.h"
+#include "test_util.h"
 
 namespace ftrain::data {
 namespace {
 
+using ::ftrain::testing::Contains;
+using ::ftrain::testing::TempDir;
 using testing::FaultyHttpServer;
 using testing::Stream;
 using testing::Take;
-using testing::TempDir;
 using Fault = FaultyHttpServer::Fault;
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 class HttpTest : public ::testing::Test {
  protected:

@@ -11,11 +11,12 @@
 #include "data/pack.h"
 #include "data/utf8.h"
 #include "data_test_util.h"
+#include "test_util.h"
 
 namespace ftrain::data {
 namespace {
 
-using testing::TempDir;
+using ::ftrain::testing::TempDir;
 using testing::WriteFileOrDie;
 
 TEST(Utf8, AcceptsValidAndPinpointsTheFirstBadByte) {

@@ -15,17 +15,15 @@
 #include "data/synthetic.h"
 #include "data/verify.h"
 #include "data_test_util.h"
+#include "test_util.h"
 
 namespace ftrain::data {
 namespace {
 
+using ::ftrain::testing::Contains;
+using ::ftrain::testing::TempDir;
 using testing::Stream;
 using testing::Take;
-using testing::TempDir;
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // 1000 rows in 4 shards (256, 256, 256, 232), chunks of 16 rows (the last one 8 rows).
 SyntheticSpec Spec() { return SyntheticSpec(); }

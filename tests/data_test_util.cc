@@ -13,26 +13,6 @@
 
 namespace ftrain::data::testing {
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrain-data-test.XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
-  }
-  path_ = buf.data();
-}
-
-TempDir::~TempDir() {
-  if (path_.empty() || path_.find("ftrain-data-test.") == std::string::npos) return;
-  std::string cmd = "rm -rf '" + path_ + "'";
-  if (std::system(cmd.c_str()) != 0) {
-    // Leaving a temp dir behind is not a test failure; say so for whoever looks.
-    std::fprintf(stderr, "warning: could not remove %s\n", path_.c_str());
-  }
-}
-
 std::string ReadFileOrDie(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "cannot read " << path;

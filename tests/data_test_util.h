@@ -1,5 +1,5 @@
-// Helpers shared by the data pipeline tests: temp directories removed at teardown, reading a
-// whole reader stream, and checking rows of synthetic datasets.
+// Helpers shared by the data pipeline tests: reading and writing whole files, reading a whole
+// reader stream, and checking rows of synthetic datasets. Temp directories: test_util.h.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +9,6 @@
 #include "data/reader.h"
 
 namespace ftrain::data::testing {
-
-// mkdtemp under $TMPDIR (or /tmp); removed recursively by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 std::string ReadFileOrDie(const std::string& path);
 void WriteFileOrDie(const std::string& path, const std::string& contents);

@@ -7,10 +7,6 @@
 namespace ftrain::testing {
 namespace {
 
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 // Uneven element counts (1, 7, 1001, 1048579 float32) on purpose: shards of different sizes.
 const char kUnevenSizes[] = "4,28,4004,4194316";
 

@@ -14,8 +14,6 @@
 namespace ftrain::testing {
 namespace {
 
-bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
-
 // Non-empty lines of `text` that do not come from the logger (which writes to stderr).
 std::vector<std::string> NonLogLines(const std::string& text) {
   std::vector<std::string> out;
@@ -30,8 +28,8 @@ std::vector<std::string> NonLogLines(const std::string& text) {
 class EvalTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/ftrain-eval-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    tmp_ = std::make_unique<TempDir>("ftrain-eval-test");
+    root_ = tmp_->path();
     data_ = root_ + "/data";
     run_ = root_ + "/run";
     auto p = RunCommand(Ftrain() +
@@ -47,7 +45,7 @@ class EvalTest : public ::testing::Test {
                         300);
     ASSERT_EQ(t.exit_code, 0) << t.output;
   }
-  static void TearDownTestSuite() { std::system(("rm -rf '" + root_ + "'").c_str()); }
+  static void TearDownTestSuite() { tmp_.reset(); }
 
   static std::string Config() { return std::string(FTRAIN_SOURCE_DIR) + "/configs/tiny.cfg"; }
   static std::string Eval(const std::string& args) {
@@ -66,9 +64,11 @@ class EvalTest : public ::testing::Test {
     return nlohmann::json::object();
   }
 
+  static std::unique_ptr<TempDir> tmp_;
   static std::string root_, data_, run_;
 };
 
+std::unique_ptr<TempDir> EvalTest::tmp_;
 std::string EvalTest::root_, EvalTest::data_, EvalTest::run_;
 
 TEST_F(EvalTest, CheckpointEqualsItsFp32ExportBitForBit) {

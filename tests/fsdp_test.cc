@@ -21,19 +21,6 @@ struct RunResult {
   nlohmann::json json;
 };
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ftrain-fsdp-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 RunResult RunWorker(const std::string& out, int nproc, int nodes, const std::string& args) {
   const std::string worker = BinDir() + "/fsdp_worker --out " + out + " " + args;
   const std::string cmd = nproc == 1 ? worker

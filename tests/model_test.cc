@@ -15,34 +15,18 @@
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "model/weights_io.h"
+#include "test_util.h"
 
 namespace ftrain::model {
 namespace {
+
+using ::ftrain::testing::TempDir;
 
 std::string SourcePath(const std::string& rel) {
   return std::string(FTRAIN_SOURCE_DIR) + "/" + rel;
 }
 const std::string kGoldenWeights = "tests/fixtures/llama_golden.safetensors";
 const std::string kGoldenExpected = "tests/fixtures/llama_golden_expected.safetensors";
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ftrain-model-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    // Best effort: a leftover temp dir is harmless. Not std::filesystem::remove_all: this
-    // binary links LibTorch 2.11, whose exported copy of it crashes when a call binds to it.
-    const int rc = std::system(("rm -rf '" + path_ + "'").c_str());
-    (void)rc;
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 LlamaConfig LoadConfig(const std::string& name) {
   auto config = Config::LoadFile(SourcePath("configs/" + name));

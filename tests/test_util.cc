@@ -1,6 +1,8 @@
-// Process helpers for tests.
+// Test helpers: temp directories, substring checks, processes, ports.
 #include "test_util.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,8 +11,43 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
 
 namespace ftrain::testing {
+
+TempDir::TempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  const std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + ".XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  }
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  if (keep_) {
+    std::fprintf(stderr, "kept %s\n", path_.c_str());
+    return;
+  }
+  auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) {
+    return ::remove(p) == 0 || errno == ENOENT ? 0 : -1;
+  };
+  if (::nftw(path_.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    // A leftover temp dir is not a test failure; say so for whoever looks.
+    std::fprintf(stderr, "warning: could not remove %s: %s\n", path_.c_str(), std::strerror(errno));
+  }
+}
+
+bool Contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
 
 CommandResult RunCommand(const std::string& command, int timeout_s) {
   CommandResult r;

@@ -1,10 +1,38 @@
-// Helpers for tests that run real processes: run a shell command with a deadline and capture
-// its combined output and exit status; find a free TCP port; paths of the built binaries.
+// Helpers shared by every test binary: a temp directory that removes itself, a substring
+// check, running a shell command with a deadline (combined output and exit status), a free TCP
+// port, and the paths of the built binaries. No LibTorch, no gtest: fuzzers link it too.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace ftrain::testing {
+
+// A fresh directory $TMPDIR/<prefix>.XXXXXX (TMPDIR unset: /tmp), removed recursively by the
+// destructor. A failed mkdtemp throws std::runtime_error naming the template and errno (gtest
+// reports it as a failure of the test that made it). Removal does not use std::filesystem:
+// binaries linking LibTorch 2.11 crash when a call binds to its exported copy of it.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "ftrain-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  // Leaves the directory in place (prints its path), for a failure worth looking at.
+  void Keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
+};
+
+// Whether `needle` occurs in `haystack`. Takes string_view, so a file's own Contains(const
+// std::string&, const std::string&) still wins overload resolution instead of clashing
+// (tests/train_test.cc keeps one until it moves to this).
+bool Contains(std::string_view haystack, std::string_view needle);
 
 struct CommandResult {
   int exit_code = -1;      // exit code, or 128+signal

@@ -12,8 +12,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <vector>
+
+#include "core/thread_pool.h"
 
 namespace ftrain::ckpt {
 namespace {
@@ -51,14 +52,12 @@ void ParallelCopy(const std::vector<Copy>& copies, int threads) {
       if (pos >= end) break;
     }
   };
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) {
+  // Part i is [share * i, share * (i + 1)) clipped to the total; memcpy cannot fail.
+  (void)ParallelFor(static_cast<size_t>(threads), threads, [&](size_t i) {
     const uint64_t b = std::min(total, share * static_cast<uint64_t>(i));
-    const uint64_t e = std::min(total, b + share);
-    if (b < e) pool.emplace_back(run, b, e);
-  }
-  run(0, std::min(total, share));
-  for (auto& t : pool) t.join();
+    run(b, std::min(total, b + share));
+    return Status::Ok();
+  });
 }
 
 }  // namespace
@@ -123,10 +122,7 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
   return c;
 }
 
-int CkptdClient::DefaultCopyThreads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(4u, n));
-}
+int CkptdClient::DefaultCopyThreads() { return std::min(4, DefaultThreads()); }
 
 CkptdClient::~CkptdClient() {
   for (auto& m : maps_) {

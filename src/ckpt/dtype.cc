@@ -52,11 +52,6 @@ size_t DTypeSize(DType d) {
   return 1;
 }
 
-bool DTypeIsFloat(DType d) {
-  return d == DType::kBFloat16 || d == DType::kFloat16 || d == DType::kFloat32 ||
-         d == DType::kFloat64;
-}
-
 namespace {
 
 double HalfToDouble(uint16_t h) {

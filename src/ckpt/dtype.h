@@ -15,7 +15,6 @@ enum class DType { kBFloat16, kFloat16, kFloat32, kFloat64, kInt32, kInt64, kUIn
 const char* DTypeName(DType d);  // "bfloat16", "float32", ...
 StatusOr<DType> DTypeFromName(const std::string& name);
 size_t DTypeSize(DType d);
-bool DTypeIsFloat(DType d);
 // Converts element i of a buffer of type d to double (for diffs and reports).
 double ElementAsDouble(DType d, const void* data, size_t i);
 

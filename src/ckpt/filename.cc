@@ -72,11 +72,6 @@ int ParseShardFileName(const std::string& name) {
   return static_cast<int>(ParseDigits(name, 6, 5));
 }
 
-int ParseReceiptFileName(const std::string& name) {
-  if (name.size() != 16 || name.rfind("shard-", 0) != 0 || name.substr(11) != ".json") return -1;
-  return static_cast<int>(ParseDigits(name, 6, 5));
-}
-
 bool IsSafeRelativeName(const std::string& name) {
   if (name.empty() || name.size() > 255) return false;
   if (name.find('/') != std::string::npos || name.find('\\') != std::string::npos) return false;

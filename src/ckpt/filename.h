@@ -37,7 +37,6 @@ std::string ShardTempName(int rank);
 std::string ReceiptFileName(int rank);  // shard-00003.json
 // Parses "shard-00003.h5"; -1 if it is not a shard file name.
 int ParseShardFileName(const std::string& name);
-int ParseReceiptFileName(const std::string& name);
 
 constexpr char kManifestName[] = "manifest.json";
 constexpr char kLatestName[] = "LATEST";

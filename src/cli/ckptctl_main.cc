@@ -1,10 +1,11 @@
 // `ckptctl`: the operator's checkpoint tool. Flag parsing and exit codes only; the work is in
-// src/ckpt (store, verify, tools). Exit codes: 0 ok, 1 the checked thing is bad, 2 usage or
-// environment error.
+// src/ckpt (store, verify, tools). One function per subcommand, dispatched from a table as in
+// `ftrain`. Exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ckpt/ckptd_client.h"
 #include "ckpt/store.h"
@@ -27,6 +28,7 @@ constexpr char kUsage[] =
     "  prune ROOT --keep K [--keep-every M] [--dry-run] [--corrupt]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
     "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
+    "every command takes --log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL)\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
 struct Parsed {
@@ -149,7 +151,214 @@ int PrintVerify(const ckpt::VerifyReport& r, bool json, nlohmann::json* all) {
   return r.ok() ? kExitOk : kExitBad;
 }
 
+// Parses a subcommand's flags (argv[0] = its name). Returns the exit code to stop with (bad
+// usage, or --help shown), or nothing when the command should go on.
+std::optional<int> ParseOrExit(int argc, char** argv, po::options_description opts, int positional,
+                               Parsed* p) {
+  const std::string cmd = argv[0];
+  Status s = Parse(cmd, argc, argv, std::move(opts), positional, p);
+  if (!s.ok()) return Fail("ckptctl " + cmd, s);
+  if (p->vm.count("help")) return (std::cout << kUsage, kExitOk);
+  return std::nullopt;
+}
+
+int List(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  po::options_description opts(prog);
+  opts.add_options()("json", "JSON output");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  Status s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout);
+  return s.ok() ? kExitOk : Fail(prog, s.IsNotFound() ? Status::InvalidArgument(s.message()) : s);
+}
+
+// The checkpoint directories `ckptctl verify PATH [--all]` checks.
+StatusOr<std::vector<std::string>> VerifyTargets(const std::string& path, bool all) {
+  if (!Env::Default()->IsDirectory(path)) {
+    return Status::InvalidArgument("'" + path + "' is not a directory");
+  }
+  std::vector<std::string> dirs;
+  if (!all) {
+    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path));
+    dirs.push_back(dir);
+    return dirs;
+  }
+  ckpt::CheckpointStore store(path);
+  FT_ASSIGN_OR_RETURN(auto infos, store.List());
+  int set_aside = 0;
+  for (const auto& i : infos) {
+    if (i.status == ckpt::CheckpointStatus::kCorrupt) {
+      ++set_aside;  // evidence a resume already rejected; verify it by its path
+    } else if (i.status != ckpt::CheckpointStatus::kPartial &&
+               i.status != ckpt::CheckpointStatus::kDeleting) {
+      dirs.push_back(i.path);
+    }
+  }
+  if (set_aside > 0) {
+    std::cerr << "ckptctl verify: skipping " << set_aside << " step-N.corrupt director"
+              << (set_aside == 1 ? "y" : "ies")
+              << " that resume set aside (name one to verify it)\n";
+  }
+  if (dirs.empty()) return Status::NotFound("no checkpoints under '" + path + "'");
+  return dirs;
+}
+
+int Verify(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  po::options_description opts(prog);
+  opts.add_options()("json", "JSON output")("all", "every checkpoint under a root")(
+      "threads", po::value<int>()->default_value(0), "decompression threads (0 = all cores)");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  const int threads = p.vm["threads"].as<int>();
+  auto dirs = VerifyTargets(p.args[0], p.vm.count("all") > 0);
+  if (!dirs.ok()) return Fail(prog, dirs.status());
+  int rc = kExitOk;
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& d : *dirs) {
+    if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) != kExitOk) {
+      rc = kExitBad;
+    }
+  }
+  if (p.vm.count("json")) std::cout << all.dump(1) << "\n";
+  return rc;
+}
+
+int Latest(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  po::options_description opts(prog);
+  opts.add_options()("verified", "the newest checkpoint that also verifies");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  ckpt::CheckpointStore store(p.args[0]);
+  if (!Env::Default()->IsDirectory(p.args[0])) {
+    return Fail(prog, Status::InvalidArgument("checkpoint root '" + p.args[0] +
+                                              "' does not exist or is not a directory"));
+  }
+  auto all = store.List();
+  if (!all.ok()) return Fail(prog, all.status());
+  for (const auto& i : *all) {
+    if (i.status != ckpt::CheckpointStatus::kComplete) continue;
+    if (p.vm.count("verified")) {
+      auto rep = ckpt::VerifyCheckpoint(i.path);
+      if (!rep.ok()) {
+        std::cerr << "ckptctl latest: skipping " << i.path << ": " << rep.problems.front().problem
+                  << "\n";
+        continue;
+      }
+    }
+    std::cout << i.path << "\n";
+    return kExitOk;
+  }
+  std::cerr << "ckptctl latest: no " << (p.vm.count("verified") ? "verified" : "complete")
+            << " checkpoint in '" << p.args[0] << "'\n";
+  return kExitBad;
+}
+
+int Inspect(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  po::options_description opts(prog);
+  opts.add_options()("json", "JSON output");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
+  if (!dir.ok()) return Fail(prog, dir.status());
+  Status s = ckpt::PrintInspect(*dir, p.vm.count("json") > 0, std::cout);
+  return s.ok() ? kExitOk : Fail(prog, s);
+}
+
+int Diff(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, po::options_description(prog), 2, &p)) return *rc;
+  auto a = ckpt::ResolveCheckpointDir(p.args[0]);
+  if (!a.ok()) return Fail(prog, a.status());
+  auto b = ckpt::ResolveCheckpointDir(p.args[1]);
+  if (!b.ok()) return Fail(prog, b.status());
+  auto r = ckpt::DiffCheckpoints(*a, *b, std::cout);
+  if (!r.ok()) return Fail(prog, r.status());
+  if (!r->identical) return kExitBad;
+  std::cout << "identical: " << r->tensors_compared << " tensors and " << r->blobs_compared
+            << " pieces of state are bit-identical\n";
+  return kExitOk;
+}
+
+int Prune(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  int keep = 0;
+  int64_t keep_every = 0;
+  po::options_description opts(prog);
+  opts.add_options()("keep", po::value<int>(&keep)->required(),
+                     "newest complete checkpoints to keep")(
+      "keep-every", po::value<int64_t>(&keep_every)->default_value(0), "also keep multiples of M")(
+      "dry-run", "print what would be deleted")(
+      "corrupt", "also remove step-N.corrupt directories that resume set aside");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  if (keep < 1) return Fail(prog, Status::InvalidArgument("--keep must be at least 1"));
+  if (keep_every < 0) return Fail(prog, Status::InvalidArgument("--keep-every must be >= 0"));
+  if (!Env::Default()->IsDirectory(p.args[0])) {
+    return Fail(prog, Status::InvalidArgument("'" + p.args[0] + "' is not a directory"));
+  }
+  const bool dry_run = p.vm.count("dry-run") > 0;
+  ckpt::CheckpointStore store(p.args[0]);
+  auto deleted = store.Rotate({keep, keep_every}, dry_run);
+  if (!deleted.ok()) return Fail(prog, deleted.status());
+  if (p.vm.count("corrupt")) {
+    auto corrupt = store.RemoveCorrupt(dry_run);
+    if (!corrupt.ok()) return Fail(prog, corrupt.status());
+    deleted->insert(deleted->end(), corrupt->begin(), corrupt->end());
+  }
+  for (const auto& d : *deleted) std::cout << (dry_run ? "would delete " : "deleted ") << d << "\n";
+  if (deleted->empty()) std::cout << "nothing to delete\n";
+  return kExitOk;
+}
+
+int Export(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  std::string format, output, dtype = "bf16";
+  po::options_description opts(prog);
+  opts.add_options()("format", po::value<std::string>(&format)->required(), "safetensors")(
+      "output,o", po::value<std::string>(&output)->required(), "output file")(
+      "dtype", po::value<std::string>(&dtype)->default_value("bf16"), "bf16 or fp32");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  if (format != "safetensors") {
+    return Fail(prog, Status::InvalidArgument("--format '" + format +
+                                              "' is not supported; use safetensors"));
+  }
+  auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
+  if (!dir.ok()) return Fail(prog, dir.status());
+  Status s = ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
+  return s.ok() ? kExitOk : Fail(prog, s);
+}
+
+int DaemonStatus(int argc, char** argv) {
+  const std::string prog = std::string("ckptctl ") + argv[0];
+  po::options_description opts(prog);
+  opts.add_options()("json", "one JSON object per node")(
+      "node", po::value<std::vector<std::string>>()->composing(), "only this node (repeatable)");
+  Parsed p;
+  if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  return CkptdStatus(p.args[0], p.vm.count("json") > 0,
+                     p.vm.count("node") ? p.vm["node"].as<std::vector<std::string>>()
+                                        : std::vector<std::string>());
+}
+
+// One row per subcommand; the help text is kUsage (its format predates this table).
+struct Subcommand {
+  const char* name;
+  int (*run)(int argc, char** argv);  // argv[0] = the subcommand's name
+};
+
+const Subcommand kSubcommands[] = {
+    {"list", List}, {"verify", Verify}, {"latest", Latest}, {"inspect", Inspect},
+    {"diff", Diff}, {"prune", Prune},   {"export", Export}, {"status", DaemonStatus},
+};
+
 int Run(int argc, char** argv) {
+  const Status log = InitLogLevel(&argc, argv);
+  if (!log.ok()) return Fail("ckptctl", log);
   if (argc < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -159,179 +368,8 @@ int Run(int argc, char** argv) {
     std::cout << kUsage;
     return kExitOk;
   }
-  const std::string prog = "ckptctl " + cmd;
-  int sub_argc = argc - 1;
-  char** sub_argv = argv + 1;
-  Parsed p;
-  po::options_description opts("ckptctl " + cmd);
-  if (cmd == "list") {
-    opts.add_options()("json", "JSON output");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout);
-    return s.ok() ? kExitOk : Fail(prog, s.IsNotFound() ? Status::InvalidArgument(s.message()) : s);
-  }
-  if (cmd == "verify") {
-    opts.add_options()("json", "JSON output")("all", "every checkpoint under a root")(
-        "threads", po::value<int>()->default_value(0), "decompression threads (0 = all cores)");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    const std::string path = p.args[0];
-    const int threads = p.vm["threads"].as<int>();
-    std::vector<std::string> dirs;
-    Env* env = Env::Default();
-    if (!env->IsDirectory(path)) {
-      return Fail(prog, Status::InvalidArgument("'" + path + "' is not a directory"));
-    }
-    if (p.vm.count("all")) {
-      ckpt::CheckpointStore store(path);
-      auto all = store.List();
-      if (!all.ok()) return Fail(prog, all.status());
-      int set_aside = 0;
-      for (const auto& i : *all) {
-        if (i.status == ckpt::CheckpointStatus::kCorrupt) {
-          ++set_aside;  // evidence a resume already rejected; verify it by its path
-        } else if (i.status != ckpt::CheckpointStatus::kPartial &&
-                   i.status != ckpt::CheckpointStatus::kDeleting) {
-          dirs.push_back(i.path);
-        }
-      }
-      if (set_aside > 0) {
-        std::cerr << "ckptctl verify: skipping " << set_aside << " step-N.corrupt director"
-                  << (set_aside == 1 ? "y" : "ies")
-                  << " that resume set aside (name one to verify it)\n";
-      }
-      if (dirs.empty()) return Fail(prog, Status::NotFound("no checkpoints under '" + path + "'"));
-    } else {
-      auto dir = ckpt::ResolveCheckpointDir(path);
-      if (!dir.ok()) return Fail(prog, dir.status());
-      dirs.push_back(*dir);
-    }
-    int rc = kExitOk;
-    nlohmann::json all = nlohmann::json::array();
-    for (const auto& d : dirs) {
-      if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) !=
-          kExitOk) {
-        rc = kExitBad;
-      }
-    }
-    if (p.vm.count("json")) std::cout << all.dump(1) << "\n";
-    return rc;
-  }
-  if (cmd == "latest") {
-    opts.add_options()("verified", "the newest checkpoint that also verifies");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    ckpt::CheckpointStore store(p.args[0]);
-    if (!Env::Default()->IsDirectory(p.args[0])) {
-      return Fail(prog, Status::InvalidArgument("checkpoint root '" + p.args[0] +
-                                                "' does not exist or is not a directory"));
-    }
-    auto all = store.List();
-    if (!all.ok()) return Fail(prog, all.status());
-    for (const auto& i : *all) {
-      if (i.status != ckpt::CheckpointStatus::kComplete) continue;
-      if (p.vm.count("verified")) {
-        auto rep = ckpt::VerifyCheckpoint(i.path);
-        if (!rep.ok()) {
-          std::cerr << "ckptctl latest: skipping " << i.path << ": " << rep.problems.front().problem
-                    << "\n";
-          continue;
-        }
-      }
-      std::cout << i.path << "\n";
-      return kExitOk;
-    }
-    std::cerr << "ckptctl latest: no " << (p.vm.count("verified") ? "verified" : "complete")
-              << " checkpoint in '" << p.args[0] << "'\n";
-    return kExitBad;
-  }
-  if (cmd == "inspect") {
-    opts.add_options()("json", "JSON output");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
-    if (!dir.ok()) return Fail(prog, dir.status());
-    s = ckpt::PrintInspect(*dir, p.vm.count("json") > 0, std::cout);
-    return s.ok() ? kExitOk : Fail(prog, s);
-  }
-  if (cmd == "diff") {
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 2, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    auto a = ckpt::ResolveCheckpointDir(p.args[0]);
-    if (!a.ok()) return Fail(prog, a.status());
-    auto b = ckpt::ResolveCheckpointDir(p.args[1]);
-    if (!b.ok()) return Fail(prog, b.status());
-    auto r = ckpt::DiffCheckpoints(*a, *b, std::cout);
-    if (!r.ok()) return Fail(prog, r.status());
-    if (r->identical) {
-      std::cout << "identical: " << r->tensors_compared << " tensors and " << r->blobs_compared
-                << " pieces of state are bit-identical\n";
-      return kExitOk;
-    }
-    return kExitBad;
-  }
-  if (cmd == "prune") {
-    int keep = 0;
-    int64_t keep_every = 0;
-    opts.add_options()("keep", po::value<int>(&keep)->required(),
-                       "newest complete checkpoints to keep")(
-        "keep-every", po::value<int64_t>(&keep_every)->default_value(0),
-        "also keep multiples of M")("dry-run", "print what would be deleted")(
-        "corrupt", "also remove step-N.corrupt directories that resume set aside");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    if (keep < 1) return Fail(prog, Status::InvalidArgument("--keep must be at least 1"));
-    if (keep_every < 0) return Fail(prog, Status::InvalidArgument("--keep-every must be >= 0"));
-    if (!Env::Default()->IsDirectory(p.args[0])) {
-      return Fail(prog, Status::InvalidArgument("'" + p.args[0] + "' is not a directory"));
-    }
-    ckpt::CheckpointStore store(p.args[0]);
-    auto deleted = store.Rotate({keep, keep_every}, p.vm.count("dry-run") > 0);
-    if (!deleted.ok()) return Fail(prog, deleted.status());
-    if (p.vm.count("corrupt")) {
-      auto corrupt = store.RemoveCorrupt(p.vm.count("dry-run") > 0);
-      if (!corrupt.ok()) return Fail(prog, corrupt.status());
-      deleted->insert(deleted->end(), corrupt->begin(), corrupt->end());
-    }
-    for (const auto& d : *deleted) {
-      std::cout << (p.vm.count("dry-run") ? "would delete " : "deleted ") << d << "\n";
-    }
-    if (deleted->empty()) std::cout << "nothing to delete\n";
-    return kExitOk;
-  }
-  if (cmd == "export") {
-    std::string format, output, dtype = "bf16";
-    opts.add_options()("format", po::value<std::string>(&format)->required(), "safetensors")(
-        "output,o", po::value<std::string>(&output)->required(), "output file")(
-        "dtype", po::value<std::string>(&dtype)->default_value("bf16"), "bf16 or fp32");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    if (format != "safetensors") {
-      return Fail(prog, Status::InvalidArgument("--format '" + format +
-                                                "' is not supported; use safetensors"));
-    }
-    auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
-    if (!dir.ok()) return Fail(prog, dir.status());
-    s = ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
-    return s.ok() ? kExitOk : Fail(prog, s);
-  }
-  if (cmd == "status") {
-    opts.add_options()("json", "one JSON object per node")(
-        "node", po::value<std::vector<std::string>>()->composing(), "only this node (repeatable)");
-    Status s = Parse(cmd, sub_argc, sub_argv, opts, 1, &p);
-    if (!s.ok()) return Fail(prog, s);
-    if (p.vm.count("help")) return (std::cout << kUsage, kExitOk);
-    return CkptdStatus(p.args[0], p.vm.count("json") > 0,
-                       p.vm.count("node") ? p.vm["node"].as<std::vector<std::string>>()
-                                          : std::vector<std::string>());
+  for (const auto& s : kSubcommands) {
+    if (cmd == s.name) return s.run(argc - 1, argv + 1);
   }
   std::cerr << "ckptctl: unknown command '" << cmd << "'\n" << kUsage;
   return kExitUsage;

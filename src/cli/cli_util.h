@@ -20,6 +20,13 @@ int ExitCodeFor(const Status& s);
 // Prints "<program>: <message>" on stderr and returns ExitCodeFor(s).
 int Fail(const std::string& program, const Status& s);
 
+// Start-up logging level for every main (ftrain, ckptctl, ckptd, ftrain-data): first
+// $FTRAIN_LOG_LEVEL, then a `--log-level LEVEL` or `--log-level=LEVEL` anywhere in argv[1..]
+// before a "--". The flag is removed from argv (subcommands never see it) and exported as
+// FTRAIN_LOG_LEVEL, so the processes this one starts (launched ranks, ftrain-data) log at the
+// same level. A bad value or a missing one is InvalidArgument naming its source.
+Status InitLogLevel(int* argc, char** argv);
+
 // Parses argv with the given options (and positional spec, may be empty). Unknown flags,
 // missing values and bad numbers become InvalidArgument naming the flag.
 Status ParseFlags(const std::string& program, int argc, char** argv,

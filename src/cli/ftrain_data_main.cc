@@ -7,6 +7,8 @@
 #include "cli/data_commands.h"
 
 int main(int argc, char** argv) {
+  const ftrain::Status log = ftrain::cli::InitLogLevel(&argc, argv);
+  if (!log.ok()) return ftrain::cli::Fail("ftrain-data", log);
   const std::string usage =
       "usage: ftrain-data pack [flags] INPUT... | ftrain-data data inspect|verify|batches SRC\n"
       "(the same as 'ftrain pack' and 'ftrain data'; add --help for the flags)\n";

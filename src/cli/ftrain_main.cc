@@ -31,12 +31,15 @@ const Subcommand kSubcommands[] = {
 void Usage(std::ostream& out) {
   out << "usage: ftrain <command> [args]\n\ncommands:\n";
   for (const auto& s : kSubcommands) out << "  " << s.name << "\t" << s.help << "\n";
-  out << "\n'ftrain <command> --help' describes a command's flags.\n";
+  out << "\n'ftrain <command> --help' describes a command's flags. Every command takes\n"
+         "--log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL, else info).\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const ftrain::Status log = ftrain::cli::InitLogLevel(&argc, argv);
+  if (!log.ok()) return ftrain::cli::Fail("ftrain", log);
   if (argc < 2) {
     Usage(std::cerr);
     return ftrain::cli::kExitUsage;

@@ -123,7 +123,8 @@ class FaultInjectionEnv : public Env {
 // The crash point hook used by crash tests: when the environment variable
 // FTRAIN_CRASH_AT=N is set, Env::Default() is a FaultInjectionEnv that SIGKILLs the process
 // before its Nth mutating operation (only the rank named by FTRAIN_CRASH_RANK, when set),
-// and FTRAIN_CRASH_TRACE=1 logs every op to stderr.
-// Production runs never set it.
+// and FTRAIN_CRASH_TRACE=1 logs every op to stderr. It ships in the production binaries on
+// purpose (the crash tests must kill the binaries that run on the cluster) and warns when set;
+// docs/operations.md ("Crash injection") says why and what it costs. Job scripts never set it.
 
 }  // namespace ftrain

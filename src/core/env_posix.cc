@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/env.h"
+#include "core/log.h"
 
 namespace ftrain {
 namespace {
@@ -204,6 +205,10 @@ Env* Env::Default() {
     if (crash != nullptr && this_rank && ParseInt64(crash, &n) && n > 0) {
       static FaultInjectionEnv faulty(&posix);
       faulty.CrashAt(n);
+      // A stray variable in a production job would kill it: say so once, up front.
+      FT_LOG(Warning) << "FTRAIN_CRASH_AT=" << n
+                      << " is set: this process SIGKILLs itself before file-system operation " << n
+                      << " (crash testing; see docs/operations.md)";
       return &faulty;
     }
     return &posix;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 
@@ -53,6 +54,18 @@ bool ParseLogLevel(const std::string& text, LogLevel* level) {
   else
     return false;
   return true;
+}
+
+Status SetLogLevelFromEnv() {
+  const char* v = std::getenv(kLogLevelEnv);
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  LogLevel level;
+  if (!ParseLogLevel(v, &level)) {
+    return Status::InvalidArgument(std::string(kLogLevelEnv) + "='" + v +
+                                   "' is not one of debug, info, warning, error");
+  }
+  SetLogLevel(level);
+  return Status::Ok();
 }
 
 LogMessage::~LogMessage() {

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/status.h"
+
 namespace ftrain {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
@@ -16,6 +18,13 @@ LogLevel GetLogLevel();
 void SetLogPrefix(const std::string& prefix);
 // Parses "debug|info|warning|error"; false on anything else.
 bool ParseLogLevel(const std::string& text, LogLevel* level);
+
+// The environment variable every binary reads its starting level from (unset: info). The
+// mains' --log-level flag overrides it (cli/cli_util.h: InitLogLevel).
+constexpr char kLogLevelEnv[] = "FTRAIN_LOG_LEVEL";
+// Applies $FTRAIN_LOG_LEVEL when it is set and not empty; a bad value is InvalidArgument
+// naming the variable (the level is then left unchanged).
+Status SetLogLevelFromEnv();
 
 class LogMessage {
  public:

@@ -9,7 +9,9 @@
 
 namespace ftrain {
 
-class Status {
+// [[nodiscard]]: a call whose Status (or StatusOr) is dropped does not compile. Handle it, or
+// cast it to (void) with a comment saying why ignoring it is right (STYLE.md 2).
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
@@ -61,7 +63,7 @@ class Status {
 
 // A value or the Status saying why there is none.
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
   StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "data/format.h"
 #include "data/input.h"
 #include "data/pack_output.h"
@@ -239,8 +240,7 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
                << (skipped_files == 0 ? std::string()
                                       : "; skipped " + std::to_string(skipped_files) +
                                             " files under directories by name:" + skipped);
-  const int threads =
-      o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  const int threads = ResolveThreads(o.threads);
   Env* env = o.env != nullptr ? o.env : Env::Default();
   FT_RETURN_IF_ERROR(PrepareOutDir(env, o.out_dir, o.force));
 

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
+
+#include "core/thread_pool.h"
 
 namespace ftrain::data {
 
@@ -122,33 +123,12 @@ std::unique_ptr<RankStream::Window> RankStream::Load(Key key, uint64_t from) {
     win->rows[i] = base + offset[k] + (win->samples[i] % c_rows) * row_bytes;
   }
 
-  std::atomic<size_t> next{0};
-  std::mutex err_mu;
-  Status first_error;  // guarded by err_mu
-  auto worker = [&] {
-    for (;;) {
-      size_t i = next.fetch_add(1);
-      if (i >= chunks.size()) return;
-      {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (!first_error.ok()) return;
-      }
-      Status s = dataset_->ReadChunkInto(chunks[i], base + offset[i]);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (first_error.ok()) first_error = s;
-        return;
-      }
-      bytes_read_ += offset[i + 1] - offset[i];
-      chunks_read_ += 1;
-    }
-  };
-  const int threads = std::max(1, std::min<int>(p_.io_threads, int(chunks.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  win->status = first_error;
+  win->status = ParallelFor(chunks.size(), p_.io_threads, [&](size_t i) {
+    FT_RETURN_IF_ERROR(dataset_->ReadChunkInto(chunks[i], base + offset[i]));
+    bytes_read_ += offset[i + 1] - offset[i];
+    chunks_read_ += 1;
+    return Status::Ok();
+  });
   return win;
 }
 

@@ -18,7 +18,6 @@ class Tensor;
 namespace ftrain::dist {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
-const char* ReduceOpName(ReduceOp op);
 
 // The slice [offset, offset + length) of a flat tensor of `numel` elements owned by `rank`.
 struct ShardSpan {

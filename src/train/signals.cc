@@ -35,9 +35,4 @@ void InstallStopSignalHandlers() {
 
 int StopRequested() { return g_stop.load(); }
 
-void ResetStopRequest() {
-  g_stop.store(0);
-  g_terms.store(0);
-}
-
 }  // namespace ftrain::train

@@ -12,7 +12,5 @@ constexpr int kExitRequeue = 75;
 void InstallStopSignalHandlers();
 // The signal that asked for a stop (SIGUSR1 or SIGTERM), or 0.
 int StopRequested();
-// For tests: clear the flag.
-void ResetStopRequest();
 
 }  // namespace ftrain::train

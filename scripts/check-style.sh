@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Style gate (STYLE.md 4 and 10): fails when a tracked C++ file differs from what clang-format
+# makes of it (.clang-format: Google style, 100 columns) or when ShellCheck has a finding in a
+# tracked shell script. Registered as the ctest test `style` (label unit), so scripts/test.sh
+# and CI fail on either. Fix formatting with: clang-format -i FILE. Changes nothing itself.
+# usage: scripts/check-style.sh        (exit 0 clean, 1 findings, 2 a tool is missing)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CLANG_FORMAT="${CLANG_FORMAT:-clang-format}"
+SHELLCHECK="${SHELLCHECK:-shellcheck}"
+
+cd "${ROOT}"
+for tool in "${CLANG_FORMAT}" "${SHELLCHECK}" git; do
+  if ! command -v "${tool}" >/dev/null 2>&1; then
+    echo "check-style: '${tool}' not found (scripts/install-deps.sh installs it)" >&2
+    exit 2
+  fi
+done
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "check-style: ${ROOT} is not a git checkout: the tracked files are unknown" >&2
+  exit 2
+fi
+
+# Tracked files that exist in the work tree (a deletion not yet committed is not a finding).
+existing() {
+  while IFS= read -r -d '' f; do
+    if [ -f "${f}" ]; then printf '%s\0' "${f}"; fi
+  done
+}
+
+failed=0
+mapfile -d '' cxx < <(git ls-files -z -- '*.cc' '*.h' '*.cpp' '*.hpp' | existing)
+echo "check-style: clang-format over ${#cxx[@]} C++ files"
+if [ "${#cxx[@]}" -gt 0 ] && ! "${CLANG_FORMAT}" --dry-run --Werror "${cxx[@]}"; then
+  echo "check-style: clang-format differences above; run: ${CLANG_FORMAT} -i FILE" >&2
+  failed=1
+fi
+
+# Shell scripts: *.sh, and tracked files whose first line is a bash/sh shebang (.ci/run).
+mapfile -d '' shells < <(git ls-files -z | existing | while IFS= read -r -d '' f; do
+  case "${f}" in
+    *.sh) printf '%s\0' "${f}" ;;
+    *) if head -n 1 -- "${f}" 2>/dev/null | grep -qE '^#!.*[/ ](ba)?sh( |$)'; then
+         printf '%s\0' "${f}"
+       fi ;;
+  esac
+done)
+echo "check-style: shellcheck over ${#shells[@]} shell scripts"
+if [ "${#shells[@]}" -gt 0 ] && ! "${SHELLCHECK}" "${shells[@]}"; then
+  echo "check-style: shellcheck findings above" >&2
+  failed=1
+fi
+
+if [ "${failed}" -eq 0 ]; then echo "check-style: clean"; fi
+exit "${failed}"
