@@ -37,7 +37,7 @@ PACKAGES=(
   nginx-light
   python3 python3-h5py python3-numpy python3-zstandard python3-prometheus-client
   util-linux procps psmisc iproute2 curl
-  shellcheck
+  shellcheck clang-format
   librsvg2-bin fonts-dejavu-core  # ftrain report: the SVG test renders it to PNG
 )
 

@@ -33,20 +33,6 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
                                  "hybrid_shard");
 }
 
-const char* ShardingName(Sharding s) {
-  switch (s) {
-    case Sharding::kFullShard:
-      return "full_shard";
-    case Sharding::kShardGradOp:
-      return "shard_grad_op";
-    case Sharding::kNoShard:
-      return "no_shard";
-    case Sharding::kHybridShard:
-      return "hybrid_shard";
-  }
-  return "?";
-}
-
 struct FsdpEngine::Unit {
   struct Param {
     std::string name;
@@ -381,28 +367,6 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   return stats;
 }
 
-StatusOr<float> FsdpEngine::EvalLoss(const torch::Tensor& tokens) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
-  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
-  Unit& root = *units_[0];
-  FT_RETURN_IF_ERROR(Gather(root));
-  FT_RETURN_IF_ERROR(WaitGather(root));
-  Attach(root);
-  torch::Tensor h = model_->Embed(inputs);
-  for (size_t i = 1; i < units_.size(); ++i) {
-    Unit& u = *units_[i];
-    FT_RETURN_IF_ERROR(Gather(u));
-    FT_RETURN_IF_ERROR(WaitGather(u));
-    Attach(u);
-    h = model_->Layer(static_cast<int>(i) - 1, h);
-    Release(u);
-  }
-  float loss = model::CrossEntropyLoss(model_->Head(h), targets).item<float>();
-  Release(root);
-  return loss;
-}
-
 std::vector<ShardPiece> FsdpEngine::StatePieces() const {
   std::vector<ShardPiece> out;
   for (const auto& u : units_) {
@@ -441,27 +405,6 @@ Status FsdpEngine::LoadState(const std::function<Status(const std::string&, cons
     u->grad_shard.zero_();
   }
   micro_batches_ = 0;
-  return Status::Ok();
-}
-
-Status FsdpEngine::LoadFullParameters(
-    const std::function<Status(const std::string&, torch::Tensor)>& read) {
-  torch::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    const int64_t s = u->span.offset, e = u->span.offset + u->span.length;
-    for (const auto& p : u->params) {
-      torch::Tensor full = torch::empty(p.shape, torch::kFloat32);
-      FT_RETURN_IF_ERROR(read(p.name, full));
-      full = full.to(config_.device);
-      const int64_t lo = std::max(s, p.offset), hi = std::min(e, p.offset + p.numel);
-      if (lo >= hi) continue;
-      u->master.narrow(0, lo - s, hi - lo)
-          .copy_(full.reshape(-1).narrow(0, lo - p.offset, hi - lo));
-    }
-    u->exp_avg.zero_();
-    u->exp_avg_sq.zero_();
-    if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
-  }
   return Status::Ok();
 }
 

@@ -33,7 +33,6 @@ namespace ftrain::fsdp {
 
 enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 StatusOr<Sharding> ParseSharding(const std::string& name);
-const char* ShardingName(Sharding s);
 
 struct FsdpConfig {
   Sharding sharding = Sharding::kFullShard;
@@ -93,9 +92,6 @@ class FsdpEngine {
   // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
 
-  // Evaluation forward (no gradients): mean loss of a micro-batch.
-  StatusOr<float> EvalLoss(const torch::Tensor& tokens);
-
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
 
@@ -109,9 +105,6 @@ class FsdpEngine {
   Status LoadState(
       const std::function<Status(const std::string& kind, const std::string& name, int64_t offset,
                                  int64_t length, torch::Tensor dst)>& read);
-  // Sets every parameter from full (unsharded) tensors by name, e.g. from safetensors.
-  Status LoadFullParameters(
-      const std::function<Status(const std::string& name, torch::Tensor dst_fp32)>& read);
   // Gathers the full fp32 master weights of every parameter (collective: all ranks call it).
   StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> GatherFullParameters();
 

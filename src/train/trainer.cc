@@ -610,8 +610,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     checkpointer.FinishPending();
     state.step = step + 1;
     state.tokens += effective_batch * seq_len;
-    // One small all-reduce per step: the global loss, and the stop/checkpoint decisions, so
-    // every rank checkpoints and stops at the same step boundary.
+    // Two small all-reduces per step on the control group: the global loss (average) and the
+    // stop/checkpoint decisions (max), so every rank checkpoints and stops at the same step
+    // boundary.
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
     torch::Tensor sync =
