@@ -118,21 +118,8 @@ int main(int argc, char** argv) {
   fc.reduce_dtype = a["--reduce-dtype"] == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   fc.activation_checkpointing = a["--act-ckpt"] == "1";
   fc.prefetch = a["--prefetch"] == "1";
-  fsdp::FsdpGroups groups;
-  groups.world_size = w.world_size;
-  switch (fc.sharding) {
-    case fsdp::Sharding::kFullShard:
-    case fsdp::Sharding::kShardGradOp:
-      groups.shard = &(*ctx)->world_comm();
-      break;
-    case fsdp::Sharding::kNoShard:
-      groups.replicate = &(*ctx)->world_comm();
-      break;
-    case fsdp::Sharding::kHybridShard:
-      groups.shard = &(*ctx)->intra_node();
-      groups.replicate = &(*ctx)->inter_node();
-      break;
-  }
+  fsdp::FsdpGroups groups = fsdp::GroupsFor(fc.sharding, (*ctx)->world_comm(), (*ctx)->intra_node(),
+                                            (*ctx)->inter_node());
   const uint64_t rss_before_model = StatusBytes("VmRSS:");
   model::LlamaModel m(*mcfg);
   if (a["--init"] == "sharded") {

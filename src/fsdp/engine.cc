@@ -33,6 +33,26 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
                                  "hybrid_shard");
 }
 
+FsdpGroups GroupsFor(Sharding s, dist::Comm& world, dist::Comm& intra_node,
+                     dist::Comm& inter_node) {
+  FsdpGroups g;
+  g.world_size = world.size();
+  switch (s) {
+    case Sharding::kFullShard:
+    case Sharding::kShardGradOp:
+      g.shard = &world;
+      break;
+    case Sharding::kNoShard:
+      g.replicate = &world;
+      break;
+    case Sharding::kHybridShard:
+      g.shard = &intra_node;
+      g.replicate = &inter_node;
+      break;
+  }
+  return g;
+}
+
 struct FsdpEngine::Unit {
   struct Param {
     std::string name;

@@ -59,6 +59,10 @@ struct FsdpGroups {
   int world_size = 1;  // shard size x replicate size: the data-parallel degree
 };
 
+// The groups a sharding strategy uses, from the job's world group and its node groups
+// (intra-node: this node's ranks; inter-node: the same local rank on every node).
+FsdpGroups GroupsFor(Sharding s, dist::Comm& world, dist::Comm& intra_node, dist::Comm& inter_node);
+
 struct StepStats {
   double grad_norm = 0;     // before clipping
   double comm_wait_s = 0;   // time the compute thread waited on collectives this step

@@ -51,25 +51,6 @@ std::string FormatEta(double s) {
   return buf;
 }
 
-fsdp::FsdpGroups GroupsFor(fsdp::Sharding s, dist::DistContext& ctx) {
-  fsdp::FsdpGroups g;
-  g.world_size = ctx.world().world_size;
-  switch (s) {
-    case fsdp::Sharding::kFullShard:
-    case fsdp::Sharding::kShardGradOp:
-      g.shard = &ctx.world_comm();
-      break;
-    case fsdp::Sharding::kNoShard:
-      g.replicate = &ctx.world_comm();
-      break;
-    case fsdp::Sharding::kHybridShard:
-      g.shard = &ctx.intra_node();
-      g.replicate = &ctx.inter_node();
-      break;
-  }
-  return g;
-}
-
 // Rank 0 picks what to resume from and broadcasts the step (-1: start fresh).
 StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ctx,
                                    std::string* dir) {
@@ -384,6 +365,151 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
   }
 }
 
+// The model and the FSDP engine over it. A random init is computed unit by unit while
+// sharding (fsdp::FsdpConfig::init_seed): the model's own tensors are allocated but never
+// written, so no rank holds the whole fp32 model.
+StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
+                                                        dist::DistContext& ctx,
+                                                        const DeviceChoice& dev) {
+  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
+  model::LlamaModel model(cfg.model);
+  fsdp::FsdpConfig fc;
+  if (cfg.train.init == "random") {
+    fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
+  } else {
+    FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
+  }
+  fc.sharding = sharding;
+  fc.param_dtype = cfg.train.param_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  fc.activation_checkpointing = cfg.train.activation_checkpointing;
+  fc.prefetch = cfg.train.prefetch;
+  fc.device = dev.device;
+  return fsdp::FsdpEngine::Create(
+      model, fc, fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node()));
+}
+
+// Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
+// synchronously through the library.
+StatusOr<CheckpointerOptions> CheckpointerOptionsFor(const TrainConfig& cfg,
+                                                     const dist::WorldInfo& world) {
+  CheckpointerOptions co;
+  FT_ASSIGN_OR_RETURN(co.daemon, ParseDaemonMode(cfg.ckpt.daemon));
+  co.run_dir = cfg.run_dir;
+  co.node = ckpt::ckptd::DefaultNodeId();
+  co.root = cfg.ckpt.root;
+  co.rank = world.rank;
+  co.world = world.world_size;
+  co.write.zstd_level = static_cast<int>(cfg.ckpt.zstd_level);
+  co.write.shuffle = cfg.ckpt.shuffle;
+  co.write.threads = static_cast<int>(cfg.ckpt.threads);
+  co.keep = static_cast<int>(cfg.ckpt.keep);
+  co.keep_every = static_cast<int>(cfg.ckpt.keep_every);
+  co.flush_timeout_s = cfg.ckpt.flush_timeout_s;
+  return co;
+}
+
+// The learning-rate schedule (train.lr*, warmup, linear scaling with the effective batch).
+LrSchedule ScheduleFor(const TrainConfig& cfg, int64_t effective_batch) {
+  LrSchedule sched;
+  sched.peak_lr = cfg.train.lr_scale_with_batch
+                      ? ScaleLrLinearly(cfg.train.lr, effective_batch, cfg.train.base_batch)
+                      : cfg.train.lr;
+  sched.min_lr = cfg.train.min_lr * sched.peak_lr / cfg.train.lr;
+  sched.warmup_steps = cfg.train.warmup_steps;
+  sched.total_steps = cfg.train.steps;
+  return sched;
+}
+
+// One optimizer step's micro-batches: next batch, forward, backward (the engine reduces the
+// gradients on the last). Tokens go up to a GPU from pinned memory without blocking.
+struct MicroBatches {
+  double loss_sum = 0;     // this rank's, over the K micro-batches
+  double data_wait_s = 0;  // waiting for the reader
+};
+StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngine& engine,
+                                       int64_t K, const torch::Device& device) {
+  MicroBatches out;
+  for (int64_t k = 0; k < K; ++k) {
+    auto td = Clock::now();
+    FT_ASSIGN_OR_RETURN(data::Batch batch, reader.Next());
+    out.data_wait_s += Seconds(td, Clock::now());
+    torch::Tensor tokens =
+        torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
+            .to(torch::kInt64);
+    if (device.is_cuda()) {
+      // The copy is ordered before the forward on the current stream.
+      tokens = tokens.pin_memory().to(device, /*non_blocking=*/true);
+    }
+    FT_ASSIGN_OR_RETURN(float loss,
+                        engine.ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1));
+    out.loss_sum += loss;
+  }
+  return out;
+}
+
+// What every rank must agree on at a step boundary, so that all checkpoint and stop at the
+// same step: two small all-reduces on the control group, the global loss (average) and the
+// checkpoint/stop flags (max; the time trigger is rank 0's clock, a stop any rank's signal).
+struct BoundaryDecision {
+  double loss = 0;
+  bool checkpoint = false;
+  bool stop = false;
+  bool final_step = false;
+};
+StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, dist::DistContext& ctx,
+                                            int64_t step, double local_loss, bool time_due) {
+  const bool leader = ctx.world().rank == 0;
+  torch::Tensor sync =
+      torch::tensor({local_loss, leader && time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0},
+                    torch::kFloat64);
+  torch::Tensor flags = sync.narrow(0, 1, 2).clone();
+  torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
+  BoundaryDecision d;
+  d.loss = loss_t.item<double>();
+  d.stop = flags[1].item<double>() != 0;
+  d.final_step = step == cfg.train.steps;
+  const bool step_due = cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0;
+  d.checkpoint =
+      flags[0].item<double>() != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
+  return d;
+}
+
+// The step's record for metrics.jsonl (ckpt_stall_s and the final step time are set after
+// the checkpoint).
+StepMetrics MeasureStep(const RunState& state, double loss, double lr, const fsdp::StepStats& stats,
+                        double data_wait_s, Clock::time_point t0, int64_t tokens_per_step) {
+  StepMetrics m;
+  m.step = state.step;
+  m.loss = static_cast<float>(loss);
+  m.lr = lr;
+  m.grad_norm = stats.grad_norm;
+  m.data_wait_s = data_wait_s;
+  m.comm_s = stats.comm_wait_s;
+  m.restart_count = state.restarts;
+  m.tokens = state.tokens;
+  m.unix_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.step_time_s = Seconds(t0, Clock::now());
+  m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
+  return m;
+}
+
+// Rank 0's progress line, every train.log_every steps and at the last one.
+void LogProgress(const TrainConfig& cfg, const StepMetrics& m, double elapsed_s,
+                 int64_t steps_done_here, bool checkpointed) {
+  const double eta = elapsed_s / static_cast<double>(steps_done_here) *
+                     static_cast<double>(cfg.train.steps - m.step);
+  std::ostringstream line;
+  line << "step " << m.step << "/" << cfg.train.steps << " loss " << std::fixed
+       << std::setprecision(4) << m.loss << " lr " << std::scientific << std::setprecision(2)
+       << m.lr << std::fixed << std::setprecision(0) << " tok/s " << m.tokens_per_s << " eta "
+       << FormatEta(eta) << (checkpointed ? " [checkpoint]" : "");
+  FT_LOG(Info) << line.str();
+}
+
 }  // namespace
 
 Status RunTraining(const TrainConfig& cfg, int* exit_code) {
@@ -426,24 +552,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   }
 
   // Model, then FSDP over it.
-  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
-  // The model's tensors are allocated but, for a random init, never written: the engine
-  // computes each unit's initial values while sharding it (fsdp::FsdpConfig::init_seed).
-  model::LlamaModel model(cfg.model);
-  fsdp::FsdpConfig fc;
-  if (cfg.train.init == "random") {
-    fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
-  } else {
-    FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
-  }
-  fc.sharding = sharding;
-  fc.param_dtype = cfg.train.param_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-  fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-  fc.activation_checkpointing = cfg.train.activation_checkpointing;
-  fc.prefetch = cfg.train.prefetch;
-  fc.device = dev.device;
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
-                      fsdp::FsdpEngine::Create(model, fc, GroupsFor(sharding, *ctx)));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine, BuildEngine(cfg, *ctx, dev));
 
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
   // carried in every checkpoint so that anything that does draw resumes exactly).
@@ -452,19 +561,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   // Checkpoint path: this node's ckptd if there is one (ckpt.daemon), else synchronous.
   // Start() waits until the daemon has persisted what an earlier trainer of this job handed
   // over, so that the recovery below sees no live writer.
-  CheckpointerOptions co;
-  FT_ASSIGN_OR_RETURN(co.daemon, ParseDaemonMode(cfg.ckpt.daemon));
-  co.run_dir = cfg.run_dir;
-  co.node = ckpt::ckptd::DefaultNodeId();
-  co.root = cfg.ckpt.root;
-  co.rank = world.rank;
-  co.world = world.world_size;
-  co.write.zstd_level = static_cast<int>(cfg.ckpt.zstd_level);
-  co.write.shuffle = cfg.ckpt.shuffle;
-  co.write.threads = static_cast<int>(cfg.ckpt.threads);
-  co.keep = static_cast<int>(cfg.ckpt.keep);
-  co.keep_every = static_cast<int>(cfg.ckpt.keep_every);
-  co.flush_timeout_s = cfg.ckpt.flush_timeout_s;
+  FT_ASSIGN_OR_RETURN(CheckpointerOptions co, CheckpointerOptionsFor(cfg, world));
   // GPU: snapshots go device -> host straight into the daemon's slots (registered for DMA).
   std::unique_ptr<ckpt::DeviceMemory> device_memory;
   if (dev.device.is_cuda()) {
@@ -524,13 +621,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
   const int64_t K = cfg.train.grad_accum;
   const int64_t effective_batch = cfg.train.micro_batch * K * world.world_size;
-  LrSchedule sched;
-  sched.peak_lr = cfg.train.lr_scale_with_batch
-                      ? ScaleLrLinearly(cfg.train.lr, effective_batch, cfg.train.base_batch)
-                      : cfg.train.lr;
-  sched.min_lr = cfg.train.min_lr * sched.peak_lr / cfg.train.lr;
-  sched.warmup_steps = cfg.train.warmup_steps;
-  sched.total_steps = cfg.train.steps;
+  const LrSchedule sched = ScheduleFor(cfg, effective_batch);
   const std::string schedule_json = nlohmann::json({{"peak_lr", sched.peak_lr},
                                                     {"min_lr", sched.min_lr},
                                                     {"warmup_steps", sched.warmup_steps},
@@ -585,67 +676,30 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   auto last_ckpt = Clock::now();
   const int64_t start_step = state.step;
   int64_t last_saved = resume_step;
+  // The loop: micro-batches, optimizer step, then the boundary work (decisions, metrics,
+  // checkpoint, progress, stop).
   for (int64_t step = state.step; step < cfg.train.steps; ++step) {
-    auto t0 = Clock::now();
-    double data_wait = 0, loss_sum = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      auto td = Clock::now();
-      FT_ASSIGN_OR_RETURN(data::Batch batch, reader->Next());
-      data_wait += Seconds(td, Clock::now());
-      torch::Tensor tokens =
-          torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
-              .to(torch::kInt64);
-      if (dev.device.is_cuda()) {
-        // From pinned memory, without blocking the host: the copy is ordered before the
-        // forward on the current stream.
-        tokens = tokens.pin_memory().to(dev.device, /*non_blocking=*/true);
-      }
-      FT_ASSIGN_OR_RETURN(
-          float loss, engine->ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1));
-      loss_sum += loss;
-    }
+    const auto t0 = Clock::now();
+    FT_ASSIGN_OR_RETURN(MicroBatches mb, RunMicroBatches(*reader, *engine, K, dev.device));
     const double lr = sched.At(step);
     checkpointer.BeforeStateChanges();  // a snapshot still copying off the GPU goes first
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, engine->Step(adamw, lr, cfg.train.clip));
     checkpointer.FinishPending();
     state.step = step + 1;
     state.tokens += effective_batch * seq_len;
-    // Two small all-reduces per step on the control group: the global loss (average) and the
-    // stop/checkpoint decisions (max), so every rank checkpoints and stops at the same step
-    // boundary.
+
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    torch::Tensor sync =
-        torch::tensor({loss_sum / static_cast<double>(K), leader && time_due ? 1.0 : 0.0,
-                       StopRequested() != 0 ? 1.0 : 0.0},
-                      torch::kFloat64);
-    torch::Tensor flags = sync.narrow(0, 1, 2).clone();
-    torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
-    FT_RETURN_IF_ERROR(ctx->control().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
-    FT_RETURN_IF_ERROR(ctx->control().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
-    const bool stop = flags[1].item<double>() != 0;
-    const bool step_due = cfg.ckpt.every_steps > 0 && state.step % cfg.ckpt.every_steps == 0;
-    const bool final_step = state.step == cfg.train.steps;
-    const bool want_ckpt =
-        flags[0].item<double>() != 0 || step_due || stop || (final_step && cfg.ckpt.save_final);
-    StepMetrics m;
-    m.step = state.step;
-    m.loss = static_cast<float>(loss_t.item<double>());
-    m.lr = lr;
-    m.grad_norm = stats.grad_norm;
-    m.data_wait_s = data_wait;
-    m.comm_s = stats.comm_wait_s;
-    m.restart_count = state.restarts;
-    m.tokens = state.tokens;
-    m.unix_time =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    m.step_time_s = Seconds(t0, Clock::now());
-    m.tokens_per_s = static_cast<double>(effective_batch * seq_len) / m.step_time_s;
+    FT_ASSIGN_OR_RETURN(
+        BoundaryDecision at,
+        DecideAtBoundary(cfg, *ctx, state.step, mb.loss_sum / static_cast<double>(K), time_due));
+    StepMetrics m =
+        MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, effective_batch * seq_len);
     if (leader) sinks->AddHealth(&m);
     double stall = 0;
-    if (want_ckpt) {
+    if (at.checkpoint) {
       state.metrics_line = leader ? FormatMetricsLine(m) : "";
-      auto saved = save(state.step, stop || final_step);
+      auto saved = save(state.step, at.stop || at.final_step);
       if (saved.ok()) {
         stall = saved->stall_s;
         if (leader) {
@@ -655,15 +709,15 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                                : "written synchronously")
                        << (saved->durable ? ", committed" : ", persisting in the background")
                        << ", stall " << std::setprecision(3) << stall << " s";
+          sinks->NoteCheckpoint(state.step, saved->durable);
         }
         last_saved = state.step;
-        if (leader) sinks->NoteCheckpoint(state.step, saved->durable);
         last_ckpt = Clock::now();
       } else {
         // Never silently skip: log loudly; the next interval tries again.
         FT_LOG(Error) << "CHECKPOINT FAILED at step " << state.step << ": "
                       << saved.status().message() << " (training continues; will retry)";
-        if (stop || final_step) return saved.status();
+        if (at.stop || at.final_step) return saved.status();
       }
     }
     if (leader) {
@@ -671,19 +725,11 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       m.step_time_s = Seconds(t0, Clock::now());
       FT_RETURN_IF_ERROR(metrics->Append(m));
       sinks->Publish(m);
-      if (state.step % cfg.train.log_every == 0 || final_step || stop) {
-        const double elapsed = Seconds(run_start, Clock::now());
-        const double eta = elapsed / static_cast<double>(state.step - start_step) *
-                           static_cast<double>(cfg.train.steps - state.step);
-        std::ostringstream line;
-        line << "step " << state.step << "/" << cfg.train.steps << " loss " << std::fixed
-             << std::setprecision(4) << m.loss << " lr " << std::scientific << std::setprecision(2)
-             << lr << std::fixed << std::setprecision(0) << " tok/s " << m.tokens_per_s << " eta "
-             << FormatEta(eta) << (stall > 0 ? " [checkpoint]" : "");
-        FT_LOG(Info) << line.str();
+      if (state.step % cfg.train.log_every == 0 || at.final_step || at.stop) {
+        LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step, stall > 0);
       }
     }
-    if (stop) {
+    if (at.stop) {
       FT_LOG(Warning) << "stop requested by signal: checkpointed step " << last_saved
                       << "; exiting with " << kExitRequeue << " (requeue me)";
       *exit_code = kExitRequeue;
