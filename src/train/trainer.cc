@@ -723,6 +723,11 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     if (leader) {
       m.ckpt_stall_s = stall;
       m.step_time_s = Seconds(t0, Clock::now());
+      // The record's time is the step's end, checkpoint included, so time - step_time_s is
+      // its start (ftrain report's goodput adds step times up against wall time).
+      m.unix_time =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       FT_RETURN_IF_ERROR(metrics->Append(m));
       sinks->Publish(m);
       if (state.step % cfg.train.log_every == 0 || at.final_step || at.stop) {
