@@ -48,10 +48,15 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-install_torch() {
-  local marker="${TORCH_PREFIX}/torch/share/cmake/Torch/TorchConfig.cmake"
+# pip_install_into PREFIX MARKER SPEC WHAT: installs the PyPI requirement SPEC (with its
+# dependencies) into its own PREFIX with pip --target, unless MARKER (a file inside PREFIX)
+# shows it is there. Built in PREFIX.tmp.PID and moved into place, so an interrupted install
+# never looks complete. PIP_BREAK_SYSTEM_PACKAGES only matters for Debian's own python3
+# (nothing is installed into it).
+pip_install_into() {
+  local prefix="$1" marker="$2" spec="$3" what="$4"
   if [ -f "${marker}" ]; then
-    echo "install-deps: LibTorch ${TORCH_VERSION} present in ${TORCH_PREFIX}"
+    echo "install-deps: ${what} present in ${prefix}"
     return 0
   fi
   local py=python3
@@ -59,42 +64,30 @@ install_torch() {
     apt-get install -y -q --no-install-recommends python3-pip
     py=/usr/bin/python3
   fi
-  echo "install-deps: installing torch==${TORCH_VERSION} (LibTorch with CUDA) into ${TORCH_PREFIX}"
-  local tmp="${TORCH_PREFIX}.tmp.$$" start
+  echo "install-deps: installing ${spec} (${what}) into ${prefix}"
+  local tmp="${prefix}.tmp.$$" start
   start=$(date +%s)
   rm -rf "${tmp}"
-  mkdir -p "$(dirname "${TORCH_PREFIX}")"
-  # --target keeps torch/ and nvidia/ side by side: libtorch_cuda.so finds cuDNN, NCCL,
-  # cuBLAS... through its $ORIGIN/../../nvidia RPATH. PIP_BREAK_SYSTEM_PACKAGES only matters
-  # for Debian's own python3 (nothing is installed into it).
+  mkdir -p "$(dirname "${prefix}")"
   PIP_BREAK_SYSTEM_PACKAGES=1 "${py}" -m pip install -q --no-compile --disable-pip-version-check \
-    --target "${tmp}" "torch==${TORCH_VERSION}"
-  rm -rf "${TORCH_PREFIX}"
-  mv "${tmp}" "${TORCH_PREFIX}"
-  echo "install-deps: LibTorch ${TORCH_VERSION} installed in $(($(date +%s) - start)) s"
+    --target "${tmp}" "${spec}"
+  rm -rf "${prefix}"
+  mv "${tmp}" "${prefix}"
+  echo "install-deps: ${what} installed in $(($(date +%s) - start)) s"
+}
+
+# --target keeps torch/ and nvidia/ side by side: libtorch_cuda.so finds cuDNN, NCCL,
+# cuBLAS... through its $ORIGIN/../../nvidia RPATH.
+install_torch() {
+  pip_install_into "${TORCH_PREFIX}" "${TORCH_PREFIX}/torch/share/cmake/Torch/TorchConfig.cmake" \
+    "torch==${TORCH_VERSION}" "LibTorch ${TORCH_VERSION} (CUDA)"
 }
 
 # The tensorboard PyPI package (EventAccumulator reads the trainer's event files in the
-# tests), with its dependencies, into its own prefix: PYTHONPATH=${TENSORBOARD_PREFIX}.
+# tests): PYTHONPATH=${TENSORBOARD_PREFIX}.
 install_tensorboard() {
-  local marker="${TENSORBOARD_PREFIX}/tensorboard/version.py"
-  if [ -f "${marker}" ]; then
-    echo "install-deps: tensorboard ${TENSORBOARD_VERSION} present in ${TENSORBOARD_PREFIX}"
-    return 0
-  fi
-  local py=python3
-  if ! "${py}" -m pip --version >/dev/null 2>&1; then
-    apt-get install -y -q --no-install-recommends python3-pip
-    py=/usr/bin/python3
-  fi
-  echo "install-deps: installing tensorboard==${TENSORBOARD_VERSION} into ${TENSORBOARD_PREFIX}"
-  local tmp="${TENSORBOARD_PREFIX}.tmp.$$"
-  rm -rf "${tmp}"
-  mkdir -p "$(dirname "${TENSORBOARD_PREFIX}")"
-  PIP_BREAK_SYSTEM_PACKAGES=1 "${py}" -m pip install -q --no-compile --disable-pip-version-check \
-    --target "${tmp}" "tensorboard==${TENSORBOARD_VERSION}"
-  rm -rf "${TENSORBOARD_PREFIX}"
-  mv "${tmp}" "${TENSORBOARD_PREFIX}"
+  pip_install_into "${TENSORBOARD_PREFIX}" "${TENSORBOARD_PREFIX}/tensorboard/version.py" \
+    "tensorboard==${TENSORBOARD_VERSION}" "tensorboard ${TENSORBOARD_VERSION}"
 }
 
 if [ "${#missing[@]}" -eq 0 ]; then
