@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
   if (::stat(o.run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return bad("--run-dir '" + o.run_dir + "' does not exist or is not a directory");
   }
-  if (o.node.empty()) o.node = ftrain::ckpt::ckptd::DefaultNodeId();
-  if (!ftrain::ckpt::ckptd::IsSafeNodeId(o.node))
+  if (o.node.empty()) o.node = ftrain::ckpt::proto::DefaultNodeId();
+  if (!ftrain::ckpt::proto::IsSafeNodeId(o.node))
     return bad("--node '" + o.node + "' must be [A-Za-z0-9._-]{1,64}");
   if (threads < 1 || threads > 64)
     return bad("--threads " + std::to_string(threads) + " is outside 1..64");
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   if (vm.count("cleanup")) {
     // Only when no daemon holds the node lock: its slots are in use.
     const std::string lock =
-        ftrain::JoinPath(ftrain::ckpt::ckptd::SocketDir(o.run_dir, o.node), "lock");
+        ftrain::JoinPath(ftrain::ckpt::proto::SocketDir(o.run_dir, o.node), "lock");
     int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
     if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd);
@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
                                            o.run_dir + "'; stop it first (SIGTERM)"));
     }
     const int n =
-        ftrain::ckptd::UnlinkStaleSegments(ftrain::ckpt::ckptd::ShmPrefix(o.run_dir, o.node));
-    ::unlink(ftrain::ckpt::ckptd::SocketPath(o.run_dir, o.node).c_str());  // ignored: may be gone
+        ftrain::ckptd::UnlinkStaleSegments(ftrain::ckpt::proto::ShmPrefix(o.run_dir, o.node));
+    ::unlink(ftrain::ckpt::proto::SocketPath(o.run_dir, o.node).c_str());  // ignored: may be gone
     if (fd >= 0) ::close(fd);
     std::cout << "ckptd: cleanup of node '" << o.node << "': " << n
               << " shared-memory segment(s) unlinked\n";

@@ -76,7 +76,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
   r.rank = job.rank;
   r.slot = job.slot;
   r.step = job.submit.step;
-  const ckpt::ShardContents contents = ckpt::ckptd::ContentsOf(job.submit, job.base);
+  const ckpt::ShardContents contents = ckpt::proto::ContentsOf(job.submit, job.base);
   ckpt::WriteOptions wo;
   wo.zstd_level = options_.zstd_level;
   wo.threads = options_.threads;

@@ -23,7 +23,7 @@ struct PersistJob {
   int rank = 0;
   uint32_t slot = 0;
   const uint8_t* base = nullptr;  // the slot's mapping; stays valid until the result is back
-  ckpt::ckptd::Submit submit;
+  ckpt::proto::Submit submit;
 };
 
 struct PersistResult {

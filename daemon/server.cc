@@ -18,7 +18,7 @@
 
 namespace ftrain::ckptd {
 
-namespace proto = ckpt::ckptd;
+namespace proto = ckpt::proto;
 using proto::MsgType;
 
 namespace {

@@ -53,7 +53,7 @@ class Server {
     std::unique_ptr<ShmSegment> seg;
     SlotState state = SlotState::kFree;
     int64_t step = -1;
-    ckpt::ckptd::Submit submit;  // descriptor of what the slot holds (persisting/retained)
+    ckpt::proto::Submit submit;  // descriptor of what the slot holds (persisting/retained)
   };
   struct RankSlots {
     std::vector<Slot> slots;
@@ -74,8 +74,8 @@ class Server {
   void Accept();
   // false: the peer must be disconnected (reason logged).
   bool OnReadable(int fd);
-  bool Handle(int fd, Conn& c, ckpt::ckptd::MsgType type, const std::string& payload);
-  void Send(int fd, ckpt::ckptd::MsgType type, const std::string& payload);
+  bool Handle(int fd, Conn& c, ckpt::proto::MsgType type, const std::string& payload);
+  void Send(int fd, ckpt::proto::MsgType type, const std::string& payload);
   void Disconnect(int fd, const std::string& why);
   void ServeAcquires();
   void DrainResults();

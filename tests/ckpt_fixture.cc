@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "ckpt/tools.h"
-#include "dist/comm.h"
+#include "comm/collectives.h"
 
 namespace ftrain::testing {
 
@@ -26,7 +26,7 @@ float FixtureValue(int64_t step, size_t tensor, const std::string& kind, int64_t
 RankState::RankState(int64_t step, int rank, int world, int64_t scale) {
   const auto tensors = FixtureTensors(scale);
   for (size_t t = 0; t < tensors.size(); ++t) {
-    const auto span = dist::ShardOf(tensors[t].numel(), world, rank);
+    const auto span = comm::ShardOf(tensors[t].numel(), world, rank);
     for (const std::string kind : {"model", "master", "optim/exp_avg", "optim/exp_avg_sq"}) {
       const bool bf16 = kind == "model";
       std::vector<uint8_t> buf(static_cast<size_t>(span.length) * (bf16 ? 2 : 4));

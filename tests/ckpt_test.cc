@@ -21,7 +21,7 @@
 #include "ckpt/tools.h"
 #include "ckpt/verify.h"
 #include "ckpt_fixture.h"
-#include "dist/comm.h"
+#include "comm/collectives.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 
@@ -158,7 +158,7 @@ TEST(Ckpt, ReshardingReadsAnyWorldSize) {
   for (int new_world : {1, 2, 4, 5}) {
     for (int r = 0; r < new_world; ++r) {
       for (size_t t = 0; t < tensors.size(); ++t) {
-        auto span = dist::ShardOf(tensors[t].numel(), new_world, r);
+        auto span = comm::ShardOf(tensors[t].numel(), new_world, r);
         std::vector<float> got(static_cast<size_t>(span.length));
         ASSERT_TRUE((*reader)
                         ->ReadTensorRange("optim/exp_avg", tensors[t].name, span.offset,

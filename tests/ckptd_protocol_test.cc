@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-namespace ftrain::ckpt::ckptd {
+namespace ftrain::ckpt::proto {
 namespace {
 
 using ::ftrain::testing::Contains;
@@ -273,4 +273,4 @@ TEST(CkptdNames, SafeNamesAndNodeIds) {
 }
 
 }  // namespace
-}  // namespace ftrain::ckpt::ckptd
+}  // namespace ftrain::ckpt::proto

@@ -33,7 +33,7 @@ namespace ftrain {
 namespace {
 
 namespace fs = std::filesystem;
-namespace proto = ckpt::ckptd;
+namespace proto = ckpt::proto;
 using testing::BinDir;
 using testing::RunCommand;
 

@@ -16,8 +16,8 @@
 #include <map>
 #include <string>
 
+#include "comm/context.h"
 #include "core/config.h"
-#include "dist/dist.h"
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "model/llama_config.h"
@@ -51,10 +51,10 @@ void ResetPeakRss() {
 }
 
 // Every rank's value, indexed by rank (collective).
-StatusOr<std::vector<double>> AllRanks(dist::Comm& comm, double v) {
+StatusOr<std::vector<double>> AllRanks(comm::Comm& comm, double v) {
   torch::Tensor t = torch::zeros({comm.size()}, torch::kFloat64);
   t[comm.rank()] = v;
-  FT_RETURN_IF_ERROR(comm.AllReduce(t, dist::ReduceOp::kSum)->Wait());
+  FT_RETURN_IF_ERROR(comm.AllReduce(t, comm::ReduceOp::kSum)->Wait());
   std::vector<double> out(static_cast<size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) out[static_cast<size_t>(r)] = t[r].item<double>();
   return out;
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   if (!cfg_file.ok()) return Fail(cfg_file.status());
   auto mcfg = LlamaConfig::FromConfig(*cfg_file);
   if (!mcfg.ok()) return Fail(mcfg.status());
-  auto ctx = dist::DistContext::Init(dist::DistOptions());
+  auto ctx = comm::DistContext::Init(comm::DistOptions());
   if (!ctx.ok()) return Fail(ctx.status());
   const auto& w = (*ctx)->world();
 
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     comm_waits.push_back(stats->comm_wait_s);
     comm_bytes.push_back(static_cast<double>(stats->comm_bytes));
     torch::Tensor l = torch::full({1}, loss_sum / K, torch::kFloat64);
-    Status st = (*ctx)->world_comm().AllReduce(l, dist::ReduceOp::kAvg)->Wait();
+    Status st = (*ctx)->world_comm().AllReduce(l, comm::ReduceOp::kAvg)->Wait();
     if (!st.ok()) return Fail(st);
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%s%.9g", s ? "," : "", static_cast<float>(l.item<double>()));

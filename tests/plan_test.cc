@@ -1,8 +1,6 @@
 // Unit tests for the model-shape config (parameter counts, validation messages) and for
 // `ftrain plan`: the seed case's numbers, the recommendation rule, Young/Daly, JSON, and the
 // command line's exit codes. No LibTorch and no GPU: everything here is arithmetic.
-#include "train/plan.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +17,8 @@
 #include "core/config.h"
 #include "data/synthetic.h"
 #include "model/llama_config.h"
-#include "train/plan_sources.h"
+#include "plan/planner.h"
+#include "plan/sources.h"
 
 namespace ftrain {
 namespace {

@@ -4,8 +4,6 @@
 // and torn lines) and exit codes; the SVG rendered to PNG by rsvg-convert, its size checked
 // and every text element inside the viewBox. FTRAIN_REPORT_KEEP=DIR keeps the realistic
 // run directory, its SVG and PNG there (to look at them).
-#include "train/report.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "report/run_report.h"
 
 namespace ftrain {
 namespace {
@@ -147,7 +146,7 @@ std::string WriteSmallRun(const std::string& name, bool new_fields = true) {
 }
 
 TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
-  auto s = train::AnalyzeRun(WriteSmallRun("small"));
+  auto s = report::AnalyzeRun(WriteSmallRun("small"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_NEAR(s->start, kT0, 1e-6);
   EXPECT_NEAR(s->wall_s, 395, 1e-6);
@@ -198,10 +197,10 @@ TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
 }
 
 TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
-  auto s = train::AnalyzeRun(WriteSmallRun("text"));
+  auto s = report::AnalyzeRun(WriteSmallRun("text"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::ostringstream out;
-  train::PrintReport(*s, out);
+  report::PrintReport(*s, out);
   const std::string t = out.str();
   EXPECT_NE(t.find("2026-12-01T16:00:00Z"), std::string::npos) << t;
   EXPECT_NE(t.find("2026-12-01T16:00:29Z (+00:00:29)"), std::string::npos) << t;  // failure 1
@@ -216,7 +215,7 @@ TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
 }
 
 TEST(ReportTest, OldRecordsWithoutLastStepAreEstimatedFromLostSeconds) {
-  auto s = train::AnalyzeRun(WriteSmallRun("old", /*new_fields=*/false));
+  auto s = report::AnalyzeRun(WriteSmallRun("old", /*new_fields=*/false));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 2u);
   const auto& a = s->interruptions[0];
@@ -241,7 +240,7 @@ TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
             Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\"") +
                 Event(kT0 + 38, "resumed", "resume",
                       "\"step\":15,\"dir\":\"ckpt/step-00000015\",\"source\":\"disk\""));
-  auto s = train::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 1u);
   const auto& in = s->interruptions[0];
@@ -253,7 +252,7 @@ TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
   EXPECT_NEAR(in.lost_s, 40 - 22.5, 1e-6);
   EXPECT_EQ(in.state_from, "disk, ckpt/step-00000015");  // the trainer's resumed record
   std::ostringstream out;
-  train::PrintReport(*s, out);
+  report::PrintReport(*s, out);
   EXPECT_NE(out.str().find("not recorded (no train.sh record of the failure)"), std::string::npos)
       << out.str();
   EXPECT_NE(out.str().find("interruption #1 (near"), std::string::npos) << out.str();
@@ -264,13 +263,13 @@ TEST(ReportTest, OptionalGpuFieldsAreReportedWhenPresent) {
   std::string m;
   AddSteps(&m, 1, 20, kT0, 0, SmallSt, 5, 0.5, /*gpu=*/true);
   WriteFile(dir + "/metrics.jsonl", m);
-  auto s = train::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_TRUE(s->mfu && s->gpu_util && s->gpu_mem_gb && s->tokens_per_s_per_gpu);
   EXPECT_NEAR(s->mfu->p50, 0.404, 1e-9);  // 0.400..0.409 twice each: 10th of 20
   EXPECT_NEAR(s->gpu_mem_gb->max, 70.2, 1e-9);
   std::ostringstream out;
-  train::PrintReport(*s, out);
+  report::PrintReport(*s, out);
   EXPECT_NE(out.str().find("MFU            p50 40.4 %"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("memory max 70.2 GB"), std::string::npos) << out.str();
 }
@@ -521,7 +520,7 @@ TEST(ReportSvgTest, RendersToPngOfTheRightSizeWithEveryLabelInside) {
     EXPECT_LE(ink.right - 20, 1000 - 1) << label;
     EXPECT_GE(ink.top - 20, 0) << label;
     EXPECT_LE(ink.bottom - 20, 600 - 1) << label;
-    EXPECT_LE(ink.right - 20, x + train::TextWidth(label, fs)) << label;
+    EXPECT_LE(ink.right - 20, x + report::TextWidth(label, fs)) << label;
   }
   EXPECT_GT(n, 20);
   EXPECT_EQ(text.find("<text", text.rfind("</text>") + 1), std::string::npos) << "unparsed text";

@@ -1,13 +1,13 @@
 // Unit tests: rank discovery from each environment source, hostlists, shard arithmetic,
 // config parsing and overrides. No processes, no network.
-#include "dist/world.h"
+#include "comm/world.h"
 
 #include <gtest/gtest.h>
 
+#include "comm/collectives.h"
 #include "core/config.h"
-#include "dist/comm.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 TEST(DiscoverFromEnv, NothingSetIsSingleProcess) {
@@ -148,7 +148,7 @@ TEST(ShardOf, CoversEveryElementOnceForUnevenSizes) {
 }
 
 }  // namespace
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm
 
 namespace ftrain {
 namespace {

@@ -101,11 +101,11 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
                                                             const std::string& node, int rank,
                                                             int world, uint64_t slot_bytes,
                                                             DeviceMemory* device) {
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CkptdClient> c, ConnectRaw(ckptd::SocketPath(run_dir, node)));
-  ckptd::Hello h{rank, world, static_cast<int32_t>(getpid()), slot_bytes};
-  FT_ASSIGN_OR_RETURN(std::string reply, c->Call(ckptd::MsgType::kHello, ckptd::EncodeHello(h),
-                                                 ckptd::MsgType::kHelloOk, 60));
-  FT_ASSIGN_OR_RETURN(ckptd::HelloOk ok, ckptd::DecodeHelloOk(reply));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CkptdClient> c, ConnectRaw(proto::SocketPath(run_dir, node)));
+  proto::Hello h{rank, world, static_cast<int32_t>(getpid()), slot_bytes};
+  FT_ASSIGN_OR_RETURN(std::string reply, c->Call(proto::MsgType::kHello, proto::EncodeHello(h),
+                                                 proto::MsgType::kHelloOk, 60));
+  FT_ASSIGN_OR_RETURN(proto::HelloOk ok, proto::DecodeHelloOk(reply));
   c->slot_bytes_ = ok.slot_bytes;
   for (const auto& name : ok.shm_names) {
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
@@ -145,7 +145,7 @@ Status CkptdClient::SendRaw(const std::string& bytes) {
   return Status::Ok();
 }
 
-StatusOr<std::pair<ckptd::MsgType, std::string>> CkptdClient::Receive(double timeout_s) {
+StatusOr<std::pair<proto::MsgType, std::string>> CkptdClient::Receive(double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   auto read_exact = [&](char* dst, size_t n) -> Status {
     size_t got = 0;
@@ -164,19 +164,19 @@ StatusOr<std::pair<ckptd::MsgType, std::string>> CkptdClient::Receive(double tim
     }
     return Status::Ok();
   };
-  char hdr[ckptd::kHeaderBytes];
+  char hdr[proto::kHeaderBytes];
   FT_RETURN_IF_ERROR(read_exact(hdr, sizeof(hdr)));
-  FT_ASSIGN_OR_RETURN(ckptd::Header h, ckptd::DecodeHeader(reinterpret_cast<uint8_t*>(hdr)));
+  FT_ASSIGN_OR_RETURN(proto::Header h, proto::DecodeHeader(reinterpret_cast<uint8_t*>(hdr)));
   std::string payload(h.length, '\0');
   FT_RETURN_IF_ERROR(read_exact(payload.data(), payload.size()));
-  return std::make_pair(static_cast<ckptd::MsgType>(h.type), std::move(payload));
+  return std::make_pair(static_cast<proto::MsgType>(h.type), std::move(payload));
 }
 
-StatusOr<std::string> CkptdClient::Call(ckptd::MsgType type, const std::string& payload,
-                                        ckptd::MsgType want, double timeout_s) {
-  FT_RETURN_IF_ERROR(SendRaw(ckptd::Frame(type, payload)));
+StatusOr<std::string> CkptdClient::Call(proto::MsgType type, const std::string& payload,
+                                        proto::MsgType want, double timeout_s) {
+  FT_RETURN_IF_ERROR(SendRaw(proto::Frame(type, payload)));
   FT_ASSIGN_OR_RETURN(auto reply, Receive(timeout_s));
-  if (reply.first == ckptd::MsgType::kError) {
+  if (reply.first == proto::MsgType::kError) {
     return Status::FailedPrecondition("ckptd refused the request: " + reply.second);
   }
   if (reply.first != want)
@@ -202,8 +202,8 @@ StatusOr<CkptdClient::Pending> CkptdClient::BeginSubmit(const CheckpointMeta& me
   }
   auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(std::string a,
-                      Call(ckptd::MsgType::kAcquire, "", ckptd::MsgType::kAcquireOk, timeout_s));
-  FT_ASSIGN_OR_RETURN(uint32_t slot, ckptd::DecodeU32(a));
+                      Call(proto::MsgType::kAcquire, "", proto::MsgType::kAcquireOk, timeout_s));
+  FT_ASSIGN_OR_RETURN(uint32_t slot, proto::DecodeU32(a));
   if (slot >= maps_.size())
     return Status::Internal("ckptd gave slot " + std::to_string(slot) + " of " +
                             std::to_string(maps_.size()));
@@ -212,7 +212,7 @@ StatusOr<CkptdClient::Pending> CkptdClient::BeginSubmit(const CheckpointMeta& me
 
   auto t1 = Clock::now();
   auto* base = static_cast<uint8_t*>(maps_[slot].first);
-  ckptd::Submit sub;
+  proto::Submit sub;
   sub.step = meta.step;
   sub.slot = slot;
   sub.meta = meta;
@@ -230,7 +230,7 @@ StatusOr<CkptdClient::Pending> CkptdClient::BeginSubmit(const CheckpointMeta& me
     } else if (n > 0) {
       copies.push_back({base + off, static_cast<const uint8_t*>(t.data), n});
     }
-    ckptd::PieceDesc p;
+    proto::PieceDesc p;
     p.kind = t.kind;
     p.name = t.name;
     p.dtype = t.dtype;
@@ -246,7 +246,7 @@ StatusOr<CkptdClient::Pending> CkptdClient::BeginSubmit(const CheckpointMeta& me
       copies.push_back(
           {base + off, reinterpret_cast<const uint8_t*>(b.bytes.data()), b.bytes.size()});
     }
-    ckptd::PieceDesc p;
+    proto::PieceDesc p;
     p.is_blob = true;
     p.kind = b.group;
     p.name = b.name;
@@ -273,8 +273,8 @@ StatusOr<SubmitStats> CkptdClient::FinishSubmit(Pending pending) {
     FT_RETURN_IF_ERROR(device_->WaitForCopies().Annotate("snapshot into ckptd slot"));
   }
   pending.submit.stall_ns = static_cast<uint64_t>((st.wait_s + st.copy_s) * 1e9);
-  FT_RETURN_IF_ERROR(Call(ckptd::MsgType::kSubmit, ckptd::EncodeSubmit(pending.submit),
-                          ckptd::MsgType::kSubmitOk, 60)
+  FT_RETURN_IF_ERROR(Call(proto::MsgType::kSubmit, proto::EncodeSubmit(pending.submit),
+                          proto::MsgType::kSubmitOk, 60)
                          .status());
   st.send_s = Since(t2);
   return st;
@@ -282,8 +282,8 @@ StatusOr<SubmitStats> CkptdClient::FinishSubmit(Pending pending) {
 
 StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
   FT_ASSIGN_OR_RETURN(std::string reply,
-                      Call(ckptd::MsgType::kRestore, "", ckptd::MsgType::kRestoreOk, 30));
-  FT_ASSIGN_OR_RETURN(std::optional<ckptd::Submit> sub, ckptd::DecodeRestoreOk(reply, slot_bytes_));
+                      Call(proto::MsgType::kRestore, "", proto::MsgType::kRestoreOk, 30));
+  FT_ASSIGN_OR_RETURN(std::optional<proto::Submit> sub, proto::DecodeRestoreOk(reply, slot_bytes_));
   if (!sub.has_value()) return std::optional<MemorySnapshot>();
   if (sub->slot >= maps_.size()) {
     return Status::Internal("ckptd named slot " + std::to_string(sub->slot) + " of " +
@@ -296,7 +296,7 @@ StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
 }
 
 StatusOr<std::string> CkptdClient::StatusJson() {
-  return Call(ckptd::MsgType::kStatus, "", ckptd::MsgType::kStatusOk, 10);
+  return Call(proto::MsgType::kStatus, "", proto::MsgType::kStatusOk, 10);
 }
 
 StatusOr<std::string> QueryCkptdStatus(const std::string& socket_path, double timeout_s) {

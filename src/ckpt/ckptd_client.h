@@ -86,7 +86,7 @@ class CkptdClient {
   // Finish waits for them and submits. Between the two the device state must not change
   // (DeviceMemory::OrderBeforeStateChanges); Finish must come before the next Begin.
   struct Pending {
-    ckptd::Submit submit;
+    proto::Submit submit;
     SubmitStats stats;
   };
   StatusOr<Pending> BeginSubmit(const CheckpointMeta& meta, const ShardContents& contents,
@@ -96,7 +96,7 @@ class CkptdClient {
   // The newest snapshot of this rank that the daemon persisted and still holds in memory
   // (nullopt if none). `base` points into the slot mapping; valid until the next Submit.
   struct MemorySnapshot {
-    ckptd::Submit submit;  // step, meta and one descriptor per piece
+    proto::Submit submit;  // step, meta and one descriptor per piece
     const uint8_t* base = nullptr;
   };
   StatusOr<std::optional<MemorySnapshot>> Restore();
@@ -111,13 +111,13 @@ class CkptdClient {
 
   // Low-level (tests): send bytes as they are; receive one message.
   Status SendRaw(const std::string& bytes);
-  StatusOr<std::pair<ckptd::MsgType, std::string>> Receive(double timeout_s);
+  StatusOr<std::pair<proto::MsgType, std::string>> Receive(double timeout_s);
   // Connects without HELLO (tests, status queries).
   static StatusOr<std::unique_ptr<CkptdClient>> ConnectRaw(const std::string& socket_path);
 
  private:
   CkptdClient() = default;
-  StatusOr<std::string> Call(ckptd::MsgType type, const std::string& payload, ckptd::MsgType want,
+  StatusOr<std::string> Call(proto::MsgType type, const std::string& payload, proto::MsgType want,
                              double timeout_s);
 
   int fd_ = -1;

@@ -10,7 +10,7 @@
 #include "ckpt/shard_file.h"
 #include "core/env.h"
 
-namespace ftrain::ckpt::ckptd {
+namespace ftrain::ckpt::proto {
 namespace {
 
 class Writer {
@@ -328,4 +328,4 @@ ShardContents ContentsOf(const Submit& m, const uint8_t* base) {
   return contents;
 }
 
-}  // namespace ftrain::ckpt::ckptd
+}  // namespace ftrain::ckpt::proto

@@ -15,7 +15,7 @@
 #include "ckpt/manifest.h"
 #include "core/status.h"
 
-namespace ftrain::ckpt::ckptd {
+namespace ftrain::ckpt::proto {
 
 constexpr uint32_t kMagic = 0x44504b43;  // "CKPD"
 constexpr uint16_t kVersion = 1;
@@ -122,4 +122,4 @@ std::string DefaultNodeId();
 // non-empty, no "..", no leading or trailing '/', no "//".
 bool IsSafeDatasetName(const std::string& s);
 
-}  // namespace ftrain::ckpt::ckptd
+}  // namespace ftrain::ckpt::proto

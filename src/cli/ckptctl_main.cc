@@ -67,7 +67,7 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
   }
   if (!only.empty()) {  // just these nodes, whether or not a daemon ever ran there
     for (const auto& n : only) {
-      if (!ckpt::ckptd::IsSafeNodeId(n)) {
+      if (!ckpt::proto::IsSafeNodeId(n)) {
         return Fail("ckptctl status", Status::InvalidArgument(
                                           "--node '" + n + "' is not a node id ([A-Za-z0-9._-])"));
       }
@@ -81,7 +81,7 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
   }
   int rc = kExitOk;
   for (const auto& node : nodes) {
-    auto st = ckpt::QueryCkptdStatus(ckpt::ckptd::SocketPath(run_dir, node));
+    auto st = ckpt::QueryCkptdStatus(ckpt::proto::SocketPath(run_dir, node));
     if (!st.ok()) {
       rc = kExitBad;
       if (json) {

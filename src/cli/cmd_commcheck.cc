@@ -1,4 +1,4 @@
-// `ftrain commcheck`: flags only; the check lives in dist/commcheck.
+// `ftrain commcheck`: flags only; the check lives in comm/commcheck.
 #include <torch/cuda.h>
 
 #include <iostream>
@@ -6,9 +6,9 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "comm/commcheck.h"
+#include "comm/context.h"
 #include "core/log.h"
-#include "dist/commcheck.h"
-#include "dist/dist.h"
 
 namespace ftrain::cli {
 
@@ -21,7 +21,7 @@ int RunCommcheck(int argc, char** argv) {
       "(run one per rank: under srun --mpi=pmix, ftrain launch, or with RANK/WORLD_SIZE/"
       "MASTER_ADDR/MASTER_PORT)");
   std::string sizes_text = "1M,4M,16M,64M";
-  dist::CommcheckOptions o;
+  comm::CommcheckOptions o;
   int rdzv_timeout = 0;
   std::string backend = "gloo";
   opts.add_options()("help,h", "show this help")(
@@ -53,7 +53,7 @@ int RunCommcheck(int argc, char** argv) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     int64_t b;
-    if (!dist::ParseByteSize(item, &b)) {
+    if (!comm::ParseByteSize(item, &b)) {
       return Fail(program, Status::InvalidArgument("--sizes: '" + item +
                                                    "' is not a positive size like 4096, 64K, 1M"));
     }
@@ -61,7 +61,7 @@ int RunCommcheck(int argc, char** argv) {
   }
   if (o.sizes_bytes.empty()) return Fail(program, Status::InvalidArgument("--sizes is empty"));
 
-  auto dopts = dist::DistOptionsFromEnv(dist::DistOptions());
+  auto dopts = comm::DistOptionsFromEnv(comm::DistOptions());
   if (!dopts.ok()) return Fail(program, dopts.status());
   if (vm.count("rdzv-timeout")) {
     if (rdzv_timeout <= 0)
@@ -79,10 +79,10 @@ int RunCommcheck(int argc, char** argv) {
                              "on a GPU machine (scripts/gpu-smoke.sh)"));
   }
   dopts->backend = backend;
-  auto ctx = dist::DistContext::Init(*dopts);
+  auto ctx = comm::DistContext::Init(*dopts);
   if (!ctx.ok()) return Fail(program, ctx.status());
   if (backend == "nccl") o.device = "cuda:" + std::to_string((*ctx)->world().local_rank);
-  Status r = dist::RunCommcheck(**ctx, o, std::cout, nullptr);
+  Status r = comm::RunCommcheck(**ctx, o, std::cout, nullptr);
   if (!r.ok()) {
     FT_LOG(Error) << r.message();
     return ExitCodeFor(r);

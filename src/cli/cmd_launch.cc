@@ -1,12 +1,12 @@
 // `ftrain launch --nproc N -- <ftrain args | /path/to/program args>`: flags only; the
-// supervision lives in dist/launcher.
+// supervision lives in comm/launcher.
 #include <unistd.h>
 
 #include <iostream>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "dist/launcher.h"
+#include "comm/launcher.h"
 
 namespace ftrain::cli {
 
@@ -54,7 +54,7 @@ int RunLaunch(int argc, char** argv) {
                 Status::InvalidArgument("nothing to launch: give the command after '--', e.g. "
                                         "ftrain launch --nproc 2 -- commcheck"));
   }
-  dist::LaunchOptions lo;
+  comm::LaunchOptions lo;
   lo.nproc = nproc;
   lo.grace_s = grace;
   lo.nodes = nodes;
@@ -64,7 +64,7 @@ int RunLaunch(int argc, char** argv) {
   if (len <= 0) return Fail(program, Status::FailedPrecondition("cannot resolve /proc/self/exe"));
   exe[len] = '\0';
   lo.self_exe = exe;
-  StatusOr<int> rc = dist::RunLocalJob(lo);
+  StatusOr<int> rc = comm::RunLocalJob(lo);
   if (!rc.ok()) return Fail(program, rc.status());
   return *rc;
 }

@@ -1,6 +1,6 @@
 // `ftrain plan`: flags (and an optional --model config with --model.<key>=<value> overrides)
-// to a PlanInput, then prints train/plan.h's plan as text or JSON. Argument handling only; the
-// arithmetic is in src/train/plan*.cc, reading --data/--calibrate in train/plan_sources.cc, and
+// to a PlanInput, then prints plan/planner.h's plan as text or JSON. Argument handling only; the
+// arithmetic is in src/plan/, reading --data/--calibrate in plan/sources.cc, and
 // both are documented in docs/plan.md.
 #include <iostream>
 #include <optional>
@@ -12,8 +12,8 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "model/llama_config.h"
-#include "train/plan.h"
-#include "train/plan_sources.h"
+#include "plan/planner.h"
+#include "plan/sources.h"
 
 namespace ftrain::cli {
 namespace {

@@ -1,9 +1,9 @@
-// `ftrain report RUN_DIR [--svg FILE] [--json]`: flags only; see src/train/report.h.
+// `ftrain report RUN_DIR [--svg FILE] [--json]`: flags only; see src/report/run_report.h.
 #include <iostream>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "train/report.h"
+#include "report/run_report.h"
 
 namespace ftrain::cli {
 
@@ -30,18 +30,18 @@ int RunReport(int argc, char** argv) {
   if (run_dir.empty()) {
     return Fail(program, Status::InvalidArgument("give the run directory (see --help)"));
   }
-  auto summary = train::AnalyzeRun(run_dir);
+  auto summary = report::AnalyzeRun(run_dir);
   if (!summary.ok()) return Fail(program, summary.status());
   if (json) {
     // The text report lists its warnings (skipped torn lines, estimates) at its end; with
     // --json they are in "warnings" and on stderr, so a script's log shows them too.
     for (const auto& w : summary->warnings) std::cerr << program << ": warning: " << w << "\n";
-    train::PrintReportJson(*summary, std::cout);
+    report::PrintReportJson(*summary, std::cout);
   } else {
-    train::PrintReport(*summary, std::cout);
+    report::PrintReport(*summary, std::cout);
   }
   if (!svg.empty()) {
-    s = train::WriteReportSvg(*summary, svg);
+    s = report::WriteReportSvg(*summary, svg);
     if (!s.ok()) return Fail(program, s);
     (json ? std::cerr : std::cout) << "timeline written to " << svg << "\n";
   }

@@ -33,8 +33,8 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
                                  "hybrid_shard");
 }
 
-FsdpGroups GroupsFor(Sharding s, dist::Comm& world, dist::Comm& intra_node,
-                     dist::Comm& inter_node) {
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node,
+                     comm::Comm& inter_node) {
   FsdpGroups g;
   g.world_size = world.size();
   switch (s) {
@@ -65,15 +65,15 @@ struct FsdpEngine::Unit {
   int layer = -1;  // -1 for the root unit
   std::vector<Param> params;
   int64_t numel = 0;
-  dist::ShardSpan span;
+  comm::ShardSpan span;
   torch::Tensor master, exp_avg, exp_avg_sq;  // fp32 [span.length]
   torch::Tensor param_shard;                  // param dtype [span.length]; aliases master in fp32
   torch::Tensor grad_shard;                   // reduce dtype [span.length], reduced and averaged
   torch::Tensor full;                         // gathered params, param dtype [numel]
   torch::Tensor full_grad;                    // local gradient sum over micro-batches [numel]
   torch::Tensor reduced;                      // reduce-scatter output in flight
-  std::unique_ptr<dist::Work> gather_work;
-  std::unique_ptr<dist::Work> reduce_work;
+  std::unique_ptr<comm::Work> gather_work;
+  std::unique_ptr<comm::Work> reduce_work;
   bool attached = false;
   // Saved between forward and backward of a micro-batch.
   torch::Tensor saved_input;   // act. checkpointing: the block input (no graph)
@@ -132,7 +132,7 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
       u->params.push_back(p);
       ++assigned;
     }
-    u->span = dist::ShardOf(u->numel, shard_size, shard_rank);
+    u->span = comm::ShardOf(u->numel, shard_size, shard_rank);
     // This rank's slice of the flat unit, from the initial values (or the model's current,
     // identical on every rank); the full unit lives only for this iteration.
     if (!flat_buffer.defined() || flat_buffer.numel() < u->numel) {
@@ -290,7 +290,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
       const int s = groups_.shard ? groups_.shard->size() : 1;
       if (s > 1) {
         u.reduced = torch::empty({u.span.length}, Opts(config_.reduce_dtype));
-        u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, dist::ReduceOp::kSum);
+        u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, comm::ReduceOp::kSum);
         comm_bytes_ +=
             static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
       } else {
@@ -306,7 +306,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     if (s > 1) {
       root.reduced = torch::empty({root.span.length}, Opts(config_.reduce_dtype));
       root.reduce_work =
-          groups_.shard->ReduceScatter(root.reduced, root.full_grad, dist::ReduceOp::kSum);
+          groups_.shard->ReduceScatter(root.reduced, root.full_grad, comm::ReduceOp::kSum);
       comm_bytes_ +=
           static_cast<uint64_t>(root.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
     } else {
@@ -322,7 +322,7 @@ Status FsdpEngine::ReduceGrads() {
   std::vector<Unit*> order;
   for (size_t i = units_.size() - 1; i >= 1; --i) order.push_back(units_[i].get());
   order.push_back(units_[0].get());
-  std::vector<std::unique_ptr<dist::Work>> all_reduces;
+  std::vector<std::unique_ptr<comm::Work>> all_reduces;
   for (Unit* u : order) {
     if (u->reduce_work) {
       auto t0 = Clock::now();
@@ -332,7 +332,7 @@ Status FsdpEngine::ReduceGrads() {
       FT_RETURN_IF_ERROR(s.Annotate("reduce-scatter of " + u->name));
     }
     if (groups_.replicate && groups_.replicate->size() > 1) {
-      all_reduces.push_back(groups_.replicate->AllReduce(u->reduced, dist::ReduceOp::kSum));
+      all_reduces.push_back(groups_.replicate->AllReduce(u->reduced, comm::ReduceOp::kSum));
       const int r = groups_.replicate->size();
       comm_bytes_ +=
           static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) * ElemSize(config_.reduce_dtype);
@@ -364,7 +364,7 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   }
   if (groups_.shard && groups_.shard->size() > 1) {
     auto t0 = Clock::now();
-    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, dist::ReduceOp::kSum)->Wait());
+    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, comm::ReduceOp::kSum)->Wait());
     comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   const double sumsq = acc.item<double>();

@@ -1,7 +1,7 @@
 // The FSDP engine: applies sharding, mixed precision and activation checkpointing to an
 // unchanged LlamaModel (the model knows nothing about it). Sharding units: one per decoder
 // block, plus a root unit (embeddings, final norm, lm_head) that is gathered for the whole
-// micro-batch. Each unit's parameters live as one flat buffer split with dist::ShardOf across
+// micro-batch. Each unit's parameters live as one flat buffer split with comm::ShardOf across
 // the shard group; fp32 master weights, AdamW moments and gradients exist only as shards.
 //
 // Strategies (dist.sharding):
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "core/status.h"
-#include "dist/comm.h"
 #include "fsdp/adamw.h"
 #include "model/llama.h"
 
@@ -54,14 +54,14 @@ struct FsdpConfig {
 // The groups the engine communicates over. `shard` may be null (a group of one rank);
 // `replicate` may be null (no replication). The engine does not own them.
 struct FsdpGroups {
-  dist::Comm* shard = nullptr;
-  dist::Comm* replicate = nullptr;
+  comm::Comm* shard = nullptr;
+  comm::Comm* replicate = nullptr;
   int world_size = 1;  // shard size x replicate size: the data-parallel degree
 };
 
 // The groups a sharding strategy uses, from the job's world group and its node groups
 // (intra-node: this node's ranks; inter-node: the same local rank on every node).
-FsdpGroups GroupsFor(Sharding s, dist::Comm& world, dist::Comm& intra_node, dist::Comm& inter_node);
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node);
 
 struct StepStats {
   double grad_norm = 0;     // before clipping

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "comm/collectives.h"
 #include "core/env.h"
 #include "core/log.h"
-#include "dist/comm.h"
 
 namespace ftrain::train {
 namespace {
@@ -47,7 +47,7 @@ StatusOr<DaemonMode> ParseDaemonMode(const std::string& s) {
   return Status::InvalidArgument("ckpt.daemon must be off, auto or require, not '" + s + "'");
 }
 
-Checkpointer::Checkpointer(CheckpointerOptions options, dist::Comm* world)
+Checkpointer::Checkpointer(CheckpointerOptions options, comm::Comm* world)
     : options_(std::move(options)), world_(world), store_(options_.root) {}
 
 void Checkpointer::WaitForDeviceCopies() {
@@ -73,13 +73,13 @@ void Checkpointer::ReleaseSyncStaging() {
 
 Status Checkpointer::ReduceMax(double* v, int n) {
   torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
-  FT_RETURN_IF_ERROR(world_->AllReduce(t, dist::ReduceOp::kMax)->Wait());
+  FT_RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kMax)->Wait());
   for (int i = 0; i < n; ++i) v[i] = t[i].item<double>();
   return Status::Ok();
 }
 
 bool Checkpointer::TryConnect(bool quiet) {
-  const std::string sock = ckpt::ckptd::SocketPath(options_.run_dir, options_.node);
+  const std::string sock = ckpt::proto::SocketPath(options_.run_dir, options_.node);
   // A trainer that was just killed may still be registered for this rank for a moment.
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {
@@ -170,7 +170,7 @@ Status Checkpointer::Start(uint64_t slot_bytes) {
   // Room for the blobs to grow (cursor, metrics line) without reconnecting.
   slot_bytes_ = slot_bytes + slot_bytes / 64 + (1u << 20);
   if (options_.daemon != DaemonMode::kOff) {
-    const std::string sock = ckpt::ckptd::SocketPath(options_.run_dir, options_.node);
+    const std::string sock = ckpt::proto::SocketPath(options_.run_dir, options_.node);
     if (!Env::Default()->FileExists(sock)) {
       if (options_.daemon == DaemonMode::kRequire) {
         FT_LOG(Error) << "ckpt.daemon = require, but there is no ckptd socket " << sock;

@@ -17,7 +17,7 @@
 #include "ckpt/store.h"
 #include "core/status.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 class Comm;
 }
 
@@ -29,7 +29,7 @@ StatusOr<DaemonMode> ParseDaemonMode(const std::string& s);
 struct CheckpointerOptions {
   DaemonMode daemon = DaemonMode::kAuto;
   std::string run_dir;  // the daemon's socket is RUN/ckptd-<node>/sock
-  std::string node;     // ckpt::ckptd::DefaultNodeId() unless a test says otherwise
+  std::string node;     // ckpt::proto::DefaultNodeId() unless a test says otherwise
   std::string root;
   int rank = 0;
   int world = 1;
@@ -53,7 +53,7 @@ struct SaveOutcome {
 
 class Checkpointer {
  public:
-  Checkpointer(CheckpointerOptions options, dist::Comm* world);
+  Checkpointer(CheckpointerOptions options, comm::Comm* world);
   ~Checkpointer();
 
   // Connects to this node's daemon (ckpt.daemon = auto | require) with slots of `slot_bytes`,
@@ -98,7 +98,7 @@ class Checkpointer {
   Status ReduceMax(double* v, int n);
 
   CheckpointerOptions options_;
-  dist::Comm* world_;
+  comm::Comm* world_;
   ckpt::CheckpointStore store_;
   std::unique_ptr<ckpt::CkptdClient> client_;
   uint64_t slot_bytes_ = 0;

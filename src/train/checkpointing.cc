@@ -133,7 +133,7 @@ namespace {
 
 // The snapshot's tensor pieces by (kind, name, first element).
 using PieceIndex =
-    std::map<std::tuple<std::string, std::string, int64_t>, const ckpt::ckptd::PieceDesc*>;
+    std::map<std::tuple<std::string, std::string, int64_t>, const ckpt::proto::PieceDesc*>;
 
 // The bytes of exactly this piece in the in-memory snapshot, if they are provably the bytes
 // of the committed checkpoint (same rank, same slice, XXH3 recorded in the manifest).

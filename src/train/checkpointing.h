@@ -33,7 +33,7 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
 // its XXH3 equals the one the committed manifest records for this rank; anything else is
 // read from disk.
 struct MemorySource {
-  const ckpt::ckptd::Submit* snapshot = nullptr;
+  const ckpt::proto::Submit* snapshot = nullptr;
   const uint8_t* base = nullptr;
   uint64_t bytes_from_memory = 0;  // filled in by LoadCheckpoint
   uint64_t bytes_from_disk = 0;

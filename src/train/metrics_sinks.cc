@@ -22,7 +22,7 @@ StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cf
                                                            const SinkContext& ctx) {
   std::unique_ptr<MetricsSinks> s(new MetricsSinks());
   s->ctx_ = ctx;
-  if (s->ctx_.node.empty()) s->ctx_.node = ckpt::ckptd::DefaultNodeId();
+  if (s->ctx_.node.empty()) s->ctx_.node = ckpt::proto::DefaultNodeId();
   s->ckpt_root_ = cfg.ckpt.root;
   s->baseline_ = cfg.metrics.baseline_tokens_per_s_per_gpu;
   s->window_ = StepTimeWindow(static_cast<size_t>(cfg.metrics.step_time_window));

@@ -29,7 +29,7 @@ struct SinkContext {
   int64_t num_params = 0;    // P in MFU's 6 * P * tokens/s
   int64_t resume_step = -1;  // the committed step this run resumed from, -1 for none
   std::string nvml_library = NvmlGpu::kLibrary;  // tests: a stand-in NVML
-  std::string node;                              // default ckpt::ckptd::DefaultNodeId()
+  std::string node;                              // default ckpt::proto::DefaultNodeId()
 };
 
 class MetricsSinks {

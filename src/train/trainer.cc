@@ -18,11 +18,11 @@
 #include "ckpt/filename.h"
 #include "ckpt/reader.h"
 #include "ckpt/store.h"
+#include "comm/context.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/version.h"
 #include "data/reader.h"
-#include "dist/dist.h"
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "model/weights_io.h"
@@ -52,7 +52,7 @@ std::string FormatEta(double s) {
 }
 
 // Rank 0 picks what to resume from and broadcasts the step (-1: start fresh).
-StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, dist::DistContext& ctx,
+StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ctx,
                                    std::string* dir) {
   int64_t step = -1;
   Status decision;
@@ -196,7 +196,7 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
 // ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
 // checked against the manifest's hashes as it is read.
 // `*from_memory`: the bytes this rank took from ckptd memory (0: all from disk).
-Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointer& checkpointer,
+Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointer& checkpointer,
                const std::string& data_version, const nlohmann::json& hardware,
                const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state,
                uint64_t* from_memory) {
@@ -244,7 +244,7 @@ Status LoadOne(const TrainConfig& cfg, const dist::WorldInfo& world, Checkpointe
 
 // Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>": two doubles carry
 // it exactly through the world's broadcast).
-StatusOr<std::string> AgreeOnGeneration(dist::DistContext& ctx) {
+StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx) {
   double ms = 0, rnd = 0;
   if (ctx.world().rank == 0) {
     const std::string g = ckpt::NewGeneration();
@@ -267,11 +267,11 @@ bool IsDamage(const Status& s) {
 
 // Where the resumed state came from, for `ftrain report` (collective): a `resumed` record in
 // restarts.jsonl by rank 0: disk, or how many ranks took how many bytes from ckptd memory.
-Status RecordResume(const TrainConfig& cfg, dist::DistContext& ctx, int64_t step,
+Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step,
                     const std::string& dir, uint64_t from_memory) {
   torch::Tensor t = torch::tensor({static_cast<double>(from_memory), from_memory > 0 ? 1.0 : 0.0},
                                   torch::kFloat64);
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(t, dist::ReduceOp::kSum)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(t, comm::ReduceOp::kSum)->Wait());
   if (ctx.world().rank != 0) return Status::Ok();
   const int64_t ranks = static_cast<int64_t>(t[1].item<double>());
   std::string source = "disk";
@@ -302,10 +302,10 @@ Status RecordResume(const TrainConfig& cfg, dist::DistContext& ctx, int64_t step
 // rank 0 (logged, recorded in restarts.jsonl) and the next older complete one is tried, down
 // to starting fresh; training is deterministic, so the run still ends bit-identical.
 // Returns the resumed step, or -1 for a fresh start.
-StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpointer& checkpointer,
+StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpointer& checkpointer,
                          const std::string& data_version, const nlohmann::json& hardware,
                          fsdp::FsdpEngine& engine, RunState* state, std::string* dir) {
-  const dist::WorldInfo& world = ctx.world();
+  const comm::WorldInfo& world = ctx.world();
   for (;;) {
     *state = RunState();
     FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
@@ -320,7 +320,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
     // Every rank learns whether any rank failed, and whether any failure was not damage.
     torch::Tensor vote = torch::tensor(
         {loaded.ok() ? 0.0 : 1.0, !loaded.ok() && !IsDamage(loaded) ? 1.0 : 0.0}, torch::kFloat64);
-    FT_RETURN_IF_ERROR(ctx.control().AllReduce(vote, dist::ReduceOp::kMax)->Wait());
+    FT_RETURN_IF_ERROR(ctx.control().AllReduce(vote, comm::ReduceOp::kMax)->Wait());
     const bool any_failed = vote[0].item<double>() != 0;
     const bool any_config = vote[1].item<double>() != 0;
     if (!any_failed) {
@@ -369,7 +369,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, dist::DistContext& ctx, Checkpo
 // sharding (fsdp::FsdpConfig::init_seed): the model's own tensors are allocated but never
 // written, so no rank holds the whole fp32 model.
 StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
-                                                        dist::DistContext& ctx,
+                                                        comm::DistContext& ctx,
                                                         const DeviceChoice& dev) {
   FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
   model::LlamaModel model(cfg.model);
@@ -392,11 +392,11 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
 // synchronously through the library.
 StatusOr<CheckpointerOptions> CheckpointerOptionsFor(const TrainConfig& cfg,
-                                                     const dist::WorldInfo& world) {
+                                                     const comm::WorldInfo& world) {
   CheckpointerOptions co;
   FT_ASSIGN_OR_RETURN(co.daemon, ParseDaemonMode(cfg.ckpt.daemon));
   co.run_dir = cfg.run_dir;
-  co.node = ckpt::ckptd::DefaultNodeId();
+  co.node = ckpt::proto::DefaultNodeId();
   co.root = cfg.ckpt.root;
   co.rank = world.rank;
   co.world = world.world_size;
@@ -457,7 +457,7 @@ struct BoundaryDecision {
   bool stop = false;
   bool final_step = false;
 };
-StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, dist::DistContext& ctx,
+StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistContext& ctx,
                                             int64_t step, double local_loss, bool time_due) {
   const bool leader = ctx.world().rank == 0;
   torch::Tensor sync =
@@ -465,8 +465,8 @@ StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, dist::DistCo
                     torch::kFloat64);
   torch::Tensor flags = sync.narrow(0, 1, 2).clone();
   torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, dist::ReduceOp::kAvg)->Wait());
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(flags, dist::ReduceOp::kMax)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, comm::ReduceOp::kAvg)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(flags, comm::ReduceOp::kMax)->Wait());
   BoundaryDecision d;
   d.loss = loss_t.item<double>();
   d.stop = flags[1].item<double>() != 0;
@@ -521,14 +521,14 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   if (dev.device.is_cuda()) math_modes = PinDeterministicMathModes();
   torch::set_num_threads(static_cast<int>(cfg.train.threads));
   InstallStopSignalHandlers();
-  dist::DistOptions dopts;
+  comm::DistOptions dopts;
   dopts.backend = cfg.dist.backend;
   dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
   dopts.cuda_device = dev.cuda_index;
   dopts.op_timeout_s = static_cast<int>(cfg.dist.timeout_s);
-  FT_ASSIGN_OR_RETURN(dopts, dist::DistOptionsFromEnv(dopts));
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<dist::DistContext> ctx, dist::DistContext::Init(dopts));
-  const dist::WorldInfo& world = ctx->world();
+  FT_ASSIGN_OR_RETURN(dopts, comm::DistOptionsFromEnv(dopts));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<comm::DistContext> ctx, comm::DistContext::Init(dopts));
+  const comm::WorldInfo& world = ctx->world();
   const bool leader = world.rank == 0;
   Env* env = Env::Default();
   if (dev.device.is_cuda()) {

@@ -180,13 +180,13 @@ Counts FuzzReceipts(const std::string& receipt, long cases, std::mt19937_64& rng
 
 Counts FuzzProtocol(long cases, std::mt19937_64& rng, Clock::time_point deadline) {
   Counts c;
-  ckpt::ckptd::Submit sub;
+  ckpt::proto::Submit sub;
   sub.step = 12;
   sub.meta.world_size = 4;
   sub.meta.config_hash = "abc";
   sub.meta.generation = "000001700000000-0000000a";
   for (int k = 0; k < 3; ++k) {
-    ckpt::ckptd::PieceDesc p;
+    ckpt::proto::PieceDesc p;
     p.kind = "master";
     p.name = "model.layers." + std::to_string(k) + ".w";
     p.dtype = ckpt::DType::kFloat32;
@@ -196,27 +196,27 @@ Counts FuzzProtocol(long cases, std::mt19937_64& rng, Clock::time_point deadline
     p.slot_offset = static_cast<uint64_t>(k) * 4096;
     sub.pieces.push_back(p);
   }
-  const std::string submit = ckpt::ckptd::EncodeSubmit(sub);
-  const std::string hello = ckpt::ckptd::EncodeHello({1, 4, 77, 1 << 20});
-  const std::string hello_ok = ckpt::ckptd::EncodeHelloOk({1 << 20, {"/ftrain-a", "/ftrain-b"}});
-  const std::string restore = ckpt::ckptd::EncodeRestoreOk(&sub);
-  const std::string header = ckpt::ckptd::EncodeHeader(ckpt::ckptd::MsgType::kSubmit, 100);
+  const std::string submit = ckpt::proto::EncodeSubmit(sub);
+  const std::string hello = ckpt::proto::EncodeHello({1, 4, 77, 1 << 20});
+  const std::string hello_ok = ckpt::proto::EncodeHelloOk({1 << 20, {"/ftrain-a", "/ftrain-b"}});
+  const std::string restore = ckpt::proto::EncodeRestoreOk(&sub);
+  const std::string header = ckpt::proto::EncodeHeader(ckpt::proto::MsgType::kSubmit, 100);
   for (long i = 0; i < cases && TimeLeft(deadline); ++i) {
     ++c.cases;
     const int which = static_cast<int>(rng() % 5);
     bool ok = false;
     if (which == 0) {
-      ok = ckpt::ckptd::DecodeSubmit(MutateBytes(submit, rng), 1 << 20).ok();
+      ok = ckpt::proto::DecodeSubmit(MutateBytes(submit, rng), 1 << 20).ok();
     } else if (which == 1) {
-      ok = ckpt::ckptd::DecodeHello(MutateBytes(hello, rng)).ok();
+      ok = ckpt::proto::DecodeHello(MutateBytes(hello, rng)).ok();
     } else if (which == 2) {
-      ok = ckpt::ckptd::DecodeHelloOk(MutateBytes(hello_ok, rng)).ok();
+      ok = ckpt::proto::DecodeHelloOk(MutateBytes(hello_ok, rng)).ok();
     } else if (which == 3) {
-      ok = ckpt::ckptd::DecodeRestoreOk(MutateBytes(restore, rng), 1 << 20).ok();
+      ok = ckpt::proto::DecodeRestoreOk(MutateBytes(restore, rng), 1 << 20).ok();
     } else {
       std::string h = MutateBytes(header, rng);
       h.resize(header.size());
-      ok = ckpt::ckptd::DecodeHeader(reinterpret_cast<const uint8_t*>(h.data())).ok();
+      ok = ckpt::proto::DecodeHeader(reinterpret_cast<const uint8_t*>(h.data())).ok();
     }
     c.accepted += ok;
   }

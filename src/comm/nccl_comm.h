@@ -15,9 +15,9 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "dist/comm.h"
+#include "comm/collectives.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 // Creates the NCCL group `name` of `size` ranks in which this process is `rank`, on CUDA
 // device `device`, its unique id exchanged through `store`. Every member must call it with
@@ -38,4 +38,4 @@ StatusOr<std::unique_ptr<Comm>> SplitNcclComm(Comm& parent, int color, int key,
 // the checkpoint layout.
 std::string PinNcclReductionOrder();
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -14,9 +14,9 @@
 #include <tuple>
 #include <vector>
 
-#include "train/report.h"
+#include "report/run_report.h"
 
-namespace ftrain::train {
+namespace ftrain::report {
 namespace {
 
 constexpr double kW = 1000, kH = 600;
@@ -395,4 +395,4 @@ Status WriteReportSvg(const RunSummary& r, const std::string& svg_path) {
   return Status::Ok();
 }
 
-}  // namespace ftrain::train
+}  // namespace ftrain::report

@@ -1,11 +1,11 @@
 // PMIx client implementation over libpmix (v4 API).
-#include "dist/pmix_client.h"
+#include "comm/pmix_client.h"
 
 #include <pmix.h>
 
 #include <cstring>
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 Status PmixError(const std::string& what, pmix_status_t rc) {
@@ -159,4 +159,4 @@ StatusOr<std::string> PmixClient::Get(int rank, const std::string& key, int time
   return out;
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

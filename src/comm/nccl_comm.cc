@@ -2,7 +2,7 @@
 // are staged through padded buffers from LibTorch's caching allocator, because NCCL's
 // all-gather and reduce-scatter need equal counts per rank. Nothing here blocks the host
 // except the bounded waits for communicator set-up and, when asked, Work::Wait().
-#include "dist/nccl_comm.h"
+#include "comm/nccl_comm.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -21,7 +21,7 @@
 
 #include "core/log.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -538,4 +538,4 @@ StatusOr<std::unique_ptr<Comm>> SplitNcclComm(Comm& parent, int color, int key,
   return nccl->Split(color, key, name);
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

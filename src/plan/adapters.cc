@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "train/plan_internal.h"
+#include "plan/internal.h"
 
 namespace ftrain::plan_internal {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "core/status.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 struct LaunchOptions {
   int nproc = 1;
@@ -26,4 +26,4 @@ struct LaunchOptions {
 // failing rank's code (128 + signal for a rank killed by a signal).
 StatusOr<int> RunLocalJob(const LaunchOptions& options);
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -7,11 +7,11 @@
 #include <memory>
 #include <string>
 
+#include "comm/collectives.h"
+#include "comm/world.h"
 #include "core/status.h"
-#include "dist/comm.h"
-#include "dist/world.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 struct DistOptions {
   std::string backend = "gloo";   // "gloo" or "nccl" (when built with NCCL)
@@ -55,4 +55,4 @@ class DistContext {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

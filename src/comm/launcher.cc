@@ -1,5 +1,5 @@
 // Local launcher: fork/exec N ranks, host the TCPStore, supervise, propagate failure.
-#include "dist/launcher.h"
+#include "comm/launcher.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,7 +15,7 @@
 
 #include "core/log.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 std::atomic<int> g_pending_signal{0};
@@ -173,4 +173,4 @@ StatusOr<int> RunLocalJob(const LaunchOptions& options) {
   return result;
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -1,5 +1,5 @@
 // Rank discovery from environment variables (Slurm step, torchrun) and hostlist expansion.
-#include "dist/world.h"
+#include "comm/world.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 
 extern char** environ;
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 // Reads an integer variable; absent -> *present=false.
@@ -278,4 +278,4 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list) {
   return hosts;
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 
-namespace ftrain::train {
+namespace ftrain::report {
 
 // One line of metrics.jsonl (the steps that count: a resumed trainer rewrites the lines of
 // the steps it re-does, so the file never holds a step twice).
@@ -111,4 +111,4 @@ Percentiles ComputePercentiles(std::vector<double> v);  // nearest rank
 // label with it so nothing leaves the picture.
 double TextWidth(const std::string& text, double font_px);
 
-}  // namespace ftrain::train
+}  // namespace ftrain::report

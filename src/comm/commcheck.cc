@@ -1,5 +1,5 @@
 // commcheck: correctness and bandwidth of every collective on known data.
-#include "dist/commcheck.h"
+#include "comm/commcheck.h"
 
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@
 #include "core/config.h"
 #include "core/log.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 // The device of every tensor the check hands to a collective (set once by RunCommcheck).
@@ -275,4 +275,4 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
   return Status::Ok();
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

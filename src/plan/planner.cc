@@ -1,7 +1,7 @@
 // `ftrain plan` arithmetic and its two renderings (text, JSON). Every formula here is written
 // out with its source in docs/plan.md; keep the two in step. Bytes are doubles until printed:
 // the inputs are estimates, and doubles cannot overflow on absurd flags.
-#include "train/plan.h"
+#include "plan/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "train/plan_internal.h"
+#include "plan/internal.h"
 
 namespace ftrain {
 

@@ -1,9 +1,9 @@
 // Backend-independent parts of Comm: shard arithmetic.
-#include "dist/comm.h"
+#include "comm/collectives.h"
 
 #include <algorithm>
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 int64_t ShardChunk(int64_t numel, int world) {
   return world <= 0 ? numel : (numel + world - 1) / world;
@@ -17,4 +17,4 @@ ShardSpan ShardOf(int64_t numel, int world, int rank) {
   return s;
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -1,4 +1,4 @@
-// What `ftrain plan` reads from disk, turned into plain values for the planner (train/plan.h):
+// What `ftrain plan` reads from disk, turned into plain values for the planner (plan/planner.h):
 // a packed dataset's index (--data: rows, seq_len, token width, text bytes; no token is read)
 // and a training run's records (--calibrate: metrics.jsonl, config.resolved.cfg, and the GPU
 // count of its newest complete checkpoint). No LibTorch; the arithmetic stays in plan*.cc.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "train/plan.h"
+#include "plan/planner.h"
 
 namespace ftrain {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "comm/context.h"
 #include "core/status.h"
-#include "dist/dist.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 struct CommcheckOptions {
   std::vector<int64_t> sizes_bytes;  // per collective: the full (gathered/reduced) tensor size
@@ -44,4 +44,4 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
 // "1M" -> 1048576, "64K", "4096", "1G"; false on junk or non-positive values.
 bool ParseByteSize(const std::string& text, int64_t* out);
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 enum class WorldSource { kPmix, kSlurm, kTorchrun, kSingle };
 const char* WorldSourceName(WorldSource s);
@@ -47,4 +47,4 @@ Status ValidateWorld(const WorldInfo& w, const std::string& origin);
 
 std::string DescribeWorld(const WorldInfo& w);
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -1,5 +1,5 @@
 // The Gloo implementation of Comm (CPU tensors, TCP), over c10d's ProcessGroupGloo.
-// Internal to src/dist: includes c10d headers, so only dist .cc files include it.
+// Internal to src/comm: includes c10d headers, so only comm .cc files include it.
 #pragma once
 
 #include <chrono>
@@ -7,9 +7,9 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "dist/comm.h"
+#include "comm/collectives.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 // Creates the group `name` of `size` ranks in which this process is `rank`. Every member
 // must call it with the same name and size; `store` is shared (a prefix keeps groups apart).
@@ -18,4 +18,4 @@ StatusOr<std::unique_ptr<Comm>> CreateGlooComm(const c10::intrusive_ptr<c10d::St
                                                const std::string& hostname,
                                                std::chrono::milliseconds timeout);
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -6,9 +6,9 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "train/report.h"
+#include "report/run_report.h"
 
-namespace ftrain::train {
+namespace ftrain::report {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -284,4 +284,4 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
   out << j.dump(2) << "\n";
 }
 
-}  // namespace ftrain::train
+}  // namespace ftrain::report

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "train/plan.h"
+#include "plan/planner.h"
 
 namespace ftrain::plan_internal {
 

@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "comm/world.h"
 #include "core/status.h"
-#include "dist/world.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 class PmixClient {
  public:
@@ -37,4 +37,4 @@ class PmixClient {
   int rank_ = 0;
 };
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

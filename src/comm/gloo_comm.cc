@@ -1,7 +1,7 @@
 // GlooComm: Comm over c10d::ProcessGroupGloo. One worker thread per group runs the
 // collectives in issue order, so composite operations (the ring reduce-scatter that Gloo
 // lacks in LibTorch 1.13, padded all-gathers for uneven shards) stay ordered and async.
-#include "dist/gloo_comm.h"
+#include "comm/gloo_comm.h"
 
 #include <torch/torch.h>
 
@@ -14,7 +14,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 class FutureWork : public Work {
@@ -280,4 +280,4 @@ StatusOr<std::unique_ptr<Comm>> CreateGlooComm(const c10::intrusive_ptr<c10d::St
   }
 }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -1,7 +1,7 @@
 // Reading --data and --calibrate inputs for `ftrain plan`. Run-directory names are the ones the
 // trainer writes (metrics.jsonl, config.resolved.cfg, ckpt.root defaulting to RUN/checkpoints),
-// as in train/report.cc.
-#include "train/plan_sources.h"
+// as in report/run_report.cc.
+#include "plan/sources.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // DistContext: discovery, rendezvous (PMIx or env TCPStore), world-size agreement, groups.
-#include "dist/dist.h"
+#include "comm/context.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,15 +12,15 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/gloo_comm.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "dist/gloo_comm.h"
 #ifdef FTRAIN_WITH_NCCL
-#include "dist/nccl_comm.h"
+#include "comm/nccl_comm.h"
 #endif
-#include "dist/pmix_client.h"
+#include "comm/pmix_client.h"
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 namespace {
 
 constexpr char kPmixStoreKey[] = "ftrain.rdzv.store";
@@ -336,4 +336,4 @@ Comm& DistContext::inter_node() { return *impl_->inter; }
 const std::string& DistContext::rendezvous_description() const { return impl_->rdzv; }
 const std::string& DistContext::collective_settings() const { return impl_->collective_settings; }
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -15,7 +15,7 @@ namespace at {
 class Tensor;
 }
 
-namespace ftrain::dist {
+namespace ftrain::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
@@ -54,4 +54,4 @@ class Comm {
   virtual std::unique_ptr<Work> Barrier() = 0;
 };
 
-}  // namespace ftrain::dist
+}  // namespace ftrain::comm

@@ -1,13 +1,13 @@
 // Time to train in `ftrain plan`: FLOPs per token, the GPU peak table, the MFU (default, flag or
 // measured by a real run), throughput, time per epoch, the data rate per node, and whether a
-// deadline can be met. Arithmetic only: train/plan_sources.h reads the dataset index and the run
+// deadline can be met. Arithmetic only: plan/sources.h reads the dataset index and the run
 // directory. Formulas and sources: docs/plan.md, "Time to train".
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "train/plan_internal.h"
+#include "plan/internal.h"
 
 namespace ftrain {
 

@@ -2,7 +2,7 @@
 // hybrid shard for mixed-precision AdamW, which of them fit, the recommended one and why, the
 // checkpoint interval by Young/Daly, the LoRA/QLoRA rows next to them, and the time to train
 // (FLOPs, MFU, deadline). Pure arithmetic on a PlanInput (no I/O, no LibTorch): what a packed
-// dataset or a run directory says is read by train/plan_sources.h. The formulas and their
+// dataset or a run directory says is read by plan/sources.h. The formulas and their
 // sources are in docs/plan.md. Flag parsing lives in src/cli/cmd_plan.cc.
 #pragma once
 

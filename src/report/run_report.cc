@@ -1,7 +1,7 @@
 // Run report, part 1: reading a run directory's records and working out what happened
 // (interruptions, goodput, hours lost, percentiles). Text/JSON output lives in
 // report_text.cc, the SVG timeline in report_svg.cc.
-#include "train/report.h"
+#include "report/run_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 
-namespace ftrain::train {
+namespace ftrain::report {
 namespace {
 
 using nlohmann::json;
@@ -444,4 +444,4 @@ Percentiles ComputePercentiles(std::vector<double> v) {
   return p;
 }
 
-}  // namespace ftrain::train
+}  // namespace ftrain::report
