@@ -89,7 +89,7 @@ Status Server::Start() {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::IOError("pipe2 failed");
 
   UnlinkStaleSegments(proto::ShmPrefix(options_.run_dir, options_.node));
-  FT_RETURN_IF_ERROR(Env::Default()->CreateDir(options_.root));
+  FT_RETURN_IF_ERROR(CreateDirs(Env::Default(), options_.root));
   // Finishes a commit that a dead committer (a previous daemon) left half-done.
   Status s = store_.Recover();
   if (!s.ok()) FT_LOG(Warning) << "ckptd: recovery of '" << options_.root << "': " << s.ToString();

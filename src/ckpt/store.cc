@@ -82,7 +82,7 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
                                       "' is already committed; refusing to write it again");
   }
   const std::string partial = JoinPath(root_, PartialDirName(meta.step));
-  FT_RETURN_IF_ERROR(env_->CreateDir(root_));
+  FT_RETURN_IF_ERROR(CreateDirs(env_, root_));
   FT_RETURN_IF_ERROR(ClaimPartial(partial, meta.generation));
   const std::string tmp = JoinPath(partial, ShardTempName(rank));
   const std::string shard = JoinPath(partial, ShardFileName(rank));

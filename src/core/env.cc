@@ -11,6 +11,15 @@
 
 namespace ftrain {
 
+Status CreateDirs(Env* env, const std::string& dir) {
+  for (size_t slash = dir.find('/', 1); slash != std::string::npos;
+       slash = dir.find('/', slash + 1)) {
+    if (env->IsDirectory(dir.substr(0, slash))) continue;
+    FT_RETURN_IF_ERROR(env->CreateDir(dir.substr(0, slash)));
+  }
+  return env->CreateDir(dir);
+}
+
 std::string Dirname(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";

@@ -55,6 +55,9 @@ class Env {
 // there, whatever crashes: temp file, fsync, rename, fsync of the parent directory.
 Status WriteFileDurably(Env* env, const std::string& path, const std::string& contents);
 
+// Creates `dir` and its missing parents (mkdir -p); OK if it exists.
+Status CreateDirs(Env* env, const std::string& dir);
+
 std::string Dirname(const std::string& path);
 std::string Basename(const std::string& path);
 std::string JoinPath(const std::string& a, const std::string& b);

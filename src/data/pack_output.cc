@@ -5,21 +5,9 @@
 #include "data/format.h"
 
 namespace ftrain::data {
-namespace {
-
-// Creates dir and its missing parents.
-Status MakeDirs(Env* env, const std::string& dir) {
-  for (size_t slash = dir.find('/', 1); slash != std::string::npos;
-       slash = dir.find('/', slash + 1)) {
-    FT_RETURN_IF_ERROR(env->CreateDir(dir.substr(0, slash)));
-  }
-  return env->CreateDir(dir);
-}
-
-}  // namespace
 
 Status PrepareOutDir(Env* env, const std::string& dir, bool force) {
-  FT_RETURN_IF_ERROR(MakeDirs(env, dir));
+  FT_RETURN_IF_ERROR(CreateDirs(env, dir));
   const std::string index = JoinPath(dir, kIndexFileName);
   if (env->FileExists(index)) {
     if (!force) {
