@@ -46,8 +46,8 @@ TEST(Gpu, SnapshotCopiesDeviceToHostIntoRegisteredMemory) {
 
 TEST(Gpu, CudaRunStoppedAndResumedIsBitIdentical) {
   FT_SKIP_WITHOUT_GPU();
-  char tmpl[] = "/tmp/ftrain-gpu-test-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const TempDir dir("ftrain-gpu-test");
+  const std::string& root = dir.path();
   const std::string data = root + "/data";
   auto packed = RunCommand(Ftrain() +
                                " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
@@ -74,7 +74,6 @@ TEST(Gpu, CudaRunStoppedAndResumedIsBitIdentical) {
                              root + "/split/checkpoints/step-00000030",
                          120);
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
-  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 }  // namespace

@@ -29,9 +29,7 @@ class TempDir {
   bool keep_ = false;
 };
 
-// Whether `needle` occurs in `haystack`. Takes string_view, so a file's own Contains(const
-// std::string&, const std::string&) still wins overload resolution instead of clashing
-// (tests/train_test.cc keeps one until it moves to this).
+// Whether `needle` occurs in `haystack` (any mix of std::string, literals and views).
 bool Contains(std::string_view haystack, std::string_view needle);
 
 struct CommandResult {

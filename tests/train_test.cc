@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -24,8 +25,6 @@
 
 namespace ftrain::testing {
 namespace {
-
-bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
 
 std::string ReadFile(const std::string& p) {
   std::ifstream in(p);
@@ -50,8 +49,8 @@ std::map<int, std::string> Losses(const std::string& run_dir) {
 class TrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/ftrain-train-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    dir_ = std::make_unique<TempDir>("ftrain-train-test");
+    root_ = dir_->path();
     data_ = root_ + "/data";
     auto r = RunCommand(Ftrain() +
                             " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
@@ -60,7 +59,7 @@ class TrainTest : public ::testing::Test {
                         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  static void TearDownTestSuite() { std::system(("rm -rf '" + root_ + "'").c_str()); }
+  static void TearDownTestSuite() { dir_.reset(); }
 
   // Command line of one training launch.
   static std::string TrainCmd(const std::string& run, int nproc, int nodes,
@@ -139,10 +138,12 @@ class TrainTest : public ::testing::Test {
     EXPECT_FALSE(Contains(jsonl, "gpu_") || Contains(jsonl, "\"mfu\"")) << jsonl.substr(0, 400);
   }
 
+  static std::unique_ptr<TempDir> dir_;
   static std::string root_;
   static std::string data_;
 };
 
+std::unique_ptr<TempDir> TrainTest::dir_;
 std::string TrainTest::root_;
 std::string TrainTest::data_;
 
