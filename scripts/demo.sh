@@ -108,7 +108,8 @@ tail -n 3 "${OUT_DIR}"/reference-*.out
 
 say "the same job, with a node crash in the middle"
 fail_job="$(submit failure)"
-until [ "$( (wc -l <"${OUT_DIR}/failure/metrics.jsonl") 2>/dev/null || echo 0)" -ge 22 ]; do
+fail_metrics="$("${BUILD_DIR}/bin/ftrain" paths "${OUT_DIR}/failure" --get metrics)"
+until [ "$( (wc -l <"${fail_metrics}") 2>/dev/null || echo 0)" -ge 22 ]; do
   if ! squeue -h -j "${fail_job}" 2>/dev/null | grep -q .; then
     echo "demo: job ${fail_job} ended before the node failure could be injected:" >&2
     tail -n 20 "${OUT_DIR}"/failure-*.out >&2
@@ -117,26 +118,28 @@ until [ "$( (wc -l <"${OUT_DIR}/failure/metrics.jsonl") 2>/dev/null || echo 0)" 
   sleep 0.5
 done
 victim="$(scontrol show hostnames "$(squeue -h -j "${fail_job}" -o %N)" | tail -n 1)"
-echo "step $(wc -l <"${OUT_DIR}/failure/metrics.jsonl"): SIGKILL of ${victim}'s slurmd and all its job processes"
+echo "step $(wc -l <"${fail_metrics}"): SIGKILL of ${victim}'s slurmd and all its job processes"
 slurm/local-cluster.sh fail-node "${victim}"
 until scontrol -o show job "${fail_job}" | grep -q 'Restarts=1'; do sleep 1; done
 echo "Slurm noticed, marked ${victim} down and requeued job ${fail_job}; bringing ${victim} back"
 slurm/local-cluster.sh revive-node "${victim}"
 echo "job ${fail_job}: $(wait_job "${fail_job}")"
 
+# Where each run keeps its files: from the binary (`ftrain paths`), not a copy here.
+run_path() { "${BUILD_DIR}/bin/ftrain" paths "${OUT_DIR}/$1" --get "$2"; }
 say "checkpoints went through one ckptd per node (slurm/agent.sh); the last saves of each daemon"
-for f in "${OUT_DIR}"/failure/logs/ckptd-*.log; do
+for f in "$(run_path failure logs)"/ckptd-*.log; do
   echo "-- ${f##*/}"
   grep 'persisted step' "${f}" | tail -n 2
 done
 
 say "what happened (restart record)"
-cat "${OUT_DIR}/failure/restarts.jsonl"
+cat "$(run_path failure restarts)"
 say "ckptctl list + verify"
-"${BUILD_DIR}/bin/ckptctl" list "${OUT_DIR}/failure/checkpoints"
-"${BUILD_DIR}/bin/ckptctl" verify "${OUT_DIR}/failure/checkpoints" --all
+"${BUILD_DIR}/bin/ckptctl" list "$(run_path failure checkpoints)"
+"${BUILD_DIR}/bin/ckptctl" verify "$(run_path failure checkpoints)" --all
 say "ckptctl diff: reference vs. interrupted, final checkpoints"
-"${BUILD_DIR}/bin/ckptctl" diff "${OUT_DIR}/reference/checkpoints/step-000000${STEPS}" \
-  "${OUT_DIR}/failure/checkpoints/step-000000${STEPS}"
+"${BUILD_DIR}/bin/ckptctl" diff "$(run_path reference checkpoints)/step-000000${STEPS}" \
+  "$(run_path failure checkpoints)/step-000000${STEPS}"
 
 say "done"

@@ -7,16 +7,16 @@
 # restarted the daemon (bounded restarts with back-off); the trainer then reconnects.
 # SIGTERM/SIGINT (the job ends, is requeued or cancelled) stop ckptd gracefully: it finishes
 # the snapshots it holds, unlinks its shared memory and exits; then the agent exits 0.
-# Settings (environment): FTRAIN_RUN_DIR (required), FTRAIN_CKPT_ROOT (default
-# RUN/checkpoints), FTRAIN_CKPTD_ARGS (extra ckptd flags, e.g. "--threads 1 --nice 19"),
-# FTRAIN_CKPTD_MAX_RESTARTS (default 3), CKPTD_BIN.
-# The daemon's log is RUN/logs/ckptd-<node>.log (appended).
+# Settings (environment): FTRAIN_RUN_DIR (required), FTRAIN_CKPT_ROOT (train.sh passes the
+# root the trainer resolved; default: `ftrain paths RUN --get checkpoints`), FTRAIN_CKPTD_ARGS (extra ckptd flags, e.g. "--threads 1 --nice 19"),
+# FTRAIN_CKPTD_MAX_RESTARTS (default 3), CKPTD_BIN, FTRAIN_BIN.
+# The daemon's log is RUN/logs/ckptd-<node>.log (appended; `ftrain paths RUN --node N`).
 set -uo pipefail
 
 FTRAIN_HOME="${FTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
 CKPTD_BIN="${CKPTD_BIN:-${FTRAIN_HOME}/build/bin/ckptd}"
+FTRAIN_BIN="${FTRAIN_BIN:-${FTRAIN_HOME}/build/bin/ftrain}"
 RUN_DIR="${FTRAIN_RUN_DIR:?agent.sh: set FTRAIN_RUN_DIR}"
-CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${RUN_DIR}/checkpoints}"
 CKPTD_ARGS="${FTRAIN_CKPTD_ARGS:-}"
 MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
@@ -24,8 +24,11 @@ export FTRAIN_CKPTD_NODE="${NODE}"
 
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] agent.sh ${NODE}: $*"; }
 
-mkdir -p "${RUN_DIR}/logs"
-LOG="${RUN_DIR}/logs/ckptd-${NODE}.log"
+# The layout from the binary (core/run_layout.h), not a copy here.
+paths() { "${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}" --get "$1"; }
+CKPT_ROOT="${FTRAIN_CKPT_ROOT:-$(paths checkpoints)}" || exit 1
+LOG="$(paths ckptd_log)" || exit 1
+mkdir -p "$(dirname "${LOG}")"
 pid=""
 stopping=0
 on_stop() {

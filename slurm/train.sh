@@ -44,44 +44,43 @@ HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"  # then wait this long for Slurm to
 STOP_TIMEOUT_S="${FTRAIN_STOP_TIMEOUT_S:-90}"  # USR1 -> ranks' checkpoint must end within this
 CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (slurm/agent.sh)
 CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
-# FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") and FTRAIN_CKPT_ROOT (default
-# RUN_DIR/checkpoints; passed to the trainer as ckpt.root) are read by agent.sh as well.
+# FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") is read by agent.sh.
+# FTRAIN_CKPT_ROOT (optional) is passed to the trainer as --ckpt.root; without it ckpt.root
+# comes from the config or FTRAIN_ARGS, as the trainer resolves it (see "paths" below).
 EXIT_REQUEUE=75                                # ftrain train: checkpointed on request
 EXIT_CONFIG=2                                  # ftrain train: configuration or input error
-CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${RUN_DIR}/checkpoints}"  # where the lost-work figure looks
 
 # ---- helpers -------------------------------------------------------------------------------
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] train.sh job ${SLURM_JOB_ID:-?}: $*"; }
 now() { date '+%s.%N'; }
 
-# Appends one JSON line to RUN_DIR/restarts.jsonl.
+# Appends one JSON line to the run's restarts.jsonl.
 record() {  # record EVENT CAUSE [EXTRA_JSON]
   printf '{"time":%s,"job":"%s","restart_count":%s,"event":"%s","cause":"%s"%s}\n' \
     "$(now)" "${SLURM_JOB_ID:-}" "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "${3:+,$3}" \
-    >>"${RUN_DIR}/restarts.jsonl"
+    >>"${RESTARTS}"
 }
 
 # Seconds of training since the newest complete checkpoint: the work a failure now loses.
 work_since_checkpoint() {
-  local latest created last
+  local latest last
   latest="$("${CKPTCTL_BIN}" list "${CKPT_ROOT}" --json 2>/dev/null |
     python3 -c 'import json,sys
 d=json.load(sys.stdin)
 c=[x for x in d["checkpoints"] if x["status"]=="complete"]
 print(c[0]["created_unix"] if c else 0)' 2>/dev/null || echo 0)"
-  last="$(tail -n 1 "${RUN_DIR}/metrics.jsonl" 2>/dev/null |
+  last="$(tail -n 1 "${METRICS}" 2>/dev/null |
     python3 -c 'import json,sys
 try: print(json.loads(sys.stdin.read())["time"])
 except Exception: print(0)' 2>/dev/null || echo 0)"
-  created="${latest%.*}"
-  awk -v a="${last}" -v b="${created}" 'BEGIN { d = a - b; if (b == 0 || d < 0) d = 0; printf "%.0f", d }'
+  awk -v a="${last}" -v b="${latest}" 'BEGIN { d = a - b; if (b == 0 || d < 0) d = 0; printf "%.3f", d }'
 }
 
 # ',"last_step":N,"last_step_time":T' of the newest line in metrics.jsonl (nothing if there is
 # none): the last sign of life before a failure. A resumed trainer drops the lines after its
 # checkpoint, so this record is the only trace of the work that is re-done (ftrain report).
 last_step_fields() {
-  tail -n 1 "${RUN_DIR}/metrics.jsonl" 2>/dev/null | python3 -c 'import json,sys
+  tail -n 1 "${METRICS}" 2>/dev/null | python3 -c 'import json,sys
 try:
   d=json.loads(sys.stdin.read())
   print(",\"last_step\":%d,\"last_step_time\":%.3f" % (d["step"], d["time"]))
@@ -93,19 +92,44 @@ nodes_healthy() {
     --ntasks="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 true >/dev/null 2>&1
 }
 
-# ---- the job -------------------------------------------------------------------------------
+# ---- paths: the run directory's layout comes from the binary (`ftrain paths`), and the
+# checkpoint root is resolved from the arguments the trainer gets, so the daemons write, and
+# the lost-work figure reads, where the trainer looks.
+ckpt_args=()
+if [[ -n "${FTRAIN_CKPT_ROOT:-}" ]]; then ckpt_args+=("--ckpt.root=${FTRAIN_CKPT_ROOT}"); fi
 mkdir -p "${RUN_DIR}"
+declare -A P=()
+paths_error=""
+read_paths() {  # read_paths ARGS...: P[key]=path from `ftrain paths RUN_DIR ARGS...`
+  local out key value _
+  if ! out="$("${FTRAIN_BIN}" paths "${RUN_DIR}" "$@" 2>&1)"; then
+    paths_error="${out}"
+    return 1
+  fi
+  while IFS=$'\t' read -r key value _; do P["${key}"]="${value}"; done <<<"${out}"
+}
+# shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
+if ! read_paths --config "${CONFIG}" --run.dir="${RUN_DIR}" "${ckpt_args[@]}" ${TRAIN_ARGS}; then
+  # The trainer will refuse the same configuration with exit 2 and say why; until then the
+  # records go where the run directory's own resolved config (or the default) says.
+  echo "train.sh: WARNING: ${paths_error}" >&2
+  read_paths || { echo "train.sh: ${paths_error}" >&2; exit 1; }
+fi
+CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
+LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}"
+
+# ---- the job -------------------------------------------------------------------------------
 restart_count="${SLURM_RESTART_COUNT:-0}"
 log "start: restart count ${restart_count}, nodes ${SLURM_JOB_NODELIST:-?} (${SLURM_NNODES:-1}), ${RANKS_PER_NODE} ranks per node"
 log "settings: config ${CONFIG}, data ${DATA}, run dir ${RUN_DIR}, ftrain ${FTRAIN_BIN}"
 if [[ "${restart_count}" != "0" ]]; then
-  cause="$(cat "${RUN_DIR}/.last_stop" 2>/dev/null || echo node_failure)"
+  cause="$(cat "${LAST_STOP}" 2>/dev/null || echo node_failure)"
   record requeued "${cause}" "\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
   log "this is a requeued start (cause: ${cause}); resuming from the newest complete checkpoint"
 else
   record started initial
 fi
-echo node_failure >"${RUN_DIR}/.last_stop"   # what a start after a silent death assumes
+echo node_failure >"${LAST_STOP}"   # what a start after a silent death assumes
 
 srun_pid=""
 stop_requested=0
@@ -150,7 +174,7 @@ trap stop_agents EXIT
 # the queue before the warning window ends and resumes from its newest checkpoint.
 requeue_stopped() {  # requeue_stopped WHERE
   log "USR1 arrived during $1: nothing new to checkpoint; requeueing job ${SLURM_JOB_ID}"
-  echo preempted >"${RUN_DIR}/.last_stop"
+  echo preempted >"${LAST_STOP}"
   record stopped preempted "\"during\":\"$1\""
   stop_agents
   scontrol requeue "${SLURM_JOB_ID}"
@@ -179,10 +203,9 @@ if [[ "${PREFLIGHT}" == "1" ]]; then
 fi
 
 # ---- node agents: one ckptd per node ----------------------------------------------------------
-ckpt_args=()
-if [[ -n "${FTRAIN_CKPT_ROOT:-}" ]]; then ckpt_args+=("--ckpt.root=${FTRAIN_CKPT_ROOT}"); fi
 if [[ "${CKPTD}" == "1" ]]; then
-  export FTRAIN_RUN_DIR="${RUN_DIR}" FTRAIN_HOME
+  # agent.sh starts each daemon on the checkpoint root the trainer resolved.
+  export FTRAIN_RUN_DIR="${RUN_DIR}" FTRAIN_HOME FTRAIN_BIN FTRAIN_CKPT_ROOT="${CKPT_ROOT}"
   mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   node_args=()
   for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done
@@ -222,7 +245,7 @@ injob_restarts=0
 backoff="${RESTART_BACKOFF_S}"
 while :; do
   log "launching ${FTRAIN_BIN} train on $((SLURM_NNODES * RANKS_PER_NODE)) ranks"
-  rm -f "${RUN_DIR}/.config_error"  # the trainer writes it when it exits 2
+  rm -f "${CONFIG_ERROR}"  # the trainer writes it when it exits 2
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
   srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node="${RANKS_PER_NODE}" \
     "${FTRAIN_BIN}" train --config "${CONFIG}" --data.path="${DATA}" --run.dir="${RUN_DIR}" \
@@ -255,22 +278,22 @@ while :; do
   if ((rc == 0)); then
     log "training finished"
     record finished "complete"
-    echo "complete" >"${RUN_DIR}/.last_stop"
+    echo "complete" >"${LAST_STOP}"
     exit 0
   fi
   if ((rc == EXIT_REQUEUE)) || ((stop_requested)); then
     log "ranks checkpointed and stopped (exit ${rc}); requeueing job ${SLURM_JOB_ID}"
-    echo preempted >"${RUN_DIR}/.last_stop"
+    echo preempted >"${LAST_STOP}"
     record stopped preempted "\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
     stop_agents  # before the requeue: Slurm then kills whatever still runs
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
   fi
-  if ((rc == EXIT_CONFIG)) || [[ -s "${RUN_DIR}/.config_error" ]]; then
-    why="$(head -c 2000 "${RUN_DIR}/.config_error" 2>/dev/null || echo "see the ranks' messages above")"
+  if ((rc == EXIT_CONFIG)) || [[ -s "${CONFIG_ERROR}" ]]; then
+    why="$(head -c 2000 "${CONFIG_ERROR}" 2>/dev/null || echo "see the ranks' messages above")"
     log "FAILED: the trainer refused its configuration or input (exit ${rc}): ${why}"
     log "not restarting (a restart cannot fix this); fix the settings and submit again"
-    echo config_error >"${RUN_DIR}/.last_stop"
+    echo config_error >"${LAST_STOP}"
     record failed config_error "\"exit\":${rc}"
     exit "${EXIT_CONFIG}"
   fi
@@ -284,14 +307,14 @@ while :; do
     wait $! || true
     if ((stop_requested)); then requeue_stopped "the wait for a node failure"; fi
     log "Slurm did not requeue within ${HEALTH_WAIT_S} s: requeueing job ${SLURM_JOB_ID}"
-    echo node_failure >"${RUN_DIR}/.last_stop"
+    echo node_failure >"${LAST_STOP}"
     stop_agents
     scontrol requeue "${SLURM_JOB_ID}"
     exit 0
   fi
   if ((injob_restarts >= MAX_INJOB_RESTARTS)); then
     log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing"
-    echo rank_failure >"${RUN_DIR}/.last_stop"
+    echo rank_failure >"${LAST_STOP}"
     record step_failed rank_failure_requeue "\"lost_s\":${lost},\"exit\":${rc}"
     stop_agents
     scontrol requeue "${SLURM_JOB_ID}"

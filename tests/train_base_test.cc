@@ -65,13 +65,13 @@ TEST(TrainConfigLoad, DefaultsOfAMinimalConfig) {
   EXPECT_DOUBLE_EQ(t->train.lr, 3e-4);
   EXPECT_DOUBLE_EQ(t->train.min_lr, 3e-5);  // lr / 10 when not given
   EXPECT_EQ(t->train.device, Device::kCpu);
-  EXPECT_EQ(t->train.param_dtype, "float32");
+  EXPECT_EQ(t->train.param_dtype, Precision::kFloat32);
   EXPECT_EQ(t->train.resume, "auto");
   EXPECT_EQ(t->dist.sharding, "full_shard");
   EXPECT_EQ(t->dist.backend, "gloo");
   EXPECT_EQ(t->ckpt.root, "/run/checkpoints");
   EXPECT_EQ(t->ckpt.keep, 3);
-  EXPECT_EQ(t->ckpt.daemon, "auto");
+  EXPECT_EQ(t->ckpt.daemon, DaemonMode::kAuto);
   EXPECT_EQ(t->model.num_kv_heads, 4);  // defaults to num_heads
   EXPECT_EQ(t->run_dir, "/run");
   EXPECT_EQ(t->data.path, "/data");

@@ -9,6 +9,7 @@
 #include "ckpt/filename.h"
 #include "ckpt/shard_file.h"
 #include "core/env.h"
+#include "core/run_layout.h"
 
 namespace ftrain::ckpt::proto {
 namespace {
@@ -71,7 +72,7 @@ bool IsSafeDatasetName(const std::string& s) {
 }
 
 std::string SocketDir(const std::string& run_dir, const std::string& node) {
-  return JoinPath(run_dir, "ckptd-" + node);
+  return RunLayout(run_dir).daemon_dir(node);
 }
 std::string SocketPath(const std::string& run_dir, const std::string& node) {
   return JoinPath(SocketDir(run_dir, node), "sock");

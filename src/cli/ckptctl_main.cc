@@ -12,6 +12,7 @@
 #include "ckpt/tools.h"
 #include "ckpt/verify.h"
 #include "cli/cli_util.h"
+#include "core/run_layout.h"
 
 namespace ftrain::cli {
 namespace {
@@ -59,7 +60,8 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
   std::vector<std::string> nodes;
   for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("ckptd-", 0) == 0) nodes.push_back(name.substr(6));
+    const std::string node = RunLayout::NodeOfDaemonDir(name);
+    if (e.is_directory() && !node.empty()) nodes.push_back(node);
   }
   if (ec) {
     return Fail("ckptctl status", Status::InvalidArgument("cannot list run directory '" + run_dir +

@@ -9,6 +9,7 @@ int RunLaunch(int argc, char** argv);     // cmd_launch.cc
 int RunCommcheck(int argc, char** argv);  // cmd_commcheck.cc
 int RunTrain(int argc, char** argv);      // cmd_train.cc
 int RunReport(int argc, char** argv);     // cmd_report.cc
+int RunPaths(int argc, char** argv);      // cmd_paths.cc
 int RunEval(int argc, char** argv);       // cmd_eval.cc
 int RunPack(int argc, char** argv);       // data_exec.cc (runs ftrain-data pack)
 int RunData(int argc, char** argv);       // data_exec.cc (runs ftrain-data data)

@@ -19,6 +19,7 @@ const Subcommand kSubcommands[] = {
     {"train", ftrain::cli::RunTrain, "train a model (FSDP, checkpoints, exact resume)"},
     {"eval", ftrain::cli::RunEval, "mean loss and perplexity of weights on packed data"},
     {"report", ftrain::cli::RunReport, "summary and SVG timeline of a run directory"},
+    {"paths", ftrain::cli::RunPaths, "where a run directory keeps its files (for scripts)"},
     {"plan", ftrain::cli::RunPlan, "memory per GPU for DDP/ZeRO/FSDP and the checkpoint interval"},
     {"launch", ftrain::cli::RunLaunch,
      "start N local ranks with an env rendezvous (torchrun-like)"},

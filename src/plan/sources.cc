@@ -10,6 +10,7 @@
 #include "ckpt/store.h"
 #include "core/config.h"
 #include "core/env.h"
+#include "core/run_layout.h"
 #include "data/dataset.h"
 
 namespace ftrain {
@@ -38,7 +39,7 @@ StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
                                             std::optional<int64_t> gpus) {
   CalibrationRun run;
   run.run_dir = run_dir;
-  const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
+  const std::string metrics = RunLayout(run_dir).metrics();
   std::ifstream in(metrics);
   if (!in) {
     return Status::InvalidArgument("--calibrate: '" + run_dir +
@@ -68,8 +69,9 @@ StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
 
   // The run's model and data from the config the trainer resolved. Without the file the plan's
   // own model stands in (the output says so).
-  std::string ckpt_root = JoinPath(run_dir, "checkpoints");
-  const std::string cfg_path = JoinPath(run_dir, "config.resolved.cfg");
+  const RunLayout layout(run_dir);
+  FT_ASSIGN_OR_RETURN(std::string ckpt_root, layout.CheckpointRoot());
+  const std::string cfg_path = layout.resolved_config();
   if (std::ifstream(cfg_path)) {
     FT_ASSIGN_OR_RETURN(Config cfg, Config::LoadFile(cfg_path));
     Config model_only;
@@ -85,8 +87,6 @@ StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
       // The data may have moved since the run; the model's max_seq_len then bounds the rows.
       if (facts.ok()) run.seq_len = facts->seq_len;
     }
-    std::string root;
-    if (cfg.Has("ckpt.root") && cfg.GetString("ckpt.root", &root).ok()) ckpt_root = root;
   }
 
   if (gpus) {

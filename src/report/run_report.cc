@@ -12,6 +12,7 @@
 
 #include "ckpt/store.h"
 #include "core/env.h"
+#include "core/run_layout.h"
 
 namespace ftrain::report {
 namespace {
@@ -145,18 +146,6 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
   }
   return e;
-}
-
-// The checkpoint root the run used: ckpt.root from the resolved config the trainer wrote (a
-// custom root is not under the run directory), else the default.
-std::string CheckpointRoot(const std::string& run_dir) {
-  std::string root = JoinPath(run_dir, "checkpoints"), line;
-  std::ifstream cfg(JoinPath(run_dir, "config.resolved.cfg"));
-  const std::string key = "ckpt.root = ";
-  while (std::getline(cfg, line)) {
-    if (line.rfind(key, 0) == 0 && line.size() > key.size()) root = line.substr(key.size());
-  }
-  return root;
 }
 
 bool IsFailureEvent(const std::string& ev) {
@@ -390,8 +379,9 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   }
   RunSummary r;
   r.run_dir = run_dir;
-  const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
-  const std::string restarts = JoinPath(run_dir, "restarts.jsonl");
+  const RunLayout layout(run_dir);
+  const std::string metrics = layout.metrics();
+  const std::string restarts = layout.restarts();
   if (!env->FileExists(metrics) && !env->FileExists(restarts)) {
     return Status::InvalidArgument("'" + run_dir +
                                    "' has neither metrics.jsonl nor restarts.jsonl: not an "
@@ -412,7 +402,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   }
   std::stable_sort(r.events.begin(), r.events.end(),
                    [](const RunEvent& a, const RunEvent& b) { return a.time < b.time; });
-  r.ckpt_root = CheckpointRoot(run_dir);
+  FT_ASSIGN_OR_RETURN(r.ckpt_root, RunLayout(run_dir).CheckpointRoot());
   ckpt::CheckpointStore store(r.ckpt_root);
   auto list = store.List();
   // A missing or unreadable root only leaves the root's count out of the report.

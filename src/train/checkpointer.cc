@@ -40,13 +40,6 @@ double Since(Clock::time_point t) {
 
 }  // namespace
 
-StatusOr<DaemonMode> ParseDaemonMode(const std::string& s) {
-  if (s == "off") return DaemonMode::kOff;
-  if (s == "auto") return DaemonMode::kAuto;
-  if (s == "require") return DaemonMode::kRequire;
-  return Status::InvalidArgument("ckpt.daemon must be off, auto or require, not '" + s + "'");
-}
-
 Checkpointer::Checkpointer(CheckpointerOptions options, comm::Comm* world)
     : options_(std::move(options)), world_(world), store_(options_.root) {}
 

@@ -16,15 +16,13 @@
 #include "ckpt/shard_file.h"
 #include "ckpt/store.h"
 #include "core/status.h"
+#include "train/train_config.h"
 
 namespace ftrain::comm {
 class Comm;
 }
 
 namespace ftrain::train {
-
-enum class DaemonMode { kOff, kAuto, kRequire };
-StatusOr<DaemonMode> ParseDaemonMode(const std::string& s);
 
 struct CheckpointerOptions {
   DaemonMode daemon = DaemonMode::kAuto;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/env.h"
+#include "core/run_layout.h"
 
 namespace ftrain::train {
 
@@ -107,7 +108,7 @@ Status RecordConfigError(const std::string& run_dir, const std::string& message)
   if (run_dir.empty()) return Status::Ok();
   Env* env = Env::Default();
   if (!env->IsDirectory(run_dir)) return Status::Ok();  // nothing started: nothing to tell
-  return WriteFileDurably(env, JoinPath(run_dir, kConfigErrorFile), message + "\n");
+  return WriteFileDurably(env, RunLayout(run_dir).config_error(), message + "\n");
 }
 
 }  // namespace ftrain::train

@@ -42,9 +42,9 @@ std::string FormatMetricsLine(const StepMetrics& m);
 // write, so that records from the trainer and from slurm/train.sh never interleave.
 Status AppendJsonLine(const std::string& path, const std::string& line);
 
-// RUN_DIR/.config_error: the message of a configuration or input error that made `ftrain
-// train` exit 2, for slurm/train.sh to fail the job with instead of restarting it.
-constexpr char kConfigErrorFile[] = ".config_error";
+// RunLayout::config_error() (RUN_DIR/.config_error): the message of a configuration or input error
+// that made `ftrain train` exit 2, for slurm/train.sh to fail the job with instead of restarting
+// it.
 Status RecordConfigError(const std::string& run_dir, const std::string& message);
 
 class MetricsWriter {

@@ -8,6 +8,7 @@
 #include "ckpt/filename.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "core/run_layout.h"
 
 namespace ftrain::train {
 namespace {
@@ -49,7 +50,7 @@ StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cf
   const double now = NowUnixSeconds();
   if (cfg.metrics.tensorboard) {
     FT_ASSIGN_OR_RETURN(s->tensorboard_,
-                        TensorBoardWriter::Open(JoinPath(cfg.run_dir, "tensorboard"),
+                        TensorBoardWriter::Open(RunLayout(cfg.run_dir).tensorboard(),
                                                 std::max<int64_t>(ctx.resume_step, 0) + 1, now));
   }
   if (cfg.metrics.prometheus_dir != "off") {

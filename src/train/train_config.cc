@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "core/run_layout.h"
+
 namespace ftrain::train {
 namespace {
 
@@ -23,6 +25,25 @@ Status OneOf(const Config& c, const char* key, const std::string& v,
   }
   std::string where = c.Has(key) ? c.entries().at(key).origin + ": " : "";
   return Status::InvalidArgument(where + key + " = '" + v + "' is not one of " + list);
+}
+
+// Reads `key` (absent: *out stays) and maps its spelling to the enum, or names the choices.
+template <typename E>
+Status GetChoice(const Config& c, const char* key,
+                 std::initializer_list<std::pair<const char*, E>> choices, E* out) {
+  if (!c.Has(key)) return Status::Ok();
+  std::string v;
+  FT_RETURN_IF_ERROR(c.GetString(key, &v));
+  std::string list;
+  for (const auto& [name, value] : choices) {
+    if (v == name) {
+      *out = value;
+      return Status::Ok();
+    }
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  return Status::InvalidArgument(c.entries().at(key).origin + ": " + key + " = '" + v +
+                                 "' is not one of " + list);
 }
 
 }  // namespace
@@ -61,14 +82,12 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetInt("train.seed", &o.seed));
   FT_RETURN_IF_ERROR(c.GetInt("train.threads", &o.threads));
   FT_RETURN_IF_ERROR(Positive(c, "train.threads", o.threads));
-  std::string device = "cpu";
-  FT_RETURN_IF_ERROR(c.GetString("train.device", &device));
-  FT_RETURN_IF_ERROR(OneOf(c, "train.device", device, {"cpu", "cuda"}));
-  o.device = device == "cuda" ? Device::kCuda : Device::kCpu;
-  FT_RETURN_IF_ERROR(c.GetString("train.param_dtype", &o.param_dtype));
-  FT_RETURN_IF_ERROR(OneOf(c, "train.param_dtype", o.param_dtype, {"float32", "bfloat16"}));
-  FT_RETURN_IF_ERROR(c.GetString("train.reduce_dtype", &o.reduce_dtype));
-  FT_RETURN_IF_ERROR(OneOf(c, "train.reduce_dtype", o.reduce_dtype, {"float32", "bfloat16"}));
+  FT_RETURN_IF_ERROR(
+      GetChoice(c, "train.device", {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}}, &o.device));
+  const std::initializer_list<std::pair<const char*, Precision>> precisions = {
+      {"float32", Precision::kFloat32}, {"bfloat16", Precision::kBFloat16}};
+  FT_RETURN_IF_ERROR(GetChoice(c, "train.param_dtype", precisions, &o.param_dtype));
+  FT_RETURN_IF_ERROR(GetChoice(c, "train.reduce_dtype", precisions, &o.reduce_dtype));
   FT_RETURN_IF_ERROR(c.GetBool("train.activation_checkpointing", &o.activation_checkpointing));
   FT_RETURN_IF_ERROR(c.GetBool("train.prefetch", &o.prefetch));
   FT_RETURN_IF_ERROR(c.GetString("train.resume", &o.resume));
@@ -103,7 +122,7 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   }
 
   FT_RETURN_IF_ERROR(c.RequireString("run.dir", &t.run_dir));
-  t.ckpt.root = t.run_dir + "/checkpoints";
+  t.ckpt.root = RunLayout(t.run_dir).default_checkpoint_root();
   FT_RETURN_IF_ERROR(c.GetString("ckpt.root", &t.ckpt.root));
   FT_RETURN_IF_ERROR(c.GetDouble("ckpt.every_minutes", &t.ckpt.every_minutes));
   FT_RETURN_IF_ERROR(c.GetInt("ckpt.every_steps", &t.ckpt.every_steps));
@@ -113,10 +132,12 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.shuffle", &t.ckpt.shuffle));
   FT_RETURN_IF_ERROR(c.GetInt("ckpt.threads", &t.ckpt.threads));
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.save_final", &t.ckpt.save_final));
-  FT_RETURN_IF_ERROR(c.GetString("ckpt.daemon", &t.ckpt.daemon));
+  FT_RETURN_IF_ERROR(GetChoice(
+      c, "ckpt.daemon",
+      {{"off", DaemonMode::kOff}, {"auto", DaemonMode::kAuto}, {"require", DaemonMode::kRequire}},
+      &t.ckpt.daemon));
   FT_RETURN_IF_ERROR(c.GetDouble("ckpt.flush_timeout_s", &t.ckpt.flush_timeout_s));
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
-  FT_RETURN_IF_ERROR(OneOf(c, "ckpt.daemon", t.ckpt.daemon, {"off", "auto", "require"}));
   if (t.ckpt.flush_timeout_s <= 0) {
     std::string where =
         c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";
@@ -131,7 +152,7 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   }
   MetricsSection& m = t.metrics;
   FT_RETURN_IF_ERROR(c.GetBool("metrics.tensorboard", &m.tensorboard));
-  m.prometheus_dir = t.run_dir + "/prometheus";
+  m.prometheus_dir = RunLayout(t.run_dir).default_prometheus_dir();
   FT_RETURN_IF_ERROR(c.GetString("metrics.prometheus_dir", &m.prometheus_dir));
   if (m.prometheus_dir.empty()) {
     return Status::InvalidArgument(
@@ -156,6 +177,20 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
 }
 
 const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+const char* PrecisionName(Precision p) {
+  return p == Precision::kBFloat16 ? "bfloat16" : "float32";
+}
+const char* DaemonModeName(DaemonMode m) {
+  switch (m) {
+    case DaemonMode::kOff:
+      return "off";
+    case DaemonMode::kRequire:
+      return "require";
+    case DaemonMode::kAuto:
+      break;
+  }
+  return "auto";
+}
 
 std::string TrainConfig::ConfigHash() const {
   std::string canon;

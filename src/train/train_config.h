@@ -15,6 +15,12 @@ namespace ftrain::train {
 // Where the engine's shards, gradients, optimizer state and activations live.
 enum class Device { kCpu, kCuda };
 const char* DeviceName(Device d);
+// train.param_dtype / train.reduce_dtype.
+enum class Precision { kFloat32, kBFloat16 };
+const char* PrecisionName(Precision p);  // "float32", "bfloat16": the config's spelling
+// ckpt.daemon: off | auto (use this node's ckptd if it runs) | require.
+enum class DaemonMode { kOff, kAuto, kRequire };
+const char* DaemonModeName(DaemonMode m);
 
 struct OptimSection {
   int64_t steps = 0;  // optimizer steps of the whole run (required)
@@ -33,8 +39,8 @@ struct OptimSection {
   int64_t seed = 1234;
   int64_t threads = 1;           // intra-op threads, fixed: part of what makes runs bit-exact
   Device device = Device::kCpu;  // train.device: cpu | cuda (one rank per GPU, needs nccl)
-  std::string param_dtype = "float32";
-  std::string reduce_dtype = "float32";
+  Precision param_dtype = Precision::kFloat32;
+  Precision reduce_dtype = Precision::kFloat32;
   bool activation_checkpointing = true;
   bool prefetch = true;
   std::string resume = "auto";  // auto | none | PATH of a complete checkpoint
@@ -67,7 +73,7 @@ struct CkptSection {
   bool shuffle = true;
   int64_t threads = 0;
   bool save_final = true;
-  std::string daemon = "auto";      // off | auto (use this node's ckptd if it runs) | require
+  DaemonMode daemon = DaemonMode::kAuto;
   double flush_timeout_s = 600;     // max wait for the daemons at a stop / final checkpoint
   bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
 };

@@ -21,6 +21,7 @@
 #include "comm/context.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "core/run_layout.h"
 #include "core/version.h"
 #include "data/reader.h"
 #include "fsdp/engine.h"
@@ -291,7 +292,7 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"dir", dir},
       {"source", source}};
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = AppendJsonLine(JoinPath(cfg.run_dir, "restarts.jsonl"), rec.dump());
+  Status w = AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
@@ -356,7 +357,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                               {"moved_to", *moved},
                               {"problem", why}};
         if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-        Status w = AppendJsonLine(JoinPath(cfg.run_dir, "restarts.jsonl"), rec.dump());
+        Status w = AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
         if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
       }
     }
@@ -380,8 +381,11 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
     FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
   }
   fc.sharding = sharding;
-  fc.param_dtype = cfg.train.param_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-  fc.reduce_dtype = cfg.train.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  auto dtype = [](Precision p) {
+    return p == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+  };
+  fc.param_dtype = dtype(cfg.train.param_dtype);
+  fc.reduce_dtype = dtype(cfg.train.reduce_dtype);
   fc.activation_checkpointing = cfg.train.activation_checkpointing;
   fc.prefetch = cfg.train.prefetch;
   fc.device = dev.device;
@@ -394,7 +398,7 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
 StatusOr<CheckpointerOptions> CheckpointerOptionsFor(const TrainConfig& cfg,
                                                      const comm::WorldInfo& world) {
   CheckpointerOptions co;
-  FT_ASSIGN_OR_RETURN(co.daemon, ParseDaemonMode(cfg.ckpt.daemon));
+  co.daemon = cfg.ckpt.daemon;
   co.run_dir = cfg.run_dir;
   co.node = ckpt::proto::DefaultNodeId();
   co.root = cfg.ckpt.root;
@@ -510,50 +514,167 @@ void LogProgress(const TrainConfig& cfg, const StepMetrics& m, double elapsed_s,
   FT_LOG(Info) << line.str();
 }
 
-}  // namespace
+// Everything one start of the trainer holds, in the order it is built (and destroyed in
+// reverse: the checkpointer before the device memory its copies use).
+struct Run {
+  explicit Run(const TrainConfig& c) : cfg(c) {}
+  const TrainConfig& cfg;
+  DeviceChoice dev;
+  std::string math_modes;
+  std::unique_ptr<comm::DistContext> ctx;
+  bool leader = false;
+  nlohmann::json hardware = nlohmann::json::object();  // recorded in every checkpoint
+  std::unique_ptr<fsdp::FsdpEngine> engine;
+  std::unique_ptr<ckpt::DeviceMemory> device_memory;  // GPU: D2H into ckptd's slots
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::string data_version;
+  std::string generation;
+  RunState state;
+  int64_t resume_step = 0;
+  std::unique_ptr<data::TokenReader> reader;
+  int64_t seq_len = 0;
+  int64_t effective_batch = 0;  // sequences per optimizer step, all ranks
+  LrSchedule sched;
+  std::string schedule_json;
+  fsdp::AdamWConfig adamw;
+  std::unique_ptr<MetricsWriter> metrics;  // rank 0
+  std::unique_ptr<MetricsSinks> sinks;     // TensorBoard, Prometheus, GPU health (rank 0)
+  nlohmann::json layout;                   // the checkpoint layout: how this run is sharded
+};
 
-Status RunTraining(const TrainConfig& cfg, int* exit_code) {
-  *exit_code = 0;
-  // The device first: NCCL communicators are bound to it, and a machine that cannot give this
-  // rank a GPU is a one-line configuration error (exit 2), not a crash later.
-  FT_ASSIGN_OR_RETURN(DeviceChoice dev, ChooseDevice(cfg.train.device, 0));
-  std::string math_modes = "cpu: " + std::to_string(cfg.train.threads) + " intra-op threads";
-  if (dev.device.is_cuda()) math_modes = PinDeterministicMathModes();
+// The device, the math modes that keep it deterministic, the rendezvous and the hardware
+// fingerprint. The device comes first: NCCL communicators are bound to it, and a machine that
+// cannot give this rank a GPU is a one-line configuration error (exit 2), not a crash later.
+Status StartDistributed(Run* run) {
+  const TrainConfig& cfg = run->cfg;
+  FT_ASSIGN_OR_RETURN(run->dev, ChooseDevice(cfg.train.device, 0));
+  run->math_modes = "cpu: " + std::to_string(cfg.train.threads) + " intra-op threads";
+  if (run->dev.device.is_cuda()) run->math_modes = PinDeterministicMathModes();
   torch::set_num_threads(static_cast<int>(cfg.train.threads));
   InstallStopSignalHandlers();
   comm::DistOptions dopts;
   dopts.backend = cfg.dist.backend;
   dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
-  dopts.cuda_device = dev.cuda_index;
+  dopts.cuda_device = run->dev.cuda_index;
   dopts.op_timeout_s = static_cast<int>(cfg.dist.timeout_s);
   FT_ASSIGN_OR_RETURN(dopts, comm::DistOptionsFromEnv(dopts));
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<comm::DistContext> ctx, comm::DistContext::Init(dopts));
-  const comm::WorldInfo& world = ctx->world();
-  const bool leader = world.rank == 0;
-  Env* env = Env::Default();
-  if (dev.device.is_cuda()) {
-    FT_ASSIGN_OR_RETURN(dev, ChooseDevice(cfg.train.device, world.local_world_size));
+  FT_ASSIGN_OR_RETURN(run->ctx, comm::DistContext::Init(dopts));
+  const comm::WorldInfo& world = run->ctx->world();
+  run->leader = world.rank == 0;
+  if (run->dev.device.is_cuda()) {
+    FT_ASSIGN_OR_RETURN(run->dev, ChooseDevice(cfg.train.device, world.local_world_size));
   }
-  FT_LOG(Info) << "device: " << dev.description << "; " << math_modes;
+  FT_LOG(Info) << "device: " << run->dev.description << "; " << run->math_modes;
   // Recorded in every checkpoint; a resume on other hardware or libraries warns.
-  nlohmann::json hardware = nlohmann::json::object();
-  for (const auto& [key, value] : FingerprintFields(FingerprintDevice(dev))) {
-    if (!value.empty()) hardware[key] = value;
+  for (const auto& [key, value] : FingerprintFields(FingerprintDevice(run->dev))) {
+    if (!value.empty()) run->hardware[key] = value;
   }
-  if (!ctx->collective_settings().empty()) hardware["nccl"] = ctx->collective_settings();
-  if (dev.device.is_cuda()) FT_LOG(Info) << "device: " << hardware.dump();
+  if (!run->ctx->collective_settings().empty()) {
+    run->hardware["nccl"] = run->ctx->collective_settings();
+  }
+  if (run->dev.device.is_cuda()) FT_LOG(Info) << "device: " << run->hardware.dump();
+  return Status::Ok();
+}
 
-  if (leader) {
-    FT_RETURN_IF_ERROR(env->CreateDir(cfg.run_dir).Annotate("run.dir"));
-    FT_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(cfg.run_dir, "config.resolved.cfg"),
+// This rank's view of the data: its slice of every global batch, in the run's order.
+data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldInfo& world,
+                                     int prefetch_depth) {
+  data::ReaderOptions o;
+  o.source = cfg.data.path;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.dp_rank = world.rank;
+  o.dp_size = world.world_size;
+  o.micro_batch = static_cast<int>(cfg.train.micro_batch);
+  o.prefetch_depth = prefetch_depth;
+  return o;
+}
+
+// The data's version, from opening it once without a cursor (cheap: reads index.json).
+StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world) {
+  auto r = data::TokenReader::Open(ReaderOptionsFor(cfg, world, 0), nullptr);
+  if (!r.ok()) {
+    // A data path that is not there is a configuration error (exit 2); damaged data is not.
+    if (r.status().IsNotFound() || r.status().IsInvalidArgument()) {
+      return Status::InvalidArgument("data.path: " + r.status().message());
+    }
+    return r.status();
+  }
+  return (*r)->data_version();
+}
+
+// The reader positioned where the resumed state says, checked against the model.
+Status OpenReader(Run* run) {
+  const TrainConfig& cfg = run->cfg;
+  data::ReaderOptions ro =
+      ReaderOptionsFor(cfg, run->ctx->world(), static_cast<int>(cfg.data.prefetch_depth));
+  ro.expected_data_version = run->data_version;
+  const std::string* cursor = run->state.data_cursor.empty() ? nullptr : &run->state.data_cursor;
+  FT_ASSIGN_OR_RETURN(run->reader, data::TokenReader::Open(ro, cursor));
+  run->seq_len = run->reader->index().seq_len;
+  if (run->seq_len > cfg.model.max_seq_len) {
+    return Status::InvalidArgument("data sequences have " + std::to_string(run->seq_len) +
+                                   " tokens but model.max_seq_len is " +
+                                   std::to_string(cfg.model.max_seq_len));
+  }
+  return Status::Ok();
+}
+
+// The optimizer, the schedule over the effective batch, and the start-up line that says both.
+void PlanOptimizer(Run* run) {
+  const TrainConfig& cfg = run->cfg;
+  const comm::WorldInfo& world = run->ctx->world();
+  run->effective_batch = cfg.train.micro_batch * cfg.train.grad_accum * world.world_size;
+  run->sched = ScheduleFor(cfg, run->effective_batch);
+  run->schedule_json = nlohmann::json({{"peak_lr", run->sched.peak_lr},
+                                       {"min_lr", run->sched.min_lr},
+                                       {"warmup_steps", run->sched.warmup_steps},
+                                       {"total_steps", run->sched.total_steps}})
+                           .dump();
+  run->adamw = {cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay};
+  if (!run->leader) return;
+  FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, " << cfg.dist.sharding
+               << " over " << world.world_size << " ranks (" << world.num_nodes
+               << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
+               << " x accumulation " << cfg.train.grad_accum << " x data-parallel "
+               << world.world_size << " = " << run->effective_batch << " sequences of "
+               << run->seq_len << " tokens; peak lr " << run->sched.peak_lr
+               << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
+}
+
+nlohmann::json LayoutJson(const Run& run) {
+  const comm::WorldInfo& world = run.ctx->world();
+  return {{"sharding", run.cfg.dist.sharding},
+          {"world_size", world.world_size},
+          {"num_nodes", world.num_nodes},
+          {"local_world_size", world.local_world_size},
+          {"param_dtype", PrecisionName(run.cfg.train.param_dtype)},
+          {"device", DeviceName(run.cfg.train.device)},
+          {"device_detail", run.dev.description},
+          {"torch", TORCH_VERSION},
+          {"math_modes", run.math_modes},
+          {"hardware", run.hardware}};
+}
+
+// One start, from the device to the first step: rendezvous, the model under FSDP, the
+// checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
+StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
+  auto run = std::make_unique<Run>(cfg);
+  FT_RETURN_IF_ERROR(StartDistributed(run.get()));
+  comm::DistContext& ctx = *run->ctx;
+  const comm::WorldInfo& world = ctx.world();
+  if (run->leader) {
+    Env* env = Env::Default();
+    FT_RETURN_IF_ERROR(CreateDirs(env, cfg.run_dir).Annotate("run.dir"));
+    // A checkpoint root that cannot be made is a setting to fix (exit 2), not a failure to
+    // restart from: every checkpoint, the final one included, would fail the same way.
+    Status root = CreateDirs(env, cfg.ckpt.root);
+    if (!root.ok()) return Status::InvalidArgument("ckpt.root: " + root.message());
+    FT_RETURN_IF_ERROR(WriteFileDurably(env, RunLayout(cfg.run_dir).resolved_config(),
                                         "# resolved by ftrain " + std::string(CodeVersion()) +
                                             ", config hash " + cfg.ConfigHash() + "\n" +
                                             cfg.raw.Canonical()));
   }
-
-  // Model, then FSDP over it.
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine, BuildEngine(cfg, *ctx, dev));
-
+  FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
   // carried in every checkpoint so that anything that does draw resumes exactly).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL +
@@ -562,174 +683,137 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   // Start() waits until the daemon has persisted what an earlier trainer of this job handed
   // over, so that the recovery below sees no live writer.
   FT_ASSIGN_OR_RETURN(CheckpointerOptions co, CheckpointerOptionsFor(cfg, world));
-  // GPU: snapshots go device -> host straight into the daemon's slots (registered for DMA).
-  std::unique_ptr<ckpt::DeviceMemory> device_memory;
-  if (dev.device.is_cuda()) {
-    device_memory = MakeCudaDeviceMemory(dev.cuda_index);
-    co.device = device_memory.get();
+  if (run->dev.device.is_cuda()) {
+    run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
+    co.device = run->device_memory.get();
   }
   // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
-  Checkpointer checkpointer(co, &ctx->control());
-  FT_RETURN_IF_ERROR(
-      checkpointer.Start(ckpt::SlotBytesFor(BuildShardContents(*engine, RunState(), "{}"))));
+  run->checkpointer = std::make_unique<Checkpointer>(co, &ctx.control());
+  FT_RETURN_IF_ERROR(run->checkpointer->Start(
+      ckpt::SlotBytesFor(BuildShardContents(*run->engine, RunState(), "{}"))));
 
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
-  // This rank's view of the data: its slice of every global batch, in the run's order.
-  auto reader_options = [&](int prefetch_depth) {
-    data::ReaderOptions o;
-    o.source = cfg.data.path;
-    o.seed = static_cast<uint64_t>(cfg.train.seed);
-    o.dp_rank = world.rank;
-    o.dp_size = world.world_size;
-    o.micro_batch = static_cast<int>(cfg.train.micro_batch);
-    o.prefetch_depth = prefetch_depth;
-    return o;
-  };
-  std::string data_version;
-  {
-    // Open the data once without a cursor to learn its version (cheap: reads index.json).
-    auto r = data::TokenReader::Open(reader_options(0), nullptr);
-    if (!r.ok()) {
-      // A data path that is not there is a configuration error (exit 2); damaged data is not.
-      if (r.status().IsNotFound() || r.status().IsInvalidArgument()) {
-        return Status::InvalidArgument("data.path: " + r.status().message());
-      }
-      return r.status();
-    }
-    data_version = (*r)->data_version();
-  }
+  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world));
   // This start's generation: every shard this run writes carries it, so that a writer of an
   // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
-  FT_ASSIGN_OR_RETURN(const std::string generation, AgreeOnGeneration(*ctx));
-  if (leader) FT_LOG(Info) << "checkpoint generation " << generation;
-  RunState state;
+  FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx));
+  if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
   std::string resume_dir;
-  FT_ASSIGN_OR_RETURN(int64_t resume_step, Resume(cfg, *ctx, checkpointer, data_version, hardware,
-                                                  *engine, &state, &resume_dir));
-
-  data::ReaderOptions ro = reader_options(static_cast<int>(cfg.data.prefetch_depth));
-  ro.expected_data_version = data_version;
-  FT_ASSIGN_OR_RETURN(
-      std::unique_ptr<data::TokenReader> reader,
-      data::TokenReader::Open(ro, state.data_cursor.empty() ? nullptr : &state.data_cursor));
-  const int64_t seq_len = reader->index().seq_len;
-  if (seq_len > cfg.model.max_seq_len) {
-    return Status::InvalidArgument("data sequences have " + std::to_string(seq_len) +
-                                   " tokens but model.max_seq_len is " +
-                                   std::to_string(cfg.model.max_seq_len));
+  FT_ASSIGN_OR_RETURN(run->resume_step,
+                      Resume(cfg, ctx, *run->checkpointer, run->data_version, run->hardware,
+                             *run->engine, &run->state, &resume_dir));
+  FT_RETURN_IF_ERROR(OpenReader(run.get()));
+  PlanOptimizer(run.get());
+  if (run->leader) {
+    FT_ASSIGN_OR_RETURN(run->metrics,
+                        MetricsWriter::Open(RunLayout(cfg.run_dir).metrics(), run->state.step,
+                                            run->state.metrics_line));
+    FT_ASSIGN_OR_RETURN(run->sinks,
+                        MetricsSinks::Open(cfg, {world.world_size, run->dev.cuda_index,
+                                                 run->engine->NumParameters(), run->resume_step}));
   }
+  run->layout = LayoutJson(*run);
+  return run;
+}
 
+// A collective: every rank gets the same outcome. `durable`: return only once the step is
+// committed (stop signal, final step), whatever path the shards took.
+StatusOr<SaveOutcome> SaveCheckpoint(Run& run, bool durable) {
+  ckpt::CheckpointMeta meta;
+  meta.step = run.state.step;
+  meta.world_size = run.ctx->world().world_size;
+  meta.config_hash = run.cfg.ConfigHash();
+  meta.code_version = CodeVersion();
+  meta.data_version = run.data_version;
+  meta.layout_json = run.layout.dump();
+  meta.generation = run.generation;
+  run.state.data_cursor = run.reader->SaveCursor();
+  return run.checkpointer->Save(meta, BuildShardContents(*run.engine, run.state, run.schedule_json),
+                                durable);
+}
+
+// The boundary's checkpoint: saved (the stall it cost), or failed loudly (nullopt) and retried
+// at the next interval; a failure of a checkpoint that must be durable (stop, final step) ends
+// the run.
+StatusOr<std::optional<double>> CheckpointAtBoundary(Run& run, const BoundaryDecision& at,
+                                                     const StepMetrics& m) {
+  const int64_t step = run.state.step;
+  run.state.metrics_line = run.leader ? FormatMetricsLine(m) : "";
+  auto saved = SaveCheckpoint(run, at.stop || at.final_step);
+  if (!saved.ok()) {
+    // Never silently skip: log loudly; the next interval tries again.
+    FT_LOG(Error) << "CHECKPOINT FAILED at step " << step << ": " << saved.status().message()
+                  << " (training continues; will retry)";
+    if (at.stop || at.final_step) return saved.status();
+    return std::optional<double>();
+  }
+  if (run.leader) {
+    FT_LOG(Info) << "checkpoint step " << step << ": "
+                 << (saved->via_daemon ? (saved->deferred ? "copying to ckptd" : "handed to ckptd")
+                                       : "written synchronously")
+                 << (saved->durable ? ", committed" : ", persisting in the background")
+                 << ", stall " << std::setprecision(3) << saved->stall_s << " s";
+    run.sinks->NoteCheckpoint(step, saved->durable);
+  }
+  return std::optional<double>(saved->stall_s);
+}
+
+// Rank 0's record of a finished step: metrics.jsonl, the sinks, the progress line.
+Status RecordStep(Run& run, StepMetrics& m, Clock::time_point t0, double stall) {
+  m.ckpt_stall_s = stall;
+  m.step_time_s = Seconds(t0, Clock::now());
+  // The record's time is the step's end, checkpoint included, so time - step_time_s is its
+  // start (ftrain report's goodput adds step times up against wall time).
+  m.unix_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  FT_RETURN_IF_ERROR(run.metrics->Append(m));
+  run.sinks->Publish(m);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTraining(const TrainConfig& cfg, int* exit_code) {
+  *exit_code = 0;
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg));
+  RunState& state = run->state;
   const int64_t K = cfg.train.grad_accum;
-  const int64_t effective_batch = cfg.train.micro_batch * K * world.world_size;
-  const LrSchedule sched = ScheduleFor(cfg, effective_batch);
-  const std::string schedule_json = nlohmann::json({{"peak_lr", sched.peak_lr},
-                                                    {"min_lr", sched.min_lr},
-                                                    {"warmup_steps", sched.warmup_steps},
-                                                    {"total_steps", sched.total_steps}})
-                                        .dump();
-  fsdp::AdamWConfig adamw{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay};
-  if (leader) {
-    FT_LOG(Info) << "train: " << engine->NumParameters() << " parameters, " << cfg.dist.sharding
-                 << " over " << world.world_size << " ranks (" << world.num_nodes
-                 << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
-                 << " x accumulation " << K << " x data-parallel " << world.world_size << " = "
-                 << effective_batch << " sequences of " << seq_len << " tokens; peak lr "
-                 << sched.peak_lr
-                 << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
-  }
-
-  std::unique_ptr<MetricsWriter> metrics;
-  std::unique_ptr<MetricsSinks> sinks;  // TensorBoard, Prometheus, GPU health (rank 0)
-  if (leader) {
-    FT_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(JoinPath(cfg.run_dir, "metrics.jsonl"),
-                                                     state.step, state.metrics_line));
-    FT_ASSIGN_OR_RETURN(sinks, MetricsSinks::Open(cfg, {world.world_size, dev.cuda_index,
-                                                        engine->NumParameters(), resume_step}));
-  }
-  nlohmann::json layout = {{"sharding", cfg.dist.sharding},
-                           {"world_size", world.world_size},
-                           {"num_nodes", world.num_nodes},
-                           {"local_world_size", world.local_world_size},
-                           {"param_dtype", cfg.train.param_dtype},
-                           {"device", DeviceName(cfg.train.device)},
-                           {"device_detail", dev.description},
-                           {"torch", TORCH_VERSION},
-                           {"math_modes", math_modes},
-                           {"hardware", hardware}};
-
-  // Collective: every rank gets the same outcome. `durable`: return only once the step is
-  // committed (stop signal, final step), whatever path the shards took.
-  auto save = [&](int64_t step, bool durable) -> StatusOr<SaveOutcome> {
-    ckpt::CheckpointMeta meta;
-    meta.step = step;
-    meta.world_size = world.world_size;
-    meta.config_hash = cfg.ConfigHash();
-    meta.code_version = CodeVersion();
-    meta.data_version = data_version;
-    meta.layout_json = layout.dump();
-    meta.generation = generation;
-    state.data_cursor = reader->SaveCursor();
-    return checkpointer.Save(meta, BuildShardContents(*engine, state, schedule_json), durable);
-  };
-
-  auto run_start = Clock::now();
+  const int64_t tokens_per_step = run->effective_batch * run->seq_len;
+  const auto run_start = Clock::now();
   auto last_ckpt = Clock::now();
   const int64_t start_step = state.step;
-  int64_t last_saved = resume_step;
+  int64_t last_saved = run->resume_step;
   // The loop: micro-batches, optimizer step, then the boundary work (decisions, metrics,
   // checkpoint, progress, stop).
   for (int64_t step = state.step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
-    FT_ASSIGN_OR_RETURN(MicroBatches mb, RunMicroBatches(*reader, *engine, K, dev.device));
-    const double lr = sched.At(step);
-    checkpointer.BeforeStateChanges();  // a snapshot still copying off the GPU goes first
-    FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, engine->Step(adamw, lr, cfg.train.clip));
-    checkpointer.FinishPending();
+    FT_ASSIGN_OR_RETURN(MicroBatches mb,
+                        RunMicroBatches(*run->reader, *run->engine, K, run->dev.device));
+    const double lr = run->sched.At(step);
+    run->checkpointer->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
+    FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
+    run->checkpointer->FinishPending();
     state.step = step + 1;
-    state.tokens += effective_batch * seq_len;
+    state.tokens += tokens_per_step;
 
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    FT_ASSIGN_OR_RETURN(
-        BoundaryDecision at,
-        DecideAtBoundary(cfg, *ctx, state.step, mb.loss_sum / static_cast<double>(K), time_due));
-    StepMetrics m =
-        MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, effective_batch * seq_len);
-    if (leader) sinks->AddHealth(&m);
+    FT_ASSIGN_OR_RETURN(BoundaryDecision at,
+                        DecideAtBoundary(cfg, *run->ctx, state.step,
+                                         mb.loss_sum / static_cast<double>(K), time_due));
+    StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
+    if (run->leader) run->sinks->AddHealth(&m);
     double stall = 0;
     if (at.checkpoint) {
-      state.metrics_line = leader ? FormatMetricsLine(m) : "";
-      auto saved = save(state.step, at.stop || at.final_step);
-      if (saved.ok()) {
-        stall = saved->stall_s;
-        if (leader) {
-          FT_LOG(Info) << "checkpoint step " << state.step << ": "
-                       << (saved->via_daemon
-                               ? (saved->deferred ? "copying to ckptd" : "handed to ckptd")
-                               : "written synchronously")
-                       << (saved->durable ? ", committed" : ", persisting in the background")
-                       << ", stall " << std::setprecision(3) << stall << " s";
-          sinks->NoteCheckpoint(state.step, saved->durable);
-        }
+      FT_ASSIGN_OR_RETURN(std::optional<double> saved, CheckpointAtBoundary(*run, at, m));
+      if (saved) {
+        stall = *saved;
         last_saved = state.step;
         last_ckpt = Clock::now();
-      } else {
-        // Never silently skip: log loudly; the next interval tries again.
-        FT_LOG(Error) << "CHECKPOINT FAILED at step " << state.step << ": "
-                      << saved.status().message() << " (training continues; will retry)";
-        if (at.stop || at.final_step) return saved.status();
       }
     }
-    if (leader) {
-      m.ckpt_stall_s = stall;
-      m.step_time_s = Seconds(t0, Clock::now());
-      // The record's time is the step's end, checkpoint included, so time - step_time_s is
-      // its start (ftrain report's goodput adds step times up against wall time).
-      m.unix_time =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      FT_RETURN_IF_ERROR(metrics->Append(m));
-      sinks->Publish(m);
+    if (run->leader) {
+      FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, stall));
       if (state.step % cfg.train.log_every == 0 || at.final_step || at.stop) {
         LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step, stall > 0);
       }
@@ -741,7 +825,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       return Status::Ok();
     }
   }
-  if (leader) FT_LOG(Info) << "train: done at step " << state.step;
+  if (run->leader) FT_LOG(Info) << "train: done at step " << state.step;
   return Status::Ok();
 }
 

@@ -122,17 +122,18 @@ e2e_rank_pids() { pgrep -f "^${E2E_BIN}/ftrain train .*--run.dir=${WORK_DIR}/$1(
 
 # The run's final checkpoint is bit-identical to the reference, every step's loss (as
 # written) equals the reference's, metrics.jsonl has one line per step, every checkpoint
-# verifies.
-e2e_expect_identical() {  # e2e_expect_identical NAME
+# verifies. CKPT_ROOT: where the run's checkpoints are (default RUN/checkpoints).
+e2e_expect_identical() {  # e2e_expect_identical NAME [CKPT_ROOT]
   local run="${WORK_DIR}/$1" step
+  local root="${2:-${run}/checkpoints}"
   step="$(printf '%08d' "${E2E_STEPS}")"
   "${E2E_BIN}/ckptctl" diff "${E2E_REF}/checkpoints/step-${step}" \
-    "${run}/checkpoints/step-${step}" || fail "final checkpoints differ"
+    "${root}/step-${step}" || fail "final checkpoints differ"
   losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1"; }
   diff <(losses "${E2E_REF}/metrics.jsonl") <(losses "${run}/metrics.jsonl") ||
     fail "per-step losses differ from the uninterrupted job"
   [[ "$(wc -l <"${run}/metrics.jsonl")" == "${E2E_STEPS}" ]] ||
     fail "metrics.jsonl is not one line per step"
-  "${E2E_BIN}/ckptctl" verify "${run}/checkpoints" --all >/dev/null ||
+  "${E2E_BIN}/ckptctl" verify "${root}" --all >/dev/null ||
     fail "a checkpoint of ${run} does not verify"
 }

@@ -1,0 +1,44 @@
+#include "core/run_layout.h"
+
+#include <fstream>
+
+#include "core/config.h"
+#include "core/env.h"
+
+namespace ftrain {
+
+std::string RunLayout::metrics() const { return JoinPath(run_dir_, "metrics.jsonl"); }
+std::string RunLayout::restarts() const { return JoinPath(run_dir_, "restarts.jsonl"); }
+std::string RunLayout::resolved_config() const { return JoinPath(run_dir_, "config.resolved.cfg"); }
+std::string RunLayout::config_error() const { return JoinPath(run_dir_, ".config_error"); }
+std::string RunLayout::last_stop() const { return JoinPath(run_dir_, ".last_stop"); }
+std::string RunLayout::logs() const { return JoinPath(run_dir_, "logs"); }
+std::string RunLayout::daemon_dir(const std::string& node) const {
+  return JoinPath(run_dir_, "ckptd-" + node);
+}
+std::string RunLayout::NodeOfDaemonDir(const std::string& name) {
+  const std::string prefix = "ckptd-";
+  return name.size() > prefix.size() && name.rfind(prefix, 0) == 0 ? name.substr(prefix.size())
+                                                                   : std::string();
+}
+std::string RunLayout::daemon_log(const std::string& node) const {
+  return JoinPath(logs(), "ckptd-" + node + ".log");
+}
+std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
+
+std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }
+std::string RunLayout::default_prometheus_dir() const { return JoinPath(run_dir_, "prometheus"); }
+
+StatusOr<std::string> RunLayout::CheckpointRoot() const {
+  const std::string path = resolved_config();
+  if (!std::ifstream(path)) return default_checkpoint_root();
+  FT_ASSIGN_OR_RETURN(Config cfg, Config::LoadFile(path));
+  std::string root = default_checkpoint_root();
+  FT_RETURN_IF_ERROR(cfg.GetString("ckpt.root", &root));
+  if (root.empty()) {
+    return Status::InvalidArgument(path + ": ckpt.root is empty; set it to the checkpoint root");
+  }
+  return root;
+}
+
+}  // namespace ftrain

@@ -1,0 +1,52 @@
+// RunLayout: the one place that knows where a run directory keeps its files, the way
+// ckpt/filename.h knows checkpoint names. Every C++ reader and writer asks it; the shell scripts
+// ask `ftrain paths RUN_DIR` (src/cli/cmd_paths.cc) instead of keeping their own copies.
+//
+//   RUN/metrics.jsonl         one line per step (rank 0; src/train/metrics.h)
+//   RUN/restarts.jsonl        starts, restarts, stops (slurm/train.sh and the trainer)
+//   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
+//   RUN/.config_error         why the trainer refused its configuration (exit 2)
+//   RUN/.last_stop            why the previous start ended (slurm/train.sh)
+//   RUN/logs/                 logs of the node agents and daemons: ckptd-<node>.log
+//   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h)
+//   RUN/checkpoints/          the default checkpoint root (ckpt.root overrides it)
+//   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
+//   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace ftrain {
+
+class RunLayout {
+ public:
+  explicit RunLayout(std::string run_dir) : run_dir_(std::move(run_dir)) {}
+
+  const std::string& run_dir() const { return run_dir_; }
+  std::string metrics() const;
+  std::string restarts() const;
+  std::string resolved_config() const;
+  std::string config_error() const;
+  std::string last_stop() const;
+  std::string logs() const;
+  std::string daemon_dir(const std::string& node) const;
+  std::string daemon_log(const std::string& node) const;
+  // The node of a daemon directory name ("ckptd-n1" -> "n1"); empty if it is not one.
+  static std::string NodeOfDaemonDir(const std::string& name);
+  // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.
+  std::string default_checkpoint_root() const;
+  std::string tensorboard() const;
+  std::string default_prometheus_dir() const;
+
+  // The checkpoint root the newest start of this run used: ckpt.root from its resolved config
+  // when it has one, else the default. An unreadable or malformed resolved config is an
+  // error naming the file (a wrong root would make a reader miss every checkpoint).
+  StatusOr<std::string> CheckpointRoot() const;
+
+ private:
+  std::string run_dir_;
+};
+
+}  // namespace ftrain
