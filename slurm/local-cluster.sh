@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # local-cluster.sh - run a real Slurm 22.05 cluster (munged, slurmctld, N slurmd) on this one
 # machine, for tests of requeue / node failure / PMIx. Needs root. Each slurmd runs in its own
-# mount namespace so `fail-node` can SIGKILL exactly one "node" (slurmd + its job steps).
+# mount namespace so `fail-node` can SIGKILL exactly one "node" (slurmd + its job steps), and
+# each namespace has its own tmpfs on /dev/shm, so a node's shared memory (ckptd's snapshots)
+# dies with the node as on a real crash.
 # It does not install packages and never touches daemons it did not start (all by PID).
 # All state lives under $FTRAIN_CLUSTER_DIR (default <repo>/.cluster). See docs/local-cluster.md.
 #
 # Usage: local-cluster.sh start [--nodes N] [--cpus-per-node C] | stop | status
-#                         | fail-node NAME | revive-node NAME | env
+#                         | fail-node NAME | revive-node NAME | node-exec NAME CMD... | env
 set -euo pipefail
 
 # ---- settings (environment overrides) ---------------------------------------------------------
@@ -22,6 +24,9 @@ MSG_TIMEOUT="${FTRAIN_CLUSTER_MSG_TIMEOUT:-3}"        # s per RPC; pinging a dea
 CRED_EXPIRE="${FTRAIN_CLUSTER_CRED_EXPIRE:-5}"        # s; requeued job waits this+1 (Slurm min 5)
 DEBUG_LEVEL="${FTRAIN_CLUSTER_DEBUG:-info}"           # SlurmctldDebug / SlurmdDebug
 START_TIMEOUT_S="${FTRAIN_CLUSTER_START_TIMEOUT:-60}" # wait for daemons / nodes idle
+# Each node's private /dev/shm (tmpfs size=, e.g. 2g, 512m, 10%); default: the host's /dev/shm
+# divided among the nodes, so all of them together hold no more than the host's would.
+SHM_SIZE="${FTRAIN_CLUSTER_SHM_SIZE:-}"
 STOP_TIMEOUT_S=20
 NODE_PREFIX="node"
 CLUSTER_NAME="ftrain"
@@ -41,6 +46,7 @@ MUNGE_DIR="${FTRAIN_CLUSTER_MUNGE_DIR:-/run/ftrain-munge-${PORT_BASE}}"
 SLURM_CONF_FILE="${ETC_DIR}/slurm.conf"
 MPI_CONF_FILE="${ETC_DIR}/mpi.conf"
 NODES_FILE="${ETC_DIR}/nodes"      # node names, one per line (written by start)
+SHM_SIZE_FILE="${ETC_DIR}/shm-size" # each node's /dev/shm size= (written by start, used by revive)
 MUNGE_SOCKET="${MUNGE_DIR}/munge.socket"
 MUNGE_KEY="${MUNGE_DIR}/munge.key"
 MUNGE_LOG="${MUNGE_DIR}/munged.log"  # munged (user munge) cannot write LOG_DIR
@@ -53,6 +59,7 @@ usage() {
 usage: $(basename "$0") start [--nodes N] [--cpus-per-node C]
        $(basename "$0") stop | status | env
        $(basename "$0") fail-node NAME | revive-node NAME
+       $(basename "$0") node-exec NAME CMD [ARG...]   (CMD in NAME's mount namespace)
 state dir: ${STATE_DIR} (env FTRAIN_CLUSTER_DIR), ports from ${PORT_BASE} (FTRAIN_CLUSTER_PORT_BASE)
 EOF
 }
@@ -235,22 +242,38 @@ ${LOG_DIR}/slurmctld.out"
   scontrol ping 2>/dev/null | grep -q 'is UP'
 }
 
+# The size= of each node's /dev/shm when FTRAIN_CLUSTER_SHM_SIZE is not set: the host's
+# /dev/shm (or half the RAM, tmpfs's own default, if the host has none) divided by NODES.
+default_shm_size() {  # default_shm_size NODES
+  local kib
+  kib="$(df -k --output=size /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ')" || kib=""
+  if ! is_uint "${kib}" || ((kib == 0)); then
+    kib=$(($(awk '$1 == "MemTotal:" {print $2}' /proc/meminfo) / 2))
+  fi
+  echo "$((kib / $1))k"
+}
+
 start_slurmd() {  # start_slurmd NODE: slurmd in a fresh private mount namespace
-  local node="$1" pid ns
+  local node="$1" pid ns shm_size
   if daemon_alive "slurmd-${node}"; then return 0; fi
   # Leftovers of a failed node (step daemons) would confuse the new slurmd: remove them first.
+  # Once they are gone the old namespace, and with it the old /dev/shm tmpfs, is freed.
   kill_node_namespace "${node}"
+  shm_size="$(cat "${SHM_SIZE_FILE}")" || die "no ${SHM_SIZE_FILE}; run: $0 start"
   mkdir -p "${NODES_DIR}/${node}/pmix" "${SPOOL_DIR}/${node}"
   chmod 0755 "${SPOOL_DIR}/${node}"
-  # Inside the namespace: bind this node's private dir onto the shared PMIx client dir, then exec
-  # slurmd (same pid as unshare). Sticky+world-writable like /tmp: jobs of any user create
-  # their PMIx client dirs there.
+  # Inside the namespace: a fresh, empty tmpfs on /dev/shm (world-writable and sticky like the
+  # host's), so the node's shared memory lives and dies with the namespace, that is with its
+  # processes; bind this node's private dir onto the shared PMIx client dir (sticky+world-
+  # writable like /tmp: jobs of any user create their PMIx client dirs there); then exec slurmd
+  # (same pid as unshare).
   chmod 1777 "${NODES_DIR}/${node}/pmix"
-  # shellcheck disable=SC2016  # $1..$4 expand in the inner shell, on purpose
+  # shellcheck disable=SC2016  # $1..$5 expand in the inner shell, on purpose
   setsid unshare --mount --propagation private -- /bin/sh -c \
-    'mount --bind "$1" "$2" && exec slurmd -D -f "$3" -N "$4"' \
+    'mount -t tmpfs -o "size=$5,mode=1777,nosuid,nodev" "ftrain-shm-$4" /dev/shm &&
+     mount --bind "$1" "$2" && exec slurmd -D -f "$3" -N "$4"' \
     local-cluster-ns "${NODES_DIR}/${node}/pmix" "${PMIX_CLI_DIR}" "${SLURM_CONF_FILE}" "${node}" \
-    </dev/null >>"${LOG_DIR}/slurmd-${node}.out" 2>&1 &
+    "${shm_size}" </dev/null >>"${LOG_DIR}/slurmd-${node}.out" 2>&1 &
   pid="$!"
   echo "${pid}" >"${PID_DIR}/slurmd-${node}.pid"
   # Record the namespace once the bind mount exists (the inner sh has set it up).
@@ -260,9 +283,21 @@ start_slurmd() {  # start_slurmd NODE: slurmd in a fresh private mount namespace
   echo "${ns}" >"${PID_DIR}/slurmd-${node}.mntns"
 }
 
-node_mounted() {  # node_mounted PID NODE
+node_mounted() {  # node_mounted PID NODE: both mounts of the node's namespace are in place
   pid_alive "$1" || return 1
-  grep -qF "/nodes/$2/pmix " "/proc/$1/mountinfo" 2>/dev/null
+  grep -qF " - tmpfs ftrain-shm-$2 " "/proc/$1/mountinfo" 2>/dev/null &&
+    grep -qF "/nodes/$2/pmix " "/proc/$1/mountinfo" 2>/dev/null
+}
+
+# Prints the pid of NODE's slurmd if it runs in the namespace recorded for NODE (so a recycled
+# pid never lets us enter a stranger's namespace); fails otherwise.
+node_ns_pid() {  # node_ns_pid NODE
+  local pid ns_file="${PID_DIR}/slurmd-$1.mntns"
+  pid="$(read_pid "slurmd-$1")"
+  pid_alive "${pid}" && [[ -r "${ns_file}" ]] || return 1
+  [[ "$(readlink "/proc/${pid}/ns/mnt" 2>/dev/null)" == "$(cat "${ns_file}")" ]] || return 1
+  node_mounted "${pid}" "$1" || return 1
+  echo "${pid}"
 }
 
 node_is_down() { [[ "$(node_state "$1")" =~ ^down ]]; }  # down, down*, down~ ...
@@ -357,7 +392,11 @@ cmd_start() {
   ((CRED_EXPIRE >= 5)) || die "FTRAIN_CLUSTER_CRED_EXPIRE must be >= 5 (Slurm minimum), \
 got ${CRED_EXPIRE}"
   local cmd
-  for cmd in munged munge unmunge slurmctld slurmd scontrol sinfo unshare runuser setsid; do
+  if [[ -n "${SHM_SIZE}" && ! "${SHM_SIZE}" =~ ^[1-9][0-9]*[kKmMgGtT%]?$ ]]; then
+    die "FTRAIN_CLUSTER_SHM_SIZE must be a tmpfs size such as 2g, 512m or 10%, got '${SHM_SIZE}'"
+  fi
+  for cmd in munged munge unmunge slurmctld slurmd scontrol sinfo unshare nsenter mount runuser \
+    setsid; do
     command -v "${cmd}" >/dev/null || die "'${cmd}' not found (install slurm-wlm and munge)"
   done
 
@@ -394,13 +433,15 @@ FTRAIN_CLUSTER_PORT_BASE (needs ports base..base+N free)"
   rm -rf "${SPOOL_DIR}" "${NODES_DIR}"
   mkdir -p "${SPOOL_DIR}/slurmctld" "${NODES_DIR}"
   write_configs "${nodes}" "${cpus}"
+  echo "${SHM_SIZE:-$(default_shm_size "${nodes}")}" >"${SHM_SIZE_FILE}"
   export_conf
   local stamp
   stamp="==== local-cluster start $(date '+%F %T') nodes=${nodes} cpus=${cpus} ===="
   local f
   for f in slurmctld munged; do echo "${stamp}" >>"${LOG_DIR}/${f}.out"; done
 
-  log "starting munged, slurmctld and ${nodes} slurmd (${cpus} CPUs each) in ${STATE_DIR}"
+  log "starting munged, slurmctld and ${nodes} slurmd (${cpus} CPUs, private /dev/shm of \
+size=$(cat "${SHM_SIZE_FILE}") each) in ${STATE_DIR}"
   # On any failure below, take down what was started so the next `start` begins clean.
   trap 'on_start_failure' EXIT
   start_munged
@@ -424,7 +465,8 @@ cmd_stop() {
   local node
   if [[ -r "${NODES_FILE}" ]]; then
     for node in $(node_names); do stop_daemon "slurmd-${node}"; done
-    # Step daemons and job processes of each node (slurmd does not take them down with it).
+    # Step daemons and job processes of each node (slurmd does not take them down with it);
+    # each node's /dev/shm goes with its last process.
     for node in $(node_names); do kill_node_namespace "${node}"; done
   fi
   stop_daemon slurmctld
@@ -438,14 +480,19 @@ cmd_status() {
   (($# == 0)) || usage_error "status takes no arguments"
   [[ -r "${NODES_FILE}" ]] || { log "no cluster under ${STATE_DIR}"; return 3; }
   export_conf
-  local name pid rc=0
-  printf '%-16s %-8s %s\n' DAEMON PID STATE
+  local name pid rc=0 shm
+  printf '%-16s %-8s %-6s %s\n' DAEMON PID STATE '/DEV/SHM (USED/SIZE)'
   for name in munged slurmctld $(node_names | sed 's/^/slurmd-/'); do
     pid="$(read_pid "${name}")"
+    shm=""
+    if [[ "${name}" == slurmd-* ]]; then  # the node's private tmpfs, seen from inside
+      shm="$(node_exec_quiet "${name#slurmd-}" df -h --output=used,size /dev/shm |
+        awk 'NR == 2 {print $1 "/" $2}')" || shm="-"
+    fi
     if pid_alive "${pid}"; then
-      printf '%-16s %-8s %s\n' "${name}" "${pid}" alive
+      printf '%-16s %-8s %-6s %s\n' "${name}" "${pid}" alive "${shm}"
     else
-      printf '%-16s %-8s %s\n' "${name}" "${pid:--}" dead
+      printf '%-16s %-8s %-6s %s\n' "${name}" "${pid:--}" dead "${shm}"
       rc=3
     fi
   done
@@ -462,11 +509,14 @@ cmd_fail_node() {
   check_node_name "${node}"
   pid="$(read_pid "slurmd-${node}")"
   pid_alive "${pid}" || die "slurmd of ${node} is not running (already failed?)"
-  # SIGKILL slurmd and every step daemon / task in its namespace: a crash, not a drain.
+  # SIGKILL slurmd and every step daemon / task in its namespace: a crash, not a drain. With
+  # the last of them the kernel frees the namespace, and so unmounts the node's /dev/shm
+  # tmpfs and frees its contents (nothing outside the namespace holds a file in it).
   kill -KILL "${pid}" 2>/dev/null || true  # exited meanwhile: fine, the loop below checks
   kill_node_namespace "${node}"
   rm -f "${PID_DIR}/slurmd-${node}.pid"
-  log "killed ${node} (slurmd pid ${pid} and all its step processes) at $(date '+%T')"
+  log "killed ${node} (slurmd pid ${pid} and all its step processes; its /dev/shm is gone) \
+at $(date '+%T')"
 }
 
 cmd_revive_node() {
@@ -508,6 +558,26 @@ after ${START_TIMEOUT_S}s (state '$(node_state "${node}")'); see ${LOG_DIR}/slur
   log "${node} back in service ($(node_state "${node}"))"
 }
 
+# Runs CMD in NODE's mount namespace (where its jobs run: its /dev/shm, its PMIx dir), in
+# the current directory; e.g. `node-exec node1 ls -l /dev/shm`. A failed node has no
+# namespace left, so there is nothing to enter.
+cmd_node_exec() {
+  (($# >= 2)) || usage_error "node-exec takes a node name and a command"
+  local node="$1"
+  shift
+  check_node_name "${node}"
+  node_ns_pid "${node}" >/dev/null || die "${node} is not running (failed?); its namespace \
+and /dev/shm are gone"
+  node_exec_quiet "${node}" "$@"
+}
+
+node_exec_quiet() {  # node_exec_quiet NODE CMD...: like node-exec, fails silently if no node
+  local pid
+  pid="$(node_ns_pid "$1")" || return 1
+  shift
+  nsenter --mount="/proc/${pid}/ns/mnt" --wd="${PWD}" -- "$@"
+}
+
 cmd_env() {
   (($# == 0)) || usage_error "env takes no arguments"
   printf 'export SLURM_CONF=%q\n' "${SLURM_CONF_FILE}"
@@ -524,6 +594,7 @@ main() {
     status) cmd_status "$@" ;;
     fail-node) cmd_fail_node "$@" ;;
     revive-node) cmd_revive_node "$@" ;;
+    node-exec) cmd_node_exec "$@" ;;
     env) cmd_env "$@" ;;
     -h | --help | help) usage ;;
     *) usage_error "unknown subcommand '${sub}'" ;;

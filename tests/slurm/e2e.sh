@@ -24,13 +24,16 @@ e2e_cleanup() {
   if [[ -n "${FAILED_NODE}" ]]; then
     "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" || log "cleanup: revive-node failed"
   fi
-  # Daemons killed with their node leave shared memory behind (a real node reboots).
+  # A daemon SIGKILLed by the cancel leaves its slots in its node's private /dev/shm, where
+  # they would stay until the node dies: unlink them from inside each node that is up (a
+  # failed node's memory is gone already; node-exec then fails, which is fine).
   for log in "${WORK_DIR:-/nonexistent}"/*/logs/ckptd-*.log; do
     [[ -e "${log}" ]] || continue
     run="$(dirname "$(dirname "${log}")")"
     node="$(basename "${log}" .log)"
-    "${E2E_BIN}/ckptd" --cleanup --root "${run}/checkpoints" --run-dir "${run}" \
-      --node "${node#ckptd-}" >/dev/null 2>&1 || true
+    node="${node#ckptd-}"
+    "${LOCAL_CLUSTER}" node-exec "${node}" "${E2E_BIN}/ckptd" --cleanup \
+      --root "${run}/checkpoints" --run-dir "${run}" --node "${node}" >/dev/null 2>&1 || true
   done
   if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
     log "kept work dir for inspection: ${WORK_DIR}"
@@ -119,6 +122,31 @@ e2e_revive_node() {
 
 # Pids of the `ftrain train` ranks of run NAME (all nodes share this host's pid namespace).
 e2e_rank_pids() { pgrep -f "^${E2E_BIN}/ftrain train .*--run.dir=${WORK_DIR}/$1( |$)" || true; }
+
+# After a node failure every rank of the requeued job restores from disk: the failed node's
+# daemon died with the node's memory (so its successor there finds none of its slots: a
+# successor that did would remove them and log "stale shared-memory slot(s)"), and the
+# requeue restarts every survivor's daemon as well, so no daemon holds a snapshot any more.
+# OPTIONAL=1: the failure may have come before the first complete checkpoint (no resume).
+e2e_expect_restore_from_disk() {  # e2e_expect_restore_from_disk NAME FAILED_NODE [OPTIONAL]
+  local run="${WORK_DIR}/$1" node="$2" optional="${3:-0}" resumed
+  [[ -r "${run}/logs/ckptd-${node}.log" ]] || fail "no ckptd log of ${node} in ${run}/logs"
+  if grep -q 'stale shared-memory slot' "${run}/logs/ckptd-${node}.log"; then
+    fail "a ckptd on ${node} found slots of the daemon that died with the node: the node's \
+memory survived its crash ($(grep 'stale shared-memory' "${run}/logs/ckptd-${node}.log"))"
+  fi
+  resumed="$(sed -n '/"event":"requeued"/,$p' "${run}/restarts.jsonl" | grep '"event":"resumed"')" ||
+    resumed=""
+  if [[ -z "${resumed}" ]]; then
+    ((optional)) || fail "no resume after the requeue in ${run}/restarts.jsonl"
+    log "no checkpoint was complete before the failure: the requeued job started afresh"
+    return 0
+  fi
+  if grep -v '"source":"disk"' <<<"${resumed}"; then
+    fail "a resume after the node failure did not come from disk (above)"
+  fi
+  log "after the node failure every rank restored from disk (${node}'s memory died with it)"
+}
 
 # The run's final checkpoint is bit-identical to the reference, every step's loss (as
 # written) equals the reference's, metrics.jsonl has one line per step, every checkpoint

@@ -11,6 +11,7 @@ SLURM_TEST_REPO_ROOT="$(cd "${SLURM_TEST_LIB_DIR}/../.." && pwd)"
 LOCAL_CLUSTER="${SLURM_TEST_REPO_ROOT}/slurm/local-cluster.sh"
 SLURM_TEST_POLL_S=0.25        # polling period of every wait_* helper
 SLURM_TEST_SKIP_RC=77         # exit code for "cannot run here" (ctest SKIP_RETURN_CODE)
+SLURM_TEST_STEP_TIMEOUT_S=60  # bound on one step_on_node
 
 # ---- messages ------------------------------------------------------------------------------
 log() { echo "[$(date '+%T')] ${SLURM_TEST_NAME:-slurm-test}: $*"; }
@@ -122,6 +123,13 @@ wait_for_nodes_idle() {  # wait_for_nodes_idle TIMEOUT_S
   poll_until "$1" all_nodes_idle ||
     fail "timed out after $1s waiting for all nodes idle (last: $(sinfo -h -N -o '%N=%t' |
       paste -sd' '))"
+}
+
+# step_on_node NODE CMD...: runs CMD as one task on NODE (a job of its own, no MPI), so it
+# sees what a job sees there (e.g. the node's private /dev/shm); its exit status, bounded.
+step_on_node() {
+  timeout "${SLURM_TEST_STEP_TIMEOUT_S}" srun --nodelist="$1" --nodes=1 --ntasks=1 --mpi=none \
+    --quiet --job-name="${SLURM_TEST_NAME:-slurm-test}" "${@:2}"
 }
 
 # ---- files ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 # crashes at a random step: Slurm requeues the job, the revived node must be able to launch
 # the batch script again (no stale job spool: "launch failed requeued held" would hold the job
 # forever), and the run resumes from the newest complete checkpoint and ends bit-identical to
-# the uninterrupted job. The step is random; FTRAIN_TEST_SEED reproduces a run (printed).
+# the uninterrupted job, its state read from disk (the node's memory died with it). The step
+# is random; FTRAIN_TEST_SEED reproduces a run (printed).
 # Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -28,6 +29,8 @@ wait_for_restarts "${JOB_ID}" 1 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" batch
 grep -q 'restart count 1' "${WORK_DIR}"/batch-*.out || fail "the requeued start did not log SLURM_RESTART_COUNT=1"
+# A failure before the step-5 checkpoint completed leaves nothing to resume from.
+e2e_expect_restore_from_disk batch "${node}" 1
 e2e_expect_identical batch
 log "PASS: the batch host crashed at step ${FAIL_AT_STEP}; requeued, relaunched and bit-identical"
 PASSED=1

@@ -40,6 +40,7 @@ resumed="$(grep -o 'resume: restored step [0-9]*' "${WORK_DIR}"/wfail-*.out | ta
 ((resumed < writing)) ||
   fail "resumed from step ${resumed}, but step ${writing} was still being written when the node died"
 log "step ${writing} was being written when ${node} died; resumed from step ${resumed}"
+e2e_expect_restore_from_disk wfail "${node}"
 e2e_expect_identical wfail
 log "PASS: node failure during a checkpoint write -> previous complete checkpoint -> bit-identical"
 PASSED=1

@@ -4,7 +4,9 @@
 # 5 steps through one ckptd per node) with a node crash mid-training (SIGKILL of the node's
 # slurmd and every process of its job steps, its ckptd included) is requeued by Slurm, resumes
 # from the newest complete checkpoint, and ends bit-identical to the uninterrupted job
-# (`ckptctl diff` exits 0) with the same loss at every step. Exit 0 pass, 1 fail, 77 skip.
+# (`ckptctl diff` exits 0) with the same loss at every step. The node's memory dies with it
+# (each local node has a private /dev/shm), so the resumed state comes from disk.
+# Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
 SLURM_TEST_NAME="train_node_failure_test"
@@ -34,6 +36,7 @@ grep -q '"event":"requeued","cause":"node_failure"' "${WORK_DIR}/fail/restarts.j
   fail "no requeue record in ${WORK_DIR}/fail/restarts.jsonl: $(cat "${WORK_DIR}/fail/restarts.jsonl")"
 grep -q 'restart count 1' "${WORK_DIR}"/fail-*.out || fail "the requeued start did not log SLURM_RESTART_COUNT=1"
 grep -q 'handed to ckptd' "${WORK_DIR}"/fail-*.out || fail "the ranks did not checkpoint through ckptd"
+e2e_expect_restore_from_disk fail "${node}"
 e2e_expect_identical fail
 log "PASS: requeued after a node failure and finished bit-identical to the reference"
 PASSED=1

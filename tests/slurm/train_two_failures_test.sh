@@ -2,7 +2,9 @@
 # train_two_failures_test.sh - two failures in one run on the local Slurm cluster: a rank is
 # SIGKILLed (in-allocation restart), then a node crashes (Slurm requeue onto a new
 # allocation); the run still ends bit-identical to the uninterrupted reference, and
-# restarts.jsonl records both with their causes. Exit 0 pass, 1 fail, 77 skip.
+# restarts.jsonl records both with their causes. After the rank kill the daemons' memory may
+# serve the restore; after the node crash everything comes from disk.
+# Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
 SLURM_TEST_NAME="train_two_failures_test"
@@ -35,6 +37,7 @@ grep -q '"event":"restarted","cause":"rank_failure"' "${WORK_DIR}/two/restarts.j
   fail "no rank-failure record: $(cat "${WORK_DIR}/two/restarts.jsonl")"
 grep -q '"event":"requeued","cause":"node_failure"' "${WORK_DIR}/two/restarts.jsonl" ||
   fail "no node-failure record: $(cat "${WORK_DIR}/two/restarts.jsonl")"
+e2e_expect_restore_from_disk two "${node}"
 e2e_expect_identical two
 log "PASS: rank kill + node failure in one run -> bit-identical"
 PASSED=1
