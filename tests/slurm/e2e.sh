@@ -120,6 +120,11 @@ e2e_revive_node() {
 # Pids of the `ftrain train` ranks of run NAME (all nodes share this host's pid namespace).
 e2e_rank_pids() { pgrep -f "^${E2E_BIN}/ftrain train .*--run.dir=${WORK_DIR}/$1( |$)" || true; }
 
+# SIGSTOP / SIGCONT every rank of run NAME: a node failure then lands before the next step
+# however fast the tiny model trains (the ranks on the failed node die stopped).
+e2e_freeze_ranks() { e2e_rank_pids "$1" | xargs -r kill -STOP; }
+e2e_thaw_ranks() { e2e_rank_pids "$1" | xargs -r kill -CONT; }
+
 # The run's final checkpoint is bit-identical to the reference, every step's loss (as
 # written) equals the reference's, metrics.jsonl has one line per step, every checkpoint
 # verifies.
