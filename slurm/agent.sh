@@ -8,8 +8,12 @@
 # SIGTERM/SIGINT (the job ends, is requeued or cancelled) stop ckptd gracefully: it finishes
 # the snapshots it holds, unlinks its shared memory and exits; then the agent exits 0.
 # Settings (environment): FTRAIN_RUN_DIR (required), FTRAIN_CKPT_ROOT (train.sh passes the
-# root the trainer resolved; default: `ftrain paths RUN --get checkpoints`), FTRAIN_CKPTD_ARGS (extra ckptd flags, e.g. "--threads 1 --nice 19"),
-# FTRAIN_CKPTD_MAX_RESTARTS (default 3), CKPTD_BIN, FTRAIN_BIN.
+# root the trainer resolved; default: `ftrain paths RUN --get checkpoints`), FTRAIN_CKPTD_ARGS
+# (extra ckptd flags, e.g. "--threads 1 --nice 19"), FTRAIN_CKPTD_MAX_RESTARTS (default 3),
+# CKPTD_BIN, FTRAIN_BIN.
+# With spare nodes (FTRAIN_SPARE_NODES > 0, the job submitted with --no-kill) Slurm keeps the
+# job RUNNING when the batch host (FTRAIN_BATCH_HOST) dies, with nobody left to run train.sh:
+# the agents on the first two other nodes then requeue the job, as Slurm would without spares.
 # The daemon's log is RUN/logs/ckptd-<node>.log (appended; `ftrain paths RUN --node N`).
 set -uo pipefail
 
@@ -22,20 +26,55 @@ MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 export FTRAIN_CKPTD_NODE="${NODE}"
 
+WATCH_PERIOD_S=2                 # how often a watcher asks slurmctld for the job's nodes
+
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] agent.sh ${NODE}: $*"; }
 
 # The layout from the binary (core/run_layout.h), not a copy here.
 paths() { "${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}" --get "$1"; }
 CKPT_ROOT="${FTRAIN_CKPT_ROOT:-$(paths checkpoints)}" || exit 1
 LOG="$(paths ckptd_log)" || exit 1
+RESTARTS="$(paths restarts)" || exit 1
 mkdir -p "$(dirname "${LOG}")"
+
+# Requeues the job once the batch host is no longer in it (Slurm took it out: --no-kill), unless
+# the job was requeued already (its restart count moved on). The second watcher waits longer.
+watch_batch_host() {  # watch_batch_host BATCH_HOST DELAY_S
+  local host="$1" nodes
+  while sleep "${WATCH_PERIOD_S}"; do
+    nodes="$(squeue -h -j "${SLURM_JOB_ID}" -o '%N' 2>/dev/null)" || continue  # retried
+    [[ -n "${nodes}" ]] || continue
+    if scontrol show hostnames "${nodes}" | grep -qx "${host}"; then continue; fi
+    sleep "$2"
+    [[ "$(scontrol -o show job "${SLURM_JOB_ID}" | grep -o 'Restarts=[0-9]*')" == \
+      "Restarts=${SLURM_RESTART_COUNT:-0}" ]] || return 0
+    log "the batch host ${host} left job ${SLURM_JOB_ID} (node failure): requeueing the job"
+    printf '{"time":%s,"job":"%s","restart_count":%s,"event":"step_failed","cause":"node_failure","node":"%s","batch_host":true,"detected_by":"%s"}\n' \
+      "$(date '+%s.%N')" "${SLURM_JOB_ID}" "${SLURM_RESTART_COUNT:-0}" "${host}" "${NODE}" \
+      >>"${RESTARTS}"
+    scontrol requeue "${SLURM_JOB_ID}" && return 0
+  done
+}
+
 pid=""
+watch_pid=""
 stopping=0
 on_stop() {
   stopping=1
   if [[ -n "${pid}" ]]; then kill -TERM "${pid}" 2>/dev/null || true; fi
 }
 trap on_stop TERM INT
+trap 'if [[ -n "${watch_pid}" ]]; then kill "${watch_pid}" 2>/dev/null; fi' EXIT
+
+if [[ "${FTRAIN_SPARE_NODES:-0}" != "0" && -n "${FTRAIN_BATCH_HOST:-}" ]]; then
+  watchers="$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | grep -vx "${FTRAIN_BATCH_HOST}" |
+    head -n 2 | grep -nx "${NODE}" | cut -d: -f1 || true)"  # 1, 2 or nothing
+  if [[ -n "${watchers}" ]]; then
+    watch_batch_host "${FTRAIN_BATCH_HOST}" $(((watchers - 1) * 5)) &
+    watch_pid=$!
+    log "watching the batch host ${FTRAIN_BATCH_HOST} (pid ${watch_pid})"
+  fi
+fi
 
 restarts=0
 backoff=1

@@ -21,7 +21,14 @@
 #   - a configuration or input error (the trainer exits 2, RUN_DIR/.config_error says why):
 #     the job FAILS with that message, no restart loop;
 #   - a node that does not answer the health probe: left to Slurm's node-failure requeue for
-#     FTRAIN_HEALTH_WAIT_S, then the script requeues the job itself.
+#     FTRAIN_HEALTH_WAIT_S, then the script requeues the job itself;
+#   - hot spares (FTRAIN_SPARE_NODES=S, submitted as `sbatch --nodes=N+S --no-kill`): the ranks
+#     run on N nodes (srun -m arbitrary, the node of every rank in a host file), S wait with
+#     their ckptd running. A training node that fails (Slurm takes it out of the job) is
+#     replaced at once inside the allocation: its ranks on a spare, every other rank where it
+#     was. No spare left: requeue. The batch host fails: the node agents requeue the job.
+#     --no-kill cannot be set here for spare jobs only (#SBATCH lines are fixed, scontrol
+#     cannot change it); without it Slurm requeues the job on a node failure as before.
 # Every restart is recorded in RUN_DIR/restarts.jsonl (cause, lost work). Settings below, all
 # overridable from the environment (sbatch --export or the caller's environment).
 set -euo pipefail
@@ -44,6 +51,8 @@ HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"  # then wait this long for Slurm to
 STOP_TIMEOUT_S="${FTRAIN_STOP_TIMEOUT_S:-90}"  # USR1 -> ranks' checkpoint must end within this
 CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (slurm/agent.sh)
 CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
+SPARE_NODES="${FTRAIN_SPARE_NODES:-0}"         # hot spares: idle nodes that replace a failed one
+SPARE_NODELIST="${FTRAIN_SPARE_NODELIST:-}"    # which (default: the last ones, not the batch host)
 # FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") is read by agent.sh.
 # FTRAIN_CKPT_ROOT (optional) is passed to the trainer as --ckpt.root; without it ckpt.root
 # comes from the config or FTRAIN_ARGS, as the trainer resolves it (see "paths" below).
@@ -88,8 +97,91 @@ except Exception: pass' 2>/dev/null || true
 }
 
 nodes_healthy() {
-  timeout "${HEALTH_TIMEOUT_S}" srun --overlap --mpi=none --nodes="${SLURM_NNODES}" \
-    --ntasks="${SLURM_NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 true >/dev/null 2>&1
+  local nodes=(--nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}")
+  if ((SPARE_NODES > 0)); then  # the job's nodes minus those Slurm took out of it
+    local alive=("${train_nodes[@]}" "${spare_nodes[@]}")
+    nodes=(--nodelist="$(IFS=,; echo "${alive[*]}")" --nodes="${#alive[@]}" --ntasks="${#alive[@]}")
+  fi
+  timeout "${HEALTH_TIMEOUT_S}" srun --overlap --mpi=none "${nodes[@]}" --ntasks-per-node=1 \
+    --kill-on-bad-exit=1 true >/dev/null 2>&1
+}
+
+# ---- spare nodes (FTRAIN_SPARE_NODES > 0) ------------------------------------------------------
+# train_nodes: where the ranks run; spare_nodes: idle, their ckptd running; rank_hosts[r]: the
+# node of rank r, the SLURM_HOSTFILE of `srun -m arbitrary`, so that a spare takes exactly the
+# ranks of the node it replaces and every survivor keeps its own (the trainer numbers nodes by
+# their lowest rank, so the node groups keep their order too).
+train_nodes=()
+spare_nodes=()
+rank_hosts=()
+hostfile=""
+replacements=0
+
+# " node1 node3 ": the nodes still in the job; with --no-kill Slurm takes a failed node out of
+# the allocation when it marks it DOWN. Empty when slurmctld does not answer (nothing known).
+nodes_in_job() {
+  local list
+  list="$(squeue -h -j "${SLURM_JOB_ID}" -o '%N' 2>/dev/null)" || return 0
+  [[ -n "${list}" ]] || return 0
+  echo " $(scontrol show hostnames "${list}" | paste -sd' ') "
+}
+
+# Sets dead_nodes to the training nodes no longer in the job; drops lost spares (recorded).
+find_dead_nodes() {
+  local now n left=()
+  dead_nodes=()
+  now="$(nodes_in_job)"
+  [[ -n "${now}" ]] || return 0
+  for n in "${spare_nodes[@]}"; do
+    if [[ "${now}" == *" ${n} "* ]]; then left+=("${n}"); continue; fi
+    log "spare node ${n} is gone (${#left[@]} spare(s) so far)"
+    record spare_lost node_failure "\"node\":\"${n}\""
+  done
+  spare_nodes=("${left[@]}")
+  for n in "${train_nodes[@]}"; do [[ "${now}" == *" ${n} "* ]] || dead_nodes+=("${n}"); done
+}
+
+# The training step failed (exit RC; LOST: the lost-work fields; T_DETECT: when): if Slurm took
+# training nodes out of the job, give each one's ranks to a spare and return 0 (relaunch now),
+# or requeue when no spare is left; return 1 when no node was lost (a rank failure).
+replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
+  local rc="$1" lost="$2" t_detect="$3" dead spare i deadline
+  find_dead_nodes
+  if ((${#dead_nodes[@]} == 0)) && ! nodes_healthy; then
+    log "training step failed (exit ${rc}) and a node does not answer: waiting up to ${HEALTH_WAIT_S} s for Slurm to take it out of the job"
+    deadline=$((SECONDS + HEALTH_WAIT_S))
+    while ((${#dead_nodes[@]} == 0 && SECONDS < deadline)); do
+      sleep 1 &
+      wait $! || true
+      if ((stop_requested)); then requeue_stopped "the wait for a node failure"; fi
+      find_dead_nodes
+    done
+    if ((${#dead_nodes[@]} == 0)); then
+      log "no node was taken out of the job within ${HEALTH_WAIT_S} s: requeueing job ${SLURM_JOB_ID}"
+      record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
+      stop_agents
+      scontrol requeue "${SLURM_JOB_ID}"
+      exit 0
+    fi
+  fi
+  ((${#dead_nodes[@]} > 0)) || return 1
+  for dead in "${dead_nodes[@]}"; do
+    record step_failed node_failure "\"node\":\"${dead}\",\"lost_s\":${lost},\"exit\":${rc},\"detected\":${t_detect}"
+    if ((${#spare_nodes[@]} == 0)); then
+      log "training node ${dead} failed (step exit ${rc}) and no spare is left: requeueing job ${SLURM_JOB_ID}"
+      stop_agents
+      scontrol requeue "${SLURM_JOB_ID}"
+      exit 0
+    fi
+    spare="${spare_nodes[0]}"
+    spare_nodes=("${spare_nodes[@]:1}")
+    for i in "${!rank_hosts[@]}"; do [[ "${rank_hosts[i]}" != "${dead}" ]] || rank_hosts[i]="${spare}"; done
+    for i in "${!train_nodes[@]}"; do [[ "${train_nodes[i]}" != "${dead}" ]] || train_nodes[i]="${spare}"; done
+    replacements=$((replacements + 1))
+    log "training node ${dead} failed (step exit ${rc}): its ranks move to spare ${spare} (${#spare_nodes[@]} spare(s) left); relaunching in this allocation"
+    record restarted node_failure "\"node\":\"${dead}\",\"spare\":\"${spare}\",\"spares_left\":${#spare_nodes[@]},\"replacement\":${replacements},\"detected\":${t_detect}"
+  done
+  return 0
 }
 
 # ---- paths: the run directory's layout comes from the binary (`ftrain paths`), and the
@@ -131,6 +223,33 @@ else
 fi
 echo node_failure >"${LAST_STOP}"   # what a start after a silent death assumes
 
+if [[ "${SPARE_NODES}" != "0" ]]; then
+  batch_host="${SLURMD_NODENAME:-$(hostname -s)}"
+  mapfile -t all_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+  if [[ -n "${SPARE_NODELIST}" ]]; then
+    mapfile -t spare_nodes < <(scontrol show hostnames "${SPARE_NODELIST}")
+  elif [[ "${SPARE_NODES}" =~ ^[0-9]+$ ]]; then
+    for ((i = ${#all_nodes[@]} - 1; i >= 0 && ${#spare_nodes[@]} < SPARE_NODES; i--)); do
+      [[ "${all_nodes[i]}" == "${batch_host}" ]] || spare_nodes=("${all_nodes[i]}" "${spare_nodes[@]}")
+    done
+  fi
+  for n in "${all_nodes[@]}"; do
+    [[ " ${spare_nodes[*]} " == *" ${n} "* ]] || train_nodes+=("${n}")
+  done
+  if ! [[ "${SPARE_NODES}" =~ ^[0-9]+$ ]] || ((${#spare_nodes[@]} != SPARE_NODES)) ||
+    ((${#train_nodes[@]} + SPARE_NODES != ${#all_nodes[@]} || ${#train_nodes[@]} == 0)); then
+    log "FAILED: FTRAIN_SPARE_NODES=${SPARE_NODES} (FTRAIN_SPARE_NODELIST=${SPARE_NODELIST:-unset}) does not fit the job's nodes ${all_nodes[*]}: submit with --nodes=N+S and name spares among them"
+    echo config_error >"${LAST_STOP}"
+    record failed config_error "\"why\":\"spare nodes\""
+    exit "${EXIT_CONFIG}"
+  fi
+  for n in "${train_nodes[@]}"; do
+    for ((i = 0; i < RANKS_PER_NODE; i++)); do rank_hosts+=("${n}"); done
+  done
+  hostfile="$(mktemp "${TMPDIR:-/tmp}/ftrain-${SLURM_JOB_ID}-hosts.XXXXXX")"
+  log "spares: ${#rank_hosts[@]} ranks on ${train_nodes[*]}, spare ${spare_nodes[*]}; a failed training node is replaced in this allocation only if the job was submitted with --no-kill (else Slurm requeues it as without spares)"
+fi
+
 srun_pid=""
 stop_requested=0
 on_usr1() {
@@ -168,7 +287,11 @@ stop_agents() {
   wait "${agent_pid}" 2>/dev/null || true
   agent_pid=""
 }
-trap stop_agents EXIT
+on_exit() {
+  stop_agents
+  if [[ -n "${hostfile}" ]]; then rm -f "${hostfile}"; fi
+}
+trap on_exit EXIT
 
 # Requeue now, with nothing new to save (USR1 outside a training step): the job goes back to
 # the queue before the warning window ends and resumes from its newest checkpoint.
@@ -209,12 +332,19 @@ if [[ "${CKPTD}" == "1" ]]; then
   mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   node_args=()
   for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done
+  agent_opts=()
+  if ((SPARE_NODES > 0)); then
+    # --no-kill: a failed node takes only its own agent, not every node's ckptd; the agents
+    # on two nodes watch the batch host (agent.sh), whose death Slurm ignores with --no-kill.
+    agent_opts=(--no-kill)
+    export FTRAIN_BATCH_HOST="${batch_host}" FTRAIN_SPARE_NODES="${SPARE_NODES}"
+  fi
   for attempt in 1 2 3; do
     # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
     # --ntasks: the job's SLURM_NTASKS would otherwise ask for one agent per rank.
     srun --overlap --mpi=none --nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}" \
       --ntasks-per-node=1 --kill-on-bad-exit=0 --job-name="${AGENT_STEP_NAME}" \
-      "${FTRAIN_HOME}/slurm/agent.sh" &
+      "${agent_opts[@]}" "${FTRAIN_HOME}/slurm/agent.sh" &
     agent_pid=$!
     deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
     until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
@@ -244,10 +374,22 @@ if ((stop_requested)); then requeue_stopped "pre-flight or agent start-up"; fi
 injob_restarts=0
 backoff="${RESTART_BACKOFF_S}"
 while :; do
-  log "launching ${FTRAIN_BIN} train on $((SLURM_NNODES * RANKS_PER_NODE)) ranks"
+  launch=(srun --ntasks-per-node="${RANKS_PER_NODE}")
+  if ((SPARE_NODES > 0)); then
+    # Rank r runs on rank_hosts[r] (Slurm would number the nodes by host name).
+    printf '%s\n' "${rank_hosts[@]}" >"${hostfile}"
+    launch=(env "SLURM_HOSTFILE=${hostfile}" srun --distribution=arbitrary
+      --nodes="${#train_nodes[@]}" --ntasks="${#rank_hosts[@]}")
+    # Slurm 22.05 may never end the failed step's record (its survivors exited before the
+    # node was taken out): it keeps their CPUs, and a new step waits for them forever.
+    if ((replacements > 0)); then launch+=(--overlap); fi
+    log "launching ${FTRAIN_BIN} train on ${#rank_hosts[@]} ranks: $(paste -sd' ' "${hostfile}")"
+  else
+    log "launching ${FTRAIN_BIN} train on $((SLURM_NNODES * RANKS_PER_NODE)) ranks"
+  fi
   rm -f "${CONFIG_ERROR}"  # the trainer writes it when it exits 2
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of overrides
-  srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node="${RANKS_PER_NODE}" \
+  "${launch[@]}" --mpi=pmix --kill-on-bad-exit=1 \
     "${FTRAIN_BIN}" train --config "${CONFIG}" --data.path="${DATA}" --run.dir="${RUN_DIR}" \
     --train.resume=auto "${ckpt_args[@]}" ${TRAIN_ARGS} &
   srun_pid=$!
@@ -298,6 +440,8 @@ while :; do
     exit "${EXIT_CONFIG}"
   fi
   lost="$(work_since_checkpoint)$(last_step_fields)"  # "lost_s":... in the records below
+  # With spares a lost node is replaced at once; the in-job restart budget is for rank failures.
+  if ((SPARE_NODES > 0)) && replace_failed_nodes "${rc}" "${lost}" "$(now)"; then continue; fi
   if ! nodes_healthy; then
     log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue for up to ${HEALTH_WAIT_S} s"
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"

@@ -1,5 +1,5 @@
-// Unit tests: rank discovery from each environment source, hostlists, shard arithmetic,
-// config parsing and overrides. No processes, no network.
+// Unit tests: rank discovery from each environment source, hostlists, node numbering, shard
+// arithmetic, config parsing and overrides. No processes, no network.
 #include "comm/world.h"
 
 #include <gtest/gtest.h>
@@ -129,6 +129,25 @@ TEST(ExpandHostlist, Forms) {
   EXPECT_EQ(*h, want);
   EXPECT_FALSE(ExpandHostlist("node[1-").ok());
   EXPECT_FALSE(ExpandHostlist("node[3-1]").ok());
+}
+
+TEST(NodesByLowestRank, BlockLayoutIsUnchanged) {
+  // 3 nodes x 2 ranks as srun's block distribution lays them out.
+  const std::vector<int> block = {0, 0, 1, 1, 2, 2};
+  EXPECT_EQ(NodesByLowestRank(block), block);
+  EXPECT_EQ(NodesByLowestRank({0}), std::vector<int>({0}));
+  EXPECT_EQ(NodesByLowestRank({}), std::vector<int>());
+}
+
+TEST(NodesByLowestRank, SpareKeepsTheDeadNodesPlace) {
+  // Nodes {n1, n2} ran ranks {0,1}, {2,3}; n1 died and spare n3 took ranks 0,1. Slurm numbers
+  // the relaunched step's nodes by host name (n2 = 0, n3 = 1), so the ranks see node ids
+  // {1,1,0,0}; by lowest rank n3 is node 0 again and n2 node 1, as before the failure.
+  EXPECT_EQ(NodesByLowestRank({1, 1, 0, 0}), std::vector<int>({0, 0, 1, 1}));
+  // The middle node of three replaced by a spare that sorts last.
+  EXPECT_EQ(NodesByLowestRank({0, 0, 2, 2, 1, 1}), std::vector<int>({0, 0, 1, 1, 2, 2}));
+  // Launcher ids need not be dense.
+  EXPECT_EQ(NodesByLowestRank({7, 3, 7, 3}), std::vector<int>({0, 1, 0, 1}));
 }
 
 TEST(ShardOf, CoversEveryElementOnceForUnevenSizes) {

@@ -265,6 +265,17 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
   const WorldInfo& w = im.world;
   SetLogPrefix("rank " + std::to_string(w.rank) + "/" + std::to_string(w.world_size));
   FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout, AgreeOnWorld(*im.store, w, timeout));
+  // Nodes are numbered by their lowest rank, not by the launcher's host-name order: a step
+  // relaunched with a spare in place of a dead node keeps every group's member order.
+  std::vector<int> launcher_node;
+  for (const RankRecord& rec : layout) launcher_node.push_back(rec.node);
+  const std::vector<int> node_index = NodesByLowestRank(launcher_node);
+  for (size_t r = 0; r < layout.size(); ++r) layout[r].node = node_index[r];
+  if (node_index[static_cast<size_t>(w.rank)] != w.node_rank) {
+    FT_LOG(Info) << "dist: launcher node id " << w.node_rank << " is node "
+                 << node_index[static_cast<size_t>(w.rank)] << " by lowest rank";
+    im.world.node_rank = node_index[static_cast<size_t>(w.rank)];
+  }
 
   const auto op_timeout = std::chrono::milliseconds(1000LL * options.op_timeout_s);
   // One factory for every group: Gloo over TCP, or NCCL on this rank's GPU (local rank).

@@ -200,6 +200,17 @@ StatusOr<WorldInfo> DiscoverFromEnv(const EnvMap& env) {
   return w;
 }
 
+std::vector<int> NodesByLowestRank(const std::vector<int>& node_of_rank) {
+  std::map<int, int> index_of_id;  // launcher node id -> index by lowest rank
+  std::vector<int> out;
+  out.reserve(node_of_rank.size());
+  for (int id : node_of_rank) {  // ranks in order: a node's first rank is its lowest
+    auto it = index_of_id.emplace(id, static_cast<int>(index_of_id.size())).first;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 Status ValidateWorld(const WorldInfo& w, const std::string& origin) {
   auto bad = [&](const std::string& what) {
     return Status::InvalidArgument(origin + ": " + what + " (" + DescribeWorld(w) + ")");

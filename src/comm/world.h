@@ -42,6 +42,13 @@ StatusOr<WorldInfo> DiscoverFromEnv(const EnvMap& env);
 // Expands a Slurm hostlist such as "node[1-3,07],gpu-a" into host names, in order.
 StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& list);
 
+// The node index of every rank when nodes are numbered in the order of their lowest global
+// rank; node_of_rank[r] is the launcher's node id of rank r (Slurm numbers a step's nodes in
+// host-name order). The identity for the usual block layout; for a step relaunched on a
+// spare node with the dead node's ranks (srun -m arbitrary) it gives every node the index it
+// had in the original layout, so the node groups keep their member order (reduction order).
+std::vector<int> NodesByLowestRank(const std::vector<int>& node_of_rank);
+
 // Checks ranges: 0 <= rank < world, 0 <= local_rank < local_world_size, node_rank < num_nodes.
 Status ValidateWorld(const WorldInfo& w, const std::string& origin);
 

@@ -148,6 +148,11 @@ memory survived its crash ($(grep 'stale shared-memory' "${run}/logs/ckptd-${nod
   log "after the node failure every rank restored from disk (${node}'s memory died with it)"
 }
 
+# SIGSTOP / SIGCONT every rank of run NAME: a node failure then lands before the next step
+# however fast the tiny model trains (the ranks on the failed node die stopped).
+e2e_freeze_ranks() { e2e_rank_pids "$1" | xargs -r kill -STOP; }
+e2e_thaw_ranks() { e2e_rank_pids "$1" | xargs -r kill -CONT; }
+
 # The run's final checkpoint is bit-identical to the reference, every step's loss (as
 # written) equals the reference's, metrics.jsonl has one line per step, every checkpoint
 # verifies. CKPT_ROOT: where the run's checkpoints are (default RUN/checkpoints).

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# train_spare_node_test.sh - a hot spare replaces a failed training node inside the allocation:
+# `sbatch --nodes=3 --no-kill slurm/train.sh` with FTRAIN_SPARE_NODES=1 trains on 2 nodes x 2
+# ranks; a training node crashes (fail-node) at a random step; train.sh relaunches the step on
+# the survivor plus the spare with the same ranks on the survivor and the dead node's ranks on
+# the spare. The job never leaves RUNNING (no requeue), restarts.jsonl records the replacement,
+# and the run ends bit-identical to the uninterrupted reference.
+# The spare is the batch host (node1) and the crash hits the last training node, so the spare
+# sorts before the survivor: Slurm numbers the relaunched step's nodes the other way round and
+# the trainer must number them by lowest rank. FTRAIN_TEST_SEED reproduces a run (printed).
+# Needs a cluster of >= 3 nodes (FTRAIN_TEST_NODES). Exit 0 pass, 1 fail, 77 skip.
+set -euo pipefail
+
+SLURM_TEST_NAME="train_spare_node_test"
+SEED="${FTRAIN_TEST_SEED:-$(($(date +%s) % 100000))}"
+FAIL_AT_STEP=$((8 + SEED % 40))  # 8..47 of 60: before, between and after checkpoints
+
+# shellcheck source=tests/slurm/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+# shellcheck source=tests/slurm/e2e.sh
+source "${SLURM_TEST_LIB_DIR}/e2e.sh"
+e2e_setup
+mapfile -t nodes < <(cluster_nodes)
+((${#nodes[@]} >= 3)) || skip "needs a cluster of 3 nodes (FTRAIN_TEST_NODES=3), have ${#nodes[@]}"
+
+# A 3-node job on 3 idle nodes: the batch host is the first one.
+export FTRAIN_SPARE_NODES=1 FTRAIN_SPARE_NODELIST="${nodes[0]}"
+log "seed ${SEED}: crash training node ${nodes[2]} at step ~${FAIL_AT_STEP}, spare ${nodes[0]} (FTRAIN_TEST_SEED=${SEED} reproduces)"
+JOB_ID="$(e2e_submit spare --nodes=3 --no-kill)"
+# Every state the job is seen in, until it ends: must be RUNNING, then COMPLETED.
+(while sleep 0.5; do
+  s="$(job_state "${JOB_ID}")"
+  echo "${s}"
+  [[ ! "${s}" =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]] || break
+done) >"${WORK_DIR}/states" 2>/dev/null &
+wait_for_file_lines "${WORK_DIR}/spare/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
+[[ "$(job_field "${JOB_ID}" BatchHost)" == "${nodes[0]}" ]] ||
+  fail "the batch host is $(job_field "${JOB_ID}" BatchHost), not ${nodes[0]}"
+t_fail="$(now_s)"
+e2e_freeze_ranks spare
+e2e_fail_node "${nodes[2]}"
+e2e_thaw_ranks spare
+wait_for 120 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' \
+  "${WORK_DIR}/spare/restarts.jsonl"
+t_relaunch="$(now_s)"
+e2e_wait_done "${JOB_ID}" spare
+t_done="$(now_s)"
+wait
+log "fail-node -> relaunch on the spare $(elapsed_s "${t_fail}" "${t_relaunch}") s; -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
+
+[[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued ($(e2e_restarts "${JOB_ID}") restarts)"
+bad="$(grep -Ev '^(PENDING|RUNNING|COMPLETED)$' "${WORK_DIR}/states" | sort -u | paste -sd' ' || true)"
+[[ -z "${bad}" ]] || fail "the job left RUNNING: states seen: ${bad}"
+[[ "$(grep -v PENDING "${WORK_DIR}/states" | uniq | paste -sd' ')" == "RUNNING COMPLETED" ]] ||
+  fail "job states: $(uniq "${WORK_DIR}/states" | paste -sd' ')"
+rec="$(grep '"event":"restarted","cause":"node_failure"' "${WORK_DIR}/spare/restarts.jsonl")"
+[[ "${rec}" == *"\"node\":\"${nodes[2]}\",\"spare\":\"${nodes[0]}\""* && "${rec}" == *'"detected":'* ]] ||
+  fail "the replacement record does not name the nodes: ${rec}"
+grep -q "\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"${nodes[2]}\"" \
+  "${WORK_DIR}/spare/restarts.jsonl" || fail "no step_failed record: $(cat "${WORK_DIR}/spare/restarts.jsonl")"
+out="$(cat "${WORK_DIR}"/spare-*.out)"
+[[ "${out}" == *"4 ranks: ${nodes[1]} ${nodes[1]} ${nodes[0]} ${nodes[0]}"* ]] ||
+  fail "the relaunch did not put ranks 2,3 on the spare"
+[[ "${out}" == *"launcher node id 1 is node 0 by lowest rank"* ]] ||
+  fail "the trainer did not renumber the nodes of the relaunched step"
+e2e_expect_identical spare
+log "PASS: ${nodes[2]} crashed at step ${FAIL_AT_STEP}; its ranks ran on spare ${nodes[0]}, never requeued, bit-identical"
+PASSED=1
