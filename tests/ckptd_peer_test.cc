@@ -198,6 +198,9 @@ TEST_F(CkptdPeerTest, RingReplicatesAndAReplacementNodeRestoresFromPeerMemory) {
     return false;
   })) << Replication("a").dump();
   EXPECT_EQ(Replication("a")["buddy"], Addr("b"));
+  auto ctl = RunCommand(BinDir() + "/ckptctl status " + run_ + " --node b --node a", 30);
+  EXPECT_NE(ctl.output.find("holds rank 0 step 2 "), std::string::npos) << ctl.output;
+  EXPECT_NE(ctl.output.find("rank 0 -> buddy: newest_step 2 "), std::string::npos) << ctl.output;
   // C replaces node A: its trainer of rank 0 pulls step 2 from peer memory, then restores
   // it from C's memory: bit-identical to the state, and every tensor piece matches the
   // committed manifest's XXH3 (what resume checks).
