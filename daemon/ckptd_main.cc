@@ -7,12 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "ckpt/ckptd_protocol.h"
 #include "cli/cli_util.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "peer_auth.h"
+#include "peer_wire.h"
 #include "server.h"
 #include "shm_slots.h"
 
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
   int64_t keep_every = 0;
   double memory_gb = 8, max_mb_s = 0;
   int64_t test_uid = -1;
+  std::string secret_file;
   const Status log = ftrain::cli::InitLogLevel(&argc, argv);  // --log-level, FTRAIN_LOG_LEVEL
   if (!log.ok()) return ftrain::cli::Fail(prog, log);
   po::options_description opts(
@@ -58,6 +62,22 @@ int main(int argc, char** argv) {
       "prom-dir", po::value<std::string>(&o.prom_dir),
       "write Prometheus metrics to ckptd-[JOB-]NODE.prom in this directory (node_exporter's "
       "textfile collector directory; default: none)")(
+      "peer-listen", po::value<std::string>(&o.peer.listen),
+      "buddy replication: accept peers' replicas and fetches on HOST:PORT (port 0: any; the "
+      "bound address goes to RUN/ckptd-NODE/peer-addr)")(
+      "buddy", po::value<std::string>(&o.peer.buddy),
+      "replicate every persisted snapshot to the daemon at HOST:PORT")(
+      "buddy-file", po::value<std::string>(&o.peer.buddy_file),
+      "replicate to the address in this file (e.g. RUN/ckptd-NEXT/peer-addr), read when it "
+      "appears and again before every connection")(
+      "job-secret-file", po::value<std::string>(&secret_file),
+      "the per-job secret peers must prove (mode 0600, this user's; default: "
+      "$FTRAIN_JOB_SECRET)")("job-id", po::value<std::string>(&o.peer.job),
+                             "job id bound into the peer handshake (default: $SLURM_JOB_ID)")(
+      "replica-memory-gb", po::value<double>(&o.peer.replica_memory_gb),
+      "memory for replicas held for other nodes (GiB, default 8)")(
+      "peer-timeout-s", po::value<double>(&o.peer.timeout_s),
+      "peer connect/handshake/frame timeout (seconds, default 10)")(
       "test-allowed-uid", po::value<int64_t>(&test_uid), "tests only: the uid allowed to connect")(
       "cleanup",
       "do not serve: unlink the shared memory a dead daemon of this run and node left "
@@ -89,6 +109,46 @@ int main(int argc, char** argv) {
   if (slots < 2 || slots > 16)
     return bad("--slots-per-rank " + std::to_string(slots) + " is outside 2..16");
   if (!(max_mb_s >= 0) || max_mb_s > 1e6) return bad("--max-mb-s must be in [0, 1e6]");
+  if (o.peer.enabled()) {
+    if (o.peer.job.empty()) {
+      const char* j = std::getenv("SLURM_JOB_ID");
+      o.peer.job = j != nullptr ? j : "";
+    }
+    if (o.peer.job.empty())
+      return bad(
+          "buddy replication needs --job-id (or $SLURM_JOB_ID): it is part of the handshake");
+    if (!ftrain::ckptd::peer::IsSafeJobId(o.peer.job))
+      return bad("--job-id '" + o.peer.job + "' must be [A-Za-z0-9._-]{1,64}");
+    auto secret = !secret_file.empty() ? ftrain::ckptd::peer::ReadSecretFile(secret_file)
+                                       : ftrain::ckptd::peer::SecretFromEnv();
+    if (!secret.ok()) {
+      if (secret.status().code() == Status::Code::kNotFound) {
+        return bad(
+            "buddy replication needs the job secret: --job-secret-file PATH (mode 0600) "
+            "or $FTRAIN_JOB_SECRET");
+      }
+      return bad(secret.status().message());
+    }
+    o.peer.secret = std::move(secret).value();
+    std::string host;
+    int port = 0;
+    if (!o.peer.listen.empty()) {
+      Status a = ftrain::ckptd::peer::ParseHostPort(o.peer.listen, true, &host, &port);
+      if (!a.ok()) return bad("--peer-listen: " + a.message());
+    }
+    if (!o.peer.buddy.empty()) {
+      Status a = ftrain::ckptd::peer::ParseHostPort(o.peer.buddy, false, &host, &port);
+      if (!a.ok()) return bad("--buddy: " + a.message());
+    }
+    if (!o.peer.buddy.empty() && !o.peer.buddy_file.empty())
+      return bad("give --buddy or --buddy-file, not both");
+    if (!(o.peer.replica_memory_gb > 0) || o.peer.replica_memory_gb > 4096)
+      return bad("--replica-memory-gb must be in (0, 4096]");
+    if (!(o.peer.timeout_s >= 0.1) || o.peer.timeout_s > 3600)
+      return bad("--peer-timeout-s must be in [0.1, 3600]");
+  } else if (!secret_file.empty() || vm.count("replica-memory-gb")) {
+    return bad("--job-secret-file / --replica-memory-gb need --peer-listen or --buddy");
+  }
   if (vm.count("cleanup")) {
     // Only when no daemon holds the node lock: its slots are in use.
     const std::string lock =

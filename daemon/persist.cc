@@ -88,6 +88,7 @@ PersistResult Persister::Persist(const PersistJob& job) {
   } else {
     r.raw_bytes = receipt->info.raw_bytes;
     r.stored_bytes = receipt->info.stored_bytes;
+    r.datasets = receipt->info.datasets;
     auto outcome = store_->TryCommit(job.submit.meta);
     if (!outcome.ok()) {
       r.status = outcome.status().Annotate("committing step " + std::to_string(r.step));

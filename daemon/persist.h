@@ -36,6 +36,7 @@ struct PersistResult {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
   double persist_s = 0;
+  std::vector<ckpt::DatasetRecord> datasets;  // what was written, with each piece's XXH3
 };
 
 struct PersistOptions {

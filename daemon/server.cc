@@ -15,6 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
+#include "peer_fetch.h"  // the peer members: complete types for ~Server
+#include "peer_server.h"
+#include "replica_store.h"
+#include "replicator.h"
 
 namespace ftrain::ckptd {
 
@@ -30,6 +34,7 @@ double NowUnix() {
 Server::Server(ServerOptions options) : options_(std::move(options)), store_(options_.root) {}
 
 Server::~Server() {
+  StopPeers();         // before the slots and the wake pipe go
   persister_.reset();  // drains the queue while the slots are still mapped
   for (auto& [fd, c] : conns_) ::close(fd);
   if (listen_fd_ >= 0) {
@@ -105,6 +110,7 @@ Status Server::Start() {
     // Ignored: a full pipe already guarantees a wake-up.
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
   });
+  FT_RETURN_IF_ERROR(StartPeers());
   FT_LOG(Info) << "ckptd: serving node '" << options_.node << "' on " << socket_path_ << " (root "
                << options_.root << ", threads " << options_.persist.threads << ", nice "
                << options_.persist.nice << ", zstd " << options_.persist.zstd_level << ", keep "
@@ -234,7 +240,9 @@ bool Server::Idle() const {
   for (const auto& [r, rs] : ranks_) {
     if (rs.conn >= 0) return false;
     for (const auto& s : rs.slots) {
-      if (s.state == SlotState::kPersisting || s.state == SlotState::kHeld) return false;
+      if (s.state == SlotState::kPersisting || s.state == SlotState::kHeld ||
+          s.state == SlotState::kFetching)
+        return false;
     }
   }
   return true;
@@ -285,7 +293,8 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
       bool fits = !rs.slots.empty() && rs.slots.front().seg->size() >= want;
       if (!fits) {
         for (const auto& s : rs.slots) {
-          if (s.state == SlotState::kHeld || s.state == SlotState::kPersisting) {
+          if (s.state == SlotState::kHeld || s.state == SlotState::kPersisting ||
+              s.state == SlotState::kFetching) {
             refuse("rank " + std::to_string(h->rank) +
                    " needs larger slots but a snapshot is still being written; retry");
             return Disconnect(fd, ""), false;
@@ -386,6 +395,8 @@ bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
            proto::EncodeRestoreOk(best != nullptr ? &best->submit : nullptr));
       return true;
     }
+    case MsgType::kFetchPeer:
+      return StartFetch(fd, c, payload);
     default:
       return Disconnect(fd, "unexpected message type " + std::to_string(static_cast<int>(type))),
              false;
@@ -412,6 +423,7 @@ void Server::ServeAcquires() {
       }
     }
     if (pick >= 0) {
+      MarkReused(rs.slots[pick]);
       rs.slots[pick].state = SlotState::kHeld;
       rs.slots[pick].step = -1;
       c.waiting_acquire = false;
@@ -434,6 +446,7 @@ void Server::DrainResults() {
         if (r.status.ok() && s.state == SlotState::kRetained) s.state = SlotState::kFree;
       }
       rs.slots[r.slot].state = r.status.ok() ? SlotState::kRetained : SlotState::kFree;
+      if (r.status.ok()) OfferReplica(r, rs.slots[r.slot]);
     }
     const double mbps = r.persist_s > 0 ? static_cast<double>(r.raw_bytes) / r.persist_s / 1e6 : 0;
     if (!r.status.ok()) {
@@ -459,6 +472,7 @@ void Server::DrainResults() {
                  << " persist_s=" << r.persist_s << " MB/s=" << mbps
                  << (r.committed ? " committed=yes" : " committed=no");
   }
+  DrainPeerResults();
 }
 
 std::string Server::StatusJson() {
@@ -512,6 +526,7 @@ std::string Server::StatusJson() {
        stored_bytes_ > 0 ? static_cast<double>(raw_bytes_) / static_cast<double>(stored_bytes_)
                          : 0.0},
       {"shm_bytes", SlotBytesInUse()},
+      {"replication", ReplicationJson()},
   };
   return j.dump();
 }

@@ -7,16 +7,19 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/store.h"
 #include "core/prom_textfile.h"
+#include "peer_options.h"
 #include "persist.h"
 #include "shm_slots.h"
 
@@ -31,7 +34,14 @@ struct ServerOptions {
   int slots_per_rank = 2;
   uid_t allowed_uid = 0;  // the job's user (getuid() unless a test says otherwise)
   std::string prom_dir;   // --prom-dir: node_exporter textfile directory; "" = none
+  PeerOptions peer;       // buddy replication (server_peer.cc)
 };
+
+class ReplicaStore;
+class PeerServer;
+class Replicator;
+class PeerFetcher;
+struct FetchResult;
 
 class Server {
  public:
@@ -48,9 +58,13 @@ class Server {
   // trainer restarted on this node can restore from memory (RESTORE). A retained slot is
   // handed out for the next snapshot when no slot is free (retention never costs the
   // trainer a wait).
-  enum class SlotState { kFree, kHeld, kPersisting, kRetained };
+  // kFetching: being filled from a peer's replica (FETCH_PEER), then kRetained.
+  enum class SlotState { kFree, kHeld, kPersisting, kRetained, kFetching };
   struct Slot {
-    std::unique_ptr<ShmSegment> seg;
+    // Shared with a replication or fetch in flight, which keeps the mapping alive.
+    std::shared_ptr<ShmSegment> seg;
+    // Set (and dropped) when the slot is handed out again: a replication reading it stops.
+    std::shared_ptr<std::atomic<bool>> reused;
     SlotState state = SlotState::kFree;
     int64_t step = -1;
     ckpt::proto::Submit submit;  // descriptor of what the slot holds (persisting/retained)
@@ -69,7 +83,18 @@ class Server {
     int rank = -1;  // after HELLO
     std::string in;
     bool waiting_acquire = false;
+    bool waiting_fetch = false;  // FETCH_PEER in flight; answered by DrainPeerResults
   };
+
+  // Buddy replication (server_peer.cc).
+  Status StartPeers();
+  void StopPeers();
+  bool StartFetch(int fd, Conn& c, const std::string& payload);
+  void OfferReplica(const PersistResult& r, Slot& slot);
+  void DrainPeerResults();
+  nlohmann::json ReplicationJson() const;
+  std::vector<PromSample> PeerPromSamples() const;
+  static void MarkReused(Slot& slot);
 
   void Accept();
   // false: the peer must be disconnected (reason logged).
@@ -113,6 +138,14 @@ class Server {
   std::unique_ptr<PromTextfile> prom_;
   double prom_written_unix_ = 0;
   std::string prom_error_;  // the last write error logged
+
+  std::unique_ptr<ReplicaStore> replicas_;
+  std::unique_ptr<PeerServer> peer_server_;
+  std::unique_ptr<Replicator> replicator_;
+  std::unique_ptr<PeerFetcher> fetcher_;
+  std::string peer_addr_file_;
+  std::vector<FetchResult> fetch_results_;                         // guarded by results_mu_
+  uint64_t fetches_ = 0, fetch_failures_ = 0, fetched_bytes_ = 0;  // loop thread only
 };
 
 }  // namespace ftrain::ckptd

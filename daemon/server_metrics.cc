@@ -45,7 +45,7 @@ void Server::MaybeWritePromFile(bool force) {
     for (const auto& s : rs.slots) persisting += s.state == SlotState::kPersisting;
   }
   auto d = [](auto v) { return static_cast<double>(v); };
-  const std::vector<PromSample> samples = {
+  std::vector<PromSample> samples = {
       {"ckptd_snapshots_in_flight", "Snapshots handed over and not yet persisted.", false,
        d(persisting)},
       {"ckptd_queue_depth", "Snapshots waiting for the persist thread.", false,
@@ -68,6 +68,7 @@ void Server::MaybeWritePromFile(bool force) {
       {"ckptd_persist_failures_total", "Snapshots whose persist failed.", true, d(failures_)},
       {"ckptd_updated_timestamp_seconds", "When this file was written.", false, now},
   };
+  for (auto& p : PeerPromSamples()) samples.push_back(std::move(p));
   Status s = prom_->Write(samples);
   if (!s.ok() && s.message() != prom_error_) {
     // Not fatal: checkpoints matter more than their metrics; retried next second.

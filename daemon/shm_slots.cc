@@ -36,17 +36,26 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return fail("mmap");
+  struct stat st {};
+  ::fstat(fd, &st);  // cannot fail on an open fd; the identity checked at unlink
   ::close(fd);
   std::unique_ptr<ShmSegment> seg(new ShmSegment());
   seg->name_ = name;
   seg->size_ = bytes;
   seg->data_ = static_cast<uint8_t*>(p);
+  seg->dev_ = st.st_dev;
+  seg->ino_ = st.st_ino;
   return seg;
 }
 
 ShmSegment::~ShmSegment() {
   if (data_ != nullptr) ::munmap(data_, size_);
-  ::shm_unlink(name_.c_str());  // ignored: nothing to do if it is already gone
+  int fd = ::shm_open(name_.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return;  // already gone
+  struct stat st {};
+  const bool mine = ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  ::close(fd);
+  if (mine) ::shm_unlink(name_.c_str());  // ignored: nothing to do if it is already gone
 }
 
 int UnlinkStaleSegments(const std::string& prefix) {

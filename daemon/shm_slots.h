@@ -16,7 +16,9 @@ class ShmSegment {
   // `name` starts with '/'. An existing segment of that name is replaced (stale leftovers of
   // a daemon that was SIGKILLed).
   static StatusOr<std::unique_ptr<ShmSegment>> Create(const std::string& name, uint64_t bytes);
-  ~ShmSegment();  // munmap + shm_unlink
+  // munmap + shm_unlink (only if the name still is this segment: a replication that held
+  // it can outlive the slot, and a new slot of the same name may exist by then).
+  ~ShmSegment();
 
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
@@ -27,6 +29,7 @@ class ShmSegment {
   std::string name_;
   uint64_t size_ = 0;
   uint8_t* data_ = nullptr;
+  uint64_t dev_ = 0, ino_ = 0;
 };
 
 // Unlinks every /dev/shm entry starting with `prefix` (no leading '/'); returns the count.

@@ -24,6 +24,7 @@ PACKAGES=(
   libgloo-dev
   libhdf5-dev hdf5-tools
   libzstd-dev zstd zlib1g-dev
+  libssl-dev  # ckptd peer handshake: RAND_bytes, HMAC-SHA256, CRYPTO_memcmp (libcrypto)
   libxxhash-dev
   libsentencepiece-dev sentencepiece
   libboost-program-options-dev

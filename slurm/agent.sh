@@ -14,6 +14,12 @@
 # With spare nodes (FTRAIN_SPARE_NODES > 0, the job submitted with --no-kill) Slurm keeps the
 # job RUNNING when the batch host (FTRAIN_BATCH_HOST) dies, with nobody left to run train.sh:
 # the agents on the first two other nodes then requeue the job, as Slurm would without spares.
+# FTRAIN_REPLICATION=1 (train.sh sets it with spare nodes): buddy replication; each daemon
+# listens for peers on this host name (FTRAIN_PEER_HOST, default `hostname`; FTRAIN_PEER_PORT,
+# default any free port) and
+# streams its snapshots to the next node of the job's node list (a ring, spares included),
+# authenticated with the start's secret (RUN/.ckptd-secret, made by train.sh, mode 0600);
+# FTRAIN_REPLICA_MEMORY_GB bounds what a daemon holds for others (default 8).
 # The daemon's log is RUN/logs/ckptd-<node>.log (appended; `ftrain paths RUN --node N`).
 set -uo pipefail
 
@@ -35,6 +41,22 @@ paths() { "${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}" --get "$1"; }
 CKPT_ROOT="${FTRAIN_CKPT_ROOT:-$(paths checkpoints)}" || exit 1
 LOG="$(paths ckptd_log)" || exit 1
 RESTARTS="$(paths restarts)" || exit 1
+
+peer_args=()
+if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then
+  mapfile -t ring < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+  buddy=""
+  for i in "${!ring[@]}"; do
+    [[ "${ring[i]}" == "${NODE}" ]] && buddy="${ring[$(((i + 1) % ${#ring[@]}))]}"
+  done
+  if [[ -n "${buddy}" && "${buddy}" != "${NODE}" ]]; then
+    peer_args=(--peer-listen "${FTRAIN_PEER_HOST:-$(hostname)}:${FTRAIN_PEER_PORT:-0}"
+      --buddy-file "$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${buddy}" --get ckptd_peer_addr)"
+      --job-secret-file "$(paths replication_secret)"
+      --replica-memory-gb "${FTRAIN_REPLICA_MEMORY_GB:-8}")
+    log "buddy replication: snapshots of this node go to ${buddy}'s daemon"
+  fi
+fi
 mkdir -p "$(dirname "${LOG}")"
 
 # Requeues the job once the batch host is no longer in it (Slurm took it out: --no-kill), unless
@@ -80,7 +102,7 @@ restarts=0
 backoff=1
 while :; do
   # shellcheck disable=SC2086  # CKPTD_ARGS is a list of flags
-  "${CKPTD_BIN}" --root "${CKPT_ROOT}" --run-dir "${RUN_DIR}" --node "${NODE}" ${CKPTD_ARGS} \
+  "${CKPTD_BIN}" --root "${CKPT_ROOT}" --run-dir "${RUN_DIR}" --node "${NODE}" "${peer_args[@]}" ${CKPTD_ARGS} \
     >>"${LOG}" 2>&1 &
   pid=$!
   log "ckptd started (pid ${pid}, log ${LOG})"

@@ -53,6 +53,10 @@ CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (s
 CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
 SPARE_NODES="${FTRAIN_SPARE_NODES:-0}"         # hot spares: idle nodes that replace a failed one
 SPARE_NODELIST="${FTRAIN_SPARE_NODELIST:-}"    # which (default: the last ones, not the batch host)
+# Buddy replication of the daemons' snapshots (a replacement node restores from a peer's
+# memory): auto = on with spare nodes (without them a node failure requeues the whole job and
+# every daemon, so no peer memory survives it), 1 = on, 0 = off.
+REPLICATION="${FTRAIN_REPLICATION:-auto}"
 # FTRAIN_CKPTD_ARGS (ckptd flags, e.g. "--threads 1 --nice 19") is read by agent.sh.
 # FTRAIN_CKPT_ROOT (optional) is passed to the trainer as --ckpt.root; without it ckpt.root
 # comes from the config or FTRAIN_ARGS, as the trainer resolves it (see "paths" below).
@@ -329,6 +333,17 @@ fi
 if [[ "${CKPTD}" == "1" ]]; then
   # agent.sh starts each daemon on the checkpoint root the trainer resolved.
   export FTRAIN_RUN_DIR="${RUN_DIR}" FTRAIN_HOME FTRAIN_BIN FTRAIN_CKPT_ROOT="${CKPT_ROOT}"
+  if [[ "${REPLICATION}" == "1" || ("${REPLICATION}" == "auto" && "${SPARE_NODES}" != "0") ]]; then
+    # A new secret for every start (this start's daemons are the only ones that may talk);
+    # created 0600 before any byte goes in, never passed on a command line.
+    secret_file="${P[replication_secret]}"
+    rm -f "${secret_file}"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"${secret_file}")
+    export FTRAIN_REPLICATION=1
+    log "buddy replication on: each node's daemon copies its snapshots to the next node's"
+  else
+    export FTRAIN_REPLICATION=0
+  fi
   mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   node_args=()
   for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done

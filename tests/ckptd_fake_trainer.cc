@@ -8,7 +8,11 @@
 // daemon holds none, 4 when a byte differs. --fake-gpu marks every tensor as device memory and
 // hands the client a DeviceMemory that copies with memcpy (no GPU here): the routing a GPU
 // rank uses (registration of the slots, copies straight into them) with host bytes; exit 5
-// when a copy missed the registered slots.
+// when a copy missed the registered slots. --fetch-peer STEP [--peer ADDR] first asks the
+// daemon to pull this rank's replica of STEP from peer memory (prints "fetched step N from
+// peer H:P bytes=B seconds=T MB/s=M", exit 6 when no peer holds it); --check-manifest ROOT
+// checks the restored tensors against the committed manifest's XXH3 as the trainer's resume
+// does (prints "manifest check: N pieces match", exit 7 on a mismatch).
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +24,8 @@
 #include <vector>
 
 #include "ckpt/ckptd_client.h"
+#include "ckpt/filename.h"
+#include "ckpt/reader.h"
 #include "ckpt_fixture.h"
 
 namespace {
@@ -81,11 +87,17 @@ int main(int argc, char** argv) {
   }
   int64_t scale = 1;
   bool kill_after = false, restore = false, fake_gpu = false;
+  int64_t fetch_step = -1;
+  std::string peer, manifest_root;
   for (int i = 6; i < argc; ++i) {
     if (std::strcmp(argv[i], "--restore") == 0) restore = true;
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kill-after-submit") == 0) kill_after = true;
     if (std::strcmp(argv[i], "--fake-gpu") == 0) fake_gpu = true;
+    if (std::strcmp(argv[i], "--fetch-peer") == 0 && i + 1 < argc)
+      fetch_step = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--peer") == 0 && i + 1 < argc) peer = argv[++i];
+    if (std::strcmp(argv[i], "--check-manifest") == 0 && i + 1 < argc) manifest_root = argv[++i];
   }
   using ftrain::testing::RankState;
   const uint64_t slot_bytes =
@@ -96,6 +108,21 @@ int main(int argc, char** argv) {
   if (!client.ok()) {
     std::fprintf(stderr, "fake trainer rank %d: %s\n", rank, client.status().ToString().c_str());
     return 1;
+  }
+  if (fetch_step >= 0) {
+    auto f = (*client)->FetchFromPeer(fetch_step, peer);
+    if (!f.ok()) {
+      std::fprintf(stderr, "fetch-peer: %s\n", f.status().ToString().c_str());
+      return 1;
+    }
+    if (!f->found) {
+      std::printf("not in peer memory: %s\n", f->detail.c_str());
+      return 6;
+    }
+    std::printf("fetched step %lld from %s bytes=%llu seconds=%.6f MB/s=%.1f\n",
+                static_cast<long long>(f->step), f->source.c_str(),
+                static_cast<unsigned long long>(f->bytes), f->seconds, f->mb_per_s());
+    std::fflush(stdout);
   }
   if (restore) {
     auto snap = (*client)->Restore();
@@ -132,6 +159,34 @@ int main(int argc, char** argv) {
     std::printf("restored step %lld (%zu pieces)\n", static_cast<long long>(sub.step),
                 sub.pieces.size());
     std::fflush(stdout);
+    if (!manifest_root.empty()) {
+      // What resume does with an in-memory snapshot: each tensor piece only if its XXH3 is
+      // the committed manifest's for this rank and slice.
+      auto reader = ftrain::ckpt::CheckpointReader::Open(manifest_root + "/" +
+                                                         ftrain::ckpt::StepDirName(sub.step));
+      if (!reader.ok()) {
+        std::fprintf(stderr, "manifest: %s\n", reader.status().ToString().c_str());
+        return 7;
+      }
+      int matched = 0;
+      for (const auto& p : sub.pieces) {
+        if (p.is_blob) continue;
+        const auto* t = (*reader)->manifest().FindTensor(p.kind, p.name);
+        bool ok = false;
+        for (const auto& mp : t != nullptr ? t->pieces : std::vector<ftrain::ckpt::TensorPiece>{}) {
+          ok = ok || (mp.rank == rank && mp.offset == p.offset && mp.length == p.length &&
+                      mp.xxh3 == ftrain::ckpt::Xxh3((*snap)->base + p.slot_offset,
+                                                    p.length * ftrain::ckpt::DTypeSize(p.dtype)));
+        }
+        if (!ok) {
+          std::printf("manifest check: piece %s/%s does not match\n", p.kind.c_str(),
+                      p.name.c_str());
+          return 7;
+        }
+        ++matched;
+      }
+      std::printf("manifest check: %d pieces match\n", matched);
+    }
   }
   for (int64_t step : steps) {
     RankState state(step, rank, world, scale);

@@ -108,7 +108,7 @@ TEST(CkptdHeader, RefusesBadMagicVersionTypeAndLength) {
   ExpectRefused(patched(0, &magic, 4), "bad magic");
   const uint16_t version = kVersion + 1;
   ExpectRefused(patched(4, &version, 2), "version 2 (this daemon speaks 1)");
-  for (uint16_t type : {uint16_t{0}, uint16_t{12}, uint16_t{0xffff}}) {
+  for (uint16_t type : {uint16_t{0}, uint16_t{14}, uint16_t{0xffff}}) {
     ExpectRefused(patched(6, &type, 2), "unknown message type " + std::to_string(type));
   }
   const uint32_t too_long = kMaxPayload + 1;

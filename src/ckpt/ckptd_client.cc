@@ -295,6 +295,23 @@ StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
   return std::optional<MemorySnapshot>(std::move(snap));
 }
 
+StatusOr<CkptdClient::PeerFetch> CkptdClient::FetchFromPeer(int64_t step,
+                                                            const std::string& address,
+                                                            double timeout_s) {
+  FT_ASSIGN_OR_RETURN(std::string reply,
+                      Call(proto::MsgType::kFetchPeer, proto::EncodeFetchPeer({step, address}),
+                           proto::MsgType::kFetchOk, timeout_s));
+  FT_ASSIGN_OR_RETURN(proto::FetchPeerOk ok, proto::DecodeFetchPeerOk(reply));
+  PeerFetch f;
+  f.found = ok.found;
+  f.step = ok.step;
+  f.source = ok.source;
+  f.bytes = ok.bytes;
+  f.seconds = ok.seconds;
+  f.detail = ok.detail;
+  return f;
+}
+
 StatusOr<std::string> CkptdClient::StatusJson() {
   return Call(proto::MsgType::kStatus, "", proto::MsgType::kStatusOk, 10);
 }

@@ -101,6 +101,24 @@ class CkptdClient {
   };
   StatusOr<std::optional<MemorySnapshot>> Restore();
 
+  // Restore from a peer's memory (a replacement node): asks this node's daemon to pull this
+  // rank's replica of `step` from the peers (`address` HOST:PORT, or "" = every daemon that
+  // published RUN/ckptd-*/peer-addr) into one of this rank's slots. found: from now on
+  // Restore() returns it exactly like a snapshot this rank wrote here (check it against the
+  // committed manifest as usual). Not found is not an error (read from disk); an error is a
+  // refusal (no free slot, replication not configured) or a lost daemon.
+  struct PeerFetch {
+    bool found = false;
+    int64_t step = 0;
+    std::string source;  // "peer HOST:PORT"
+    uint64_t bytes = 0;
+    double seconds = 0;
+    std::string detail;  // not found: what each peer said
+    double mb_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0; }
+  };
+  StatusOr<PeerFetch> FetchFromPeer(int64_t step, const std::string& address = "",
+                                    double timeout_s = 600);
+
   // The daemon's status as JSON text.
   StatusOr<std::string> StatusJson();
 

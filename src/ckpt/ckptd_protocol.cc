@@ -56,7 +56,7 @@ class Reader {
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("ckptd protocol: " + what); }
 
-bool KnownType(uint16_t t) { return t >= 1 && t <= static_cast<uint16_t>(MsgType::kRestoreOk); }
+bool KnownType(uint16_t t) { return t >= 1 && t <= static_cast<uint16_t>(MsgType::kFetchOk); }
 
 }  // namespace
 
@@ -305,6 +305,44 @@ StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint
   }
   FT_ASSIGN_OR_RETURN(Submit m, DecodeSubmit(payload.substr(1), slot_bytes));
   return std::optional<Submit>(std::move(m));
+}
+
+std::string EncodeFetchPeer(const FetchPeer& m) {
+  Writer w;
+  w.Put(m.step);
+  w.Str(m.address);
+  return w.Take();
+}
+
+StatusOr<FetchPeer> DecodeFetchPeer(const std::string& payload) {
+  Reader r(payload);
+  FetchPeer m;
+  if (!r.Get(&m.step) || !r.Str(&m.address, 300) || !r.Done()) return Bad("malformed FETCH_PEER");
+  if (m.step < 0 || m.step > kMaxStep) return Bad("FETCH_PEER step out of range");
+  return m;
+}
+
+std::string EncodeFetchPeerOk(const FetchPeerOk& m) {
+  Writer w;
+  w.Put<uint8_t>(m.found ? 1 : 0);
+  w.Put(m.step);
+  w.Put(m.bytes);
+  w.Put(m.seconds);
+  w.Str(m.source);
+  w.Str(m.detail);
+  return w.Take();
+}
+
+StatusOr<FetchPeerOk> DecodeFetchPeerOk(const std::string& payload) {
+  Reader r(payload);
+  FetchPeerOk m;
+  uint8_t found = 0;
+  if (!r.Get(&found) || found > 1 || !r.Get(&m.step) || !r.Get(&m.bytes) || !r.Get(&m.seconds) ||
+      !r.Str(&m.source, 512) || !r.Str(&m.detail, 64u << 10) || !r.Done()) {
+    return Bad("malformed FETCH_PEER_OK");
+  }
+  m.found = found == 1;
+  return m;
 }
 
 ShardContents ContentsOf(const Submit& m, const uint8_t* base) {

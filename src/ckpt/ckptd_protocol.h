@@ -37,6 +37,8 @@ enum class MsgType : uint16_t {
   kError = 9,       // d->c: a refused (but well-formed) request; the connection stays
   kRestore = 10,    // c->d: the newest persisted snapshot of this rank still in memory?
   kRestoreOk = 11,  // d->c: u8 found, then (if found) a Submit naming the retained slot
+  kFetchPeer = 12,  // c->d: pull this rank's replica of a step from peer memory (FetchPeer)
+  kFetchOk = 13,    // d->c: FetchPeerOk; if found, RESTORE now serves it
 };
 
 struct Header {
@@ -100,6 +102,25 @@ StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint
 // Validates everything that does not need daemon state: step and world ranges, safe names,
 // dtypes, shapes, slice bounds, and that every piece lies inside [0, slot_bytes).
 StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes);
+
+// FETCH_PEER (after HELLO): the daemon pulls the replica of this rank at `step` from a
+// peer's memory into one of the rank's slots. `address` "" = every peer of the run dir.
+struct FetchPeer {
+  int64_t step = 0;
+  std::string address;
+};
+struct FetchPeerOk {
+  bool found = false;
+  int64_t step = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::string source;  // "peer HOST:PORT"
+  std::string detail;  // not found: what each peer said
+};
+std::string EncodeFetchPeer(const FetchPeer& m);
+StatusOr<FetchPeer> DecodeFetchPeer(const std::string& payload);
+std::string EncodeFetchPeerOk(const FetchPeerOk& m);
+StatusOr<FetchPeerOk> DecodeFetchPeerOk(const std::string& payload);
 
 // A full message (header + payload).
 std::string Frame(MsgType type, const std::string& payload);

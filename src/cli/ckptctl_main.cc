@@ -120,6 +120,22 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
     }
     const std::string err = j.value("last_error", std::string());
     if (!err.empty()) std::cout << "  last_error " << err << "\n";
+    const nlohmann::json rep = j.value("replication", nlohmann::json::object());
+    if (rep.value("enabled", false)) {
+      std::cout << "  replication job " << rep.value("job_id", "") << " peer "
+                << rep.value("peer_address", "") << " buddy " << rep.value("buddy", "")
+                << " bad_peers " << rep.value("bad_peers", 0) << " fetches "
+                << rep.value("fetches", 0) << "\n";
+      for (const auto& r : rep.value("to_buddy", nlohmann::json::array())) {
+        std::cout << "    rank " << r.value("rank", -1) << " -> buddy: newest_step "
+                  << r.value("newest_step_replicated", -1) << " bytes " << r.value("bytes", 0)
+                  << " failures " << r.value("failures", 0) << "\n";
+      }
+      for (const auto& r : rep.value("replicas_held", nlohmann::json::array())) {
+        std::cout << "    holds rank " << r.value("rank", -1) << " step " << r.value("step", -1)
+                  << " bytes " << r.value("bytes", 0) << " from " << r.value("from", "") << "\n";
+      }
+    }
   }
   return rc;
 }

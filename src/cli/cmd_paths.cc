@@ -72,7 +72,8 @@ int RunPaths(int argc, char** argv) {
                                                            "print one JSON object")(
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
-      "last_stop, logs, tensorboard; with one --node: ckptd_dir, ckptd_socket, ckptd_log)")(
+      "last_stop, logs, tensorboard, replication_secret; with one --node: ckptd_dir, ckptd_socket, "
+      "ckptd_log, ckptd_peer_addr)")(
       "config", po::value<std::string>(&config_path),
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");
   po::positional_options_description pos;
@@ -123,12 +124,14 @@ int RunPaths(int argc, char** argv) {
       {"last_stop", layout.last_stop()},
       {"logs", layout.logs()},
       {"tensorboard", layout.tensorboard()},
+      {"replication_secret", layout.replication_secret()},
   };
   auto node_paths = [&](const std::string& node) {
     return std::vector<std::pair<std::string, std::string>>{
         {"ckptd_dir", layout.daemon_dir(node)},
         {"ckptd_socket", ckpt::proto::SocketPath(run_dir, node)},
         {"ckptd_log", layout.daemon_log(node)},
+        {"ckptd_peer_addr", layout.daemon_peer_addr(node)},
     };
   };
 

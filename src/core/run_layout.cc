@@ -24,6 +24,10 @@ std::string RunLayout::NodeOfDaemonDir(const std::string& name) {
 std::string RunLayout::daemon_log(const std::string& node) const {
   return JoinPath(logs(), "ckptd-" + node + ".log");
 }
+std::string RunLayout::daemon_peer_addr(const std::string& node) const {
+  return JoinPath(daemon_dir(node), "peer-addr");
+}
+std::string RunLayout::replication_secret() const { return JoinPath(run_dir_, ".ckptd-secret"); }
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }

@@ -8,7 +8,9 @@
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
 //   RUN/logs/                 logs of the node agents and daemons: ckptd-<node>.log
-//   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h)
+//   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h),
+//                             peer-addr (where its buddy-replication port listens)
+//   RUN/.ckptd-secret         this start's secret for buddy replication (0600, slurm/train.sh)
 //   RUN/checkpoints/          the default checkpoint root (ckpt.root overrides it)
 //   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
 //   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
@@ -33,6 +35,8 @@ class RunLayout {
   std::string logs() const;
   std::string daemon_dir(const std::string& node) const;
   std::string daemon_log(const std::string& node) const;
+  std::string daemon_peer_addr(const std::string& node) const;
+  std::string replication_secret() const;
   // The node of a daemon directory name ("ckptd-n1" -> "n1"); empty if it is not one.
   static std::string NodeOfDaemonDir(const std::string& name);
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.

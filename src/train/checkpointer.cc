@@ -411,6 +411,11 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   return out;
 }
 
+StatusOr<ckpt::CkptdClient::PeerFetch> Checkpointer::FetchFromPeer(int64_t step) {
+  if (client_ == nullptr) return ckpt::CkptdClient::PeerFetch();
+  return client_->FetchFromPeer(step, "", options_.flush_timeout_s);
+}
+
 StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> Checkpointer::MemorySnapshot() {
   if (client_ == nullptr) return std::optional<ckpt::CkptdClient::MemorySnapshot>();
   return client_->Restore();

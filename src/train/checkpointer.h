@@ -71,6 +71,10 @@ class Checkpointer {
   void BeforeStateChanges();
   void FinishPending();
 
+  // Asks this node's daemon to pull this rank's snapshot of `step` from a peer daemon's memory
+  // (buddy replication; a replacement node after a node failure); afterwards MemorySnapshot()
+  // returns it. Not connected: not found.
+  StatusOr<ckpt::CkptdClient::PeerFetch> FetchFromPeer(int64_t step);
   // The daemon's newest in-memory snapshot of this rank (restore from memory), if connected.
   StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot();
 

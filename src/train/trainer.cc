@@ -196,12 +196,48 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
 // Loads `dir` (step `step`) into the engine and run state on this rank: from this node's
 // ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
 // checked against the manifest's hashes as it is read.
-// `*from_memory`: the bytes this rank took from ckptd memory (0: all from disk).
+// Where one rank's resumed bytes came from (restarts.jsonl's `resumed` record sums them).
+struct RestoreSources {
+  uint64_t from_memory = 0;  // bytes taken from ckptd memory (the local or a fetched snapshot)
+  uint64_t from_peer = 0;    // of which fetched from a peer daemon's memory first
+  double peer_s = 0;         // how long that fetch took
+  double load_s = 0;         // the whole load of this rank
+};
+
+// Restore from a peer: when this node's daemon has no snapshot of `step` for this rank (a
+// replacement node after a node failure), it may pull one from the memory of a peer daemon
+// that holds a replica (buddy replication). Any failure just means: read from disk.
+void FetchFromPeerIfMissing(const comm::WorldInfo& world, Checkpointer& checkpointer, int64_t step,
+                            std::optional<ckpt::CkptdClient::MemorySnapshot>* snap,
+                            RestoreSources* src) {
+  if (snap->has_value() && (*snap)->submit.meta.step == step) return;
+  auto f = checkpointer.FetchFromPeer(step);
+  if (!f.ok()) {
+    FT_LOG(Debug) << "resume: no fetch from a peer: " << f.status().message();
+    return;
+  }
+  if (!f->found) {
+    if (!f->detail.empty())
+      FT_LOG(Info) << "resume: no peer holds step " << step << ": " << f->detail;
+    return;
+  }
+  FT_LOG(Info) << "resume: rank " << world.rank << " fetched step " << step << " from " << f->source
+               << ": " << f->bytes << " bytes in " << f->seconds << " s (" << f->mb_per_s()
+               << " MB/s)";
+  auto again = checkpointer.MemorySnapshot();
+  if (!again.ok() || !again->has_value()) return;
+  *snap = std::move(*again);
+  src->from_peer = f->bytes;
+  src->peer_s = f->seconds;
+}
+
+// `*src`: where this rank's bytes came from (all zero: all from disk).
 Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointer& checkpointer,
                const std::string& data_version, const nlohmann::json& hardware,
                const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state,
-               uint64_t* from_memory) {
-  *from_memory = 0;
+               RestoreSources* src) {
+  *src = RestoreSources();
+  const auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
                       ckpt::CheckpointReader::Open(dir));
   FT_RETURN_IF_ERROR(
@@ -218,6 +254,9 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointe
                       << s.status().message() << "; reading from disk";
     } else if (s->has_value()) {
       snap = std::move(*s);
+    }
+    FetchFromPeerIfMissing(world, checkpointer, step, &snap, src);
+    if (snap.has_value()) {
       const auto& meta = snap->submit.meta;
       if (meta.step == step && meta.world_size == world.world_size &&
           meta.config_hash == reader->manifest().meta.config_hash) {
@@ -232,7 +271,8 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointe
   FT_RETURN_IF_ERROR(LoadCheckpoint(*reader, world.rank, world.world_size, engine, state,
                                     memory.snapshot != nullptr ? &memory : nullptr));
   if (memory.snapshot != nullptr) {
-    *from_memory = memory.bytes_from_memory;
+    src->from_memory = memory.bytes_from_memory;
+    if (memory.bytes_from_memory == 0) src->from_peer = 0;  // fetched, but it did not match
     FT_LOG(Info) << "resume: rank " << world.rank << " restored " << memory.bytes_from_memory
                  << " bytes from ckptd memory and " << memory.bytes_from_disk << " from disk (step "
                  << step << ")"
@@ -240,6 +280,7 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointe
                                                  " in-memory pieces did not match the manifest"
                                            : std::string());
   }
+  src->load_s = Seconds(t0, Clock::now());
   return Status::Ok();
 }
 
@@ -267,21 +308,34 @@ bool IsDamage(const Status& s) {
 }
 
 // Where the resumed state came from, for `ftrain report` (collective): a `resumed` record in
-// restarts.jsonl by rank 0: disk, or how many ranks took how many bytes from ckptd memory.
+// restarts.jsonl by rank 0: disk, or how many ranks took how many bytes from ckptd memory and
+// how many of those fetched their snapshot from a peer's memory first; restore_s is the
+// slowest rank's load.
 Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step,
-                    const std::string& dir, uint64_t from_memory) {
-  torch::Tensor t = torch::tensor({static_cast<double>(from_memory), from_memory > 0 ? 1.0 : 0.0},
-                                  torch::kFloat64);
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(t, comm::ReduceOp::kSum)->Wait());
+                    const std::string& dir, const RestoreSources& src) {
+  torch::Tensor sum =
+      torch::tensor({static_cast<double>(src.from_memory), src.from_memory > 0 ? 1.0 : 0.0,
+                     static_cast<double>(src.from_peer), src.from_peer > 0 ? 1.0 : 0.0},
+                    torch::kFloat64);
+  torch::Tensor slowest = torch::tensor({src.load_s, src.peer_s}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(sum, comm::ReduceOp::kSum)->Wait());
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(slowest, comm::ReduceOp::kMax)->Wait());
   if (ctx.world().rank != 0) return Status::Ok();
-  const int64_t ranks = static_cast<int64_t>(t[1].item<double>());
+  const int64_t ranks = static_cast<int64_t>(sum[1].item<double>());
+  const int64_t peer_ranks = static_cast<int64_t>(sum[3].item<double>());
   std::string source = "disk";
   if (ranks > 0) {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf),
-                  "ckptd memory on %lld of %d ranks (%.1f MB; the rest from disk)",
-                  static_cast<long long>(ranks), ctx.world().world_size, t[0].item<double>() / 1e6);
+    char buf[240];
+    std::snprintf(buf, sizeof(buf), "ckptd memory on %lld of %d ranks (%.1f MB",
+                  static_cast<long long>(ranks), ctx.world().world_size,
+                  sum[0].item<double>() / 1e6);
     source = buf;
+    if (peer_ranks > 0) {
+      std::snprintf(buf, sizeof(buf), ", of which %lld ranks fetched from a peer's memory",
+                    static_cast<long long>(peer_ranks));
+      source += buf;
+    }
+    source += "; the rest from disk)";
   }
   nlohmann::json rec = {
       {"time",
@@ -290,7 +344,12 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"cause", "resume"},
       {"step", step},
       {"dir", dir},
-      {"source", source}};
+      {"source", source},
+      {"ranks_from_memory", ranks},
+      {"ranks_from_peer", peer_ranks},
+      {"bytes_from_peer", sum[2].item<double>()},
+      {"peer_fetch_s", slowest[1].item<double>()},
+      {"restore_s", slowest[0].item<double>()}};
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
   Status w = AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
   // The record only informs the report; training goes on without it.
@@ -311,9 +370,9 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
     *state = RunState();
     FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
     if (step < 0) return step;
-    uint64_t from_memory = 0;
-    Status loaded = LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine,
-                            state, &from_memory);
+    RestoreSources src;
+    Status loaded =
+        LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine, state, &src);
     if (!loaded.ok()) {
       FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
                     << loaded.message();
@@ -328,7 +387,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
       state->restarts += 1;
       FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
                    << state->restarts << ", every byte verified)";
-      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, from_memory));
+      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src));
       return step;
     }
     if (any_config || (cfg.train.resume != "auto")) {

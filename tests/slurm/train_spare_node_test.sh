@@ -7,12 +7,20 @@
 # and the run ends bit-identical to the uninterrupted reference.
 # The spare is the batch host (node1) and the crash hits the last training node, so the spare
 # sorts before the survivor: Slurm numbers the relaunched step's nodes the other way round and
-# the trainer must number them by lowest rank. FTRAIN_TEST_SEED reproduces a run (printed).
+# the trainer must number them by lowest rank. With spares the daemons replicate their
+# snapshots to the next node of the ring node1 -> node2 -> node3 -> node1, so the spare holds
+# the dead node's snapshots: the test freezes the ranks at the crash step until the newest
+# checkpoint is committed and replicated (else the resume would rightly read those ranks from
+# disk), and asserts that ranks 2,3 restored from peer memory, ranks 0,1 from their own
+# daemon's memory. FTRAIN_TEST_NO_REPLICA=1: the spare has no room for replicas (a tiny
+# FTRAIN_REPLICA_MEMORY_GB), so it holds nothing when the node dies: ranks 2,3 read from disk,
+# still bit-identical. FTRAIN_TEST_SEED reproduces a run (printed).
 # Needs a cluster of >= 3 nodes (FTRAIN_TEST_NODES). Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
 SLURM_TEST_NAME="train_spare_node_test"
 SEED="${FTRAIN_TEST_SEED:-$(($(date +%s) % 100000))}"
+NO_REPLICA="${FTRAIN_TEST_NO_REPLICA:-0}"
 FAIL_AT_STEP=$((8 + SEED % 40))  # 8..47 of 60: before, between and after checkpoints
 
 # shellcheck source=tests/slurm/lib.sh
@@ -25,6 +33,10 @@ mapfile -t nodes < <(cluster_nodes)
 
 # A 3-node job on 3 idle nodes: the batch host is the first one.
 export FTRAIN_SPARE_NODES=1 FTRAIN_SPARE_NODELIST="${nodes[0]}"
+if ((NO_REPLICA)); then
+  SLURM_TEST_NAME="train_spare_node_no_replica_test"
+  export FTRAIN_REPLICA_MEMORY_GB=0.000001
+fi
 log "seed ${SEED}: crash training node ${nodes[2]} at step ~${FAIL_AT_STEP}, spare ${nodes[0]} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit spare --nodes=3 --no-kill)"
 # Every state the job is seen in, until it ends: must be RUNNING, then COMPLETED.
@@ -36,8 +48,33 @@ done) >"${WORK_DIR}/states" 2>/dev/null &
 wait_for_file_lines "${WORK_DIR}/spare/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(job_field "${JOB_ID}" BatchHost)" == "${nodes[0]}" ]] ||
   fail "the batch host is $(job_field "${JOB_ID}" BatchHost), not ${nodes[0]}"
+# Settled: no snapshot in flight anywhere, and the spare holds replicas of ranks 2 and 3 of the
+# newest committed checkpoint. Otherwise let the ranks run a moment and look again.
+settled() {
+  local latest
+  latest="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/spare/checkpoints" 2>/dev/null)" || return 1
+  "${E2E_BIN}/ckptctl" status "${WORK_DIR}/spare" --json 2>/dev/null |
+    STEP="${latest##*step-}" SPARE="${nodes[0]}" NO_REPLICA="${NO_REPLICA}" python3 -c 'import json,os,sys
+step=int(os.environ["STEP"]); ok=True; held=set()
+for line in sys.stdin:
+    j=json.loads(line)
+    if not j.get("pid"): continue
+    ok = ok and j["snapshots_in_flight"] == 0 and j["queue_depth"] == 0
+    if j["node"] == os.environ["SPARE"]:
+        held = {h["rank"] for h in j["replication"]["replicas_held"] if h["step"] == step}
+sys.exit(0 if ok and ({2, 3} <= held or os.environ["NO_REPLICA"] == "1") else 1)'
+}
+for ((try = 0; ; try++)); do
+  e2e_freeze_ranks spare
+  poll_until 10 settled && break
+  ((try < 20)) || fail "the newest checkpoint never settled with its replicas on ${nodes[0]}"
+  e2e_thaw_ranks spare
+  sleep 0.3
+done
+resume_step="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/spare/checkpoints")"
+resume_step="$((10#${resume_step##*step-}))"
+log "frozen with step ${resume_step} committed and replicated to ${nodes[0]}"
 t_fail="$(now_s)"
-e2e_freeze_ranks spare
 e2e_fail_node "${nodes[2]}"
 e2e_thaw_ranks spare
 wait_for 120 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' \
@@ -63,6 +100,23 @@ out="$(cat "${WORK_DIR}"/spare-*.out)"
   fail "the relaunch did not put ranks 2,3 on the spare"
 [[ "${out}" == *"launcher node id 1 is node 0 by lowest rank"* ]] ||
   fail "the trainer did not renumber the nodes of the relaunched step"
+resumed="$(sed -n '/"event":"restarted","cause":"node_failure"/,$p' "${WORK_DIR}/spare/restarts.jsonl" |
+  grep '"event":"resumed"' | head -n 1)"
+if ((NO_REPLICA)); then
+  [[ "${resumed}" == *"\"step\":${resume_step},"* && "${resumed}" == *'"ranks_from_memory":2,'* &&
+    "${resumed}" == *'"ranks_from_peer":0,'* ]] ||
+    fail "with no replica anywhere ranks 2,3 must read from disk, 0,1 from memory: ${resumed}"
+  grep -q "does not fit" "${WORK_DIR}/spare/logs/ckptd-${nodes[0]}.log" ||
+    fail "the spare's daemon did not say that the replicas do not fit"
+else
+  [[ "${resumed}" == *"\"step\":${resume_step},"* && "${resumed}" == *'"ranks_from_memory":4,'* &&
+    "${resumed}" == *'"ranks_from_peer":2,'* ]] ||
+    fail "the replacement did not restore ranks 2,3 from peer memory and 0,1 from local memory: ${resumed}"
+  grep -Eq "rank [23] fetched step ${resume_step} from peer " <<<"${out}" ||
+    fail "no rank on the spare logged its fetch from a peer"
+  "${E2E_BIN}/ftrain" report "${WORK_DIR}/spare" | grep -q "fetched from a peer's memory" ||
+    fail "ftrain report does not show the restore from peer memory"
+fi
 e2e_expect_identical spare
-log "PASS: ${nodes[2]} crashed at step ${FAIL_AT_STEP}; its ranks ran on spare ${nodes[0]}, never requeued, bit-identical"
+log "PASS: ${nodes[2]} crashed at step ${FAIL_AT_STEP}; its ranks ran on spare ${nodes[0]} from peer memory, never requeued, bit-identical"
 PASSED=1

@@ -1,0 +1,20 @@
+// ckptd's buddy-replication settings (ckptd_main.cc fills them; see docs/ckptd.md).
+// Replication is off unless listen or buddy is set; then job and secret are required.
+#pragma once
+
+#include <string>
+
+namespace ftrain::ckptd {
+
+struct PeerOptions {
+  std::string listen;      // --peer-listen HOST:PORT ("" = no peer listener)
+  std::string buddy;       // --buddy HOST:PORT
+  std::string buddy_file;  // --buddy-file PATH (re-read before every connection)
+  std::string job;         // --job-id / $SLURM_JOB_ID
+  std::string secret;      // --job-secret-file / $FTRAIN_JOB_SECRET (never logged)
+  double replica_memory_gb = 8;
+  double timeout_s = 10;  // --peer-timeout-s: per frame, connect and handshake
+  bool enabled() const { return !listen.empty() || !buddy.empty() || !buddy_file.empty(); }
+};
+
+}  // namespace ftrain::ckptd

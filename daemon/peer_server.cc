@@ -1,0 +1,300 @@
+// The peer listener: accept, authenticate, one STORE or FETCH per connection.
+#include "peer_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+
+#include "core/log.h"
+#include "peer_auth.h"
+
+namespace ftrain::ckptd {
+
+using peer::PeerMsg;
+
+namespace {
+
+std::string AddrOf(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+  port = ntohs(in6->sin6_port);
+  return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+
+std::string Reason(const std::string& text) {
+  const std::string t = text.substr(0, peer::kMaxReasonBytes);
+  const uint32_t n = static_cast<uint32_t>(t.size());
+  return std::string(reinterpret_cast<const char*>(&n), 4) + t;
+}
+
+}  // namespace
+
+PeerServer::PeerServer(std::string job, std::string secret, double timeout_s, ReplicaStore* store)
+    : job_(std::move(job)), secret_(std::move(secret)), timeout_s_(timeout_s), store_(store) {}
+
+PeerServer::~PeerServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);  // wakes blocked polls at once
+  }
+  if (stop_[1] >= 0) {
+    char b = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_[1], &b, 1);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::map<uint64_t, std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads.swap(threads_);
+  }
+  for (auto& [id, t] : threads) t.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : stop_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+Status PeerServer::Start(const std::string& listen) {
+  std::string host;
+  int port = 0;
+  FT_RETURN_IF_ERROR(peer::ParseHostPort(listen, true, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (int e = ::getaddrinfo(host == "*" ? nullptr : host.c_str(), std::to_string(port).c_str(),
+                            &hints, &res);
+      e != 0) {
+    return Status::InvalidArgument("--peer-listen '" + listen + "': " + ::gai_strerror(e));
+  }
+  listen_fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int one = 1;
+  // Ignored: only lets a restarted daemon rebind a port in TIME_WAIT.
+  (void)::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (listen_fd_ < 0 || ::bind(listen_fd_, res->ai_addr, res->ai_addrlen) != 0 ||
+      ::listen(listen_fd_, 64) != 0) {
+    const int err = errno;
+    ::freeaddrinfo(res);
+    return Status::FailedPrecondition("--peer-listen '" + listen + "': " + std::strerror(err));
+  }
+  ::freeaddrinfo(res);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  address_ = AddrOf(bound);
+  const bool wildcard = host == "*" || host == "0.0.0.0" || host == "::";
+  if (wildcard) {  // others need a name they can reach: this host's
+    char name[256] = {0};
+    ::gethostname(name, sizeof(name) - 1);
+    address_ = std::string(name) + address_.substr(address_.rfind(':'));
+  }
+  if (::pipe2(stop_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::IOError("pipe2 failed");
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::Ok();
+}
+
+void PeerServer::AcceptLoop() {
+  for (;;) {
+    pollfd fds[2] = {{stop_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, 1000) < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;
+    JoinDone();
+    if (fds[1].revents == 0) continue;
+    sockaddr_storage from{};
+    socklen_t len = sizeof(from);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    const std::string who = AddrOf(from);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    if (active_ >= kMaxPeerConns) {
+      ++stats_.bad_peers;
+      stats_.last_bad_peer = who + ": over the limit of " + std::to_string(kMaxPeerConns) +
+                             " concurrent peer connections";
+      FT_LOG(Warning) << "ckptd: peer " << stats_.last_bad_peer << "; closed";
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // ignored: latency
+    ++active_;
+    open_fds_.push_back(fd);
+    const uint64_t id = next_id_++;
+    threads_[id] = std::thread([this, id, fd, who] { Serve(id, fd, who); });
+  }
+}
+
+void PeerServer::Bad(const std::string& peer, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.bad_peers;
+  stats_.last_bad_peer = peer + ": " + why.message();
+  FT_LOG(Warning) << "ckptd: disconnecting peer " << peer << ": " << why.message();
+}
+
+void PeerServer::JoinDone() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : done_) {
+      auto it = threads_.find(id);
+      if (it == threads_.end()) continue;
+      done.push_back(std::move(it->second));
+      threads_.erase(it);
+    }
+    done_.clear();
+  }
+  for (auto& t : done) t.join();  // they only return after marking themselves done
+}
+
+void PeerServer::Serve(uint64_t id, int fd, std::string who) {
+  {
+    peer::PeerConn conn(fd, who, timeout_s_);
+    Status s = peer::AuthenticateAsServer(&conn, secret_, job_);
+    std::string payload;
+    if (s.ok()) {
+      auto type = conn.Receive(&payload);
+      if (!type.ok()) {
+        s = type.status();
+      } else if (*type == PeerMsg::kStore) {
+        s = HandleStore(&conn, payload);
+      } else if (*type == PeerMsg::kFetch) {
+        s = HandleFetch(&conn, payload);
+      } else {
+        s = Status::InvalidArgument(std::string("sent ") + peer::PeerMsgName(*type) +
+                                    " where STORE or FETCH was expected");
+      }
+    }
+    if (!s.ok() && s.code() == Status::Code::kAborted) {
+      FT_LOG(Info) << "ckptd: peer " << who << ": " << s.message();
+    } else if (!s.ok()) {
+      Bad(who, s);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    open_fds_.remove(fd);
+  }  // closes fd, after it left open_fds_ (no shutdown of a reused fd number)
+  std::lock_guard<std::mutex> lock(mu_);
+  --active_;
+  done_.push_back(id);
+}
+
+Status PeerServer::HandleStore(peer::PeerConn* conn, const std::string& payload) {
+  FT_ASSIGN_OR_RETURN(peer::ReplicaHeader h, peer::DecodeReplicaHeader(payload, uint64_t{1} << 42));
+  if (h.job != job_) {
+    return Status::FailedPrecondition("tried to store a snapshot of job '" + h.job +
+                                      "' (it authenticated for job '" + job_ + "')");
+  }
+  auto res = store_->Reserve(h);
+  if (!res.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.refused;
+    }
+    return conn->Send(PeerMsg::kRefused, Reason(res.status().message()));
+  }
+  std::unique_ptr<ReplicaStore::Reservation> r = std::move(res).value();
+  FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kAccept, ""));
+  const auto t0 = std::chrono::steady_clock::now();
+  FT_RETURN_IF_ERROR(conn->ReceiveImage(r->data(), h.extent));
+  Status v = peer::VerifyPieces(h.submit, h.xxh3, r->data());
+  if (!v.ok()) {
+    FT_LOG(Warning) << "ckptd: replica from peer " << conn->peer() << " dropped: " << v.message();
+    return conn->Send(PeerMsg::kRefused, Reason(v.message()));  // the older replica stays
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  FT_LOG(Info) << "ckptd: replica received rank=" << h.rank << " step=" << h.step
+               << " bytes=" << h.extent << " from peer " << conn->peer() << " seconds=" << s
+               << " (whole, every piece's XXH3 verified)";
+  store_->Commit(std::move(r), conn->peer());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.replicas_received;
+    stats_.bytes_received += h.extent;
+  }
+  return conn->Send(PeerMsg::kStoreOk, "");
+}
+
+Status PeerServer::HandleFetch(peer::PeerConn* conn, const std::string& payload) {
+  FT_ASSIGN_OR_RETURN(peer::Fetch f, peer::DecodeFetch(payload));
+  if (f.job != job_) {
+    return Status::FailedPrecondition("tried to fetch a snapshot of job '" + f.job +
+                                      "' (it authenticated for job '" + job_ + "')");
+  }
+  std::shared_ptr<const Replica> r = store_->Find(f.job, f.rank);
+  if (r == nullptr || r->header.step != f.step) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.refused;
+    }
+    return conn->Send(
+        PeerMsg::kRefused,
+        Reason("no replica of rank " + std::to_string(f.rank) + " step " + std::to_string(f.step) +
+               " here" +
+               (r != nullptr ? " (newest: step " + std::to_string(r->header.step) + ")"
+                             : std::string())));
+  }
+  FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kOffer, peer::EncodeReplicaHeader(r->header)));
+  FT_RETURN_IF_ERROR(conn->SendImage(r->image->data(), r->header.extent, nullptr));
+  std::string ack;
+  FT_RETURN_IF_ERROR(conn->Expect(PeerMsg::kStoreOk, &ack));
+  FT_LOG(Info) << "ckptd: replica of rank " << f.rank << " step " << f.step << " served to peer "
+               << conn->peer();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.replicas_served;
+  stats_.bytes_served += r->header.extent;
+  return Status::Ok();
+}
+
+PeerServerStats PeerServer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Status WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError("open '" + tmp + "': " + std::strerror(errno));
+  const std::string line = address + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::IOError("write '" + path + "': " + std::strerror(errno));
+  return Status::Ok();
+}
+
+StatusOr<std::string> ReadAddressFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("'" + path + "' does not exist (yet)");
+  std::string line;
+  std::getline(f, line);
+  std::string host;
+  int port = 0;
+  Status s = peer::ParseHostPort(line, false, &host, &port);
+  if (!s.ok()) return Status::InvalidArgument("'" + path + "': " + s.message());
+  return line;
+}
+
+}  // namespace ftrain::ckptd

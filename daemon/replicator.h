@@ -1,0 +1,76 @@
+// The sending side of buddy replication: after a snapshot is persisted (whole, hashed),
+// the server offers it here; one background thread (nice +10 below the persist, never
+// touched by the SUBMIT path) streams the newest offered snapshot of each rank to the buddy
+// (--buddy HOST:PORT, or the address in --buddy-file, re-read before every connection).
+// Older offers of a rank are superseded by newer ones. The slot is not pinned: if the
+// trainer reuses it while it is being sent, the send is abandoned (the buddy drops the
+// partial image); the hashes sent are the persist's, so a torn read can never verify.
+// A failure (buddy down, refused) is logged, counted, and retried with backoff.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/ckptd_protocol.h"
+#include "core/status.h"
+#include "shm_slots.h"
+
+namespace ftrain::ckptd {
+
+struct ReplicationJob {
+  int rank = 0;
+  std::shared_ptr<ShmSegment> seg;            // keeps the mapping alive while it is read
+  std::shared_ptr<std::atomic<bool>> reused;  // set by the server when the slot is handed out
+  ckpt::proto::Submit submit;
+  std::vector<uint64_t> xxh3;  // per piece, from the persist
+};
+
+struct RankReplication {
+  int64_t newest_step = -1;  // newest step the buddy confirmed whole and verified
+  int64_t pending_step = -1;
+  uint64_t bytes = 0;  // sent and confirmed
+  uint64_t failures = 0;
+  uint64_t superseded = 0;  // abandoned: slot reused or a newer snapshot came
+  std::string last_error;
+};
+
+struct ReplicatorOptions {
+  std::string job;
+  std::string secret;
+  std::string buddy;       // HOST:PORT, or
+  std::string buddy_file;  // a file holding it
+  double timeout_s = 10;
+  int nice = 19;
+};
+
+class Replicator {
+ public:
+  explicit Replicator(ReplicatorOptions options);
+  ~Replicator();  // abandons what is in flight (the buddy drops partial images), joins
+  void Offer(ReplicationJob job);
+  std::map<int, RankReplication> Stats() const;
+  std::string buddy() const;  // the address last used ("" before the first)
+
+ private:
+  void Run();
+  Status Send(const ReplicationJob& job, std::string* address);
+
+  const ReplicatorOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, ReplicationJob> pending_;  // guarded by mu_: newest offer per rank
+  std::map<int, RankReplication> stats_;   // guarded by mu_
+  std::string buddy_;                      // guarded by mu_
+  bool stop_ = false;                      // guarded by mu_
+  std::atomic<bool> stopping_{false};      // read by the sending loop between chunks
+  std::thread worker_;
+};
+
+}  // namespace ftrain::ckptd
