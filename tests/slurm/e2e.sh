@@ -60,9 +60,15 @@ e2e_setup() {
   export FTRAIN_CONFIG="${E2E_REPO}/configs/tiny.cfg" FTRAIN_DATA="${E2E_DATA}"
   export FTRAIN_ARGS="${E2E_TRAIN_ARGS}" FTRAIN_RANKS_PER_NODE=2 FTRAIN_PREFLIGHT=0
   if [[ ! -f "${E2E_CACHE}/ref.done" ]]; then
-    # Older keys belong to older builds.
-    rm -rf "$(dirname "${E2E_CACHE}")"
+    # Keys of other builds are stale; this build's other settings (a test with its own
+    # E2E_TRAIN_ARGS) stay, so that tests of both kinds can alternate without recomputing.
+    local stamp old
+    stamp="$(stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd" | md5sum | cut -c1-12)"
+    for old in "$(dirname "${E2E_CACHE}")"/*/; do
+      [[ -d "${old}" && "$(cat "${old}/build" 2>/dev/null)" != "${stamp}" ]] && rm -rf "${old}"
+    done
     mkdir -p "${E2E_CACHE}"
+    echo "${stamp}" >"${E2E_CACHE}/build"
     log "packing a corpus from /usr/share/common-licenses (cached in ${E2E_CACHE})"
     "${E2E_BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 --shard-rows 256 \
       --progress none --out "${E2E_DATA}" /usr/share/common-licenses >/dev/null
