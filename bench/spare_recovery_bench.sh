@@ -7,7 +7,7 @@
 #   requeue     no spare: Slurm requeues the whole job, every rank reads from disk
 # split into detection (crash -> the failure is acted on: train.sh's replacement, or Slurm's
 # requeue), relaunch (-> the trainer's state is being restored), restore (the slowest rank's
-# load, from the resumed record), warm-up (-> first new optimizer step); and the restore
+# load, from the resumed record), warm-up (-> first new optimizer step done); and the restore
 # bandwidth of peer memory vs disk on the same state. Then the cost of replication to the
 # training steps: two uninterrupted spare runs, replication on and off, median step time.
 # The ranks are frozen (SIGSTOP) at the crash step until the newest checkpoint is committed
@@ -135,12 +135,16 @@ for line in open(os.path.join(work, "times.txt")):
         t_act = t_requeue
     res = next(r for r in after if r["event"] == "resumed")
     restore = res.get("restore_s", 0.0)
-    t_first = min(m["time"] - m["step_time_s"] for m in metrics(name) if m["time"] > res["time"])
+    t_first = min(m["time"] for m in metrics(name) if m["time"] > res["time"])  # its end
     relaunch = res["time"] - restore - t_act
     warm = t_first - res["time"]
     peer_b, peer_s = res.get("bytes_from_peer", 0), res.get("peer_fetch_s", 0)
-    state_b = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in
-                  os.walk(res["dir"]) for f in fs if f.endswith(".h5")) / 4  # per rank
+    # One rank's share of a checkpoint (the resumed one may be rotated away by now; every
+    # checkpoint of the run holds the same state).
+    root = os.path.dirname(res["dir"])
+    newest = max(d for d in os.listdir(root) if d.startswith("step-") and "." not in d)
+    state_b = sum(os.path.getsize(os.path.join(root, newest, f))
+                  for f in os.listdir(os.path.join(root, newest))) / 4
     bw = f"{peer_b / peer_s / 1e6:.0f} (peer)" if peer_b and peer_s else \
          (f"{state_b / restore / 1e6:.0f} (disk)" if restore else "-")
     print(f"{name:<12}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"

@@ -14,62 +14,17 @@
 
 #include "ckpt/filename.h"
 #include "ckpt/shard_file.h"
+#include "ckpt/wire_codec.h"
 
 namespace ftrain::ckptd::peer {
 namespace proto = ckpt::proto;
+using ckpt::WireReader;
+using ckpt::WireWriter;
 namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-class Writer {
- public:
-  template <typename T>
-  void Put(T v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));  // little-endian hosts only
-  }
-  void Str(const std::string& s) {
-    Put<uint32_t>(static_cast<uint32_t>(s.size()));
-    out_ += s;
-  }
-  void Raw(const std::string& s) { out_ += s; }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& in) : in_(in) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool Str(std::string* s, size_t max) {
-    uint32_t n = 0;
-    if (!Get(&n) || n > max || in_.size() - pos_ < n) return false;
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool Raw(std::string* s, size_t n) {
-    if (in_.size() - pos_ < n) return false;
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  std::string Rest() { return in_.substr(pos_); }
-  bool Done() const { return pos_ == in_.size(); }
-
- private:
-  const std::string& in_;
-  size_t pos_ = 0;
-};
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("peer protocol: " + what); }
 
@@ -135,7 +90,7 @@ const char* PeerMsgName(PeerMsg type) {
 }
 
 std::string EncodeFrameHeader(PeerMsg type, uint32_t length) {
-  Writer w;
+  WireWriter w;
   w.Put<uint32_t>(kMagic);
   w.Put<uint16_t>(kVersion);
   w.Put<uint16_t>(static_cast<uint16_t>(type));
@@ -168,14 +123,14 @@ StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* bytes) {
 bool IsSafeJobId(const std::string& job) { return proto::IsSafeNodeId(job); }
 
 std::string EncodeHello(const Hello& m) {
-  Writer w;
+  WireWriter w;
   w.Str(m.nonce);
   w.Str(m.job);
   return w.Take();
 }
 
 StatusOr<Hello> DecodeHello(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   Hello m;
   if (!r.Str(&m.nonce, kNonceBytes) || m.nonce.size() != kNonceBytes ||
       !r.Str(&m.job, kMaxJobIdBytes) || !r.Done()) {
@@ -193,7 +148,7 @@ StatusOr<Challenge> DecodeChallenge(const std::string& payload) {
 }
 
 std::string EncodeReplicaHeader(const ReplicaHeader& m) {
-  Writer w;
+  WireWriter w;
   w.Str(m.job);
   w.Put(m.rank);
   w.Put(m.step);
@@ -205,7 +160,7 @@ std::string EncodeReplicaHeader(const ReplicaHeader& m) {
 }
 
 StatusOr<ReplicaHeader> DecodeReplicaHeader(const std::string& payload, uint64_t max_extent) {
-  Reader r(payload);
+  WireReader r(payload);
   ReplicaHeader m;
   uint32_t n = 0;
   if (!r.Str(&m.job, kMaxJobIdBytes) || !r.Get(&m.rank) || !r.Get(&m.step) || !r.Get(&m.extent) ||
@@ -232,7 +187,7 @@ StatusOr<ReplicaHeader> DecodeReplicaHeader(const std::string& payload, uint64_t
 }
 
 std::string EncodeFetch(const Fetch& m) {
-  Writer w;
+  WireWriter w;
   w.Str(m.job);
   w.Put(m.rank);
   w.Put(m.step);
@@ -240,7 +195,7 @@ std::string EncodeFetch(const Fetch& m) {
 }
 
 StatusOr<Fetch> DecodeFetch(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   Fetch m;
   if (!r.Str(&m.job, kMaxJobIdBytes) || !r.Get(&m.rank) || !r.Get(&m.step) || !r.Done())
     return Bad("malformed FETCH");
@@ -362,7 +317,7 @@ Status PeerConn::Expect(PeerMsg want, std::string* payload) {
 Status PeerConn::SendImage(const uint8_t* image, uint64_t extent, const std::atomic<bool>* cancel) {
   for (uint64_t pos = 0; pos < extent;) {
     if (cancel != nullptr && cancel->load()) {
-      Writer w;
+      WireWriter w;
       w.Str("the snapshot's slot was reused before it was sent whole");
       (void)Send(PeerMsg::kAbort, w.Take());  // ignored: the connection is dropped anyway
       return Status::Aborted("the slot was reused while it was being sent");

@@ -256,145 +256,159 @@ uint64_t Server::SlotBytesInUse() const {
   return n;
 }
 
+// Answers ERROR (the client stays connected: true) and logs who asked.
+bool Server::Refuse(int fd, const Conn& c, const std::string& why) {
+  FT_LOG(Warning) << "ckptd: refused a request of pid " << c.pid << ": " << why;
+  Send(fd, MsgType::kError, why);
+  return true;
+}
+
+// HELLO: a rank connects; its slots are made (or reused) and their names returned.
+bool Server::OnHello(int fd, Conn& c, const std::string& payload) {
+  if (c.rank >= 0) return Disconnect(fd, "second HELLO on one connection"), false;
+  auto h = proto::DecodeHello(payload);
+  if (!h.ok()) return Disconnect(fd, h.status().message()), false;
+  // A new trainer generation may run with another world size once the previous one is
+  // gone and every snapshot it handed over is persisted.
+  if (world_ != 0 && h->world != world_ && Idle()) {
+    FT_LOG(Info) << "ckptd: world size changes from " << world_ << " to " << h->world
+                 << "; dropping the previous generation's slots";
+    ranks_.clear();
+    world_ = 0;
+  }
+  if (world_ != 0 && h->world != world_) {
+    return Disconnect(fd, "world size " + std::to_string(h->world) + " differs from the " +
+                              std::to_string(world_) + " of the other ranks"),
+           false;
+  }
+  RankSlots& rs = ranks_[h->rank];
+  if (rs.conn >= 0) {
+    Refuse(fd, c,
+           "rank " + std::to_string(h->rank) + " is already connected (pid " +
+               std::to_string(conns_[rs.conn].pid) + ")");
+    return Disconnect(fd, ""), false;
+  }
+  const uint64_t want = (h->slot_bytes + 4095) & ~uint64_t{4095};
+  bool fits = !rs.slots.empty() && rs.slots.front().seg->size() >= want;
+  if (!fits) {
+    for (const auto& s : rs.slots) {
+      if (s.state == SlotState::kHeld || s.state == SlotState::kPersisting ||
+          s.state == SlotState::kFetching) {
+        Refuse(fd, c,
+               "rank " + std::to_string(h->rank) +
+                   " needs larger slots but a snapshot is still being written; retry");
+        return Disconnect(fd, ""), false;
+      }
+    }
+    uint64_t other = SlotBytesInUse();
+    for (const auto& s : rs.slots) other -= s.seg->size();
+    const uint64_t total = other + want * static_cast<uint64_t>(options_.slots_per_rank);
+    if (static_cast<double>(total) > options_.memory_gb * (1u << 30)) {
+      Refuse(fd, c,
+             "slots for rank " + std::to_string(h->rank) + " (" +
+                 std::to_string(options_.slots_per_rank) + " x " + std::to_string(want) +
+                 " bytes) would exceed --memory-gb " + std::to_string(options_.memory_gb));
+      return Disconnect(fd, ""), false;
+    }
+    rs.slots.clear();
+    for (int i = 0; i < options_.slots_per_rank; ++i) {
+      auto seg =
+          ShmSegment::Create(proto::ShmName(options_.run_dir, options_.node, h->rank, i), want);
+      if (!seg.ok()) {
+        rs.slots.clear();
+        Refuse(fd, c, seg.status().ToString());
+        return Disconnect(fd, ""), false;
+      }
+      Slot s;
+      s.seg = std::move(seg).value();
+      rs.slots.push_back(std::move(s));
+    }
+  }
+  world_ = h->world;
+  // A restarted trainer resumes from the last committed step and may legitimately
+  // re-submit a step number whose earlier save never committed.
+  rs.last_step = -1;
+  rs.last_persisted_step = -1;
+  rs.last_failed_step = -1;
+  c.rank = h->rank;
+  rs.conn = fd;
+  proto::HelloOk ok;
+  ok.slot_bytes = rs.slots.front().seg->size();
+  for (const auto& s : rs.slots) ok.shm_names.push_back(s.seg->name());
+  FT_LOG(Info) << "ckptd: rank " << h->rank << "/" << h->world << " (pid " << c.pid
+               << ") connected, " << rs.slots.size() << " slots of " << ok.slot_bytes << " bytes";
+  Send(fd, MsgType::kHelloOk, proto::EncodeHelloOk(ok));
+  return true;
+}
+
+// SUBMIT: a rank hands over the snapshot in one of its held slots; persisting is queued.
+bool Server::OnSubmit(int fd, Conn& c, const std::string& payload) {
+  if (c.rank < 0) return Disconnect(fd, "SUBMIT before HELLO"), false;
+  RankSlots& rs = ranks_[c.rank];
+  auto sub = proto::DecodeSubmit(payload, rs.slots.front().seg->size());
+  if (!sub.ok()) return Disconnect(fd, sub.status().message()), false;
+  if (sub->slot >= rs.slots.size() || rs.slots[sub->slot].state != SlotState::kHeld) {
+    return Disconnect(fd, "SUBMIT names slot " + std::to_string(sub->slot) +
+                              ", which this client does not hold"),
+           false;
+  }
+  if (sub->meta.world_size != world_)
+    return Disconnect(fd, "SUBMIT with another world size"), false;
+  if (sub->step <= rs.last_step) {
+    rs.slots[sub->slot].state = SlotState::kFree;
+    return Refuse(fd, c,
+                  "step " + std::to_string(sub->step) + " is not newer than step " +
+                      std::to_string(rs.last_step) + " already submitted by rank " +
+                      std::to_string(c.rank));
+  }
+  Slot& slot = rs.slots[sub->slot];
+  slot.state = SlotState::kPersisting;
+  slot.step = sub->step;
+  slot.submit = *sub;  // a copy of the descriptor (small): RESTORE answers from it
+  rs.last_step = sub->step;
+  FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank << " slot=" << sub->slot
+               << " stall_s=" << static_cast<double>(sub->stall_ns) * 1e-9 << " queued";
+  PersistJob job;
+  job.rank = c.rank;
+  job.slot = sub->slot;
+  job.base = slot.seg->data();
+  job.submit = std::move(sub).value();
+  persister_->Enqueue(std::move(job));
+  Send(fd, MsgType::kSubmitOk, "");
+  return true;
+}
+
+// RESTORE: the newest retained snapshot of the rank (restore from memory), if any.
+bool Server::OnRestore(int fd, Conn& c, const std::string& payload) {
+  if (c.rank < 0) return Disconnect(fd, "RESTORE before HELLO"), false;
+  if (!payload.empty()) return Disconnect(fd, "RESTORE with a payload"), false;
+  const Slot* best = nullptr;
+  for (const auto& s : ranks_[c.rank].slots) {
+    if (s.state == SlotState::kRetained && (best == nullptr || s.step > best->step)) best = &s;
+  }
+  if (best != nullptr) {
+    FT_LOG(Info) << "ckptd: rank " << c.rank << " restores step " << best->step << " from memory";
+  }
+  Send(fd, MsgType::kRestoreOk, proto::EncodeRestoreOk(best != nullptr ? &best->submit : nullptr));
+  return true;
+}
+
 bool Server::Handle(int fd, Conn& c, MsgType type, const std::string& payload) {
-  auto refuse = [&](const std::string& why) {
-    FT_LOG(Warning) << "ckptd: refused a request of pid " << c.pid << ": " << why;
-    Send(fd, MsgType::kError, why);
-    return true;
-  };
   switch (type) {
     case MsgType::kStatus:
       Send(fd, MsgType::kStatusOk, StatusJson());
       return true;
-    case MsgType::kHello: {
-      if (c.rank >= 0) return Disconnect(fd, "second HELLO on one connection"), false;
-      auto h = proto::DecodeHello(payload);
-      if (!h.ok()) return Disconnect(fd, h.status().message()), false;
-      // A new trainer generation may run with another world size once the previous one is
-      // gone and every snapshot it handed over is persisted.
-      if (world_ != 0 && h->world != world_ && Idle()) {
-        FT_LOG(Info) << "ckptd: world size changes from " << world_ << " to " << h->world
-                     << "; dropping the previous generation's slots";
-        ranks_.clear();
-        world_ = 0;
-      }
-      if (world_ != 0 && h->world != world_) {
-        return Disconnect(fd, "world size " + std::to_string(h->world) + " differs from the " +
-                                  std::to_string(world_) + " of the other ranks"),
-               false;
-      }
-      RankSlots& rs = ranks_[h->rank];
-      if (rs.conn >= 0) {
-        refuse("rank " + std::to_string(h->rank) + " is already connected (pid " +
-               std::to_string(conns_[rs.conn].pid) + ")");
-        return Disconnect(fd, ""), false;
-      }
-      const uint64_t want = (h->slot_bytes + 4095) & ~uint64_t{4095};
-      bool fits = !rs.slots.empty() && rs.slots.front().seg->size() >= want;
-      if (!fits) {
-        for (const auto& s : rs.slots) {
-          if (s.state == SlotState::kHeld || s.state == SlotState::kPersisting ||
-              s.state == SlotState::kFetching) {
-            refuse("rank " + std::to_string(h->rank) +
-                   " needs larger slots but a snapshot is still being written; retry");
-            return Disconnect(fd, ""), false;
-          }
-        }
-        uint64_t other = SlotBytesInUse();
-        for (const auto& s : rs.slots) other -= s.seg->size();
-        const uint64_t total = other + want * static_cast<uint64_t>(options_.slots_per_rank);
-        if (static_cast<double>(total) > options_.memory_gb * (1u << 30)) {
-          refuse("slots for rank " + std::to_string(h->rank) + " (" +
-                 std::to_string(options_.slots_per_rank) + " x " + std::to_string(want) +
-                 " bytes) would exceed --memory-gb " + std::to_string(options_.memory_gb));
-          return Disconnect(fd, ""), false;
-        }
-        rs.slots.clear();
-        for (int i = 0; i < options_.slots_per_rank; ++i) {
-          auto seg =
-              ShmSegment::Create(proto::ShmName(options_.run_dir, options_.node, h->rank, i), want);
-          if (!seg.ok()) {
-            rs.slots.clear();
-            refuse(seg.status().ToString());
-            return Disconnect(fd, ""), false;
-          }
-          Slot s;
-          s.seg = std::move(seg).value();
-          rs.slots.push_back(std::move(s));
-        }
-      }
-      world_ = h->world;
-      // A restarted trainer resumes from the last committed step and may legitimately
-      // re-submit a step number whose earlier save never committed.
-      rs.last_step = -1;
-      rs.last_persisted_step = -1;
-      rs.last_failed_step = -1;
-      c.rank = h->rank;
-      rs.conn = fd;
-      proto::HelloOk ok;
-      ok.slot_bytes = rs.slots.front().seg->size();
-      for (const auto& s : rs.slots) ok.shm_names.push_back(s.seg->name());
-      FT_LOG(Info) << "ckptd: rank " << h->rank << "/" << h->world << " (pid " << c.pid
-                   << ") connected, " << rs.slots.size() << " slots of " << ok.slot_bytes
-                   << " bytes";
-      Send(fd, MsgType::kHelloOk, proto::EncodeHelloOk(ok));
-      return true;
-    }
+    case MsgType::kHello:
+      return OnHello(fd, c, payload);
     case MsgType::kAcquire:
       if (c.rank < 0) return Disconnect(fd, "ACQUIRE before HELLO"), false;
       if (!payload.empty()) return Disconnect(fd, "ACQUIRE with a payload"), false;
       c.waiting_acquire = true;
       return true;  // answered by ServeAcquires()
-    case MsgType::kSubmit: {
-      if (c.rank < 0) return Disconnect(fd, "SUBMIT before HELLO"), false;
-      RankSlots& rs = ranks_[c.rank];
-      auto sub = proto::DecodeSubmit(payload, rs.slots.front().seg->size());
-      if (!sub.ok()) return Disconnect(fd, sub.status().message()), false;
-      if (sub->slot >= rs.slots.size() || rs.slots[sub->slot].state != SlotState::kHeld) {
-        return Disconnect(fd, "SUBMIT names slot " + std::to_string(sub->slot) +
-                                  ", which this client does not hold"),
-               false;
-      }
-      if (sub->meta.world_size != world_)
-        return Disconnect(fd, "SUBMIT with another world size"), false;
-      if (sub->step <= rs.last_step) {
-        rs.slots[sub->slot].state = SlotState::kFree;
-        return refuse("step " + std::to_string(sub->step) + " is not newer than step " +
-                      std::to_string(rs.last_step) + " already submitted by rank " +
-                      std::to_string(c.rank));
-      }
-      Slot& slot = rs.slots[sub->slot];
-      slot.state = SlotState::kPersisting;
-      slot.step = sub->step;
-      slot.submit = *sub;  // a copy of the descriptor (small): RESTORE answers from it
-      rs.last_step = sub->step;
-      FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank
-                   << " slot=" << sub->slot
-                   << " stall_s=" << static_cast<double>(sub->stall_ns) * 1e-9 << " queued";
-      PersistJob job;
-      job.rank = c.rank;
-      job.slot = sub->slot;
-      job.base = slot.seg->data();
-      job.submit = std::move(sub).value();
-      persister_->Enqueue(std::move(job));
-      Send(fd, MsgType::kSubmitOk, "");
-      return true;
-    }
-    case MsgType::kRestore: {
-      if (c.rank < 0) return Disconnect(fd, "RESTORE before HELLO"), false;
-      if (!payload.empty()) return Disconnect(fd, "RESTORE with a payload"), false;
-      const Slot* best = nullptr;
-      for (const auto& s : ranks_[c.rank].slots) {
-        if (s.state == SlotState::kRetained && (best == nullptr || s.step > best->step)) best = &s;
-      }
-      if (best != nullptr) {
-        FT_LOG(Info) << "ckptd: rank " << c.rank << " restores step " << best->step
-                     << " from memory";
-      }
-      Send(fd, MsgType::kRestoreOk,
-           proto::EncodeRestoreOk(best != nullptr ? &best->submit : nullptr));
-      return true;
-    }
+    case MsgType::kSubmit:
+      return OnSubmit(fd, c, payload);
+    case MsgType::kRestore:
+      return OnRestore(fd, c, payload);
     case MsgType::kFetchPeer:
       return StartFetch(fd, c, payload);
     default:

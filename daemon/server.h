@@ -100,6 +100,11 @@ class Server {
   // false: the peer must be disconnected (reason logged).
   bool OnReadable(int fd);
   bool Handle(int fd, Conn& c, ckpt::proto::MsgType type, const std::string& payload);
+  // One handler per request type; false: the connection was closed.
+  bool OnHello(int fd, Conn& c, const std::string& payload);
+  bool OnSubmit(int fd, Conn& c, const std::string& payload);
+  bool OnRestore(int fd, Conn& c, const std::string& payload);
+  bool Refuse(int fd, const Conn& c, const std::string& why);
   void Send(int fd, ckpt::proto::MsgType type, const std::string& payload);
   void Disconnect(int fd, const std::string& why);
   void ServeAcquires();

@@ -8,51 +8,12 @@
 
 #include "ckpt/filename.h"
 #include "ckpt/shard_file.h"
+#include "ckpt/wire_codec.h"
 #include "core/env.h"
 #include "core/run_layout.h"
 
 namespace ftrain::ckpt::proto {
 namespace {
-
-class Writer {
- public:
-  template <typename T>
-  void Put(T v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));  // little-endian hosts only
-  }
-  void Str(const std::string& s) {
-    Put<uint32_t>(static_cast<uint32_t>(s.size()));
-    out_ += s;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& in) : in_(in) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (pos_ + sizeof(T) > in_.size()) return false;
-    std::memcpy(v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool Str(std::string* s, size_t max) {
-    uint32_t n = 0;
-    if (!Get(&n) || n > max || pos_ + n > in_.size()) return false;
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool Done() const { return pos_ == in_.size(); }
-
- private:
-  const std::string& in_;
-  size_t pos_ = 0;
-};
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("ckptd protocol: " + what); }
 
@@ -104,7 +65,7 @@ std::string DefaultNodeId() {
 }
 
 std::string EncodeHeader(MsgType type, uint32_t length) {
-  Writer w;
+  WireWriter w;
   w.Put<uint32_t>(kMagic);
   w.Put<uint16_t>(kVersion);
   w.Put<uint16_t>(static_cast<uint16_t>(type));
@@ -136,7 +97,7 @@ std::string Frame(MsgType type, const std::string& payload) {
 }
 
 std::string EncodeHello(const Hello& m) {
-  Writer w;
+  WireWriter w;
   w.Put(m.rank);
   w.Put(m.world);
   w.Put(m.pid);
@@ -145,7 +106,7 @@ std::string EncodeHello(const Hello& m) {
 }
 
 StatusOr<Hello> DecodeHello(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   Hello m;
   if (!r.Get(&m.rank) || !r.Get(&m.world) || !r.Get(&m.pid) || !r.Get(&m.slot_bytes) || !r.Done()) {
     return Bad("malformed HELLO");
@@ -161,7 +122,7 @@ StatusOr<Hello> DecodeHello(const std::string& payload) {
 }
 
 std::string EncodeHelloOk(const HelloOk& m) {
-  Writer w;
+  WireWriter w;
   w.Put(m.slot_bytes);
   w.Put<uint32_t>(static_cast<uint32_t>(m.shm_names.size()));
   for (const auto& n : m.shm_names) w.Str(n);
@@ -169,7 +130,7 @@ std::string EncodeHelloOk(const HelloOk& m) {
 }
 
 StatusOr<HelloOk> DecodeHelloOk(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   HelloOk m;
   uint32_t n = 0;
   if (!r.Get(&m.slot_bytes) || !r.Get(&n) || n > 64) return Bad("malformed HELLO_OK");
@@ -183,20 +144,20 @@ StatusOr<HelloOk> DecodeHelloOk(const std::string& payload) {
 }
 
 std::string EncodeU32(uint32_t v) {
-  Writer w;
+  WireWriter w;
   w.Put(v);
   return w.Take();
 }
 
 StatusOr<uint32_t> DecodeU32(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   uint32_t v = 0;
   if (!r.Get(&v) || !r.Done()) return Bad("malformed message (expected one u32)");
   return v;
 }
 
 std::string EncodeSubmit(const Submit& m) {
-  Writer w;
+  WireWriter w;
   w.Put(m.step);
   w.Put(m.slot);
   w.Put(m.stall_ns);
@@ -224,7 +185,7 @@ std::string EncodeSubmit(const Submit& m) {
 }
 
 StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
-  Reader r(payload);
+  WireReader r(payload);
   Submit m;
   int32_t world = 0;
   uint32_t n = 0;
@@ -308,14 +269,14 @@ StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint
 }
 
 std::string EncodeFetchPeer(const FetchPeer& m) {
-  Writer w;
+  WireWriter w;
   w.Put(m.step);
   w.Str(m.address);
   return w.Take();
 }
 
 StatusOr<FetchPeer> DecodeFetchPeer(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   FetchPeer m;
   if (!r.Get(&m.step) || !r.Str(&m.address, 300) || !r.Done()) return Bad("malformed FETCH_PEER");
   if (m.step < 0 || m.step > kMaxStep) return Bad("FETCH_PEER step out of range");
@@ -323,7 +284,7 @@ StatusOr<FetchPeer> DecodeFetchPeer(const std::string& payload) {
 }
 
 std::string EncodeFetchPeerOk(const FetchPeerOk& m) {
-  Writer w;
+  WireWriter w;
   w.Put<uint8_t>(m.found ? 1 : 0);
   w.Put(m.step);
   w.Put(m.bytes);
@@ -334,7 +295,7 @@ std::string EncodeFetchPeerOk(const FetchPeerOk& m) {
 }
 
 StatusOr<FetchPeerOk> DecodeFetchPeerOk(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload);
   FetchPeerOk m;
   uint8_t found = 0;
   if (!r.Get(&found) || found > 1 || !r.Get(&m.step) || !r.Get(&m.bytes) || !r.Get(&m.seconds) ||

@@ -55,6 +55,94 @@ StatusOr<Resolved> ResolveCheckpointRoot(const RunLayout& layout, const std::str
   return r;
 }
 
+using PathList = std::vector<std::pair<std::string, std::string>>;
+
+PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
+  return {
+      {"run_dir", layout.run_dir()},
+      {"checkpoints", root.checkpoints},
+      {"metrics", layout.metrics()},
+      {"restarts", layout.restarts()},
+      {"resolved_config", layout.resolved_config()},
+      {"config_error", layout.config_error()},
+      {"last_stop", layout.last_stop()},
+      {"logs", layout.logs()},
+      {"tensorboard", layout.tensorboard()},
+      {"replication_secret", layout.replication_secret()},
+  };
+}
+
+PathList NodePathsOf(const RunLayout& layout, const std::string& node) {
+  return {
+      {"ckptd_dir", layout.daemon_dir(node)},
+      {"ckptd_socket", ckpt::proto::SocketPath(layout.run_dir(), node)},
+      {"ckptd_log", layout.daemon_log(node)},
+      {"ckptd_peer_addr", layout.daemon_peer_addr(node)},
+  };
+}
+
+// --section.key=value arguments are the trainer's overrides, not this command's flags: they go
+// to *overrides, everything else to *rest (argv[0] first).
+void SplitOverrides(int argc, char** argv, std::vector<std::string>* overrides,
+                    std::vector<char*>* rest) {
+  rest->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool override_arg =
+        a.rfind("--", 0) == 0 && a.find('=') != std::string::npos && a.find('.') < a.find('=');
+    if (override_arg) {
+      overrides->push_back(a);
+    } else {
+      rest->push_back(argv[i]);
+    }
+  }
+}
+
+// Prints one path (--get KEY), or all of them as JSON or as "key<TAB>path" lines.
+int PrintPaths(const std::string& program, const RunLayout& layout, const Resolved& root,
+               const std::vector<std::string>& nodes, const std::string& get, bool json) {
+  const PathList run_paths = RunPathsOf(layout, root);
+  if (!get.empty()) {
+    for (const auto& [k, v] : run_paths) {
+      if (k == get) {
+        std::cout << v << "\n";
+        return kExitOk;
+      }
+    }
+    for (const auto& [k, v] : NodePathsOf(layout, "NODE")) {
+      if (k != get) continue;
+      if (nodes.size() != 1) {
+        return Fail(program, Status::InvalidArgument("--get " + get + " needs exactly one --node"));
+      }
+      for (const auto& [k2, v2] : NodePathsOf(layout, nodes[0])) {
+        if (k2 == get) std::cout << v2 << "\n";
+      }
+      return kExitOk;
+    }
+    return Fail(program, Status::InvalidArgument("--get: unknown path '" + get + "' (see --help)"));
+  }
+  if (json) {
+    nlohmann::json j;
+    for (const auto& [k, v] : run_paths) j[k] = v;
+    j["checkpoints_from"] = root.checkpoints_from;
+    for (const auto& n : nodes) {
+      for (const auto& [k, v] : NodePathsOf(layout, n)) j["nodes"][n][k] = v;
+    }
+    std::cout << j.dump(1) << "\n";
+    return kExitOk;
+  }
+  for (const auto& [k, v] : run_paths) {
+    std::cout << k << "\t" << v;
+    if (k == "checkpoints") std::cout << "\t(" << root.checkpoints_from << ")";
+    std::cout << "\n";
+  }
+  for (const auto& n : nodes) {
+    for (const auto& [k, v] : NodePathsOf(layout, n))
+      std::cout << k << "[" << n << "]\t" << v << "\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunPaths(int argc, char** argv) {
@@ -78,19 +166,9 @@ int RunPaths(int argc, char** argv) {
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
-  // --section.key=value overrides are the trainer's, not this command's flags.
   std::vector<std::string> overrides;
-  std::vector<char*> rest = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool override_arg =
-        a.rfind("--", 0) == 0 && a.find('=') != std::string::npos && a.find('.') < a.find('=');
-    if (override_arg) {
-      overrides.push_back(a);
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
+  std::vector<char*> rest;
+  SplitOverrides(argc, argv, &overrides, &rest);
   po::variables_map vm;
   Status s = ParseFlags(program, static_cast<int>(rest.size()), rest.data(), opts, pos, &vm);
   if (!s.ok()) return Fail(program, s);
@@ -114,65 +192,7 @@ int RunPaths(int argc, char** argv) {
   auto root = ResolveCheckpointRoot(layout, config_path, overrides);
   if (!root.ok()) return Fail(program, root.status());
 
-  const std::vector<std::pair<std::string, std::string>> run_paths = {
-      {"run_dir", layout.run_dir()},
-      {"checkpoints", root->checkpoints},
-      {"metrics", layout.metrics()},
-      {"restarts", layout.restarts()},
-      {"resolved_config", layout.resolved_config()},
-      {"config_error", layout.config_error()},
-      {"last_stop", layout.last_stop()},
-      {"logs", layout.logs()},
-      {"tensorboard", layout.tensorboard()},
-      {"replication_secret", layout.replication_secret()},
-  };
-  auto node_paths = [&](const std::string& node) {
-    return std::vector<std::pair<std::string, std::string>>{
-        {"ckptd_dir", layout.daemon_dir(node)},
-        {"ckptd_socket", ckpt::proto::SocketPath(run_dir, node)},
-        {"ckptd_log", layout.daemon_log(node)},
-        {"ckptd_peer_addr", layout.daemon_peer_addr(node)},
-    };
-  };
-
-  if (!get.empty()) {
-    for (const auto& [k, v] : run_paths) {
-      if (k == get) {
-        std::cout << v << "\n";
-        return kExitOk;
-      }
-    }
-    for (const auto& [k, v] : node_paths("NODE")) {
-      if (k != get) continue;
-      if (nodes.size() != 1) {
-        return Fail(program, Status::InvalidArgument("--get " + get + " needs exactly one --node"));
-      }
-      for (const auto& [k2, v2] : node_paths(nodes[0])) {
-        if (k2 == get) std::cout << v2 << "\n";
-      }
-      return kExitOk;
-    }
-    return Fail(program, Status::InvalidArgument("--get: unknown path '" + get + "' (see --help)"));
-  }
-  if (json) {
-    nlohmann::json j;
-    for (const auto& [k, v] : run_paths) j[k] = v;
-    j["checkpoints_from"] = root->checkpoints_from;
-    for (const auto& n : nodes) {
-      for (const auto& [k, v] : node_paths(n)) j["nodes"][n][k] = v;
-    }
-    std::cout << j.dump(1) << "\n";
-    return kExitOk;
-  }
-  for (const auto& [k, v] : run_paths) {
-    std::cout << k << "\t" << v;
-    if (k == "checkpoints") std::cout << "\t(" << root->checkpoints_from << ")";
-    std::cout << "\n";
-  }
-  for (const auto& n : nodes) {
-    for (const auto& [k, v] : node_paths(n)) std::cout << k << "[" << n << "]\t" << v << "\n";
-  }
-  return kExitOk;
+  return PrintPaths(program, layout, *root, nodes, get, json);
 }
 
 }  // namespace ftrain::cli
