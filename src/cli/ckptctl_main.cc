@@ -115,9 +115,6 @@ int CkptdStatus(const std::string& run_dir, bool json, std::vector<std::string> 
               << j.value("failures", 0) << std::fixed << std::setprecision(1) << " throughput_mb_s "
               << j.value("throughput_mb_s", 0.0) << std::setprecision(2) << " compression_ratio "
               << j.value("compression_ratio", 0.0) << "\n";
-    if (!j.value("last_error", std::string()).empty()) {
-      std::cout << "  last_error " << j.value("last_error", std::string()) << "\n";
-    }
     const std::string err = j.value("last_error", std::string());
     if (!err.empty()) std::cout << "  last_error " << err << "\n";
     const nlohmann::json rep = j.value("replication", nlohmann::json::object());
