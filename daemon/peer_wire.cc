@@ -90,13 +90,7 @@ const char* PeerMsgName(PeerMsg type) {
 }
 
 std::string EncodeFrameHeader(PeerMsg type, uint32_t length) {
-  WireWriter w;
-  w.Put<uint32_t>(kMagic);
-  w.Put<uint16_t>(kVersion);
-  w.Put<uint16_t>(static_cast<uint16_t>(type));
-  w.Put<uint32_t>(length);
-  w.Put<uint32_t>(0);
-  return w.Take();
+  return ckpt::EncodeFrameHeader16(kMagic, kVersion, static_cast<uint16_t>(type), length);
 }
 
 StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* bytes) {

@@ -41,6 +41,7 @@ using ckptd::peer::PeerConn;
 using ckptd::peer::PeerMsg;
 using testing::BinDir;
 using testing::RunCommand;
+using testing::SignalAndReap;
 
 constexpr char kSecret[] = "0123456789abcdef-test-secret";
 constexpr char kJob[] = "4711";
@@ -131,12 +132,7 @@ class CkptdPeerTest : public ::testing::Test {
     std::ifstream f(base_ + "/ckptd-" + node + ".log");
     return std::string(std::istreambuf_iterator<char>(f), {});
   }
-  static int Kill(pid_t pid, int sig) {
-    ::kill(pid, sig);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return status;
-  }
+  static int Kill(pid_t pid, int sig) { return SignalAndReap(pid, sig); }
   void Forget(pid_t pid) {
     daemons_.erase(std::remove(daemons_.begin(), daemons_.end(), pid), daemons_.end());
   }

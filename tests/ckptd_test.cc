@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 namespace proto = ckpt::proto;
 using testing::BinDir;
 using testing::RunCommand;
+using testing::SignalAndReap;
 
 class CkptdTest : public ::testing::Test {
  protected:
@@ -97,12 +98,7 @@ class CkptdTest : public ::testing::Test {
     std::ifstream f(base_ + "/ckptd-" + node + ".log");
     return std::string(std::istreambuf_iterator<char>(f), {});
   }
-  static int Kill(pid_t pid, int sig) {
-    ::kill(pid, sig);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return status;
-  }
+  static int Kill(pid_t pid, int sig) { return SignalAndReap(pid, sig); }
   void Stop(pid_t pid) {
     int status = Kill(pid, SIGTERM);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;

@@ -117,6 +117,13 @@ int FreePort() {
   return port;
 }
 
+int SignalAndReap(int pid, int sig) {
+  ::kill(pid, sig);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
 std::string BinDir() { return FTRAIN_BIN_DIR; }
 std::string Ftrain() { return BinDir() + "/ftrain"; }
 

@@ -42,6 +42,9 @@ struct CommandResult {
 // Runs `/bin/sh -c command` in its own process group; on timeout kills the whole group.
 CommandResult RunCommand(const std::string& command, int timeout_s);
 
+// Sends `sig` to `pid` (a child of this process), waits for it and returns its wait status.
+int SignalAndReap(int pid, int sig);
+
 // A TCP port that was free a moment ago on 127.0.0.1.
 int FreePort();
 

@@ -65,13 +65,7 @@ std::string DefaultNodeId() {
 }
 
 std::string EncodeHeader(MsgType type, uint32_t length) {
-  WireWriter w;
-  w.Put<uint32_t>(kMagic);
-  w.Put<uint16_t>(kVersion);
-  w.Put<uint16_t>(static_cast<uint16_t>(type));
-  w.Put<uint32_t>(length);
-  w.Put<uint32_t>(0);
-  return w.Take();
+  return EncodeFrameHeader16(kMagic, kVersion, static_cast<uint16_t>(type), length);
 }
 
 StatusOr<Header> DecodeHeader(const uint8_t* bytes) {

@@ -59,4 +59,16 @@ class WireReader {
   size_t pos_ = 0;
 };
 
+// The 16-byte frame header both protocols use: magic, version, type, payload length, reserved.
+inline std::string EncodeFrameHeader16(uint32_t magic, uint16_t version, uint16_t type,
+                                       uint32_t length) {
+  WireWriter w;
+  w.Put<uint32_t>(magic);
+  w.Put<uint16_t>(version);
+  w.Put<uint16_t>(type);
+  w.Put<uint32_t>(length);
+  w.Put<uint32_t>(0);
+  return w.Take();
+}
+
 }  // namespace ftrain::ckpt
