@@ -14,8 +14,19 @@ TORCH_VERSION="${FTRAIN_TORCH_VERSION:-2.11.0}"  # CUDA 13 build on PyPI; matche
 TORCH_PREFIX="${FTRAIN_TORCH_PREFIX:-/opt/ftrain/torch-${TORCH_VERSION}}"
 TENSORBOARD_VERSION="${FTRAIN_TENSORBOARD_VERSION:-2.21.0}"  # tests/CMakeLists.txt has the path
 TENSORBOARD_PREFIX="${FTRAIN_TENSORBOARD_PREFIX:-/opt/ftrain/py-tensorboard-${TENSORBOARD_VERSION}}"
+# The Hugging Face reference clients the interop tests compare against (transformers loads
+# ftrain's exports and computes the reference loss; tokenizers produces the reference tokens).
+# 5.17.0 is what the GPU image has. PYTHONPATH=${HF_PREFIX}:${TORCH_PREFIX} (transformers runs
+# its models on the torch wheel's Python package, already unpacked there).
+TRANSFORMERS_VERSION="${FTRAIN_TRANSFORMERS_VERSION:-5.17.0}"
+TOKENIZERS_VERSION="${FTRAIN_TOKENIZERS_VERSION:-0.23.3}"
+HF_PREFIX="${FTRAIN_HF_PREFIX:-/opt/ftrain/py-transformers-${TRANSFORMERS_VERSION}}"
 if [ "${1:-}" = "--torch-prefix" ]; then
   echo "${TORCH_PREFIX}/torch"
+  exit 0
+fi
+if [ "${1:-}" = "--hf-pythonpath" ]; then
+  echo "${HF_PREFIX}:${TORCH_PREFIX}"
   exit 0
 fi
 
@@ -27,6 +38,7 @@ PACKAGES=(
   libssl-dev  # ckptd peer handshake: RAND_bytes, HMAC-SHA256, CRYPTO_memcmp (libcrypto)
   libxxhash-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev  # Hugging Face tokenizer.json pre-tokenizer regexes (Unicode properties)
   libboost-program-options-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
@@ -50,7 +62,7 @@ for p in "${PACKAGES[@]}"; do
 done
 
 # pip_install_into PREFIX MARKER SPEC WHAT: installs the PyPI requirement SPEC (with its
-# dependencies) into its own PREFIX with pip --target, unless MARKER (a file inside PREFIX)
+# dependencies; SPEC may hold several space-separated requirements) into its own PREFIX with pip --target, unless MARKER (a file inside PREFIX)
 # shows it is there. Built in PREFIX.tmp.PID and moved into place, so an interrupted install
 # never looks complete. PIP_BREAK_SYSTEM_PACKAGES only matters for Debian's own python3
 # (nothing is installed into it).
@@ -70,8 +82,9 @@ pip_install_into() {
   start=$(date +%s)
   rm -rf "${tmp}"
   mkdir -p "$(dirname "${prefix}")"
+  # shellcheck disable=SC2086 # SPEC splits into its requirements
   PIP_BREAK_SYSTEM_PACKAGES=1 "${py}" -m pip install -q --no-compile --disable-pip-version-check \
-    --target "${tmp}" "${spec}"
+    --target "${tmp}" ${spec}
   rm -rf "${prefix}"
   mv "${tmp}" "${prefix}"
   echo "install-deps: ${what} installed in $(($(date +%s) - start)) s"
@@ -91,10 +104,19 @@ install_tensorboard() {
     "tensorboard==${TENSORBOARD_VERSION}" "tensorboard ${TENSORBOARD_VERSION}"
 }
 
+# transformers + tokenizers (and safetensors, numpy, huggingface_hub with them): ~170 MB,
+# ~10 s from PyPI here.
+install_transformers() {
+  pip_install_into "${HF_PREFIX}" "${HF_PREFIX}/transformers/__init__.py" \
+    "transformers==${TRANSFORMERS_VERSION} tokenizers==${TOKENIZERS_VERSION}" \
+    "transformers ${TRANSFORMERS_VERSION}"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   install_torch
   install_tensorboard
+  install_transformers
   exit 0
 fi
 
@@ -120,4 +142,5 @@ trap '[ "$created_policy" -eq 1 ] && rm -f "$policy"' EXIT
 apt-get install -y -q --no-install-recommends "${missing[@]}"
 install_torch
 install_tensorboard
+install_transformers
 echo "install-deps: done"
