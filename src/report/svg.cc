@@ -193,34 +193,44 @@ double TextWidth(const std::string& text, double font_px) {
   return 1.08 * em * font_px;
 }
 
-std::string RenderReportSvg(const RunSummary& r) {
-  Svg svg;
-  auto& o = svg.raw();
-  const double span = std::max(r.wall_s, 1.0);
-  auto X = [&](double t) { return kL + (t - r.start) / span * (kR - kL); };
+namespace {
+
+// The picture's scales: wall time to x, steps to y in panel 1, loss to y in panel 2.
+struct Scales {
+  const RunSummary& r;
+  double span = 1, lmin = 0, lmax = 1, ystep = 1, ytop = 1;
+  double X(double t) const { return kL + (t - r.start) / span * (kR - kL); }
+  double YS(double step) const { return kP1B - step / ytop * (kP1B - kP1T); }
+  double YL(double l) const { return kP2B - 6 - (l - lmin) / (lmax - lmin) * (kP2B - kP2T - 12); }
+};
+
+Scales MakeScales(const RunSummary& r) {
+  Scales sc{r};
+  sc.span = std::max(r.wall_s, 1.0);
   int64_t max_step = 1;
-  double lmin = 0, lmax = 1;
   if (!r.steps.empty()) {
-    lmin = lmax = r.steps.front().loss;
+    sc.lmin = sc.lmax = r.steps.front().loss;
     for (const auto& s : r.steps) {
-      lmin = std::min(lmin, s.loss);
-      lmax = std::max(lmax, s.loss);
+      sc.lmin = std::min(sc.lmin, s.loss);
+      sc.lmax = std::max(sc.lmax, s.loss);
     }
   }
   for (const auto& s : r.steps) max_step = std::max(max_step, s.step);
   for (const auto& in : r.interruptions) {
     max_step = std::max(max_step, in.resumed_step + in.redone_steps);
   }
-  if (lmax - lmin < 1e-9) lmax = lmin + 1;
-  const double ystep = NiceStep(static_cast<double>(max_step), 6);
-  const double ytop = std::ceil(static_cast<double>(max_step) / ystep) * ystep;
-  auto YS = [&](double step) { return kP1B - step / ytop * (kP1B - kP1T); };
-  auto YL = [&](double l) { return kP2B - 6 - (l - lmin) / (lmax - lmin) * (kP2B - kP2T - 12); };
+  if (sc.lmax - sc.lmin < 1e-9) sc.lmax = sc.lmin + 1;
+  sc.ystep = NiceStep(static_cast<double>(max_step), 6);
+  sc.ytop = std::ceil(static_cast<double>(max_step) / sc.ystep) * sc.ystep;
+  return sc;
+}
 
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << kH
-    << "' viewBox='0 0 " << kW << " " << kH
-    << "' font-family='DejaVu Sans, Liberation Sans, Arial, sans-serif'>\n"
-    << "<rect width='" << kW << "' height='" << kH << "' fill='white'/>\n";
+// The opening tag, the background, the title and the one-line summary under it.
+void DrawTitle(Svg& svg, const RunSummary& r) {
+  svg.raw() << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << kH
+            << "' viewBox='0 0 " << kW << " " << kH
+            << "' font-family='DejaVu Sans, Liberation Sans, Arial, sans-serif'>\n"
+            << "<rect width='" << kW << "' height='" << kH << "' fill='white'/>\n";
   svg.Text(kL, 24, Fit("ftrain run " + r.run_dir, 16, kW - kL - 8, true), 16);
   // The end without its date when the run ended the day it started.
   std::string end = IsoTime(r.end);
@@ -232,11 +242,14 @@ std::string RenderReportSvg(const RunSummary& r) {
       " lost to " + std::to_string(r.interruptions.size()) + " interruption" +
       (r.interruptions.size() == 1 ? "" : "s");
   svg.Text(kL, 44, Fit(sub, 12, kW - kL - 8), 12, "start", "#444");
+}
 
-  // Shaded re-done work and downtime, behind everything.
-  for (const auto& in : r.interruptions) {
-    const double a = X(in.last_good_time), b = X(in.failed_at);
-    const double c = X(in.down_until);
+// Shaded re-done work and downtime, behind everything.
+void DrawShading(Svg& svg, const Scales& sc) {
+  auto& o = svg.raw();
+  for (const auto& in : sc.r.interruptions) {
+    const double a = sc.X(in.last_good_time), b = sc.X(in.failed_at);
+    const double c = sc.X(in.down_until);
     for (auto [top, bot] : {std::pair{kP1T, kP1B}, std::pair{kP2T, kP2B}}) {
       if (b > a) {
         o << "<rect x='" << Num(a) << "' y='" << Num(top) << "' width='" << Num(b - a)
@@ -246,10 +259,15 @@ std::string RenderReportSvg(const RunSummary& r) {
         << "' height='" << Num(bot - top) << "' fill='#9a9a9a' fill-opacity='0.35'/>\n";
     }
   }
-  // Frames, time grid and tick labels.
-  const double tstep = ChooseTimeStep(span, kR - kL);
-  for (double t = 0; t <= span + 1e-6; t += tstep) {
-    const double x = X(r.start + t);
+}
+
+// Frames, the time grid and the tick labels of both axes.
+void DrawAxes(Svg& svg, const Scales& sc) {
+  auto& o = svg.raw();
+  const RunSummary& r = sc.r;
+  const double tstep = ChooseTimeStep(sc.span, kR - kL);
+  for (double t = 0; t <= sc.span + 1e-6; t += tstep) {
+    const double x = sc.X(r.start + t);
     o << "<line x1='" << Num(x) << "' y1='" << kP1T << "' x2='" << Num(x) << "' y2='" << kP2B + 4
       << "' stroke='#e6e6e6'/>\n";
     o << "<line x1='" << Num(x) << "' y1='" << kP2B << "' x2='" << Num(x) << "' y2='" << kP2B + 5
@@ -259,28 +277,32 @@ std::string RenderReportSvg(const RunSummary& r) {
   svg.Text((kL + kR) / 2, kP2B + 36,
            "wall time since the run's start, " + IsoTime(r.start) + " (UTC)", kFont, "middle",
            "#333");
-  for (double s = 0; s <= ytop + 1e-9; s += ystep) {
-    o << "<line x1='" << kL << "' y1='" << Num(YS(s)) << "' x2='" << kR << "' y2='" << Num(YS(s))
-      << "' stroke='#f0f0f0'/>\n";
-    svg.Text(kL - 6, YS(s) + 4, std::to_string(static_cast<long long>(s)), kFont, "end", "#333");
+  for (double s = 0; s <= sc.ytop + 1e-9; s += sc.ystep) {
+    o << "<line x1='" << kL << "' y1='" << Num(sc.YS(s)) << "' x2='" << kR << "' y2='"
+      << Num(sc.YS(s)) << "' stroke='#f0f0f0'/>\n";
+    svg.Text(kL - 6, sc.YS(s) + 4, std::to_string(static_cast<long long>(s)), kFont, "end", "#333");
   }
-  svg.Text(kL - 6, kP2T + 10, Num(lmax, "%.3g"), kFont, "end", "#8b1a1a");
-  svg.Text(kL - 6, kP2B - 2, Num(lmin, "%.3g"), kFont, "end", "#8b1a1a");
+  svg.Text(kL - 6, kP2T + 10, Num(sc.lmax, "%.3g"), kFont, "end", "#8b1a1a");
+  svg.Text(kL - 6, kP2B - 2, Num(sc.lmin, "%.3g"), kFont, "end", "#8b1a1a");
   for (auto [top, bot] : {std::pair{kP1T, kP1B}, std::pair{kP2T, kP2B}}) {
     o << "<rect x='" << kL << "' y='" << top << "' width='" << kR - kL << "' height='" << bot - top
       << "' fill='none' stroke='#888'/>\n";
   }
   svg.Text(kL + 6, kP1T + 15, "optimizer step", kFont, "start", "#1f4e99");
   svg.Text(kR - 6, kP2T + 14, "loss", kFont, "end", "#8b1a1a");
+}
 
-  // Checkpoints: ticks on the bottom edge of panel 1.
+// Checkpoints as ticks on the bottom edge of panel 1; progress and loss as one polyline per
+// stretch of steps between interruptions (a point per pixel at most), each stretch starting
+// where its first step started.
+void DrawCurves(Svg& svg, const Scales& sc) {
+  auto& o = svg.raw();
+  const RunSummary& r = sc.r;
   for (const auto& s : r.steps) {
     if (s.ckpt_stall_s <= 0) continue;
-    o << "<line x1='" << Num(X(s.time)) << "' y1='" << kP1B << "' x2='" << Num(X(s.time))
+    o << "<line x1='" << Num(sc.X(s.time)) << "' y1='" << kP1B << "' x2='" << Num(sc.X(s.time))
       << "' y2='" << kP1B - 12 << "' stroke='#1e8449' stroke-width='2'/>\n";
   }
-  // Progress and loss, one polyline per stretch of steps between interruptions (a point per
-  // pixel at most); each stretch starts where its first step started.
   std::vector<size_t> cuts = {0};
   for (const auto& in : r.interruptions) {
     if (in.next_record > 0) cuts.push_back(static_cast<size_t>(in.next_record));
@@ -291,28 +313,33 @@ std::string RenderReportSvg(const RunSummary& r) {
     if (cuts[c] >= cuts[c + 1]) continue;
     const StepRecord& first = r.steps[cuts[c]];
     std::ostringstream prog, loss;
-    prog << Num(X(first.Start())) << "," << Num(YS(static_cast<double>(first.step - 1)));
+    prog << Num(sc.X(first.Start())) << "," << Num(sc.YS(static_cast<double>(first.step - 1)));
     double last_x = -1;
     for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-      const double x = X(r.steps[i].time);
+      const double x = sc.X(r.steps[i].time);
       if (x - last_x < 0.7 && i + 1 != cuts[c + 1]) continue;
       last_x = x;
-      prog << " " << Num(x) << "," << Num(YS(static_cast<double>(r.steps[i].step)));
-      loss << " " << Num(x) << "," << Num(YL(r.steps[i].loss));
+      prog << " " << Num(x) << "," << Num(sc.YS(static_cast<double>(r.steps[i].step)));
+      loss << " " << Num(x) << "," << Num(sc.YL(r.steps[i].loss));
     }
     o << "<polyline fill='none' stroke='#1f4e99' stroke-width='2' points='" << prog.str()
       << "'/>\n<polyline fill='none' stroke='#8b1a1a' stroke-width='1.2' points='" << loss.str()
       << "'/>\n";
   }
-  // Failures, the work they lost, fallbacks.
-  LabelRows rows;
+}
+
+// Failures (a labelled dashed line each), the work they lost, and fallbacks.
+void DrawFailures(Svg& svg, const Scales& sc, LabelRows& rows) {
+  auto& o = svg.raw();
+  const RunSummary& r = sc.r;
   for (size_t k = 0; k < r.interruptions.size(); ++k) {
     const Interruption& in = r.interruptions[k];
     const double s0 = static_cast<double>(in.resumed_step);
-    o << "<line x1='" << Num(X(in.last_good_time)) << "' y1='" << Num(YS(s0)) << "' x2='"
-      << Num(X(in.failed_at)) << "' y2='" << Num(YS(s0 + static_cast<double>(in.redone_steps)))
+    o << "<line x1='" << Num(sc.X(in.last_good_time)) << "' y1='" << Num(sc.YS(s0)) << "' x2='"
+      << Num(sc.X(in.failed_at)) << "' y2='"
+      << Num(sc.YS(s0 + static_cast<double>(in.redone_steps)))
       << "' stroke='#d35400' stroke-width='2' stroke-dasharray='5,3'/>\n";
-    const double x = X(in.failed_at);
+    const double x = sc.X(in.failed_at);
     const std::string tag = "#" + std::to_string(k + 1);
     const std::string label = tag + " " + in.cause + ": down " + HumanDuration(in.down_s) + ", " +
                               std::to_string(in.redone_steps) + " steps re-done" +
@@ -324,7 +351,7 @@ std::string RenderReportSvg(const RunSummary& r) {
       << "' stroke-width='1.5' stroke-dasharray='6,3'/>\n";
     for (int i : in.fallbacks) {
       const RunEvent& e = r.events[i];
-      const double fx = X(e.time);
+      const double fx = sc.X(e.time);
       const auto fy = rows.Place(
           svg, fx,
           {"fell back: step " + std::to_string(e.step.value_or(-1)) + " corrupt", "fell back"},
@@ -336,8 +363,10 @@ std::string RenderReportSvg(const RunSummary& r) {
   if (r.steps.empty()) {
     svg.Text((kL + kR) / 2, (kP1T + kP1B) / 2, "no steps recorded", 14, "middle", "#888");
   }
+}
 
-  // Legend, wrapped to the plot width.
+// The legend, wrapped to the plot width, and a note when labels were left out.
+void DrawLegend(Svg& svg, const LabelRows& rows) {
   struct Item {
     std::string swatch, text;
   };
@@ -366,7 +395,8 @@ std::string RenderReportSvg(const RunSummary& r) {
       lx = kL;
       ly += 18;
     }
-    o << "<g transform='translate(" << Num(lx) << "," << Num(ly) << ")'>" << it.swatch << "</g>\n";
+    svg.raw() << "<g transform='translate(" << Num(lx) << "," << Num(ly) << ")'>" << it.swatch
+              << "</g>\n";
     svg.Text(lx + 24, ly, it.text, kFont, "start", "#333");
     lx += w;
   }
@@ -379,8 +409,22 @@ std::string RenderReportSvg(const RunSummary& r) {
     }
     svg.Text(lx, ly, note, kFont, "start", kFailColor);
   }
-  o << "</svg>\n";
-  return o.str();
+}
+
+}  // namespace
+
+std::string RenderReportSvg(const RunSummary& r) {
+  Svg svg;
+  const Scales sc = MakeScales(r);
+  DrawTitle(svg, r);
+  DrawShading(svg, sc);
+  DrawAxes(svg, sc);
+  DrawCurves(svg, sc);
+  LabelRows rows;
+  DrawFailures(svg, sc, rows);
+  DrawLegend(svg, rows);
+  svg.raw() << "</svg>\n";
+  return svg.raw().str();
 }
 
 Status WriteReportSvg(const RunSummary& r, const std::string& svg_path) {
