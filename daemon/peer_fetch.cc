@@ -62,16 +62,16 @@ std::vector<std::pair<std::string, PeerAddress>> PeerFetcher::PeerFiles(
 
 std::vector<std::string> PeerFetcher::PeersOf(const std::string& run_dir, const std::string& node,
                                               const std::string& start,
-                                              std::vector<std::string>* skipped) {
+                                              std::vector<std::string>* skipped, std::string* own) {
   std::vector<std::string> out;
   for (const auto& [other, a] : PeerFiles(run_dir)) {
     if (a.start != start) {
       if (skipped != nullptr) skipped->push_back(other);  // an earlier start's daemon
       continue;
     }
-    // This daemon's own replica store first: on a spare that was the dead node's buddy, the
-    // replica is already here (its own peer listener serves it; no other node is involved).
-    if (other == node) {
+    if (other == node && own != nullptr) {
+      *own = a.address;
+    } else if (other == node) {
       out.insert(out.begin(), a.address);
     } else {
       out.push_back(a.address);
@@ -162,24 +162,33 @@ FetchResult PeerFetcher::Fetch(const FetchJob& job) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> skipped;
   std::string tried;
-  std::vector<std::string> peers =
-      job.address.empty()
-          ? Reachable(PeersOf(options_.run_dir, options_.node, options_.start, &skipped), &tried)
-          : std::vector<std::string>{job.address};
+  auto attempt = [&](const std::string& a) {
+    Status s = FetchFrom(a, job, &r);
+    if (s.ok()) {
+      r.source = "peer " + a;
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return true;
+    }
+    FT_LOG(Info) << "ckptd: fetch of rank " << job.rank << " step " << job.step << " from peer "
+                 << a << ": " << s.message();
+    tried += (tried.empty() ? "" : "; ") + a + ": " + s.message();
+    return false;
+  };
+  std::vector<std::string> peers{job.address};
+  if (job.address.empty()) {
+    // This daemon's own replica store first, without waiting for any probe: on a spare that
+    // was the dead node's buddy, the replica is already here (its own listener serves it).
+    std::string own;
+    peers = PeersOf(options_.run_dir, options_.node, options_.start, &skipped, &own);
+    if (!own.empty() && attempt(own)) return r;
+    peers = Reachable(peers, &tried);
+  }
   for (const auto& a : peers) {
     if (job.deadline_s > 0 && SteadyNowS() >= job.deadline_s) {
       tried += (tried.empty() ? "" : "; ") + std::string("out of time before asking ") + a;
       break;
     }
-    Status s = FetchFrom(a, job, &r);
-    if (s.ok()) {
-      r.source = "peer " + a;
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return r;
-    }
-    FT_LOG(Info) << "ckptd: fetch of rank " << job.rank << " step " << job.step << " from peer "
-                 << a << ": " << s.message();
-    tried += (tried.empty() ? "" : "; ") + a + ": " + s.message();
+    if (attempt(a)) return r;
   }
   std::string none =
       " (no peer addresses of this start under " + options_.run_dir + "/ckptd-*/peer-addr";

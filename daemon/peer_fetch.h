@@ -2,9 +2,10 @@
 // daemon's own slots of that rank (reserved by the server, state kFetching), verifies every
 // piece's XXH3 against the hashes the writer's persist recorded, and reports back. Peers are
 // the address the trainer named, else the daemons of this start that published
-// RUN/ckptd-<node>/peer-addr (files of earlier starts are skipped unread): all probed at
-// once, so dead nodes cost one connect timeout together, then those that answered asked in
-// turn until one has it. One thread; the server's loop never waits for it.
+// RUN/ckptd-<node>/peer-addr (files of earlier starts are skipped unread): its own replica
+// store first, then the others, all probed at once (dead nodes cost one connect timeout
+// together), those that answered asked in turn until one has it. One thread; the server's loop
+// never waits for it.
 #pragma once
 
 #include <condition_variable>
@@ -65,11 +66,12 @@ class PeerFetcher {
   // Every RUN/ckptd-*/peer-addr that parses, by node name.
   static std::vector<std::pair<std::string, PeerAddress>> PeerFiles(const std::string& run_dir);
   // The peer addresses under the run dir (RUN/ckptd-*/peer-addr) of start `start`: this
-  // daemon's own first (its replica store), then every other one. *skipped (if given): the
-  // nodes whose file is of another start.
+  // daemon's own first (its replica store; in *own instead, if given), then every other
+  // one. *skipped (if given): the nodes whose file is of another start.
   static std::vector<std::string> PeersOf(const std::string& run_dir, const std::string& node,
                                           const std::string& start,
-                                          std::vector<std::string>* skipped = nullptr);
+                                          std::vector<std::string>* skipped = nullptr,
+                                          std::string* own = nullptr);
 
  private:
   void Run();
