@@ -105,6 +105,17 @@ std::string ProofOf(const std::string& secret, const std::string& role, const st
   return std::string(reinterpret_cast<const char*>(out), len);
 }
 
+std::string StartIdOf(const std::string& secret, const std::string& job) {
+  const std::string mac = ProofOf(secret, "start", "", "", job);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < 8 && i < mac.size(); ++i) {
+    out += kHex[static_cast<uint8_t>(mac[i]) >> 4];
+    out += kHex[static_cast<uint8_t>(mac[i]) & 15];
+  }
+  return out;
+}
+
 Status AuthenticateAsClient(PeerConn* conn, const std::string& secret, const std::string& job) {
   FT_ASSIGN_OR_RETURN(std::string nonce_c, Nonce());
   FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kHello, EncodeHello({nonce_c, job})));

@@ -28,6 +28,12 @@ StatusOr<std::string> SecretFromEnv();
 std::string ProofOf(const std::string& secret, const std::string& role, const std::string& nonce_c,
                     const std::string& nonce_s, const std::string& job);
 
+// This start's id: the first 8 bytes of HMAC-SHA256(secret, "start" || job) in hex. Every
+// start of a job gets a new secret (train.sh), so daemons of one start share the id and a
+// peer-addr file left by a daemon of an earlier start is told apart without connecting.
+// Reveals nothing usable about the secret.
+std::string StartIdOf(const std::string& secret, const std::string& job);
+
 // The connecting side: HELLO, check the server's proof, AUTH, AUTH_OK.
 Status AuthenticateAsClient(PeerConn* conn, const std::string& secret, const std::string& job);
 // The accepting side: the peer must say HELLO for `job` and prove the secret. Errors name

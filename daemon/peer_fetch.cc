@@ -37,23 +37,80 @@ void PeerFetcher::Enqueue(FetchJob job) {
   cv_.notify_all();
 }
 
-std::vector<std::string> PeerFetcher::PeersOf(const std::string& run_dir, const std::string& node) {
-  std::vector<std::string> out;
+double SteadyNowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<std::pair<std::string, PeerAddress>> PeerFetcher::PeerFiles(
+    const std::string& run_dir) {
+  std::vector<std::pair<std::string, PeerAddress>> out;
   DIR* d = ::opendir(run_dir.c_str());
   if (d == nullptr) return out;
-  std::vector<std::string> dirs;
+  std::vector<std::string> nodes;
   while (dirent* e = ::readdir(d)) {
-    const std::string other = RunLayout::NodeOfDaemonDir(e->d_name);
-    if (!other.empty() && other != node) dirs.push_back(other);
+    const std::string node = RunLayout::NodeOfDaemonDir(e->d_name);
+    if (!node.empty()) nodes.push_back(node);
   }
   ::closedir(d);
-  std::sort(dirs.begin(), dirs.end());
-  // This daemon's own replica store first: on a spare that was the dead node's buddy, the
-  // replica is already here (its own peer listener serves it; no other node is involved).
-  dirs.insert(dirs.begin(), node);
-  for (const auto& dir : dirs) {
-    auto a = ReadAddressFile(RunLayout(run_dir).daemon_peer_addr(dir));
-    if (a.ok()) out.push_back(*a);
+  std::sort(nodes.begin(), nodes.end());
+  for (const auto& node : nodes) {
+    auto a = ReadPeerAddressFile(RunLayout(run_dir).daemon_peer_addr(node));
+    if (a.ok()) out.emplace_back(node, std::move(a).value());
+  }
+  return out;
+}
+
+std::vector<std::string> PeerFetcher::PeersOf(const std::string& run_dir, const std::string& node,
+                                              const std::string& start,
+                                              std::vector<std::string>* skipped, std::string* own) {
+  std::vector<std::string> out;
+  for (const auto& [other, a] : PeerFiles(run_dir)) {
+    if (a.start != start) {
+      if (skipped != nullptr) skipped->push_back(other);  // an earlier start's daemon
+      continue;
+    }
+    if (other == node && own != nullptr) {
+      *own = a.address;
+    } else if (other == node) {
+      out.insert(out.begin(), a.address);
+    } else {
+      out.push_back(a.address);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> PeerFetcher::Reachable(const std::vector<std::string>& peers,
+                                                std::string* tried) {
+  const double now = SteadyNowS();
+  constexpr double kRememberS = 60;  // a dead node stays dead; a restarted daemon moves port
+  std::vector<std::string> ask;
+  for (const auto& a : peers) {
+    auto it = unreachable_.find(a);
+    if (it != unreachable_.end() && now - it->second < kRememberS) {
+      *tried += (tried->empty() ? "" : "; ") + a + ": did not answer a moment ago (skipped)";
+    } else {
+      ask.push_back(a);
+    }
+  }
+  if (ask.size() <= 1) return ask;
+  std::vector<Status> st(ask.size());
+  std::vector<std::thread> probes;
+  for (size_t i = 0; i < ask.size(); ++i) {
+    probes.emplace_back([&, i] { st[i] = peer::ConnectPeer(ask[i], options_.timeout_s).status(); });
+  }
+  for (auto& t : probes) t.join();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < ask.size(); ++i) {
+    if (st[i].ok()) {
+      unreachable_.erase(ask[i]);
+      out.push_back(ask[i]);
+      continue;
+    }
+    unreachable_[ask[i]] = now;
+    FT_LOG(Info) << "ckptd: peer " << ask[i] << " does not answer (" << st[i].message()
+                 << "); not asked for replicas for " << kRememberS << " s";
+    *tried += (tried->empty() ? "" : "; ") + ask[i] + ": " + st[i].message();
   }
   return out;
 }
@@ -98,28 +155,49 @@ Status PeerFetcher::FetchFrom(const std::string& address, const FetchJob& job, F
 
 FetchResult PeerFetcher::Fetch(const FetchJob& job) {
   FetchResult r;
+  r.id = job.id;
   r.rank = job.rank;
   r.step = job.step;
   r.slot = job.slot;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> peers = job.address.empty() ? PeersOf(options_.run_dir, options_.node)
-                                                       : std::vector<std::string>{job.address};
+  std::vector<std::string> skipped;
   std::string tried;
-  for (const auto& a : peers) {
+  auto attempt = [&](const std::string& a) {
     Status s = FetchFrom(a, job, &r);
     if (s.ok()) {
       r.source = "peer " + a;
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return r;
+      return true;
     }
     FT_LOG(Info) << "ckptd: fetch of rank " << job.rank << " step " << job.step << " from peer "
                  << a << ": " << s.message();
     tried += (tried.empty() ? "" : "; ") + a + ": " + s.message();
+    return false;
+  };
+  std::vector<std::string> peers{job.address};
+  if (job.address.empty()) {
+    // This daemon's own replica store first, without waiting for any probe: on a spare that
+    // was the dead node's buddy, the replica is already here (its own listener serves it).
+    std::string own;
+    peers = PeersOf(options_.run_dir, options_.node, options_.start, &skipped, &own);
+    if (!own.empty() && attempt(own)) return r;
+    peers = Reachable(peers, &tried);
   }
-  r.status = Status::NotFound(
-      "no peer holds rank " + std::to_string(job.rank) + " step " + std::to_string(job.step) +
-      (peers.empty() ? " (no peer addresses under " + options_.run_dir + "/ckptd-*/peer-addr)"
-                     : " (" + tried + ")"));
+  for (const auto& a : peers) {
+    if (job.deadline_s > 0 && SteadyNowS() >= job.deadline_s) {
+      tried += (tried.empty() ? "" : "; ") + std::string("out of time before asking ") + a;
+      break;
+    }
+    if (attempt(a)) return r;
+  }
+  std::string none =
+      " (no peer addresses of this start under " + options_.run_dir + "/ckptd-*/peer-addr";
+  if (!skipped.empty())
+    none += "; " + std::to_string(skipped.size()) + " of earlier starts skipped";
+  none += ")";
+  r.status =
+      Status::NotFound("no peer holds rank " + std::to_string(job.rank) + " step " +
+                       std::to_string(job.step) + (tried.empty() ? none : " (" + tried + ")"));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -10,6 +10,8 @@ struct PeerOptions {
   std::string listen;      // --peer-listen HOST:PORT ("" = no peer listener)
   std::string buddy;       // --buddy HOST:PORT
   std::string buddy_file;  // --buddy-file PATH (re-read before every connection)
+  std::string advertise;   // --peer-advertise HOST|IFACE ("" = from the listen address)
+  int job_nodes = 1;       // $SLURM_JOB_NUM_NODES: > 1 refuses a loopback literal
   std::string job;         // --job-id / $SLURM_JOB_ID
   std::string secret;      // --job-secret-file / $FTRAIN_JOB_SECRET (never logged)
   double replica_memory_gb = 8;

@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "core/log.h"
+#include "peer_address.h"
 #include "peer_auth.h"
 
 namespace ftrain::ckptd {
@@ -37,6 +39,16 @@ std::string AddrOf(const sockaddr_storage& a) {
   ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
   port = ntohs(in6->sin6_port);
   return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+
+std::string HostOf(const std::string& who) { return who.substr(0, who.rfind(':')); }
+
+double NowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string WithPort(const std::string& host, const std::string& port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
 }
 
 std::string Reason(const std::string& text) {
@@ -73,7 +85,7 @@ PeerServer::~PeerServer() {
   }
 }
 
-Status PeerServer::Start(const std::string& listen) {
+Status PeerServer::Start(const std::string& listen, const AdvertiseOptions& advertise) {
   std::string host;
   int port = 0;
   FT_RETURN_IF_ERROR(peer::ParseHostPort(listen, true, &host, &port));
@@ -101,15 +113,79 @@ Status PeerServer::Start(const std::string& listen) {
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  address_ = AddrOf(bound);
-  const bool wildcard = host == "*" || host == "0.0.0.0" || host == "::";
-  if (wildcard) {  // others need a name they can reach: this host's
-    char name[256] = {0};
-    ::gethostname(name, sizeof(name) - 1);
-    address_ = std::string(name) + address_.substr(address_.rfind(':'));
-  }
+  FT_RETURN_IF_ERROR(Publish(host, AddrOf(bound), advertise));
   if (::pipe2(stop_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::IOError("pipe2 failed");
   acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::Ok();
+}
+
+bool LogBudget::Allow(double now_s, uint64_t* dropped) {
+  if (tokens_ < 0) tokens_ = burst_;
+  tokens_ = std::min<double>(burst_, tokens_ + (now_s - last_s_) / refill_s_);
+  last_s_ = now_s;
+  if (tokens_ < 1) {
+    ++dropped_;
+    ++dropped_total_;
+    return false;
+  }
+  tokens_ -= 1;
+  *dropped = dropped_;
+  dropped_ = 0;
+  return true;
+}
+
+// address_ from the listen host, the bound "IP:PORT" and --peer-advertise.
+Status PeerServer::Publish(const std::string& host, const std::string& bound,
+                           const AdvertiseOptions& advertise) {
+  const std::string port = bound.substr(bound.rfind(':') + 1);
+  const bool wildcard = host == "*" || host == "0.0.0.0" || host == "::";
+  std::string pub = bound.substr(0, bound.rfind(':'));
+  std::string chosen = "--peer-listen '" + host + "'";  // who picked the address
+  if (!advertise.advertise.empty()) {
+    chosen = "--peer-advertise '" + advertise.advertise + "'";
+    auto iface = InterfaceAddress(advertise.advertise);
+    if (iface.ok()) {
+      pub = *iface;
+      chosen += " (" + pub + ")";
+    } else if (iface.status().code() != Status::Code::kNotFound) {
+      return Status::FailedPrecondition("--peer-advertise: " + iface.status().message());
+    } else {
+      pub = advertise.advertise;
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      if (int e = ::getaddrinfo(pub.c_str(), port.c_str(), &hints, &res); e != 0) {
+        return Status::FailedPrecondition(chosen +
+                                          " is neither an interface of this node nor a host "
+                                          "name that resolves here: " +
+                                          ::gai_strerror(e));
+      }
+      ::freeaddrinfo(res);
+    }
+  } else if (wildcard) {  // others need a name they can reach: this host's
+    char name[256] = {0};
+    ::gethostname(name, sizeof(name) - 1);
+    pub = name;
+  }
+  if (pub.size() > 2 && pub.front() == '[') pub = pub.substr(1, pub.size() - 2);
+  if (IsLoopbackHost(pub) && advertise.job_nodes > 1) {
+    const std::string what = "the loopback address " + pub + " in a job of " +
+                             std::to_string(advertise.job_nodes) +
+                             " nodes: the other nodes cannot reach it";
+    // A loopback literal (or interface) someone chose is refused; a host name that
+    // resolves to loopback is only warned about: a local test cluster runs every node here.
+    if (!advertise.advertise.empty() || IsLoopbackHost(host)) {
+      return Status::FailedPrecondition(chosen + " is " + what +
+                                        "; advertise the interface or address of the network "
+                                        "the job's traffic uses (--peer-advertise, "
+                                        "FTRAIN_PEER_ADVERTISE)");
+    }
+    FT_LOG(Warning) << "ckptd: the peer address " << pub << " (" << chosen << ") is " << what
+                    << ", unless they all run on this host (a local test cluster); set "
+                       "--peer-advertise (FTRAIN_PEER_ADVERTISE) to the fast network's "
+                       "interface or address";
+  }
+  address_ = WithPort(pub, port);
   return Status::Ok();
 }
 
@@ -130,28 +206,56 @@ void PeerServer::AcceptLoop() {
       ::close(fd);
       return;
     }
-    if (active_ >= kMaxPeerConns) {
-      ++stats_.bad_peers;
-      stats_.last_bad_peer = who + ": over the limit of " + std::to_string(kMaxPeerConns) +
-                             " concurrent peer connections";
-      FT_LOG(Warning) << "ckptd: peer " << stats_.last_bad_peer << "; closed";
+    const std::string refused = AdmitLocked(HostOf(who));
+    if (!refused.empty()) {
+      ++stats_.over_limit;
+      stats_.last_bad_peer = who + ": " + refused;
+      LogLimitedLocked("ckptd: peer " + who + ": " + refused + "; closed");
       ::close(fd);
       continue;
     }
     int one = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // ignored: latency
-    ++active_;
     open_fds_.push_back(fd);
     const uint64_t id = next_id_++;
     threads_[id] = std::thread([this, id, fd, who] { Serve(id, fd, who); });
   }
 }
 
-void PeerServer::Bad(const std::string& peer, const Status& why) {
+std::string PeerServer::AdmitLocked(const std::string& host) {
+  if (pre_auth_ >= kMaxPreAuthConns) {
+    return "over the limit of " + std::to_string(kMaxPreAuthConns) +
+           " connections in the handshake";
+  }
+  int& mine = pre_auth_by_host_[host];
+  if (mine >= kMaxPreAuthPerAddress) {
+    return "over the limit of " + std::to_string(kMaxPreAuthPerAddress) +
+           " connections in the handshake from one address";
+  }
+  ++mine;
+  ++pre_auth_;
+  return "";
+}
+
+void PeerServer::LogLimitedLocked(const std::string& line) {
+  uint64_t dropped = 0;
+  if (!log_budget_.Allow(NowS(), &dropped)) return;
+  FT_LOG(Warning) << line
+                  << (dropped > 0 ? " (" + std::to_string(dropped) +
+                                        " more peer warnings were not logged: rate limit)"
+                                  : std::string());
+}
+
+void PeerServer::Bad(const std::string& peer, const Status& why, bool authenticated) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.bad_peers;
   stats_.last_bad_peer = peer + ": " + why.message();
-  FT_LOG(Warning) << "ckptd: disconnecting peer " << peer << ": " << why.message();
+  const std::string line = "ckptd: disconnecting peer " + peer + ": " + why.message();
+  if (authenticated) {
+    FT_LOG(Warning) << line;  // a member of this job: always worth a line
+  } else {
+    LogLimitedLocked(line);
+  }
 }
 
 void PeerServer::JoinDone() {
@@ -171,33 +275,67 @@ void PeerServer::JoinDone() {
 
 void PeerServer::Serve(uint64_t id, int fd, std::string who) {
   {
-    peer::PeerConn conn(fd, who, timeout_s_);
+    // Strangers get a short handshake deadline in a pool of their own; only a proven
+    // member of the job reaches the serving slots.
+    peer::PeerConn conn(fd, who, std::min(timeout_s_, kPreAuthTimeoutS));
     Status s = peer::AuthenticateAsServer(&conn, secret_, job_);
-    std::string payload;
-    if (s.ok()) {
-      auto type = conn.Receive(&payload);
-      if (!type.ok()) {
-        s = type.status();
-      } else if (*type == PeerMsg::kStore) {
-        s = HandleStore(&conn, payload);
-      } else if (*type == PeerMsg::kFetch) {
-        s = HandleFetch(&conn, payload);
-      } else {
-        s = Status::InvalidArgument(std::string("sent ") + peer::PeerMsgName(*type) +
-                                    " where STORE or FETCH was expected");
-      }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pre_auth_;
+      auto it = pre_auth_by_host_.find(HostOf(who));
+      if (it != pre_auth_by_host_.end() && --it->second == 0) pre_auth_by_host_.erase(it);
     }
-    if (!s.ok() && s.code() == Status::Code::kAborted) {
-      FT_LOG(Info) << "ckptd: peer " << who << ": " << s.message();
-    } else if (!s.ok()) {
-      Bad(who, s);
+    if (s.ok()) {
+      conn.set_timeout(timeout_s_);
+      s = ServeAuthenticated(&conn);
+      if (!s.ok() && s.code() == Status::Code::kAborted) {
+        FT_LOG(Info) << "ckptd: peer " << who << ": " << s.message();
+      } else if (!s.ok()) {
+        Bad(who, s, true);
+      }
+    } else if (conn.closed_between_frames() && !conn.received_any()) {
+      FT_LOG(Debug) << "ckptd: peer " << who << " closed before the handshake (a probe)";
+    } else {
+      Bad(who, s, false);
     }
     std::lock_guard<std::mutex> lock(mu_);
     open_fds_.remove(fd);
   }  // closes fd, after it left open_fds_ (no shutdown of a reused fd number)
   std::lock_guard<std::mutex> lock(mu_);
-  --active_;
   done_.push_back(id);
+}
+
+Status PeerServer::ServeAuthenticated(peer::PeerConn* conn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (serving_ >= kMaxPeerConns) {
+      ++stats_.over_limit;
+      LogLimitedLocked("ckptd: peer " + conn->peer() + ": already serving " +
+                       std::to_string(kMaxPeerConns) + " peers; closed (it retries)");
+      return Status::Ok();
+    }
+    ++serving_;
+  }
+  std::string payload;
+  Status s;
+  auto type = conn->Receive(&payload);
+  if (!type.ok()) {
+    s = type.status();
+  } else if (*type == PeerMsg::kStore) {
+    s = HandleStore(conn, payload);
+  } else if (*type == PeerMsg::kFetch) {
+    s = HandleFetch(conn, payload);
+  } else {
+    s = Status::InvalidArgument(std::string("sent ") + peer::PeerMsgName(*type) +
+                                " where STORE or FETCH was expected");
+  }
+  if (!type.ok() && conn->closed_between_frames()) {
+    // A buddy's start-up check (authenticate, then hang up): not a fault.
+    s = Status::Aborted("closed after the handshake (a reachability check)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  --serving_;
+  return s;
 }
 
 Status PeerServer::HandleStore(peer::PeerConn* conn, const std::string& payload) {
@@ -269,32 +407,9 @@ Status PeerServer::HandleFetch(peer::PeerConn* conn, const std::string& payload)
 
 PeerServerStats PeerServer::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-Status WriteAddressFile(const std::string& path, const std::string& address) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError("open '" + tmp + "': " + std::strerror(errno));
-  const std::string line = address + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
-                  ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::IOError("write '" + path + "': " + std::strerror(errno));
-  return Status::Ok();
-}
-
-StatusOr<std::string> ReadAddressFile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return Status::NotFound("'" + path + "' does not exist (yet)");
-  std::string line;
-  std::getline(f, line);
-  std::string host;
-  int port = 0;
-  Status s = peer::ParseHostPort(line, false, &host, &port);
-  if (!s.ok()) return Status::InvalidArgument("'" + path + "': " + s.message());
-  return line;
+  PeerServerStats s = stats_;
+  s.not_logged = log_budget_.dropped_total();
+  return s;
 }
 
 }  // namespace ftrain::ckptd

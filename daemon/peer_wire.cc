@@ -268,10 +268,13 @@ Status PeerConn::ReadAll(void* p, size_t n, double deadline) {
     if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (r < 0) return Status::Unavailable("recv from peer " + peer_ + ": " + std::strerror(errno));
     if (r == 0) {
+      eof_ = true;
       return Status::Unavailable("peer " + peer_ + " closed the connection" +
                                  (got > 0 ? " in the middle of a frame (truncated)" : ""));
     }
     got += static_cast<size_t>(r);
+    bytes_in_ += static_cast<uint64_t>(r);
+    got_any_ = true;
   }
   return Status::Ok();
 }
@@ -290,7 +293,10 @@ Status PeerConn::SendData(const uint8_t* data, uint32_t n) {
 StatusOr<PeerMsg> PeerConn::Receive(std::string* payload) {
   const double deadline = Now() + timeout_s_;
   uint8_t h[kHeaderBytes];
-  FT_RETURN_IF_ERROR(ReadAll(h, sizeof(h), deadline));
+  const uint64_t seen = bytes_in_;
+  Status s = ReadAll(h, sizeof(h), deadline);
+  clean_eof_ = !s.ok() && eof_ && bytes_in_ == seen;
+  FT_RETURN_IF_ERROR(s);
   FT_ASSIGN_OR_RETURN(FrameHeader fh, DecodeFrameHeader(h));
   payload->assign(fh.length, '\0');  // bounded by MaxPayload(type)
   FT_RETURN_IF_ERROR(ReadAll(payload->data(), fh.length, deadline));

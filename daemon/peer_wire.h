@@ -110,6 +110,12 @@ class PeerConn {
 
   const std::string& peer() const { return peer_; }
   int fd() const { return fd_; }
+  // The deadline of each frame from now on.
+  void set_timeout(double timeout_s) { timeout_s_ = timeout_s; }
+  // The last Receive failed because the peer closed the connection between two frames.
+  bool closed_between_frames() const { return clean_eof_; }
+  // Whether any byte came from the peer so far.
+  bool received_any() const { return got_any_; }
   Status Send(PeerMsg type, const std::string& payload);
   Status SendData(const uint8_t* data, uint32_t n);
   // One frame; its payload (up to MaxPayload(type), never more) is read into *payload.
@@ -129,6 +135,10 @@ class PeerConn {
   int fd_;
   std::string peer_;
   double timeout_s_;
+  bool got_any_ = false;    // any byte received
+  uint64_t bytes_in_ = 0;   // bytes received
+  bool eof_ = false;        // the peer closed its side
+  bool clean_eof_ = false;  // see closed_between_frames()
 };
 
 // "HOST:PORT" -> host and port (1..65535, or 0 where allow_zero).

@@ -1,6 +1,7 @@
 // The replication thread.
 #include "replicator.h"
 
+#include <netdb.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,12 +53,65 @@ std::string Replicator::buddy() const {
   return buddy_;
 }
 
-Status Replicator::Send(const ReplicationJob& job, std::string* address) {
-  if (!options_.buddy.empty()) {
-    *address = options_.buddy;
+std::string Replicator::buddy_check() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return buddy_check_;
+}
+
+StatusOr<std::string> Replicator::BuddyAddress() const {
+  if (!options_.buddy.empty()) return options_.buddy;
+  return ReadAddressFile(options_.buddy_file, options_.start);
+}
+
+bool Replicator::CheckBuddy() {
+  auto address = BuddyAddress();
+  if (!address.ok() && address.status().code() == Status::Code::kNotFound) return false;
+  const std::string from = options_.buddy.empty() ? " (from " + options_.buddy_file + ")" : "";
+  const std::string fix =
+      "; replication to it fails until it does: give the buddy's daemon --peer-advertise "
+      "(FTRAIN_PEER_ADVERTISE) with an interface or address every node resolves and reaches";
+  std::string verdict;
+  if (!address.ok()) {
+    verdict = "the buddy's peer address" + from + " is unusable: " + address.status().message();
   } else {
-    FT_ASSIGN_OR_RETURN(*address, ReadAddressFile(options_.buddy_file));
+    std::string host;
+    int port = 0;
+    (void)peer::ParseHostPort(*address, false, &host, &port);  // validated when read
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int e = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); e != 0) {
+      verdict = "the buddy's peer address '" + *address + "'" + from +
+                " does not resolve on this node: " + ::gai_strerror(e) + fix;
+    } else {
+      ::freeaddrinfo(res);
+      Status s;
+      for (int attempt = 0; attempt < 3; ++attempt) {  // a buddy given by address may start later
+        if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+        auto conn = peer::ConnectPeer(*address, options_.timeout_s);
+        s = conn.ok() ? peer::AuthenticateAsClient(conn->get(), options_.secret, options_.job)
+                      : conn.status();
+        if (s.ok() || stopping_.load()) break;
+      }
+      if (!s.ok()) {
+        verdict = "the buddy's peer address '" + *address + "'" + from +
+                  " does not answer as a daemon of this job: " + s.message() + fix;
+      }
+    }
   }
+  if (verdict.empty()) {
+    FT_LOG(Info) << "ckptd: buddy " << *address << from
+                 << " resolves and answers as a daemon of this job";
+  } else {
+    FT_LOG(Warning) << "ckptd: WARNING: " << verdict;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  buddy_check_ = verdict.empty() ? "ok" : verdict;
+  return true;
+}
+
+Status Replicator::Send(const ReplicationJob& job, std::string* address) {
+  FT_ASSIGN_OR_RETURN(*address, BuddyAddress());
   {
     std::lock_guard<std::mutex> lock(mu_);
     buddy_ = *address;
@@ -98,15 +152,23 @@ void Replicator::Run() {
                     << " on the replication thread";
   }
   double backoff_s = 0;
+  bool checked = false;
   for (;;) {
+    if (!checked) checked = CheckBuddy();
     ReplicationJob job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (backoff_s > 0) {
         cv_.wait_for(lock, std::chrono::duration<double>(backoff_s), [&] { return stop_; });
       }
-      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      auto ready = [&] { return stop_ || !pending_.empty(); };
+      if (checked) {
+        cv_.wait(lock, ready);
+      } else {  // look for the buddy's address again in a moment
+        cv_.wait_for(lock, std::chrono::milliseconds(500), ready);
+      }
       if (stop_) return;
+      if (pending_.empty()) continue;
       // The oldest pending step first (the ranks take turns).
       auto pick = pending_.begin();
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {

@@ -6,6 +6,9 @@
 // trainer reuses it while it is being sent, the send is abandoned (the buddy drops the
 // partial image); the hashes sent are the persist's, so a torn read can never verify.
 // A failure (buddy down, refused) is logged, counted, and retried with backoff.
+// At start, once the buddy's address is known, it is checked: that it resolves here and
+// that a daemon of this job answers there (a warning naming the address when not), so a
+// wrong network shows at start, not at the first node failure.
 #pragma once
 
 #include <atomic>
@@ -46,6 +49,7 @@ struct ReplicatorOptions {
   std::string secret;
   std::string buddy;       // HOST:PORT, or
   std::string buddy_file;  // a file holding it
+  std::string start;       // peer::StartIdOf: a buddy file of another start is not used
   double timeout_s = 10;
   int nice = 19;
 };
@@ -57,10 +61,15 @@ class Replicator {
   void Offer(ReplicationJob job);
   std::map<int, RankReplication> Stats() const;
   std::string buddy() const;  // the address last used ("" before the first)
+  // The start-up check's verdict ("" while the buddy's address is not known yet).
+  std::string buddy_check() const;
 
  private:
   void Run();
   Status Send(const ReplicationJob& job, std::string* address);
+  StatusOr<std::string> BuddyAddress() const;
+  // false while the buddy's address is not known yet.
+  bool CheckBuddy();
 
   const ReplicatorOptions options_;
   mutable std::mutex mu_;
@@ -68,6 +77,7 @@ class Replicator {
   std::map<int, ReplicationJob> pending_;  // guarded by mu_: newest offer per rank
   std::map<int, RankReplication> stats_;   // guarded by mu_
   std::string buddy_;                      // guarded by mu_
+  std::string buddy_check_;                // guarded by mu_
   bool stop_ = false;                      // guarded by mu_
   std::atomic<bool> stopping_{false};      // read by the sending loop between chunks
   std::thread worker_;

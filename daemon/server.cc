@@ -110,7 +110,7 @@ Status Server::Start() {
     // Ignored: a full pipe already guarantees a wake-up.
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
   });
-  FT_RETURN_IF_ERROR(StartPeers());
+  StartPeers();
   FT_LOG(Info) << "ckptd: serving node '" << options_.node << "' on " << socket_path_ << " (root "
                << options_.root << ", threads " << options_.persist.threads << ", nice "
                << options_.persist.nice << ", zstd " << options_.persist.zstd_level << ", keep "
@@ -125,10 +125,12 @@ Status Server::Serve(int stop_fd) {
     fds.push_back({wake_[0], POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     for (auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
-    int n = ::poll(fds.data(), fds.size(), 1000);
+    int n = ::poll(fds.data(), fds.size(), NextDeadlineMs(1000));
     if (n < 0 && errno != EINTR)
       return Status::IOError(std::string("poll: ") + std::strerror(errno));
     MaybeWritePromFile(false);
+    MaybePublishAddress();
+    ExpireFetches();
     if (n <= 0) continue;
     if (fds[0].revents) {
       FT_LOG(Info) << "ckptd: stopping; finishing "

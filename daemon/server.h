@@ -83,13 +83,21 @@ class Server {
     int rank = -1;  // after HELLO
     std::string in;
     bool waiting_acquire = false;
-    bool waiting_fetch = false;  // FETCH_PEER in flight; answered by DrainPeerResults
+    // FETCH_PEER in flight (0: none); answered once, by DrainPeerResults or ExpireFetches.
+    uint64_t fetch_id = 0;
+    int64_t fetch_step = 0;
+    double fetch_deadline_s = 0;  // steady seconds; 0 = the client waits without bound
   };
 
-  // Buddy replication (server_peer.cc).
-  Status StartPeers();
+  // Buddy replication (server_peer.cc). A failure to start it leaves it off (loudly).
+  void StartPeers();
+  Status TryStartPeers();
+  void FindStartSince();
+  void MaybePublishAddress();
   void StopPeers();
   bool StartFetch(int fd, Conn& c, const std::string& payload);
+  void ExpireFetches();
+  int NextDeadlineMs(int cap_ms) const;
   void OfferReplica(const PersistResult& r, Slot& slot);
   void DrainPeerResults();
   nlohmann::json ReplicationJson() const;
@@ -149,6 +157,13 @@ class Server {
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<PeerFetcher> fetcher_;
   std::string peer_addr_file_;
+  std::string replication_error_;  // why replication is off ("" = on, or not asked for)
+  std::string start_id_;           // peer::StartIdOf
+  int64_t since_ = -1;             // no replica of this step or older exists in this start
+  bool address_published_ = false;
+  int address_attempts_ = 0;
+  double address_retry_at_ = 0;  // steady seconds
+  uint64_t next_fetch_id_ = 1;
   std::vector<FetchResult> fetch_results_;                         // guarded by results_mu_
   uint64_t fetches_ = 0, fetch_failures_ = 0, fetched_bytes_ = 0;  // loop thread only
 };

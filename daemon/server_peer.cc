@@ -10,6 +10,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
+#include "peer_auth.h"
 #include "peer_fetch.h"
 #include "peer_server.h"
 #include "replica_store.h"
@@ -21,29 +22,57 @@ namespace ftrain::ckptd {
 namespace proto = ckpt::proto;
 using proto::MsgType;
 
-Status Server::StartPeers() {
+// Never fails the daemon: without replication it still serves its trainers (asynchronous
+// checkpoints) and says so loudly, in the log and in the status.
+void Server::StartPeers() {
+  if (!options_.peer.enabled()) return;
+  Status s = TryStartPeers();
+  if (s.ok()) return;
+  replication_error_ = s.message();
+  StopPeers();
+  FT_LOG(Error) << "ckptd: BUDDY REPLICATION IS OFF on node " << options_.node << ": "
+                << replication_error_
+                << ". This daemon still takes asynchronous checkpoints; its ranks are not "
+                   "replicated, it holds no replicas and cannot fetch any. Fix the setting "
+                   "and restart the job to get replication back.";
+}
+
+// The start this daemon belongs to, and the newest step committed when the start's first
+// daemon came up (inherited from any peer-addr file of the same start: a daemon restarted
+// within the start, or one that came up later, keeps the start's value).
+void Server::FindStartSince() {
   const PeerOptions& p = options_.peer;
-  if (!p.enabled()) return Status::Ok();
+  start_id_ = peer::StartIdOf(p.secret, p.job);
+  since_ = last_committed_step_;
+  for (const auto& [node, a] : PeerFetcher::PeerFiles(options_.run_dir)) {
+    if (a.start == start_id_ && a.since < since_) since_ = a.since;
+  }
+}
+
+Status Server::TryStartPeers() {
+  const PeerOptions& p = options_.peer;
   peer_addr_file_ = RunLayout(options_.run_dir).daemon_peer_addr(options_.node);
+  FindStartSince();
   ::unlink(peer_addr_file_.c_str());  // ignored: usually absent; a stale one would mislead
   if (!p.listen.empty()) {
     replicas_ = std::make_unique<ReplicaStore>(
         static_cast<uint64_t>(p.replica_memory_gb * static_cast<double>(uint64_t{1} << 30)));
     peer_server_ = std::make_unique<PeerServer>(p.job, p.secret, p.timeout_s, replicas_.get());
-    FT_RETURN_IF_ERROR(peer_server_->Start(p.listen));
-    FT_RETURN_IF_ERROR(WriteAddressFile(peer_addr_file_, peer_server_->address()));
+    FT_RETURN_IF_ERROR(peer_server_->Start(p.listen, {p.advertise, p.job_nodes}));
+    MaybePublishAddress();
   }
   if (!p.buddy.empty() || !p.buddy_file.empty()) {
     ReplicatorOptions ro;
     ro.job = p.job;
     ro.secret = p.secret;
+    ro.start = start_id_;
     ro.buddy = p.buddy;
     ro.buddy_file = p.buddy_file;
     ro.timeout_s = p.timeout_s;
     ro.nice = std::min(19, options_.persist.nice + 10);
     replicator_ = std::make_unique<Replicator>(ro);
   }
-  FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, p.timeout_s};
+  FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, start_id_, p.timeout_s};
   fetcher_ = std::make_unique<PeerFetcher>(fo, [this](FetchResult r) {
     {
       std::lock_guard<std::mutex> lock(results_mu_);
@@ -53,7 +82,8 @@ Status Server::StartPeers() {
     // Ignored: a full pipe already guarantees a wake-up.
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
   });
-  FT_LOG(Info) << "ckptd: buddy replication for job " << p.job << ": peer listener "
+  FT_LOG(Info) << "ckptd: buddy replication for job " << p.job << " (start " << start_id_
+               << ", replicas possible after step " << since_ << "): peer listener "
                << (peer_server_ ? peer_server_->address() + " (in " + peer_addr_file_ + ")"
                                 : std::string("off"))
                << ", buddy "
@@ -65,10 +95,35 @@ Status Server::StartPeers() {
   return Status::Ok();
 }
 
+// Publishes (or retries publishing) RUN/ckptd-NODE/peer-addr: a transient error of the
+// shared file system must not cost the node its replicas. Loop thread.
+void Server::MaybePublishAddress() {
+  if (peer_server_ == nullptr || address_published_) return;
+  const double now = SteadyNowS();
+  if (now < address_retry_at_) return;
+  Status s = WriteAddressFile(peer_addr_file_, {peer_server_->address(), start_id_, since_});
+  ++address_attempts_;
+  if (s.ok()) {
+    address_published_ = true;
+    if (address_attempts_ > 1) {
+      FT_LOG(Info) << "ckptd: published the peer address in " << peer_addr_file_ << " after "
+                   << address_attempts_ << " attempts";
+    }
+    return;
+  }
+  const double wait_s =
+      std::min(30.0, 0.5 * static_cast<double>(1u << std::min(6, address_attempts_)));
+  address_retry_at_ = now + wait_s;
+  FT_LOG(Warning) << "ckptd: cannot publish the peer address (attempt " << address_attempts_
+                  << "): " << s.message() << "; other daemons cannot find this one until it is; "
+                  << "retrying in " << wait_s << " s";
+}
+
 void Server::StopPeers() {
   fetcher_.reset();
   replicator_.reset();
   peer_server_.reset();
+  replicas_.reset();
   if (!peer_addr_file_.empty()) ::unlink(peer_addr_file_.c_str());  // ignored: best effort
 }
 
@@ -112,10 +167,25 @@ bool Server::StartFetch(int fd, Conn& c, const std::string& payload) {
     return true;
   };
   if (fetcher_ == nullptr) {
-    return refuse(
-        "this daemon does not replicate (start it with --peer-listen, --job-id and a job secret)");
+    return refuse(!replication_error_.empty()
+                      ? "buddy replication is off on this node: " + replication_error_
+                      : "this daemon does not replicate (start it with --peer-listen, --job-id "
+                        "and a job secret)");
   }
-  if (c.waiting_fetch) return refuse("a FETCH_PEER of this connection is already in flight");
+  if (c.fetch_id != 0) return refuse("a FETCH_PEER of this connection is already in flight");
+  if (req->address.empty() && req->step <= since_) {
+    // A requeued start (or the first): every replica store of this start began empty
+    // after step since_ was committed, so asking the peers cannot succeed.
+    proto::FetchPeerOk none;
+    none.step = req->step;
+    none.detail = "step " + std::to_string(req->step) +
+                  " is not newer than the newest committed when this start's daemons came up (" +
+                  std::to_string(since_) + "): no peer memory can hold it (a new start)";
+    FT_LOG(Info) << "ckptd: rank " << c.rank << " fetch of step " << req->step
+                 << " skipped: " << none.detail;
+    Send(fd, MsgType::kFetchOk, proto::EncodeFetchPeerOk(none));
+    return true;
+  }
   RankSlots& rs = ranks_[c.rank];
   int pick = -1;
   for (uint32_t i = 0; i < rs.slots.size() && pick < 0; ++i) {
@@ -129,13 +199,44 @@ bool Server::StartFetch(int fd, Conn& c, const std::string& payload) {
   MarkReused(slot);
   slot.state = SlotState::kFetching;
   slot.step = -1;
-  c.waiting_fetch = true;
+  c.fetch_id = next_fetch_id_++;
+  c.fetch_step = req->step;
+  // Half the client's wait: the answer (found or not) always arrives while it listens.
+  c.fetch_deadline_s = req->timeout_s > 0 ? SteadyNowS() + req->timeout_s / 2 : 0;
   FT_LOG(Info) << "ckptd: rank " << c.rank << " asks for step " << req->step << " from "
                << (req->address.empty() ? "the peers" : "peer " + req->address) << " (slot " << pick
                << ")";
-  fetcher_->Enqueue(
-      {c.rank, req->step, static_cast<uint32_t>(pick), slot.seg, std::move(req->address)});
+  fetcher_->Enqueue({c.fetch_id, c.rank, req->step, static_cast<uint32_t>(pick), slot.seg,
+                     std::move(req->address), c.fetch_deadline_s});
   return true;
+}
+
+// Answers the fetches whose client would stop listening soon: not found, "out of time".
+// The fetch itself goes on; its result fills the slot but is sent to no one.
+void Server::ExpireFetches() {
+  const double now = SteadyNowS();
+  for (auto& [fd, c] : conns_) {
+    if (c.fetch_id == 0 || c.fetch_deadline_s <= 0 || now < c.fetch_deadline_s) continue;
+    proto::FetchPeerOk none;
+    none.step = c.fetch_step;
+    none.detail = "the peers did not deliver step " + std::to_string(c.fetch_step) +
+                  " within half of the trainer's timeout; read it from disk";
+    ++fetch_failures_;
+    FT_LOG(Warning) << "ckptd: fetch for rank " << c.rank << ": " << none.detail;
+    c.fetch_id = 0;
+    Send(fd, MsgType::kFetchOk, proto::EncodeFetchPeerOk(none));
+  }
+}
+
+// Milliseconds until the next fetch deadline, at most `cap_ms`.
+int Server::NextDeadlineMs(int cap_ms) const {
+  const double now = SteadyNowS();
+  int ms = cap_ms;
+  for (const auto& [fd, c] : conns_) {
+    if (c.fetch_id == 0 || c.fetch_deadline_s <= 0) continue;
+    ms = std::min(ms, std::max(0, static_cast<int>((c.fetch_deadline_s - now) * 1000) + 1));
+  }
+  return ms;
 }
 
 void Server::DrainPeerResults() {
@@ -160,6 +261,14 @@ void Server::DrainPeerResults() {
         slot.state = SlotState::kFree;
       }
     }
+    auto waiting = std::find_if(conns_.begin(), conns_.end(),
+                                [&](const auto& fc) { return fc.second.fetch_id == r.id; });
+    if (waiting == conns_.end()) {
+      FT_LOG(Info) << "ckptd: fetch of rank " << r.rank << " step " << r.step << " ended ("
+                   << (r.status.ok() ? "found" : r.status.message())
+                   << ") after its trainer stopped waiting; not answered";
+      continue;
+    }
     proto::FetchPeerOk ok;
     ok.found = r.status.ok();
     ok.step = r.step;
@@ -179,22 +288,26 @@ void Server::DrainPeerResults() {
       FT_LOG(Warning) << "ckptd: fetch of rank " << r.rank << " step " << r.step
                       << " from peer memory failed: " << ok.detail;
     }
-    for (auto& [fd, c] : conns_) {
-      if (c.rank == r.rank && c.waiting_fetch) {
-        c.waiting_fetch = false;
-        Send(fd, MsgType::kFetchOk, proto::EncodeFetchPeerOk(ok));
-      }
-    }
+    waiting->second.fetch_id = 0;
+    Send(waiting->first, MsgType::kFetchOk, proto::EncodeFetchPeerOk(ok));
   }
 }
 
 nlohmann::json Server::ReplicationJson() const {
   const PeerOptions& p = options_.peer;
-  nlohmann::json j = {{"enabled", p.enabled()}};
+  nlohmann::json j = {{"enabled", p.enabled() && replication_error_.empty()}};
   if (!p.enabled()) return j;
+  if (!replication_error_.empty()) {
+    j["error"] = replication_error_;
+    return j;
+  }
   j["job_id"] = p.job;
+  j["start"] = start_id_;
+  j["since_step"] = since_;
+  j["address_published"] = address_published_;
   j["peer_address"] = peer_server_ ? peer_server_->address() : "";
   j["buddy"] = replicator_ ? replicator_->buddy() : "";
+  j["buddy_check"] = replicator_ ? replicator_->buddy_check() : "";
   nlohmann::json ranks = nlohmann::json::array();
   uint64_t bytes = 0, failures = 0;
   if (replicator_) {
@@ -234,6 +347,8 @@ nlohmann::json Server::ReplicationJson() const {
     j["replica_bytes_served"] = s.bytes_served;
     j["peer_requests_refused"] = s.refused;
     j["bad_peers"] = s.bad_peers;
+    j["peer_connections_over_limit"] = s.over_limit;
+    j["peer_warnings_not_logged"] = s.not_logged;
     j["last_bad_peer"] = s.last_bad_peer;
   }
   j["fetches"] = fetches_;

@@ -16,7 +16,8 @@
 # the agents on the first two other nodes then requeue the job, as Slurm would without spares.
 # FTRAIN_REPLICATION=1 (train.sh sets it with spare nodes): buddy replication; each daemon
 # listens for peers on this host name (FTRAIN_PEER_HOST, default `hostname`; FTRAIN_PEER_PORT,
-# default any free port) and
+# default any free port), publishes FTRAIN_PEER_ADVERTISE (an interface such as ib0, or an
+# address: the network replication should use; default the bound address) and
 # streams its snapshots to the next node of the job's node list (a ring, spares included),
 # authenticated with the start's secret (RUN/.ckptd-secret, made by train.sh, mode 0600);
 # FTRAIN_REPLICA_MEMORY_GB bounds what a daemon holds for others (default 8).
@@ -50,10 +51,16 @@ if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then
     [[ "${ring[i]}" == "${NODE}" ]] && buddy="${ring[$(((i + 1) % ${#ring[@]}))]}"
   done
   if [[ -n "${buddy}" && "${buddy}" != "${NODE}" ]]; then
-    peer_args=(--peer-listen "${FTRAIN_PEER_HOST:-$(hostname)}:${FTRAIN_PEER_PORT:-0}"
+    listen_host="${FTRAIN_PEER_HOST:-$(hostname)}"
+    # An advertised address must be one the listener is bound to: all of them, by default.
+    [[ -n "${FTRAIN_PEER_ADVERTISE:-}" && -z "${FTRAIN_PEER_HOST:-}" ]] && listen_host="*"
+    peer_args=(--peer-listen "${listen_host}:${FTRAIN_PEER_PORT:-0}"
       --buddy-file "$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${buddy}" --get ckptd_peer_addr)"
       --job-secret-file "$(paths replication_secret)"
       --replica-memory-gb "${FTRAIN_REPLICA_MEMORY_GB:-8}")
+    if [[ -n "${FTRAIN_PEER_ADVERTISE:-}" ]]; then
+      peer_args+=(--peer-advertise "${FTRAIN_PEER_ADVERTISE}")
+    fi
     log "buddy replication: snapshots of this node go to ${buddy}'s daemon"
   fi
 fi

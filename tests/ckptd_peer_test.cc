@@ -6,20 +6,26 @@
 // retried; hostile peers (silence, wrong secret, other job, oversized / garbage / truncated
 // frames, another job's snapshot) are disconnected and logged while service goes on.
 // Label: multiproc.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,7 +77,7 @@ class CkptdPeerTest : public ::testing::Test {
   }
   // A daemon with a peer listener on 127.0.0.1 (any port) and, if given, a buddy's node.
   pid_t StartDaemon(const std::string& node, const std::string& buddy_node = "",
-                    std::vector<std::string> extra = {}) {
+                    std::vector<std::string> extra = {}, bool want_addr = true) {
     std::vector<std::string> args = {BinDir() + "/ckptd",
                                      "--root",
                                      root_,
@@ -90,7 +96,11 @@ class CkptdPeerTest : public ::testing::Test {
                                      "--job-secret-file",
                                      secret_file_,
                                      "--peer-timeout-s",
-                                     "1"};
+                                     peer_timeout_};
+    if (std::find(extra.begin(), extra.end(), "--peer-listen") != extra.end()) {
+      auto it = std::find(args.begin(), args.end(), "--peer-listen");
+      args.erase(it, it + 2);  // the test's own listen address instead
+    }
     if (!buddy_node.empty()) {
       args.push_back("--buddy-file");
       args.push_back(AddrFile(buddy_node));
@@ -112,7 +122,8 @@ class CkptdPeerTest : public ::testing::Test {
     daemons_.push_back(pid);
     nodes_.insert(node);
     for (int i = 0; i < 400; ++i) {
-      if (ReadLog(node).find("serving node") != std::string::npos && fs::exists(AddrFile(node)))
+      if (ReadLog(node).find("serving node") != std::string::npos &&
+          (!want_addr || fs::exists(AddrFile(node))))
         return pid;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
@@ -172,8 +183,25 @@ class CkptdPeerTest : public ::testing::Test {
     return l.ok() && l->has_value() ? (*l)->step : -1;
   }
 
+  // A peer-addr file as a daemon of start `start` would leave it (a dead node's).
+  void PlantAddrFile(const std::string& node, const std::string& address, const std::string& start,
+                     int64_t since = -1) {
+    fs::create_directories(proto::SocketDir(run_, node));
+    ::chmod(proto::SocketDir(run_, node).c_str(), 0700);
+    std::ofstream(AddrFile(node)) << address << "\nstart=" << start << " since=" << since << "\n";
+  }
+  static std::string ThisStart() { return ckptd::peer::StartIdOf(kSecret, kJob); }
+  // Lines of `node`'s log that contain `what`.
+  int CountLog(const std::string& node, const std::string& what) {
+    std::istringstream in(ReadLog(node));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+    return n;
+  }
+
   std::unique_ptr<testing::TempDir> tmp_;
   std::string base_, root_, run_, secret_file_;
+  std::string peer_timeout_ = "1";  // --peer-timeout-s of the daemons started next
   std::vector<pid_t> daemons_;
   std::set<std::string> nodes_;
 };
@@ -208,7 +236,9 @@ TEST_F(CkptdPeerTest, RingReplicatesAndAReplacementNodeRestoresFromPeerMemory) {
   EXPECT_NE(c.output.find("manifest check: "), std::string::npos) << c.output;
   EXPECT_NE(ReadLog("c").find("fetched from peer " + Addr("b")), std::string::npos) << ReadLog("c");
   EXPECT_EQ(Replication("c")["fetches"], 1);
-  EXPECT_EQ(Replication("b")["replicas_served"], 1);
+  // B counts it once the fetcher's acknowledgement arrived, which may be after C answered.
+  EXPECT_TRUE(WaitFor([&] { return Replication("b").value("replicas_served", 0) == 1; }, 10))
+      << Replication("b").dump();
   // A step no peer holds: not found (the trainer reads from disk), nothing breaks.
   auto none = Trainer("c", 0, 1, "-", "--fetch-peer 1");
   EXPECT_EQ(none.exit_code, 6) << none.output;
@@ -412,10 +442,11 @@ TEST_F(CkptdPeerTest, HostilePeersAreDisconnectedAndLoggedWhileServiceGoesOn) {
     EXPECT_TRUE(logged("image data beyond its announced 8 bytes")) << ReadLog("b");
   }
   {
-    // More than kMaxPeerConns at once: the extra ones are closed at once.
+    // More than kMaxPreAuthPerAddress at once from one address: the extra ones are closed.
     std::vector<std::unique_ptr<HostilePeer>> many;
     for (int i = 0; i < 9; ++i) many.push_back(std::make_unique<HostilePeer>(addr));
-    EXPECT_TRUE(logged("over the limit of 8 concurrent peer connections")) << ReadLog("b");
+    EXPECT_TRUE(logged("over the limit of 4 connections in the handshake from one address"))
+        << ReadLog("b");
   }
   EXPECT_GE(Replication("b")["bad_peers"].get<int>(), 9) << Replication("b").dump();
   // B still replicates and serves: A's snapshot arrives, C fetches it.
@@ -425,6 +456,332 @@ TEST_F(CkptdPeerTest, HostilePeersAreDisconnectedAndLoggedWhileServiceGoesOn) {
   StartDaemon("c");
   auto c = Trainer("c", 0, 1, "-", "--fetch-peer 1 --peer " + addr + " --restore");
   EXPECT_EQ(c.exit_code, 0) << c.output << ReadLog("b");
+}
+
+// A TCP port on 127.0.0.1 that nothing ever accepts on: a connection completes (the kernel
+// queues it) but no byte ever comes back. Saturate() fills its accept queue, after which
+// connection attempts get no answer at all, like a node that is down.
+class BlackHole {
+ public:
+  BlackHole() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 0), 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~BlackHole() {
+    for (int f : fillers_) ::close(f);
+    ::close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Whether a connection is waiting in the accept queue (somebody dialled it).
+  bool Dialled() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+  void Saturate() {
+    for (int i = 0; i < 3; ++i) {
+      int f = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port_));
+      (void)::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof(a));  // in progress
+      fillers_.push_back(f);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the handshakes land
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
+// Hole: the trainer gave up on a FETCH_PEER (its timeout), the daemon answered later, and
+// that late FETCH_PEER_OK was read as the answer to the trainer's next request. Now the
+// daemon answers within half of the trainer's wait, and never after.
+TEST_F(CkptdPeerTest, FetchOutlastingTheTrainersWaitIsAnsweredInTimeAndNeverLater) {
+  peer_timeout_ = "12";  // the peer below holds the fetch this long
+  StartDaemon("c");
+  BlackHole hole;
+  auto client = ckpt::CkptdClient::Connect(run_, "c", 0, 1, 1 << 20);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto f = (*client)->FetchFromPeer(5, hole.address(), 6);
+  ASSERT_TRUE(f.ok()) << f.status().ToString() << "\n" << ReadLog("c");
+  EXPECT_FALSE(f->found);
+  EXPECT_NE(f->detail.find("within half of the trainer's timeout"), std::string::npos) << f->detail;
+  // The fetch itself ends later (answered or not); its result must reach no one.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string log = ReadLog("c");
+        return log.find("not answered") != std::string::npos ||
+               log.find("from peer memory failed") != std::string::npos;
+      },
+      60))
+      << ReadLog("c");
+  auto st = (*client)->StatusJson();
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_NE(st->find("\"replication\""), std::string::npos);
+  EXPECT_NE(ReadLog("c").find("after its trainer stopped waiting; not answered"),
+            std::string::npos);
+  // The connection still works for the next fetch.
+  auto again = (*client)->FetchFromPeer(5, "", 6);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->found);
+}
+
+// Hole: every start asked every peer-addr file, including dead nodes' files of earlier
+// starts, and a requeued start (all replica stores empty) asked all of them for nothing.
+TEST_F(CkptdPeerTest, FetchesSkipEarlierStartsAndNewStartsAndDeadPeersOnce) {
+  StartDaemon("a", "b");
+  StartDaemon("b", "a");
+  ASSERT_EQ(Trainer("a", 0, 1, "1,2").exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return Latest() == 2 && HeldStep("b", 0) == 2; }))
+      << ReadLog("a") << ReadLog("b");
+  // A daemon of an earlier start died with its file left behind (sorts first: asked first
+  // by the old code): never dialled.
+  BlackHole earlier;
+  PlantAddrFile("0old", earlier.address(), "0123456789abcdef");
+  // Two daemons of this start died (their hosts are down): probed together, then skipped.
+  BlackHole dead1, dead2;
+  dead1.Saturate();
+  dead2.Saturate();
+  PlantAddrFile("1dead", dead1.address(), ThisStart());
+  PlantAddrFile("2dead", dead2.address(), ThisStart());
+  StartDaemon("c");
+  auto c = Trainer("c", 0, 1, "-", "--fetch-peer 2 --restore");
+  ASSERT_EQ(c.exit_code, 0) << c.output << ReadLog("c");
+  EXPECT_NE(c.output.find("fetched step 2 from peer " + Addr("b")), std::string::npos) << c.output;
+  EXPECT_FALSE(earlier.Dialled()) << ReadLog("c");
+  EXPECT_EQ(CountLog("c", "does not answer"), 2) << ReadLog("c");
+  // The next fetch does not wait for them again.
+  auto again = Trainer("c", 0, 1, "-", "--fetch-peer 1");
+  EXPECT_EQ(again.exit_code, 6) << again.output;
+  EXPECT_EQ(CountLog("c", "does not answer"), 2) << ReadLog("c");
+  EXPECT_NE(again.output.find("did not answer a moment ago (skipped)"), std::string::npos)
+      << again.output;
+
+  // The job is requeued: a new start (a new secret), every daemon starts empty. Step 2 was
+  // committed before they came up, so no peer can hold it: the fetch is not even tried.
+  for (pid_t p : daemons_) Kill(p, SIGTERM);
+  daemons_.clear();
+  std::ofstream(secret_file_) << "another-start-secret-0123456789\n";
+  StartDaemon("a", "b");
+  StartDaemon("b", "a");
+  StartDaemon("c");
+  auto requeued = Trainer("c", 0, 1, "-", "--fetch-peer 2");
+  EXPECT_EQ(requeued.exit_code, 6) << requeued.output;
+  EXPECT_NE(requeued.output.find("not newer than the newest committed when this start's daemons"),
+            std::string::npos)
+      << requeued.output;
+  EXPECT_EQ(Replication("b").value("peer_requests_refused", -1), 0) << Replication("b").dump();
+  // A step of this start is fetched as before (the start's value survives a daemon that
+  // came up later: c started after a and b).
+  ASSERT_EQ(Trainer("a", 0, 1, "3").exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return Latest() == 3 && HeldStep("b", 0) == 3; }))
+      << ReadLog("a") << ReadLog("b");
+  auto fresh = Trainer("c", 0, 1, "-", "--fetch-peer 3 --restore");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output << ReadLog("c");
+}
+
+// Hole: anyone could hold all peer connection slots (2 x --peer-timeout-s each) and flood
+// the log. Strangers now get a short handshake deadline in a pool of their own with a
+// share per address, and their refusals are logged at a bounded rate.
+// On a spare that was the dead node's buddy the replica is in its own store: it is taken
+// from there before any other peer is dialled (a dead one would cost a connect timeout).
+TEST_F(CkptdPeerTest, OwnReplicaStoreIsAskedBeforeAnyPeerIsDialled) {
+  StartDaemon("a", "b");
+  StartDaemon("b", "a");
+  ASSERT_EQ(Trainer("a", 0, 1, "1,2").exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return Latest() == 2 && HeldStep("b", 0) == 2; }))
+      << ReadLog("a") << ReadLog("b");
+  BlackHole dead;  // a daemon of this start that hangs (sorts before b)
+  PlantAddrFile("0dead", dead.address(), ThisStart());
+  auto r = Trainer("b", 0, 1, "-", "--fetch-peer 2 --restore");
+  ASSERT_EQ(r.exit_code, 0) << r.output << ReadLog("b");
+  EXPECT_NE(r.output.find("fetched step 2 from peer " + Addr("b")), std::string::npos) << r.output;
+  EXPECT_FALSE(dead.Dialled()) << ReadLog("b");
+}
+
+// Keeps `n` idle connections from 127.0.0.2 (another host, as far as the daemon can tell)
+// open to a port, reopening each one the daemon closes, until destroyed. Counts the closes
+// of connections that had been open for more than a second: admitted, then timed out.
+class Flood {
+ public:
+  Flood(int port, int n) : port_(port), fds_(n, -1), opened_(n) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Flood() {
+    stop_ = true;
+    thread_.join();
+    for (int f : fds_) {
+      if (f >= 0) ::close(f);
+    }
+  }
+  int timed_out() const { return timed_out_.load(); }
+
+ private:
+  int Open() {
+    int f = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in me{};
+    me.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.2", &me.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    to.sin_port = htons(static_cast<uint16_t>(port_));
+    if (::bind(f, reinterpret_cast<sockaddr*>(&me), sizeof(me)) != 0 ||
+        ::connect(f, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      ::close(f);
+      return -1;
+    }
+    return f;
+  }
+  void Run() {
+    using Clock = std::chrono::steady_clock;
+    while (!stop_) {
+      for (size_t i = 0; i < fds_.size(); ++i) {
+        char b;
+        if (fds_[i] >= 0) {
+          const ssize_t r = ::recv(fds_[i], &b, 1, MSG_DONTWAIT);
+          if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;  // still open
+          if (Clock::now() - opened_[i] > std::chrono::seconds(1)) ++timed_out_;
+          ::close(fds_[i]);
+        }
+        fds_[i] = Open();
+        opened_[i] = Clock::now();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const int port_;
+  std::vector<int> fds_;
+  std::vector<std::chrono::steady_clock::time_point> opened_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> timed_out_{0};
+  std::thread thread_;
+};
+
+// Hole: anyone could hold all peer connection slots (2 x --peer-timeout-s each), keep
+// reopening them, and flood the log. Strangers now get a short handshake deadline in a
+// pool of their own with a share per address, and their refusals are logged at a bounded
+// rate.
+TEST_F(CkptdPeerTest, StrangersCannotCrowdOutTheJobsPeersNorFloodTheLog) {
+  peer_timeout_ = "30";
+  StartDaemon("b");
+  const std::string addr = Addr("b");
+  {
+    Flood flood(std::stoi(addr.substr(addr.rfind(':') + 1)), 40);
+    ASSERT_TRUE(
+        WaitFor([&] { return Replication("b").value("peer_connections_over_limit", 0) >= 20; }, 20))
+        << Replication("b").dump();
+    // A member of the job gets through while strangers keep every slot they can get.
+    StartDaemon("a", "b");
+    ASSERT_EQ(Trainer("a", 0, 1, "1").exit_code, 0);
+    EXPECT_TRUE(WaitFor([&] { return HeldStep("b", 0) == 1; }, 30)) << ReadLog("a") << ReadLog("b");
+    // Strangers admitted to the handshake are dropped long before --peer-timeout-s.
+    EXPECT_TRUE(WaitFor([&] { return flood.timed_out() >= 1; }, 15)) << ReadLog("b");
+  }
+  EXPECT_LE(CountLog("b", "127.0.0.2"), 30) << ReadLog("b");
+  EXPECT_GE(Replication("b").value("peer_warnings_not_logged", 0), 1) << Replication("b").dump();
+}
+
+// Hole: a replication setup failure (a taken port, an unwritable address file) made the
+// daemon exit 2, which the agent reads as bad settings: the node lost asynchronous
+// checkpoints. Now replication is off, loudly, and the daemon serves its trainer.
+TEST_F(CkptdPeerTest, ReplicationSetupFailureLeavesTheDaemonServingAndSaysSo) {
+  int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(taken, 4), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  StartDaemon("a", "", {"--peer-listen", "127.0.0.1:" + port}, false);
+  EXPECT_NE(ReadLog("a").find("BUDDY REPLICATION IS OFF"), std::string::npos) << ReadLog("a");
+  EXPECT_FALSE(fs::exists(AddrFile("a")));
+  const nlohmann::json rep = Replication("a");
+  EXPECT_EQ(rep.value("enabled", true), false) << rep.dump();
+  EXPECT_NE(rep.value("error", "").find("127.0.0.1:" + port), std::string::npos) << rep.dump();
+  ASSERT_EQ(Trainer("a", 0, 1, "1").exit_code, 0) << ReadLog("a");
+  EXPECT_TRUE(WaitFor([&] { return Latest() == 1; })) << ReadLog("a");
+  ::close(taken);
+}
+
+TEST_F(CkptdPeerTest, AnUnwritableAddressFileIsRetriedUntilItIsPublished) {
+  // The temp file's name is taken by a directory: every write fails until it goes.
+  fs::create_directories(proto::SocketDir(run_, "b") + "/peer-addr.tmp");
+  ::chmod(proto::SocketDir(run_, "b").c_str(), 0700);
+  StartDaemon("b", "", {}, false);
+  ASSERT_TRUE(WaitFor([&] { return CountLog("b", "cannot publish the peer address") >= 1; }, 10))
+      << ReadLog("b");
+  EXPECT_FALSE(fs::exists(AddrFile("b")));
+  fs::remove(proto::SocketDir(run_, "b") + "/peer-addr.tmp");
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(AddrFile("b")); }, 60)) << ReadLog("b");
+  EXPECT_EQ(Replication("b").value("address_published", false), true);
+  // And it is usable: A replicates to it.
+  StartDaemon("a", "b");
+  ASSERT_EQ(Trainer("a", 0, 1, "1").exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return HeldStep("b", 0) == 1; })) << ReadLog("a") << ReadLog("b");
+}
+
+// Hole: the published address was whatever the listen address or host name gave. Now
+// --peer-advertise names the interface or address, a loopback literal is refused in a
+// multi-node job, and each daemon checks at start that its buddy's address resolves and
+// answers, with a warning naming it when not.
+TEST_F(CkptdPeerTest, PeerAdvertiseAndTheBuddyCheck) {
+  StartDaemon("b", "", {"--peer-listen", "0.0.0.0:0", "--peer-advertise", "lo"});
+  EXPECT_EQ(Addr("b").rfind("127.0.0.1:", 0), 0u) << Addr("b");
+  StartDaemon("a", "b");
+  ASSERT_TRUE(WaitFor([&] { return Replication("a").value("buddy_check", "") == "ok"; }, 20))
+      << ReadLog("a");
+  EXPECT_NE(ReadLog("a").find("resolves and answers as a daemon of this job"), std::string::npos);
+
+  // A name only the buddy's node could resolve, and an address where nothing answers.
+  PlantAddrFile("nxhost", "no-such-host.invalid:4000", ThisStart());
+  StartDaemon("x", "nxhost");
+  ASSERT_TRUE(WaitFor([&] { return !Replication("x").value("buddy_check", "").empty(); }, 20));
+  EXPECT_NE(ReadLog("x").find("the buddy's peer address 'no-such-host.invalid:4000' (from " +
+                              AddrFile("nxhost") + ") does not resolve on this node"),
+            std::string::npos)
+      << ReadLog("x");
+  BlackHole closed;  // dialled, never answers the handshake
+  PlantAddrFile("mute", closed.address(), ThisStart());
+  StartDaemon("y", "mute");
+  ASSERT_TRUE(WaitFor([&] { return !Replication("y").value("buddy_check", "").empty(); }, 30));
+  EXPECT_NE(ReadLog("y").find("'" + closed.address() + "' (from " + AddrFile("mute") +
+                              ") does not answer as a daemon of this job"),
+            std::string::npos)
+      << ReadLog("y");
+
+  // In a job of several nodes, a loopback literal is refused (replication off, loudly); a
+  // name that is not an interface and does not resolve is refused everywhere.
+  ::setenv("SLURM_JOB_NUM_NODES", "3", 1);
+  StartDaemon("m", "", {"--peer-listen", "0.0.0.0:0", "--peer-advertise", "127.0.0.1"}, false);
+  StartDaemon("n", "", {"--peer-listen", "0.0.0.0:0", "--peer-advertise", "lo"}, false);
+  ::unsetenv("SLURM_JOB_NUM_NODES");
+  EXPECT_NE(ReadLog("m").find("--peer-advertise '127.0.0.1' is the loopback address 127.0.0.1 "
+                              "in a job of 3 nodes"),
+            std::string::npos)
+      << ReadLog("m");
+  EXPECT_NE(ReadLog("n").find("--peer-advertise 'lo' (127.0.0.1) is the loopback address"),
+            std::string::npos)
+      << ReadLog("n");
+  EXPECT_FALSE(fs::exists(AddrFile("m")));
+  StartDaemon("o", "", {"--peer-listen", "0.0.0.0:0", "--peer-advertise", "no-such-iface.invalid"},
+              false);
+  EXPECT_NE(ReadLog("o").find("is neither an interface of this node nor a host name that resolves"),
+            std::string::npos)
+      << ReadLog("o");
+  EXPECT_EQ(Replication("o").value("enabled", true), false);
 }
 
 TEST_F(CkptdPeerTest, SecretAndPeerFlagsAreCheckedAtStart) {

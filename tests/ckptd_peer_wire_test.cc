@@ -156,12 +156,14 @@ TEST(PeerWire, ReceiveImageChecksItsLength) {
 
 // The trainer <-> daemon FETCH_PEER / FETCH_OK messages (ckpt/ckptd_protocol.h).
 TEST(PeerWire, FetchPeerMessagesRoundTripAndRefuseTruncation) {
-  const std::string req = proto::EncodeFetchPeer({12, "10.0.0.2:7000"});
+  const std::string req = proto::EncodeFetchPeer({12, "10.0.0.2:7000", 600});
   auto r = proto::DecodeFetchPeer(req);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->step, 12);
   EXPECT_EQ(r->address, "10.0.0.2:7000");
+  EXPECT_EQ(r->timeout_s, 600);  // the daemon answers within half of it
   EXPECT_FALSE(proto::DecodeFetchPeer(proto::EncodeFetchPeer({-1, ""})).ok());
+  EXPECT_FALSE(proto::DecodeFetchPeer(proto::EncodeFetchPeer({1, "", -1})).ok());
   proto::FetchPeerOk ok{true, 12, 4096, 0.5, "peer 10.0.0.2:7000", ""};
   const std::string rep = proto::EncodeFetchPeerOk(ok);
   auto back = proto::DecodeFetchPeerOk(rep);

@@ -298,9 +298,9 @@ StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
 StatusOr<CkptdClient::PeerFetch> CkptdClient::FetchFromPeer(int64_t step,
                                                             const std::string& address,
                                                             double timeout_s) {
-  FT_ASSIGN_OR_RETURN(std::string reply,
-                      Call(proto::MsgType::kFetchPeer, proto::EncodeFetchPeer({step, address}),
-                           proto::MsgType::kFetchOk, timeout_s));
+  FT_ASSIGN_OR_RETURN(std::string reply, Call(proto::MsgType::kFetchPeer,
+                                              proto::EncodeFetchPeer({step, address, timeout_s}),
+                                              proto::MsgType::kFetchOk, timeout_s));
   FT_ASSIGN_OR_RETURN(proto::FetchPeerOk ok, proto::DecodeFetchPeerOk(reply));
   PeerFetch f;
   f.found = ok.found;

@@ -266,14 +266,17 @@ std::string EncodeFetchPeer(const FetchPeer& m) {
   WireWriter w;
   w.Put(m.step);
   w.Str(m.address);
+  w.Put(m.timeout_s);
   return w.Take();
 }
 
 StatusOr<FetchPeer> DecodeFetchPeer(const std::string& payload) {
   WireReader r(payload);
   FetchPeer m;
-  if (!r.Get(&m.step) || !r.Str(&m.address, 300) || !r.Done()) return Bad("malformed FETCH_PEER");
+  if (!r.Get(&m.step) || !r.Str(&m.address, 300) || !r.Get(&m.timeout_s) || !r.Done())
+    return Bad("malformed FETCH_PEER");
   if (m.step < 0 || m.step > kMaxStep) return Bad("FETCH_PEER step out of range");
+  if (!(m.timeout_s >= 0) || m.timeout_s > 1e6) return Bad("FETCH_PEER timeout out of range");
   return m;
 }
 

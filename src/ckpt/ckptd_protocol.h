@@ -105,9 +105,13 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes);
 
 // FETCH_PEER (after HELLO): the daemon pulls the replica of this rank at `step` from a
 // peer's memory into one of the rank's slots. `address` "" = every peer of the run dir.
+// `timeout_s`: how long the client waits for FETCH_PEER_OK (0 = no bound); the daemon
+// answers within half of it (not found, if the peers took longer) and never later, so a
+// reply can never arrive after the client gave up and answer its next request.
 struct FetchPeer {
   int64_t step = 0;
   std::string address;
+  double timeout_s = 0;
 };
 struct FetchPeerOk {
   bool found = false;
