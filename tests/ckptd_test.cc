@@ -308,20 +308,27 @@ TEST_F(CkptdTest, TwoNodesCommitEveryStepExactlyOnce) {
   ASSERT_EQ(WaitLatest(3), 3) << ReadLog("a") << ReadLog("b");
   // Each step: committed once (one COMMIT marker, by one writer), all four receipts. A daemon
   // counts its commit when its persist worker reports back, which can come a moment after
-  // the rename made the step visible: poll (a second commit would show as 4 or more).
+  // the rename made the step visible: wait until both daemons have nothing in flight or
+  // queued (every worker reported back), and only then count: a late second commit of a
+  // step shows as 4 or more.
   int64_t commits_won = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool idle = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   do {
     commits_won = 0;
+    idle = true;
     for (const std::string node : {"a", "b"}) {
       auto st = ckpt::QueryCkptdStatus(proto::SocketPath(run_, node));
       ASSERT_TRUE(st.ok());
-      const std::string key = "\"commits_won\":";
-      commits_won += std::stoll(st->substr(st->find(key) + key.size()));
+      const auto j = nlohmann::json::parse(*st);
+      commits_won += j.at("commits_won").get<int64_t>();
+      idle = idle && j.at("snapshots_in_flight").get<int64_t>() == 0 &&
+             j.at("queue_depth").get<int64_t>() == 0;
     }
-    if (commits_won >= 3) break;
+    if (idle && commits_won >= 3) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(idle) << "the daemons still persist after every step was committed";
   EXPECT_EQ(commits_won, 3);
   for (int step = 1; step <= 3; ++step) {
     const std::string dir = root_ + "/" + ckpt::StepDirName(step);

@@ -187,7 +187,8 @@ TEST_F(DataCliTest, TrainedTokenizerIsDeterministicAndDecodes) {
   ASSERT_NE(at, std::string::npos) << r.output;
   const size_t begin = at + marker.size();
   std::string text = r.output.substr(begin, r.output.find('\n', begin) - begin);
-  if (text.size() > 4 && text.compare(text.size() - 4, 4, " ...") == 0) text.resize(text.size() - 4);
+  if (text.size() > 4 && text.compare(text.size() - 4, 4, " ...") == 0)
+    text.resize(text.size() - 4);
   text = collapse(text);
   ASSERT_GE(text.size(), 40u) << "too little text to tell: '" << text << "'";
   EXPECT_TRUE(Contains(collapse(ReadFileOrDie(Corpus() + "/a.txt")), text))
