@@ -201,6 +201,12 @@ wait "${pid}" 2>/dev/null || killed_rc=$?
 n_killed=$(wc -l <"${RUN}/metrics.jsonl")
 ((n_killed == killed_after && killed_after < LAST_STEP)) ||
   fail "the killed run recorded ${n_killed} steps (want ${killed_after} < ${LAST_STEP})"
+# On a GPU the snapshot went the overlapped way: its device -> host copy was started at the
+# checkpoint and handed over only after the next step's optimizer step (the step killed).
+if ((!DRY_RUN)); then
+  grep -q "checkpoint step ${killed_after}: copying to ckptd" "${WORK}/killed-1.log" ||
+    fail "checkpoint ${killed_after} did not overlap the next step (no 'copying to ckptd')"
+fi
 log "killed the trainer (pid ${pid}) inside step $((killed_after + 1)) of ${LAST_STEP}"
 
 train "${RUN}" >"${WORK}/killed-2.log" 2>&1 || { tail -n 30 "${WORK}/killed-2.log" >&2; fail "resumed run"; }
