@@ -6,8 +6,10 @@
 #      and the carried .deb files unpacked with `dpkg -x` into FTRAIN_DEB_PREFIX;
 #   2. `ftrain commcheck --backend nccl` on 1 rank (NCCL refuses two ranks on one GPU);
 #   3. pack a corpus, train configs/gpu-check.cfg (~100M parameters, bf16) on cuda with
-#      checkpoints through ckptd: an uninterrupted reference, then a run whose trainer is
-#      SIGKILLed at a step and resumed;
+#      checkpoints through ckptd: an uninterrupted reference, then a run whose trainer process
+#      is SIGKILLed inside the step after a checkpoint (that snapshot still in flight: device ->
+#      host copy, hand-over to ckptd), checked to have died there, and resumed from the
+#      expected step;
 #   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
 #   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
 #      the state size / stall (the device-to-host rate the checkpoint achieved); check that
@@ -27,7 +29,8 @@ WORK="${FTRAIN_GPU_CHECK_DIR:-$(mktemp -d /tmp/ftrain-gpu-check-XXXXXX)}"
 BUILD_DIR="${FTRAIN_GPU_BUILD_DIR:-${ROOT}/build-gpu}"
 DEB_PREFIX="${FTRAIN_DEB_PREFIX:-${ROOT}/shared/debs/root}"   # dpkg -x of the carried .debs
 PEAK_TFLOPS="${FTRAIN_PEAK_TFLOPS:-989}"   # bf16 dense peak: H100/H200 SXM 989 TFLOP/s
-KILL_AT_STEP="${FTRAIN_GPU_CHECK_KILL_AT:-23}"
+# The killed run dies inside the step after this checkpoint step (a multiple of the interval).
+KILL_AFTER_CKPT="${FTRAIN_GPU_CHECK_KILL_AFTER:-20}"
 JOBS="${FTRAIN_JOBS:-$(nproc)}"
 
 log() { echo "== gpu-check: $*" >&2; }
@@ -41,8 +44,9 @@ trap cleanup EXIT
 if ((DRY_RUN)); then
   BIN="${FTRAIN_BIN_DIR:-${ROOT}/build/bin}"
   CONFIG="${ROOT}/configs/tiny.cfg"
-  DEVICE_ARGS=(--train.device=cpu --dist.backend=gloo --train.steps=40 --ckpt.every_steps=10
-    --ckpt.every_minutes=0)
+  CKPT_EVERY=5   # more checkpoints to land the kill after: tiny steps are short
+  DEVICE_ARGS=(--train.device=cpu --dist.backend=gloo --train.steps=40
+    --ckpt.every_steps="${CKPT_EVERY}" --ckpt.every_minutes=0)
   BACKEND=gloo
   VOCAB=512 SEQ=32
   [[ -x "${BIN}/ftrain" && -x "${BIN}/ckptctl" && -x "${BIN}/ckptd" ]] ||
@@ -73,10 +77,14 @@ else
   log "built in $((SECONDS - t0)) s"
   BIN="${BUILD_DIR}/bin"
   CONFIG="${ROOT}/configs/gpu-check.cfg"
-  DEVICE_ARGS=()
+  CKPT_EVERY=10
+  DEVICE_ARGS=(--ckpt.every_steps="${CKPT_EVERY}")
   BACKEND=nccl
   VOCAB=8000 SEQ=512
 fi
+
+((KILL_AFTER_CKPT > 0 && KILL_AFTER_CKPT % CKPT_EVERY == 0)) || {
+  log "FTRAIN_GPU_CHECK_KILL_AFTER=${KILL_AFTER_CKPT} is not a multiple of ${CKPT_EVERY}"; exit 2; }
 
 log "commcheck --backend ${BACKEND} (1 rank)"
 "${BIN}/ftrain" commcheck --backend "${BACKEND}" --sizes 4100B,1M,64M ||
@@ -117,7 +125,7 @@ stop_ckptd() {
   wait "${CKPTD_PID}" 2>/dev/null || true
   CKPTD_PID=""
 }
-train() {  # train RUN [extra args]: one rank, checkpoints through ckptd
+train() {  # train RUN [extra args]: one rank, checkpoints through ckptd (in the foreground)
   local run="$1"
   shift
   FTRAIN_CKPTD_NODE=gpucheck "${BIN}/ftrain" train --config "${CONFIG}" --data.path="${DATA}" \
@@ -131,23 +139,87 @@ t_ref=${SECONDS}
 train "${REF}" >"${WORK}/ref.log" 2>&1 || { tail -n 30 "${WORK}/ref.log" >&2; fail "reference run"; }
 t_ref=$((SECONDS - t_ref))
 stop_ckptd
+last="$("${BIN}/ckptctl" latest "${REF}/checkpoints")" || fail "the reference has no checkpoint"
+LAST_STEP=$((10#${last##*step-}))
 
-log "interrupted run: SIGKILL at step ${KILL_AT_STEP}, then resume"
+log "interrupted run: SIGKILL inside the step after checkpoint ${KILL_AFTER_CKPT}, then resume"
 start_ckptd "${RUN}"
-train "${RUN}" >"${WORK}/killed-1.log" 2>&1 &
+# The trainer itself in the background (not a shell function's subshell): $! is ftrain.
+FTRAIN_CKPTD_NODE=gpucheck "${BIN}/ftrain" train --config "${CONFIG}" --data.path="${DATA}" \
+  --run.dir="${RUN}" --ckpt.daemon=require "${DEVICE_ARGS[@]}" >"${WORK}/killed-1.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 6000); do
-  [[ -f "${RUN}/metrics.jsonl" ]] && (($(wc -l <"${RUN}/metrics.jsonl") >= KILL_AT_STEP)) && break
-  kill -0 "${pid}" 2>/dev/null || break
-  sleep 0.05
-done
-kill -KILL "${pid}" 2>/dev/null || fail "the trainer ended before step ${KILL_AT_STEP}"
-wait "${pid}" 2>/dev/null || true
+# Stops the trainer (SIGSTOP) once metrics.jsonl has the checkpoint step's record, and kills
+# it (SIGKILL) only if, while stopped, its newest record is exactly that step and the log
+# says the step's snapshot went to ckptd: the kill then lands inside the next step, with
+# that snapshot still in flight (on a GPU its device -> host copy and hand-over overlap this
+# step). When the poller came too late it lets the trainer go on and tries the next
+# checkpoint. Prints the checkpoint step.
+killed_after="$(python3 - "${pid}" "${RUN}/metrics.jsonl" "${WORK}/killed-1.log" \
+  "${KILL_AFTER_CKPT}" "${CKPT_EVERY}" "${LAST_STEP}" <<'PY'
+import os, signal, sys, time
+pid, metrics, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+target, every, last = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+def lines():
+    try:
+        with open(metrics, 'rb') as f:
+            return f.read().count(b'\n')
+    except FileNotFoundError:
+        return 0
+def state():
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0]
+    except FileNotFoundError:
+        return 'gone'
+while target < last:
+    while lines() < target:
+        if state() in ('Z', 'gone'):
+            sys.exit(f'the trainer ended before step {target}')
+        time.sleep(0.001)
+    os.kill(pid, signal.SIGSTOP)
+    while state() not in ('T', 't', 'Z', 'gone'):
+        time.sleep(0.001)
+    exe = os.path.basename(os.readlink(f'/proc/{pid}/exe'))
+    if exe != 'ftrain':
+        sys.exit(f'pid {pid} is {exe}, not the trainer')
+    landed = lines() == target and f'checkpoint step {target}: ' in open(log).read()
+    if landed:
+        os.kill(pid, signal.SIGKILL)
+        print(target)
+        sys.exit(0)
+    print(f'poller late at step {target}: retrying at {target + every}', file=sys.stderr)
+    os.kill(pid, signal.SIGCONT)
+    target += every
+sys.exit(f'could not stop the trainer inside a step after a checkpoint before step {last}')
+PY
+)" || { kill -KILL "${pid}" 2>/dev/null || true; fail "killing the trainer mid-step: see above"; }
+killed_rc=0
+wait "${pid}" 2>/dev/null || killed_rc=$?
+((killed_rc == 137)) || fail "the trainer did not die of SIGKILL (exit ${killed_rc})"
+# The kill landed: the killed run never finished, and its newest record is the checkpoint step.
+! grep -q 'train: done' "${WORK}/killed-1.log" || fail "the killed run reached its end"
+n_killed=$(wc -l <"${RUN}/metrics.jsonl")
+((n_killed == killed_after && killed_after < LAST_STEP)) ||
+  fail "the killed run recorded ${n_killed} steps (want ${killed_after} < ${LAST_STEP})"
+# On a GPU the snapshot went the overlapped way: its device -> host copy was started at the
+# checkpoint and handed over only after the next step's optimizer step (the step killed).
+if ((!DRY_RUN)); then
+  grep -q "checkpoint step ${killed_after}: copying to ckptd" "${WORK}/killed-1.log" ||
+    fail "checkpoint ${killed_after} did not overlap the next step (no 'copying to ckptd')"
+fi
+log "killed the trainer (pid ${pid}) inside step $((killed_after + 1)) of ${LAST_STEP}"
+
 train "${RUN}" >"${WORK}/killed-2.log" 2>&1 || { tail -n 30 "${WORK}/killed-2.log" >&2; fail "resumed run"; }
 stop_ckptd
-grep -q 'resume: restored step' "${WORK}/killed-2.log" || fail "the second run did not resume"
+# The step it resumed from: the in-flight checkpoint when ckptd got it before the kill (always
+# on CPU, where the hand-over is synchronous), else the one before it (on a GPU the snapshot
+# is submitted after the next step's optimizer step, so the kill may come first).
+restored="$(sed -nE 's/.*resume: restored step ([0-9]+) .*/\1/p' "${WORK}/killed-2.log")"
+[[ -n "${restored}" ]] || fail "the second run did not resume"
+if ((DRY_RUN)); then want="${killed_after}"; else want="${killed_after}|$((killed_after - CKPT_EVERY))"; fi
+[[ "${restored}" =~ ^(${want})$ ]] || fail "the resume restored step ${restored}, want ${want}"
+log "resumed from step ${restored} (the checkpoint in flight was step ${killed_after})"
 
-last="$("${BIN}/ckptctl" latest "${REF}/checkpoints")" || fail "the reference has no checkpoint"
 "${BIN}/ckptctl" diff "${last}" "${RUN}/checkpoints/$(basename "${last}")" ||
   fail "final checkpoints differ"
 losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1"; }

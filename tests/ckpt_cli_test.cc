@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <regex>
 #include <set>
@@ -112,6 +114,74 @@ TEST_F(CkptctlTest, DiffPruneExport) {
                  60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "exported 5 tensors")) << r.output;
+}
+
+// Writes step `step` of the fixture (2 ranks) into `root`, with `change` applied to each
+// rank's contents first (its tensor bytes may be repointed at `scratch`).
+void SaveChanged(
+    const std::string& root, int64_t step,
+    const std::function<void(int rank, ckpt::ShardContents*, std::vector<uint8_t>*)>& change) {
+  ckpt::CheckpointStore store(root);
+  const auto meta = FixtureMeta(step, 2);
+  for (int r = 0; r < 2; ++r) {
+    RankState state(step, r, 2, 4);
+    ckpt::ShardContents c = state.contents();
+    std::vector<uint8_t> scratch;
+    change(r, &c, &scratch);
+    ASSERT_TRUE(store.WriteShard(meta, r, c, {}).ok());
+  }
+  auto outcome = store.TryCommit(meta);
+  ASSERT_TRUE(outcome.ok() && *outcome == ckpt::CommitOutcome::kCommitted);
+}
+
+// ckptctl diff is the oracle of every bit-identity test: it must see the smallest change.
+TEST_F(CkptctlTest, DiffCatchesOneFlippedElementInOneTensor) {
+  const std::string a = tmp_.path() + "/a", b = tmp_.path() + "/b";
+  SaveChanged(a, 20, [](int, ckpt::ShardContents*, std::vector<uint8_t>*) {});
+  std::string flipped;
+  SaveChanged(b, 20, [&](int rank, ckpt::ShardContents* c, std::vector<uint8_t>* scratch) {
+    if (rank != 1) return;
+    // The lowest mantissa bit of one fp32 AdamW moment element in the middle of rank 1's piece.
+    for (auto& t : c->tensors) {
+      if (t.kind != "optim/exp_avg_sq" || t.length < 8) continue;
+      const size_t bytes = static_cast<size_t>(t.length) * 4;
+      scratch->assign(static_cast<const uint8_t*>(t.data),
+                      static_cast<const uint8_t*>(t.data) + bytes);
+      (*scratch)[(t.length / 2) * 4] ^= 1;
+      t.data = scratch->data();
+      flipped = t.kind + "/" + t.name;
+      return;
+    }
+  });
+  ASSERT_FALSE(flipped.empty());
+  auto same =
+      RunCommand(Ckptctl() + " diff " + a + "/step-00000020 " + root_ + "/step-00000020", 60);
+  EXPECT_EQ(same.exit_code, 0) << "the unchanged copy must equal the fixture: " << same.output;
+  auto r = RunCommand(Ckptctl() + " diff " + a + "/step-00000020 " + b + "/step-00000020", 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "differs: " + flipped + ": 1 of ")) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)
+      << "exactly one difference: " << r.output;
+}
+
+TEST_F(CkptctlTest, DiffCatchesAPerRankBlobDifferenceAndNamesTheRank) {
+  for (const std::string group : {"rng", "data"}) {
+    const std::string a = tmp_.path() + "/a-" + group, b = tmp_.path() + "/b-" + group;
+    SaveChanged(a, 20, [](int, ckpt::ShardContents*, std::vector<uint8_t>*) {});
+    std::string changed;
+    SaveChanged(b, 20, [&](int rank, ckpt::ShardContents* c, std::vector<uint8_t>*) {
+      if (rank != 1) return;
+      for (auto& blob : c->blobs) {
+        if (blob.group != group) continue;
+        blob.bytes.back() ^= 1;  // one bit of rank 1's RNG state or data cursor
+        changed = "state " + blob.group + "/" + blob.name + " of rank 1";
+      }
+    });
+    ASSERT_FALSE(changed.empty()) << group;
+    auto r = RunCommand(Ckptctl() + " diff " + a + "/step-00000020 " + b + "/step-00000020", 60);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output, "differs: " + changed + "\n") << group;
+  }
 }
 
 TEST_F(CkptctlTest, UsageAndEnvironmentErrorsExit2) {
@@ -254,10 +324,15 @@ TEST(CkptCrash, KilledAtRandomTimesDuringLargeWrites) {
             static_cast<char*>(nullptr));
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 400));
+    const int delay_ms = 5 + static_cast<int>(rng() % 400);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
+    // The writer died of the kill (mid-write), not of its own end or of an error.
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "random kill " << i << " at " << delay_ms << " ms came after the writer ended "
+        << "(status " << status << "): the case tested nothing";
     CheckAfterCrash(tmp.path(),
                     {"step-00000001", "step-00000002", "step-00000003", "step-00000004",
                      "step-00000005", "step-00000006"},

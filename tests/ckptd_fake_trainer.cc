@@ -143,11 +143,12 @@ int main(int argc, char** argv) {
       bool same = false;
       if (!p.is_blob && t < contents.tensors.size()) {
         const auto& w = contents.tensors[t++];
-        same = w.name == p.name && w.length == p.length &&
+        same = w.kind == p.kind && w.name == p.name && w.length == p.length &&
                std::memcmp(got, w.data, p.length * ftrain::ckpt::DTypeSize(p.dtype)) == 0;
       } else if (p.is_blob && b < contents.blobs.size()) {
         const auto& w = contents.blobs[b++];
-        same = w.name == p.name && w.bytes.size() == static_cast<size_t>(p.length) &&
+        same = w.group == p.kind && w.name == p.name &&
+               w.bytes.size() == static_cast<size_t>(p.length) &&
                std::memcmp(got, w.bytes.data(), w.bytes.size()) == 0;
       }
       if (!same) {
@@ -155,6 +156,14 @@ int main(int argc, char** argv) {
                     p.name.c_str());
         return 4;
       }
+    }
+    // Every piece the rank submitted, not only those that came back (an empty or truncated
+    // snapshot is not a restore).
+    if (t != contents.tensors.size() || b != contents.blobs.size() || sub.pieces.size() != t + b) {
+      std::printf("restored step %lld: %zu of %zu tensors and %zu of %zu blobs\n",
+                  static_cast<long long>(sub.step), t, contents.tensors.size(), b,
+                  contents.blobs.size());
+      return 4;
     }
     std::printf("restored step %lld (%zu pieces)\n", static_cast<long long>(sub.step),
                 sub.pieces.size());

@@ -347,10 +347,8 @@ TEST_F(CkptdPeerTest, HostilePeersAreDisconnectedAndLoggedWhileServiceGoesOn) {
     return WaitFor([&] { return ReadLog("b").find(what) != std::string::npos; }, 10);
   };
   {
-    HostilePeer p(addr);  // silence: closed within the 1 s timeout
-    const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_TRUE(p.ClosedWithin(5));
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4);
+    HostilePeer p(addr);  // silence: closed by the 1 s frame deadline (the log says which)
+    EXPECT_TRUE(p.ClosedWithin(30));
     EXPECT_TRUE(logged("sent 0 of 16 bytes within")) << ReadLog("b");
   }
   {
@@ -802,10 +800,41 @@ TEST_F(CkptdPeerTest, SecretAndPeerFlagsAreCheckedAtStart) {
   EXPECT_NE(r.output.find("--job-id"), std::string::npos) << r.output;
   r = RunCommand(base + "--job-secret-file " + secret_file_ + " --buddy nohostport", 10);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  // The secret from the environment works (and the daemon comes up).
+  // A secret from the environment is checked like one from a file ...
   r = RunCommand("FTRAIN_JOB_SECRET=short " + base, 10);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("FTRAIN_JOB_SECRET holds 5 bytes"), std::string::npos) << r.output;
+}
+
+TEST_F(CkptdPeerTest, ASecretFromTheEnvironmentIsTheOnePeersMustProve) {
+  // ... and a valid one works: the daemon comes up with no --job-secret-file, and a peer
+  // that proves FTRAIN_JOB_SECRET is accepted while one with another secret is not.
+  const std::string node = "envsecret", log = base_ + "/ckptd-" + node + ".log";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    setenv("FTRAIN_JOB_SECRET", kSecret, 1);
+    execl((BinDir() + "/ckptd").c_str(), "ckptd", "--root", root_.c_str(), "--run-dir",
+          run_.c_str(), "--node", node.c_str(), "--peer-listen", "127.0.0.1:0", "--job-id", kJob,
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  daemons_.push_back(pid);
+  nodes_.insert(node);
+  for (int i = 0; i < 400 && !fs::exists(AddrFile(node)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(fs::exists(AddrFile(node))) << ReadLog(node);
+  {
+    HostilePeer p(Addr(node));
+    EXPECT_TRUE(p.Authenticate(kSecret, kJob).ok()) << ReadLog(node);
+  }
+  {
+    HostilePeer p(Addr(node));
+    EXPECT_FALSE(p.Authenticate("another-secret-0123456789", kJob).ok());
+  }
 }
 
 }  // namespace

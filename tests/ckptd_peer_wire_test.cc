@@ -109,17 +109,24 @@ TEST(PeerWire, MessagesRoundTripAndEveryTruncationIsRefused) {
 
 TEST(PeerWire, RandomBytesNeverDecode) {
   std::mt19937 rng(7);
+  int challenges = 0;
   for (int i = 0; i < 20000; ++i) {
     std::string s(rng() % 200, '\0');
     for (auto& c : s) c = static_cast<char>(rng());
-    // Only that it returns (no crash, no huge allocation); random bytes rarely decode.
-    (void)DecodeHello(s);
-    (void)DecodeFetch(s);
-    (void)DecodeChallenge(s);
-    (void)DecodeReplicaHeader(s, 1 << 20);
-    if (s.size() >= kHeaderBytes)
-      (void)DecodeFrameHeader(reinterpret_cast<const uint8_t*>(s.data()));
+    // No crash, no huge allocation, and nothing accepted: each format has a length prefix,
+    // a magic or a range that random bytes miss. A CHALLENGE is two random strings by
+    // design: any 64 bytes are one, and nothing else is.
+    EXPECT_FALSE(DecodeHello(s).ok()) << "case " << i;
+    EXPECT_FALSE(DecodeFetch(s).ok()) << "case " << i;
+    EXPECT_EQ(DecodeChallenge(s).ok(), s.size() == kNonceBytes + kMacBytes) << "case " << i;
+    challenges += s.size() == kNonceBytes + kMacBytes;
+    EXPECT_FALSE(DecodeReplicaHeader(s, 1 << 20).ok()) << "case " << i;
+    if (s.size() >= kHeaderBytes) {
+      EXPECT_FALSE(DecodeFrameHeader(reinterpret_cast<const uint8_t*>(s.data())).ok())
+          << "case " << i;
+    }
   }
+  EXPECT_GT(challenges, 0) << "the lengths never hit a challenge's: the check above ran empty";
 }
 
 // ReceiveImage over a socketpair: exact images pass; more data, an early END or another

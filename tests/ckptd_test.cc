@@ -125,6 +125,22 @@ class CkptdTest : public ::testing::Test {
     } while (std::chrono::steady_clock::now() < deadline);
     return got;
   }
+  // Waits until the daemon of `node` reports `step` as the snapshot it holds in memory (its
+  // status is updated when the persist result is drained, a moment after the commit shows on
+  // disk). Returns the last status text.
+  std::string WaitInMemory(const std::string& node, int64_t step, double timeout_s = 20) {
+    const std::string want = "\"in_memory_step\":" + std::to_string(step);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    std::string st;
+    do {
+      auto q = ckpt::QueryCkptdStatus(proto::SocketPath(run_, node));
+      st = q.ok() ? *q : q.status().ToString();
+      if (st.find(want) != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return st;
+  }
   int Ckptctl(const std::string& args, std::string* out = nullptr) {
     auto r = RunCommand(BinDir() + "/ckptctl " + args, 60);
     if (out) *out = r.output;
@@ -246,6 +262,8 @@ TEST_F(CkptdTest, PersistedSnapshotStaysInMemoryForARestartedTrainer) {
   EXPECT_EQ(none.exit_code, 3) << none.output;
   ASSERT_EQ(Client("n0", 0, 1, "1,2").exit_code, 0);
   ASSERT_EQ(WaitLatest(2), 2) << ReadLog("n0");
+  const std::string held = WaitInMemory("n0", 2);
+  EXPECT_NE(held.find("\"in_memory_step\":2"), std::string::npos) << held;
   // A new trainer process of the same rank gets the newest persisted snapshot, byte for byte.
   auto r = Client("n0", 0, 1, "-", "--restore");
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -255,13 +273,7 @@ TEST_F(CkptdTest, PersistedSnapshotStaysInMemoryForARestartedTrainer) {
   auto more = Client("n0", 0, 1, "3,4,5,6,7");
   EXPECT_EQ(more.exit_code, 0) << more.output;
   ASSERT_EQ(WaitLatest(7), 7) << ReadLog("n0");
-  std::string st;
-  for (int i = 0; i < 100; ++i) {  // the status is updated when the result is drained
-    auto q = ckpt::QueryCkptdStatus(proto::SocketPath(run_, "n0"));
-    st = q.ok() ? *q : q.status().ToString();
-    if (st.find("\"in_memory_step\":7") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::string st = WaitInMemory("n0", 7);
   EXPECT_NE(st.find("\"in_memory_step\":7"), std::string::npos) << st;
   r = Client("n0", 0, 1, "-", "--restore");
   EXPECT_NE(r.output.find("restored step 7 "), std::string::npos) << r.output;
@@ -308,20 +320,27 @@ TEST_F(CkptdTest, TwoNodesCommitEveryStepExactlyOnce) {
   ASSERT_EQ(WaitLatest(3), 3) << ReadLog("a") << ReadLog("b");
   // Each step: committed once (one COMMIT marker, by one writer), all four receipts. A daemon
   // counts its commit when its persist worker reports back, which can come a moment after
-  // the rename made the step visible: poll (a second commit would show as 4 or more).
+  // the rename made the step visible: wait until both daemons have nothing in flight or
+  // queued (every worker reported back), and only then count: a late second commit of a
+  // step shows as 4 or more.
   int64_t commits_won = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool idle = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   do {
     commits_won = 0;
+    idle = true;
     for (const std::string node : {"a", "b"}) {
       auto st = ckpt::QueryCkptdStatus(proto::SocketPath(run_, node));
       ASSERT_TRUE(st.ok());
-      const std::string key = "\"commits_won\":";
-      commits_won += std::stoll(st->substr(st->find(key) + key.size()));
+      const auto j = nlohmann::json::parse(*st);
+      commits_won += j.at("commits_won").get<int64_t>();
+      idle = idle && j.at("snapshots_in_flight").get<int64_t>() == 0 &&
+             j.at("queue_depth").get<int64_t>() == 0;
     }
-    if (commits_won >= 3) break;
+    if (idle && commits_won >= 3) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(idle) << "the daemons still persist after every step was committed";
   EXPECT_EQ(commits_won, 3);
   for (int step = 1; step <= 3; ++step) {
     const std::string dir = root_ + "/" + ckpt::StepDirName(step);

@@ -319,12 +319,13 @@ TEST_F(TrainTest, Sigusr1CheckpointsExitsForRequeueAndResumesBitExactly) {
   const std::string run = root_ + "/usr1";
   // Deliver SIGUSR1 to the launcher (it forwards to every rank) after a few steps, twice.
   for (int at : {9, 33}) {
+    const std::string log = root_ + "/usr1-" + std::to_string(at) + ".log";
     pid_t pid = fork();
     const std::string cmd = TrainCmd(run, 4, 2, extra);
     if (pid == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 1);
-      dup2(devnull, 2);
+      int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(out, 2);
       execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -337,8 +338,18 @@ TEST_F(TrainTest, Sigusr1CheckpointsExitsForRequeueAndResumesBitExactly) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    ASSERT_TRUE(sent) << "the run ended before step " << at;
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 75) << "the graceful stop must exit with 75 (requeue me)";
+    // The stop checkpoint is at or after the step the signal came at (a trainer that replayed
+    // an older checkpoint would pass the bit-identity check below), and the run stopped there.
+    std::smatch m;
+    const std::string out = ReadFile(log);
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("checkpointed step ([0-9]+)"))) << out;
+    const int stopped = std::stoi(m[1]);
+    EXPECT_GE(stopped, at);
+    EXPECT_LT(stopped, 60);
+    EXPECT_EQ(static_cast<int>(Losses(run).size()), stopped);
   }
   FinishRun(run, extra, 2);
   ExpectSameAsReference(run, ref);
@@ -349,7 +360,11 @@ TEST_F(TrainTest, ResumeOnFewerRanksReshardsAndStaysClose) {
   const std::string run = root_ + "/reshard";
   // First part on 4 ranks (2 x 2), stopped by killing a rank after step 30 (checkpoint at
   // 30); the rest on 2 ranks with twice the micro-batch: the same global batch and samples.
-  LaunchAndKillAt(TrainCmd(run, 4, 2), run, 31, 2, "reshard");
+  EXPECT_NE(LaunchAndKillAt(TrainCmd(run, 4, 2), run, 31, 2, "reshard"), 0)
+      << "the first part must end by the kill";
+  const size_t first_part = Losses(run).size();
+  ASSERT_GE(first_part, 31u);
+  ASSERT_LT(first_part, 60u) << "the kill did not land: the first part ran to the end";
   auto r = RunCommand(Ftrain() + " launch --nproc 2 -- train --config " + FTRAIN_SOURCE_DIR +
                           "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
                           " --train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 "
@@ -359,6 +374,7 @@ TEST_F(TrainTest, ResumeOnFewerRanksReshardsAndStaysClose) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "no longer bit-comparable")) << r.output;
   EXPECT_TRUE(Contains(r.output, "resharding")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "resume: restored step 30 ")) << r.output;
   auto a = Losses(ref), b = Losses(run);
   ASSERT_EQ(b.size(), 60u);
   const int resumed_at = 30;
@@ -545,21 +561,20 @@ TEST_F(TrainTest, AHungPeerTimesOutInsteadOfHangingTheJob) {
   const std::string& ref = Reference("");
   const std::string run = root_ + "/hung";
   const std::string extra = "--dist.timeout_s=5";
-  const auto t0 = std::chrono::steady_clock::now();
   const int rc = LaunchAndActAt(
       TrainCmd(run, 4, 2, extra), run, 17,
       [&] {
         for (pid_t p : RankPids("hung", 2)) kill(p, SIGSTOP);
       },
       "hung", run + ".log");
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (pid_t p : RankPids("hung", 2)) kill(p, SIGKILL);  // if the launcher left it stopped
   EXPECT_NE(rc, 0);
   EXPECT_NE(rc, -1) << "the job hung (no timeout)";
-  EXPECT_LT(waited, 120) << "took " << waited << " s";
+  // The evidence that the timeout ended it (not how long it took): a collective's timeout,
+  // then the launcher stopping the rest.
   const std::string out = ReadFile(run + ".log");
   EXPECT_TRUE(Contains(out, "imed out") || Contains(out, "imeout")) << out;
+  EXPECT_TRUE(Contains(out, "; stopping the other")) << out;
   FinishRun(run, "", 2);
   ExpectSameAsReference(run, ref);
 }

@@ -107,6 +107,11 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
                                                  proto::MsgType::kHelloOk, 60));
   FT_ASSIGN_OR_RETURN(proto::HelloOk ok, proto::DecodeHelloOk(reply));
   c->slot_bytes_ = ok.slot_bytes;
+  // Before the first registration: a later slot that fails to map returns early, and the
+  // destructor must unregister the slots registered so far before it unmaps them (a stale
+  // registration would make a later mapping at the same address unpinnable, or DMA into
+  // the old pages).
+  c->device_ = device;
   for (const auto& name : ok.shm_names) {
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) return Status::IOError("shm_open '" + name + "': " + std::strerror(errno));
@@ -118,7 +123,6 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::Connect(const std::string& r
     c->maps_.emplace_back(p, ok.slot_bytes);
     if (device != nullptr) device->RegisterHost(p, ok.slot_bytes);
   }
-  c->device_ = device;
   return c;
 }
 

@@ -1,9 +1,11 @@
 // ckpt_fuzz: a seeded mutation fuzzer for everything ftrain reads back from disk or a socket,
 // built with AddressSanitizer + UndefinedBehaviorSanitizer (tests/CMakeLists.txt): manifests,
-// receipts, the ckptd wire protocol's decoders, and whole checkpoints whose shard files have
-// damaged bytes (headers and data) read through CheckpointReader and VerifyCheckpoint.
-// Pass: no crash, no hang (each shard case runs in a child with an alarm), no sanitizer
-// report, every parse failure a Status. Deterministic for a seed; prints what it ran.
+// receipts, the ckptd wire protocol's decoders, the peer (replication) wire decoders, and
+// whole checkpoints whose shard files have damaged bytes (headers and data) read through
+// CheckpointReader and VerifyCheckpoint. Pass: no crash, no hang (each shard case runs in a
+// child with an alarm), no sanitizer report, every parse failure a Status, every accepted
+// message keeps its decoder's promises, every successful read returns the bytes written, and
+// verify refuses every changed shard. Deterministic for a seed; prints what it ran.
 //
 // usage: ckpt_fuzz [--seed S] [--cases N] [--seconds T]   (N per target; stops at T seconds)
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -24,11 +27,13 @@
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
+#include "ckpt/filename.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "ckpt/store.h"
 #include "ckpt/verify.h"
 #include "core/log.h"
+#include "peer_wire.h"
 #include "test_util.h"
 
 namespace {
@@ -223,6 +228,106 @@ Counts FuzzProtocol(long cases, std::mt19937_64& rng, Clock::time_point deadline
   return c;
 }
 
+// The peer (daemon <-> daemon) wire decoders, reached before authentication: mutated valid
+// frames. What an accepted message promises must hold (the code after the decoder relies on
+// it): a nonce of the right size, a safe job id, ranks and steps in range, one hash per piece,
+// every piece inside the image.
+// An accepted peer message that breaks its decoder's promise: say which, then crash.
+[[noreturn]] void BrokenPromise(int which) {
+  static const char* kNames[] = {"HELLO", "CHALLENGE", "replica header", "FETCH", "frame header"};
+  std::fprintf(stderr, "peer wire: an accepted %s breaks what its decoder promises\n",
+               kNames[which]);
+  std::abort();
+}
+
+Counts FuzzPeerWire(long cases, std::mt19937_64& rng, Clock::time_point deadline) {
+  namespace peer = ckptd::peer;
+  Counts c;
+  const std::string nonce(peer::kNonceBytes, 'n'), mac(peer::kMacBytes, 'm');
+  peer::ReplicaHeader rh;
+  rh.job = "1234.job";
+  rh.rank = 1;
+  rh.step = 12;
+  rh.submit.step = 12;
+  rh.submit.meta.step = 12;
+  rh.submit.meta.world_size = 4;
+  rh.submit.meta.config_hash = "abc";
+  for (int k = 0; k < 3; ++k) {
+    ckpt::proto::PieceDesc p;
+    p.kind = "master";
+    p.name = "model.layers." + std::to_string(k) + ".w";
+    p.dtype = ckpt::DType::kFloat32;
+    p.shape = {64, 64};
+    p.offset = 0;
+    p.length = 1024;
+    p.slot_offset = static_cast<uint64_t>(k) * 4096;
+    rh.submit.pieces.push_back(p);
+    rh.xxh3.push_back(0x1234 + k);
+  }
+  rh.extent = peer::ImageExtent(rh.submit);
+  const uint64_t max_extent = 1 << 20;
+  const std::string hello = peer::EncodeHello({nonce, "1234.job"});
+  const std::string challenge = peer::EncodeChallenge({nonce, mac});
+  const std::string replica = peer::EncodeReplicaHeader(rh);
+  const std::string fetch = peer::EncodeFetch({"1234.job", 3, 12});
+  const std::string header = peer::EncodeFrameHeader(peer::PeerMsg::kStore, 100);
+  if (!peer::DecodeReplicaHeader(replica, max_extent).ok() || !peer::DecodeHello(hello).ok() ||
+      !peer::DecodeFetch(fetch).ok()) {
+    std::fprintf(stderr, "peer wire: an unmutated message does not decode\n");
+    std::abort();
+  }
+  for (long i = 0; i < cases && TimeLeft(deadline); ++i) {
+    ++c.cases;
+    bool ok = false;
+    const int which = static_cast<int>(rng() % 5);
+    switch (which) {
+      case 0: {
+        auto m = peer::DecodeHello(MutateBytes(hello, rng));
+        ok = m.ok();
+        if (ok && (m->nonce.size() != peer::kNonceBytes || !peer::IsSafeJobId(m->job)))
+          BrokenPromise(which);
+        break;
+      }
+      case 1: {
+        auto m = peer::DecodeChallenge(MutateBytes(challenge, rng));
+        ok = m.ok();
+        if (ok && (m->nonce.size() != peer::kNonceBytes || m->mac.size() != peer::kMacBytes))
+          BrokenPromise(which);
+        break;
+      }
+      case 2: {
+        auto m = peer::DecodeReplicaHeader(MutateBytes(replica, rng), max_extent);
+        ok = m.ok();
+        if (!ok) break;
+        if (m->rank < 0 || m->rank >= m->submit.meta.world_size || m->extent > max_extent ||
+            m->xxh3.size() != m->submit.pieces.size() || !peer::IsSafeJobId(m->job) ||
+            peer::ImageExtent(m->submit) > m->extent) {
+          BrokenPromise(which);
+        }
+        break;
+      }
+      case 3: {
+        auto m = peer::DecodeFetch(MutateBytes(fetch, rng));
+        ok = m.ok();
+        if (ok && (m->rank < 0 || m->rank >= ckpt::kMaxWorldSize || m->step < 0 ||
+                   m->step > ckpt::kMaxStep || !peer::IsSafeJobId(m->job))) {
+          BrokenPromise(which);
+        }
+        break;
+      }
+      default: {
+        std::string h = MutateBytes(header, rng);
+        h.resize(header.size());
+        auto m = peer::DecodeFrameHeader(reinterpret_cast<const uint8_t*>(h.data()));
+        ok = m.ok();
+        if (ok && m->length > peer::MaxPayload(m->type)) BrokenPromise(which);
+      }
+    }
+    c.accepted += ok;
+  }
+  return c;
+}
+
 // A small real checkpoint (2 ranks, fp32 + bf16 tensors, blobs), written once.
 void MakeCheckpoint(const std::string& root) {
   ckpt::CheckpointStore store(root);
@@ -256,18 +361,63 @@ void MakeCheckpoint(const std::string& root) {
   if (!c.ok() || *c != ckpt::CommitOutcome::kCommitted) std::abort();
 }
 
-// Reads everything resume would read; any outcome but a crash or a hang is fine.
-void ReadEverything(const std::string& dir) {
+// What the undamaged checkpoint holds: every tensor (kind/name -> bytes) and every blob
+// (group/name -> all ranks' bytes).
+struct Original {
+  std::map<std::string, std::vector<uint8_t>> tensors;
+  std::map<std::string, std::vector<std::string>> blobs;
+};
+Original ReadOriginal(const std::string& dir) {
+  Original o;
+  auto reader = ckpt::CheckpointReader::Open(dir);
+  if (!reader.ok()) std::abort();
+  for (const auto& t : (*reader)->manifest().tensors) {
+    if (!(*reader)->ReadTensor(t.kind, t.name, &o.tensors[t.kind + "/" + t.name]).ok())
+      std::abort();
+  }
+  for (const auto& b : (*reader)->manifest().blobs) {
+    auto all = (*reader)->ReadBlobAllRanks(b.group, b.name);
+    if (!all.ok()) std::abort();
+    o.blobs[b.group + "/" + b.name] = *all;
+  }
+  return o;
+}
+
+[[noreturn]] void Wrong(const std::string& what) {
+  std::fprintf(stderr, "WRONG: %s\n", what.c_str());
+  std::fflush(nullptr);
+  _exit(4);
+}
+
+// Reads everything resume would read. Any failure is fine; a read that succeeds must return
+// the original bytes, and verification must refuse a checkpoint whose shard changed.
+void ReadEverything(const std::string& dir, const Original& original, bool changed) {
   auto reader = ckpt::CheckpointReader::Open(dir);
   if (reader.ok()) {
     for (const auto& t : (*reader)->manifest().tensors) {
+      const std::string id = t.kind + "/" + t.name;
+      auto want = original.tensors.find(id);
       std::vector<uint8_t> buf;
-      (void)(*reader)->ReadTensor(t.kind, t.name, &buf);
+      if ((*reader)->ReadTensor(t.kind, t.name, &buf).ok() &&
+          (want == original.tensors.end() || buf != want->second)) {
+        Wrong("ReadTensor(" + id + ") succeeded with other bytes than were written");
+      }
+      const size_t esize = ckpt::DTypeSize(t.dtype);
+      const int64_t n = t.numel() / 2;
       std::vector<uint8_t> part(static_cast<size_t>(t.numel()) * 4);
-      (void)(*reader)->ReadTensorRange(t.kind, t.name, 1, t.numel() / 2, part.data());
+      if ((*reader)->ReadTensorRange(t.kind, t.name, 1, n, part.data()).ok() &&
+          (want == original.tensors.end() ||
+           std::memcmp(part.data(), want->second.data() + esize, n * esize) != 0)) {
+        Wrong("ReadTensorRange(" + id + ") succeeded with other bytes than were written");
+      }
     }
     for (const auto& b : (*reader)->manifest().blobs) {
-      (void)(*reader)->ReadBlobAllRanks(b.group, b.name);
+      const std::string id = b.group + "/" + b.name;
+      auto got = (*reader)->ReadBlobAllRanks(b.group, b.name);
+      auto want = original.blobs.find(id);
+      if (got.ok() && (want == original.blobs.end() || *got != want->second)) {
+        Wrong("ReadBlobAllRanks(" + id + ") succeeded with other bytes than were written");
+      }
     }
   }
   // ckptctl verify parses a damaged file in a child process: HDF5 crashing there is contained
@@ -279,6 +429,9 @@ void ReadEverything(const std::string& dir) {
       _exit(3);
     }
   }
+  if (changed && rep.ok()) Wrong("verify passed a checkpoint with a changed shard");
+  if (!changed && !rep.ok())
+    Wrong("verify failed an undamaged checkpoint: " + rep.problems[0].problem);
 }
 
 Counts FuzzShards(const std::string& work, long cases, std::mt19937_64& rng,
@@ -290,6 +443,7 @@ Counts FuzzShards(const std::string& work, long cases, std::mt19937_64& rng,
   const std::string shard0 = ReadAll(good + "/shard-00000.h5");
   const std::string shard1 = ReadAll(good + "/shard-00001.h5");
   const std::string manifest = ReadAll(good + "/manifest.json");
+  const Original original = ReadOriginal(good);
   const std::string dir = work + "/case/step-00000007";
   if (std::system(("mkdir -p '" + dir + "'").c_str()) != 0) std::abort();
   WriteAll(dir + "/manifest.json", manifest);
@@ -306,6 +460,7 @@ Counts FuzzShards(const std::string& work, long cases, std::mt19937_64& rng,
       bytes[at] = static_cast<char>(rng() % 3 == 0 ? bytes[at] ^ 0x01 : static_cast<char>(rng()));
     }
     if (rng() % 16 == 0) bytes = MutateBytes(bytes, rng);
+    const bool changed = bytes != (first ? shard0 : shard1);  // a write may repeat a byte
     WriteAll(dir + "/shard-00000.h5", first ? bytes : shard0);
     WriteAll(dir + "/shard-00001.h5", first ? shard1 : bytes);
     ++c.cases;
@@ -313,7 +468,7 @@ Counts FuzzShards(const std::string& work, long cases, std::mt19937_64& rng,
     const pid_t pid = fork();
     if (pid == 0) {
       alarm(20);
-      ReadEverything(dir);
+      ReadEverything(dir, original, changed);
       _exit(0);
     }
     int status = 0;
@@ -327,6 +482,11 @@ Counts FuzzShards(const std::string& work, long cases, std::mt19937_64& rng,
     if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
       ++*contained;
       continue;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 4) {
+      std::fprintf(stderr, "WRONG RESULT on shard case %ld; the damaged checkpoint is kept in %s\n",
+                   i, dir.c_str());
+      std::exit(1);
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       std::fprintf(stderr,
@@ -377,14 +537,16 @@ int main(int argc, char** argv) {
   const auto m = FuzzManifests(manifest, cases, rng, deadline);
   const auto r = FuzzReceipts(receipt->ToJson(), cases, rng, deadline);
   const auto p = FuzzProtocol(cases, rng, deadline);
+  const auto w = FuzzPeerWire(cases, rng, deadline);
   long hangs = 0, contained = 0;
   const auto s = FuzzShards(work, cases / 4, rng, deadline, &hangs, &contained);
   std::printf(
       "ckpt_fuzz seed %llu: manifests %ld (%ld accepted), receipts %ld (%ld), protocol "
-      "%ld (%ld), damaged shards %ld: no crash in ftrain, %ld hangs; libhdf5 crashed on "
+      "%ld (%ld), peer wire %ld (%ld), damaged shards %ld: no crash in ftrain, %ld hangs; libhdf5 "
+      "crashed on "
       "%ld damaged files inside ckptctl verify's isolated parse (contained, reported)\n",
       static_cast<unsigned long long>(seed), m.cases, m.accepted, r.cases, r.accepted, p.cases,
-      p.accepted, s.cases, hangs, contained);
+      p.accepted, w.cases, w.accepted, s.cases, hangs, contained);
   if (hangs > 0) work_dir.Keep();  // the hung cases' files, for whoever investigates
   return hangs > 0 ? 1 : 0;
 }

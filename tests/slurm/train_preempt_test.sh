@@ -28,6 +28,9 @@ grep -q 'exiting with 75' "${WORK_DIR}"/pre-*.out || fail "ranks did not checkpo
 # The stop checkpoint is off the 5-step grid and was committed before the ranks exited.
 stop_step="$(grep -o 'checkpointed step [0-9]*' "${WORK_DIR}"/pre-*.out | head -n1 | awk '{print $3}')"
 [[ -n "${stop_step}" ]] || fail "no 'checkpointed step' line"
+# At or after the step the signal came at: a trainer that replayed an older checkpoint fails.
+((stop_step >= SIGNAL_AT_STEP)) ||
+  fail "the stop checkpoint (step ${stop_step}) is before the signal (step ${SIGNAL_AT_STEP})"
 grep -q "resume: restored step ${stop_step} " "${WORK_DIR}"/pre-*.out ||
   fail "the requeued job did not resume from the stop checkpoint (step ${stop_step})"
 e2e_expect_identical pre
