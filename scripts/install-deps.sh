@@ -39,6 +39,7 @@ PACKAGES=(
   libxxhash-dev
   libsentencepiece-dev sentencepiece
   libpcre2-dev  # Hugging Face tokenizer.json pre-tokenizer regexes (Unicode properties)
+  libicu-dev    # tokenizer.json normalizers: NFC/NFD/NFKC/NFKD (ICU's Normalizer2)
   libboost-program-options-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev

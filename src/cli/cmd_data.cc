@@ -50,7 +50,12 @@ StatusOr<std::unique_ptr<data::Tokenizer>> DatasetTokenizer(data::Dataset* ds,
   } else {
     where = ds->source()->Where(x.tokenizer_file);
     FT_ASSIGN_OR_RETURN(std::string bytes, ds->source()->ReadFile(x.tokenizer_file));
-    FT_ASSIGN_OR_RETURN(tok, data::Tokenizer::FromBytes(std::move(bytes), where));
+    std::string config;
+    if (!x.tokenizer_config_file.empty()) {
+      FT_ASSIGN_OR_RETURN(config, ds->source()->ReadFile(x.tokenizer_config_file));
+    }
+    FT_ASSIGN_OR_RETURN(tok,
+                        data::Tokenizer::FromBytes(std::move(bytes), where, std::move(config)));
   }
   if (tok->xxh3() != x.tokenizer_xxh3) {
     return Status::Corruption(where + ": tokenizer hash " + data::Hex64(tok->xxh3()) +
@@ -73,7 +78,8 @@ int Inspect(int argc, char** argv) {
       "row", po::value<uint64_t>(&row)->default_value(0), "global row to decode as a sample")(
       "chars", po::value<int>(&max_chars)->default_value(400), "characters of the sample shown")(
       "tokenizer", po::value<std::string>(&tokenizer),
-      "decode with this model (must match the index) instead of the stored one");
+      "decode with this tokenizer (file or model directory; must match the index) instead of "
+      "the stored one");
   AddHttpFlags(&opts, &http);
   po::positional_options_description pos;
   pos.add("source", 1);

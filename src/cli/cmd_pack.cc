@@ -20,9 +20,10 @@ int RunPackLocal(int argc, char** argv) {
   po::options_description opts(
       "ftrain pack (--tokenizer MODEL | --train-tokenizer --vocab-size V) --seq-len L --out DIR "
       "INPUT...");
-  opts.add_options()("help,h", "show this help")("tokenizer",
-                                                 po::value<std::string>(&o.tokenizer_path),
-                                                 "SentencePiece model to tokenize with")(
+  opts.add_options()("help,h", "show this help")(
+      "tokenizer", po::value<std::string>(&o.tokenizer_path),
+      "tokenizer to use: a SentencePiece .model, a Hugging Face tokenizer.json (BOS/EOS from the "
+      "tokenizer_config.json beside it), or a model directory holding either")(
       "train-tokenizer", po::bool_switch(&o.train_tokenizer),
       "train a SentencePiece model on the inputs first (saved as DIR/tokenizer.model)")(
       "vocab-size", po::value<int>(&vocab), "vocabulary size for --train-tokenizer")(
@@ -61,7 +62,8 @@ int RunPackLocal(int argc, char** argv) {
                 << "\nInputs: plain text (one file = one document) and JSON Lines (.jsonl,"
                    " .ndjson, .json: one\ndocument per line), optionally .gz or .zst;"
                    " directories are searched recursively for\ntext-like names. Writes"
-                   " DIR/shard-*.bin, DIR/tokenizer.model and DIR/index.json.\n"
+                   " DIR/shard-*.bin, the tokenizer (tokenizer.model, or tokenizer.json and\n"
+                   "tokenizer_config.json) and DIR/index.json (last).\n"
                    "Exit codes: 0 ok, 1 bad input data, 2 usage.\n";
       return kExitOk;
     }

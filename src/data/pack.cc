@@ -221,6 +221,12 @@ Status PackOptions::Validate() const {
 StatusOr<PackResult> Pack(const PackOptions& o) {
   FT_RETURN_IF_ERROR(o.Validate());
   auto t0 = std::chrono::steady_clock::now();
+  // A given tokenizer is read first: a bad one is the only message, and it may live in the
+  // output directory that PrepareOutDir clears.
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.train_tokenizer) {
+    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+  }
   InputScan scan;
   FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
   std::vector<std::pair<uint64_t, std::string>> by_count;
@@ -243,8 +249,6 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   const int threads = ResolveThreads(o.threads);
   Env* env = o.env != nullptr ? o.env : Env::Default();
   FT_RETURN_IF_ERROR(PrepareOutDir(env, o.out_dir, o.force));
-
-  std::unique_ptr<Tokenizer> tok;
   if (o.train_tokenizer) {
     TrainTokenizerOptions t = o.train;
     t.threads = threads;
@@ -257,8 +261,12 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t_train).count()
         << " s";
     FT_ASSIGN_OR_RETURN(tok, Tokenizer::FromBytes(std::move(model), "the trained tokenizer"));
-  } else {
-    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+  }
+  if (tok->bos_id() < 0 && tok->eos_id() < 0) {
+    FT_LOG(Warning) << "pack: " << o.tokenizer_path
+                    << " defines neither a BOS nor an EOS token: documents follow each other "
+                       "without a separator (for tokenizer.json, put a tokenizer_config.json "
+                       "with bos_token/eos_token next to it)";
   }
 
   DatasetIndex x;
@@ -272,8 +280,10 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
       o.shard_rows > 0 ? o.shard_rows : uint64_t(o.shard_mb * 1048576.0) / row_bytes;
   x.rows_per_shard =
       std::max<uint64_t>(1, (shard_rows + x.chunk_rows - 1) / x.chunk_rows) * x.chunk_rows;
-  x.tokenizer_file = kTokenizerFileName;
+  x.tokenizer_type = tok->type();
+  x.tokenizer_file = tok->file_name();
   x.tokenizer_xxh3 = tok->xxh3();
+  if (!tok->config_bytes().empty()) x.tokenizer_config_file = kHfTokenizerConfigFileName;
   x.vocab_size = uint32_t(tok->vocab_size());
   x.bos_id = tok->bos_id();
   x.eos_id = tok->eos_id();
@@ -308,7 +318,11 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   x.stats.dropped_tail_tokens = x.stats.stream_tokens - (x.num_rows * x.seq_len + 1);
   x.data_version = x.ComputeDataVersion();
   FT_RETURN_IF_ERROR(
-      WriteFileAtomic(env, JoinPath(o.out_dir, kTokenizerFileName), tok->model_bytes()));
+      WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_file), tok->model_bytes()));
+  if (!x.tokenizer_config_file.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_config_file), tok->config_bytes()));
+  }
   FT_RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(o.out_dir, kIndexFileName), x.ToJson()));
 
   PackResult r;
