@@ -10,7 +10,9 @@
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
 #include "data/dataset.h"
+#include "data/format.h"
 #include "data/hash.h"
+#include "data/pack.h"
 #include "data/reader.h"
 #include "data/tokenizer.h"
 #include "data/verify.h"
@@ -110,8 +112,12 @@ int Inspect(int argc, char** argv) {
             << x.stats.skipped_invalid_lines << " invalid UTF-8 lines)\n"
             << "tokenizer:     " << x.tokenizer_file << " vocab " << x.vocab_size << ", bos "
             << x.bos_id << ", eos " << x.eos_id << ", xxh3 " << data::Hex64(x.tokenizer_xxh3)
-            << "\n"
+            << " (" << x.tokenizer_type << ")\n"
             << "inputs:        " << x.inputs.size() << " files, " << in_bytes / 1e6 << " MB\n";
+  if (!x.stats.bad_records.empty()) {
+    std::cout << "bad records:   " << data::BadRecordSummary(x.stats) << ", listed in "
+              << data::kBadRecordsFileName << "\n";
+  }
   if (row >= x.num_rows) {
     return Fail(program,
                 Status::InvalidArgument("--row " + std::to_string(row) + " is past the last row " +

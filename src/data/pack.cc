@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/log.h"
@@ -41,7 +42,7 @@ class Pipeline {
       : scan_(scan), o_(o), tok_(tok), threads_(threads) {}
 
   Status Run(ShardCutter* cutter, ProgressMeter* progress, PackStats* stats,
-             std::vector<InputEntry>* inputs) {
+             std::vector<InputEntry>* inputs, std::vector<BadRecord>* bad) {
     std::thread reader([this] { ReadLoop(); });
     std::vector<std::thread> workers;
     for (int i = 0; i < threads_; ++i) workers.emplace_back([this] { EncodeLoop(); });
@@ -59,6 +60,7 @@ class Pipeline {
       *stats = reader_stats_;
       stats->stream_tokens = stream_tokens;
       *inputs = inputs_;
+      *bad = std::move(bad_);
     }
     return s;
   }
@@ -109,6 +111,7 @@ class Pipeline {
     total_items_ = seq;
     reader_stats_ = docs.stats();
     inputs_ = docs.finished_inputs();
+    bad_ = docs.bad_records();
     cv_.notify_all();
   }
 
@@ -193,9 +196,30 @@ class Pipeline {
   Status error_;                      // guarded by mu_: the first failure
   PackStats reader_stats_;            // guarded by mu_: valid once reader_done_
   std::vector<InputEntry> inputs_;    // guarded by mu_: valid once reader_done_
+  std::vector<BadRecord> bad_;        // guarded by mu_: valid once reader_done_
 };
 
 }  // namespace
+
+std::string BadRecordsJsonl(const std::vector<BadRecord>& bad) {
+  std::string out;
+  for (const BadRecord& b : bad) {
+    nlohmann::json j = {{"file", b.file}, {"line", b.line}, {"reason", b.reason}};
+    if (!b.detail.empty()) j["detail"] = b.detail;
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+std::string BadRecordSummary(const PackStats& stats) {
+  uint64_t total = 0;
+  std::string by;
+  for (const auto& [reason, n] : stats.bad_records) {
+    total += n;
+    by += (by.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+  }
+  return total == 0 ? std::string() : std::to_string(total) + " bad records skipped (" + by + ")";
+}
 
 Status PackOptions::Validate() const {
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
@@ -294,7 +318,8 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   ShardCutter cutter(env, o.out_dir, x);
   ProgressMeter progress("pack", scan.total_bytes, o.progress, o.progress_interval_s);
   Pipeline pipeline(scan, o, *tok, threads);
-  Status s = pipeline.Run(&cutter, &progress, &x.stats, &x.inputs);
+  std::vector<BadRecord> bad;
+  Status s = pipeline.Run(&cutter, &progress, &x.stats, &x.inputs, &bad);
   if (s.ok()) s = cutter.Finish();
   progress.Update(scan.total_bytes, x.stats.text_bytes, x.stats.documents, /*force=*/true);
   progress.Finish();
@@ -317,6 +342,10 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   }
   x.stats.dropped_tail_tokens = x.stats.stream_tokens - (x.num_rows * x.seq_len + 1);
   x.data_version = x.ComputeDataVersion();
+  if (!bad.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(o.out_dir, kBadRecordsFileName), BadRecordsJsonl(bad)));
+  }
   FT_RETURN_IF_ERROR(
       WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_file), tok->model_bytes()));
   if (!x.tokenizer_config_file.empty()) {
@@ -334,6 +363,10 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
                << x.stats.text_bytes / 1e6 << " MB of text) in " << r.seconds
                << " s: " << x.stats.text_bytes / 1e6 / r.seconds << " MB/s; data version "
                << x.data_version;
+  if (!x.stats.bad_records.empty()) {
+    FT_LOG(Warning) << "pack: " << BadRecordSummary(x.stats) << "; listed in "
+                    << JoinPath(o.out_dir, kBadRecordsFileName);
+  }
   r.index = std::move(x);
   return r;
 }
