@@ -178,7 +178,13 @@ TEST_F(HfTokenizerCliTest, PackAndInspectDecodeWithTheStoredTokenizerJson) {
       ::ftrain::testing::Ftrain() + " data inspect " + out.path() + " --row 0 --chars 100000 2>&1",
       120);
   ASSERT_EQ(in.exit_code, 0) << in.output;
-  EXPECT_TRUE(Contains(in.output, "tokenizer:     tokenizer.json vocab 1202, bos 1200, eos 1201")) << in.output;
+  EXPECT_TRUE(Contains(in.output, "tokenizer:     tokenizer.json vocab 1202, bos 1200, eos 1201"))
+      << in.output;
+  auto v = RunCommand(::ftrain::testing::Ftrain() + " data verify " + out.path() + " --tokenizer " +
+                          *dir_ / "llama3" + " 2>&1",
+                      120);
+  EXPECT_EQ(v.exit_code, 0) << v.output;  // a model directory names its tokenizer.json
+  EXPECT_TRUE(Contains(v.output, "verify: OK")) << v.output;
   // The first document, decoded by ftrain from the stored tokenizer.json.
   EXPECT_TRUE(Contains(in.output, (*docs_)[0] + (*docs_)[1])) << in.output;
 }

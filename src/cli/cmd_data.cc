@@ -154,7 +154,8 @@ int Verify(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("source", po::value<std::string>(&src)->required(),
                                                  "packed directory or http(s) URL")(
       "tokenizer", po::value<std::string>(&tokenizer),
-      "also check that this model is the one the data was packed with");
+      "also check that this tokenizer (file or model directory) is the one the data was packed "
+      "with");
   AddHttpFlags(&opts, &http);
   po::positional_options_description pos;
   pos.add("source", 1);
@@ -170,6 +171,11 @@ int Verify(int argc, char** argv) {
   auto ds = data::Dataset::Open(src, http);
   if (!ds.ok()) return Fail(program, ds.status());
   data::VerifyReport report;
+  if (!tokenizer.empty()) {
+    auto file = data::ResolveTokenizerFile(tokenizer);  // a model directory names its file
+    if (!file.ok()) return Fail(program, file.status());
+    tokenizer = *file;
+  }
   s = data::VerifyDataset(ds->get(), tokenizer, &report, [](const std::string& name, bool ok) {
     std::cout << name << ": " << (ok ? "ok" : "BAD") << "\n";
   });

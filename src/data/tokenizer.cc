@@ -97,22 +97,19 @@ bool LooksLikeJson(const std::string& bytes) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
-  std::string file = path, dir;
-  if (IsDir(path)) {
-    dir = path;
-    if (IsFile(path + "/" + kHfTokenizerFileName)) {
-      file = path + "/" + kHfTokenizerFileName;
-    } else if (IsFile(path + "/" + kTokenizerFileName)) {
-      file = path + "/" + kTokenizerFileName;
-    } else {
-      return Status::NotFound(path + ": the directory holds neither " + kHfTokenizerFileName +
-                              " nor " + kTokenizerFileName + "; give the tokenizer file itself");
-    }
-  } else {
-    size_t slash = path.rfind('/');
-    dir = slash == std::string::npos ? "." : path.substr(0, slash);
+StatusOr<std::string> ResolveTokenizerFile(const std::string& path) {
+  if (!IsDir(path)) return path;
+  for (const char* name : {kHfTokenizerFileName, kTokenizerFileName}) {
+    if (IsFile(path + "/" + name)) return path + "/" + name;
   }
+  return Status::NotFound(path + ": the directory holds neither " + kHfTokenizerFileName + " nor " +
+                          kTokenizerFileName + "; give the tokenizer file itself");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  FT_ASSIGN_OR_RETURN(std::string file, ResolveTokenizerFile(path));
+  size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
   FT_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(file, "tokenizer"));
   std::string config;
   if (LooksLikeJson(bytes) && IsFile(dir + "/" + kHfTokenizerConfigFileName)) {

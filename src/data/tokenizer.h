@@ -51,6 +51,10 @@ class Tokenizer {
   std::string config_;
 };
 
+// The tokenizer file a --tokenizer path means: the path itself, or for a model directory its
+// tokenizer.json (preferred) or tokenizer.model. NotFound when a directory holds neither.
+StatusOr<std::string> ResolveTokenizerFile(const std::string& path);
+
 struct TrainTokenizerOptions {
   int vocab_size = 8000;
   std::string model_type = "unigram";  // unigram | bpe
