@@ -61,11 +61,19 @@ else
   echo "tokenizer_bench: no sentencepiece Python module (python3-sentencepiece): skipped" >&2
 fi
 
-# ftrain pack end to end (read, tokenize, write) with 1 thread and with every core.
+# ftrain pack end to end (read, tokenize, write) with 1 thread and with every core: text MB per
+# wall second, and per CPU second of the process (user + system; the machine may be shared).
+TIMEFORMAT='%R %U %S'
 for threads in 1 "${CORES}"; do
-  "${BIN}/ftrain" pack --tokenizer "${TOKENIZER}" --seq-len 2048 --threads "${threads}" \
+  { time "${BIN}/ftrain" pack --tokenizer "${TOKENIZER}" --seq-len 2048 --threads "${threads}" \
     --out "${WORK}/pack${threads}" --force --progress none "${WORK}/corpus.jsonl" \
-    2>"${WORK}/pack.log" >/dev/null
-  mbs=$(sed -n 's/.* s: \([0-9.]*\) MB\/s.*/\1/p' "${WORK}/pack.log")
-  printf '{"bench":"pack_tokenizer_json","threads":%s,"mb_s":%s}\n' "${threads}" "${mbs}"
+    2>"${WORK}/pack.log" >/dev/null; } 2>"${WORK}/time.txt"
+  read -r wall user sys <"${WORK}/time.txt"
+  mb=$(sed -n 's/.* tokens from [0-9]* documents (\([0-9.]*\) MB of text).*/\1/p' "${WORK}/pack.log")
+  printf '{"bench":"pack_tokenizer_json","threads":%s,"mb":%s,"wall_s":%s,"cpu_s":%.2f,' \
+    "${threads}" "${mb}" "${wall}" "$(echo "${user} + ${sys}" | bc -l)"
+  printf '"wall_mb_s":%.2f,"mb_per_cpu_s":%.2f}\n' "$(echo "${mb} / ${wall}" | bc -l)" \
+    "$(echo "${mb} / (${user} + ${sys})" | bc -l)"
 done
+cmp "${WORK}/pack1/index.json" "${WORK}/pack${CORES}/index.json" >/dev/null ||
+  echo "tokenizer_bench: the 1-thread and ${CORES}-thread packs differ" >&2
