@@ -5,6 +5,7 @@
 // must equal them. Unsupported components are refused with one line and exit 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
@@ -161,6 +162,26 @@ TEST_F(HfTokenizerCliTest, UnsupportedComponentsAreOneLineAndExit2) {
     EXPECT_TRUE(Contains(r.output, std::string(name) + "/tokenizer.json")) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   }
+}
+
+// A model directory with both files: tokenizer.json (what transformers loads) wins.
+TEST_F(HfTokenizerCliTest, ModelDirectoryPrefersTokenizerJsonAndSpecialStringsBecomeSpecialIds) {
+  TempDir t("ftrain-hfdir");
+  ASSERT_EQ(RunCommand("cp " + *dir_ / "gpt2/tokenizer.json" + " " +
+                           *dir_ / "gpt2/tokenizer_config.json " + t.path() + " && printf x > " +
+                           t / "tokenizer.model",
+                       10)
+                .exit_code,
+            0);
+  auto tok = Tokenizer::Load(t.path());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_STREQ((*tok)->type(), "huggingface");
+  // "<|endoftext|>" written inside a document is the special token, as in tokenizers' encode.
+  std::vector<int> ids;
+  ASSERT_TRUE((*tok)->Encode("a <|endoftext|> b", &ids).ok());
+  EXPECT_NE(std::find(ids.begin(), ids.end(), (*tok)->eos_id()), ids.end());
+  auto missing = Tokenizer::Load(*dir_ / "unsupported-none");
+  EXPECT_TRUE(missing.status().IsNotFound()) << missing.status().ToString();
 }
 
 TEST_F(HfTokenizerCliTest, PackAndInspectDecodeWithTheStoredTokenizerJson) {
