@@ -4,8 +4,8 @@
 // --repeat passes on one thread. Prints one JSON line: MB/s of UTF-8 text, tokens per pass.
 // Usage: tokenizer_bench --tokenizer PATH --text FILE.jsonl [--repeat N]
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
