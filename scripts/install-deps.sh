@@ -39,6 +39,7 @@ PACKAGES=(
   libxxhash-dev
   libsentencepiece-dev sentencepiece
   libpcre2-dev  # Hugging Face tokenizer.json pre-tokenizer regexes (Unicode properties)
+  libicu-dev    # tokenizer.json normalizers: NFC/NFD/NFKC/NFKD (ICU's Normalizer2)
   libboost-program-options-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
@@ -49,6 +50,7 @@ PACKAGES=(
   munge libmunge-dev
   nginx-light
   python3 python3-h5py python3-numpy python3-zstandard python3-prometheus-client
+  python3-sentencepiece  # bench/tokenizer_bench.sh: the .model peer (same 0.1.97 as the library)
   util-linux procps psmisc iproute2 curl
   shellcheck clang-format
   librsvg2-bin fonts-dejavu-core  # ftrain report: the SVG test renders it to PNG

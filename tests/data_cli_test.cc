@@ -316,6 +316,72 @@ TEST_F(DataCliTest, BadInputsFailWithAClearMessageAndExitCode) {
   }
 }
 
+// --on-bad-record=skip: every reason of the issue is counted, listed in bad-records.jsonl by
+// file, line and reason (never the text), recorded in index.json and printed in the summary;
+// the good records around them are packed.
+TEST_F(DataCliTest, OnBadRecordSkipCountsListsAndRecordsEachReason) {
+  TempDir t;
+  const std::string dir = t / "in";
+  ASSERT_EQ(RunCommand("mkdir -p " + Q(dir), 10).exit_code, 0);
+  WriteFileOrDie(dir + "/a.jsonl", JsonDoc(Words(1, 50)) + "{oops SECRET0\n" +
+                                       "{\"body\": \"SECRET1\"}\n" + "{\"text\": 5}\n" +
+                                       "{\"text\": \"bad \xFF SECRET2\"}\n" + "[1, 2]\n" +
+                                       JsonDoc(Words(2, 50)));
+  std::string z;
+  for (int i = 0; i < 400; ++i) z += JsonDoc(Words(10 + i, 40));
+  WriteFileOrDie(dir + "/z.jsonl", z);
+  ASSERT_EQ(RunCommand("cd " + Q(dir) + " && gzip -n z.jsonl", 10).exit_code, 0);
+  std::string gz = ReadFileOrDie(dir + "/z.jsonl.gz");
+  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 64; ++i) gz[i] = char(gz[i] ^ 0x5a);
+  SplitMix64 rng(7);  // 2 MB of stored bytes past the damage, beyond the first read
+  for (int i = 0; i < (2 << 20); ++i) gz.push_back(char(rng.Below(256)));
+  WriteFileOrDie(dir + "/z.jsonl.gz", gz);
+
+  // The default fails at the first one, naming file:line and the reason.
+  auto fail =
+      Ft("pack --seq-len 32 --out " + Q(t / "f") + " --tokenizer " + Q(Model()) + " " + Q(dir));
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_TRUE(Contains(fail.output, "a.jsonl:2: not valid JSON")) << fail.output;
+  EXPECT_TRUE(Contains(fail.output, "--on-bad-record=skip")) << fail.output;
+  EXPECT_FALSE(Contains(fail.output, "SECRET")) << fail.output;
+
+  auto r = Ft("pack --seq-len 32 --on-bad-record skip --out " + Q(t / "o") + " --tokenizer " +
+              Q(Model()) + " " + Q(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string counts =
+      "6 bad records skipped (invalid_utf8 1, malformed_json 2, missing_field 1, "
+      "non_string_field 1, undecodable_compressed_block 1)";
+  EXPECT_TRUE(Contains(r.output, counts + ", see ")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "SECRET")) << r.output;
+  const std::string listed = ReadFileOrDie(t / "o/bad-records.jsonl");
+  EXPECT_FALSE(Contains(listed, "SECRET")) << listed;
+  std::istringstream lines(listed);
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  ASSERT_EQ(got.size(), 6u) << listed;
+  const std::string a = "{\"file\":\"" + dir + "/a.jsonl\",\"line\":";
+  EXPECT_EQ(got[0], a + "2,\"reason\":\"malformed_json\"}");
+  EXPECT_EQ(got[1], a + "3,\"reason\":\"missing_field\"}");
+  EXPECT_EQ(got[2], "{\"detail\":\"number\",\"file\":\"" + dir +
+                        "/a.jsonl\",\"line\":4,\"reason\":\"non_string_field\"}");
+  EXPECT_EQ(got[3], "{\"detail\":\"byte 15\",\"file\":\"" + dir +
+                        "/a.jsonl\",\"line\":5,\"reason\":\"invalid_utf8\"}");
+  EXPECT_EQ(got[4], "{\"detail\":\"array\",\"file\":\"" + dir +
+                        "/a.jsonl\",\"line\":6,\"reason\":\"malformed_json\"}");
+  EXPECT_TRUE(Contains(got[5], "z.jsonl.gz\",\"line\":")) << got[5];
+  EXPECT_TRUE(Contains(got[5], "\"reason\":\"undecodable_compressed_block\"")) << got[5];
+  const std::string index = ReadFileOrDie(t / "o/index.json");
+  for (const char* c : {"\"invalid_utf8\": 1", "\"malformed_json\": 2", "\"missing_field\": 1",
+                        "\"non_string_field\": 1", "\"undecodable_compressed_block\": 1"}) {
+    EXPECT_TRUE(Contains(index, c)) << c << " in\n" << index;
+  }
+  // The whole stored gzip file is hashed even though its tail could not be decoded.
+  EXPECT_TRUE(Contains(index, "\"bytes\": " + std::to_string(gz.size()))) << index;
+  auto in = Ft("data inspect " + Q(t / "o"));
+  ASSERT_EQ(in.exit_code, 0) << in.output;
+  EXPECT_TRUE(Contains(in.output, counts)) << in.output;
+}
+
 TEST_F(DataCliTest, ExistingDatasetNeedsForce) {
   TempDir t;
   auto r = Ft(PackArgs(t / "o") + Q(Corpus() + "/a.txt"));

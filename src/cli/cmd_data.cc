@@ -10,7 +10,9 @@
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
 #include "data/dataset.h"
+#include "data/format.h"
 #include "data/hash.h"
+#include "data/pack.h"
 #include "data/reader.h"
 #include "data/tokenizer.h"
 #include "data/verify.h"
@@ -50,7 +52,12 @@ StatusOr<std::unique_ptr<data::Tokenizer>> DatasetTokenizer(data::Dataset* ds,
   } else {
     where = ds->source()->Where(x.tokenizer_file);
     FT_ASSIGN_OR_RETURN(std::string bytes, ds->source()->ReadFile(x.tokenizer_file));
-    FT_ASSIGN_OR_RETURN(tok, data::Tokenizer::FromBytes(std::move(bytes), where));
+    std::string config;
+    if (!x.tokenizer_config_file.empty()) {
+      FT_ASSIGN_OR_RETURN(config, ds->source()->ReadFile(x.tokenizer_config_file));
+    }
+    FT_ASSIGN_OR_RETURN(tok,
+                        data::Tokenizer::FromBytes(std::move(bytes), where, std::move(config)));
   }
   if (tok->xxh3() != x.tokenizer_xxh3) {
     return Status::Corruption(where + ": tokenizer hash " + data::Hex64(tok->xxh3()) +
@@ -73,7 +80,8 @@ int Inspect(int argc, char** argv) {
       "row", po::value<uint64_t>(&row)->default_value(0), "global row to decode as a sample")(
       "chars", po::value<int>(&max_chars)->default_value(400), "characters of the sample shown")(
       "tokenizer", po::value<std::string>(&tokenizer),
-      "decode with this model (must match the index) instead of the stored one");
+      "decode with this tokenizer (file or model directory; must match the index) instead of "
+      "the stored one");
   AddHttpFlags(&opts, &http);
   po::positional_options_description pos;
   pos.add("source", 1);
@@ -104,8 +112,12 @@ int Inspect(int argc, char** argv) {
             << x.stats.skipped_invalid_lines << " invalid UTF-8 lines)\n"
             << "tokenizer:     " << x.tokenizer_file << " vocab " << x.vocab_size << ", bos "
             << x.bos_id << ", eos " << x.eos_id << ", xxh3 " << data::Hex64(x.tokenizer_xxh3)
-            << "\n"
+            << " (" << x.tokenizer_type << ")\n"
             << "inputs:        " << x.inputs.size() << " files, " << in_bytes / 1e6 << " MB\n";
+  if (!x.stats.bad_records.empty()) {
+    std::cout << "bad records:   " << data::BadRecordSummary(x.stats) << ", listed in "
+              << data::kBadRecordsFileName << "\n";
+  }
   if (row >= x.num_rows) {
     return Fail(program,
                 Status::InvalidArgument("--row " + std::to_string(row) + " is past the last row " +
@@ -142,7 +154,8 @@ int Verify(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("source", po::value<std::string>(&src)->required(),
                                                  "packed directory or http(s) URL")(
       "tokenizer", po::value<std::string>(&tokenizer),
-      "also check that this model is the one the data was packed with");
+      "also check that this tokenizer (file or model directory) is the one the data was packed "
+      "with");
   AddHttpFlags(&opts, &http);
   po::positional_options_description pos;
   pos.add("source", 1);
@@ -158,6 +171,11 @@ int Verify(int argc, char** argv) {
   auto ds = data::Dataset::Open(src, http);
   if (!ds.ok()) return Fail(program, ds.status());
   data::VerifyReport report;
+  if (!tokenizer.empty()) {
+    auto file = data::ResolveTokenizerFile(tokenizer);  // a model directory names its file
+    if (!file.ok()) return Fail(program, file.status());
+    tokenizer = *file;
+  }
   s = data::VerifyDataset(ds->get(), tokenizer, &report, [](const std::string& name, bool ok) {
     std::cout << name << ": " << (ok ? "ok" : "BAD") << "\n";
   });

@@ -17,12 +17,14 @@ int RunPackLocal(int argc, char** argv) {
   int vocab = 0, seq_len = 0;
   double sample_mb = 4;
   std::string progress = "auto";
+  std::string on_bad = "fail";
   po::options_description opts(
       "ftrain pack (--tokenizer MODEL | --train-tokenizer --vocab-size V) --seq-len L --out DIR "
       "INPUT...");
-  opts.add_options()("help,h", "show this help")("tokenizer",
-                                                 po::value<std::string>(&o.tokenizer_path),
-                                                 "SentencePiece model to tokenize with")(
+  opts.add_options()("help,h", "show this help")(
+      "tokenizer", po::value<std::string>(&o.tokenizer_path),
+      "tokenizer to use: a SentencePiece .model, a Hugging Face tokenizer.json (BOS/EOS from the "
+      "tokenizer_config.json beside it), or a model directory holding either")(
       "train-tokenizer", po::bool_switch(&o.train_tokenizer),
       "train a SentencePiece model on the inputs first (saved as DIR/tokenizer.model)")(
       "vocab-size", po::value<int>(&vocab), "vocabulary size for --train-tokenizer")(
@@ -46,6 +48,10 @@ int RunPackLocal(int argc, char** argv) {
       "threads", po::value<int>(&o.threads)->default_value(0), "tokenizer threads (0: all cores)")(
       "skip-invalid-utf8", po::bool_switch(&o.docs.skip_invalid_utf8),
       "drop lines that are not UTF-8 (counted) instead of failing")(
+      "on-bad-record", po::value<std::string>(&on_bad)->default_value("fail"),
+      "fail: stop at the first bad record naming file:line and the reason; skip: count bad "
+      "records by reason (malformed JSON, missing or non-string field, invalid UTF-8, "
+      "undecodable compressed block) and list them in DIR/bad-records.jsonl")(
       "force", po::bool_switch(&o.force), "replace a packed dataset already in --out")(
       "progress", po::value<std::string>(&progress)->default_value("auto"),
       "auto | tty | plain | none")("progress-s",
@@ -61,7 +67,8 @@ int RunPackLocal(int argc, char** argv) {
                 << "\nInputs: plain text (one file = one document) and JSON Lines (.jsonl,"
                    " .ndjson, .json: one\ndocument per line), optionally .gz or .zst;"
                    " directories are searched recursively for\ntext-like names. Writes"
-                   " DIR/shard-*.bin, DIR/tokenizer.model and DIR/index.json.\n"
+                   " DIR/shard-*.bin, the tokenizer (tokenizer.model, or tokenizer.json and\n"
+                   "tokenizer_config.json) and DIR/index.json (last).\n"
                    "Exit codes: 0 ok, 1 bad input data, 2 usage.\n";
       return kExitOk;
     }
@@ -79,6 +86,10 @@ int RunPackLocal(int argc, char** argv) {
     return Fail(program, Status::InvalidArgument("--tokenizer-sample-mb must be > 0"));
   }
   o.train.sample_bytes = static_cast<uint64_t>(sample_mb * 1e6);
+  if (on_bad != "fail" && on_bad != "skip") {
+    return Fail(program, Status::InvalidArgument("--on-bad-record must be fail or skip"));
+  }
+  o.docs.skip_bad_records = on_bad == "skip";
   if (progress == "auto")
     o.progress = data::ProgressMeter::Mode::kAuto;
   else if (progress == "tty")
@@ -96,7 +107,10 @@ int RunPackLocal(int argc, char** argv) {
   std::cout << "packed " << x.stats.documents << " documents into " << x.shards.size()
             << " shards of " << x.rows_per_shard << " rows (" << x.num_rows << " rows of "
             << x.row_tokens() << " " << x.dtype_name() << " tokens) in " << o.out_dir
-            << "; data version " << x.data_version << "\n";
+            << "; data version " << x.data_version;
+  const std::string bad = data::BadRecordSummary(x.stats);
+  if (!bad.empty()) std::cout << "; " << bad << ", see " << o.out_dir << "/bad-records.jsonl";
+  std::cout << "\n";
   return kExitOk;
 }
 

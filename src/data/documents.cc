@@ -52,6 +52,19 @@ Status DocumentReader::OpenNext(bool* any) {
   return Status::Ok();
 }
 
+Status DocumentReader::BadRecordOr(const char* reason, uint64_t line, const std::string& detail,
+                                   const std::string& message) {
+  if (!opts_.skip_bad_records) {
+    return Status::Corruption(message + "; fix or drop the input, or pass --on-bad-record=skip");
+  }
+  const uint64_t n = ++stats_.bad_records[reason];
+  if (bad_.size() < kMaxListedBadRecords) {
+    bad_.push_back({files_[file_index_].path, line, reason, detail});
+  }
+  if (n <= 3 && opts_.log_skipped) FT_LOG(Warning) << message << "; skipped (" << reason << ")";
+  return Status::Ok();
+}
+
 Status DocumentReader::CheckUtf8(const std::string& line, bool* skip) {
   *skip = false;
   size_t bad = 0;
@@ -66,14 +79,34 @@ Status DocumentReader::CheckUtf8(const std::string& line, bool* skip) {
                             (files_[file_index_].compression == Compression::kNone
                                  ? std::string(" in the file)")
                                  : std::string(" in the decompressed stream)"));
-  if (!opts_.skip_invalid_utf8) {
-    return Status::Corruption(where + "; fix or drop the input, or pass --skip-invalid-utf8");
-  }
-  if (++stats_.skipped_invalid_lines <= 5 && opts_.log_skipped) {
-    FT_LOG(Warning) << where << "; line skipped";
-  }
   *skip = true;
+  if (opts_.skip_invalid_utf8 && !opts_.skip_bad_records) {
+    if (++stats_.skipped_invalid_lines <= 5 && opts_.log_skipped) {
+      FT_LOG(Warning) << where << "; line skipped";
+    }
+    return Status::Ok();
+  }
+  FT_RETURN_IF_ERROR(
+      BadRecordOr(kBadUtf8, lines_->line_number(), "byte " + std::to_string(bad + 1), where));
+  ++stats_.skipped_invalid_lines;
   return Status::Ok();
+}
+
+// The next line; a compressed stream that cannot be decoded is a bad record: the rest of the
+// file is dropped (false: the end of this file) when skipping.
+StatusOr<bool> DocumentReader::ReadLine() {
+  StatusOr<bool> more = lines_->Next(&line_);
+  if (more.ok() || !more.status().IsCorruption() ||
+      files_[file_index_].compression == Compression::kNone) {
+    return more;
+  }
+  const uint64_t line = lines_->line_number() + 1;
+  FT_RETURN_IF_ERROR(BadRecordOr(kBadCompressed, line, "",
+                                 files_[file_index_].path + ":" + std::to_string(line) +
+                                     ": undecodable compressed data (" + more.status().message() +
+                                     "); the rest of the file is unreadable"));
+  FT_RETURN_IF_ERROR(stream_->DrainRaw());  // the stored bytes still go into the input's hash
+  return false;
 }
 
 StatusOr<bool> DocumentReader::Next(Piece* piece) {
@@ -103,7 +136,7 @@ StatusOr<bool> DocumentReader::NextText(Piece* piece) {
   if (text_eof_) return false;
   piece->text.clear();
   for (;;) {
-    FT_ASSIGN_OR_RETURN(bool more, lines_->Next(&line_));
+    FT_ASSIGN_OR_RETURN(bool more, ReadLine());
     if (!more) {
       text_eof_ = true;  // the next call reports the end of this file
       if (!doc_started_ && AllSpace(piece->text)) {
@@ -131,29 +164,38 @@ StatusOr<bool> DocumentReader::NextText(Piece* piece) {
 StatusOr<bool> DocumentReader::NextJson(Piece* piece) {
   const std::string& path = files_[file_index_].path;
   for (;;) {
-    FT_ASSIGN_OR_RETURN(bool more, lines_->Next(&line_));
+    FT_ASSIGN_OR_RETURN(bool more, ReadLine());
     if (!more) return false;
     bool skip = false;
     FT_RETURN_IF_ERROR(CheckUtf8(line_, &skip));
     if (skip) continue;
     if (AllSpace(line_)) continue;
-    const std::string where = path + ":" + std::to_string(lines_->line_number());
+    const uint64_t no = lines_->line_number();
+    const std::string where = path + ":" + std::to_string(no);
     nlohmann::json j = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
-      return Status::Corruption(where + ": not valid JSON (JSON Lines needs one object per line)");
+      FT_RETURN_IF_ERROR(BadRecordOr(
+          kBadJson, no, "", where + ": not valid JSON (JSON Lines needs one object per line)"));
+      continue;
     }
     if (!j.is_object()) {
-      return Status::Corruption(where + ": expected a JSON object, got " +
-                                std::string(JsonTypeName(j)));
+      FT_RETURN_IF_ERROR(
+          BadRecordOr(kBadJson, no, JsonTypeName(j),
+                      where + ": expected a JSON object, got " + std::string(JsonTypeName(j))));
+      continue;
     }
     auto it = j.find(opts_.text_field);
     if (it == j.end()) {
-      return Status::Corruption(where + ": no field '" + opts_.text_field +
-                                "' (pick the field with --text-field)");
+      FT_RETURN_IF_ERROR(BadRecordOr(
+          kBadMissingField, no, "",
+          where + ": no field '" + opts_.text_field + "' (pick the field with --text-field)"));
+      continue;
     }
     if (!it->is_string()) {
-      return Status::Corruption(where + ": field '" + opts_.text_field + "' is " +
-                                JsonTypeName(*it) + ", not a string");
+      FT_RETURN_IF_ERROR(BadRecordOr(
+          kBadNonStringField, no, JsonTypeName(*it),
+          where + ": field '" + opts_.text_field + "' is " + JsonTypeName(*it) + ", not a string"));
+      continue;
     }
     piece->text = it->get<std::string>();
     if (AllSpace(piece->text)) {

@@ -2,7 +2,10 @@
 // document (cut into pieces of whole lines, ~64 KiB each, so huge files stream); each line of a
 // JSON Lines file is one document (the string field --text-field). Every line is checked to be
 // UTF-8; errors name file:line and the byte. Pieces carry whether a BOS goes before them and
-// an EOS after them. Single-threaded; the packer runs it on its reader thread.
+// an EOS after them. A bad record (malformed JSON, a missing or non-string field, invalid
+// UTF-8, an undecodable compressed block) fails the read naming file:line and the reason, or
+// with skip_bad_records is counted by reason and listed (file, line, reason; never the text);
+// an undecodable block drops the rest of its file. Single-threaded: the packer's reader thread.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +19,23 @@
 
 namespace ftrain::data {
 
+// The reasons a record is bad, as counted in index.json and written to bad-records.jsonl.
+inline constexpr char kBadJson[] = "malformed_json";  // not JSON, or not a JSON object
+inline constexpr char kBadMissingField[] = "missing_field";
+inline constexpr char kBadNonStringField[] = "non_string_field";
+inline constexpr char kBadUtf8[] = "invalid_utf8";
+inline constexpr char kBadCompressed[] = "undecodable_compressed_block";
+
+struct BadRecord {
+  std::string file;
+  uint64_t line = 0;  // 1-based; for a compressed block, the line being read when it failed
+  std::string reason;
+  std::string detail;  // a byte offset or a JSON type: never text from the record
+};
+
 struct DocOptions {
   std::string text_field = "text";
+  bool skip_bad_records = false;   // --on-bad-record=skip: count and list instead of failing
   bool skip_invalid_utf8 = false;  // drop bad lines (counted, first few logged) instead of failing
   bool log_skipped = true;
   size_t max_piece_bytes = 64 << 10;
@@ -42,6 +60,9 @@ class DocumentReader {
   // Files fully read so far, with hashes of their stored bytes.
   const std::vector<InputEntry>& finished_inputs() const { return finished_; }
   const PackStats& stats() const { return stats_; }
+  // Skipped records in input order (the first kMaxListedBadRecords; stats() counts them all).
+  const std::vector<BadRecord>& bad_records() const { return bad_; }
+  static constexpr size_t kMaxListedBadRecords = 1000000;
 
  private:
   Status OpenNext(bool* any);
@@ -49,6 +70,10 @@ class DocumentReader {
   StatusOr<bool> NextJson(Piece* piece);
   bool Emit(Piece* piece, bool eos);
   Status CheckUtf8(const std::string& line, bool* skip);
+  StatusOr<bool> ReadLine();
+  // Fails with `message` (fail mode) or records the record as skipped.
+  Status BadRecordOr(const char* reason, uint64_t line, const std::string& detail,
+                     const std::string& message);
   void FinishFile();
 
   std::vector<InputFile> files_;
@@ -62,6 +87,7 @@ class DocumentReader {
   uint64_t raw_done_ = 0;  // stored bytes of finished files
   std::vector<InputEntry> finished_;
   PackStats stats_;
+  std::vector<BadRecord> bad_;
   std::string line_;
 };
 

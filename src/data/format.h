@@ -24,7 +24,11 @@ inline constexpr uint64_t kShardHeaderBytes = 64;
 inline constexpr uint64_t kPayloadAlign = 4096;
 
 inline constexpr char kIndexFileName[] = "index.json";
-inline constexpr char kTokenizerFileName[] = "tokenizer.model";
+inline constexpr char kTokenizerFileName[] = "tokenizer.model";   // SentencePiece
+inline constexpr char kHfTokenizerFileName[] = "tokenizer.json";  // Hugging Face
+inline constexpr char kHfTokenizerConfigFileName[] = "tokenizer_config.json";
+// `ftrain pack --on-bad-record=skip`: one JSON line per skipped record (file, line, reason).
+inline constexpr char kBadRecordsFileName[] = "bad-records.jsonl";
 
 struct ShardHeader {
   uint32_t token_bytes = 2;  // 2 (uint16) or 4 (uint32)

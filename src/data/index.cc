@@ -33,8 +33,9 @@ std::string DatasetIndex::ToJson() const {
   j["rows_per_shard"] = rows_per_shard;
   j["num_rows"] = num_rows;
   j["tokenizer"] = {
-      {"type", "sentencepiece"},  {"file", tokenizer_file}, {"xxh3", Hex64(tokenizer_xxh3)},
+      {"type", tokenizer_type},   {"file", tokenizer_file}, {"xxh3", Hex64(tokenizer_xxh3)},
       {"vocab_size", vocab_size}, {"bos_id", bos_id},       {"eos_id", eos_id}};
+  if (!tokenizer_config_file.empty()) j["tokenizer"]["config_file"] = tokenizer_config_file;
   j["shards"] = json::array();
   for (const auto& s : shards) {
     j["shards"].push_back(
@@ -49,7 +50,8 @@ std::string DatasetIndex::ToJson() const {
                 {"stream_tokens", stats.stream_tokens},
                 {"dropped_tail_tokens", stats.dropped_tail_tokens},
                 {"skipped_empty_documents", stats.skipped_empty_documents},
-                {"skipped_invalid_lines", stats.skipped_invalid_lines}};
+                {"skipped_invalid_lines", stats.skipped_invalid_lines},
+                {"bad_records", stats.bad_records}};
   return j.dump(2) + "\n";
 }
 
@@ -135,6 +137,16 @@ StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::s
   FT_RETURN_IF_ERROR(t.Get("bos_id", &x.bos_id));
   FT_RETURN_IF_ERROR(t.Get("eos_id", &x.eos_id));
   FT_RETURN_IF_ERROR(ValidateFileName(x.tokenizer_file, where + ": tokenizer.file"));
+  if (tok->contains("type")) FT_RETURN_IF_ERROR(t.Get("type", &x.tokenizer_type));
+  if (x.tokenizer_type != "sentencepiece" && x.tokenizer_type != "huggingface") {
+    return Status::Corruption(where + ": tokenizer.type '" + x.tokenizer_type +
+                              "' is not sentencepiece or huggingface");
+  }
+  if (tok->contains("config_file")) {
+    FT_RETURN_IF_ERROR(t.Get("config_file", &x.tokenizer_config_file));
+    FT_RETURN_IF_ERROR(
+        ValidateFileName(x.tokenizer_config_file, where + ": tokenizer.config_file"));
+  }
 
   auto shards = j.find("shards");
   if (shards == j.end() || !shards->is_array() || shards->empty()) {
@@ -188,6 +200,9 @@ StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::s
     FT_RETURN_IF_ERROR(st.Get("dropped_tail_tokens", &x.stats.dropped_tail_tokens));
     FT_RETURN_IF_ERROR(st.Get("skipped_empty_documents", &x.stats.skipped_empty_documents));
     FT_RETURN_IF_ERROR(st.Get("skipped_invalid_lines", &x.stats.skipped_invalid_lines));
+    if (stats->contains("bad_records")) {
+      FT_RETURN_IF_ERROR(st.Get("bad_records", &x.stats.bad_records));
+    }
   }
 
   std::string computed = x.ComputeDataVersion();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct PackStats {
   uint64_t dropped_tail_tokens = 0;  // tokens after the last full row
   uint64_t skipped_empty_documents = 0;
   uint64_t skipped_invalid_lines = 0;
+  // --on-bad-record=skip: records skipped, by reason (see documents.h); absent reasons are 0.
+  std::map<std::string, uint64_t> bad_records;
 };
 
 struct DatasetIndex {
@@ -42,8 +45,10 @@ struct DatasetIndex {
   uint32_t chunk_rows = 0;
   uint64_t rows_per_shard = 0;  // every shard but the last; a multiple of chunk_rows
   uint64_t num_rows = 0;
-  std::string tokenizer_file;  // "tokenizer.model"
-  uint64_t tokenizer_xxh3 = 0;
+  std::string tokenizer_type = "sentencepiece";  // or "huggingface"
+  std::string tokenizer_file;                    // "tokenizer.model" or "tokenizer.json"
+  uint64_t tokenizer_xxh3 = 0;                   // of tokenizer_file's bytes
+  std::string tokenizer_config_file;  // "tokenizer_config.json" when packed with one, else ""
   uint32_t vocab_size = 0;
   int bos_id = -1;
   int eos_id = -1;

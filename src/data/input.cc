@@ -120,6 +120,13 @@ class PlainStream : public InputStream {
   }
   uint64_t raw_bytes() const override { return raw_; }
   uint64_t raw_xxh3() const override { return hash_.Digest(); }
+  Status DrainRaw() override {
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      FT_ASSIGN_OR_RETURN(size_t n, PlainStream::Read(buf.data(), buf.size()));
+      if (n == 0) return Status::Ok();
+    }
+  }
 
  protected:
   int fd_;

@@ -49,6 +49,9 @@ class InputStream {
   // Stored (compressed) bytes consumed so far, and their XXH3-64 once the end was reached.
   virtual uint64_t raw_bytes() const = 0;
   virtual uint64_t raw_xxh3() const = 0;
+  // Reads the remaining stored bytes into the hash without decoding them (after a decoding
+  // error, so raw_xxh3() still covers the whole file).
+  virtual Status DrainRaw() = 0;
 };
 
 // Lines (without the '\n', and without a trailing '\r') of an InputStream.

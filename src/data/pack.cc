@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/log.h"
@@ -41,7 +42,7 @@ class Pipeline {
       : scan_(scan), o_(o), tok_(tok), threads_(threads) {}
 
   Status Run(ShardCutter* cutter, ProgressMeter* progress, PackStats* stats,
-             std::vector<InputEntry>* inputs) {
+             std::vector<InputEntry>* inputs, std::vector<BadRecord>* bad) {
     std::thread reader([this] { ReadLoop(); });
     std::vector<std::thread> workers;
     for (int i = 0; i < threads_; ++i) workers.emplace_back([this] { EncodeLoop(); });
@@ -59,6 +60,7 @@ class Pipeline {
       *stats = reader_stats_;
       stats->stream_tokens = stream_tokens;
       *inputs = inputs_;
+      *bad = std::move(bad_);
     }
     return s;
   }
@@ -109,6 +111,7 @@ class Pipeline {
     total_items_ = seq;
     reader_stats_ = docs.stats();
     inputs_ = docs.finished_inputs();
+    bad_ = docs.bad_records();
     cv_.notify_all();
   }
 
@@ -193,9 +196,30 @@ class Pipeline {
   Status error_;                      // guarded by mu_: the first failure
   PackStats reader_stats_;            // guarded by mu_: valid once reader_done_
   std::vector<InputEntry> inputs_;    // guarded by mu_: valid once reader_done_
+  std::vector<BadRecord> bad_;        // guarded by mu_: valid once reader_done_
 };
 
 }  // namespace
+
+std::string BadRecordsJsonl(const std::vector<BadRecord>& bad) {
+  std::string out;
+  for (const BadRecord& b : bad) {
+    nlohmann::json j = {{"file", b.file}, {"line", b.line}, {"reason", b.reason}};
+    if (!b.detail.empty()) j["detail"] = b.detail;
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+std::string BadRecordSummary(const PackStats& stats) {
+  uint64_t total = 0;
+  std::string by;
+  for (const auto& [reason, n] : stats.bad_records) {
+    total += n;
+    by += (by.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+  }
+  return total == 0 ? std::string() : std::to_string(total) + " bad records skipped (" + by + ")";
+}
 
 Status PackOptions::Validate() const {
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
@@ -221,6 +245,12 @@ Status PackOptions::Validate() const {
 StatusOr<PackResult> Pack(const PackOptions& o) {
   FT_RETURN_IF_ERROR(o.Validate());
   auto t0 = std::chrono::steady_clock::now();
+  // A given tokenizer is read first: a bad one is the only message, and it may live in the
+  // output directory that PrepareOutDir clears.
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.train_tokenizer) {
+    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+  }
   InputScan scan;
   FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
   std::vector<std::pair<uint64_t, std::string>> by_count;
@@ -243,8 +273,6 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   const int threads = ResolveThreads(o.threads);
   Env* env = o.env != nullptr ? o.env : Env::Default();
   FT_RETURN_IF_ERROR(PrepareOutDir(env, o.out_dir, o.force));
-
-  std::unique_ptr<Tokenizer> tok;
   if (o.train_tokenizer) {
     TrainTokenizerOptions t = o.train;
     t.threads = threads;
@@ -257,8 +285,12 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t_train).count()
         << " s";
     FT_ASSIGN_OR_RETURN(tok, Tokenizer::FromBytes(std::move(model), "the trained tokenizer"));
-  } else {
-    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+  }
+  if (tok->bos_id() < 0 && tok->eos_id() < 0) {
+    FT_LOG(Warning) << "pack: " << o.tokenizer_path
+                    << " defines neither a BOS nor an EOS token: documents follow each other "
+                       "without a separator (for tokenizer.json, put a tokenizer_config.json "
+                       "with bos_token/eos_token next to it)";
   }
 
   DatasetIndex x;
@@ -272,8 +304,10 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
       o.shard_rows > 0 ? o.shard_rows : uint64_t(o.shard_mb * 1048576.0) / row_bytes;
   x.rows_per_shard =
       std::max<uint64_t>(1, (shard_rows + x.chunk_rows - 1) / x.chunk_rows) * x.chunk_rows;
-  x.tokenizer_file = kTokenizerFileName;
+  x.tokenizer_type = tok->type();
+  x.tokenizer_file = tok->file_name();
   x.tokenizer_xxh3 = tok->xxh3();
+  if (!tok->config_bytes().empty()) x.tokenizer_config_file = kHfTokenizerConfigFileName;
   x.vocab_size = uint32_t(tok->vocab_size());
   x.bos_id = tok->bos_id();
   x.eos_id = tok->eos_id();
@@ -284,7 +318,8 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   ShardCutter cutter(env, o.out_dir, x);
   ProgressMeter progress("pack", scan.total_bytes, o.progress, o.progress_interval_s);
   Pipeline pipeline(scan, o, *tok, threads);
-  Status s = pipeline.Run(&cutter, &progress, &x.stats, &x.inputs);
+  std::vector<BadRecord> bad;
+  Status s = pipeline.Run(&cutter, &progress, &x.stats, &x.inputs, &bad);
   if (s.ok()) s = cutter.Finish();
   progress.Update(scan.total_bytes, x.stats.text_bytes, x.stats.documents, /*force=*/true);
   progress.Finish();
@@ -307,8 +342,16 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   }
   x.stats.dropped_tail_tokens = x.stats.stream_tokens - (x.num_rows * x.seq_len + 1);
   x.data_version = x.ComputeDataVersion();
+  if (!bad.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(o.out_dir, kBadRecordsFileName), BadRecordsJsonl(bad)));
+  }
   FT_RETURN_IF_ERROR(
-      WriteFileAtomic(env, JoinPath(o.out_dir, kTokenizerFileName), tok->model_bytes()));
+      WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_file), tok->model_bytes()));
+  if (!x.tokenizer_config_file.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_config_file), tok->config_bytes()));
+  }
   FT_RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(o.out_dir, kIndexFileName), x.ToJson()));
 
   PackResult r;
@@ -320,6 +363,10 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
                << x.stats.text_bytes / 1e6 << " MB of text) in " << r.seconds
                << " s: " << x.stats.text_bytes / 1e6 / r.seconds << " MB/s; data version "
                << x.data_version;
+  if (!x.stats.bad_records.empty()) {
+    FT_LOG(Warning) << "pack: " << BadRecordSummary(x.stats) << "; listed in "
+                    << JoinPath(o.out_dir, kBadRecordsFileName);
+  }
   r.index = std::move(x);
   return r;
 }

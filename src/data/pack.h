@@ -1,7 +1,8 @@
 // `ftrain pack`: inputs -> documents -> SentencePiece tokens (on all cores) -> one stream with
 // BOS/EOS between documents -> rows of seq_len+1 tokens (row k holds stream tokens
 // [k*L, k*L+L], so every next-token pair is in exactly one row) -> shards of rows_per_shard
-// rows -> tokenizer.model and index.json (written last: the commit). The output is a pure
+// rows -> bad-records.jsonl (when records were skipped), the tokenizer and index.json (written
+// last: the commit). The output is a pure
 // function of the inputs, the tokenizer and the options: thread count and timing do not matter.
 #pragma once
 
@@ -48,5 +49,10 @@ struct PackResult {
 };
 
 StatusOr<PackResult> Pack(const PackOptions& opts);
+
+// bad-records.jsonl: one {"file", "line", "reason"[, "detail"]} object per line.
+std::string BadRecordsJsonl(const std::vector<BadRecord>& bad);
+// "3 bad records skipped (malformed_json 2, invalid_utf8 1)", or "" when none.
+std::string BadRecordSummary(const PackStats& stats);
 
 }  // namespace ftrain::data

@@ -21,7 +21,9 @@ Status PrepareOutDir(Env* env, const std::string& dir, bool force) {
   for (const auto& name : names) {
     uint64_t idx;
     bool partial = name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0;
-    if (ParseShardFileName(name, &idx) || partial || name == kTokenizerFileName) {
+    if (ParseShardFileName(name, &idx) || partial || name == kTokenizerFileName ||
+        name == kHfTokenizerFileName || name == kHfTokenizerConfigFileName ||
+        name == kBadRecordsFileName) {
       FT_RETURN_IF_ERROR(env->RemoveFile(JoinPath(dir, name)));
       ++removed;
     }

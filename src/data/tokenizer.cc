@@ -1,9 +1,11 @@
-// Tokenizer over SentencePiece 0.1.9x; training through SentencePieceTrainer with our own
-// sentence iterator so the sample is ours (deterministic) and nothing is written to disk.
+// Tokenizer::Load and the SentencePiece 0.1.9x implementation; training through
+// SentencePieceTrainer with our own sentence iterator so the sample is ours (deterministic) and
+// nothing is written to disk.
 #include "data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,18 +14,61 @@
 #include <unordered_map>
 
 #include "core/log.h"
+#include "data/format.h"
 #include "data/hash.h"
+#include "data/hf_tokenizer.h"
 #include "data/verify.h"
 
 namespace ftrain::data {
 
-Tokenizer::Tokenizer() : sp_(new sentencepiece::SentencePieceProcessor) {}
-Tokenizer::~Tokenizer() = default;
+namespace {
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  SentencePieceTokenizer() : sp_(new sentencepiece::SentencePieceProcessor) {}
+
+  static StatusOr<std::unique_ptr<Tokenizer>> Make(std::string model, const std::string& where) {
+    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer);
+    auto st = t->sp_->LoadFromSerializedProto(model);
+    if (!st.ok()) {
+      return Status::Corruption(where + ": not a SentencePiece model: " + st.ToString());
+    }
+    t->xxh3_ = Hash64(model.data(), model.size());
+    t->bytes_ = std::move(model);
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+
+  Status Encode(std::string_view text, std::vector<int>* ids) const override {
+    auto st = sp_->Encode(text, ids);
+    if (!st.ok()) return Status::Internal("SentencePiece Encode failed: " + st.ToString());
+    return Status::Ok();
+  }
+
+  StatusOr<std::string> Decode(const std::vector<int>& ids) const override {
+    std::string out;
+    std::vector<int> valid;
+    for (int id : ids) {
+      if (id >= 0 && id < vocab_size()) valid.push_back(id);
+    }
+    auto st = sp_->Decode(valid, &out);
+    if (!st.ok()) return Status::Internal("SentencePiece Decode failed: " + st.ToString());
+    return out;
+  }
+
+  int vocab_size() const override { return sp_->GetPieceSize(); }
+  int bos_id() const override { return sp_->bos_id(); }
+  int eos_id() const override { return sp_->eos_id(); }
+  const char* type() const override { return "sentencepiece"; }
+  const char* file_name() const override { return kTokenizerFileName; }
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+StatusOr<std::string> ReadWhole(const std::string& path, const std::string& what) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
-    return Status::NotFound(path + ": cannot open the tokenizer model: " + std::strerror(errno));
+    return Status::NotFound(path + ": cannot open the " + what + ": " + std::strerror(errno));
   }
   std::string bytes;
   char buf[1 << 16];
@@ -32,41 +77,54 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   bool err = std::ferror(f) != 0;
   std::fclose(f);
   if (err) return Status::IOError("read " + path + " failed");
-  return FromBytes(std::move(bytes), path);
+  return bytes;
+}
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool LooksLikeJson(const std::string& bytes) {
+  size_t i = bytes.find_first_not_of(" \t\r\n");
+  return i != std::string::npos && bytes[i] == '{';
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveTokenizerFile(const std::string& path) {
+  if (!IsDir(path)) return path;
+  for (const char* name : {kHfTokenizerFileName, kTokenizerFileName}) {
+    if (IsFile(path + "/" + name)) return path + "/" + name;
+  }
+  return Status::NotFound(path + ": the directory holds neither " + kHfTokenizerFileName + " nor " +
+                          kTokenizerFileName + "; give the tokenizer file itself");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  FT_ASSIGN_OR_RETURN(std::string file, ResolveTokenizerFile(path));
+  size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
+  FT_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(file, "tokenizer"));
+  std::string config;
+  if (LooksLikeJson(bytes) && IsFile(dir + "/" + kHfTokenizerConfigFileName)) {
+    FT_ASSIGN_OR_RETURN(config,
+                        ReadWhole(dir + "/" + kHfTokenizerConfigFileName, "tokenizer config"));
+  }
+  return FromBytes(std::move(bytes), file, std::move(config));
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromBytes(std::string model,
-                                                          const std::string& where) {
-  std::unique_ptr<Tokenizer> t(new Tokenizer);
-  auto st = t->sp_->LoadFromSerializedProto(model);
-  if (!st.ok()) {
-    return Status::Corruption(where + ": not a SentencePiece model: " + st.ToString());
-  }
-  t->xxh3_ = Hash64(model.data(), model.size());
-  t->bytes_ = std::move(model);
-  return t;
+                                                          const std::string& where,
+                                                          std::string config) {
+  if (LooksLikeJson(model)) return LoadHfTokenizer(std::move(model), where, std::move(config));
+  return SentencePieceTokenizer::Make(std::move(model), where);
 }
-
-Status Tokenizer::Encode(std::string_view text, std::vector<int>* ids) const {
-  auto st = sp_->Encode(text, ids);
-  if (!st.ok()) return Status::Internal("SentencePiece Encode failed: " + st.ToString());
-  return Status::Ok();
-}
-
-StatusOr<std::string> Tokenizer::Decode(const std::vector<int>& ids) const {
-  std::string out;
-  std::vector<int> valid;
-  for (int id : ids) {
-    if (id >= 0 && id < vocab_size()) valid.push_back(id);
-  }
-  auto st = sp_->Decode(valid, &out);
-  if (!st.ok()) return Status::Internal("SentencePiece Decode failed: " + st.ToString());
-  return out;
-}
-
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int Tokenizer::bos_id() const { return sp_->bos_id(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
 
 namespace {
 
