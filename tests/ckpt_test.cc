@@ -912,30 +912,147 @@ TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
   EXPECT_FALSE(store.WriteShard(m6, 1, RankState(6, 1, 2).contents(), {}).ok());
 }
 
-// Two ranks of one generation claim the same partial: the loser of the O_EXCL race can read
-// GENERATION before the winner wrote its contents. It must wait for them, not take the
-// empty file for an older generation's leftover and delete the winner's shards (seen in CI:
-// a reference run lost a shard and failed its commit).
-TEST(CkptFencing, ARankThatSeesGenerationBeingWrittenWaitsForIt) {
+// An Env that runs `hook(op, path, before)` around each directory-level mutating operation,
+// to put another writer's whole WriteShard at an exact point of this writer's protocol.
+class HookEnv : public FaultInjectionEnv {
+ public:
+  using Hook = std::function<void(const std::string& op, const std::string& path, bool before)>;
+  explicit HookEnv(Hook hook) : FaultInjectionEnv(Env::Default()), hook_(std::move(hook)) {}
+  Status CreateExclusive(const std::string& p, const std::string& c) override {
+    return Around("create", p, [&] { return FaultInjectionEnv::CreateExclusive(p, c); });
+  }
+  Status SyncFile(const std::string& p) override {
+    return Around("sync", p, [&] { return FaultInjectionEnv::SyncFile(p); });
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return Around("rename", from, [&] { return FaultInjectionEnv::Rename(from, to); });
+  }
+  Status RemoveDirRecursive(const std::string& p) override {
+    return Around("rmdir", p, [&] { return FaultInjectionEnv::RemoveDirRecursive(p); });
+  }
+  Status CreateDir(const std::string& p) override {
+    return Around("mkdir", p, [&] { return FaultInjectionEnv::CreateDir(p); });
+  }
+
+ private:
+  Status Around(const std::string& op, const std::string& path,
+                const std::function<Status()>& run) {
+    hook_(op, path, true);
+    Status s = run();
+    hook_(op, path, false);
+    return s;
+  }
+  Hook hook_;
+};
+
+std::string GenerationOf(const std::string& partial) {
+  std::ifstream in(partial + "/GENERATION");
+  std::string g;
+  std::getline(in, g);
+  return g;
+}
+
+// GENERATION is published with the partial directory (made aside, renamed into place): no
+// writer ever sees step-N.partial without its generation. (The old protocol created the
+// directory, then GENERATION with O_EXCL, then its contents: a second rank of the same
+// generation could read it empty, take it for an older generation's leftover and delete the
+// winner's shards; it waited up to a second for the contents as a stopgap.)
+TEST(CkptFencing, APartialIsNeverVisibleWithoutItsGeneration) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  const std::string partial = tmp.path() + "/step-00000007.partial";
   const std::string gen = ckpt::NewGeneration();
+  int looks = 0;
+  std::vector<std::string> bare;
+  HookEnv env([&](const std::string& op, const std::string& path, bool) {
+    struct stat st;
+    if (stat(partial.c_str(), &st) != 0) return;
+    ++looks;
+    if (GenerationOf(partial) != gen) bare.push_back(op + " " + path);
+  });
+  CheckpointStore store(tmp.path(), &env);
   ckpt::CheckpointMeta meta = FixtureMeta(7, 2);
   meta.generation = gen;
-  const std::string partial = tmp.path() + "/step-00000007.partial";
-  ASSERT_EQ(mkdir(partial.c_str(), 0755), 0);
-  // The winner: created, contents 200 ms later; its shard is already there.
-  WriteAll(partial + "/GENERATION", "");
-  WriteAll(partial + "/sentinel", "the other rank's work");
-  std::thread winner([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    WriteAll(partial + "/GENERATION", gen + "\n");
+  for (int rank : {0, 1}) {
+    auto r = store.WriteShard(meta, rank, RankState(7, rank, 2).contents(), {});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+  }
+  EXPECT_GT(looks, 0);
+  EXPECT_TRUE(bare.empty()) << "step-7.partial had no generation around: " << bare.front();
+  auto c = store.TryCommit(meta);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(*c, ckpt::CommitOutcome::kCommitted);
+}
+
+// A writer of generation G claims step-5.partial and is paused right after the claim (a
+// daemon that woke up late); G+1 takes the partial over and writes the same rank's shard.
+// When the G writer goes on, its shard must not replace G+1's: the commit holds G+1's bytes.
+TEST(CkptFencing, AStaleWriterPausedAfterItsClaimNeverOverwritesTheNewerShard) {
+  TempDir tmp;
+  const std::string partial = tmp.path() + "/step-00000005.partial";
+  const std::string old_gen = "000001700000000-0000000a", new_gen = "000001700000999-0000000b";
+  auto meta_of = [&](const std::string& g) {
+    ckpt::CheckpointMeta m = FixtureMeta(5, 1);
+    m.generation = g;
+    return m;
+  };
+  CheckpointStore newer(tmp.path());
+  StatusOr<ckpt::Receipt> newer_receipt = Status::Internal("not run");
+  bool fired = false;
+  HookEnv env([&](const std::string&, const std::string&, bool before) {
+    if (fired || before || GenerationOf(partial) != old_gen) return;
+    fired = true;  // the stale writer's claim is in place: the newer start runs now
+    newer_receipt = newer.WriteShard(meta_of(new_gen), 0, RankState(5, 0, 1).contents(), {});
   });
-  auto r = store.WriteShard(meta, 1, RankState(7, 1, 2).contents(), {});
-  winner.join();
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  struct stat st;
-  EXPECT_EQ(stat((partial + "/sentinel").c_str(), &st), 0) << "the partial was deleted";
+  CheckpointStore stale(tmp.path(), &env);
+  // Different bytes (and size) from the newer shard.
+  auto late = stale.WriteShard(meta_of(old_gen), 0, RankState(5, 0, 1, 2).contents(), {});
+  ASSERT_TRUE(fired);
+  ASSERT_TRUE(newer_receipt.ok()) << newer_receipt.status().message();
+  EXPECT_FALSE(late.ok()) << "the stale writer was not refused";
+  uint64_t size = 0, hash = 0;
+  ASSERT_TRUE(ckpt::HashFile(partial + "/shard-00000.h5", &size, &hash).ok());
+  EXPECT_EQ(size, newer_receipt->size) << "the stale writer replaced the newer shard";
+  EXPECT_EQ(hash, newer_receipt->xxh3) << "the stale writer replaced the newer shard";
+  auto c = newer.TryCommit(meta_of(new_gen));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
+}
+
+// Two ranks of a new generation both find an older generation's partial and both retire it.
+// The slower one must not remove the claim (and shard) the faster one already published.
+TEST(CkptFencing, TwoWritersOfOneGenerationNeverRemoveEachOthersClaim) {
+  TempDir tmp;
+  const std::string partial = tmp.path() + "/step-00000005.partial";
+  const std::string old_gen = "000001700000000-0000000a", new_gen = "000001700000999-0000000b";
+  auto meta_of = [&](const std::string& g) {
+    ckpt::CheckpointMeta m = FixtureMeta(5, 2);
+    m.generation = g;
+    return m;
+  };
+  CheckpointStore fast(tmp.path());
+  ASSERT_TRUE(fast.WriteShard(meta_of(old_gen), 0, RankState(5, 0, 2).contents(), {}).ok());
+  StatusOr<ckpt::Receipt> first = Status::Internal("not run");
+  bool fired = false;
+  HookEnv env([&](const std::string& op, const std::string& path, bool before) {
+    if (fired || !before || path != partial || (op != "rename" && op != "rmdir")) return;
+    fired = true;  // the slow rank judged the old partial and is about to remove it
+    first = fast.WriteShard(meta_of(new_gen), 0, RankState(5, 0, 2).contents(), {});
+  });
+  CheckpointStore slow(tmp.path(), &env);
+  auto second = slow.WriteShard(meta_of(new_gen), 1, RankState(5, 1, 2).contents(), {});
+  ASSERT_TRUE(fired);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  auto c = fast.TryCommit(meta_of(new_gen));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(*c, ckpt::CommitOutcome::kCommitted) << "a rank's claim and shard were removed";
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
+  // Nothing of the retired partial or the claims is left in the root.
+  auto foreign = fast.ListForeign();
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_TRUE(foreign->empty()) << foreign->front();
 }
 
 }  // namespace

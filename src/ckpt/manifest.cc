@@ -383,6 +383,118 @@ std::string Manifest::ToJson() const {
 
 namespace {
 
+// The shard files: one per rank of `w`, each a plain name matching its rank.
+Status FilesFromJson(const json& j, int w, const std::string& origin, Manifest* m) {
+  const json* files = nullptr;
+  FT_RETURN_IF_ERROR(GetArray(j, "files", &files, origin));
+  std::vector<bool> seen(static_cast<size_t>(w), false);
+  for (const auto& f : *files) {
+    ManifestFile mf;
+    FT_RETURN_IF_ERROR(Get(f, "path", &mf.path, origin));
+    FT_RETURN_IF_ERROR(Get(f, "rank", &mf.rank, origin));
+    FT_RETURN_IF_ERROR(Get(f, "size", &mf.size, origin));
+    FT_RETURN_IF_ERROR(GetHash(f, "xxh3", &mf.xxh3, origin));
+    if (!IsSafeRelativeName(mf.path)) {
+      return Bad(origin, "file path '" + mf.path +
+                             "' is not a plain name inside the checkpoint (refusing to follow it)");
+    }
+    if (mf.rank < 0 || mf.rank >= w || ParseShardFileName(mf.path) != mf.rank ||
+        seen[static_cast<size_t>(mf.rank)]) {
+      return Bad(origin, "file '" + mf.path + "' does not match rank " + std::to_string(mf.rank));
+    }
+    seen[static_cast<size_t>(mf.rank)] = true;
+    m->files.push_back(mf);
+  }
+  for (int r = 0; r < w; ++r) {
+    if (!seen[static_cast<size_t>(r)]) {
+      return Bad(origin,
+                 "no shard file listed for rank " + std::to_string(r) + " of " + std::to_string(w));
+    }
+  }
+  return Status::Ok();
+}
+
+// One tensor: a known dtype, a possible shape, pieces of ranks < `w` that tile it in order.
+StatusOr<ManifestTensor> TensorFromJson(const json& tj, int w, const std::string& origin) {
+  ManifestTensor t;
+  std::string dtype;
+  FT_RETURN_IF_ERROR(Get(tj, "kind", &t.kind, origin));
+  FT_RETURN_IF_ERROR(Get(tj, "name", &t.name, origin));
+  FT_RETURN_IF_ERROR(Get(tj, "dtype", &dtype, origin));
+  FT_RETURN_IF_ERROR(Get(tj, "shape", &t.shape, origin));
+  auto t_dtype = DTypeFromName(dtype);
+  if (!t_dtype.ok()) return Bad(origin, "field 'dtype': " + t_dtype.status().message());
+  t.dtype = *t_dtype;
+  FT_RETURN_IF_ERROR(CheckName(t.kind, "kind", origin));
+  FT_RETURN_IF_ERROR(CheckName(t.name, "tensor", origin));
+  int64_t numel = 1;
+  for (int64_t d : t.shape) {
+    if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) {
+      return Bad(origin, "tensor " + t.name + " has an impossible shape");
+    }
+    numel *= d;
+  }
+  int64_t next = 0;
+  const json* pieces = nullptr;
+  FT_RETURN_IF_ERROR(GetArray(tj, "pieces", &pieces, origin));
+  for (const auto& pj : *pieces) {
+    TensorPiece p;
+    FT_RETURN_IF_ERROR(Get(pj, "rank", &p.rank, origin));
+    FT_RETURN_IF_ERROR(Get(pj, "offset", &p.offset, origin));
+    FT_RETURN_IF_ERROR(Get(pj, "length", &p.length, origin));
+    FT_RETURN_IF_ERROR(GetHash(pj, "xxh3", &p.xxh3, origin));
+    if (p.rank < 0 || p.rank >= w || p.offset != next || p.length <= 0 || p.length > numel - next) {
+      return Bad(origin, "tensor " + t.kind + "/" + t.name +
+                             ": pieces do not tile it (gap, overlap or bad rank at offset " +
+                             std::to_string(p.offset) + ")");
+    }
+    next = p.offset + p.length;
+    t.pieces.push_back(p);
+  }
+  if (next != numel) {
+    return Bad(origin, "tensor " + t.kind + "/" + t.name + ": pieces cover " +
+                           std::to_string(next) + " of " + std::to_string(numel) + " elements");
+  }
+  return t;
+}
+
+// One blob: a known policy, ranks < `w`, and (when present) one hash per rank.
+StatusOr<ManifestBlob> BlobFromJson(const json& bj, int w, const std::string& origin) {
+  ManifestBlob b;
+  FT_RETURN_IF_ERROR(Get(bj, "group", &b.group, origin));
+  FT_RETURN_IF_ERROR(Get(bj, "name", &b.name, origin));
+  FT_RETURN_IF_ERROR(Get(bj, "policy", &b.policy, origin));
+  FT_RETURN_IF_ERROR(Get(bj, "ranks", &b.ranks, origin));
+  FT_RETURN_IF_ERROR(CheckName(b.group, "blob group", origin));
+  FT_RETURN_IF_ERROR(CheckName(b.name, "blob", origin));
+  if (b.policy != "replicated" && b.policy != "per_rank") {
+    return Bad(origin, "blob " + b.name + ": field 'policy' is '" + b.policy +
+                           "', not replicated or per_rank");
+  }
+  if (b.ranks.empty()) return Bad(origin, "blob " + b.name + ": field 'ranks' is empty");
+  for (int r : b.ranks) {
+    if (r < 0 || r >= w) return Bad(origin, "blob " + b.name + " names rank " + std::to_string(r));
+  }
+  // Per-copy hashes (format 1 manifests written since resume verification; older ones
+  // have none and their blobs are checked against the shard's own attribute only).
+  if (bj.contains("xxh3")) {
+    const json* hashes = nullptr;
+    FT_RETURN_IF_ERROR(GetArray(bj, "xxh3", &hashes, origin));
+    if (hashes->size() != b.ranks.size()) {
+      return Bad(origin, "blob " + b.name + ": field 'xxh3' has " + std::to_string(hashes->size()) +
+                             " hashes for " + std::to_string(b.ranks.size()) + " ranks");
+    }
+    for (const auto& h : *hashes) {
+      uint64_t v = 0;
+      if (!h.is_string() || !ParseHex64(h.get<std::string>(), &v)) {
+        return Bad(origin, "blob " + b.name + ": field 'xxh3' holds a non-hash");
+      }
+      b.xxh3.push_back(v);
+    }
+  }
+  return b;
+}
+
 StatusOr<Manifest> ManifestFromJson(const json& j, const std::string& origin) {
   FT_RETURN_IF_ERROR(CheckFormat(j, "ftrain-checkpoint", "an ftrain checkpoint manifest", origin));
   int version = 0;
@@ -406,115 +518,18 @@ StatusOr<Manifest> ManifestFromJson(const json& j, const std::string& origin) {
   const int w = m.meta.world_size;
   if (w < 1 || w > kMaxWorldSize) return Bad(origin, "world_size out of range");
 
-  const json* files = nullptr;
-  FT_RETURN_IF_ERROR(GetArray(j, "files", &files, origin));
-  std::vector<bool> seen(static_cast<size_t>(w), false);
-  for (const auto& f : *files) {
-    ManifestFile mf;
-    FT_RETURN_IF_ERROR(Get(f, "path", &mf.path, origin));
-    FT_RETURN_IF_ERROR(Get(f, "rank", &mf.rank, origin));
-    FT_RETURN_IF_ERROR(Get(f, "size", &mf.size, origin));
-    FT_RETURN_IF_ERROR(GetHash(f, "xxh3", &mf.xxh3, origin));
-    if (!IsSafeRelativeName(mf.path)) {
-      return Bad(origin, "file path '" + mf.path +
-                             "' is not a plain name inside the checkpoint (refusing to follow it)");
-    }
-    if (mf.rank < 0 || mf.rank >= w || ParseShardFileName(mf.path) != mf.rank ||
-        seen[static_cast<size_t>(mf.rank)]) {
-      return Bad(origin, "file '" + mf.path + "' does not match rank " + std::to_string(mf.rank));
-    }
-    seen[static_cast<size_t>(mf.rank)] = true;
-    m.files.push_back(mf);
-  }
-  for (int r = 0; r < w; ++r) {
-    if (!seen[static_cast<size_t>(r)]) {
-      return Bad(origin,
-                 "no shard file listed for rank " + std::to_string(r) + " of " + std::to_string(w));
-    }
-  }
+  FT_RETURN_IF_ERROR(FilesFromJson(j, w, origin, &m));
   const json* tensors = nullptr;
   FT_RETURN_IF_ERROR(GetArray(j, "tensors", &tensors, origin));
   for (const auto& tj : *tensors) {
-    ManifestTensor t;
-    std::string dtype;
-    FT_RETURN_IF_ERROR(Get(tj, "kind", &t.kind, origin));
-    FT_RETURN_IF_ERROR(Get(tj, "name", &t.name, origin));
-    FT_RETURN_IF_ERROR(Get(tj, "dtype", &dtype, origin));
-    FT_RETURN_IF_ERROR(Get(tj, "shape", &t.shape, origin));
-    auto t_dtype = DTypeFromName(dtype);
-    if (!t_dtype.ok()) return Bad(origin, "field 'dtype': " + t_dtype.status().message());
-    t.dtype = *t_dtype;
-    FT_RETURN_IF_ERROR(CheckName(t.kind, "kind", origin));
-    FT_RETURN_IF_ERROR(CheckName(t.name, "tensor", origin));
-    int64_t numel = 1;
-    for (int64_t d : t.shape) {
-      if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) {
-        return Bad(origin, "tensor " + t.name + " has an impossible shape");
-      }
-      numel *= d;
-    }
-    int64_t next = 0;
-    const json* pieces = nullptr;
-    FT_RETURN_IF_ERROR(GetArray(tj, "pieces", &pieces, origin));
-    for (const auto& pj : *pieces) {
-      TensorPiece p;
-      FT_RETURN_IF_ERROR(Get(pj, "rank", &p.rank, origin));
-      FT_RETURN_IF_ERROR(Get(pj, "offset", &p.offset, origin));
-      FT_RETURN_IF_ERROR(Get(pj, "length", &p.length, origin));
-      FT_RETURN_IF_ERROR(GetHash(pj, "xxh3", &p.xxh3, origin));
-      if (p.rank < 0 || p.rank >= w || p.offset != next || p.length <= 0 ||
-          p.length > numel - next) {
-        return Bad(origin, "tensor " + t.kind + "/" + t.name +
-                               ": pieces do not tile it (gap, overlap or bad rank at offset " +
-                               std::to_string(p.offset) + ")");
-      }
-      next = p.offset + p.length;
-      t.pieces.push_back(p);
-    }
-    if (next != numel) {
-      return Bad(origin, "tensor " + t.kind + "/" + t.name + ": pieces cover " +
-                             std::to_string(next) + " of " + std::to_string(numel) + " elements");
-    }
+    FT_ASSIGN_OR_RETURN(ManifestTensor t, TensorFromJson(tj, w, origin));
     m.tensors.push_back(std::move(t));
   }
   if (j.contains("blobs")) {
     const json* blobs = nullptr;
     FT_RETURN_IF_ERROR(GetArray(j, "blobs", &blobs, origin));
     for (const auto& bj : *blobs) {
-      ManifestBlob b;
-      FT_RETURN_IF_ERROR(Get(bj, "group", &b.group, origin));
-      FT_RETURN_IF_ERROR(Get(bj, "name", &b.name, origin));
-      FT_RETURN_IF_ERROR(Get(bj, "policy", &b.policy, origin));
-      FT_RETURN_IF_ERROR(Get(bj, "ranks", &b.ranks, origin));
-      FT_RETURN_IF_ERROR(CheckName(b.group, "blob group", origin));
-      FT_RETURN_IF_ERROR(CheckName(b.name, "blob", origin));
-      if (b.policy != "replicated" && b.policy != "per_rank") {
-        return Bad(origin, "blob " + b.name + ": field 'policy' is '" + b.policy +
-                               "', not replicated or per_rank");
-      }
-      if (b.ranks.empty()) return Bad(origin, "blob " + b.name + ": field 'ranks' is empty");
-      for (int r : b.ranks) {
-        if (r < 0 || r >= w)
-          return Bad(origin, "blob " + b.name + " names rank " + std::to_string(r));
-      }
-      // Per-copy hashes (format 1 manifests written since resume verification; older ones
-      // have none and their blobs are checked against the shard's own attribute only).
-      if (bj.contains("xxh3")) {
-        const json* hashes = nullptr;
-        FT_RETURN_IF_ERROR(GetArray(bj, "xxh3", &hashes, origin));
-        if (hashes->size() != b.ranks.size()) {
-          return Bad(origin, "blob " + b.name + ": field 'xxh3' has " +
-                                 std::to_string(hashes->size()) + " hashes for " +
-                                 std::to_string(b.ranks.size()) + " ranks");
-        }
-        for (const auto& h : *hashes) {
-          uint64_t v = 0;
-          if (!h.is_string() || !ParseHex64(h.get<std::string>(), &v)) {
-            return Bad(origin, "blob " + b.name + ": field 'xxh3' holds a non-hash");
-          }
-          b.xxh3.push_back(v);
-        }
-      }
+      FT_ASSIGN_OR_RETURN(ManifestBlob b, BlobFromJson(bj, w, origin));
       m.blobs.push_back(std::move(b));
     }
   }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,23 @@ std::string WriterId() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return std::string(host) + ":" + std::to_string(getpid());
+}
+
+// Root entries of writers in progress: a claim being published, a retired partial being
+// removed. Unique per writer; a crash can leave one behind, removed at the next job start.
+constexpr char kClaimPrefix[] = ".claim-";
+constexpr char kStalePrefix[] = ".stale-";
+bool IsWriterLeftover(const std::string& name) {
+  return name.rfind(kClaimPrefix, 0) == 0 || name.rfind(kStalePrefix, 0) == 0;
+}
+
+std::string UniqueSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%d-%llu-%08x", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(counter.fetch_add(1)), rd());
+  return buf;
 }
 
 uint64_t DirBytes(Env* env, const std::string& dir) {
@@ -83,12 +101,17 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
   }
   const std::string partial = JoinPath(root_, PartialDirName(meta.step));
   FT_RETURN_IF_ERROR(CreateDirs(env_, root_));
-  FT_RETURN_IF_ERROR(ClaimPartial(partial, meta.generation));
-  const std::string tmp = JoinPath(partial, ShardTempName(rank));
-  const std::string shard = JoinPath(partial, ShardFileName(rank));
+  // Every file of this shard goes into the directory this writer claimed, through its
+  // descriptor: if a newer generation takes the name over meanwhile, the writes land in the
+  // retired directory, never in the newer one.
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<PartialDir> dir, ClaimPartial(partial, meta.generation));
+  const std::string tmp = dir->Path(ShardTempName(rank));
+  const std::string shard = dir->Path(ShardFileName(rank));
   FT_ASSIGN_OR_RETURN(ShardFileInfo info,
                       WriteShardFile(tmp, meta.step, rank, meta.world_size, contents, options));
   FT_RETURN_IF_ERROR(env_->SyncFile(tmp));
+  // Before the rename: a writer whose partial was taken over stops here, loudly.
+  FT_RETURN_IF_ERROR(CheckOwnership(partial, *dir, meta.generation));
   FT_RETURN_IF_ERROR(env_->Rename(tmp, shard));
   Receipt r;
   r.meta = meta;
@@ -101,9 +124,9 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
   r.generation = meta.generation;
   FT_RETURN_IF_ERROR(HashFile(shard, &r.size, &r.xxh3));
   // Again before the receipt: a newer generation may have taken the partial over meanwhile.
-  FT_RETURN_IF_ERROR(CheckGeneration(partial, meta.generation));
+  FT_RETURN_IF_ERROR(CheckOwnership(partial, *dir, meta.generation));
   // The receipt's durable write also fsyncs the directory, which makes the rename durable.
-  FT_RETURN_IF_ERROR(WriteFileDurably(env_, JoinPath(partial, ReceiptFileName(rank)), r.ToJson()));
+  FT_RETURN_IF_ERROR(WriteFileDurably(env_, dir->Path(ReceiptFileName(rank)), r.ToJson()));
   return r;
 }
 
@@ -122,16 +145,45 @@ std::string NewGeneration() {
   return buf;
 }
 
-Status CheckpointStore::CheckGeneration(const std::string& partial, const std::string& mine) {
-  if (mine.empty()) return Status::Ok();
-  std::string owner;
-  Status s = env_->ReadFile(JoinPath(partial, kGenerationName), &owner);
-  if (!s.ok()) {
-    return Status::FailedPrecondition("'" + partial +
-                                      "' is gone or has no generation: taken over " +
-                                      "by a newer start of the job (this writer is fenced)");
+StatusOr<std::unique_ptr<PartialDir>> PartialDir::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string what = "cannot open the directory '" + path + "': " + std::strerror(err);
+    return err == ENOENT ? Status::NotFound(what) : Status::IOError(what);
   }
+  return std::unique_ptr<PartialDir>(new PartialDir(fd));
+}
+
+PartialDir::~PartialDir() { ::close(fd_); }  // read-only descriptor: nothing to report
+
+std::string PartialDir::Path(const std::string& name) const {
+  return "/proc/self/fd/" + std::to_string(fd_) + "/" + name;
+}
+
+bool PartialDir::Is(const std::string& path) const {
+  struct stat mine, there;
+  if (::fstat(fd_, &mine) != 0 || ::stat(path.c_str(), &there) != 0) return false;
+  return mine.st_dev == there.st_dev && mine.st_ino == there.st_ino;
+}
+
+std::string PartialDir::Generation(Env* env) const {
+  std::string owner;
+  if (!env->ReadFile(Path(kGenerationName), &owner).ok()) owner.clear();
   while (!owner.empty() && owner.back() == '\n') owner.pop_back();
+  return owner;
+}
+
+Status CheckpointStore::CheckOwnership(const std::string& partial, const PartialDir& dir,
+                                       const std::string& mine) {
+  if (mine.empty()) return Status::Ok();
+  if (!dir.Is(partial)) {
+    return Status::FailedPrecondition("'" + partial + "' was taken over by a newer start of " +
+                                      "the job (generation '" + ReadGeneration(partial) +
+                                      "'); this writer of generation '" + mine +
+                                      "' is fenced off (its shard stays out of the commit)");
+  }
+  const std::string owner = dir.Generation(env_);
   if (owner != mine) {
     return Status::FailedPrecondition("'" + partial + "' belongs to generation '" + owner +
                                       "', this writer is of generation '" + mine +
@@ -140,37 +192,88 @@ Status CheckpointStore::CheckGeneration(const std::string& partial, const std::s
   return Status::Ok();
 }
 
-Status CheckpointStore::ClaimPartial(const std::string& partial, const std::string& mine) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    FT_RETURN_IF_ERROR(env_->CreateDir(partial));
-    if (mine.empty()) return Status::Ok();
-    Status created = env_->CreateExclusive(JoinPath(partial, kGenerationName), mine + "\n");
-    if (created.ok()) return Status::Ok();
-    if (created.code() != Status::Code::kFailedPrecondition) return created;
-    // O_EXCL creates the file before its contents are written: a rank that lost the race
-    // can read it empty for a moment. Wait for the contents (the writer is microseconds
-    // away) before judging; empty for a whole second means its creator died in between.
-    std::string owner;
-    bool readable = false;
-    for (int look = 0; look < 20; ++look) {
-      readable = env_->ReadFile(JoinPath(partial, kGenerationName), &owner).ok();
-      if (!readable || !owner.empty()) break;
-      ::usleep(50 * 1000);
+std::string CheckpointStore::ReadGeneration(const std::string& partial) {
+  std::string owner;
+  if (!env_->ReadFile(JoinPath(partial, kGenerationName), &owner).ok()) return "";
+  while (!owner.empty() && owner.back() == '\n') owner.pop_back();
+  return owner;
+}
+
+StatusOr<std::unique_ptr<PartialDir>> CheckpointStore::PublishPartial(const std::string& partial,
+                                                                      const std::string& mine) {
+  // GENERATION is written into a fresh directory of this writer's own, which is then renamed
+  // into place: step-N.partial never exists without its generation, and a rename cannot
+  // replace a directory that has files in it, so of two writers exactly one publishes.
+  const std::string claim =
+      JoinPath(root_, kClaimPrefix + Basename(partial) + "-" + UniqueSuffix());
+  FT_RETURN_IF_ERROR(env_->CreateDir(claim));
+  std::unique_ptr<PartialDir> dir;
+  Status s = env_->CreateExclusive(JoinPath(claim, kGenerationName), mine + "\n");
+  if (s.ok()) {
+    auto opened = PartialDir::Open(claim);
+    s = opened.status();
+    if (s.ok()) dir = std::move(opened).value();
+  }
+  if (s.ok()) s = env_->Rename(claim, partial);
+  if (s.ok()) return dir;
+  Status rm = env_->RemoveDirRecursive(claim);
+  // A leftover claim is garbage that the next job start removes; the outcome is the rename's.
+  if (!rm.ok()) FT_LOG(Warning) << "checkpoint: cannot remove " << claim << ": " << rm.message();
+  if (env_->IsDirectory(partial)) return std::unique_ptr<PartialDir>();  // another won: look again
+  return s;
+}
+
+Status CheckpointStore::RetirePartial(const std::string& partial, const PartialDir& dir,
+                                      const std::string& owner, const std::string& mine) {
+  // Renamed aside first, then removed: the removal can only ever touch the directory this
+  // writer judged, even if another writer of `mine` replaces the name meanwhile.
+  const std::string trash =
+      JoinPath(root_, kStalePrefix + Basename(partial) + "-" + UniqueSuffix());
+  Status s = env_->Rename(partial, trash);
+  if (!s.ok()) return env_->IsDirectory(partial) ? s : Status::Ok();  // gone: look again
+  if (!dir.Is(trash)) {
+    // Another writer retired the old partial and published its own claim between our look
+    // and our rename: that is what we moved. Give it back.
+    Status back = env_->Rename(trash, partial);
+    if (!back.ok()) {
+      return Status::Aborted("moved a live claim of '" + partial + "' aside to '" + trash +
+                             "' and cannot put it back: " + back.message() +
+                             " (writers of several generations are racing)");
     }
-    if (!readable) continue;  // removed meanwhile (racing): claim again
-    while (!owner.empty() && owner.back() == '\n') owner.pop_back();
-    if (owner == mine) return Status::Ok();
-    if (Older(mine, owner)) {
+    return Status::Ok();
+  }
+  FT_LOG(Warning) << "checkpoint: removing " << partial << " of the older generation '" << owner
+                  << "' (this is generation '" << mine << "')";
+  Status rm = env_->RemoveDirRecursive(trash);
+  // A stale writer may still be adding files to it: garbage, removed at the next job start.
+  if (!rm.ok()) FT_LOG(Warning) << "checkpoint: cannot remove " << trash << ": " << rm.message();
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<PartialDir>> CheckpointStore::ClaimPartial(const std::string& partial,
+                                                                    const std::string& mine) {
+  if (mine.empty()) {  // no fencing (tools, tests): share whatever directory is there
+    FT_RETURN_IF_ERROR(env_->CreateDir(partial));
+    return PartialDir::Open(partial);
+  }
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto dir = PartialDir::Open(partial);
+    if (!dir.ok()) {
+      if (dir.status().code() != Status::Code::kNotFound) return dir.status();
+      FT_ASSIGN_OR_RETURN(std::unique_ptr<PartialDir> published, PublishPartial(partial, mine));
+      if (published != nullptr) return published;
+      continue;
+    }
+    const std::string owner = (*dir)->Generation(env_);
+    if (owner == mine) return std::move(dir).value();
+    if (!owner.empty() && Older(mine, owner)) {
       return Status::FailedPrecondition("'" + partial + "' belongs to the newer generation '" +
                                         owner + "'; this writer (generation '" + mine +
                                         "') is stale and is fenced off");
     }
-    // An older generation's leftover: never committable by us, and its writers are fenced by
-    // the new GENERATION. Remove it and start afresh.
-    FT_LOG(Warning) << "checkpoint: removing " << partial << " of the older generation '" << owner
-                    << "' (this is generation '" << mine << "')";
-    Status rm = env_->RemoveDirRecursive(partial);
-    if (!rm.ok() && env_->IsDirectory(partial)) return rm;
+    // An older generation's leftover (or an unfenced writer's): never committable by us, and
+    // its writers are fenced by the new claim. Retire it and publish afresh.
+    FT_RETURN_IF_ERROR(RetirePartial(partial, **dir, owner, mine));
   }
   return Status::Aborted("could not claim '" + partial + "' for generation '" + mine +
                          "' (writers of several generations are racing)");
@@ -350,6 +453,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::ListForeign() {
   for (const auto& name : names) {
     if (ParseRootEntry(name).kind != EntryKind::kOther) continue;
     if (name == kLatestName || name.rfind(std::string(kLatestName) + ".tmp", 0) == 0) continue;
+    if (IsWriterLeftover(name)) continue;
     out.push_back(name);
   }
   std::sort(out.begin(), out.end());
@@ -510,6 +614,18 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveCorrupt(bool dry_run) 
     }
     removed.push_back(info.path);
   }
+  // Claims and retired partials of writers that died mid-way.
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
+  for (const auto& name : names) {
+    const std::string path = JoinPath(root_, name);
+    if (!IsWriterLeftover(name) || env_->IsSymlink(path) || !env_->IsDirectory(path)) continue;
+    Status s = env_->RemoveDirRecursive(path);
+    if (!s.ok()) {
+      FT_LOG(Warning) << "could not remove the leftover " << path << ": " << s.message();
+      continue;
+    }
+    removed.push_back(path);
+  }
   return removed;
 }
 
@@ -525,6 +641,18 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
       continue;
     }
     removed.push_back(info.path);
+  }
+  // Claims and retired partials of writers that died mid-way.
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
+  for (const auto& name : names) {
+    const std::string path = JoinPath(root_, name);
+    if (!IsWriterLeftover(name) || env_->IsSymlink(path) || !env_->IsDirectory(path)) continue;
+    Status s = env_->RemoveDirRecursive(path);
+    if (!s.ok()) {
+      FT_LOG(Warning) << "could not remove the leftover " << path << ": " << s.message();
+      continue;
+    }
+    removed.push_back(path);
   }
   return removed;
 }

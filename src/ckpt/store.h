@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,24 @@ struct RotationPolicy {
   int verify_threads = 1;  // decompression threads of that read-back (0 = one per core)
 };
 
+// A directory opened once (O_DIRECTORY): its files are named through the descriptor
+// (/proc/self/fd/N/NAME, so that they still pass through Env and its fault injection) and
+// stay in this directory whatever is renamed to or from its name meanwhile.
+class PartialDir {
+ public:
+  static StatusOr<std::unique_ptr<PartialDir>> Open(const std::string& path);
+  ~PartialDir();
+  PartialDir(const PartialDir&) = delete;
+  PartialDir& operator=(const PartialDir&) = delete;
+  std::string Path(const std::string& name) const;
+  bool Is(const std::string& path) const;  // `path` names this very directory (device, inode)
+  std::string Generation(Env* env) const;  // its GENERATION, "" if none
+
+ private:
+  explicit PartialDir(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 enum class CommitOutcome { kCommitted, kNotReady, kAlreadyCommitted, kBeingCommitted };
 
 class CheckpointStore {
@@ -57,12 +76,17 @@ class CheckpointStore {
   // durable (file fsync, rename from .tmp, directory fsync) and leaves its receipt.
   //
   // Fencing: with meta.generation set (the job start, "<unix ms>-<random>", made by rank 0),
-  // the partial directory belongs to one generation (its GENERATION file, created O_EXCL by
-  // the first writer). A writer of a newer generation that finds an older one's partial
-  // removes it and starts it afresh; a writer of an older generation (a daemon or rank that
-  // woke up late) is refused with FailedPrecondition before and after it writes, and the
-  // committer accepts only receipts of the partial's generation. So a stale writer can never
-  // put its shard into a newer generation's commit.
+  // the partial directory belongs to one generation: it is published with its GENERATION
+  // file already inside (made as a private directory, then renamed into place), so nobody
+  // ever sees it without one. A writer opens the partial once and writes, renames and leaves
+  // its receipt through that descriptor, so its files land in the directory it claimed even
+  // if the name changes hands. A writer of a newer generation that finds an older one's
+  // partial renames it aside (checking that it moved the directory it judged) and publishes
+  // its own; a writer of an older generation (a daemon or rank that woke up late) is refused
+  // with FailedPrecondition before it writes, before its rename and before its receipt, and
+  // the committer accepts only receipts of the partial's generation. So a stale writer can
+  // never put its shard into a newer generation's commit, and two writers of one generation
+  // never remove each other's claim.
   StatusOr<Receipt> WriteShard(const CheckpointMeta& meta, int rank, const ShardContents& contents,
                                const WriteOptions& options);
 
@@ -109,8 +133,17 @@ class CheckpointStore {
 
  private:
   Status Commit(const CheckpointMeta& meta, const std::string& partial);
-  Status ClaimPartial(const std::string& partial, const std::string& generation);
-  Status CheckGeneration(const std::string& partial, const std::string& generation);
+  StatusOr<std::unique_ptr<PartialDir>> ClaimPartial(const std::string& partial,
+                                                     const std::string& generation);
+  // Null when another writer published first (look again).
+  StatusOr<std::unique_ptr<PartialDir>> PublishPartial(const std::string& partial,
+                                                       const std::string& generation);
+  Status RetirePartial(const std::string& partial, const PartialDir& dir, const std::string& owner,
+                       const std::string& generation);
+  // `dir` is still step-N.partial and of `generation`.
+  Status CheckOwnership(const std::string& partial, const PartialDir& dir,
+                        const std::string& generation);
+  std::string ReadGeneration(const std::string& partial);
 
   std::string root_;
   Env* env_;

@@ -52,6 +52,15 @@ class Comm {
                                               ReduceOp op) = 0;
   virtual std::unique_ptr<Work> Broadcast(const at::Tensor& tensor, int root) = 0;
   virtual std::unique_ptr<Work> Barrier() = 0;
+
+  // The group's first failure that a Wait() which already returned cannot show: with NCCL,
+  // Wait() only orders the caller's stream after the collective, so a collective that the
+  // watchdog aborts (or that fails asynchronously) later leaves partially reduced data
+  // behind a successful Wait(). Call it after the host synchronised with the device (an
+  // item(), a copy to the host) and before that data changes durable state (the optimizer
+  // step, a checkpoint): a failure recorded by then covers every collective issued before.
+  // Backends whose Wait() blocks and reports every failure (Gloo) are always healthy.
+  virtual Status Health() { return Status::Ok(); }
 };
 
 }  // namespace ftrain::comm

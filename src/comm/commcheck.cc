@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -118,30 +117,167 @@ bool ParseByteSize(const std::string& text, int64_t* out) {
   return true;
 }
 
+namespace {
+
+StatusOr<torch::Device> ParseDevice(const std::string& text) {
+  try {
+    return torch::Device(text);
+  } catch (const c10::Error&) {
+    return Status::InvalidArgument("commcheck device '" + text +
+                                   "' is not a device like cpu or cuda:0");
+  }
+}
+
+// --inject-fault RANK:COLLECTIVE (empty: none; rank -1).
+struct Fault {
+  int rank = -1;
+  std::string collective;
+};
+StatusOr<Fault> ParseFault(const std::string& text) {
+  Fault f;
+  if (text.empty()) return f;
+  size_t colon = text.find(':');
+  int64_t fr;
+  if (colon == std::string::npos || !ParseInt64(text.substr(0, colon), &fr)) {
+    return Status::InvalidArgument("--inject-fault wants RANK:COLLECTIVE, got '" + text + "'");
+  }
+  f.rank = static_cast<int>(fr);
+  f.collective = text.substr(colon + 1);
+  return f;
+}
+
+void PrintHeader(DistContext& ctx, const CommcheckOptions& options, const torch::Device& device,
+                 std::ostream& out) {
+  const WorldInfo& world = ctx.world();
+  out << "# ftrain commcheck: " << world.world_size << " ranks on " << world.num_nodes
+      << " node(s), backend " << ctx.world_comm().backend() << ", float32 on " << device.str()
+      << ", " << options.iters << " iterations (slowest rank)\n";
+  char hdr[160];
+  std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective", "group",
+                "size", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
+  out << hdr << std::flush;
+}
+
+// One checked run of `coll` with `n` elements on every rank; a wrong element anywhere fails
+// the check on every rank, naming the ranks.
+Status CheckCollective(DistContext& ctx, Comm& comm, const std::string& group_name,
+                       const std::string& coll, int64_t bytes, int64_t n,
+                       const torch::Device& device, const Fault& fault) {
+  const WorldInfo& world = ctx.world();
+  Status st;
+  auto [got, expect] = RunOnce(comm, coll, n, device, &st);
+  if (!st.ok()) return st;
+  if (world.rank == fault.rank && coll == fault.collective && group_name == "world" &&
+      got.numel() > 0) {
+    got[got.numel() / 2] += 1.0f;
+  }
+  bool local_bad = !torch::equal(got, expect);
+  if (local_bad) {
+    auto diff = (got - expect).abs().nonzero();
+    int64_t where = diff.numel() > 0 ? diff[0][0].item<int64_t>() : -1;
+    FT_LOG(Error) << "commcheck: rank " << world.rank << ": " << coll << " on group " << group_name
+                  << " with " << n << " float32 elements: element " << where << " = "
+                  << (where >= 0 ? got[where].item<float>() : 0.0f) << ", expected "
+                  << (where >= 0 ? expect[where].item<float>() : 0.0f);
+  }
+  FT_ASSIGN_OR_RETURN(std::vector<int> bad, FailedRanks(ctx.world_comm(), local_bad, device));
+  if (!bad.empty()) {
+    std::string list;
+    for (int q : bad) list += (list.empty() ? "" : ",") + std::to_string(q);
+    return Status::Corruption("commcheck FAILED: " + coll + " on group " + group_name + " (" +
+                              FormatBytes(bytes) + ") gave wrong results on rank(s) " + list +
+                              "; see those ranks' log lines for the element");
+  }
+  return Status::Ok();
+}
+
+// Warm-up, then `iters` back to back: the slowest rank's mean seconds per iteration.
+StatusOr<double> TimeCollective(DistContext& ctx, Comm& comm, const std::string& coll, int64_t n,
+                                const torch::Device& device, const CommcheckOptions& options) {
+  Status st;
+  for (int i = 0; i < options.warmup; ++i) {
+    RunOnce(comm, coll, n, device, &st);
+    if (!st.ok()) return st;
+  }
+  at::Tensor buf = Pattern(comm.rank(), 0, n, device);
+  ShardSpan s = ShardOf(n, comm.size(), comm.rank());
+  at::Tensor shard = buf.narrow(0, s.offset, s.length).clone();
+  at::Tensor full = torch::empty({n}, F32(device));
+  FT_RETURN_IF_ERROR(comm.Barrier()->Wait());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < options.iters; ++i) {
+    std::unique_ptr<Work> work;
+    if (coll == "all_reduce")
+      work = comm.AllReduce(buf, ReduceOp::kSum);
+    else if (coll == "all_gather")
+      work = comm.AllGather(full, shard);
+    else if (coll == "reduce_scatter")
+      work = comm.ReduceScatter(shard, buf, ReduceOp::kSum);
+    else
+      work = comm.Broadcast(buf, comm.size() - 1);
+    FT_RETURN_IF_ERROR(work->Wait());
+  }
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                   std::max(1, options.iters);
+  at::Tensor t = torch::full({1}, elapsed, torch::TensorOptions(torch::kFloat64).device(device));
+  FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(t, ReduceOp::kMax)->Wait());
+  return t.item<double>();
+}
+
+// Rank 0's line (or JSON row) for one result.
+void ReportRow(const CommcheckRow& row, int group_size, const CommcheckOptions& options,
+               std::ostream& out, nlohmann::json* json_rows) {
+  if (options.json) {
+    json_rows->push_back({{"collective", row.collective},
+                          {"group", row.group},
+                          {"group_size", group_size},
+                          {"bytes", row.bytes},
+                          {"time_s", row.time_s},
+                          {"algbw_gbps", row.algbw_gbps},
+                          {"busbw_gbps", row.busbw_gbps},
+                          {"ok", true}});
+    return;
+  }
+  char line[200];
+  std::snprintf(line, sizeof(line), "%-15s %-11s %10s %12.1f %12.3f %12.3f  ok\n",
+                row.collective.c_str(), row.group.c_str(), FormatBytes(row.bytes).c_str(),
+                row.time_s * 1e6, row.algbw_gbps, row.busbw_gbps);
+  out << line << std::flush;
+}
+
+// Barrier latency, a quick sanity figure for the interconnect, and rank 0's closing lines.
+Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& out,
+              const nlohmann::json& json_rows) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) FT_RETURN_IF_ERROR(ctx.world_comm().Barrier()->Wait());
+  double barrier_us =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
+  const WorldInfo& world = ctx.world();
+  if (world.rank != 0) return Status::Ok();
+  if (options.json) {
+    nlohmann::json doc = {{"world_size", world.world_size},
+                          {"num_nodes", world.num_nodes},
+                          {"backend", ctx.world_comm().backend()},
+                          {"ok", true},
+                          {"barrier_us", barrier_us},
+                          {"results", json_rows}};
+    out << doc.dump() << "\n";
+  } else {
+    char line[120];
+    std::snprintf(line, sizeof(line), "barrier latency %.1f us\ncommcheck: OK\n", barrier_us);
+    out << line;
+  }
+  out.flush();
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostream& out,
                     std::vector<CommcheckRow>* rows) {
   torch::NoGradGuard no_grad;
-  const WorldInfo& world = ctx.world();
-  std::optional<torch::Device> parsed;
-  try {
-    parsed.emplace(options.device);
-  } catch (const c10::Error&) {
-    return Status::InvalidArgument("commcheck device '" + options.device +
-                                   "' is not a device like cpu or cuda:0");
-  }
-  const torch::Device device = *parsed;
-  int fault_rank = -1;
-  std::string fault_coll;
-  if (!options.inject_fault.empty()) {
-    size_t colon = options.inject_fault.find(':');
-    int64_t fr;
-    if (colon == std::string::npos || !ParseInt64(options.inject_fault.substr(0, colon), &fr)) {
-      return Status::InvalidArgument("--inject-fault wants RANK:COLLECTIVE, got '" +
-                                     options.inject_fault + "'");
-    }
-    fault_rank = static_cast<int>(fr);
-    fault_coll = options.inject_fault.substr(colon + 1);
-  }
+  FT_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(options.device));
+  FT_ASSIGN_OR_RETURN(const Fault fault, ParseFault(options.inject_fault));
   const std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter",
                                                 "broadcast"};
   std::vector<std::pair<std::string, Comm*>> groups = {{"world", &ctx.world_comm()}};
@@ -149,17 +285,9 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
     groups.push_back({"intra_node", &ctx.intra_node()});
     groups.push_back({"inter_node", &ctx.inter_node()});
   }
-  const bool leader = world.rank == 0;
+  const bool leader = ctx.world().rank == 0;
   nlohmann::json json_rows = nlohmann::json::array();
-  if (leader && !options.json) {
-    out << "# ftrain commcheck: " << world.world_size << " ranks on " << world.num_nodes
-        << " node(s), backend " << ctx.world_comm().backend() << ", float32 on " << device.str()
-        << ", " << options.iters << " iterations (slowest rank)\n";
-    char hdr[160];
-    std::snprintf(hdr, sizeof(hdr), "%-15s %-11s %10s %12s %12s %12s  %s\n", "collective", "group",
-                  "size", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
-    out << hdr << std::flush;
-  }
+  if (leader && !options.json) PrintHeader(ctx, options, device, out);
   for (const auto& [group_name, comm] : groups) {
     // Sub-groups get one small correctness pass; the world group gets every size.
     std::vector<int64_t> sizes = options.sizes_bytes;
@@ -167,60 +295,9 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
     for (const std::string& coll : collectives) {
       for (int64_t bytes : sizes) {
         const int64_t n = std::max<int64_t>(1, bytes / 4);
-        Status st;
-        auto [got, expect] = RunOnce(*comm, coll, n, device, &st);
-        if (!st.ok()) return st;
-        if (world.rank == fault_rank && coll == fault_coll && group_name == "world" &&
-            got.numel() > 0) {
-          got[got.numel() / 2] += 1.0f;
-        }
-        bool local_bad = !torch::equal(got, expect);
-        if (local_bad) {
-          auto diff = (got - expect).abs().nonzero();
-          int64_t where = diff.numel() > 0 ? diff[0][0].item<int64_t>() : -1;
-          FT_LOG(Error) << "commcheck: rank " << world.rank << ": " << coll << " on group "
-                        << group_name << " with " << n << " float32 elements: element " << where
-                        << " = " << (where >= 0 ? got[where].item<float>() : 0.0f) << ", expected "
-                        << (where >= 0 ? expect[where].item<float>() : 0.0f);
-        }
-        FT_ASSIGN_OR_RETURN(std::vector<int> bad, FailedRanks(ctx.world_comm(), local_bad, device));
-        if (!bad.empty()) {
-          std::string list;
-          for (int q : bad) list += (list.empty() ? "" : ",") + std::to_string(q);
-          return Status::Corruption("commcheck FAILED: " + coll + " on group " + group_name + " (" +
-                                    FormatBytes(bytes) + ") gave wrong results on rank(s) " + list +
-                                    "; see those ranks' log lines for the element");
-        }
-        // Timing: warm-up, then iters back to back; report the slowest rank's mean.
-        for (int i = 0; i < options.warmup; ++i) {
-          RunOnce(*comm, coll, n, device, &st);
-          if (!st.ok()) return st;
-        }
-        at::Tensor buf = Pattern(comm->rank(), 0, n, device);
-        ShardSpan s = ShardOf(n, comm->size(), comm->rank());
-        at::Tensor shard = buf.narrow(0, s.offset, s.length).clone();
-        at::Tensor full = torch::empty({n}, F32(device));
-        FT_RETURN_IF_ERROR(comm->Barrier()->Wait());
-        auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < options.iters; ++i) {
-          std::unique_ptr<Work> work;
-          if (coll == "all_reduce")
-            work = comm->AllReduce(buf, ReduceOp::kSum);
-          else if (coll == "all_gather")
-            work = comm->AllGather(full, shard);
-          else if (coll == "reduce_scatter")
-            work = comm->ReduceScatter(shard, buf, ReduceOp::kSum);
-          else
-            work = comm->Broadcast(buf, comm->size() - 1);
-          FT_RETURN_IF_ERROR(work->Wait());
-        }
-        double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-            std::max(1, options.iters);
-        at::Tensor t =
-            torch::full({1}, elapsed, torch::TensorOptions(torch::kFloat64).device(device));
-        FT_RETURN_IF_ERROR(ctx.world_comm().AllReduce(t, ReduceOp::kMax)->Wait());
-        elapsed = t.item<double>();
+        FT_RETURN_IF_ERROR(CheckCollective(ctx, *comm, group_name, coll, bytes, n, device, fault));
+        FT_ASSIGN_OR_RETURN(const double elapsed,
+                            TimeCollective(ctx, *comm, coll, n, device, options));
         CommcheckRow row;
         row.collective = coll;
         row.group = group_name;
@@ -229,50 +306,11 @@ Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostr
         row.algbw_gbps = elapsed > 0 ? row.bytes / elapsed / 1e9 : 0;
         row.busbw_gbps = row.algbw_gbps * BusFactor(coll, comm->size());
         if (rows) rows->push_back(row);
-        if (leader) {
-          if (options.json) {
-            json_rows.push_back({{"collective", row.collective},
-                                 {"group", row.group},
-                                 {"group_size", comm->size()},
-                                 {"bytes", row.bytes},
-                                 {"time_s", row.time_s},
-                                 {"algbw_gbps", row.algbw_gbps},
-                                 {"busbw_gbps", row.busbw_gbps},
-                                 {"ok", true}});
-          } else {
-            char line[200];
-            std::snprintf(line, sizeof(line), "%-15s %-11s %10s %12.1f %12.3f %12.3f  ok\n",
-                          row.collective.c_str(), group_name.c_str(),
-                          FormatBytes(row.bytes).c_str(), row.time_s * 1e6, row.algbw_gbps,
-                          row.busbw_gbps);
-            out << line << std::flush;
-          }
-        }
+        if (leader) ReportRow(row, comm->size(), options, out, &json_rows);
       }
     }
   }
-  // Barrier latency, a quick sanity figure for the interconnect.
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10; ++i) FT_RETURN_IF_ERROR(ctx.world_comm().Barrier()->Wait());
-  double barrier_us =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
-  if (leader) {
-    if (options.json) {
-      nlohmann::json doc = {{"world_size", world.world_size},
-                            {"num_nodes", world.num_nodes},
-                            {"backend", ctx.world_comm().backend()},
-                            {"ok", true},
-                            {"barrier_us", barrier_us},
-                            {"results", json_rows}};
-      out << doc.dump() << "\n";
-    } else {
-      char line[120];
-      std::snprintf(line, sizeof(line), "barrier latency %.1f us\ncommcheck: OK\n", barrier_us);
-      out << line;
-    }
-    out.flush();
-  }
-  return Status::Ok();
+  return Finish(ctx, options, out, json_rows);
 }
 
 }  // namespace ftrain::comm

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -204,6 +205,170 @@ struct DistContext::Impl {
 DistContext::DistContext() : impl_(std::make_unique<Impl>()) {}
 DistContext::~DistContext() = default;
 
+namespace {
+
+// Who this rank is and the store every group bootstraps through.
+struct Rendezvous {
+  WorldInfo world;
+  std::unique_ptr<PmixClient> pmix;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string description;
+};
+
+// PMIx (srun --mpi=pmix): rank 0 hosts the store and publishes its address; a fence later
+// every rank reads it.
+StatusOr<Rendezvous> RendezvousPmix(const std::string& self_addr, int timeout) {
+  Rendezvous rv;
+  FT_ASSIGN_OR_RETURN(rv.pmix, PmixClient::Connect());
+  FT_ASSIGN_OR_RETURN(rv.world, rv.pmix->QueryWorld());
+  std::string store_addr;
+  if (rv.world.rank == 0) {
+    FT_ASSIGN_OR_RETURN(rv.store, ConnectStore(self_addr, 0, true, timeout, "rank 0's own"));
+    auto* tcp = static_cast<c10d::TCPStore*>(rv.store.get());
+    store_addr = self_addr + ":" + std::to_string(tcp->getPort());
+    FT_RETURN_IF_ERROR(rv.pmix->Put(kPmixStoreKey, store_addr));
+  }
+  FT_RETURN_IF_ERROR(rv.pmix->Commit());
+  FT_RETURN_IF_ERROR(rv.pmix->Fence(timeout));
+  if (rv.world.rank != 0) {
+    FT_ASSIGN_OR_RETURN(store_addr, rv.pmix->Get(0, kPmixStoreKey, timeout));
+    size_t colon = store_addr.rfind(':');
+    int64_t port = 0;
+    if (colon == std::string::npos || !ParseInt64(store_addr.substr(colon + 1), &port)) {
+      return Status::Internal("rank 0 published a malformed store address '" + store_addr +
+                              "' through PMIx");
+    }
+    FT_ASSIGN_OR_RETURN(rv.store, ConnectStore(store_addr.substr(0, colon), static_cast<int>(port),
+                                               false, timeout, "published by rank 0 through PMIx"));
+  }
+  rv.description = "pmix namespace " + rv.pmix->nspace() + ", store " + store_addr;
+  return rv;
+}
+
+// Slurm or torchrun environment: the TCPStore at MASTER_ADDR/MASTER_PORT (hosted by
+// `ftrain launch`, else by rank 0); a single process needs none.
+StatusOr<Rendezvous> RendezvousEnv(int timeout) {
+  Rendezvous rv;
+  EnvMap env = CurrentEnviron();
+  FT_ASSIGN_OR_RETURN(rv.world, DiscoverFromEnv(env));
+  if (rv.world.world_size == 1) {
+    rv.store = c10::make_intrusive<c10d::HashStore>();
+    rv.description = "single process";
+    return rv;
+  }
+  const bool hosted = env.count("FTRAIN_STORE_HOSTED") && env["FTRAIN_STORE_HOSTED"] == "1";
+  const bool server = rv.world.rank == 0 && !hosted;
+  const std::string how =
+      std::string(WorldSourceName(rv.world.source)) + " rendezvous: MASTER_ADDR/MASTER_PORT";
+  FT_ASSIGN_OR_RETURN(
+      rv.store, ConnectStore(rv.world.master_addr, rv.world.master_port, server, timeout, how));
+  rv.description = how + " = " + rv.world.master_addr + ":" + std::to_string(rv.world.master_port);
+  return rv;
+}
+
+// Every rank agrees on the world; nodes are numbered by their lowest rank, not by the
+// launcher's host-name order: a step relaunched with a spare in place of a dead node keeps
+// every group's member order. Returns every rank's record (renumbered); updates w->node_rank.
+StatusOr<std::vector<RankRecord>> AgreeAndNumberNodes(c10d::Store& store, WorldInfo* w,
+                                                      int timeout) {
+  FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout, AgreeOnWorld(store, *w, timeout));
+  std::vector<int> launcher_node;
+  for (const RankRecord& rec : layout) launcher_node.push_back(rec.node);
+  const std::vector<int> node_index = NodesByLowestRank(launcher_node);
+  for (size_t r = 0; r < layout.size(); ++r) layout[r].node = node_index[r];
+  if (node_index[static_cast<size_t>(w->rank)] != w->node_rank) {
+    FT_LOG(Info) << "dist: launcher node id " << w->node_rank << " is node "
+                 << node_index[static_cast<size_t>(w->rank)] << " by lowest rank";
+    w->node_rank = node_index[static_cast<size_t>(w->rank)];
+  }
+  return layout;
+}
+
+// The communicators of this rank.
+struct Groups {
+  std::unique_ptr<Comm> world, control, intra, inter;
+};
+using GroupFactory =
+    std::function<StatusOr<std::unique_ptr<Comm>>(const std::string& name, int rank, int size)>;
+
+// Intra-node (same node, ordered by local rank) and inter-node (same local rank, by node).
+Status BuildNodeGroups(const WorldInfo& w, const std::vector<RankRecord>& layout,
+                       const DistOptions& options, const GroupFactory& make_group, Groups* g) {
+  std::vector<std::pair<int, int>> intra, inter;  // (sort key, rank)
+  for (int r = 0; r < w.world_size; ++r) {
+    const RankRecord& rec = layout[static_cast<size_t>(r)];
+    if (rec.node == w.node_rank) intra.push_back({rec.local, r});
+    if (rec.local == w.local_rank) inter.push_back({rec.node, r});
+  }
+  std::sort(intra.begin(), intra.end());
+  std::sort(inter.begin(), inter.end());
+  auto index_of = [&](const std::vector<std::pair<int, int>>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].second == w.rank) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const std::string intra_name = "node" + std::to_string(w.node_rank);
+  const std::string inter_name = "local" + std::to_string(w.local_rank);
+#ifdef FTRAIN_WITH_NCCL
+  if (options.backend == "nccl") {
+    // ncclCommSplit of the world communicator: no second bootstrap through the store, and
+    // NCCL may share the parent's resources. Every rank splits twice, in this order.
+    FT_ASSIGN_OR_RETURN(g->intra,
+                        SplitNcclComm(*g->world, w.node_rank, index_of(intra), intra_name));
+    FT_ASSIGN_OR_RETURN(g->inter,
+                        SplitNcclComm(*g->world, w.local_rank, index_of(inter), inter_name));
+    return Status::Ok();
+  }
+#else
+  (void)options;
+#endif
+  FT_ASSIGN_OR_RETURN(g->intra,
+                      make_group(intra_name, index_of(intra), static_cast<int>(intra.size())));
+  FT_ASSIGN_OR_RETURN(g->inter,
+                      make_group(inter_name, index_of(inter), static_cast<int>(inter.size())));
+  return Status::Ok();
+}
+
+// The world group, the Gloo control group (nccl only) and the node groups. `settings`
+// receives NCCL's version and reduction-order settings (nccl only).
+StatusOr<Groups> BuildGroups(const c10::intrusive_ptr<c10d::Store>& store, const WorldInfo& w,
+                             const std::vector<RankRecord>& layout, const DistOptions& options,
+                             const std::string& self_addr, std::string* settings) {
+  const auto op_timeout = std::chrono::milliseconds(1000LL * options.op_timeout_s);
+  // One factory for every group: Gloo over TCP, or NCCL on this rank's GPU (local rank).
+  GroupFactory make_group = [&](const std::string& name, int rank, int size) {
+#ifdef FTRAIN_WITH_NCCL
+    if (options.backend == "nccl") {
+      return CreateNcclComm(store, name, rank, size,
+                            options.cuda_device >= 0 ? options.cuda_device : w.local_rank,
+                            op_timeout);
+    }
+#endif
+    return CreateGlooComm(store, name, rank, size, self_addr, op_timeout);
+  };
+#ifdef FTRAIN_WITH_NCCL
+  if (options.backend == "nccl") {
+    *settings = PinNcclReductionOrder();  // before the first communicator
+    FT_LOG(Info) << "dist: " << *settings;
+  }
+#else
+  (void)settings;
+#endif
+  Groups g;
+  FT_ASSIGN_OR_RETURN(g.world, make_group("world", w.rank, w.world_size));
+  if (options.backend != "gloo") {
+    FT_ASSIGN_OR_RETURN(
+        g.control, CreateGlooComm(store, "control", w.rank, w.world_size, self_addr, op_timeout));
+  }
+  if (options.build_node_groups) {
+    FT_RETURN_IF_ERROR(BuildNodeGroups(w, layout, options, make_group, &g));
+  }
+  return g;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
     return Status::InvalidArgument("dist.backend '" + options.backend + "' is not gloo or nccl");
@@ -217,125 +382,25 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
 #endif
   std::unique_ptr<DistContext> ctx(new DistContext());
   Impl& im = *ctx->impl_;
-  EnvMap env = CurrentEnviron();
   const std::string self_addr = AdvertisedAddress();
   const int timeout = options.rdzv_timeout_s;
-
-  if (HasPmixEnv(env)) {
-    FT_ASSIGN_OR_RETURN(im.pmix, PmixClient::Connect());
-    FT_ASSIGN_OR_RETURN(im.world, im.pmix->QueryWorld());
-    std::string store_addr;
-    if (im.world.rank == 0) {
-      FT_ASSIGN_OR_RETURN(im.store, ConnectStore(self_addr, 0, true, timeout, "rank 0's own"));
-      auto* tcp = static_cast<c10d::TCPStore*>(im.store.get());
-      store_addr = self_addr + ":" + std::to_string(tcp->getPort());
-      FT_RETURN_IF_ERROR(im.pmix->Put(kPmixStoreKey, store_addr));
-    }
-    FT_RETURN_IF_ERROR(im.pmix->Commit());
-    FT_RETURN_IF_ERROR(im.pmix->Fence(timeout));
-    if (im.world.rank != 0) {
-      FT_ASSIGN_OR_RETURN(store_addr, im.pmix->Get(0, kPmixStoreKey, timeout));
-      size_t colon = store_addr.rfind(':');
-      int64_t port = 0;
-      if (colon == std::string::npos || !ParseInt64(store_addr.substr(colon + 1), &port)) {
-        return Status::Internal("rank 0 published a malformed store address '" + store_addr +
-                                "' through PMIx");
-      }
-      FT_ASSIGN_OR_RETURN(im.store,
-                          ConnectStore(store_addr.substr(0, colon), static_cast<int>(port), false,
-                                       timeout, "published by rank 0 through PMIx"));
-    }
-    im.rdzv = "pmix namespace " + im.pmix->nspace() + ", store " + store_addr;
-  } else {
-    FT_ASSIGN_OR_RETURN(im.world, DiscoverFromEnv(env));
-    if (im.world.world_size == 1) {
-      im.store = c10::make_intrusive<c10d::HashStore>();
-      im.rdzv = "single process";
-    } else {
-      // Under `ftrain launch` the launcher hosts the store; otherwise rank 0 does.
-      const bool hosted = env.count("FTRAIN_STORE_HOSTED") && env["FTRAIN_STORE_HOSTED"] == "1";
-      const bool server = im.world.rank == 0 && !hosted;
-      const std::string how =
-          std::string(WorldSourceName(im.world.source)) + " rendezvous: MASTER_ADDR/MASTER_PORT";
-      FT_ASSIGN_OR_RETURN(
-          im.store, ConnectStore(im.world.master_addr, im.world.master_port, server, timeout, how));
-      im.rdzv = how + " = " + im.world.master_addr + ":" + std::to_string(im.world.master_port);
-    }
-  }
-  const WorldInfo& w = im.world;
-  SetLogPrefix("rank " + std::to_string(w.rank) + "/" + std::to_string(w.world_size));
-  FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout, AgreeOnWorld(*im.store, w, timeout));
-  // Nodes are numbered by their lowest rank, not by the launcher's host-name order: a step
-  // relaunched with a spare in place of a dead node keeps every group's member order.
-  std::vector<int> launcher_node;
-  for (const RankRecord& rec : layout) launcher_node.push_back(rec.node);
-  const std::vector<int> node_index = NodesByLowestRank(launcher_node);
-  for (size_t r = 0; r < layout.size(); ++r) layout[r].node = node_index[r];
-  if (node_index[static_cast<size_t>(w.rank)] != w.node_rank) {
-    FT_LOG(Info) << "dist: launcher node id " << w.node_rank << " is node "
-                 << node_index[static_cast<size_t>(w.rank)] << " by lowest rank";
-    im.world.node_rank = node_index[static_cast<size_t>(w.rank)];
-  }
-
-  const auto op_timeout = std::chrono::milliseconds(1000LL * options.op_timeout_s);
-  // One factory for every group: Gloo over TCP, or NCCL on this rank's GPU (local rank).
-  auto make_group = [&](const std::string& name, int rank, int size) {
-#ifdef FTRAIN_WITH_NCCL
-    if (options.backend == "nccl") {
-      return CreateNcclComm(im.store, name, rank, size,
-                            options.cuda_device >= 0 ? options.cuda_device : w.local_rank,
-                            op_timeout);
-    }
-#endif
-    return CreateGlooComm(im.store, name, rank, size, self_addr, op_timeout);
-  };
-#ifdef FTRAIN_WITH_NCCL
-  if (options.backend == "nccl") {
-    im.collective_settings = PinNcclReductionOrder();  // before the first communicator
-    FT_LOG(Info) << "dist: " << im.collective_settings;
-  }
-#endif
-  FT_ASSIGN_OR_RETURN(im.world_comm, make_group("world", w.rank, w.world_size));
-  if (options.backend != "gloo") {
-    FT_ASSIGN_OR_RETURN(im.control, CreateGlooComm(im.store, "control", w.rank, w.world_size,
-                                                   self_addr, op_timeout));
-  }
-  if (options.build_node_groups) {
-    // Intra-node: same node, ordered by local rank. Inter-node: same local rank, by node.
-    std::vector<std::pair<int, int>> intra, inter;  // (sort key, rank)
-    for (int r = 0; r < w.world_size; ++r) {
-      const RankRecord& rec = layout[static_cast<size_t>(r)];
-      if (rec.node == w.node_rank) intra.push_back({rec.local, r});
-      if (rec.local == w.local_rank) inter.push_back({rec.node, r});
-    }
-    std::sort(intra.begin(), intra.end());
-    std::sort(inter.begin(), inter.end());
-    auto index_of = [&](const std::vector<std::pair<int, int>>& v) {
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i].second == w.rank) return static_cast<int>(i);
-      }
-      return -1;
-    };
-    const std::string intra_name = "node" + std::to_string(w.node_rank);
-    const std::string inter_name = "local" + std::to_string(w.local_rank);
-#ifdef FTRAIN_WITH_NCCL
-    if (options.backend == "nccl") {
-      // ncclCommSplit of the world communicator: no second bootstrap through the store, and
-      // NCCL may share the parent's resources. Every rank splits twice, in this order.
-      FT_ASSIGN_OR_RETURN(im.intra,
-                          SplitNcclComm(*im.world_comm, w.node_rank, index_of(intra), intra_name));
-      FT_ASSIGN_OR_RETURN(im.inter,
-                          SplitNcclComm(*im.world_comm, w.local_rank, index_of(inter), inter_name));
-    }
-#endif
-    if (!im.intra) {
-      FT_ASSIGN_OR_RETURN(im.intra,
-                          make_group(intra_name, index_of(intra), static_cast<int>(intra.size())));
-      FT_ASSIGN_OR_RETURN(im.inter,
-                          make_group(inter_name, index_of(inter), static_cast<int>(inter.size())));
-    }
-  }
-  FT_LOG(Info) << "dist: " << DescribeWorld(w) << " via " << im.rdzv;
+  FT_ASSIGN_OR_RETURN(Rendezvous rv, HasPmixEnv(CurrentEnviron())
+                                         ? RendezvousPmix(self_addr, timeout)
+                                         : RendezvousEnv(timeout));
+  im.world = rv.world;
+  im.pmix = std::move(rv.pmix);
+  im.store = rv.store;
+  im.rdzv = rv.description;
+  SetLogPrefix("rank " + std::to_string(im.world.rank) + "/" + std::to_string(im.world.world_size));
+  FT_ASSIGN_OR_RETURN(std::vector<RankRecord> layout,
+                      AgreeAndNumberNodes(*im.store, &im.world, timeout));
+  FT_ASSIGN_OR_RETURN(Groups g, BuildGroups(im.store, im.world, layout, options, self_addr,
+                                            &im.collective_settings));
+  im.world_comm = std::move(g.world);
+  im.control = std::move(g.control);
+  im.intra = std::move(g.intra);
+  im.inter = std::move(g.inter);
+  FT_LOG(Info) << "dist: " << DescribeWorld(im.world) << " via " << im.rdzv;
   return ctx;
 }
 
@@ -344,6 +409,15 @@ Comm& DistContext::world_comm() { return *impl_->world_comm; }
 Comm& DistContext::control() { return impl_->control ? *impl_->control : *impl_->world_comm; }
 Comm& DistContext::intra_node() { return *impl_->intra; }
 Comm& DistContext::inter_node() { return *impl_->inter; }
+Status DistContext::Health() {
+  for (Comm* c :
+       {impl_->world_comm.get(), impl_->intra.get(), impl_->inter.get(), impl_->control.get()}) {
+    if (c == nullptr) continue;
+    Status s = c->Health();
+    if (!s.ok()) return s.Annotate("group " + c->name());
+  }
+  return Status::Ok();
+}
 const std::string& DistContext::rendezvous_description() const { return impl_->rdzv; }
 const std::string& DistContext::collective_settings() const { return impl_->collective_settings; }
 

@@ -42,6 +42,9 @@ class DistContext {
   Comm& intra_node();
   // Ranks with the same local rank on every node, ordered by node.
   Comm& inter_node();
+  // The first failed group of this process (Comm::Health of the world, node and control
+  // groups): every NCCL group's asynchronous error, checked before a snapshot begins.
+  Status Health();
   // Where the rendezvous happened, for logs: "pmix ns=... store=host:port".
   const std::string& rendezvous_description() const;
   // With nccl: the NCCL version and the settings that fix its reduction order

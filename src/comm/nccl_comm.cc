@@ -12,13 +12,12 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <thread>
 
+#include "comm/comm_guard.h"
 #include "core/log.h"
 
 namespace ftrain::comm {
@@ -81,10 +80,13 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 }
 
 // A non-blocking communicator answers ncclInProgress while it works in the background:
-// poll its state until it settles, at most until `deadline`.
-ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline) {
+// poll its state until it settles, at most until `deadline`, or until `guard` says the group
+// failed (the watchdog then waits for the launch lock to abort it).
+ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
+                    const CommGuard* guard = nullptr) {
   while (r == ncclInProgress) {
     if (Clock::now() > deadline) return ncclInProgress;
+    if (guard != nullptr && guard->Failed()) return ncclInProgress;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
@@ -113,29 +115,35 @@ struct Event {
   }
 };
 
-// What the communicator, its Work handles and its watchdog share.
-struct Shared {
-  std::mutex mu;
-  std::condition_variable cv;
-  Status error;       // guarded by mu: set once, by the watchdog or a failed launch
-  bool stop = false;  // guarded by mu
-  struct Pending {
-    std::shared_ptr<Event> done;
-    Clock::time_point deadline;
-    std::string what;
+// How the guard queries, aborts and ends an NCCL group. Captures the handle by value, never
+// the NcclComm: a watchdog left behind by ~NcclComm may still run these.
+CommGuard::Backend GuardBackend(ncclComm_t comm, const std::string& name, int device) {
+  CommGuard::Backend b;
+  b.log_prefix = "nccl";
+  b.on_watchdog_start = [device] {
+    cudaSetDevice(device);  // event queries need the device's context on this thread
   };
-  std::deque<Pending> pending;  // guarded by mu, in issue order
-  Status Error() {
-    std::lock_guard<std::mutex> lock(mu);
-    return error;
-  }
-};
+  b.async_error = [comm, name]() -> Status {
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return Status::Ok();  // cannot tell
+    if (async == ncclSuccess || async == ncclInProgress) return Status::Ok();
+    return NcclError("group " + name, async, comm);
+  };
+  b.abort = [comm] {
+    ncclCommAbort(comm);  // the verdict is already recorded; abort has nothing to add
+  };
+  b.exit_process = [](const std::string& why) {
+    FT_LOG(Error) << "nccl: " << why << "; exiting so that the job restarts";
+    std::_Exit(1);  // the same exit code as a collective timeout that returned
+  };
+  return b;
+}
 
 class EventWork : public Work {
  public:
-  EventWork(std::shared_ptr<Shared> shared, std::shared_ptr<Event> done, Status launch, int device,
-            bool blocking)
-      : shared_(std::move(shared)),
+  EventWork(std::shared_ptr<CommGuard> guard, std::shared_ptr<Event> done, Status launch,
+            int device, bool blocking)
+      : guard_(std::move(guard)),
         done_(std::move(done)),
         launch_(std::move(launch)),
         device_(device),
@@ -143,7 +151,7 @@ class EventWork : public Work {
 
   Status Wait() override {
     if (!launch_.ok()) return launch_;
-    FT_RETURN_IF_ERROR(shared_->Error());
+    FT_RETURN_IF_ERROR(guard_->Error());
     if (done_ == nullptr) return Status::Ok();
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     if (!blocking_) {
@@ -158,13 +166,13 @@ class EventWork : public Work {
       cudaError_t e = cudaEventQuery(done_->ev);
       if (e == cudaSuccess) return Status::Ok();
       if (e != cudaErrorNotReady) return CudaError("waiting for an NCCL collective", e);
-      FT_RETURN_IF_ERROR(shared_->Error());
+      FT_RETURN_IF_ERROR(guard_->Error());
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
  private:
-  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<CommGuard> guard_;
   std::shared_ptr<Event> done_;
   Status launch_;
   const int device_;
@@ -183,21 +191,20 @@ class NcclComm : public Comm {
         size_(size),
         device_(device),
         timeout_(timeout),
-        blocking_wait_(BlockingWaitRequested()),
-        shared_(std::make_shared<Shared>()) {
+        blocking_wait_(BlockingWaitRequested()) {
     cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming);  // checked at launch
-    watchdog_ = std::thread([this] { Watch(); });
+    guard_ =
+        CommGuard::Start(name_, std::to_string(timeout_.count() / 1000) + " s (dist.timeout_s)",
+                         GuardBackend(comm_, name_, device_),
+                         CommGuard::Timing{std::chrono::milliseconds(100), kAbortGrace});
   }
 
   ~NcclComm() override {
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      shared_->stop = true;
-    }
-    shared_->cv.notify_all();
-    watchdog_.join();
+    // Bounded: a watchdog stuck in an abort is left behind (it holds only the guard), and
+    // its grace timer still ends the process.
+    const bool usable = guard_->Stop(kAbortGrace);
     if (inputs_ready_ != nullptr) cudaEventDestroy(inputs_ready_);
-    if (!shared_->Error().ok()) return;  // aborted: NCCL freed the communicator
+    if (!usable) return;  // aborted (NCCL freed it), or the abort may still be running
     // Flush and tear down, bounded: a peer that is gone must not hang the exit.
     const auto deadline = Clock::now() + timeout_;
     ncclResult_t r = Settle(comm_, ncclCommFinalize(comm_), deadline);
@@ -207,6 +214,9 @@ class NcclComm : public Comm {
       ncclCommAbort(comm_);  // did not quiesce in time: drop it
     }
   }
+
+  // Health of the group: the watchdog's verdict, or NCCL's asynchronous error now.
+  Status Health() override { return guard_->Health(); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -299,15 +309,19 @@ class NcclComm : public Comm {
   }
 
   StatusOr<std::unique_ptr<Comm>> Split(int color, int key, const std::string& name) {
-    std::lock_guard<std::mutex> lock(launch_mu_);
-    FT_RETURN_IF_ERROR(shared_->Error());
+    auto lock = guard_->LockLaunch();
+    FT_RETURN_IF_ERROR(guard_->Error());
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     ncclConfig_t config = NonBlockingConfig(name);
     ncclComm_t child = nullptr;
     const auto deadline = Clock::now() + timeout_;
     ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &config);
-    if (r == ncclInProgress && child != nullptr) r = Settle(child, r, deadline);
-    if (r == ncclInProgress) r = Settle(comm_, r, deadline);
+    if (r == ncclInProgress && child != nullptr) r = Settle(child, r, deadline, guard_.get());
+    if (r == ncclInProgress) r = Settle(comm_, r, deadline, guard_.get());
+    if (r == ncclInProgress && guard_->Failed()) {
+      if (child != nullptr) ncclCommAbort(child);
+      return guard_->Error();
+    }
     if (r != ncclSuccess) {
       if (child != nullptr) ncclCommAbort(child);
       if (r == ncclInProgress) {
@@ -325,9 +339,11 @@ class NcclComm : public Comm {
   }
 
  private:
+  // Called under the launch lock.
   Status Call(const char* what, ncclResult_t r) {
-    if (r == ncclInProgress) r = Settle(comm_, r, Clock::now() + timeout_);
+    if (r == ncclInProgress) r = Settle(comm_, r, Clock::now() + timeout_, guard_.get());
     if (r == ncclSuccess) return Status::Ok();
+    if (guard_->Failed()) return guard_->Error();  // the watchdog aborts once we let go
     if (r == ncclInProgress) {
       return Status::DeadlineExceeded(std::string(what) + " was not enqueued within " +
                                       std::to_string(timeout_.count() / 1000) + " s");
@@ -351,17 +367,20 @@ class NcclComm : public Comm {
   template <typename F>
   std::unique_ptr<Work> Launch(const char* op, std::initializer_list<at::Tensor> tensors,
                                F enqueue) {
-    std::lock_guard<std::mutex> lock(launch_mu_);
+    // A failed group answers at once: the lock may be held by an abort that hangs.
+    Status s = guard_->Error();
+    if (!s.ok()) return std::make_unique<EventWork>(guard_, nullptr, s, device_, false);
+    auto lock = guard_->LockLaunch();
     const std::string what = std::string(op) + " on group " + name_ + " (rank " +
                              std::to_string(rank_) + " of " + std::to_string(size_) + ")";
-    Status s = shared_->Error();
-    if (!s.ok()) return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+    s = guard_->Error();
+    if (!s.ok()) return std::make_unique<EventWork>(guard_, nullptr, s, device_, false);
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     for (const at::Tensor& t : tensors) {
       if (!t.is_cuda() || t.get_device() != device_) {
         s = Status::InvalidArgument(what + ": tensor on " + t.device().str() +
                                     ", NCCL needs tensors on cuda:" + std::to_string(device_));
-        return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+        return std::make_unique<EventWork>(guard_, nullptr, s, device_, false);
       }
     }
     // Inputs were produced on LibTorch's current stream: order our stream after it.
@@ -383,78 +402,19 @@ class NcclComm : public Comm {
     if (s.ok()) s = Cuda("cudaEventRecord", cudaEventRecord(done->ev, stream_));
     if (!s.ok()) {
       s = s.Annotate(what);
-      Fail(s);  // a half-enqueued collective leaves the group out of step with its peers
-      return std::make_unique<EventWork>(shared_, nullptr, s, device_, false);
+      // A half-enqueued collective leaves the group out of step with its peers.
+      guard_->FailLocked(s);
+      return std::make_unique<EventWork>(guard_, nullptr, s, device_, false);
     }
-    {
-      std::lock_guard<std::mutex> l(shared_->mu);
-      shared_->pending.push_back({done, Clock::now() + timeout_, what});
-    }
-    shared_->cv.notify_all();
-    return std::make_unique<EventWork>(shared_, done, Status::Ok(), device_, blocking_wait_);
-  }
-
-  // Records the group's first error and aborts the communicator (its peers' collectives
-  // then fail or time out too). Later launches and waits return the error.
-  void Fail(const Status& s) {
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      if (!shared_->error.ok()) return;
-      shared_->error = s;
-    }
-    FT_LOG(Error) << "nccl: " << s.message() << "; aborting the communicator of group " << name_;
-    ncclCommAbort(comm_);  // the verdict is already recorded; abort has nothing to add
-  }
-
-  // The watchdog: every collective finishes within the timeout, or the group is aborted.
-  void Watch() {
-    cudaSetDevice(device_);  // event queries need the device's context on this thread
-    std::unique_lock<std::mutex> lock(shared_->mu);
-    for (;;) {
-      shared_->cv.wait_for(lock, std::chrono::milliseconds(100));
-      if (shared_->stop) return;
-      if (!shared_->error.ok()) {
-        // Aborted: the process should be on its way out. If it is still here after the
-        // grace period, a thread is stuck behind the dead collective for good.
-        if (!shared_->cv.wait_for(lock, kAbortGrace, [this] { return shared_->stop; })) {
-          FT_LOG(Error) << "nccl: group " << name_ << " was aborted (" << shared_->error.message()
-                        << ") and the process did not stop within "
-                        << std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count()
-                        << " s; exiting so that the job restarts";
-          std::_Exit(1);  // the same exit code as a collective timeout that returned
-        }
-        return;
-      }
-      Status verdict;
-      while (!shared_->pending.empty()) {
-        Shared::Pending& p = shared_->pending.front();
-        cudaError_t e = cudaEventQuery(p.done->ev);
-        if (e == cudaSuccess) {
-          shared_->pending.pop_front();
-          continue;
-        }
-        if (e != cudaErrorNotReady) {
-          verdict = CudaError(p.what, e);
-        } else if (Clock::now() > p.deadline) {
-          verdict = Status::DeadlineExceeded(
-              p.what + " timed out after " + std::to_string(timeout_.count() / 1000) +
-              " s (dist.timeout_s): a peer is dead, hung or unreachable");
-        }
-        break;
-      }
-      if (verdict.ok()) {
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
-          verdict = NcclError("group " + name_, async, comm_);
-        }
-      }
-      if (!verdict.ok()) {
-        lock.unlock();
-        Fail(verdict);
-        lock.lock();
-      }
-    }
+    guard_->Track({[done](std::string* why) {
+                     cudaError_t e = cudaEventQuery(done->ev);
+                     if (e == cudaSuccess) return CommGuard::Progress::kDone;
+                     if (e == cudaErrorNotReady) return CommGuard::Progress::kRunning;
+                     *why = cudaGetErrorString(e);
+                     return CommGuard::Progress::kFailed;
+                   },
+                   Clock::now() + timeout_, what});
+    return std::make_unique<EventWork>(guard_, done, Status::Ok(), device_, blocking_wait_);
   }
 
   ncclComm_t comm_;
@@ -465,10 +425,10 @@ class NcclComm : public Comm {
   const int device_;
   const std::chrono::milliseconds timeout_;
   const bool blocking_wait_;
-  std::shared_ptr<Shared> shared_;
-  std::mutex launch_mu_;                // serialises launches: the issue order is the order
-  cudaEvent_t inputs_ready_ = nullptr;  // guarded by launch_mu_ (after construction)
-  std::thread watchdog_;
+  // The first error, the launch lock (it serialises launches: the issue order is the order;
+  // the abort takes it too), the watchdog.
+  std::shared_ptr<CommGuard> guard_;
+  cudaEvent_t inputs_ready_ = nullptr;  // guarded by the launch lock (after construction)
 };
 
 }  // namespace

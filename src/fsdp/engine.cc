@@ -368,6 +368,11 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
     comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   const double sumsq = acc.item<double>();
+  // The host has now waited for every collective of this step. One that was aborted
+  // meanwhile (an NCCL Wait() does not block the host) left partially reduced gradients:
+  // they must not reach the optimizer state, which the next checkpoint would then save.
+  FT_RETURN_IF_ERROR(CommHealth().Annotate("optimizer step " + std::to_string(optimizer_step_ + 1) +
+                                           " not applied"));
   StepStats stats;
   stats.grad_norm = std::sqrt(sumsq);
   const double coef = ClipCoefficient(stats.grad_norm, max_norm);
@@ -385,6 +390,15 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   comm_wait_s_ = 0;
   comm_bytes_ = 0;
   return stats;
+}
+
+Status FsdpEngine::CommHealth() const {
+  for (comm::Comm* c : {groups_.shard, groups_.replicate}) {
+    if (c == nullptr) continue;
+    Status s = c->Health();
+    if (!s.ok()) return s.Annotate("group " + c->name());
+  }
+  return Status::Ok();
 }
 
 std::vector<ShardPiece> FsdpEngine::StatePieces() const {

@@ -99,6 +99,11 @@ class FsdpEngine {
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
 
+  // The first failure of the groups this engine communicates over (comm::Comm::Health):
+  // after a host synchronisation, a non-OK status means some collective of this step was
+  // aborted and its results are not to be trusted.
+  Status CommHealth() const;
+
   // Every piece of persistent state this rank holds (views, not copies).
   std::vector<ShardPiece> StatePieces() const;
   // Whether this rank writes its tensor pieces to checkpoints: replicas (hybrid_shard across

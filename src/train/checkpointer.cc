@@ -278,8 +278,28 @@ void Checkpointer::BeforeStateChanges() {
   }
 }
 
+Status Checkpointer::CommHealth() const {
+  return options_.comm_health ? options_.comm_health() : Status::Ok();
+}
+
+void Checkpointer::DropPending(const Status& why) {
+  WaitForDeviceCopies();  // the copy may still write into the slot; let it end first
+  pending_.reset();
+  FT_LOG(Error) << "CHECKPOINT DROPPED at step " << pending_step_
+                << ": not handed over to ckptd because a communicator failed (" << why.message()
+                << "); the state may hold partially reduced values";
+}
+
 void Checkpointer::FinishPending() {
   if (!pending_) return;
+  // The snapshot was begun at a step boundary that passed its own check, but a communicator
+  // that failed since (this step's, or any later) leaves the run without a trustworthy
+  // continuation: finish nothing once one has failed.
+  Status health = CommHealth();
+  if (!health.ok()) {
+    DropPending(health);
+    return;
+  }
   ckpt::CkptdClient::Pending p = std::move(*pending_);
   pending_.reset();
   const std::string step_s = std::to_string(pending_step_);
@@ -296,11 +316,72 @@ void Checkpointer::FinishPending() {
   }
 }
 
+// Waits until the step is committed; rewrites synchronously what a daemon failed to persist.
+Status Checkpointer::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
+                                        const ckpt::ShardContents& contents, bool via_daemon) {
+  const std::string step_s = std::to_string(meta.step);
+  const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
+  const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
+  bool mine_pending = via_daemon;
+  for (;;) {
+    bool failed = false;
+    if (mine_pending) {
+      auto st = QueryDaemon();  // drops the daemon if it does not answer
+      if (!st.has_value()) {
+        failed = true;
+        mine_pending = false;
+      } else if (st->in_flight == 0) {
+        failed = st->last_persisted_step < meta.step;
+        if (failed)
+          FT_LOG(Error) << "ckptd could not persist step " << step_s << ": " << st->last_error;
+        mine_pending = false;
+      }
+    }
+    const bool committed = Env::Default()->IsDirectory(final_dir);
+    const bool late = options_.rank == 0 && Clock::now() > deadline;
+    double w[3] = {committed ? 0.0 : 1.0, failed ? 1.0 : 0.0, late ? 1.0 : 0.0};
+    FT_RETURN_IF_ERROR(ReduceMax(w, 3));
+    if (w[0] == 0) return Status::Ok();
+    if (w[2] != 0) {
+      return Status::DeadlineExceeded("step " + step_s + " was not committed within " +
+                                      std::to_string(options_.flush_timeout_s) +
+                                      " s (ckpt.flush_timeout_s); see `ckptctl status " +
+                                      options_.run_dir + "`");
+    }
+    if (w[1] != 0) {
+      Status s;
+      bool c = false;
+      if (failed) {
+        FT_LOG(Warning) << "rank " << options_.rank << " rewrites its shard of step " << step_s
+                        << " synchronously";
+        s = SaveSync(meta, contents, &c);
+      }
+      double x[1] = {s.ok() ? 0.0 : 1.0};
+      FT_RETURN_IF_ERROR(ReduceMax(x, 1));
+      if (!s.ok()) return s;
+      if (x[0] != 0)
+        return Status::IOError("step " + step_s + ": a synchronous rewrite failed on another rank");
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
                                          const ckpt::ShardContents& contents, bool durable) {
-  FinishPending();  // an earlier step's snapshot goes to the daemon first
   const auto t0 = Clock::now();
   const std::string step_s = std::to_string(meta.step);
+  // Before any snapshot begins: the host has synchronised with the device since the last
+  // collective (the optimizer step read the gradient norm), so a failed group shows here.
+  // It is also this rank's vote below: with one failed group anywhere, no rank saves.
+  const Status health = CommHealth();
+  if (!health.ok()) {
+    if (pending_) DropPending(health);
+    double v[5] = {0, 0, 0, 0, 1.0};
+    FT_RETURN_IF_ERROR(ReduceMax(v, 5));
+    return health.Annotate("checkpoint of step " + step_s + " refused");
+  }
+  FinishPending();  // an earlier step's snapshot goes to the daemon first
   if (client_ == nullptr && options_.daemon != DaemonMode::kOff && had_daemon_) {
     TryConnect(/*quiet=*/true);  // the node agent may have restarted it
   }
@@ -339,9 +420,16 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   Status local;
   bool committed_here = false;
   if (!via_daemon) local = SaveSync(meta, contents, &committed_here);
-  double v[4] = {local.ok() ? 0.0 : 1.0, via_daemon ? 1.0 : 0.0, committed_here ? 1.0 : 0.0,
-                 Since(t0)};
-  FT_RETURN_IF_ERROR(ReduceMax(v, 4));
+  double v[5] = {local.ok() ? 0.0 : 1.0, via_daemon ? 1.0 : 0.0, committed_here ? 1.0 : 0.0,
+                 Since(t0), 0.0};
+  FT_RETURN_IF_ERROR(ReduceMax(v, 5));
+  if (v[4] != 0) {
+    // Whatever this rank handed over stays uncommitted: the failed rank writes no shard.
+    if (pending_) DropPending(Status::Unavailable("another rank's communicator failed"));
+    return Status::Unavailable("checkpoint of step " + step_s +
+                               " refused: a communicator failed on another rank (see its log); "
+                               "the state may hold partially reduced values");
+  }
   if (!local.ok()) return local;
   if (v[0] != 0) {
     return Status::IOError("checkpoint of step " + step_s +
@@ -360,52 +448,7 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   }
   if (!durable) return out;
 
-  // Wait until the step is committed; rewrite synchronously what a daemon failed to persist.
-  const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
-  const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
-  bool mine_pending = via_daemon;
-  for (;;) {
-    bool failed = false;
-    if (mine_pending) {
-      auto st = QueryDaemon();  // drops the daemon if it does not answer
-      if (!st.has_value()) {
-        failed = true;
-        mine_pending = false;
-      } else if (st->in_flight == 0) {
-        failed = st->last_persisted_step < meta.step;
-        if (failed)
-          FT_LOG(Error) << "ckptd could not persist step " << step_s << ": " << st->last_error;
-        mine_pending = false;
-      }
-    }
-    const bool committed = Env::Default()->IsDirectory(final_dir);
-    const bool late = options_.rank == 0 && Clock::now() > deadline;
-    double w[3] = {committed ? 0.0 : 1.0, failed ? 1.0 : 0.0, late ? 1.0 : 0.0};
-    FT_RETURN_IF_ERROR(ReduceMax(w, 3));
-    if (w[0] == 0) break;
-    if (w[2] != 0) {
-      return Status::DeadlineExceeded("step " + step_s + " was not committed within " +
-                                      std::to_string(options_.flush_timeout_s) +
-                                      " s (ckpt.flush_timeout_s); see `ckptctl status " +
-                                      options_.run_dir + "`");
-    }
-    if (w[1] != 0) {
-      Status s;
-      bool c = false;
-      if (failed) {
-        FT_LOG(Warning) << "rank " << options_.rank << " rewrites its shard of step " << step_s
-                        << " synchronously";
-        s = SaveSync(meta, contents, &c);
-      }
-      double x[1] = {s.ok() ? 0.0 : 1.0};
-      FT_RETURN_IF_ERROR(ReduceMax(x, 1));
-      if (!s.ok()) return s;
-      if (x[0] != 0)
-        return Status::IOError("step " + step_s + ": a synchronous rewrite failed on another rank");
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  FT_RETURN_IF_ERROR(WaitUntilCommitted(meta, contents, via_daemon));
   out.durable = true;
   out.stall_s = Since(t0);
   return out;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,11 @@ struct CheckpointerOptions {
   // GPU ranks: copies device tensors into the daemon's slots (or a host buffer for the
   // synchronous path). Not owned; outlives the Checkpointer. Null on CPU.
   ckpt::DeviceMemory* device = nullptr;
+  // The health of every communicator this rank computes with (comm::DistContext::Health):
+  // a failed one (an aborted NCCL collective) may have left partially reduced state behind,
+  // so no snapshot begins, none that is pending is finished, and the save vote fails on
+  // every rank. Unset: always healthy.
+  std::function<Status()> comm_health;
 };
 
 struct SaveOutcome {
@@ -81,6 +87,9 @@ class Checkpointer {
   bool connected() const { return client_ != nullptr; }
 
  private:
+  Status CommHealth() const;
+  // Drops the pending snapshot without handing it over (after a communicator failed).
+  void DropPending(const Status& why);
   bool TryConnect(bool quiet);
   void DropDaemon(const std::string& why);
   // Drops the daemon if it writes to another checkpoint root than ckpt.root.
@@ -96,6 +105,8 @@ class Checkpointer {
   std::optional<DaemonState> QueryDaemon();
   Status SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
                   bool* committed);
+  Status WaitUntilCommitted(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
+                            bool via_daemon);
   // Max-reduces `v` (size n) over the world.
   Status ReduceMax(double* v, int n);
 

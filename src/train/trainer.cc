@@ -746,6 +746,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
     run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
     co.device = run->device_memory.get();
   }
+  // An aborted NCCL collective must never be checkpointed as good state (checkpointer.h).
+  co.comm_health = [&ctx] { return ctx.Health(); };
   // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
   run->checkpointer = std::make_unique<Checkpointer>(co, &ctx.control());
   FT_RETURN_IF_ERROR(run->checkpointer->Start(
