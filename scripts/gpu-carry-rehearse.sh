@@ -41,7 +41,12 @@ if [[ "${FTRAIN_REHEARSE_INSIDE:-0}" != "1" ]]; then
   # Everything below runs again inside the namespace; its mounts vanish with it.
   args=()
   if [[ "${MODE}" == --configure-only ]]; then args=(--configure-only); fi
-  FTRAIN_REHEARSE_INSIDE=1 exec unshare --mount --propagation private -- bash "$0" "${args[@]}"
+  scratch="$(mktemp -d /tmp/ftrain-rehearse-XXXXXX)"  # a tmpfs inside, gone with the namespace
+  rc=0
+  FTRAIN_REHEARSE_INSIDE=1 FTRAIN_REHEARSE_SCRATCH="${scratch}" \
+    unshare --mount --propagation private -- bash "$0" "${args[@]}" || rc=$?
+  rmdir "${scratch}" 2>/dev/null || true
+  exit "${rc}"
 fi
 
 # ---- inside the namespace --------------------------------------------------------------------
@@ -49,7 +54,7 @@ mapfile -t hidden < <(
   dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\n' | awk -F'\t' '$2 ~ /^ii/ {print $1}' |
     { grep -E -- '-dev$' | grep -Ev "${TOOLCHAIN_DEV}"; printf '%s\n' "${CARRIED_TOOLS[@]}"; } |
     sort -u)
-scratch="$(mktemp -d /tmp/ftrain-rehearse-XXXXXX)"
+scratch="${FTRAIN_REHEARSE_SCRATCH:?}"
 mount -t tmpfs ftrain-rehearse "${scratch}"
 mkdir -p "${scratch}/upper" "${scratch}/work"
 # A whiteout (char device 0:0) in the overlay's upper dir hides the lower file.
