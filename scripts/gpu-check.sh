@@ -17,17 +17,28 @@
 # --dry-run: the same sequence on a machine without a GPU: the existing build (FTRAIN_BIN_DIR,
 # default build/bin), gloo instead of nccl, train.device=cpu and a tiny model. It checks
 # everything but the GPU itself and runs in the test suite.
+# --build-only / --configure-only: step 1 alone (no GPU needed); scripts/gpu-carry-rehearse.sh
+# runs it with Debian's -dev packages hidden to prove the carried set complete.
+# The carried .deb files (scripts/gpu-carry-deps.sh makes them; list in docs/building.md) are
+# FTRAIN_DEB_DIR/*.deb (default shared/debs, which travels with the tree); they are unpacked
+# into FTRAIN_DEB_PREFIX (default build/deb-root) when it is not there yet. The build takes
+# every header, library, pkg-config file and protoc from that prefix, never from /usr.
 # Exit: 0 pass, 1 a check failed, 2 setup error (missing tool or library), 77 no GPU (not
 # a dry run).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DRY_RUN=0
-if [[ "${1:-}" == "--dry-run" ]]; then DRY_RUN=1; shift; fi
-(($# == 0)) || { echo "usage: $0 [--dry-run]" >&2; exit 2; }
+DRY_RUN=0 BUILD_ONLY=0 CONFIGURE_ONLY=0
+case "${1:-}" in
+  --dry-run) DRY_RUN=1; shift ;;
+  --build-only) BUILD_ONLY=1; shift ;;
+  --configure-only) BUILD_ONLY=1 CONFIGURE_ONLY=1; shift ;;
+esac
+(($# == 0)) || { echo "usage: $0 [--dry-run | --build-only | --configure-only]" >&2; exit 2; }
 WORK="${FTRAIN_GPU_CHECK_DIR:-$(mktemp -d /tmp/ftrain-gpu-check-XXXXXX)}"
 BUILD_DIR="${FTRAIN_GPU_BUILD_DIR:-${ROOT}/build-gpu}"
-DEB_PREFIX="${FTRAIN_DEB_PREFIX:-${ROOT}/shared/debs/root}"   # dpkg -x of the carried .debs
+DEB_DIR="${FTRAIN_DEB_DIR:-${ROOT}/shared/debs}"            # the carried .deb files
+DEB_PREFIX="${FTRAIN_DEB_PREFIX:-${ROOT}/build/deb-root}"    # dpkg -x of them
 PEAK_TFLOPS="${FTRAIN_PEAK_TFLOPS:-989}"   # bf16 dense peak: H100/H200 SXM 989 TFLOP/s
 # The killed run dies inside the step after this checkpoint step (a multiple of the interval).
 KILL_AFTER_CKPT="${FTRAIN_GPU_CHECK_KILL_AFTER:-20}"
@@ -41,6 +52,48 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Step 1: configure and build against the image's torch and the carried prefix alone.
+build_gpu() {
+  local torch_prefix lib="${DEB_PREFIX}/usr/lib/x86_64-linux-gnu" tool f t0
+  torch_prefix="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
+    { log "python3 has no torch: cannot build against the image's LibTorch"; exit 2; }
+  for tool in cmake ninja nvcc; do
+    command -v "${tool}" >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/${tool} ]] ||
+      { log "missing ${tool}"; exit 2; }
+  done
+  if [[ ! -d "${DEB_PREFIX}/usr/include" ]] && compgen -G "${DEB_DIR}/*.deb" >/dev/null; then
+    log "unpacking the carried ${DEB_DIR}/*.deb into ${DEB_PREFIX}"
+    mkdir -p "${DEB_PREFIX}"
+    for f in "${DEB_DIR}"/*.deb; do dpkg -x "${f}" "${DEB_PREFIX}" || { log "dpkg -x ${f} failed"; exit 2; }; done
+  fi
+  [[ -d "${DEB_PREFIX}/usr/include" ]] || {
+    log "no unpacked .deb prefix at ${DEB_PREFIX} and no ${DEB_DIR}/*.deb (scripts/gpu-carry-deps.sh makes them)"; exit 2; }
+  log "building against ${torch_prefix} and ${DEB_PREFIX}"
+  t0=${SECONDS}
+  # pkg-config: only the prefix's .pc files, their /usr paths moved into the prefix. HDF5:
+  # Debian's serial layout (include -> the headers, lib -> the libraries); its h5cc is not
+  # carried (its paths are /usr's). protoc: the carried one, matching the carried headers.
+  export PKG_CONFIG_LIBDIR="${lib}/pkgconfig:${DEB_PREFIX}/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="${DEB_PREFIX}"
+  # (some Debian 12 libraries install into /lib, not /usr/lib)
+  export LD_LIBRARY_PATH="${lib}:${lib}/hdf5/serial:${DEB_PREFIX}/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+  # The prefix's multiarch headers (openssl/opensslconf.h, ...), where gcc looks under /usr.
+  export C_INCLUDE_PATH="${DEB_PREFIX}/usr/include/x86_64-linux-gnu${C_INCLUDE_PATH:+:${C_INCLUDE_PATH}}"
+  export CPLUS_INCLUDE_PATH="${DEB_PREFIX}/usr/include/x86_64-linux-gnu${CPLUS_INCLUDE_PATH:+:${CPLUS_INCLUDE_PATH}}"
+  cmake -S "${ROOT}" -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="${torch_prefix};${DEB_PREFIX}/usr" -DFTRAIN_FUZZ=OFF \
+    -DPKG_CONFIG_EXECUTABLE="${DEB_PREFIX}/usr/bin/pkg-config" \
+    -DProtobuf_PROTOC_EXECUTABLE="${DEB_PREFIX}/usr/bin/protoc" \
+    -DProtobuf_INCLUDE_DIR="${DEB_PREFIX}/usr/include" \
+    -DHDF5_ROOT="${lib}/hdf5/serial" >"${WORK}/cmake.log" 2>&1 ||
+    { tail -n 30 "${WORK}/cmake.log" >&2; log "configure failed (${WORK}/cmake.log)"; exit 2; }
+  log "configured in $((SECONDS - t0)) s"
+  ((!CONFIGURE_ONLY)) || return 0
+  cmake --build "${BUILD_DIR}" -j "${JOBS}" --target ftrain ckptctl ckptd >"${WORK}/build.log" 2>&1 ||
+    { tail -n 30 "${WORK}/build.log" >&2; log "build failed (${WORK}/build.log)"; exit 2; }
+  log "built in $((SECONDS - t0)) s"
+}
+
 if ((DRY_RUN)); then
   BIN="${FTRAIN_BIN_DIR:-${ROOT}/build/bin}"
   CONFIG="${ROOT}/configs/tiny.cfg"
@@ -53,28 +106,13 @@ if ((DRY_RUN)); then
     { log "dry run: no ftrain/ckptctl/ckptd in ${BIN}; build first"; exit 2; }
   log "dry run: CPU + gloo + tiny model with ${BIN} (no GPU steps)"
 else
-  command -v nvidia-smi >/dev/null 2>&1 || { log "no nvidia-smi: no GPU here (skipped)"; exit 77; }
-  nvidia-smi -L | grep -q '^GPU ' || { log "nvidia-smi lists no GPU (skipped)"; exit 77; }
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
-  TORCH_PREFIX="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
-    { log "python3 has no torch: cannot build against the image's LibTorch"; exit 2; }
-  for tool in cmake ninja nvcc; do
-    command -v "${tool}" >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/${tool} ]] ||
-      { log "missing ${tool}"; exit 2; }
-  done
-  [[ -d "${DEB_PREFIX}/usr/include" ]] || {
-    log "no unpacked .deb prefix at ${DEB_PREFIX} (dpkg -x the carried packages there)"; exit 2; }
-  log "building against ${TORCH_PREFIX} and ${DEB_PREFIX}"
-  t0=${SECONDS}
-  export PKG_CONFIG_PATH="${DEB_PREFIX}/usr/lib/x86_64-linux-gnu/pkgconfig:${DEB_PREFIX}/usr/share/pkgconfig"
-  export LD_LIBRARY_PATH="${DEB_PREFIX}/usr/lib/x86_64-linux-gnu:${DEB_PREFIX}/usr/lib/x86_64-linux-gnu/hdf5/serial:${LD_LIBRARY_PATH:-}"
-  cmake -S "${ROOT}" -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="${TORCH_PREFIX};${DEB_PREFIX}/usr" -DFTRAIN_FUZZ=OFF \
-    -DHDF5_ROOT="${DEB_PREFIX}/usr" >"${WORK}/cmake.log" 2>&1 ||
-    { tail -n 30 "${WORK}/cmake.log" >&2; exit 2; }
-  cmake --build "${BUILD_DIR}" -j "${JOBS}" --target ftrain ckptctl ckptd >"${WORK}/build.log" 2>&1 ||
-    { tail -n 30 "${WORK}/build.log" >&2; exit 2; }
-  log "built in $((SECONDS - t0)) s"
+  if ((!BUILD_ONLY)); then
+    command -v nvidia-smi >/dev/null 2>&1 || { log "no nvidia-smi: no GPU here (skipped)"; exit 77; }
+    nvidia-smi -L | grep -q '^GPU ' || { log "nvidia-smi lists no GPU (skipped)"; exit 77; }
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
+  fi
+  build_gpu
+  if ((BUILD_ONLY)); then PASSED=1; exit 0; fi
   BIN="${BUILD_DIR}/bin"
   CONFIG="${ROOT}/configs/gpu-check.cfg"
   CKPT_EVERY=10

@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${FTRAIN_BUILD_DIR:-${ROOT}/build}"
 JOBS="${FTRAIN_JOBS:-$(nproc)}"
 CTEST_JOBS="${FTRAIN_CTEST_JOBS:-1}"
-CLUSTER_NODES="${FTRAIN_TEST_NODES:-3}"     # 3: the spare-node tests need a spare
+CLUSTER_NODES="${FTRAIN_TEST_NODES:-4}"     # 4: the spare topology test needs two spares
 CLUSTER_CPUS="${FTRAIN_TEST_CPUS_PER_NODE:-2}"
 
 cd "${ROOT}"

@@ -13,14 +13,19 @@
 # CKPTD_BIN, FTRAIN_BIN.
 # With spare nodes (FTRAIN_SPARE_NODES > 0, the job submitted with --no-kill) Slurm keeps the
 # job RUNNING when the batch host (FTRAIN_BATCH_HOST) dies, with nobody left to run train.sh:
-# the agents on the first two other nodes then requeue the job, as Slurm would without spares.
+# the agents on the first two other live nodes then requeue the job, as Slurm would without
+# spares. The host must be missing from the job in two looks in a row (one look can be wrong).
 # FTRAIN_REPLICATION=1 (train.sh sets it with spare nodes): buddy replication; each daemon
 # listens for peers on this host name (FTRAIN_PEER_HOST, default `hostname`; FTRAIN_PEER_PORT,
 # default any free port), publishes FTRAIN_PEER_ADVERTISE (an interface such as ib0, or an
-# address: the network replication should use; default the bound address) and
-# streams its snapshots to the next node of the job's node list (a ring, spares included),
-# authenticated with the start's secret (RUN/.ckptd-secret, made by train.sh, mode 0600);
-# FTRAIN_REPLICA_MEMORY_GB bounds what a daemon holds for others (default 8).
+# address: the network replication should use; default the bound address) and streams its
+# snapshots to the next live node of the job (a ring, spares included), authenticated with the
+# start's secret (RUN/.ckptd-secret, made by train.sh, mode 0600); FTRAIN_REPLICA_MEMORY_GB
+# bounds what a daemon holds for others (default 8).
+# The live nodes: RUN/.job-nodes, which train.sh rewrites when a node leaves the job (replaced
+# by a spare, or a spare lost); the agent reads it every FTRAIN_AGENT_PERIOD_S (default 2) and
+# follows it: the daemon's buddy (RUN/ckptd-<node>/buddy-addr, a link to the buddy's peer-addr
+# that ckptd re-reads before every connection) and which two nodes watch the batch host.
 # The daemon's log is RUN/logs/ckptd-<node>.log (appended; `ftrain paths RUN --node N`).
 set -uo pipefail
 
@@ -33,57 +38,139 @@ MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 export FTRAIN_CKPTD_NODE="${NODE}"
 
-WATCH_PERIOD_S=2                 # how often a watcher asks slurmctld for the job's nodes
+WATCH_PERIOD_S="${FTRAIN_AGENT_PERIOD_S:-2}"  # how often: the job's nodes, the batch host
+WATCHER_DELAY_S=5                              # the second watcher acts this much later
+BATCH_HOST=""
+if [[ "${FTRAIN_SPARE_NODES:-0}" != "0" ]]; then BATCH_HOST="${FTRAIN_BATCH_HOST:-}"; fi
+REPLICATION=0
+if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then REPLICATION=1; fi
 
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] agent.sh ${NODE}: $*"; }
 
-# The layout from the binary (core/run_layout.h), not a copy here.
-paths() { "${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}" --get "$1"; }
-CKPT_ROOT="${FTRAIN_CKPT_ROOT:-$(paths checkpoints)}" || exit 1
-LOG="$(paths ckptd_log)" || exit 1
-RESTARTS="$(paths restarts)" || exit 1
+# The layout from the binary (core/run_layout.h), not a copy here: one call (each loads it).
+declare -A P=()
+paths_out="$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}")" || exit 1
+while IFS=$'\t' read -r key value _; do P["${key%"[${NODE}]"}"]="${value}"; done <<<"${paths_out}"
+CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${P[checkpoints]}}"
+LOG="${P[ckptd_log]}" RESTARTS="${P[restarts]}" JOB_NODES="${P[job_nodes]}"
+BUDDY_LINK="${P[ckptd_buddy_addr]}"
+[[ -n "${LOG}" && -n "${RESTARTS}" && -n "${JOB_NODES}" && -n "${BUDDY_LINK}" ]] ||
+  { log "ftrain paths ${RUN_DIR} --node ${NODE} printed no ckptd_log/restarts/job_nodes/ckptd_buddy_addr"; exit 1; }
+mapfile -t JOB_NODELIST < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-${NODE}}")
+
+# ring: the job's live nodes in ring order, from RUN/.job-nodes ("JOBID NODE...", written by
+# train.sh) when it is this job's, else the job's node list.
+ring=()
+read_ring() {
+  local job rest=""
+  if read -r job rest 2>/dev/null <"${JOB_NODES}" && [[ "${job}" == "${SLURM_JOB_ID:-}" ]]; then
+    read -ra ring <<<"${rest}"
+  else
+    ring=("${JOB_NODELIST[@]}")
+  fi
+  ((${#ring[@]} > 0))
+}
+
+# Points BUDDY_LINK (ckptd's --buddy-file) at the peer-addr of the live node after this one;
+# nothing changes when this node is alone or not in the ring.
+buddy=""
+point_buddy() {
+  local i next="" target
+  for i in "${!ring[@]}"; do
+    [[ "${ring[i]}" == "${NODE}" ]] && next="${ring[$(((i + 1) % ${#ring[@]}))]}"
+  done
+  [[ -n "${next}" && "${next}" != "${NODE}" && "${next}" != "${buddy}" ]] || return 0
+  target="$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${next}" --get ckptd_peer_addr)" || return 1
+  mkdir -p "$(dirname "${BUDDY_LINK}")" &&
+    ln -sfn "${target}" "${BUDDY_LINK}.tmp" && mv -Tf "${BUDDY_LINK}.tmp" "${BUDDY_LINK}" || return 1
+  log "buddy replication: snapshots of this node go to ${next}'s daemon${buddy:+ (was ${buddy})}"
+  buddy="${next}"
+}
+
+# Prints 1 or 2 when this node is one of the first two live nodes other than the batch host
+# (the batch-host watchers), nothing otherwise.
+watcher_rank() {
+  local n k=0
+  for n in "${ring[@]}"; do
+    [[ "${n}" != "${BATCH_HOST}" ]] || continue
+    k=$((k + 1))
+    ((k <= 2)) || return 0
+    if [[ "${n}" == "${NODE}" ]]; then echo "${k}"; return 0; fi
+  done
+}
+
+# Is the batch host out of the job? 0: yes; 1: no; 2: cannot tell (slurmctld did not answer).
+# The host list is read whole before it is searched: `scontrol ... | grep -q` under pipefail
+# reads a scontrol killed by SIGPIPE (grep stopped early) as "gone".
+batch_host_left() {
+  local nodes hosts
+  nodes="$(squeue -h -j "${SLURM_JOB_ID}" -o '%N' 2>/dev/null)" || return 2
+  [[ -n "${nodes}" ]] || return 2
+  hosts="$(scontrol show hostnames "${nodes}" 2>/dev/null)" || return 2
+  [[ -n "${hosts}" ]] || return 2
+  if grep -qxF -- "${BATCH_HOST}" <<<"${hosts}"; then return 1; fi
+  return 0
+}
+
+# The job's restart count as slurmctld has it; fails when it does not answer.
+job_restarts() {
+  local out
+  out="$(scontrol -o show job "${SLURM_JOB_ID}" 2>/dev/null)" || return 1
+  [[ "${out}" =~ (^|[[:space:]])Restarts=([0-9]+) ]] || return 1
+  echo "${BASH_REMATCH[2]}"
+}
+
+# Requeues the job once the batch host is no longer in it (Slurm took it out: --no-kill),
+# unless the job was requeued already (its restart count moved on).
+requeue_for_batch_host() {  # requeue_for_batch_host WATCHER_RANK
+  local restarts
+  sleep "$((($1 - 1) * WATCHER_DELAY_S))"
+  restarts="$(job_restarts)" || return 1  # slurmctld did not answer: look again later
+  [[ "${restarts}" == "${SLURM_RESTART_COUNT:-0}" ]] || return 0
+  if ((!requeue_recorded)); then
+    log "the batch host ${BATCH_HOST} left job ${SLURM_JOB_ID} (node failure): requeueing the job"
+    printf '{"time":%s,"job":"%s","restart_count":%s,"event":"step_failed","cause":"node_failure","node":"%s","batch_host":true,"detected_by":"%s"}\n' \
+      "$(date '+%s.%N')" "${SLURM_JOB_ID}" "${SLURM_RESTART_COUNT:-0}" "${BATCH_HOST}" "${NODE}" \
+      >>"${RESTARTS}"
+    requeue_recorded=1
+  fi
+  scontrol requeue "${SLURM_JOB_ID}"
+}
+
+# In the background, every WATCH_PERIOD_S: follow the live nodes (the buddy, the watchers) and,
+# on a watcher, the batch host. A failed look at slurmctld is retried, never the end of it.
+requeue_recorded=0
+follow_job() {
+  local absent=0 which left
+  while sleep "${WATCH_PERIOD_S}"; do
+    read_ring || continue
+    if ((REPLICATION)); then point_buddy || log "WARNING: could not point ${BUDDY_LINK} at the buddy (retried)"; fi
+    which="$(watcher_rank)"
+    [[ -n "${BATCH_HOST}" && -n "${which}" ]] || { absent=0; continue; }
+    left=0
+    batch_host_left || left=$?
+    ((left != 2)) || continue
+    if ((left == 1)); then absent=0; continue; fi
+    absent=$((absent + 1))
+    ((absent >= 2)) || continue  # confirmed by a second look
+    requeue_for_batch_host "${which}" && return 0
+  done
+}
 
 peer_args=()
-if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then
-  mapfile -t ring < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
-  buddy=""
-  for i in "${!ring[@]}"; do
-    [[ "${ring[i]}" == "${NODE}" ]] && buddy="${ring[$(((i + 1) % ${#ring[@]}))]}"
-  done
-  if [[ -n "${buddy}" && "${buddy}" != "${NODE}" ]]; then
-    listen_host="${FTRAIN_PEER_HOST:-$(hostname)}"
-    # An advertised address must be one the listener is bound to: all of them, by default.
-    [[ -n "${FTRAIN_PEER_ADVERTISE:-}" && -z "${FTRAIN_PEER_HOST:-}" ]] && listen_host="*"
-    peer_args=(--peer-listen "${listen_host}:${FTRAIN_PEER_PORT:-0}"
-      --buddy-file "$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${buddy}" --get ckptd_peer_addr)"
-      --job-secret-file "$(paths replication_secret)"
-      --replica-memory-gb "${FTRAIN_REPLICA_MEMORY_GB:-8}")
-    if [[ -n "${FTRAIN_PEER_ADVERTISE:-}" ]]; then
-      peer_args+=(--peer-advertise "${FTRAIN_PEER_ADVERTISE}")
-    fi
-    log "buddy replication: snapshots of this node go to ${buddy}'s daemon"
+read_ring
+if ((REPLICATION)) && point_buddy && [[ -n "${buddy}" ]]; then
+  listen_host="${FTRAIN_PEER_HOST:-$(hostname)}"
+  # An advertised address must be one the listener is bound to: all of them, by default.
+  [[ -n "${FTRAIN_PEER_ADVERTISE:-}" && -z "${FTRAIN_PEER_HOST:-}" ]] && listen_host="*"
+  peer_args=(--peer-listen "${listen_host}:${FTRAIN_PEER_PORT:-0}"
+    --buddy-file "${BUDDY_LINK}" --job-secret-file "${P[replication_secret]}"
+    --replica-memory-gb "${FTRAIN_REPLICA_MEMORY_GB:-8}")
+  if [[ -n "${FTRAIN_PEER_ADVERTISE:-}" ]]; then
+    peer_args+=(--peer-advertise "${FTRAIN_PEER_ADVERTISE}")
   fi
 fi
 mkdir -p "$(dirname "${LOG}")"
-
-# Requeues the job once the batch host is no longer in it (Slurm took it out: --no-kill), unless
-# the job was requeued already (its restart count moved on). The second watcher waits longer.
-watch_batch_host() {  # watch_batch_host BATCH_HOST DELAY_S
-  local host="$1" nodes
-  while sleep "${WATCH_PERIOD_S}"; do
-    nodes="$(squeue -h -j "${SLURM_JOB_ID}" -o '%N' 2>/dev/null)" || continue  # retried
-    [[ -n "${nodes}" ]] || continue
-    if scontrol show hostnames "${nodes}" | grep -qx "${host}"; then continue; fi
-    sleep "$2"
-    [[ "$(scontrol -o show job "${SLURM_JOB_ID}" | grep -o 'Restarts=[0-9]*')" == \
-      "Restarts=${SLURM_RESTART_COUNT:-0}" ]] || return 0
-    log "the batch host ${host} left job ${SLURM_JOB_ID} (node failure): requeueing the job"
-    printf '{"time":%s,"job":"%s","restart_count":%s,"event":"step_failed","cause":"node_failure","node":"%s","batch_host":true,"detected_by":"%s"}\n' \
-      "$(date '+%s.%N')" "${SLURM_JOB_ID}" "${SLURM_RESTART_COUNT:-0}" "${host}" "${NODE}" \
-      >>"${RESTARTS}"
-    scontrol requeue "${SLURM_JOB_ID}" && return 0
-  done
-}
 
 pid=""
 watch_pid=""
@@ -95,14 +182,10 @@ on_stop() {
 trap on_stop TERM INT
 trap 'if [[ -n "${watch_pid}" ]]; then kill "${watch_pid}" 2>/dev/null; fi' EXIT
 
-if [[ "${FTRAIN_SPARE_NODES:-0}" != "0" && -n "${FTRAIN_BATCH_HOST:-}" ]]; then
-  watchers="$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | grep -vx "${FTRAIN_BATCH_HOST}" |
-    head -n 2 | grep -nx "${NODE}" | cut -d: -f1 || true)"  # 1, 2 or nothing
-  if [[ -n "${watchers}" ]]; then
-    watch_batch_host "${FTRAIN_BATCH_HOST}" $(((watchers - 1) * 5)) &
-    watch_pid=$!
-    log "watching the batch host ${FTRAIN_BATCH_HOST} (pid ${watch_pid})"
-  fi
+if [[ -n "${BATCH_HOST}" ]] || ((REPLICATION)); then
+  follow_job &
+  watch_pid=$!
+  log "following the job's live nodes${BATCH_HOST:+ (the batch host ${BATCH_HOST} is watched by the first two others)} (pid ${watch_pid})"
 fi
 
 restarts=0

@@ -53,6 +53,7 @@ CKPTD="${FTRAIN_CKPTD:-1}"                     # 1: start ckptd on every node (s
 CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
 SPARE_NODES="${FTRAIN_SPARE_NODES:-0}"         # hot spares: idle nodes that replace a failed one
 SPARE_NODELIST="${FTRAIN_SPARE_NODELIST:-}"    # which (default: the last ones, not the batch host)
+SPARE_CHECK_S="${FTRAIN_SPARE_CHECK_S:-5}"     # how often a training step looks for lost spares
 # Buddy replication of the daemons' snapshots (a replacement node restores from a peer's
 # memory): auto = on with spare nodes (without them a node failure requeues the whole job and
 # every daemon, so no peer memory survives it), 1 = on, 0 = off.
@@ -100,11 +101,11 @@ try:
 except Exception: pass' 2>/dev/null || true
 }
 
-nodes_healthy() {
+# Can every node (NODE... given: those) run `true` within HEALTH_TIMEOUT_S?
+nodes_healthy() {  # nodes_healthy [NODE...]
   local nodes=(--nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}")
-  if ((SPARE_NODES > 0)); then  # the job's nodes minus those Slurm took out of it
-    local alive=("${train_nodes[@]}" "${spare_nodes[@]}")
-    nodes=(--nodelist="$(IFS=,; echo "${alive[*]}")" --nodes="${#alive[@]}" --ntasks="${#alive[@]}")
+  if (($# > 0)); then
+    nodes=(--nodelist="$(IFS=,; echo "$*")" --nodes="$#" --ntasks="$#")
   fi
   timeout "${HEALTH_TIMEOUT_S}" srun --overlap --mpi=none "${nodes[@]}" --ntasks-per-node=1 \
     --kill-on-bad-exit=1 true >/dev/null 2>&1
@@ -130,18 +131,45 @@ nodes_in_job() {
   echo " $(scontrol show hostnames "${list}" | paste -sd' ') "
 }
 
+# RUN/.job-nodes, "JOBID NODE...": the job's live nodes (training and spare) in the job's
+# order. The node agents follow it (slurm/agent.sh): each daemon replicates to the next live
+# node, and the first two live nodes other than the batch host watch it. Replaced atomically.
+write_job_nodes() {
+  local n live=() tmp="${JOB_NODES}.tmp.$$"
+  for n in "${all_nodes[@]}"; do
+    if ((SPARE_NODES == 0)) || [[ " ${train_nodes[*]} ${spare_nodes[*]} " == *" ${n} "* ]]; then
+      live+=("${n}")
+    fi
+  done
+  if ! { echo "${SLURM_JOB_ID:-} ${live[*]}" >"${tmp}" && mv -f "${tmp}" "${JOB_NODES}"; }; then
+    log "WARNING: could not write ${JOB_NODES}: the node agents keep the previous live nodes"
+  fi
+}
+
+# Drops the spares that are no longer in the job (NOW: nodes_in_job), each recorded; with
+# WHEN set, says that it was noticed while the ranks ran.
+drop_lost_spares() {  # drop_lost_spares NOW [WHEN]
+  local n left=() lost=0
+  for n in "${spare_nodes[@]}"; do
+    if [[ "$1" == *" ${n} "* ]]; then left+=("${n}"); continue; fi
+    log "spare node ${n} is gone${2:+ ($2)}"
+    record spare_lost node_failure "\"node\":\"${n}\""
+    lost=1
+  done
+  spare_nodes=("${left[@]}")
+  if ((lost)); then
+    log "${#spare_nodes[@]} spare(s) left: ${spare_nodes[*]:-none}"
+    write_job_nodes
+  fi
+}
+
 # Sets dead_nodes to the training nodes no longer in the job; drops lost spares (recorded).
 find_dead_nodes() {
-  local now n left=()
+  local now n
   dead_nodes=()
   now="$(nodes_in_job)"
   [[ -n "${now}" ]] || return 0
-  for n in "${spare_nodes[@]}"; do
-    if [[ "${now}" == *" ${n} "* ]]; then left+=("${n}"); continue; fi
-    log "spare node ${n} is gone (${#left[@]} spare(s) so far)"
-    record spare_lost node_failure "\"node\":\"${n}\""
-  done
-  spare_nodes=("${left[@]}")
+  drop_lost_spares "${now}"
   for n in "${train_nodes[@]}"; do [[ "${now}" == *" ${n} "* ]] || dead_nodes+=("${n}"); done
 }
 
@@ -151,7 +179,9 @@ find_dead_nodes() {
 replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
   local rc="$1" lost="$2" t_detect="$3" dead spare i deadline
   find_dead_nodes
-  if ((${#dead_nodes[@]} == 0)) && ! nodes_healthy; then
+  # The training nodes only: an idle spare that does not answer costs nothing yet (a rank
+  # failure on healthy training nodes is restarted in the job, whatever the spares' state).
+  if ((${#dead_nodes[@]} == 0)) && ! nodes_healthy "${train_nodes[@]}"; then
     log "training step failed (exit ${rc}) and a node does not answer: waiting up to ${HEALTH_WAIT_S} s for Slurm to take it out of the job"
     deadline=$((SECONDS + HEALTH_WAIT_S))
     while ((${#dead_nodes[@]} == 0 && SECONDS < deadline)); do
@@ -185,7 +215,45 @@ replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
     log "training node ${dead} failed (step exit ${rc}): its ranks move to spare ${spare} (${#spare_nodes[@]} spare(s) left); relaunching in this allocation"
     record restarted node_failure "\"node\":\"${dead}\",\"spare\":\"${spare}\",\"spares_left\":${#spare_nodes[@]},\"replacement\":${replacements},\"detected\":${t_detect}"
   done
+  write_job_nodes  # the agents re-form the ring and pick the batch-host watchers anew
   return 0
+}
+
+# Waits for the training step (srun_pid) to end and sets rc to its exit status. A USR1
+# interrupts `wait`: then the ranks get STOP_TIMEOUT_S to checkpoint and stop (they must be
+# done inside Slurm's warning window). With spares left, every SPARE_CHECK_S it looks for
+# spares Slurm took out of the job: a dead idle spare is reported (and the agents' ring and
+# watchers re-formed) when it dies, not at the next failure.
+wait_step() {
+  local stop_deadline="" tick now
+  while kill -0 "${srun_pid}" 2>/dev/null; do
+    if ((stop_requested)); then
+      [[ -n "${stop_deadline}" ]] || stop_deadline=$((SECONDS + STOP_TIMEOUT_S))
+      if ((SECONDS >= stop_deadline)); then
+        log "the ranks did not stop within ${STOP_TIMEOUT_S} s of USR1: ending the step"
+        kill -TERM "${srun_pid}" 2>/dev/null || true
+        sleep 5
+        kill -KILL "${srun_pid}" 2>/dev/null || true
+      fi
+      sleep 1 &
+      wait $! || true
+      continue
+    fi
+    if ((SPARE_NODES > 0 && ${#spare_nodes[@]} > 0)); then
+      sleep "${SPARE_CHECK_S}" &
+      tick=$!
+      wait -n "${srun_pid}" "${tick}" 2>/dev/null || true  # whichever ends first, or a signal
+      kill "${tick}" 2>/dev/null || true
+      wait "${tick}" 2>/dev/null || true
+      if kill -0 "${srun_pid}" 2>/dev/null && now="$(nodes_in_job)" && [[ -n "${now}" ]]; then
+        drop_lost_spares "${now}" "while the ranks train"
+      fi
+    else
+      wait "${srun_pid}" 2>/dev/null || true
+    fi
+  done
+  rc=0
+  wait "${srun_pid}" 2>/dev/null || rc=$?
 }
 
 # ---- paths: the run directory's layout comes from the binary (`ftrain paths`), and the
@@ -212,7 +280,7 @@ if ! read_paths --config "${CONFIG}" --run.dir="${RUN_DIR}" "${ckpt_args[@]}" ${
   read_paths || { echo "train.sh: ${paths_error}" >&2; exit 1; }
 fi
 CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
-LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}"
+LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}" JOB_NODES="${P[job_nodes]}"
 
 # ---- the job -------------------------------------------------------------------------------
 restart_count="${SLURM_RESTART_COUNT:-0}"
@@ -227,9 +295,9 @@ else
 fi
 echo node_failure >"${LAST_STOP}"   # what a start after a silent death assumes
 
+mapfile -t all_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
 if [[ "${SPARE_NODES}" != "0" ]]; then
   batch_host="${SLURMD_NODENAME:-$(hostname -s)}"
-  mapfile -t all_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   if [[ -n "${SPARE_NODELIST}" ]]; then
     mapfile -t spare_nodes < <(scontrol show hostnames "${SPARE_NODELIST}")
   elif [[ "${SPARE_NODES}" =~ ^[0-9]+$ ]]; then
@@ -344,9 +412,9 @@ if [[ "${CKPTD}" == "1" ]]; then
   else
     export FTRAIN_REPLICATION=0
   fi
-  mapfile -t job_nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
   node_args=()
-  for n in "${job_nodes[@]}"; do node_args+=(--node "${n}"); done
+  for n in "${all_nodes[@]}"; do node_args+=(--node "${n}"); done
+  write_job_nodes  # before the agents start: they read it at once
   agent_opts=()
   if ((SPARE_NODES > 0)); then
     # --no-kill: a failed node takes only its own agent, not every node's ckptd; the agents
@@ -379,7 +447,7 @@ if [[ "${CKPTD}" == "1" ]]; then
     [[ -z "${agent_pid}" ]] || break
     sleep 1
   done
-  log "ckptd: $("${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" --json 2>/dev/null | grep -c '"pid"') of ${#job_nodes[@]} nodes serving"
+  log "ckptd: $("${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" --json 2>/dev/null | grep -c '"pid"') of ${#all_nodes[@]} nodes serving"
   ckpt_args+=("--ckpt.daemon=auto")
 else
   ckpt_args+=("--ckpt.daemon=off")
@@ -410,27 +478,7 @@ while :; do
   srun_pid=$!
   # A USR1 that came between the launch and the line above would be lost: forward it now.
   if ((stop_requested)); then kill -USR1 "${srun_pid}" 2>/dev/null || true; fi
-  rc=0
-  wait "${srun_pid}" || rc=$?
-  # A USR1 interrupts `wait`; wait again for the step itself, at most STOP_TIMEOUT_S once a
-  # stop was asked for (the ranks' checkpoint must end inside Slurm's warning window).
-  stop_deadline=""
-  while kill -0 "${srun_pid}" 2>/dev/null; do
-    if ((stop_requested)); then
-      [[ -n "${stop_deadline}" ]] || stop_deadline=$((SECONDS + STOP_TIMEOUT_S))
-      if ((SECONDS >= stop_deadline)); then
-        log "the ranks did not stop within ${STOP_TIMEOUT_S} s of USR1: ending the step"
-        kill -TERM "${srun_pid}" 2>/dev/null || true
-        sleep 5
-        kill -KILL "${srun_pid}" 2>/dev/null || true
-      fi
-      sleep 1 &
-      wait $! || true
-      continue
-    fi
-    wait "${srun_pid}" || rc=$?
-  done
-  wait "${srun_pid}" 2>/dev/null || rc=$?
+  wait_step  # sets rc
   srun_pid=""
   if ((rc == 0)); then
     log "training finished"
@@ -457,7 +505,7 @@ while :; do
   lost="$(work_since_checkpoint)$(last_step_fields)"  # "lost_s":... in the records below
   # With spares a lost node is replaced at once; the in-job restart budget is for rank failures.
   if ((SPARE_NODES > 0)) && replace_failed_nodes "${rc}" "${lost}" "$(now)"; then continue; fi
-  if ! nodes_healthy; then
+  if ! nodes_healthy "${train_nodes[@]}"; then  # with spares: the training nodes
     log "training step failed (exit ${rc}) and a node does not answer: leaving it to Slurm's node-failure requeue for up to ${HEALTH_WAIT_S} s"
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
     # Slurm marks the node down and requeues the job (and ends this script); if it does not

@@ -69,6 +69,8 @@ TEST(FtrainPaths, PrintsTheLayoutAsTextJsonAndSinglePaths) {
   EXPECT_EQ(j["metrics"], run / "metrics.jsonl");
   EXPECT_EQ(j["nodes"]["n1"]["ckptd_socket"], run / "ckptd-n1/sock");
   EXPECT_EQ(j["nodes"]["n1"]["ckptd_log"], run / "logs/ckptd-n1.log");
+  EXPECT_EQ(j["nodes"]["n1"]["ckptd_buddy_addr"], run / "ckptd-n1/buddy-addr");
+  EXPECT_EQ(j["job_nodes"], run / ".job-nodes");
   r = Paths(run.path() + " --get restarts");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, run / "restarts.jsonl\n");

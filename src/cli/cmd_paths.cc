@@ -69,6 +69,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"logs", layout.logs()},
       {"tensorboard", layout.tensorboard()},
       {"replication_secret", layout.replication_secret()},
+      {"job_nodes", layout.job_nodes()},
   };
 }
 
@@ -78,6 +79,7 @@ PathList NodePathsOf(const RunLayout& layout, const std::string& node) {
       {"ckptd_socket", ckpt::proto::SocketPath(layout.run_dir(), node)},
       {"ckptd_log", layout.daemon_log(node)},
       {"ckptd_peer_addr", layout.daemon_peer_addr(node)},
+      {"ckptd_buddy_addr", layout.daemon_buddy_addr(node)},
   };
 }
 
@@ -160,8 +162,8 @@ int RunPaths(int argc, char** argv) {
                                                            "print one JSON object")(
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
-      "last_stop, logs, tensorboard, replication_secret; with one --node: ckptd_dir, ckptd_socket, "
-      "ckptd_log, ckptd_peer_addr)")(
+      "last_stop, logs, tensorboard, replication_secret, job_nodes; with one --node: ckptd_dir, "
+      "ckptd_socket, ckptd_log, ckptd_peer_addr, ckptd_buddy_addr)")(
       "config", po::value<std::string>(&config_path),
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");
   po::positional_options_description pos;

@@ -27,7 +27,11 @@ std::string RunLayout::daemon_log(const std::string& node) const {
 std::string RunLayout::daemon_peer_addr(const std::string& node) const {
   return JoinPath(daemon_dir(node), "peer-addr");
 }
+std::string RunLayout::daemon_buddy_addr(const std::string& node) const {
+  return JoinPath(daemon_dir(node), "buddy-addr");
+}
 std::string RunLayout::replication_secret() const { return JoinPath(run_dir_, ".ckptd-secret"); }
+std::string RunLayout::job_nodes() const { return JoinPath(run_dir_, ".job-nodes"); }
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }

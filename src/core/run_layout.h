@@ -9,8 +9,11 @@
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
 //   RUN/logs/                 logs of the node agents and daemons: ckptd-<node>.log
 //   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h),
-//                             peer-addr (where its buddy-replication port listens)
+//                             peer-addr (where its buddy-replication port listens),
+//                             buddy-addr (slurm/agent.sh: a link to its buddy's peer-addr)
 //   RUN/.ckptd-secret         this start's secret for buddy replication (0600, slurm/train.sh)
+//   RUN/.job-nodes            the job's live nodes, in ring order (slurm/train.sh writes it,
+//                             the node agents follow it: replication ring, batch-host watchers)
 //   RUN/checkpoints/          the default checkpoint root (ckpt.root overrides it)
 //   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
 //   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
@@ -36,7 +39,9 @@ class RunLayout {
   std::string daemon_dir(const std::string& node) const;
   std::string daemon_log(const std::string& node) const;
   std::string daemon_peer_addr(const std::string& node) const;
+  std::string daemon_buddy_addr(const std::string& node) const;
   std::string replication_secret() const;
+  std::string job_nodes() const;
   // The node of a daemon directory name ("ckptd-n1" -> "n1"); empty if it is not one.
   static std::string NodeOfDaemonDir(const std::string& name);
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.

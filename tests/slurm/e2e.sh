@@ -159,6 +159,51 @@ memory survived its crash ($(grep 'stale shared-memory' "${run}/logs/ckptd-${nod
 e2e_freeze_ranks() { e2e_rank_pids "$1" | xargs -r kill -STOP; }
 e2e_thaw_ranks() { e2e_rank_pids "$1" | xargs -r kill -CONT; }
 
+# Settled: no snapshot in flight on any node of run NAME, and NODE's daemon holds replicas of
+# RANKS (e.g. "2 3"; none: only the first part) of the newest committed checkpoint.
+e2e_settled() {  # e2e_settled NAME NODE RANKS
+  local latest
+  latest="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/$1/checkpoints" 2>/dev/null)" || return 1
+  # (ckptctl fails when a node's daemon is gone, e.g. with its node: its line has no pid)
+  { "${E2E_BIN}/ckptctl" status "${WORK_DIR}/$1" --json 2>/dev/null || true; } |
+    STEP="${latest##*step-}" NODE="$2" RANKS="$3" python3 -c 'import json,os,sys
+step=int(os.environ["STEP"]); want={int(r) for r in os.environ["RANKS"].split()}
+ok=True; held=set()
+for line in sys.stdin:
+    j=json.loads(line)
+    if not j.get("pid"): continue
+    ok = ok and j["snapshots_in_flight"] == 0 and j["queue_depth"] == 0
+    if j["node"] == os.environ["NODE"]:
+        held = {h["rank"] for h in j["replication"]["replicas_held"] if h["step"] == step}
+sys.exit(0 if ok and want <= held else 1)'
+}
+
+# Freezes the ranks of run NAME at a moment when e2e_settled NAME NODE RANKS holds (letting them
+# run a second between tries, about a checkpoint interval of the tiny model); fails the test
+# after 30 tries. Thaw with e2e_thaw_ranks.
+e2e_freeze_settled() {  # e2e_freeze_settled NAME NODE RANKS
+  local try
+  for ((try = 0; ; try++)); do
+    e2e_freeze_ranks "$1"
+    poll_until 5 e2e_settled "$@" && return 0
+    ((try < 30)) || fail "the newest checkpoint of $1 never settled with replicas of ranks $3 on $2"
+    e2e_thaw_ranks "$1"
+    sleep 1
+  done
+}
+
+# Does NODE's daemon hold a replica of every rank in RANKS (any step) for run NAME?
+e2e_holds_replicas() {  # e2e_holds_replicas NAME NODE RANKS
+  { "${E2E_BIN}/ckptctl" status "${WORK_DIR}/$1" --json 2>/dev/null || true; } |
+    NODE="$2" RANKS="$3" python3 -c 'import json,os,sys
+want={int(r) for r in os.environ["RANKS"].split()}
+for line in sys.stdin:
+    j=json.loads(line)
+    if j.get("pid") and j["node"] == os.environ["NODE"]:
+        sys.exit(0 if want <= {h["rank"] for h in j["replication"]["replicas_held"]} else 1)
+sys.exit(1)'
+}
+
 # The run's final checkpoint is bit-identical to the reference, every step's loss (as
 # written) equals the reference's, metrics.jsonl has one line per step, every checkpoint
 # verifies. CKPT_ROOT: where the run's checkpoints are (default RUN/checkpoints).

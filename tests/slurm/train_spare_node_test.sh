@@ -52,29 +52,11 @@ done) >"${WORK_DIR}/states" 2>/dev/null &
 wait_for_file_lines "${WORK_DIR}/spare/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(job_field "${JOB_ID}" BatchHost)" == "${nodes[0]}" ]] ||
   fail "the batch host is $(job_field "${JOB_ID}" BatchHost), not ${nodes[0]}"
-# Settled: no snapshot in flight anywhere, and the spare holds replicas of ranks 2 and 3 of the
-# newest committed checkpoint. Otherwise let the ranks run a moment and look again.
-settled() {
-  local latest
-  latest="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/spare/checkpoints" 2>/dev/null)" || return 1
-  "${E2E_BIN}/ckptctl" status "${WORK_DIR}/spare" --json 2>/dev/null |
-    STEP="${latest##*step-}" SPARE="${nodes[0]}" NO_REPLICA="${NO_REPLICA}" python3 -c 'import json,os,sys
-step=int(os.environ["STEP"]); ok=True; held=set()
-for line in sys.stdin:
-    j=json.loads(line)
-    if not j.get("pid"): continue
-    ok = ok and j["snapshots_in_flight"] == 0 and j["queue_depth"] == 0
-    if j["node"] == os.environ["SPARE"]:
-        held = {h["rank"] for h in j["replication"]["replicas_held"] if h["step"] == step}
-sys.exit(0 if ok and ({2, 3} <= held or os.environ["NO_REPLICA"] == "1") else 1)'
-}
-for ((try = 0; ; try++)); do
-  e2e_freeze_ranks spare
-  poll_until 10 settled && break
-  ((try < 20)) || fail "the newest checkpoint never settled with its replicas on ${nodes[0]}"
-  e2e_thaw_ranks spare
-  sleep 0.3
-done
+# Frozen when no snapshot is in flight anywhere and the spare holds replicas of ranks 2 and 3
+# of the newest committed checkpoint.
+replicated_ranks="2 3"
+((NO_REPLICA)) && replicated_ranks=""
+e2e_freeze_settled spare "${nodes[0]}" "${replicated_ranks}"
 resume_step="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/spare/checkpoints")"
 resume_step="$((10#${resume_step##*step-}))"
 log "frozen with step ${resume_step} committed$( ((NO_REPLICA)) || echo " and replicated to ${nodes[0]}")"

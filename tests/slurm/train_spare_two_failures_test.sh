@@ -3,7 +3,8 @@
 # with FTRAIN_SPARE_NODES=1 (the default spare: the last node). The first training node to
 # crash is replaced by the spare inside the allocation; the second (the spare, now training)
 # finds no spare left and train.sh falls back to the requeue. Still bit-identical to the
-# uninterrupted reference; restarts.jsonl has the replacement and the requeue.
+# uninterrupted reference; restarts.jsonl has the replacement and the requeue. Between the two,
+# the replication ring re-forms: the replaced node's predecessor replicates to the spare.
 # Needs a cluster of >= 3 nodes (FTRAIN_TEST_NODES). Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -28,7 +29,12 @@ e2e_fail_node "${nodes[1]}"
 e2e_thaw_ranks two
 wait_for 120 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' \
   "${WORK_DIR}/two/restarts.jsonl"
+e2e_freeze_ranks two  # (the tiny model would otherwise finish before the second failure)
 e2e_revive_node  # back in the cluster, not in the job: the requeue below needs it
+# The ring re-formed without ${nodes[1]}: its predecessor ${nodes[0]} (ranks 0,1) replicates to
+# ${nodes[2]} now, no longer to the dead node.
+e2e_freeze_settled two "${nodes[2]}" "0 1"
+e2e_thaw_ranks two
 wait_for_file_lines "${WORK_DIR}/two/metrics.jsonl" "${FAIL2_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the first failure requeued the job"
 log "failure 2: fail-node ${nodes[2]} (the spare, now training) at step ~${FAIL2_AT_STEP}"

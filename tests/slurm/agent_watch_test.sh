@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# agent_watch_test.sh - slurm/agent.sh's follower without a cluster: the node agent runs with
+# stand-ins for squeue, scontrol and ckptd on PATH (the real `ftrain paths`), looking every
+# 0.02 s instead of 2 s, in four scenarios:
+#   sigpipe: a 600-node job whose host list scontrol writes in two pieces: `scontrol | grep -q`
+#            under pipefail read the SIGPIPE of the second piece as "the batch host left" and
+#            requeued a healthy job; nothing may be requeued;
+#   blip:    one look at the job lacks the batch host, the next has it again: not confirmed
+#            by a second look, so nothing may be requeued;
+#   hiccup:  the batch host left for good, and `scontrol show job` fails twice first: the
+#            watcher must keep looking (it used to end for good) and requeue exactly once;
+#   ring:    replication on; RUN/.job-nodes (train.sh) drops this node's buddy: the buddy
+#            link ckptd reads (RUN/ckptd-<node>/buddy-addr) must follow to the next live node,
+#            and the batch-host watchers must be re-chosen among the live nodes.
+# Exit 0 pass, 1 fail.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FTRAIN_BIN="${FTRAIN_BIN:-${REPO}/build/bin/ftrain}"
+[[ -x "${FTRAIN_BIN}" ]] || { echo "agent_watch_test: no ${FTRAIN_BIN}; build first" >&2; exit 1; }
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-agent-watch.XXXXXX")"
+AGENT_PID=""
+cleanup() {
+  local rc=$?
+  if [[ -n "${AGENT_PID}" ]]; then kill -TERM "${AGENT_PID}" 2>/dev/null || true; fi
+  if ((rc == 0)); then rm -rf "${WORK}"; else echo "kept ${WORK}" >&2; fi
+}
+trap cleanup EXIT
+log() { echo "[$(date '+%T')] agent_watch_test: $*"; }
+fail() { echo "agent_watch_test: FAIL: $*" >&2; exit 1; }
+
+# ---- stand-ins ----------------------------------------------------------------------------
+# BIG: host0000..host0599 (the batch host host0001 among the first); SMALL: the same without it.
+# shellcheck disable=SC2016,SC2046  # the stand-ins expand their own variables
+STUB="${WORK}/bin"
+mkdir -p "${STUB}"
+cat >"${STUB}/squeue" <<'EOF'
+#!/usr/bin/env bash
+# squeue -h -j JOB -o %N: the job's node list; the N-th call (1-based) answers BLIP_AT's list.
+n=$(($(cat "${STUB_STATE}/squeue_calls" 2>/dev/null || echo 0) + 1))
+echo "${n}" >"${STUB_STATE}/squeue_calls.tmp" && mv -f "${STUB_STATE}/squeue_calls.tmp" "${STUB_STATE}/squeue_calls"
+if [[ "${n}" == "${BLIP_AT:-0}" ]]; then echo SMALL; else cat "${STUB_STATE}/nodes"; fi
+EOF
+cat >"${STUB}/scontrol" <<'EOF'
+#!/usr/bin/env bash
+names() {  # names FIRST...: FIRST, then host0004..host0599 in a second write 20 ms later
+  printf 'host%04d\n' "$@"
+  sleep 0.02
+  printf 'host%04d\n' $(seq 4 599)
+}
+case "$*" in
+  "show hostnames BIG") names 0 1 2 3 ;;
+  "show hostnames SMALL") names 0 2 3 ;;
+  "show hostnames "*) tr ',' '\n' <<<"${3}" ;;
+  "-o show job "*)
+    n=$(($(cat "${STUB_STATE}/show_job_calls" 2>/dev/null || echo 0) + 1))
+    echo "${n}" >"${STUB_STATE}/show_job_calls.tmp" && mv -f "${STUB_STATE}/show_job_calls.tmp" "${STUB_STATE}/show_job_calls"
+    ((n > ${SHOW_JOB_FAILS:-0})) || { echo "slurm_load_jobs error: Socket timed out" >&2; exit 1; }
+    echo "JobId=${4} JobName=x Restarts=0 BatchFlag=1" ;;
+  "requeue "*) echo "$2" >>"${STUB_STATE}/requeued" ;;
+  *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
+esac
+EOF
+cat >"${STUB}/ckptd" <<'EOF'
+#!/usr/bin/env bash
+[[ " $* " == *" --cleanup "* ]] && exit 0
+echo "$*" >>"${STUB_STATE}/ckptd_args"
+exec sleep 600
+EOF
+chmod +x "${STUB}"/*
+
+# run_agent NAME NODE [ENV=VALUE...]: agent.sh as NODE of job 42 (batch host host0001, one
+# spare) in the background, its state in WORK/NAME.
+run_agent() {
+  local name="$1" node="$2"
+  shift 2
+  mkdir -p "${WORK}/${name}/state" "${WORK}/${name}/run"
+  echo BIG >"${WORK}/${name}/state/nodes"
+  env PATH="${STUB}:${PATH}" STUB_STATE="${WORK}/${name}/state" SLURM_JOB_ID=42 \
+    SLURM_JOB_NODELIST=BIG SLURMD_NODENAME="${node}" FTRAIN_RUN_DIR="${WORK}/${name}/run" \
+    FTRAIN_BIN="${FTRAIN_BIN}" CKPTD_BIN="${STUB}/ckptd" FTRAIN_SPARE_NODES=1 \
+    FTRAIN_BATCH_HOST=host0001 FTRAIN_AGENT_PERIOD_S=0.02 "$@" \
+    bash "${REPO}/slurm/agent.sh" >"${WORK}/${name}/agent.log" 2>&1 &
+  AGENT_PID=$!
+}
+
+stop_agent() {
+  kill -TERM "${AGENT_PID}" 2>/dev/null || true
+  wait "${AGENT_PID}" 2>/dev/null || true
+  AGENT_PID=""
+}
+
+calls() { cat "${WORK}/$1/state/$2" 2>/dev/null || echo 0; }
+
+wait_calls() {  # wait_calls NAME FILE N: until the stand-in was called N times or a requeue
+  local deadline=$((SECONDS + 60))
+  until (($(calls "$1" "$2") >= $3 || $(requeues "$1") > 0)); do
+    ((SECONDS < deadline)) || fail "$1: only $(calls "$1" "$2") $2 after 60 s: $(cat "${WORK}/$1/agent.log")"
+    sleep 0.1
+  done
+}
+
+requeues() { { wc -l <"${WORK}/$1/state/requeued"; } 2>/dev/null || echo 0; }
+
+# ---- sigpipe ------------------------------------------------------------------------------
+run_agent sigpipe host0000
+wait_calls sigpipe squeue_calls 30
+stop_agent
+(($(requeues sigpipe) == 0)) ||
+  fail "sigpipe: the watcher requeued a job whose batch host never left: $(cat "${WORK}/sigpipe/agent.log")"
+log "sigpipe: $(calls sigpipe squeue_calls) looks at a 600-node job, no false requeue"
+
+# ---- blip ---------------------------------------------------------------------------------
+run_agent blip host0000 BLIP_AT=3
+wait_calls blip squeue_calls 12
+stop_agent
+(($(requeues blip) == 0)) || fail "blip: one look without the batch host requeued the job"
+log "blip: one look without the batch host, not confirmed, no requeue"
+
+# ---- hiccup -------------------------------------------------------------------------------
+run_agent hiccup host0000 SHOW_JOB_FAILS=2
+echo SMALL >"${WORK}/hiccup/state/nodes"
+deadline=$((SECONDS + 60))
+until (($(requeues hiccup) >= 1)); do
+  ((SECONDS < deadline)) || fail "hiccup: no requeue 60 s after the batch host left (scontrol show job failed twice first): $(cat "${WORK}/hiccup/agent.log")"
+  sleep 0.1
+done
+sleep 0.5
+stop_agent
+(($(requeues hiccup) == 1)) || fail "hiccup: requeued $(requeues hiccup) times"
+(($(calls hiccup show_job_calls) == 3)) || fail "hiccup: $(calls hiccup show_job_calls) show job calls, expected 2 failed + 1"
+grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_host":true,"detected_by":"host0000"' \
+  "${WORK}/hiccup/run/restarts.jsonl" || fail "hiccup: no batch-host record in restarts.jsonl"
+(($(grep -c batch_host "${WORK}/hiccup/run/restarts.jsonl") == 1)) || fail "hiccup: more than one record"
+log "hiccup: two failed 'scontrol show job', then one requeue and one record"
+
+# ---- ring ---------------------------------------------------------------------------------
+# host0003: not a watcher of the full job (host0000 and host0002 are); its buddy is host0004.
+run_agent ring host0003 FTRAIN_REPLICATION=1
+link="$("${FTRAIN_BIN}" paths "${WORK}/ring/run" --node host0003 --get ckptd_buddy_addr)"
+declare -A peer_addr=()
+for n in host0004 host0005; do
+  peer_addr[${n}]="$("${FTRAIN_BIN}" paths "${WORK}/ring/run" --node "${n}" --get ckptd_peer_addr)"
+done
+links_to() { [[ "$(readlink "${link}" 2>/dev/null)" == "${peer_addr[$1]}" ]]; }
+wait_link() {  # wait_link NODE WHY
+  local deadline=$((SECONDS + 60))
+  until links_to "$1"; do
+    ((SECONDS < deadline)) || fail "ring: ${link} -> '$(readlink "${link}")', not $1's peer-addr ($2): $(cat "${WORK}/ring/agent.log")"
+    sleep 0.1
+  done
+}
+wait_link host0004 "the next node of the job"
+grep -qF -- "--buddy-file ${link} " "${WORK}/ring/state/ckptd_args" ||
+  fail "ring: ckptd was not given --buddy-file ${link}: $(cat "${WORK}/ring/state/ckptd_args")"
+echo SMALL >"${WORK}/ring/state/nodes"  # the batch host left; host0003 is no watcher: no requeue
+sleep 0.5
+(($(requeues ring) == 0)) || fail "ring: host0003 requeued though it is not a watcher"
+echo "41 host0003 host0009" >"${WORK}/ring/run/.job-nodes"  # another job's: ignored
+sleep 0.5
+links_to host0004 || fail "ring: followed another job's .job-nodes"
+# A replacement: host0000, host0002 and host0004 left the job (train.sh rewrote the live nodes).
+echo "42 host0001 host0003 host0005 host0006" >"${WORK}/ring/run/.job-nodes"
+wait_link host0005 "host0004 left the ring"
+deadline=$((SECONDS + 60))
+until (($(requeues ring) >= 1)); do  # now the first live node other than the batch host
+  ((SECONDS < deadline)) || fail "ring: host0003 did not become a watcher: $(cat "${WORK}/ring/agent.log")"
+  sleep 0.1
+done
+stop_agent
+log "ring: the buddy link followed .job-nodes (host0004, then host0005); the watchers too"
+log "PASS"
