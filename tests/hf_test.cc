@@ -265,6 +265,7 @@ TEST_F(HfTest, BadBaseDirectoryIsOneLineNamingFileAndTensorExit2) {
       {variant("cut", "truncate -s -100 " + file), {file, "outside the data section"}},
       {variant("empty", "rm -f *.safetensors *.json"),
        {"neither model.safetensors.index.json nor model.safetensors"}},
+      {root_ + "/no-such-base", {root_ + "/no-such-base", "does not exist"}},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR +

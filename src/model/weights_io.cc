@@ -108,7 +108,12 @@ std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& c) {
 
 StatusOr<std::string> ResolveSafetensorsPath(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return path;
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::NotFound("'" + path +
+                            "' does not exist (want a model directory, a *.safetensors file or a "
+                            "model.safetensors.index.json)");
+  }
+  if (!S_ISDIR(st.st_mode)) return path;
   const std::string dir =
       path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
   for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
