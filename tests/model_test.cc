@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -754,6 +755,92 @@ TEST(Safetensors, ValidFileWithZeroSizedTensorAndMetadataReads) {
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(h->entries.size(), 2u);
   EXPECT_EQ(h->metadata.at("format"), "pt");
+}
+
+// What one FSDP rank reads of a base model (ReadRange): any element range of any tensor, from
+// bf16, fp16 or fp32 files of a sharded Hugging Face directory, equals that slice of the
+// tensor converted by torch, and only those bytes are read.
+TEST(Weights, RangeReadsOfADirectoryGiveTheSliceAndReadOnlyIt) {
+  LlamaModel a(Tiny());
+  a->InitWeights(5);
+  const Tensors all = ParamsOf(a);
+  for (torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat16, torch::kFloat32}) {
+    TempDir tmp;
+    Tensors first, second;
+    std::string map = "{";
+    for (size_t i = 0; i < all.size(); ++i) {
+      const bool one = i % 2 == 0;
+      (one ? first : second).push_back({all[i].first, all[i].second.to(dtype)});
+      map += (i ? ", \"" : "\"") + all[i].first + "\": \"" +
+             (one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
+    }
+    WriteTensors(tmp / "model-00001-of-00002.safetensors", first);
+    WriteTensors(tmp / "model-00002-of-00002.safetensors", second);
+    WriteIndex(tmp / "model.safetensors.index.json", map + "}");
+    auto ck = SafetensorsCheckpoint::Open(tmp.path());  // the directory
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    EXPECT_EQ((*ck)->path(), tmp / "model.safetensors.index.json");
+    uint64_t want_bytes = 0;
+    for (const auto& [name, value] : all) {
+      const torch::Tensor flat = value.reshape(-1).to(dtype).to(torch::kFloat32);
+      const int64_t n = flat.numel();
+      for (auto [lo, len] : {std::pair<int64_t, int64_t>{0, n}, {n / 3, n / 2}, {n - 1, 1}}) {
+        torch::Tensor dst = torch::full({len}, -7.0f);
+        Status s = (*ck)->ReadRange(name, lo, dst);
+        ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+        EXPECT_TRUE(torch::equal(dst, flat.narrow(0, lo, len)))
+            << name << " [" << lo << ", +" << len << ")";
+        want_bytes += static_cast<uint64_t>(len) * torch::elementSize(dtype);
+      }
+    }
+    EXPECT_EQ((*ck)->bytes_read(), want_bytes);
+    // Outside the tensor, or a destination that is not 1-D: refused, nothing read.
+    const std::string n0 = all[0].first;
+    const int64_t numel0 = all[0].second.numel();
+    EXPECT_FALSE((*ck)->ReadRange(n0, numel0, torch::empty({1})).ok());
+    EXPECT_FALSE((*ck)->ReadRange(n0, -1, torch::empty({1})).ok());
+    EXPECT_FALSE((*ck)->ReadRange(n0, 0, torch::empty({2, 2})).ok());
+    EXPECT_TRUE((*ck)->ReadRange("no.such.weight", 0, torch::empty({1})).IsNotFound());
+    EXPECT_EQ((*ck)->bytes_read(), want_bytes);
+  }
+}
+
+TEST(Weights, ModelDirectoryResolvesToItsIndexOrSingleFile) {
+  TempDir tmp;
+  LlamaModel a(Tiny());
+  a->InitWeights(6);
+  auto none = SafetensorsCheckpoint::Open(tmp.path());
+  EXPECT_TRUE(none.status().IsNotFound()) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("model.safetensors.index.json"), std::string::npos);
+  EXPECT_NE(none.status().message().find(tmp.path()), std::string::npos);
+  ASSERT_TRUE(SaveSafetensors(a, tmp / "model.safetensors", WeightsDType::kFP32).ok());
+  auto one = ResolveSafetensorsPath(tmp.path() + "/");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(*one, tmp / "model.safetensors");
+  LlamaModel b(Tiny());
+  Status s = LoadSafetensors(b, tmp.path());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectAllEqual(a, b);
+  // A file path is not resolved.
+  EXPECT_EQ(*ResolveSafetensorsPath(tmp / "model.safetensors"), tmp / "model.safetensors");
+}
+
+// A tensor's bytes that are gone by the time a rank reads them (the file was cut after its
+// header was read): Corruption naming the file, the tensor and the byte range.
+TEST(Weights, RangeReadOfACutFileNamesFileTensorAndRange) {
+  TempDir tmp;
+  LlamaModel a(Tiny());
+  a->InitWeights(8);
+  ASSERT_TRUE(SaveSafetensors(a, tmp / "model.safetensors", WeightsDType::kFP32).ok());
+  auto ck = SafetensorsCheckpoint::Open(tmp.path());
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  ASSERT_EQ(::truncate((tmp / "model.safetensors").c_str(), 4096), 0);
+  const std::string last = "lm_head.weight";
+  Status s = (*ck)->ReadRange(last, 8, torch::empty({16}));
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  for (const std::string& part : {tmp / "model.safetensors", last, std::string("bytes [32, 96)")}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " not in " << s.ToString();
+  }
 }
 
 TEST(CrossEntropy, MatchesDefinition) {

@@ -1,4 +1,4 @@
-// ckptctl operations: list, inspect, diff, export.
+// ckptctl operations: list, inspect, diff (export is in export.cc).
 #include "ckpt/tools.h"
 
 #include <cmath>
@@ -11,7 +11,6 @@
 #include "ckpt/filename.h"
 #include "ckpt/reader.h"
 #include "ckpt/store.h"
-#include "model/safetensors.h"
 
 namespace ftrain::ckpt {
 
@@ -266,73 +265,6 @@ StatusOr<DiffResult> DiffCheckpoints(const std::string& a_dir, const std::string
       differ("state " + blob.group + "/" + blob.name + " only in " + b_dir);
   }
   return res;
-}
-
-Status ExportSafetensors(const std::string& dir, const std::string& dtype,
-                         const std::string& out_path, std::ostream& log) {
-  if (dtype != "bf16" && dtype != "fp32") {
-    return Status::InvalidArgument("--dtype must be bf16 or fp32, got '" + dtype + "'");
-  }
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir));
-  const Manifest& m = reader->manifest();
-  const std::string preferred = dtype == "bf16" ? "model" : "master";
-  const std::string other = dtype == "bf16" ? "master" : "model";
-  // Names come from the preferred kind, or the other one when it is absent.
-  std::vector<const ManifestTensor*> tensors;
-  for (const auto& t : m.tensors) {
-    if (t.kind == preferred) tensors.push_back(&t);
-  }
-  if (tensors.empty()) {
-    for (const auto& t : m.tensors) {
-      if (t.kind == other) tensors.push_back(&t);
-    }
-  }
-  if (tensors.empty()) {
-    return Status::NotFound("checkpoint '" + dir + "' has no model or master weights to export");
-  }
-  std::vector<model::SafetensorsEntry> entries;
-  for (const auto* t : tensors) {
-    entries.push_back({t->name, dtype == "bf16" ? "BF16" : "F32", t->shape, 0, 0});
-  }
-  std::map<std::string, std::string> meta = {{"format", "pt"},
-                                             {"ftrain_step", std::to_string(m.meta.step)},
-                                             {"ftrain_source", tensors.front()->kind},
-                                             {"ftrain_code_version", m.meta.code_version}};
-  FT_ASSIGN_OR_RETURN(auto writer, model::SafetensorsWriter::Begin(out_path, entries, meta));
-  uint64_t total = 0;
-  for (const auto* t : tensors) {
-    std::vector<uint8_t> raw;
-    FT_RETURN_IF_ERROR(reader->ReadTensor(t->kind, t->name, &raw));
-    const size_t n = static_cast<size_t>(t->numel());
-    std::vector<uint8_t> conv;
-    if (dtype == "bf16" && t->dtype == DType::kFloat32) {
-      conv.resize(n * 2);
-      for (size_t i = 0; i < n; ++i) {
-        float f;
-        std::memcpy(&f, raw.data() + 4 * i, 4);
-        uint16_t h = Fp32ToBf16(f);
-        std::memcpy(conv.data() + 2 * i, &h, 2);
-      }
-      raw.swap(conv);
-    } else if (dtype == "fp32" && t->dtype == DType::kBFloat16) {
-      conv.resize(n * 4);
-      for (size_t i = 0; i < n; ++i) {
-        float f = static_cast<float>(ElementAsDouble(DType::kBFloat16, raw.data(), i));
-        std::memcpy(conv.data() + 4 * i, &f, 4);
-      }
-      raw.swap(conv);
-    } else if ((dtype == "bf16") != (t->dtype == DType::kBFloat16)) {
-      return Status::InvalidArgument("tensor " + t->name + " has dtype " + DTypeName(t->dtype) +
-                                     ", which export cannot convert to " + dtype);
-    }
-    FT_RETURN_IF_ERROR(writer->Write(t->name, raw.data(), raw.size()));
-    total += raw.size();
-  }
-  FT_RETURN_IF_ERROR(writer->Finish());
-  log << "exported " << tensors.size() << " tensors (" << HumanBytes(double(total)) << ", " << dtype
-      << ", from " << tensors.front()->kind << " weights of step " << m.meta.step << ") to "
-      << out_path << "\n";
-  return Status::Ok();
 }
 
 }  // namespace ftrain::ckpt

@@ -1,6 +1,7 @@
-// The operations behind `ckptctl`: list, inspect, diff and export, as library functions that
-// print to a stream (so tests and other tools can call them). Exit-code policy stays in the
-// CLI main; these return Status (Corruption/NotFound = "the checked thing is bad").
+// The operations behind `ckptctl`: list, inspect, diff (tools.cc) and export (export.cc), as
+// library functions that print to a stream (so tests and other tools can call them). Exit-code
+// policy stays in the CLI main; these return Status (Corruption/NotFound = "the checked thing is
+// bad").
 #pragma once
 
 #include <ostream>
@@ -29,6 +30,14 @@ StatusOr<DiffResult> DiffCheckpoints(const std::string& a, const std::string& b,
 // even).
 Status ExportSafetensors(const std::string& dir, const std::string& dtype,
                          const std::string& out_path, std::ostream& log);
+
+// A Hugging Face model directory at `out_dir` (made if missing; refused when not empty):
+// the weights (as ExportSafetensors) in model-0000i-of-0000n.safetensors files of at most
+// `shard_gb` GB each with model.safetensors.index.json, and the Hugging Face files the
+// checkpoint carries (model/hf_files.h), config.json with torch_dtype set to the export dtype.
+// A checkpoint that carries no config.json (written by an older ftrain) is InvalidArgument.
+Status ExportHf(const std::string& dir, const std::string& dtype, double shard_gb,
+                const std::string& out_dir, std::ostream& log, Env* env = Env::Default());
 
 // A checkpoint directory from a PATH that is either a checkpoint or a root (-> latest).
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env = Env::Default());

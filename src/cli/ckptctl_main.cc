@@ -28,6 +28,7 @@ constexpr char kUsage[] =
     "  diff A B                                exit 0 iff bit-identical\n"
     "  prune ROOT --keep K [--keep-every M] [--dry-run] [--corrupt]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
+    "  export PATH --format hf -o DIR [--dtype bf16|fp32] [--shard-gb 5]\n"
     "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
     "every command takes --log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL)\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
@@ -332,19 +333,27 @@ int Prune(int argc, char** argv) {
 int Export(int argc, char** argv) {
   const std::string prog = std::string("ckptctl ") + argv[0];
   std::string format, output, dtype = "bf16";
+  double shard_gb = 5;
   po::options_description opts(prog);
-  opts.add_options()("format", po::value<std::string>(&format)->required(), "safetensors")(
-      "output,o", po::value<std::string>(&output)->required(), "output file")(
-      "dtype", po::value<std::string>(&dtype)->default_value("bf16"), "bf16 or fp32");
+  opts.add_options()("format", po::value<std::string>(&format)->required(), "safetensors or hf")(
+      "output,o", po::value<std::string>(&output)->required(),
+      "output file (safetensors) or directory (hf)")(
+      "dtype", po::value<std::string>(&dtype)->default_value("bf16"), "bf16 or fp32")(
+      "shard-gb", po::value<double>(&shard_gb)->default_value(5),
+      "hf: at most this many GB per safetensors file");
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
-  if (format != "safetensors") {
+  if (format != "safetensors" && format != "hf") {
     return Fail(prog, Status::InvalidArgument("--format '" + format +
-                                              "' is not supported; use safetensors"));
+                                              "' is not supported; use safetensors or hf"));
+  }
+  if (format == "safetensors" && !p.vm["shard-gb"].defaulted()) {
+    return Fail(prog, Status::InvalidArgument("--shard-gb applies to --format hf only"));
   }
   auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
   if (!dir.ok()) return Fail(prog, dir.status());
-  Status s = ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
+  Status s = format == "hf" ? ckpt::ExportHf(*dir, dtype, shard_gb, output, std::cout)
+                            : ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
   return s.ok() ? kExitOk : Fail(prog, s);
 }
 

@@ -133,6 +133,14 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
       ++assigned;
     }
     u->span = comm::ShardOf(u->numel, shard_size, shard_rank);
+    if (config.defer_init) {
+      // Filled later by LoadState; the model's (never touched) full tensors are dropped now.
+      for (auto& p : u->params) p.param.set_data(torch::empty({0}, e->Opts(config.param_dtype)));
+      u->master = torch::zeros({u->span.length}, e->Opts(torch::kFloat32));
+      e->FinishUnitState(*u);
+      e->units_.push_back(std::move(u));
+      continue;
+    }
     // This rank's slice of the flat unit, from the initial values (or the model's current,
     // identical on every rank); the full unit lives only for this iteration.
     if (!flat_buffer.defined() || flat_buffer.numel() < u->numel) {
@@ -152,11 +160,7 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     }
     // On the engine's device (a no-op on the CPU).
     u->master = flat.narrow(0, u->span.offset, u->span.length).clone().to(config.device);
-    u->exp_avg = torch::zeros_like(u->master);
-    u->exp_avg_sq = torch::zeros_like(u->master);
-    u->param_shard =
-        config.param_dtype == torch::kFloat32 ? u->master : u->master.to(config.param_dtype);
-    u->grad_shard = torch::zeros({u->span.length}, e->Opts(config.reduce_dtype));
+    e->FinishUnitState(*u);
     e->units_.push_back(std::move(u));
   }
   if (assigned != by_name.size()) {
@@ -164,6 +168,14 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
                             std::to_string(by_name.size()) + " parameters");
   }
   return e;
+}
+
+void FsdpEngine::FinishUnitState(Unit& u) const {
+  u.exp_avg = torch::zeros_like(u.master);
+  u.exp_avg_sq = torch::zeros_like(u.master);
+  u.param_shard =
+      config_.param_dtype == torch::kFloat32 ? u.master : u.master.to(config_.param_dtype);
+  u.grad_shard = torch::zeros({u.span.length}, Opts(config_.reduce_dtype));
 }
 
 bool FsdpEngine::ReshardAfterForward() const {
@@ -457,6 +469,14 @@ StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> FsdpEngine::GatherF
     for (const auto& p : u->params) {
       out.push_back({p.name, full.narrow(0, p.offset, p.numel).view(p.shape).clone()});
     }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> FsdpEngine::ParameterShapes() const {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& u : units_) {
+    for (const auto& p : u->params) out.push_back({p.name, p.shape});
   }
   return out;
 }

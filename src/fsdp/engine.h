@@ -49,6 +49,10 @@ struct FsdpConfig {
   // whole fp32 model (28 GB per rank for 7B). Bit-identical to InitWeights(seed) + Create.
   // Unset: the model's current values are sharded (safetensors import).
   std::optional<uint64_t> init_seed;
+  // Set (init_seed unset): neither is computed or read; every master shard starts at zero and
+  // the caller fills it with LoadState (from a checkpoint, or from the base model's files
+  // range by range), so no rank ever holds more than its shards plus one read buffer.
+  bool defer_init = false;
 };
 
 // The groups the engine communicates over. `shard` may be null (a group of one rank);
@@ -114,6 +118,9 @@ class FsdpEngine {
   Status LoadState(
       const std::function<Status(const std::string& kind, const std::string& name, int64_t offset,
                                  int64_t length, torch::Tensor dst)>& read);
+  // Every parameter's Hugging Face name and global shape, in unit order (the model's list:
+  // what a base model's files must hold).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ParameterShapes() const;
   // Gathers the full fp32 master weights of every parameter (collective: all ranks call it).
   StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> GatherFullParameters();
 
@@ -132,6 +139,8 @@ class FsdpEngine {
   void AccumulateGrads(Unit& u, bool first_micro_batch);
   Status ReduceGrads();
   bool ReshardAfterForward() const;
+  // A unit's moments, compute-dtype shard and gradient shard, once its master exists.
+  void FinishUnitState(Unit& u) const;
   bool KeepsFullParams() const { return config_.sharding == Sharding::kNoShard; }
   torch::TensorOptions Opts(torch::ScalarType dtype) const {
     return torch::TensorOptions(dtype).device(config_.device);

@@ -144,23 +144,38 @@ Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& h
                             std::to_string(entry.end - entry.begin) + " bytes, buffer has " +
                             std::to_string(out_bytes));
   }
+  return ReadSafetensorsRange(path, header, entry, 0, out, out_bytes);
+}
+
+Status ReadSafetensorsRange(const std::string& path, const SafetensorsHeader& header,
+                            const SafetensorsEntry& entry, uint64_t offset, void* out,
+                            size_t bytes) {
+  const std::string range =
+      "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + ")";
+  if (entry.end < entry.begin || offset > entry.end - entry.begin ||
+      bytes > entry.end - entry.begin - offset) {
+    return Status::Corruption("tensor '" + entry.name + "' in '" + path + "': " + range +
+                              " are outside its " + std::to_string(entry.end - entry.begin) +
+                              " bytes");
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
   uint8_t* dst = static_cast<uint8_t*>(out);
+  const uint64_t start = header.data_start + entry.begin + offset;
   size_t done = 0;
-  while (done < out_bytes) {
-    ssize_t n = ::pread(fd, dst + done, out_bytes - done,
-                        static_cast<off_t>(header.data_start + entry.begin + done));
+  while (done < bytes) {
+    ssize_t n = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(start + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      return Status::IOError("read of tensor '" + entry.name + "' in '" + path +
+      return Status::IOError("read of tensor '" + entry.name + "' (" + range + ") in '" + path +
                              "' failed: " + std::strerror(err));
     }
     if (n == 0) {
       ::close(fd);
-      return Status::Corruption("short read of tensor '" + entry.name + "' in '" + path +
+      return Status::Corruption("short read of tensor '" + entry.name + "' (" + range + ") in '" +
+                                path +
                                 "': the file ends early (truncated since its header was read?)");
     }
     done += static_cast<size_t>(n);

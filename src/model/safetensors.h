@@ -41,6 +41,12 @@ Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& h
 // Reads one tensor's bytes into `out`, which must hold exactly entry.end - entry.begin bytes.
 Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader& header,
                              const SafetensorsEntry& entry, void* out, size_t out_bytes);
+// Reads `bytes` bytes of one tensor starting `offset` bytes into it (pread: nothing else of
+// the file is touched). The range must lie inside the tensor; errors name the file, the
+// tensor and the range.
+Status ReadSafetensorsRange(const std::string& path, const SafetensorsHeader& header,
+                            const SafetensorsEntry& entry, uint64_t offset, void* out,
+                            size_t bytes);
 
 // Writes tensors in the order given: Begin() with every entry's name/dtype/shape (offsets are
 // assigned), then Write() each tensor's bytes in that order, then Finish() (fsync, rename

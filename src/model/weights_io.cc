@@ -106,8 +106,27 @@ std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& c) {
 
 // --- SafetensorsCheckpoint -------------------------------------------------------------------
 
+StatusOr<std::string> ResolveSafetensorsPath(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::NotFound("'" + path +
+                            "' does not exist (want a model directory, a *.safetensors file or a "
+                            "model.safetensors.index.json)");
+  }
+  if (!S_ISDIR(st.st_mode)) return path;
+  const std::string dir =
+      path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
+    const std::string file = dir + "/" + name;
+    if (::stat(file.c_str(), &st) == 0) return file;
+  }
+  return Status::NotFound("model directory '" + dir +
+                          "' has neither model.safetensors.index.json nor model.safetensors");
+}
+
 StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(
-    const std::string& path) {
+    const std::string& given) {
+  FT_ASSIGN_OR_RETURN(const std::string path, ResolveSafetensorsPath(given));
   std::unique_ptr<SafetensorsCheckpoint> ck(new SafetensorsCheckpoint());
   ck->path_ = path;
   if (!EndsWith(path, ".json")) {
@@ -138,7 +157,16 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(
   }
   const std::string dir = DirName(path);
   for (const auto& [file, names] : by_file) {
-    FT_RETURN_IF_ERROR(ck->AddFile(dir + "/" + file, &names));
+    Status s = ck->AddFile(dir + "/" + file, &names);
+    if (!s.ok() && s.IsNotFound()) {
+      // Name what is lost with the file: the tensors the index puts there.
+      return Status::NotFound(
+          "the index '" + path + "' puts tensor '" + names.begin()->first + "'" +
+          (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more"
+                            : std::string()) +
+          " in '" + file + "': " + s.message());
+    }
+    FT_RETURN_IF_ERROR(s);
   }
   return ck;
 }
@@ -232,17 +260,72 @@ Status SafetensorsCheckpoint::Read(const std::string& name, const at::Tensor& ds
     at::NoGradGuard no_grad;
     // Read straight into the destination when nothing needs converting.
     if (dst.device().is_cpu() && dst.scalar_type() == src_type && dst.is_contiguous()) {
+      bytes_read_ += static_cast<uint64_t>(dst.nbytes());
       return ReadSafetensorsTensor(loc.file, *loc.header, loc.entry, dst.data_ptr(),
                                    static_cast<size_t>(dst.nbytes()));
     }
     at::Tensor src = at::empty(loc.entry.shape, at::TensorOptions().dtype(src_type));
     FT_RETURN_IF_ERROR(ReadSafetensorsTensor(loc.file, *loc.header, loc.entry, src.data_ptr(),
                                              static_cast<size_t>(src.nbytes())));
+    bytes_read_ += static_cast<uint64_t>(src.nbytes());
     dst.copy_(src);
   } catch (const std::exception& ex) {
     return Status::Internal("loading tensor '" + name + "' from '" + loc.file + "': " + ex.what());
   }
   return Status::Ok();
+}
+
+Status SafetensorsCheckpoint::ReadRange(const std::string& name, int64_t offset,
+                                        const at::Tensor& dst) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return Status::NotFound("tensor '" + name + "' is not in '" + path_ + "'");
+  }
+  const Located& loc = it->second;
+  const at::ScalarType src_type = SourceType(loc.entry.dtype);
+  if (src_type == at::ScalarType::Undefined) {
+    return Status::InvalidArgument("tensor '" + name + "' in '" + loc.file + "' has dtype " +
+                                   loc.entry.dtype + "; only BF16, F16 and F32 load");
+  }
+  const uint64_t elem = SafetensorsDTypeSize(loc.entry.dtype);
+  const uint64_t numel = (loc.entry.end - loc.entry.begin) / elem;
+  if (dst.dim() != 1 || offset < 0 || static_cast<uint64_t>(offset) > numel ||
+      static_cast<uint64_t>(dst.numel()) > numel - static_cast<uint64_t>(offset)) {
+    return Status::Internal("elements [" + std::to_string(offset) + ", +" +
+                            std::to_string(dst.numel()) + ") of tensor '" + name + "' in '" +
+                            loc.file + "' (" + std::to_string(numel) +
+                            " elements) asked for with a wrong range or destination");
+  }
+  constexpr int64_t kPieceBytes = 64 << 20;  // bounds the conversion buffer
+  const int64_t piece = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(elem));
+  try {
+    at::NoGradGuard no_grad;
+    const bool direct =
+        dst.device().is_cpu() && dst.scalar_type() == src_type && dst.is_contiguous();
+    at::Tensor buf;
+    for (int64_t done = 0; done < dst.numel(); done += piece) {
+      const int64_t n = std::min(piece, dst.numel() - done);
+      at::Tensor out = dst.narrow(0, done, n);
+      if (!direct && (!buf.defined() || buf.numel() < n)) {
+        buf = at::empty({std::min(piece, dst.numel())}, at::TensorOptions().dtype(src_type));
+      }
+      at::Tensor into = direct ? out : buf.narrow(0, 0, n);
+      FT_RETURN_IF_ERROR(ReadSafetensorsRange(loc.file, *loc.header, loc.entry,
+                                              static_cast<uint64_t>(offset + done) * elem,
+                                              into.data_ptr(), static_cast<size_t>(n) * elem));
+      bytes_read_ += static_cast<uint64_t>(n) * elem;
+      if (!direct) out.copy_(into);
+    }
+  } catch (const std::exception& ex) {
+    return Status::Internal("loading tensor '" + name + "' from '" + loc.file + "': " + ex.what());
+  }
+  return Status::Ok();
+}
+
+uint64_t SafetensorsCheckpoint::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, loc] : tensors_) n += loc.entry.end - loc.entry.begin;
+  return n;
 }
 
 std::vector<std::string> SafetensorsCheckpoint::Names() const {

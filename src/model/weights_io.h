@@ -1,8 +1,10 @@
 // Hugging Face safetensors <-> LlamaModel: import initial weights from one model.safetensors
-// or a sharded set (model.safetensors.index.json), export back to one file. Checks names and
-// shapes of the whole set before any parameter is written; errors name the tensor and file.
-// bf16/fp16/fp32 sources are converted to the parameter dtype. No LibTorch in this header
-// (at::Tensor is only declared), so CLI code can include it cheaply.
+// or a sharded set (model.safetensors.index.json), or a model directory holding either;
+// export back to one file. Checks names and shapes of the whole set before any parameter is
+// written; errors name the tensor and file. bf16/fp16/fp32 sources are converted to the
+// parameter dtype. A byte range of one tensor can be read alone (ReadRange: what an FSDP
+// rank needs for its own shards). No LibTorch in this header (at::Tensor is only declared),
+// so CLI code can include it cheaply.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,9 @@ std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& cfg);
 // are skipped (HF ignores them too).
 class SafetensorsCheckpoint {
  public:
-  // `path` is a *.safetensors file or a *.index.json (HF sharded layout).
+  // `path` is a *.safetensors file, a *.index.json (HF sharded layout), or a directory with
+  // model.safetensors.index.json or model.safetensors in it (a Hugging Face model directory;
+  // the index wins when both are there).
   static StatusOr<std::unique_ptr<SafetensorsCheckpoint>> Open(const std::string& path);
 
   // The tensor set must equal `expected`: errors name the missing, extra or wrongly shaped
@@ -49,9 +53,16 @@ class SafetensorsCheckpoint {
   Status Check(const std::vector<TensorSpec>& expected) const;
   // Reads tensor `name` into `dst` (same shape, any floating dtype, any device), converting.
   Status Read(const std::string& name, const at::Tensor& dst) const;
+  // Reads elements [offset, offset + dst.numel()) of tensor `name` (row-major, flattened)
+  // into the 1-D `dst` (any floating dtype, any device), converting; only those bytes are
+  // read from the file (pread, in pieces of at most 64 MiB).
+  Status ReadRange(const std::string& name, int64_t offset, const at::Tensor& dst) const;
 
   std::vector<std::string> Names() const;  // sorted
   const std::string& path() const { return path_; }
+  // Bytes of tensor data read from the files so far (Read and ReadRange), and in all.
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t total_bytes() const;
 
  private:
   struct Located {
@@ -65,7 +76,13 @@ class SafetensorsCheckpoint {
   std::string path_;
   std::map<std::string, SafetensorsHeader> headers_;  // by file path
   std::map<std::string, Located> tensors_;            // by tensor name
+  mutable uint64_t bytes_read_ = 0;
 };
+
+// What `path` (a file, an index or a model directory) opens as: the directory resolved to
+// its index or model.safetensors, anything else unchanged. NotFound names the directory and
+// both file names when a directory has neither.
+StatusOr<std::string> ResolveSafetensorsPath(const std::string& path);
 
 // Loads every parameter of `model` from `path` (see SafetensorsCheckpoint). The model must
 // hold materialized parameters (not an FSDP engine's released ones). On an error found while

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/log.h"
+#include "model/hf_files.h"
 
 namespace ftrain::train {
 
@@ -118,6 +119,10 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
   contents.blobs.push_back({"history", "run", "per_rank", history.dump()});
   contents.blobs.push_back({"data", "cursor", "per_rank", state.data_cursor});
   contents.blobs.push_back({"rng", "torch_cpu", "per_rank", RngState()});
+  // Written by rank 0 only (replicated: any rank or world size reads rank 0's copy).
+  for (const auto& [name, bytes] : state.hf_files) {
+    contents.blobs.push_back({model::kHfStateGroup, name, "replicated", bytes});
+  }
   if (engine.config().device.is_cuda()) {
     // The CUDA generator of this rank's device (its state is an opaque byte tensor).
     const torch::Tensor cuda_rng =

@@ -4,6 +4,7 @@
 // size changed. Where the contents go is train/checkpointer.h.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "ckpt/ckptd_protocol.h"
@@ -20,6 +21,9 @@ struct RunState {
   // metrics.jsonl line of the step this checkpoint ends (rank 0), so that a crash between
   // the commit and the metrics append cannot leave a hole in metrics.jsonl.
   std::string metrics_line;
+  // Rank 0: the Hugging Face files (name -> bytes) every checkpoint carries for `ckptctl
+  // export --format hf` (train/base_model.h); empty on the other ranks.
+  std::map<std::string, std::string> hf_files;
 };
 
 // What this rank writes: tensor pieces point into the engine's live shards (valid until the

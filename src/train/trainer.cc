@@ -26,7 +26,7 @@
 #include "data/reader.h"
 #include "fsdp/engine.h"
 #include "model/llama.h"
-#include "model/weights_io.h"
+#include "train/base_model.h"
 #include "train/checkpointer.h"
 #include "train/checkpointing.h"
 #include "train/device.h"
@@ -426,8 +426,10 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
 }
 
 // The model and the FSDP engine over it. A random init is computed unit by unit while
-// sharding (fsdp::FsdpConfig::init_seed): the model's own tensors are allocated but never
-// written, so no rank holds the whole fp32 model.
+// sharding (fsdp::FsdpConfig::init_seed); base weights (train.init) are read later, after the
+// resume decided that they are needed, each rank reading only its own shards
+// (LoadBaseWeights). Either way the model's own tensors are allocated but never written, so
+// no rank holds the whole fp32 model.
 StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
                                                         comm::DistContext& ctx,
                                                         const DeviceChoice& dev) {
@@ -437,7 +439,7 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
   if (cfg.train.init == "random") {
     fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
   } else {
-    FT_RETURN_IF_ERROR(model::LoadSafetensors(model, cfg.train.init).Annotate("train.init"));
+    fc.defer_init = true;
   }
   fc.sharding = sharding;
   auto dtype = [](Precision p) {
@@ -599,6 +601,9 @@ struct Run {
   std::unique_ptr<MetricsWriter> metrics;  // rank 0
   std::unique_ptr<MetricsSinks> sinks;     // TensorBoard, Prometheus, GPU health (rank 0)
   nlohmann::json layout;                   // the checkpoint layout: how this run is sharded
+  // Where the Hugging Face files every checkpoint carries came from (file name -> source;
+  // train/base_model.h), for the layout; the files themselves are in state.hf_files (rank 0).
+  nlohmann::json hf_sources = nlohmann::json::object();
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -648,8 +653,10 @@ data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldIn
   return o;
 }
 
-// The data's version, from opening it once without a cursor (cheap: reads index.json).
-StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world) {
+// The data's version and tokenizer, from opening it once without a cursor (cheap: reads
+// index.json).
+StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world,
+                                    DataTokenizer* tokenizer) {
   auto r = data::TokenReader::Open(ReaderOptionsFor(cfg, world, 0), nullptr);
   if (!r.ok()) {
     // A data path that is not there is a configuration error (exit 2); damaged data is not.
@@ -658,6 +665,13 @@ StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInf
     }
     return r.status();
   }
+  const data::DatasetIndex& index = (*r)->index();
+  const bool local = cfg.data.path.find("://") == std::string::npos;
+  tokenizer->path = local && !index.tokenizer_file.empty()
+                        ? JoinPath(cfg.data.path, index.tokenizer_file)
+                        : std::string();
+  tokenizer->bos_id = index.bos_id;
+  tokenizer->eos_id = index.eos_id;
   return (*r)->data_version();
 }
 
@@ -711,7 +725,8 @@ nlohmann::json LayoutJson(const Run& run) {
           {"device_detail", run.dev.description},
           {"torch", TORCH_VERSION},
           {"math_modes", run.math_modes},
-          {"hardware", run.hardware}};
+          {"hardware", run.hardware},
+          {"hf_files", run.hf_sources}};
 }
 
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
@@ -748,13 +763,24 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   }
   // An aborted NCCL collective must never be checkpointed as good state (checkpointer.h).
   co.comm_health = [&ctx] { return ctx.Health(); };
+  // The data, and the Hugging Face files each checkpoint will carry (rank 0): known before the
+  // daemon's slots are sized.
+  DataTokenizer data_tokenizer;
+  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world, &data_tokenizer));
+  model::HfFiles hf;
+  if (run->leader) {
+    FT_ASSIGN_OR_RETURN(hf, HfFilesForRun(cfg, data_tokenizer));
+  }
+  FT_ASSIGN_OR_RETURN(std::string hf_sources, ShareHfSources(ctx, hf));
+  run->hf_sources = nlohmann::json::parse(hf_sources);
+  RunState sizing;
+  sizing.hf_files = hf.bytes;
   // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
   run->checkpointer = std::make_unique<Checkpointer>(co, &ctx.control());
-  FT_RETURN_IF_ERROR(run->checkpointer->Start(
-      ckpt::SlotBytesFor(BuildShardContents(*run->engine, RunState(), "{}"))));
+  FT_RETURN_IF_ERROR(
+      run->checkpointer->Start(ckpt::SlotBytesFor(BuildShardContents(*run->engine, sizing, "{}"))));
 
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
-  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world));
   // This start's generation: every shard this run writes carries it, so that a writer of an
   // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
   FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx));
@@ -763,6 +789,11 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->checkpointer, run->data_version, run->hardware,
                              *run->engine, &run->state, &resume_dir));
+  // Only a fresh start reads the base weights: a restart never needs the base directory.
+  if (run->resume_step < 0 && cfg.train.init != "random") {
+    FT_RETURN_IF_ERROR(LoadBaseWeights(cfg.train.init, ctx, *run->engine));
+  }
+  run->state.hf_files = std::move(hf.bytes);
   FT_RETURN_IF_ERROR(OpenReader(run.get()));
   PlanOptimizer(run.get());
   if (run->leader) {
