@@ -599,6 +599,7 @@ struct Run {
   std::unique_ptr<MetricsWriter> metrics;  // rank 0
   std::unique_ptr<MetricsSinks> sinks;     // TensorBoard, Prometheus, GPU health (rank 0)
   nlohmann::json layout;                   // the checkpoint layout: how this run is sharded
+  std::string attention;                   // the SDPA backend the model's layers run
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -711,6 +712,7 @@ nlohmann::json LayoutJson(const Run& run) {
           {"device_detail", run.dev.description},
           {"torch", TORCH_VERSION},
           {"math_modes", run.math_modes},
+          {"attention", run.attention},
           {"hardware", run.hardware}};
 }
 
@@ -771,6 +773,11 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
                         MetricsSinks::Open(cfg, {world.world_size, run->dev.cuda_index,
                                                  run->engine->NumParameters(), run->resume_step}));
   }
+  const auto param_dtype =
+      cfg.train.param_dtype == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+  run->attention = model::AttentionBackend(
+      cfg.model, torch::TensorOptions().dtype(param_dtype).device(run->dev.device), run->seq_len);
+  if (run->leader) FT_LOG(Info) << "attention: scaled_dot_product_attention, " << run->attention;
   run->layout = LayoutJson(*run);
   return run;
 }
