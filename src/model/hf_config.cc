@@ -25,12 +25,12 @@ struct Arch {
   const char* model_type;
   const char* architecture;
   int64_t vocab_size, intermediate_size, max_position_embeddings;
-  bool kv_heads_default_to_heads;  // else 8 (Mistral)
+  int64_t kv_heads;  // num_key_value_heads when absent; 0: num_attention_heads (null: always)
 };
 constexpr Arch kArchs[] = {
-    {"llama", "LlamaForCausalLM", 32000, 11008, 2048, true},
-    {"mistral", "MistralForCausalLM", 32000, 14336, 4096 * 32, false},
-    {"qwen2", "Qwen2ForCausalLM", 151936, 22016, 32768, true},
+    {"llama", "LlamaForCausalLM", 32000, 11008, 2048, 0},
+    {"mistral", "MistralForCausalLM", 32000, 14336, 4096 * 32, 8},
+    {"qwen2", "Qwen2ForCausalLM", 151936, 22016, 32768, 32},
 };
 
 // Keys that never change what the model computes in training or evaluation.
@@ -236,8 +236,9 @@ Status ReadShapes(Reader& r, const Arch& arch, LlamaConfig* c) {
   FT_RETURN_IF_ERROR(r.Int("intermediate_size", &c->intermediate_size));
   FT_RETURN_IF_ERROR(r.Int("num_hidden_layers", &c->num_layers));
   FT_RETURN_IF_ERROR(r.Int("num_attention_heads", &c->num_heads));
-  c->num_kv_heads = arch.kv_heads_default_to_heads ? c->num_heads : 8;
+  c->num_kv_heads = arch.kv_heads > 0 ? arch.kv_heads : c->num_heads;
   FT_RETURN_IF_ERROR(r.Int("num_key_value_heads", &c->num_kv_heads));
+  if (r.Null("num_key_value_heads")) c->num_kv_heads = c->num_heads;  // __post_init__
   FT_RETURN_IF_ERROR(r.Int("max_position_embeddings", &c->max_seq_len));
   FT_RETURN_IF_ERROR(r.Double("rms_norm_eps", &c->rms_norm_eps));
   FT_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c->tie_embeddings));
