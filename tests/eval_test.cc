@@ -133,7 +133,7 @@ TEST_F(EvalTest, BadInputIsOneClearLineAndExit2) {
       {"--weights " + run_ + "/checkpoints --batches -3", "--batches"},
       {"--weights " + run_ + "/checkpoints --train.stepz=3", "unknown config key 'train.stepz'"},
       {"--weights " + run_ + "/checkpoints --model.max_seq_len=16", "max_seq_len"},
-      {"", "--weights PATH are required"},
+      {"", "--weights PATH is required"},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(Eval(c.args), 120);

@@ -186,6 +186,35 @@ TEST_F(HfTest, RestartNeverReadsTheBaseDirectory) {
   EXPECT_TRUE(doc["layout"]["hf_files"].contains("tokenizer.model")) << doc["layout"].dump();
 }
 
+// With model.hf the model itself comes from the base's config.json: a restart after the base
+// moved takes it from the copy the first start kept in the run directory, and the result is
+// still the uninterrupted run's.
+TEST_F(HfTest, RestartWithModelHfAfterTheBaseMovedUsesTheKeptConfig) {
+  const std::string& ref = Reference();
+  const std::string run = root_ + "/moved-hf", base = root_ + "/base32-moved-hf";
+  ASSERT_EQ(RunCommand("cp -r " + root_ + "/base32 " + base, 30).exit_code, 0);
+  const std::string args = "--train.init=" + base + " --model.hf=" + base;
+  auto crash = RunCommand("FTRAIN_CRASH_RANK=0 FTRAIN_CRASH_AT=38 " + TrainCmd(run, args), 600);
+  ASSERT_EQ(crash.exit_code, 137) << crash.output;
+  ASSERT_EQ(RunCommand(BinDir() + "/ckptctl latest " + run + "/checkpoints", 30).exit_code, 0)
+      << "no committed checkpoint before the crash\n"
+      << crash.output;
+  ASSERT_EQ(RunCommand("mv " + base + " " + base + ".gone", 30).exit_code, 0);
+  auto again = RunCommand(TrainCmd(run, args), 600);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(Contains(again.output, "is gone; the model comes from the copy")) << again.output;
+  EXPECT_TRUE(Contains(again.output, "resume: restored step")) << again.output;
+  auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000020 " + run +
+                             "/checkpoints/step-00000020",
+                         120);
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_EQ(Losses(ref), Losses(run));
+  // A fresh run with the base gone is still an error naming model.hf (no copy to take).
+  auto fresh = RunCommand(TrainCmd(root_ + "/fresh-hf", args), 120);
+  EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
+  EXPECT_TRUE(Contains(fresh.output, "model.hf")) << fresh.output;
+}
+
 TEST_F(HfTest, ExportedDirectoryLoadsInTransformersWithEvalsLoss) {
   const std::string ckpt = Reference() + "/checkpoints/step-00000020";
   const std::string out32 = root_ + "/export32", out16 = root_ + "/export16";

@@ -1,5 +1,6 @@
-// `ftrain eval --config FILE --weights PATH --data DIR [--batches N] [--json]
-// [--section.key=value ...]`: flags only; the evaluation is in src/train/eval.
+// `ftrain eval [--config FILE] [--model HF_DIR] --weights PATH --data DIR [--batches N]
+// [--dtype fp32|bf16] [--json] [--section.key=value ...]`: flags only; the evaluation is in
+// src/train/eval.
 // Exit codes: 0 done, 1 damaged weights or data, 2 usage/config/path/shape error.
 #include <cstdio>
 #include <iostream>
@@ -16,14 +17,16 @@ namespace ftrain::cli {
 
 namespace {
 constexpr char kHelp[] =
-    "usage: ftrain eval --config FILE --weights PATH --data DIR [--batches N] [--json]\n"
-    "                   [--section.key=value ...]\n"
-    "  Mean token loss and perplexity of the model described by FILE's [model] section on N\n"
-    "  micro-batches (default 16) of the packed data at DIR, read in the fixed order given by\n"
-    "  train.seed (rank 0 of 1) with train.micro_batch rows each. float32 compute, one process.\n"
-    "  PATH: model.safetensors, model.safetensors.index.json, a checkpoint directory (fp32\n"
-    "  master weights; bf16 model weights if it has none), or a checkpoint root (its newest\n"
-    "  complete checkpoint).\n"
+    "usage: ftrain eval [--config FILE] [--model HF_DIR] --weights PATH --data DIR\n"
+    "                   [--batches N] [--dtype fp32|bf16] [--json] [--section.key=value ...]\n"
+    "  Mean token loss and perplexity of the model described by FILE's [model] section (or\n"
+    "  by HF_DIR/config.json: --model DIR is --model.hf=DIR) on N micro-batches (default 16)\n"
+    "  of the packed data at DIR, read in the fixed order given by train.seed (rank 0 of 1)\n"
+    "  with train.micro_batch rows each. float32 compute (--dtype bf16: bfloat16), one\n"
+    "  process. PATH: a Hugging Face model directory (its config.json is the model when\n"
+    "  neither FILE nor --model gives one), model.safetensors, model.safetensors.index.json,\n"
+    "  a checkpoint directory (fp32 master weights; bf16 model weights if it has none), or a\n"
+    "  checkpoint root (its newest complete checkpoint).\n"
     "  --json prints {\"loss\":...,\"perplexity\":...,\"batches\":N,\"tokens\":...} (loss as "
     "%.9g).\n"
     "exit codes: 0 done, 1 damaged weights or data, 2 usage, config, path or shape error\n";
@@ -50,7 +53,7 @@ bool FlagValue(int argc, char** argv, int* i, const std::string& flag, std::stri
 
 int RunEval(int argc, char** argv) {
   const std::string program = "ftrain eval";
-  std::string config_path, weights, data, batches_text = "16";
+  std::string config_path, weights, data, batches_text = "16", model_dir, dtype = "fp32";
   bool json = false;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -65,7 +68,9 @@ int RunEval(int argc, char** argv) {
     } else if (FlagValue(argc, argv, &i, "--config", &config_path, &err) ||
                FlagValue(argc, argv, &i, "--weights", &weights, &err) ||
                FlagValue(argc, argv, &i, "--data", &data, &err) ||
-               FlagValue(argc, argv, &i, "--batches", &batches_text, &err)) {
+               FlagValue(argc, argv, &i, "--batches", &batches_text, &err) ||
+               FlagValue(argc, argv, &i, "--model", &model_dir, &err) ||
+               FlagValue(argc, argv, &i, "--dtype", &dtype, &err)) {
       if (!err.ok()) return Fail(program, err);
     } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
       overrides.push_back(a);
@@ -76,22 +81,30 @@ int RunEval(int argc, char** argv) {
                                "--section.key=value overrides; see 'ftrain eval --help')"));
     }
   }
-  if (config_path.empty() || weights.empty()) {
-    return Fail(program, Status::InvalidArgument(
-                             "--config FILE and --weights PATH are required (see 'ftrain eval "
-                             "--help')"));
+  if (weights.empty()) {
+    return Fail(program,
+                Status::InvalidArgument("--weights PATH is required (see 'ftrain eval --help')"));
+  }
+  if (dtype != "fp32" && dtype != "bf16") {
+    return Fail(program, Status::InvalidArgument("--dtype '" + dtype + "' must be fp32 or bf16"));
   }
   int64_t batches = 0;
   if (!ParseInt64(batches_text, &batches) || batches <= 0) {
     return Fail(program, Status::InvalidArgument("--batches '" + batches_text +
                                                  "' is not a positive integer"));
   }
-  auto config = Config::LoadFile(config_path);
+  StatusOr<Config> config = Config();
+  if (!config_path.empty()) config = Config::LoadFile(config_path);
   if (!config.ok()) return Fail(program, config.status());
   for (const auto& o : overrides) {
     Status s = config->ApplyOverride(o);
     if (!s.ok()) return Fail(program, s);
   }
+  if (!model_dir.empty()) config->Set("model.hf", model_dir, "--model");
+  // No model in the config: the weights' own directory describes it (an HF model directory).
+  bool has_model = false;
+  for (const auto& item : config->entries()) has_model |= item.first.rfind("model.", 0) == 0;
+  if (!has_model) config->Set("model.hf", weights, "--weights (no [model] given)");
   if (!data.empty()) config->Set("data.path", data, "--data");
   if (!config->Has("data.path")) {
     return Fail(program,
@@ -112,6 +125,7 @@ int RunEval(int argc, char** argv) {
   eo.micro_batch = tc->train.micro_batch;
   eo.seed = static_cast<uint64_t>(tc->train.seed);
   eo.threads = static_cast<int>(tc->train.threads);
+  eo.bf16 = dtype == "bf16";
   auto r = train::RunEval(eo);
   if (!r.ok()) return Fail(program, r.status());
   char line[512];

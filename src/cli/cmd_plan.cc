@@ -2,6 +2,8 @@
 // to a PlanInput, then prints plan/planner.h's plan as text or JSON. Argument handling only; the
 // arithmetic is in src/plan/, reading --data/--calibrate in plan/sources.cc, and
 // both are documented in docs/plan.md.
+#include <sys/stat.h>
+
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -75,7 +77,18 @@ Status DoubleFlag(const po::variables_map& vm, const char* name, double* out) {
 // (the file's other sections belong to `ftrain train`), but an unknown model.* key is an error.
 StatusOr<LlamaConfig> LoadModel(const std::string& path,
                                 const std::vector<std::string>& overrides) {
-  FT_ASSIGN_OR_RETURN(Config file, Config::LoadFile(path));
+  // A Hugging Face model directory or its config.json: model.hf (hf_config.h).
+  // (stat, not std::filesystem: LibTorch 2.11 exports a copy that crashes callers.)
+  struct stat st;
+  const bool is_hf = (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ||
+                     (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+  StatusOr<Config> loaded = Config();
+  if (is_hf) {
+    loaded->Set("model.hf", path, "--model");
+  } else {
+    loaded = Config::LoadFile(path);
+  }
+  FT_ASSIGN_OR_RETURN(Config file, std::move(loaded));
   for (const auto& o : overrides) {
     if (o.rfind("--model.", 0) != 0) {
       return Status::InvalidArgument("'" + o + "': ftrain plan reads only [model] keys; drop it");
@@ -207,7 +220,9 @@ int RunPlan(int argc, char** argv) {
   options.add_options()
       ("help,h", "print this help and exit")
       ("params", po::value<std::string>(), "parameter count, e.g. 7e9 (or use --model)")
-      ("model", po::value<std::string>(), "model config file, e.g. configs/llama-7b.cfg")
+      ("model", po::value<std::string>(),
+       "model config file (configs/llama-7b.cfg), or a Hugging Face model directory or its "
+       "config.json (configs/hf/llama-3.1-8b)")
       ("nodes", po::value<std::string>(), "nodes (default 1)")
       ("gpus-per-node", po::value<std::string>(), "GPUs per node (default 8)")
       ("gpu-mem-gb", po::value<std::string>(), "memory per GPU in GB = 1e9 bytes (default 80)")
@@ -217,7 +232,8 @@ int RunPlan(int argc, char** argv) {
       ("micro-batch", po::value<std::string>(), "sequences per GPU per pass (default 1)")
       ("act-ckpt", po::bool_switch(), "activation checkpointing (recompute layers)")
       ("attention", po::value<std::string>()->default_value("fused"),
-       "fused (no s x s scores stored) or eager")
+       "fused (no s x s scores stored: what ftrain train runs, scaled_dot_product_attention) "
+       "or eager")
       ("mtbf-hours", po::value<std::string>(), "mean time between job failures (default 24)")
       ("ckpt-stall-s", po::value<std::string>(), "training stall per checkpoint (default 13)")
       ("reserve", po::value<std::string>(),

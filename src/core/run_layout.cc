@@ -11,6 +11,9 @@ std::string RunLayout::metrics() const { return JoinPath(run_dir_, "metrics.json
 std::string RunLayout::restarts() const { return JoinPath(run_dir_, "restarts.jsonl"); }
 std::string RunLayout::resolved_config() const { return JoinPath(run_dir_, "config.resolved.cfg"); }
 std::string RunLayout::config_error() const { return JoinPath(run_dir_, ".config_error"); }
+std::string RunLayout::hf_config_copy() const {
+  return JoinPath(run_dir_, ".model-hf-config.json");
+}
 std::string RunLayout::last_stop() const { return JoinPath(run_dir_, ".last_stop"); }
 std::string RunLayout::logs() const { return JoinPath(run_dir_, "logs"); }
 std::string RunLayout::daemon_dir(const std::string& node) const {

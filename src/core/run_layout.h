@@ -42,6 +42,9 @@ class RunLayout {
   std::string daemon_buddy_addr(const std::string& node) const;
   std::string replication_secret() const;
   std::string job_nodes() const;
+  // model.hf's config.json as the run's first start read it ({"source": path, "text": bytes}):
+  // a restart whose base directory has moved takes the model from here (model/hf_config.h).
+  std::string hf_config_copy() const;
   // The node of a daemon directory name ("ckptd-n1" -> "n1"); empty if it is not one.
   static std::string NodeOfDaemonDir(const std::string& name);
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.

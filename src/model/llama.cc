@@ -1,16 +1,20 @@
-// LlamaModel: the HF LlamaForCausalLM equations in LibTorch, one decoder block per Layer()
-// call. Parameters are read through the registered tensors on every call (an engine may have
-// swapped their data); only config constants (RoPE cos/sin, causal mask) are cached.
+// LlamaModel: the HF Llama/Mistral/Qwen2ForCausalLM equations in LibTorch, one decoder block per
+// Layer() call; attention is at::scaled_dot_product_attention (causal, GQA without copying
+// k/v). Parameters are read through the registered tensors on every call (an engine may have
+// swapped their data); only config constants (RoPE cos/sin, the window mask) are cached.
 // Input checks throw StatusError(InvalidArgument / FailedPrecondition) naming the problem.
 #include "model/llama.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SDPBackend.h>
 #include <torch/types.h>
 
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "model/weights_io.h"
@@ -26,13 +30,6 @@ std::string ShapeText(at::IntArrayRef shape) {
   for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
   os << "]";
   return os.str();
-}
-
-// The registered "weight" of a fresh holder module `parent.<name>`.
-torch::Tensor AddWeight(torch::nn::Module& parent, const std::string& name,
-                        const std::vector<int64_t>& shape, const torch::TensorOptions& options) {
-  auto holder = parent.register_module(name, std::make_shared<torch::nn::Module>());
-  return holder->register_parameter("weight", torch::empty(shape, options));
 }
 
 torch::nn::Module& Child(torch::nn::Module& parent, const std::string& name) {
@@ -91,15 +88,33 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOption
   if (!s.ok()) Fail(s.Annotate("LlamaModel"));
   layers_.resize(static_cast<size_t>(cfg.num_layers));
   // Module tree model.{embed_tokens, layers.<i>.{self_attn, mlp, *_layernorm}, norm} and
-  // lm_head, each leaf holding one "weight", so that named_parameters() gives HF names.
+  // lm_head, each leaf holding its "weight" (and "bias"), so that named_parameters() gives
+  // HF names.
+  static const std::map<std::string, torch::Tensor LayerParams::*> kSlots = {
+      {"q_proj.weight", &LayerParams::q},
+      {"k_proj.weight", &LayerParams::k},
+      {"v_proj.weight", &LayerParams::v},
+      {"o_proj.weight", &LayerParams::o},
+      {"gate_proj.weight", &LayerParams::gate},
+      {"up_proj.weight", &LayerParams::up},
+      {"down_proj.weight", &LayerParams::down},
+      {"input_layernorm.weight", &LayerParams::input_norm},
+      {"post_attention_layernorm.weight", &LayerParams::post_norm},
+      {"q_proj.bias", &LayerParams::q_bias},
+      {"k_proj.bias", &LayerParams::k_bias},
+      {"v_proj.bias", &LayerParams::v_bias},
+      {"o_proj.bias", &LayerParams::o_bias},
+      {"gate_proj.bias", &LayerParams::gate_bias},
+      {"up_proj.bias", &LayerParams::up_bias},
+      {"down_proj.bias", &LayerParams::down_bias}};
   for (const TensorSpec& spec : LlamaParamSpecs(cfg)) {
     // Split "a.b.c.weight" into holder path a.b.c; create the containers on the way.
     std::vector<std::string> parts;
     std::stringstream ss(spec.name);
     for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
     torch::nn::Module* parent = this;
-    for (size_t i = 0; i + 2 < parts.size(); ++i) parent = &Child(*parent, parts[i]);
-    torch::Tensor w = AddWeight(*parent, parts[parts.size() - 2], spec.shape, options);
+    for (size_t i = 0; i + 1 < parts.size(); ++i) parent = &Child(*parent, parts[i]);
+    torch::Tensor w = parent->register_parameter(parts.back(), torch::empty(spec.shape, options));
     const std::string& n = spec.name;
     if (n == "model.embed_tokens.weight") {
       embed_ = w;
@@ -109,17 +124,10 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOption
       lm_head_ = w;
     } else {
       LayerParams& l = layers_[static_cast<size_t>(std::stoll(parts[2]))];
-      static const std::map<std::string, torch::Tensor LayerParams::*> kSlots = {
-          {"q_proj", &LayerParams::q},
-          {"k_proj", &LayerParams::k},
-          {"v_proj", &LayerParams::v},
-          {"o_proj", &LayerParams::o},
-          {"gate_proj", &LayerParams::gate},
-          {"up_proj", &LayerParams::up},
-          {"down_proj", &LayerParams::down},
-          {"input_layernorm", &LayerParams::input_norm},
-          {"post_attention_layernorm", &LayerParams::post_norm}};
-      l.*kSlots.at(parts[parts.size() - 2]) = w;
+      l.*kSlots.at(parts[parts.size() - 2] + "." + parts.back()) = w;
+      l.names.push_back(n);
+      l.shapes.push_back(spec.shape);
+      l.tensors.push_back(w);
     }
   }
   if (cfg.tie_embeddings) lm_head_ = embed_;
@@ -136,12 +144,7 @@ std::vector<std::string> LlamaModelImpl::LayerParamNames(int i) const {
     Fail(Status::InvalidArgument("layer " + std::to_string(i) + " out of range [0, " +
                                  std::to_string(cfg_.num_layers) + ")"));
   }
-  const std::string p = "model.layers." + std::to_string(i) + ".";
-  return {p + "self_attn.q_proj.weight",        p + "self_attn.k_proj.weight",
-          p + "self_attn.v_proj.weight",        p + "self_attn.o_proj.weight",
-          p + "mlp.gate_proj.weight",           p + "mlp.up_proj.weight",
-          p + "mlp.down_proj.weight",           p + "input_layernorm.weight",
-          p + "post_attention_layernorm.weight"};
+  return layers_[static_cast<size_t>(i)].names;
 }
 
 torch::Tensor LlamaModelImpl::InitialValue(const std::string& name, at::IntArrayRef shape,
@@ -154,6 +157,10 @@ torch::Tensor LlamaModelImpl::InitialValue(const std::string& name, at::IntArray
 void LlamaModelImpl::InitialValueInto(const std::string& name, torch::Tensor dst, uint64_t seed) {
   if (EndsWith(name, "norm.weight")) {
     dst.fill_(1.0f);
+    return;
+  }
+  if (EndsWith(name, ".bias")) {  // nn.Linear biases start at zero in HF's _init_weights
+    dst.zero_();
     return;
   }
   // normal_ fills a contiguous tensor in element order: the shape does not change the bits.
@@ -204,14 +211,31 @@ LlamaModelImpl::RopeCache LlamaModelImpl::Rope(int64_t seq_len,
   if (rope_.seq_len != seq_len ||
       rope_.cos.scalar_type() != c10::typeMetaToScalarType(options.dtype()) ||
       rope_.cos.device() != options.device()) {
-    auto [cos, sin] = RopeCosSin(seq_len, cfg_.HeadDim(), cfg_.rope_theta);
+    auto [cos, sin] = RopeCosSin(seq_len, RopeInvFreq(cfg_));
     rope_.seq_len = seq_len;
     rope_.cos = cos.to(options);
     rope_.sin = sin.to(options);
-    // True above the diagonal: key position j > query position i is masked out.
-    rope_.mask = at::ones({seq_len, seq_len}, at::kBool).triu(1).to(options.device());
+    rope_.window_mask = torch::Tensor();
+    if (cfg_.sliding_window > 0 && cfg_.sliding_window < seq_len) {
+      rope_.window_mask = SlidingWindowMask(seq_len, cfg_.sliding_window).to(options.device());
+    }
   }
   return rope_;
+}
+
+torch::Tensor LlamaModelImpl::Attention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, int64_t window,
+                                        const torch::Tensor& window_mask) {
+  // q [B, nh, T, hd], k/v [B, nkv, T, hd]: enable_gqa lets query head j use kv head
+  // j / (nh / nkv) (HF repeat_kv) without copying k/v. The scale is 1/sqrt(hd), as HF's.
+  const bool gqa = q.size(1) != k.size(1);
+  const int64_t T = q.size(2);
+  if (window > 0 && window < T) {
+    return at::scaled_dot_product_attention(q, k, v, window_mask, 0.0, /*is_causal=*/false,
+                                            std::nullopt, gqa);
+  }
+  return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true,
+                                          std::nullopt, gqa);
 }
 
 torch::Tensor LlamaModelImpl::Layer(int i, const torch::Tensor& h) {
@@ -221,41 +245,61 @@ torch::Tensor LlamaModelImpl::Layer(int i, const torch::Tensor& h) {
   }
   CheckHidden(h, cfg_.hidden_size, "Layer");
   const LayerParams& l = layers_[static_cast<size_t>(i)];
-  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, nh = cfg_.num_heads,
-                nkv = cfg_.num_kv_heads, hd = cfg_.HeadDim(), rep = nh / nkv;
-  const std::vector<std::string> names = LayerParamNames(i);
-  const torch::Tensor* params[] = {&l.q,  &l.k,    &l.v,          &l.o,        &l.gate,
-                                   &l.up, &l.down, &l.input_norm, &l.post_norm};
-  const std::vector<int64_t> shapes[] = {{H, H}, {nkv * hd, H}, {nkv * hd, H}, {H, H}, {I, H},
-                                         {I, H}, {H, I},        {H},           {H}};
-  for (size_t k = 0; k < names.size(); ++k) CheckParam(*params[k], names[k], shapes[k], h);
+  const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.HeadDim();
+  for (size_t k = 0; k < l.names.size(); ++k) CheckParam(l.tensors[k], l.names[k], l.shapes[k], h);
+  auto bias = [](const torch::Tensor& b) -> std::optional<at::Tensor> {
+    if (b.defined()) return b;
+    return std::nullopt;
+  };
 
   const int64_t B = h.size(0), T = h.size(1);
   // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd].
   torch::Tensor x = RmsNorm(h, l.input_norm, cfg_.rms_norm_eps);
-  torch::Tensor q = at::linear(x, l.q).view({B, T, nh, hd}).transpose(1, 2);
-  torch::Tensor k = at::linear(x, l.k).view({B, T, nkv, hd}).transpose(1, 2);
-  torch::Tensor v = at::linear(x, l.v).view({B, T, nkv, hd}).transpose(1, 2);
+  torch::Tensor q = at::linear(x, l.q, bias(l.q_bias)).view({B, T, nh, hd}).transpose(1, 2);
+  torch::Tensor k = at::linear(x, l.k, bias(l.k_bias)).view({B, T, nkv, hd}).transpose(1, 2);
+  torch::Tensor v = at::linear(x, l.v, bias(l.v_bias)).view({B, T, nkv, hd}).transpose(1, 2);
   RopeCache rope = Rope(T, h.options());
   q = ApplyRope(q, rope.cos, rope.sin);
   k = ApplyRope(k, rope.cos, rope.sin);
-  // GQA without repeating k/v: query head j uses kv head j / rep (HF repeat_kv), so fold the
-  // rep query heads of each kv head into the row dimension: [B, nkv, rep * T, hd].
-  q = q.reshape({B, nkv, rep * T, hd});
-  torch::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
-  scores = scores.view({B, nkv, rep, T, T})
-               .to(at::kFloat)
-               .masked_fill(rope.mask, -std::numeric_limits<float>::infinity());
-  torch::Tensor probs = at::softmax(scores, -1).to(h.scalar_type()).view({B, nkv, rep * T, T});
-  torch::Tensor attn = at::matmul(probs, v)  // [B, nkv, rep * T, hd]
-                           .view({B, nh, T, hd})
+  torch::Tensor attn = Attention(q, k, v, cfg_.SlidingWindow(i), rope.window_mask)
                            .transpose(1, 2)
-                           .reshape({B, T, H});
-  torch::Tensor out = h + at::linear(attn, l.o);
+                           .reshape({B, T, nh * hd});
+  torch::Tensor out = h + at::linear(attn, l.o, bias(l.o_bias));
   // SwiGLU MLP.
   x = RmsNorm(out, l.post_norm, cfg_.rms_norm_eps);
-  torch::Tensor mlp = at::linear(at::silu(at::linear(x, l.gate)) * at::linear(x, l.up), l.down);
+  torch::Tensor mlp = at::linear(
+      at::silu(at::linear(x, l.gate, bias(l.gate_bias))) * at::linear(x, l.up, bias(l.up_bias)),
+      l.down, bias(l.down_bias));
   return out + mlp;
+}
+
+std::string AttentionBackend(const LlamaConfig& cfg, const torch::TensorOptions& options,
+                             int64_t seq_len) {
+  static const char* kNames[] = {"math", "flash_attention", "efficient_attention",
+                                 "cudnn_attention", "overrideable"};
+  const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads, hd = cfg.HeadDim();
+  const int64_t T = std::max<int64_t>(1, std::min(seq_len, cfg.max_seq_len));
+  const bool gqa = nh != nkv;
+  std::set<int64_t> windows;
+  for (int64_t i = 0; i < cfg.num_layers; ++i) windows.insert(cfg.SlidingWindow(i));
+  std::string out;
+  for (int64_t window : windows) {
+    const bool masked = window > 0 && window < T;
+    // Probe tensors of the run's shapes with gradients (the selector checks backward limits).
+    torch::Tensor q = at::zeros({1, nh, T, hd}, options).requires_grad_(true);
+    torch::Tensor k = at::zeros({1, nkv, T, hd}, options).requires_grad_(true);
+    torch::Tensor v = at::zeros({1, nkv, T, hd}, options).requires_grad_(true);
+    std::optional<at::Tensor> mask;
+    if (masked) mask = SlidingWindowMask(T, window).to(options.device());
+    const int64_t choice =
+        at::_fused_sdp_choice(q, k, v, mask, 0.0, /*is_causal=*/!masked, std::nullopt, gqa);
+    std::string name = choice >= 0 && choice < 5 ? kNames[choice] : "error";
+    name += " (" + q.device().str() + ", " +
+            (masked ? "window " + std::to_string(window) + " mask" : std::string("causal")) +
+            (gqa ? ", GQA " + std::to_string(nh / nkv) + ":1" : "") + ")";
+    out += (out.empty() ? "" : "; ") + name;
+  }
+  return out;
 }
 
 torch::Tensor LlamaModelImpl::Head(const torch::Tensor& h) {
@@ -299,17 +343,62 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-std::pair<torch::Tensor, torch::Tensor> RopeCosSin(int64_t seq_len, int64_t head_dim,
-                                                   double theta) {
-  // As HF: inv_freq = 1 / theta^(arange(0, d, 2) / d) in float32; freqs = t x inv_freq;
-  // emb = cat(freqs, freqs).
-  torch::Tensor inv_freq =
-      at::pow(theta, at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / double(head_dim))
-          .reciprocal();
+namespace {
+// HF: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), where
+// `1.0 / t` is Tensor.__rtruediv__: t.reciprocal() * 1.0.
+torch::Tensor DefaultInvFreq(int64_t head_dim, double theta) {
+  return at::pow(theta, at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / double(head_dim))
+      .reciprocal();
+}
+
+// _compute_llama3_parameters, operation by operation (a / t is t.reciprocal() * a,
+// 1 - t is rsub(t, 1), ~a * ~b is a logical and).
+torch::Tensor Llama3InvFreq(const torch::Tensor& inv_freq, const RopeScaling& r) {
+  const double old_context_len = double(r.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context_len / r.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / r.high_freq_factor;
+  torch::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+  torch::Tensor llama = at::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+  torch::Tensor smooth = (wavelen.reciprocal() * old_context_len - r.low_freq_factor) /
+                         (r.high_freq_factor - r.low_freq_factor);
+  torch::Tensor smoothed = at::rsub(smooth, 1) * llama / r.factor + smooth * llama;
+  torch::Tensor is_medium =
+      at::logical_not(wavelen < high_freq_wavelen) * at::logical_not(wavelen > low_freq_wavelen);
+  return at::where(is_medium, smoothed, llama);
+}
+}  // namespace
+
+torch::Tensor RopeInvFreq(const LlamaConfig& cfg) {
+  torch::Tensor inv_freq = DefaultInvFreq(cfg.HeadDim(), cfg.rope_theta);
+  switch (cfg.rope_scaling.type) {
+    case RopeScaling::Type::kLinear:
+      return inv_freq / cfg.rope_scaling.factor;  // HF: inv_freq /= factor
+    case RopeScaling::Type::kLlama3:
+      return Llama3InvFreq(inv_freq, cfg.rope_scaling);
+    case RopeScaling::Type::kDefault:
+      break;
+  }
+  return inv_freq;
+}
+
+std::pair<torch::Tensor, torch::Tensor> RopeCosSin(int64_t seq_len, const torch::Tensor& inv_freq) {
+  // As HF: freqs = positions x inv_freq in float32; emb = cat(freqs, freqs). The
+  // attention_scaling factor of default, linear and llama3 is 1.0.
   torch::Tensor t = at::arange(seq_len, at::kLong).to(at::kFloat);
   torch::Tensor freqs = at::outer(t, inv_freq);
   torch::Tensor emb = at::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
+}
+
+std::pair<torch::Tensor, torch::Tensor> RopeCosSin(int64_t seq_len, int64_t head_dim,
+                                                   double theta) {
+  return RopeCosSin(seq_len, DefaultInvFreq(head_dim, theta));
+}
+
+torch::Tensor SlidingWindowMask(int64_t seq_len, int64_t window) {
+  torch::Tensor i = at::arange(seq_len, at::kLong).unsqueeze(1);
+  torch::Tensor j = at::arange(seq_len, at::kLong).unsqueeze(0);
+  return at::logical_and(j <= i, j > i - window);
 }
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,

@@ -1,12 +1,15 @@
-// LlamaConfig: reading and validating the [model] section, and parameter counting.
-// Counting follows HF LlamaForCausalLM (no biases anywhere): per layer q_proj, k_proj, v_proj,
-// o_proj, gate_proj, up_proj, down_proj, input_layernorm, post_attention_layernorm.
+// LlamaConfig: reading and validating the [model] section (model.hf: hf_config.cc), and
+// parameter counting. Counting follows the HF models: per layer q_proj, k_proj, v_proj,
+// o_proj, gate_proj, up_proj, down_proj (each with its bias where the config has one),
+// input_layernorm, post_attention_layernorm.
 #include "model/llama_config.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
+
+#include "model/hf_config.h"
 
 namespace ftrain {
 namespace {
@@ -60,7 +63,11 @@ Status CheckShape(const LlamaConfig& c, const Where& where) {
   FT_RETURN_IF_ERROR(CheckPositive("model.num_heads", c.num_heads, kMaxDim, where));
   FT_RETURN_IF_ERROR(CheckPositive("model.num_kv_heads", c.num_kv_heads, kMaxDim, where));
   FT_RETURN_IF_ERROR(CheckPositive("model.max_seq_len", c.max_seq_len, kMaxDim, where));
-  if (c.hidden_size % c.num_heads != 0) {
+  if (c.head_dim < 0 || c.head_dim > kMaxDim) {
+    return Status::InvalidArgument(where("model.head_dim") + "head_dim = " + ValueText(c.head_dim) +
+                                   " must be positive (or absent: hidden_size / num_heads)");
+  }
+  if (c.head_dim == 0 && c.hidden_size % c.num_heads != 0) {
     return Status::InvalidArgument(
         where("model.hidden_size") + "model.hidden_size = " + ValueText(c.hidden_size) +
         " is not divisible by model.num_heads = " + ValueText(c.num_heads) +
@@ -72,6 +79,24 @@ Status CheckShape(const LlamaConfig& c, const Where& where) {
         where("model.num_heads") +
         "model.hidden_size / model.num_heads = " + ValueText(c.HeadDim()) +
         " is odd; RoPE rotates pairs of dimensions, so the head dimension must be even");
+  }
+  if (c.sliding_window < 0 || (!c.sliding_layers.empty() &&
+                               static_cast<int64_t>(c.sliding_layers.size()) != c.num_layers)) {
+    return Status::InvalidArgument(where("model.hf") +
+                                   "sliding_window must be >= 0 with one layer flag per layer");
+  }
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != RopeScaling::Type::kDefault && !(r.factor > 0)) {
+    return Status::InvalidArgument(
+        where("model.hf") + "rope scaling factor = " + ValueText(r.factor) + " must be positive");
+  }
+  if (r.type == RopeScaling::Type::kLlama3 &&
+      (!(r.high_freq_factor > r.low_freq_factor) || !(r.low_freq_factor > 0) ||
+       r.original_max_position_embeddings <= 0)) {
+    return Status::InvalidArgument(
+        where("model.hf") +
+        "llama3 rope scaling needs high_freq_factor > low_freq_factor > 0 and a positive "
+        "original_max_position_embeddings");
   }
   if (c.num_heads % c.num_kv_heads != 0) {
     return Status::InvalidArgument(
@@ -105,6 +130,7 @@ Status RequireInt(const Config& config, const std::string& key, int64_t* out) {
 }  // namespace
 
 StatusOr<LlamaConfig> LlamaConfig::FromConfig(const Config& config) {
+  if (config.Has("model.hf")) return LlamaConfigFromHfSection(config);
   LlamaConfig c;
   FT_RETURN_IF_ERROR(RequireInt(config, "model.vocab_size", &c.vocab_size));
   FT_RETURN_IF_ERROR(RequireInt(config, "model.hidden_size", &c.hidden_size));
@@ -135,13 +161,80 @@ Status LlamaConfig::Validate() const {
 int64_t LlamaConfig::EmbeddingParameters() const { return vocab_size * hidden_size; }
 
 int64_t LlamaConfig::LayerParameters() const {
-  const int64_t kv_dim = num_kv_heads * HeadDim();
-  const int64_t attention = hidden_size * hidden_size       // q_proj
-                            + 2 * hidden_size * kv_dim      // k_proj, v_proj
-                            + hidden_size * hidden_size;    // o_proj
+  const int64_t q_dim = num_heads * HeadDim(), kv_dim = num_kv_heads * HeadDim();
+  const int64_t attention = hidden_size * q_dim         // q_proj
+                            + 2 * hidden_size * kv_dim  // k_proj, v_proj
+                            + q_dim * hidden_size;      // o_proj
+  const int64_t attention_biases = (qkv_bias ? q_dim + 2 * kv_dim : 0) + (o_bias ? hidden_size : 0);
   const int64_t mlp = 3 * hidden_size * intermediate_size;  // gate_proj, up_proj, down_proj
-  const int64_t norms = 2 * hidden_size;                    // input/post_attention_layernorm
-  return attention + mlp + norms;
+  const int64_t mlp_biases = mlp_bias ? 2 * intermediate_size + hidden_size : 0;
+  const int64_t norms = 2 * hidden_size;  // input/post_attention_layernorm
+  return attention + attention_biases + mlp + mlp_biases + norms;
+}
+
+int64_t LlamaConfig::SlidingWindow(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;
+  return layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+                 sliding_layers[static_cast<size_t>(layer)]
+             ? sliding_window
+             : 0;
+}
+
+std::string LlamaConfig::Features() const {
+  std::string out;
+  auto add = [&out](const std::string& s) { out += (out.empty() ? "" : ", ") + s; };
+  if (head_dim > 0) add("head_dim " + ValueText(head_dim));
+  if (qkv_bias) add(o_bias ? "q/k/v/o biases" : "q/k/v biases");
+  if (mlp_bias) add("mlp biases");
+  if (rope_scaling.type == RopeScaling::Type::kLinear) {
+    add("rope linear x" + ValueText(rope_scaling.factor));
+  } else if (rope_scaling.type == RopeScaling::Type::kLlama3) {
+    add("rope llama3 x" + ValueText(rope_scaling.factor) + " low " +
+        ValueText(rope_scaling.low_freq_factor) + " high " +
+        ValueText(rope_scaling.high_freq_factor) + " original " +
+        ValueText(rope_scaling.original_max_position_embeddings));
+  }
+  if (sliding_window > 0) {
+    std::string layers;
+    for (size_t i = 0; i < sliding_layers.size(); ++i) layers += sliding_layers[i] ? "1" : "0";
+    add("window " + ValueText(sliding_window) + (layers.empty() ? "" : " layers " + layers));
+  }
+  return out;
+}
+
+std::string LlamaConfig::Canonical() const {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "arch=%s vocab=%lld hidden=%lld inter=%lld layers=%lld heads=%lld kv=%lld "
+                "head_dim=%lld seq=%lld tie=%d theta=%.17g eps=%.17g bias=%d%d%d rope=%s "
+                "factor=%.17g low=%.17g high=%.17g orig=%lld window=%lld",
+                architecture.c_str(), (long long)vocab_size, (long long)hidden_size,
+                (long long)intermediate_size, (long long)num_layers, (long long)num_heads,
+                (long long)num_kv_heads, (long long)HeadDim(), (long long)max_seq_len,
+                int(tie_embeddings), rope_theta, rms_norm_eps, int(qkv_bias), int(o_bias),
+                int(mlp_bias), RopeTypeName(rope_scaling.type), rope_scaling.factor,
+                rope_scaling.low_freq_factor, rope_scaling.high_freq_factor,
+                (long long)rope_scaling.original_max_position_embeddings,
+                (long long)sliding_window);
+  std::string out = buf;
+  if (!sliding_layers.empty()) {
+    out += " sliding=";
+    for (bool s : sliding_layers) out += s ? '1' : '0';
+  }
+  return out;
+}
+
+const char* RopeTypeName(RopeScaling::Type t) {
+  switch (t) {
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+    case RopeScaling::Type::kDefault:
+      break;
+  }
+  return "default";
 }
 
 int64_t LlamaConfig::HeadParameters() const {

@@ -84,18 +84,24 @@ StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes)
 }  // namespace
 
 std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, kv = c.num_kv_heads * c.HeadDim();
+  const int64_t H = c.hidden_size, I = c.intermediate_size, kv = c.num_kv_heads * c.HeadDim(),
+                q = c.num_heads * c.HeadDim();
   std::vector<TensorSpec> specs;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  // nn.Linear(in, out, bias): "<name>.weight" [out, in], then "<name>.bias" [out] if any.
+  auto linear = [&specs](const std::string& name, int64_t out, int64_t in, bool bias) {
+    specs.push_back({name + ".weight", {out, in}});
+    if (bias) specs.push_back({name + ".bias", {out}});
+  };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    specs.push_back({p + "self_attn.q_proj.weight", {H, H}});
-    specs.push_back({p + "self_attn.k_proj.weight", {kv, H}});
-    specs.push_back({p + "self_attn.v_proj.weight", {kv, H}});
-    specs.push_back({p + "self_attn.o_proj.weight", {H, H}});
-    specs.push_back({p + "mlp.gate_proj.weight", {I, H}});
-    specs.push_back({p + "mlp.up_proj.weight", {I, H}});
-    specs.push_back({p + "mlp.down_proj.weight", {H, I}});
+    linear(p + "self_attn.q_proj", q, H, c.qkv_bias);
+    linear(p + "self_attn.k_proj", kv, H, c.qkv_bias);
+    linear(p + "self_attn.v_proj", kv, H, c.qkv_bias);
+    linear(p + "self_attn.o_proj", H, q, c.o_bias);
+    linear(p + "mlp.gate_proj", I, H, c.mlp_bias);
+    linear(p + "mlp.up_proj", I, H, c.mlp_bias);
+    linear(p + "mlp.down_proj", H, I, c.mlp_bias);
     specs.push_back({p + "input_layernorm.weight", {H}});
     specs.push_back({p + "post_attention_layernorm.weight", {H}});
   }

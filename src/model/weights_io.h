@@ -31,9 +31,10 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
-// Every parameter of a LlamaForCausalLM with this config, in HF named_parameters() order:
+// Every parameter of the HF model with this config, in HF named_parameters() order:
 // model.embed_tokens.weight, model.layers.<i>.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}
-// _proj, input_layernorm, post_attention_layernorm}.weight, model.norm.weight, lm_head.weight
+// _proj, input_layernorm, post_attention_layernorm}.weight (each projection followed by its
+// .bias where cfg has one: qkv_bias, o_bias, mlp_bias), model.norm.weight, lm_head.weight
 // (untied only). LlamaModel registers exactly these.
 std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& cfg);
 

@@ -96,9 +96,13 @@ StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokeniz
                       << carried.status().message() << "; collecting them again";
     }
   }
-  auto collected = model::CollectHfFiles(model::HfBaseDir(cfg.train.init), data.path, cfg.model,
-                                         data.bos_id, data.eos_id);
-  if (!collected.ok()) return collected.status().Annotate("train.init");
+  // The base directory: model.hf's when it is set (its config.json is the model's), else
+  // train.init's.
+  const std::string& hf_config = cfg.model.hf_config_path;
+  const bool from_hf = !hf_config.empty();
+  const std::string base_dir = model::HfBaseDir(from_hf ? hf_config : cfg.train.init);
+  auto collected = model::CollectHfFiles(base_dir, data.path, cfg.model, data.bos_id, data.eos_id);
+  if (!collected.ok()) return collected.status().Annotate(from_hf ? "model.hf" : "train.init");
   return collected;
 }
 

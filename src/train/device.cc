@@ -115,9 +115,16 @@ std::string PinDeterministicMathModes() {
   ctx.setBenchmarkCuDNN(false);
   ctx.setAllowTF32CuBLAS(false);
   ctx.setAllowTF32CuDNN(false);
+  // Attention: cuDNN's SDPA is not deterministic (LibTorch filters it out in strict mode) and
+  // the memory-efficient backward raises in strict mode; flash attention's backward has a
+  // deterministic path. Where flash does not apply (float32, a sliding-window mask) the math
+  // backend runs. docs/fsdp.md.
+  ctx.setSDPUseCuDNN(false);
+  ctx.setSDPUseMemEfficient(false);
   return std::string(
              "deterministic algorithms on, TF32 off (cuBLAS and cuDNN), cuDNN "
-             "benchmarking off, CUBLAS_WORKSPACE_CONFIG=") +
+             "benchmarking off, SDPA flash or math (cuDNN and memory-efficient off), "
+             "CUBLAS_WORKSPACE_CONFIG=") +
          std::getenv("CUBLAS_WORKSPACE_CONFIG");
 }
 

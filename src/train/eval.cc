@@ -103,6 +103,15 @@ Status LoadWeights(model::LlamaModel& model, const std::string& path, EvalResult
                                    "model.safetensors.index.json, or a checkpoint directory)");
   }
   if (env->IsDirectory(path)) {
+    // A Hugging Face model directory: its sharded index, else its single file.
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
+      const std::string file = path + "/" + name;
+      if (!env->FileExists(file)) continue;
+      FT_RETURN_IF_ERROR(AsUsage(model::LoadSafetensors(model, file), "--weights '" + file + "'"));
+      result->weights = file;
+      result->source = "safetensors";
+      return Status::Ok();
+    }
     auto dir = ckpt::ResolveCheckpointDir(path, env);
     if (!dir.ok()) return AsUsage(dir.status(), "--weights");
     return LoadFromCheckpoint(model, *dir, result);
@@ -121,7 +130,7 @@ StatusOr<EvalResult> RunEval(const EvalOptions& o) {
   torch::set_num_threads(o.threads);
   EvalResult result;
   try {
-    model::LlamaModel model(o.model);
+    model::LlamaModel model(o.model, o.bf16 ? torch::kBFloat16 : torch::kFloat32);
     FT_RETURN_IF_ERROR(LoadWeights(model, o.weights, &result));
 
     data::ReaderOptions ro;

@@ -1,8 +1,9 @@
 // `ftrain eval`: mean token cross-entropy and perplexity of a model on packed data. Loads the
 // weights from Hugging Face safetensors (one file or an index.json) or from a checkpoint
-// (fp32 master weights; bf16 model weights when a checkpoint has no master), reads a fixed
-// number of micro-batches in the data's deterministic order (dp rank 0 of 1) and averages.
-// Single process, float32 compute, no FSDP engine and no communication.
+// (fp32 master weights; bf16 model weights when a checkpoint has no master) or a Hugging Face
+// model directory, reads a fixed number of micro-batches in the data's deterministic order
+// (dp rank 0 of 1) and averages. Single process, float32 (or bfloat16) compute, no FSDP
+// engine and no communication.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +16,13 @@ namespace ftrain::train {
 
 struct EvalOptions {
   LlamaConfig model;
-  std::string weights;      // *.safetensors, *.index.json, a checkpoint dir, or a checkpoint root
+  std::string weights;      // *.safetensors, *.index.json, an HF model dir, a checkpoint (root)
   std::string data;         // packed dataset directory or http(s):// URL
   int64_t batches = 16;     // micro-batches to average over (> 0)
   int64_t micro_batch = 4;  // rows per micro-batch
   uint64_t seed = 1234;     // data order (the training seed gives the training order)
   int threads = 1;          // intra-op threads (fixed: results are bit-reproducible)
+  bool bf16 = false;        // parameters and activations in bfloat16 (the loss in float32)
 };
 
 struct EvalResult {

@@ -204,9 +204,13 @@ std::string TrainConfig::ConfigHash() const {
         key == "dist.timeout_s" ||
         // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
         // (the trainer says that bits are not promised across devices).
-        key == "train.device" || key == "dist.backend";
+        key == "train.device" || key == "dist.backend" ||
+        // Where config.json was, not what it says: its contents are hashed below, so a base
+        // directory that moved does not change the hash.
+        key == "model.hf";
     if (!irrelevant) canon += key + "=" + entry.value + "\n";
   }
+  if (!model.hf_config_path.empty()) canon += "model.hf.resolved=" + model.Canonical() + "\n";
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%016llx",
                 static_cast<unsigned long long>(XXH3_64bits(canon.data(), canon.size())));

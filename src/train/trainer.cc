@@ -25,6 +25,7 @@
 #include "core/version.h"
 #include "data/reader.h"
 #include "fsdp/engine.h"
+#include "model/hf_config.h"
 #include "model/llama.h"
 #include "train/base_model.h"
 #include "train/checkpointer.h"
@@ -604,6 +605,7 @@ struct Run {
   // Where the Hugging Face files every checkpoint carries came from (file name -> source;
   // train/base_model.h), for the layout; the files themselves are in state.hf_files (rank 0).
   nlohmann::json hf_sources = nlohmann::json::object();
+  std::string attention;  // the SDPA backend the model's layers run
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -725,6 +727,7 @@ nlohmann::json LayoutJson(const Run& run) {
           {"device_detail", run.dev.description},
           {"torch", TORCH_VERSION},
           {"math_modes", run.math_modes},
+          {"attention", run.attention},
           {"hardware", run.hardware},
           {"hf_files", run.hf_sources}};
 }
@@ -747,6 +750,11 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
                                         "# resolved by ftrain " + std::string(CodeVersion()) +
                                             ", config hash " + cfg.ConfigHash() + "\n" +
                                             cfg.raw.Canonical()));
+    // model.hf's config.json, for a restart after the base directory has moved.
+    if (!cfg.model.hf_config_path.empty()) {
+      FT_RETURN_IF_ERROR(WriteFileDurably(env, RunLayout(cfg.run_dir).hf_config_copy(),
+                                          HfConfigCopyJson(cfg.model)));
+    }
   }
   FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
@@ -804,6 +812,11 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
                         MetricsSinks::Open(cfg, {world.world_size, run->dev.cuda_index,
                                                  run->engine->NumParameters(), run->resume_step}));
   }
+  const auto param_dtype =
+      cfg.train.param_dtype == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+  run->attention = model::AttentionBackend(
+      cfg.model, torch::TensorOptions().dtype(param_dtype).device(run->dev.device), run->seq_len);
+  if (run->leader) FT_LOG(Info) << "attention: scaled_dot_product_attention, " << run->attention;
   run->layout = LayoutJson(*run);
   return run;
 }
