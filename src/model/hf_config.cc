@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/log.h"
 #include "core/run_layout.h"
@@ -415,7 +416,10 @@ StatusOr<LlamaConfig> ParseHfConfig(const std::string& file, const std::string& 
 
 // model.hf's config.json as the run's first start kept it (RunLayout::hf_config_copy), when
 // `file` is gone and the copy is of that same file: a restart never needs the base directory.
-std::optional<std::string> KeptCopyOf(const Config& config, const std::string& file) {
+// Returns the copy's {source, text}.
+std::optional<std::pair<std::string, std::string>> KeptCopyOf(const Config& config,
+                                                              std::string file) {
+  while (file.size() > 1 && file.back() == '/') file.pop_back();
   std::string run_dir;
   struct stat st;
   if (!config.Has("run.dir") || !config.GetString("run.dir", &run_dir).ok() ||
@@ -427,13 +431,14 @@ std::optional<std::string> KeptCopyOf(const Config& config, const std::string& f
   if (!text.ok()) return std::nullopt;
   const json j = json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j.contains("text") ||
-      !j["source"].is_string() || !j["text"].is_string() || j["source"] != file) {
+      !j["source"].is_string() || !j["text"].is_string() ||
+      (j["source"] != file && j["source"] != file + "/config.json")) {
     FT_LOG(Warning) << "model.hf: " << copy << " is not a copy of " << file << "; ignoring it";
     return std::nullopt;
   }
   FT_LOG(Warning) << "model.hf: " << file << " is gone; the model comes from the copy this run's "
                   << "first start kept (" << copy << ")";
-  return j["text"].get<std::string>();
+  return std::pair{j["source"].get<std::string>(), j["text"].get<std::string>()};
 }
 
 }  // namespace
@@ -454,7 +459,7 @@ StatusOr<LlamaConfig> LlamaConfigFromHfSection(const Config& config) {
   const std::string origin = config.entries().at("model.hf").origin;
   if (dir.empty()) return Status::InvalidArgument(origin + ": model.hf is empty");
   const auto kept = KeptCopyOf(config, HfConfigPath(dir));
-  auto read = kept ? ParseHfConfig(HfConfigPath(dir), *kept) : ReadHfConfig(dir);
+  auto read = kept ? ParseHfConfig(kept->first, kept->second) : ReadHfConfig(dir);
   if (!read.ok()) return read.status().Annotate(origin);
   LlamaConfig c = std::move(*read);
   const std::string& file = c.hf_config_path;
