@@ -26,7 +26,7 @@ BUDGET_MIB="${FTRAIN_DEB_BUDGET_MIB:-60}"
 DEV_PACKAGES=(
   libgloo-dev
   libhdf5-dev libhdf5-103-1 libhdf5-hl-100 libhdf5-cpp-103-1 libhdf5-hl-cpp-100 libaec-dev
-  libzstd-dev zlib1g-dev libssl-dev libxxhash-dev libsentencepiece-dev libpcre2-dev
+  libzstd-dev zlib1g-dev libssl-dev libxxhash-dev libsentencepiece-dev libpcre2-dev libicu-dev
   libboost-program-options-dev libboost-program-options1.74-dev libboost1.74-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcurl4-openssl-dev libpmix-dev
   libprotobuf-dev protobuf-compiler libprotoc32 prometheus-cpp-dev
@@ -39,7 +39,7 @@ RUNTIME_PACKAGES=(
   libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 libldap-2.5-0 libsasl2-2
   libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2
   libgnutls30 libnettle8 libhogweed6 libgmp10 libp11-kit0 libtasn1-6 libidn2-0 libunistring2
-  libffi8
+  libffi8 libicu72
 )
 
 packages() { printf '%s\n' "${DEV_PACKAGES[@]}" "${RUNTIME_PACKAGES[@]}" | awk '!seen[$0]++'; }

@@ -91,7 +91,7 @@ stop_agents
 # warns at start, naming its buddy's published address and the file it came from.
 run_agents "${WORK_DIR}/bad" FTRAIN_PEER_ADVERTISE="${iface}" FTRAIN_PEER_HOST="$(hostname)"
 for f in "${WORK_DIR}"/bad/logs/ckptd-*.log; do
-  line="$(grep "WARNING: the buddy's peer address '${iface_ip}:[0-9]*' (from ${WORK_DIR}/bad/ckptd-.*/peer-addr) does not answer as a daemon of this job" "${f}")" ||
+  line="$(grep "WARNING: the buddy's peer address '${iface_ip}:[0-9]*' (from ${WORK_DIR}/bad/ckptd-.*/buddy-addr) does not answer as a daemon of this job" "${f}")" ||
     fail "${f} has no warning naming the buddy's address: $(grep -i buddy "${f}" | tail -n3)"
   [[ "${line}" == *FTRAIN_PEER_ADVERTISE* ]] || fail "the warning does not say what to set: ${line}"
 done
