@@ -48,11 +48,11 @@ Status GetChoice(const Config& c, const char* key,
 
 }  // namespace
 
-StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
-  TrainConfig t;
-  t.raw = c;
-  FT_ASSIGN_OR_RETURN(t.model, LlamaConfig::FromConfig(c));
-  OptimSection& o = t.train;
+namespace {
+
+// [train]: steps, batch, the optimizer, device and precision, resume and init.
+Status LoadOptim(const Config& c, OptimSection* out) {
+  OptimSection& o = *out;
   FT_RETURN_IF_ERROR(c.GetInt("train.steps", &o.steps));
   if (!c.Has("train.steps")) return Status::InvalidArgument("config key 'train.steps' is required");
   FT_RETURN_IF_ERROR(Positive(c, "train.steps", o.steps));
@@ -96,7 +96,13 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(c.GetString("train.init", &o.init));
   FT_RETURN_IF_ERROR(c.GetInt("train.log_every", &o.log_every));
   FT_RETURN_IF_ERROR(Positive(c, "train.log_every", o.log_every));
+  return Status::Ok();
+}
 
+// [data] and [dist], and the device/backend pairing.
+Status LoadDataAndDist(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
+  const OptimSection& o = t.train;
   FT_RETURN_IF_ERROR(c.RequireString("data.path", &t.data.path));
   FT_RETURN_IF_ERROR(c.GetInt("data.prefetch_depth", &t.data.prefetch_depth));
   if (t.data.prefetch_depth < 0) return Status::InvalidArgument("data.prefetch_depth must be >= 0");
@@ -121,6 +127,12 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
         "--train.device=cuda, or use dist.backend = gloo on CPUs");
   }
 
+  return Status::Ok();
+}
+
+// run.dir and [ckpt].
+Status LoadCheckpointing(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
   FT_RETURN_IF_ERROR(c.RequireString("run.dir", &t.run_dir));
   t.ckpt.root = RunLayout(t.run_dir).default_checkpoint_root();
   FT_RETURN_IF_ERROR(c.GetString("ckpt.root", &t.ckpt.root));
@@ -150,6 +162,12 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
         "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
         "[0, 22], threads >= 0");
   }
+  return Status::Ok();
+}
+
+// [metrics].
+Status LoadMetrics(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
   MetricsSection& m = t.metrics;
   FT_RETURN_IF_ERROR(c.GetBool("metrics.tensorboard", &m.tensorboard));
   m.prometheus_dir = RunLayout(t.run_dir).default_prometheus_dir();
@@ -172,6 +190,19 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
     return Status::InvalidArgument("metrics.step_time_window must be in [1, 100000] steps, got " +
                                    std::to_string(m.step_time_window));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
+  TrainConfig t;
+  t.raw = c;
+  FT_ASSIGN_OR_RETURN(t.model, LlamaConfig::FromConfig(c));
+  FT_RETURN_IF_ERROR(LoadOptim(c, &t.train));
+  FT_RETURN_IF_ERROR(LoadDataAndDist(c, &t));
+  FT_RETURN_IF_ERROR(LoadCheckpointing(c, &t));
+  FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
 }
