@@ -13,7 +13,10 @@
 #   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
 #   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
 #      the state size / stall (the device-to-host rate the checkpoint achieved); check that
-#      metrics.jsonl has the NVML health fields and ftrain's own mfu.
+#      metrics.jsonl has the NVML health fields and ftrain's own mfu;
+#   6. build and run comm_fault_test (the NCCL watchdog guard and health checks, fake-backed)
+#      and gpu_test (collectives against host values after a queued kernel, D2H snapshot
+#      copies through registered memory and the bounce buffer, stop/resume bit-identity).
 # --dry-run: the same sequence on a machine without a GPU: the existing build (FTRAIN_BIN_DIR,
 # default build/bin), gloo instead of nccl, train.device=cpu and a tiny model. It checks
 # everything but the GPU itself and runs in the test suite.
@@ -304,5 +307,23 @@ if stalls:
     else:
         print("device-to-host copy: none logged (CPU run: the state is already in host memory)")
 PY
+# The fake-backed NCCL guard/health tests (#22 holes 1 and 8) and the CUDA tests (gpu_test:
+# collectives against host values, D2H snapshot copies, stop/resume bit-identity), after the
+# training check so that a test build problem cannot hide its numbers. On the dry run: the
+# existing binaries (gpu_test skips without a GPU).
+if ((!DRY_RUN)); then
+  log "building comm_fault_test gpu_test"
+  cmake --build "${BUILD_DIR}" -j "${JOBS}" --target comm_fault_test gpu_test \
+    >"${WORK}/build-tests.log" 2>&1 ||
+    { tail -n 30 "${WORK}/build-tests.log" >&2; fail "building the device tests"; }
+fi
+for t in comm_fault_test gpu_test; do
+  [[ -x "${BIN}/${t}" ]] || { log "${t}: not built in ${BIN} (skipped)"; continue; }
+  log "${t}"
+  (cd "${WORK}" && "${BIN}/${t}" --gtest_brief=1) >"${WORK}/${t}.log" 2>&1 ||
+    { tail -n 30 "${WORK}/${t}.log" >&2; fail "${t} (${WORK}/${t}.log)"; }
+  grep -E '^\[  (PASSED|SKIPPED) ' "${WORK}/${t}.log" >&2 || true  # summary lines only
+done
+
 PASSED=1
 log "PASS (work dir ${WORK})"
