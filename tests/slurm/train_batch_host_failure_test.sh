@@ -32,8 +32,10 @@ JOB_ID="$(e2e_submit batch "${submit_args[@]}")"
 wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 node="$(job_field "${JOB_ID}" BatchHost)"
 [[ -n "${node}" ]] || fail "job ${JOB_ID} has no batch host"
+e2e_freeze_ranks batch  # the failure lands before the run ends however fast it trains
 log "fail-node ${node} (the batch host: train.sh dies with it)"
 e2e_fail_node "${node}"
+e2e_thaw_ranks batch
 wait_for_restarts "${JOB_ID}" 1 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" batch
