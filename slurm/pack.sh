@@ -21,8 +21,11 @@ if [[ "${1:-}" == "__part" ]]; then  # __part N DIR FTRAIN PACK_ARGS...
   n="$2" dir="$3" ftrain="$4"
   shift 4
   i="${SLURM_ARRAY_TASK_ID:?__part runs as an sbatch array task}"
-  echo "pack.sh: part ${i}/${n} on $(hostname) (${SLURMD_NODENAME:-?})"
-  exec "${ftrain}" pack --part "${i}/${n}" --out "${dir}/part-${i}" "$@"
+  echo "pack.sh: part ${i}/${n} on $(hostname) (${SLURMD_NODENAME:-?}) start $(date +%s.%N)"
+  rc=0
+  "${ftrain}" pack --part "${i}/${n}" --out "${dir}/part-${i}" "$@" || rc=$?
+  echo "pack.sh: part ${i}/${n} end $(date +%s.%N) exit ${rc}"
+  exit "${rc}"
 fi
 if [[ "${1:-}" == "__merge" ]]; then  # __merge N DIR OUT FORCE FTRAIN
   n="$2" dir="$3" out="$4" force="$5" ftrain="$6"
@@ -30,7 +33,11 @@ if [[ "${1:-}" == "__merge" ]]; then  # __merge N DIR OUT FORCE FTRAIN
   for ((i = 0; i < n; ++i)); do part_dirs+=("${dir}/part-${i}"); done
   force_flag=()
   if [[ "${force}" == 1 ]]; then force_flag=(--force); fi
-  exec "${ftrain}" pack merge "${force_flag[@]}" "${out}" "${part_dirs[@]}"
+  echo "pack.sh: merge start $(date +%s.%N)"
+  rc=0
+  "${ftrain}" pack merge "${force_flag[@]}" "${out}" "${part_dirs[@]}" || rc=$?
+  echo "pack.sh: merge end $(date +%s.%N) exit ${rc}"
+  exit "${rc}"
 fi
 
 # ---- submitting ----------------------------------------------------------------------------
@@ -64,6 +71,9 @@ for a in "$@"; do
 done
 [[ -x "${FTRAIN_BIN}" ]] || usage "ftrain binary not found at ${FTRAIN_BIN} (set FTRAIN_BIN)"
 FTRAIN_BIN="$(cd "$(dirname "${FTRAIN_BIN}")" && pwd)/$(basename "${FTRAIN_BIN}")"
+# The torch-free binary that `ftrain pack` execs, when it is there: saves loading LibTorch
+# (~1 s) in every task.
+if [[ -x "$(dirname "${FTRAIN_BIN}")/ftrain-data" ]]; then FTRAIN_BIN="$(dirname "${FTRAIN_BIN}")/ftrain-data"; fi
 out="$(mkdir -p "$(dirname "${out}")" && cd "$(dirname "${out}")" && pwd)/$(basename "${out}")"
 parts_dir="${parts_dir:-${out}.parts}"
 mkdir -p "${parts_dir}"

@@ -36,8 +36,9 @@ int RunPackMerge(int argc, char** argv) {
   data::MergeOptions m;
   po::options_description opts("ftrain pack merge OUT PART_DIR...");
   opts.add_options()("help,h", "show this help")("force", po::bool_switch(&m.force),
-                                                 "replace a packed dataset already in OUT")(
-      "args", po::value<std::vector<std::string>>(), "OUT then the part directories");
+                                                 "replace a packed dataset already in OUT");
+  po::options_description all;  // with the positional arguments, left out of --help
+  all.add(opts).add_options()("args", po::value<std::vector<std::string>>(), "OUT PART_DIR...");
   po::positional_options_description pos;
   pos.add("args", -1);
   for (int i = 1; i < argc; ++i) {
@@ -52,7 +53,7 @@ int RunPackMerge(int argc, char** argv) {
     }
   }
   po::variables_map vm;
-  Status s = ParseFlags(program, argc, argv, opts, pos, &vm);
+  Status s = ParseFlags(program, argc, argv, all, pos, &vm);
   if (!s.ok()) return Fail(program, s);
   std::vector<std::string> args;
   if (vm.count("args")) args = vm["args"].as<std::vector<std::string>>();
@@ -137,7 +138,8 @@ int RunPackLocal(int argc, char** argv) {
                    " directories are searched recursively for\ntext-like names. Writes"
                    " DIR/shard-*.bin, the tokenizer (tokenizer.model, or tokenizer.json and\n"
                    "tokenizer_config.json) and DIR/index.json (last).\n"
-                   "Exit codes: 0 ok, 1 bad input data, 2 usage.\n";
+                   "Many processes: --part I/N per process, then `ftrain pack merge OUT PARTS...`"
+                   " (docs/data.md).\nExit codes: 0 ok, 1 bad input data, 2 usage.\n";
       return kExitOk;
     }
   }
