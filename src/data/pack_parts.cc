@@ -55,8 +55,9 @@ StatusOr<PartPlan> PlanPart(const InputScan& scan, PartId p) {
     const uint64_t z = f.bytes, s = start;
     start += z;
     const bool owns_start = a <= s && s < b;
+    const bool local = f.path.find("://") == std::string::npos;  // pread needs a local file
     const bool splittable =
-        f.compression == Compression::kNone && f.format == InputFormat::kJsonl && z > 0;
+        local && f.compression == Compression::kNone && f.format == InputFormat::kJsonl && z > 0;
     if (!splittable) {
       if (owns_start) add(f, FileSlice(), Entry::kKeep);
       continue;
@@ -349,6 +350,10 @@ Status WritePart(Env* env, const PackOptions& o, const InputScan& scan, const To
                             &read, &bad);
   progress.Update(plan.bytes, m->stats.text_bytes, m->stats.documents, /*force=*/true);
   progress.Finish();
+  if (s.ok() && read.size() != plan.files.size()) {
+    s = Status::Internal("the reader finished " + std::to_string(read.size()) + " of " +
+                         std::to_string(plan.files.size()) + " files");
+  }
   for (auto& [i, h] : hashes) {
     StatusOr<uint64_t> v = h.get();
     if (s.ok() && !v.ok()) s = v.status();

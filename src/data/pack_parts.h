@@ -6,7 +6,8 @@
 // [T*I/N, T*(I+1)/N). An uncompressed JSON Lines file is split: a part reads the lines that
 // start in its range (pread; the lines before are counted so messages keep the file's line
 // numbers). A compressed file or a plain-text file (one document whose 64 KiB pieces are cut
-// relative to the file's start) goes whole to the part whose range holds its first byte.
+// relative to the file's start), or an input named by URL, goes whole to the part whose range
+// holds its first byte.
 // Every record is so read by exactly one part, in the same pieces as a single pack reads it.
 //
 // A part writes its document token stream (BOS/EOS included, tokens as the dataset stores
