@@ -108,12 +108,11 @@ class PackPartsTest : public ::testing::Test {
 
   static std::string Corpus() { return tmp_->path() + "/corpus"; }
   static std::string Single() { return tmp_->path() + "/single"; }
-  static std::string Args(const std::string& out, int seq_len = 32) {
+  static std::string Args(const std::string& out, int seq_len = 32,
+                          const std::string& on_bad = "skip") {
     return "pack --tokenizer " + Q(tmp_->path() + "/tok/tokenizer.model") + " --seq-len " +
-           std::to_string(seq_len) +
-           " --shard-rows 300 --chunk-rows 20 --on-bad-record skip "
-           "--progress none --out " +
-           Q(out) + " ";
+           std::to_string(seq_len) + " --shard-rows 300 --chunk-rows 20 --on-bad-record " + on_bad +
+           " --progress none --out " + Q(out) + " ";
   }
   // Packs every part of N into dir/pN-I; returns the part directories.
   static std::vector<std::string> PackParts(const std::string& dir, int n) {
@@ -209,6 +208,18 @@ TEST_F(PackPartsTest, MergeRefusesMixedMissingRepeatedAndUnfinishedParts) {
   r = Fd("pack merge " + Q(t / "out") + " " + Join(p));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(ReadFileOrDie(t / "out/index.json"), ReadFileOrDie(Single() + "/index.json"));
+  // --on-bad-record=fail in a part that starts inside big.jsonl names the file's own line: one
+  // of those the single pack listed, not the first.
+  r = Fd(Args(t / "failing", 32, "fail") + "--part 1/3 " + Q(Corpus()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const size_t at = r.output.find("big.jsonl:");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at + 10, r.output.find(':', at + 10) - at - 10);
+  EXPECT_GT(std::stoul(line), 37u) << r.output;
+  EXPECT_TRUE(Contains(ReadFileOrDie(Single() + "/bad-records.jsonl"),
+                       "big.jsonl\",\"line\":" + line + ","))
+      << "line " << line;
+  EXPECT_NE(::access((t / "failing/part.json").c_str(), F_OK), 0);
   r = Fd(Args(t / "x") + "--part 3/3 " + Q(Corpus()));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "need 0 <= I < N")) << r.output;
