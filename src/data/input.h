@@ -57,7 +57,9 @@ class InputStream {
 // Lines (without the '\n', and without a trailing '\r') of an InputStream.
 class LineReader {
  public:
-  explicit LineReader(InputStream* in) : in_(in) {}
+  // first_offset and lines_before: where the stream starts in its file (a FileSlice).
+  explicit LineReader(InputStream* in, uint64_t first_offset = 0, uint64_t lines_before = 0)
+      : in_(in), consumed_(first_offset), line_no_(lines_before) {}
   // False at the end of the stream.
   StatusOr<bool> Next(std::string* line);
   uint64_t line_number() const { return line_no_; }     // 1-based number of the last line
