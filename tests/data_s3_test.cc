@@ -68,7 +68,8 @@ void WriteCorpus(const std::string& dir) {
   WriteFileOrDie(dir + "/a/b.txt", Text(2, 200));
   WriteFileOrDie(dir + "/a/c.jsonl", "{\"text\": \"" + std::string(200, 'q') + " tail\"}\n" +
                                          "{\"text\": \"another document ÿ\"}\n");
-  WriteFileOrDie(dir + "/big.txt", Text(3, 3000));  // several Range parts (see SetUp)
+  WriteFileOrDie(dir + "/a/notes ü+1.txt", Text(5, 20));  // a key that needs URL encoding
+  WriteFileOrDie(dir + "/big.txt", Text(3, 3000));        // several Range parts (see SetUp)
   WriteFileOrDie(dir + "/z.txt", Text(4, 100));
   ASSERT_EQ(std::system(("gzip -n " + Q(dir + "/z.txt")).c_str()), 0);
   WriteFileOrDie(dir + "/.hidden.txt", "never packed\n");
@@ -206,9 +207,9 @@ TEST_F(S3Test, PackFromAPrefixIsByteIdenticalToPackingTheLocalFiles) {
         << sh.name;
   }
   // The same inputs in the same order, with the same stored bytes; only the names differ.
-  ASSERT_EQ(s3->index.inputs.size(), 5u);
-  ASSERT_EQ(local->index.inputs.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
+  ASSERT_EQ(s3->index.inputs.size(), 6u);
+  ASSERT_EQ(local->index.inputs.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
     const std::string rel = local->index.inputs[i].path.substr(Dir().size() + 1);
     EXPECT_EQ(s3->index.inputs[i].path, std::string("s3://") + kBucket + "/" + rel);
     EXPECT_EQ(s3->index.inputs[i].xxh3, local->index.inputs[i].xxh3) << rel;

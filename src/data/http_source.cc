@@ -285,7 +285,8 @@ HttpFetcher::Outcome HttpFetcher::Attempt(const FetchRequest& r, Body* body) {
   if (r.signing != nullptr) {
     // A signed request is not followed to another host (the signature names this one).
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r.signing->sigv4.c_str());
-    curl_easy_setopt(h, CURLOPT_USERPWD, r.signing->userpwd.c_str());
+    curl_easy_setopt(h, CURLOPT_USERNAME, r.signing->access_key.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, r.signing->secret_key.c_str());
     for (const auto& line : r.signing->headers) headers = curl_slist_append(headers, line.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   } else {
@@ -337,7 +338,8 @@ void* HttpFetcher::AcquireHandle() {
 }
 
 void HttpFetcher::ReleaseHandle(void* h) {
-  curl_easy_setopt(static_cast<CURL*>(h), CURLOPT_USERPWD, nullptr);
+  curl_easy_setopt(static_cast<CURL*>(h), CURLOPT_USERNAME, nullptr);
+  curl_easy_setopt(static_cast<CURL*>(h), CURLOPT_PASSWORD, nullptr);
   std::lock_guard<std::mutex> lock(mu_);
   idle_.push_back(h);
 }

@@ -231,7 +231,8 @@ S3Client::S3Client(S3Config config, const HttpOptions& http, const Source* owner
   if (!config_.access_key.empty()) {
     impl_->signed_requests = true;
     impl_->signing.sigv4 = "aws:amz:" + config_.region + ":s3";
-    impl_->signing.userpwd = config_.access_key + ":" + config_.secret_key;
+    impl_->signing.access_key = config_.access_key;
+    impl_->signing.secret_key = config_.secret_key;
     impl_->signing.headers.push_back(std::string("x-amz-content-sha256: ") + kEmptySha256);
     if (!config_.session_token.empty()) {
       impl_->signing.headers.push_back("x-amz-security-token: " + config_.session_token);
