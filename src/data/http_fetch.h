@@ -16,7 +16,7 @@ namespace ftrain::data {
 
 // SigV4 request signing by libcurl (CURLOPT_AWS_SIGV4). Holds the secret: never log it.
 struct FetchSigning {
-  std::string sigv4;                 // "aws:amz:REGION:s3"
+  std::string sigv4;  // "aws:amz:REGION:s3"
   std::string access_key;
   std::string secret_key;
   std::vector<std::string> headers;  // x-amz-content-sha256, x-amz-security-token
