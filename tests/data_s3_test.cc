@@ -278,6 +278,13 @@ TEST_F(S3Test, SessionTokenAndProfileCredentials) {
   SetEnv("AWS_SESSION_TOKEN", moto->creds["temp_token"].get<std::string>());
   auto ds = Dataset::Open(url, HttpOptions());
   EXPECT_TRUE(ds.ok()) << ds.status().ToString();
+  // moto compares the token with the one it issued: a wrong one is refused, and not echoed.
+  SetEnv("AWS_SESSION_TOKEN", "wrong-session-token-123");
+  ds = Dataset::Open(url, HttpOptions());
+  ASSERT_FALSE(ds.ok());
+  EXPECT_TRUE(Contains(ds.status().message(), "InvalidToken")) << ds.status().message();
+  EXPECT_TRUE(Contains(ds.status().message(), "session token")) << ds.status().message();
+  EXPECT_FALSE(Contains(ds.status().message(), "wrong-session-token-123"));
 
   // ~/.aws/credentials with AWS_PROFILE; the default profile holds a wrong key.
   TempDir home;
