@@ -2,6 +2,7 @@
 // like a directory (same name filter, same order), and an object is read front to back with
 // Range GETs (8 MiB parts), the next part fetched while the current one is decoded.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <future>
 #include <map>
@@ -46,6 +47,23 @@ bool Hidden(const std::string& relative) {
     if (relative.find('/', i) == std::string::npos) break;
   }
   return false;
+}
+
+// How a skipped name is counted: its extension without a compression suffix, as Walk does.
+std::string SkippedExtension(const std::string& relative) {
+  std::string name = relative.substr(relative.rfind('/') + 1);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* c : {".gz", ".zst", ".zstd"}) {
+    const std::string suffix = c;
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      name.resize(name.size() - suffix.size());
+      break;
+    }
+  }
+  size_t dot = name.rfind('.');
+  return dot == std::string::npos || dot == 0 ? "." : name.substr(dot);
 }
 
 void Add(const std::string& bucket, const S3Object& o, InputScan* scan) {
@@ -127,10 +145,7 @@ Status ScanS3Input(const std::string& url, InputScan* scan) {
     const std::string rel = o.key.substr(u.key.size());
     if (rel.empty() || rel.back() == '/' || Hidden(rel)) continue;  // folder markers, dot files
     if (!LooksLikeText(rel)) {
-      size_t slash = rel.rfind('/'), dot = rel.rfind('.');
-      ++skipped[dot == std::string::npos || (slash != std::string::npos && dot < slash)
-                    ? "."
-                    : rel.substr(dot)];
+      ++skipped[SkippedExtension(rel)];
       continue;
     }
     Add(u.bucket, o, scan);
