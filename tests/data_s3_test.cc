@@ -5,6 +5,7 @@
 // botocore's signer and the key against its IAM users.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,6 +111,7 @@ class S3Env : public ::testing::Environment {
     moto->pid = ::fork();
     ASSERT_GE(moto->pid, 0);
     if (moto->pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed test binary leaves no server behind
       ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
       FILE* log = std::fopen((d + "/moto.log").c_str(), "w");
       ::dup2(fileno(log), 1);
@@ -325,6 +327,7 @@ TEST(S3Signing, LibcurlSignaturesEqualBotocoresForListingsAndKeys) {
   const int pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(out[1], 1);
     ::setenv("PYTHONPATH", FTRAIN_MOTO_PYTHONPATH, 1);
     const std::string script = std::string(FTRAIN_SOURCE_DIR) + "/tests/sigv4_oracle.py";
