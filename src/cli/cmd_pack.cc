@@ -126,7 +126,8 @@ int RunPackLocal(int argc, char** argv) {
       "auto | tty | plain | none")("progress-s",
                                    po::value<double>(&o.progress_interval_s)->default_value(10),
                                    "seconds between plain progress lines")(
-      "input", po::value<std::vector<std::string>>(&o.inputs), "input files or directories");
+      "input", po::value<std::vector<std::string>>(&o.inputs),
+      "input files, directories or s3://BUCKET/PREFIX");
   po::positional_options_description pos;
   pos.add("input", -1);
   for (int i = 1; i < argc; ++i) {
