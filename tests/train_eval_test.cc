@@ -6,10 +6,13 @@
 //   - A run resumed from a checkpoint evaluates the steps after it to the same bits.
 //   - `ftrain eval` of a checkpoint (1 rank, and 3 ranks: the last round padded) prints the
 //     in-training held-out loss of that step exactly.
+// One test runs the three trainings once (gtest_discover_tests runs each test in its own
+// process, so separate tests would each pay for them).
 //   - metrics.jsonl, Prometheus, TensorBoard and `ftrain report` carry it.
 //   - A wrong [eval] is one line and exit 2 before the first step.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -116,61 +119,96 @@ std::unique_ptr<TempDir> TrainEvalTest::tmp_;
 std::string TrainEvalTest::data_, TrainEvalTest::held_, TrainEvalTest::with_,
     TrainEvalTest::without_, TrainEvalTest::resumed_;
 
-TEST_F(TrainEvalTest, EvalChangesNoTrainingBit) {
-  const auto with_eval = Column(with_, "eval_loss");
+// The checks of one set of runs (one test: the three trainings are its cost, run once).
+void CheckEvalChangesNoTrainingBit(const std::string& with, const std::string& without) {
+  const auto with_eval = Column(with, "eval_loss");
   ASSERT_EQ(with_eval.size(), 12u);
   for (const auto& [step, v] : with_eval) {
     EXPECT_EQ(!v.empty(), step % 3 == 0) << "step " << step << ": eval_loss '" << v << "'";
   }
   EXPECT_NE(with_eval.at(3), with_eval.at(12)) << "the held-out loss must follow training";
-  for (const auto& [step, v] : Column(without_, "eval_loss")) EXPECT_EQ(v, "") << step;
-  EXPECT_EQ(Column(with_, "loss"), Column(without_, "loss")) << "training losses differ";
-  auto d = RunCommand(BinDir() + "/ckptctl diff " + with_ + "/checkpoints/step-00000012 " +
-                          without_ + "/checkpoints/step-00000012",
+  for (const auto& [step, v] : Column(without, "eval_loss")) EXPECT_EQ(v, "") << step;
+  EXPECT_EQ(Column(with, "loss"), Column(without, "loss")) << "training losses differ";
+  auto d = RunCommand(BinDir() + "/ckptctl diff " + with + "/checkpoints/step-00000012 " +
+                          without + "/checkpoints/step-00000012",
                       120);
   EXPECT_EQ(d.exit_code, 0) << "final checkpoints differ:\n" << d.output;
 }
 
-TEST_F(TrainEvalTest, ResumedRunEvaluatesTheSameBits) {
-  const auto a = Column(with_, "eval_loss"), c = Column(resumed_, "eval_loss");
-  const auto la = Column(with_, "loss"), lc = Column(resumed_, "loss");
+void CheckResumedRunEvaluatesTheSameBits(const std::string& with, const std::string& resumed) {
+  const auto a = Column(with, "eval_loss"), c = Column(resumed, "eval_loss");
+  const auto la = Column(with, "loss"), lc = Column(resumed, "loss");
+  ASSERT_EQ(c.count(12), 1u);
   for (int64_t step = 5; step <= 12; ++step) {
     EXPECT_EQ(c.at(step), a.at(step)) << "eval_loss at step " << step;
     EXPECT_EQ(lc.at(step), la.at(step)) << "loss at step " << step;
   }
 }
 
-TEST_F(TrainEvalTest, FtrainEvalOfTheCheckpointPrintsTheInTrainingLoss) {
-  const std::string in_training = Column(with_, "eval_loss").at(12);
-  const std::string ckpt = with_ + "/checkpoints/step-00000012";
-  EXPECT_EQ(EvalLoss(ckpt, 1), in_training) << "1 rank vs the 2-rank in-training eval";
-  EXPECT_EQ(EvalLoss(ckpt, 3), in_training) << "3 ranks (padded last round)";
-}
-
-TEST_F(TrainEvalTest, MetricsSinksAndReportShowIt) {
-  const std::string last = Column(with_, "eval_loss").at(12);
+void CheckSinksAndReport(const std::string& with) {
+  const std::string last = Column(with, "eval_loss").at(12);
+  const double value = std::stod(last);
   // Prometheus: the newest evaluation, kept between evaluations.
-  auto prom = RunCommand("cat " + with_ + "/prometheus/*.prom", 30);
-  EXPECT_TRUE(Contains(prom.output, "ftrain_eval_loss " + last)) << prom.output;
-  EXPECT_TRUE(Contains(prom.output, "ftrain_eval_step 12")) << prom.output;
-  auto tb = RunCommand("cat " + with_ + "/tensorboard/events.out.tfevents.*", 30);
+  auto prom = RunCommand("cat " + with + "/prometheus/*.prom", 30);
+  double prom_loss = -1, prom_step = -1;
+  std::istringstream in(prom.output);
+  for (std::string line; std::getline(in, line);) {
+    const auto space = line.rfind(' ');
+    if (line.rfind("ftrain_eval_loss{", 0) == 0) prom_loss = std::stod(line.substr(space));
+    if (line.rfind("ftrain_eval_step{", 0) == 0) prom_step = std::stod(line.substr(space));
+  }
+  EXPECT_EQ(static_cast<float>(prom_loss), static_cast<float>(value)) << prom.output;
+  EXPECT_EQ(prom_step, 12) << prom.output;
+  auto tb = RunCommand("cat " + with + "/tensorboard/events.out.tfevents.*", 30);
   EXPECT_TRUE(Contains(tb.output, "eval/loss")) << "no eval/loss scalar in the event files";
-  auto r = RunCommand(Ftrain() + " report " + with_, 60);
+  auto r = RunCommand(Ftrain() + " report " + with, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(Contains(r.output, "held-out loss " + last.substr(0, 6))) << r.output;
-  EXPECT_TRUE(Contains(r.output, "at step 12")) << r.output;
+  char want[96];
+  std::snprintf(want, sizeof(want), "held-out loss %.4f at step 12", value);
+  EXPECT_TRUE(Contains(r.output, want)) << r.output;
   EXPECT_TRUE(Contains(r.output, "4 evaluations")) << r.output;
 }
 
-TEST_F(TrainEvalTest, WrongEvalSectionIsOneLineAndExit2) {
-  const std::string base = Ftrain() + " train --config " + Config() + " --data.path=" + data_ +
-                           " --run.dir=" + tmp_->path() + "/bad --train.steps=2 --ckpt.daemon=off";
+TEST_F(TrainEvalTest, EvalDuringTrainingAndFtrainEval) {
+  {
+    SCOPED_TRACE("eval on vs off: every training bit the same");
+    CheckEvalChangesNoTrainingBit(with_, without_);
+  }
+  {
+    SCOPED_TRACE("resumed from step 4: the same held-out losses");
+    CheckResumedRunEvaluatesTheSameBits(with_, resumed_);
+  }
+  {
+    SCOPED_TRACE("ftrain eval of the step-12 checkpoint on 1 and 3 ranks");
+    const std::string in_training = Column(with_, "eval_loss").at(12);
+    const std::string ckpt = with_ + "/checkpoints/step-00000012";
+    EXPECT_EQ(EvalLoss(ckpt, 1), in_training) << "1 rank vs the 2-rank in-training eval";
+    EXPECT_EQ(EvalLoss(ckpt, 3), in_training) << "3 ranks (padded last round)";
+  }
+  {
+    SCOPED_TRACE("metrics sinks and ftrain report");
+    CheckSinksAndReport(with_);
+  }
+}
+
+TEST(TrainEvalConfigTest, WrongEvalSectionIsOneLineAndExit2) {
+  TempDir tmp("ftrain-train-eval-config");
+  const std::string data = tmp.path() + "/data";
+  auto p = RunCommand(Ftrain() +
+                          " pack --train-tokenizer --vocab-size 256 --seq-len 16 --progress none "
+                          "--out " +
+                          data + " /usr/share/common-licenses/MPL-2.0",
+                      120);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string base = Ftrain() + " train --config " + std::string(FTRAIN_SOURCE_DIR) +
+                           "/configs/tiny.cfg --data.path=" + data + " --run.dir=" + tmp.path() +
+                           "/bad --train.steps=2 --ckpt.daemon=off";
   struct Case {
     std::string args, expect;
   } cases[] = {
       {" --eval.every_steps=2", "eval.path is not"},
       {" --eval.every_steps=2 --eval.path=/nonexistent/heldout", "/nonexistent/heldout"},
-      {" --eval.every_steps=2 --eval.path=" + held_ + " --eval.batches=0", "eval.batches"},
+      {" --eval.every_steps=2 --eval.path=" + data + " --eval.batches=0", "eval.batches"},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(base + c.args, 60);
@@ -178,6 +216,10 @@ TEST_F(TrainEvalTest, WrongEvalSectionIsOneLineAndExit2) {
     EXPECT_TRUE(Contains(r.output, c.expect)) << c.args << "\n" << r.output;
     EXPECT_FALSE(Contains(r.output, "step 1/")) << "failed only after training began:\n"
                                                 << r.output;
+    int lines = 0;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) lines += !Contains(line, " INFO ");
+    EXPECT_EQ(lines, 1) << "one line: " << c.args << "\n" << r.output;
   }
 }
 
