@@ -346,12 +346,13 @@ PY
   printf '%s\n' '[train]' "steps = ${steps}" 'micro_batch = 4' 'lr = 1e-3' 'min_lr = 1e-4' \
     'warmup_steps = 3' 'seed = 77' '[ckpt]' 'every_minutes = 0' 'every_steps = 10' \
     '[eval]' 'every_steps = 10' 'batches = 4' >"${cfg}"
-  hf_train() {  # hf_train RUN: from the HF directory; the packed corpus doubles as held-out data
-    "${BIN}/ftrain" train --config "${cfg}" --model.hf="${model}" --train.init="${model}" \
-      --data.path="${DATA}" --eval.path="${DATA}" --run.dir="$1" --ckpt.daemon=off "${dev[@]}"
-  }
-  hf_train "${ref}" >"${WORK}/hf-ref.log" 2>&1 || { tail -n 30 "${WORK}/hf-ref.log" >&2; fail "HF reference run"; }
-  hf_train "${run}" >"${WORK}/hf-stopped-1.log" 2>&1 &
+  # From the HF directory; the packed corpus doubles as the held-out data.
+  local args=(train --config "${cfg}" --model.hf="${model}" --train.init="${model}"
+    --data.path="${DATA}" --eval.path="${DATA}" --ckpt.daemon=off "${dev[@]}")
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${ref}" >"${WORK}/hf-ref.log" 2>&1 ||
+    { tail -n 30 "${WORK}/hf-ref.log" >&2; fail "HF reference run"; }
+  # The trainer itself in the background (not a function's subshell): $! is ftrain.
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${run}" >"${WORK}/hf-stopped-1.log" 2>&1 &
   pid=$!
   # SIGUSR1 once 12 steps are recorded (stopped meanwhile so that it cannot finish first).
   python3 - "${pid}" "${run}/metrics.jsonl" <<'PY' || { kill -KILL "${pid}" 2>/dev/null || true; fail "stopping the HF run"; }
@@ -372,7 +373,7 @@ os.kill(pid, signal.SIGCONT)
 PY
   wait "${pid}" || rc=$?
   ((rc == 75)) || { tail -n 20 "${WORK}/hf-stopped-1.log" >&2; fail "the stopped HF run exited ${rc}, not 75 (requeue)"; }
-  hf_train "${run}" >"${WORK}/hf-stopped-2.log" 2>&1 || { tail -n 30 "${WORK}/hf-stopped-2.log" >&2; fail "resumed HF run"; }
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${run}" >"${WORK}/hf-stopped-2.log" 2>&1 || { tail -n 30 "${WORK}/hf-stopped-2.log" >&2; fail "resumed HF run"; }
   grep -q 'resume: restored step' "${WORK}/hf-stopped-2.log" || fail "the HF run did not resume"
   "${BIN}/ckptctl" diff "${ref}/checkpoints/step-000000${steps}" "${run}/checkpoints/step-000000${steps}" >&2 ||
     fail "HF run: final checkpoints differ after stop/resume"
@@ -388,13 +389,14 @@ print(f"HF run: {len(ka)} steps, held-out loss {evals}", file=sys.stderr)
 sys.exit(f"steps {diff[:5]} differ" if diff or len(evals) != 3 else 0)
 PY
   attention="$("${BIN}/ckptctl" inspect "${ref}/checkpoints/step-000000${steps}" --json |
-    python3 -c 'import json,sys; m=json.load(sys.stdin); print(json.loads(m["meta"]["layout_json"])["attention"])')" ||
+    python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print((json.loads(l) if isinstance(l, str) else l)["attention"])')" ||
     fail "no attention backend in the checkpoint layout"
   log "HF run: SDPA backend (checkpoint layout): ${attention}"
   in_training="$(sed -nE "s/.*\"step\":${steps},.*\"eval_loss\":([^,}]+).*/\1/p" "${ref}/metrics.jsonl")"
   evaluated="$("${BIN}/ftrain" eval --config "${cfg}" --model.hf="${model}" --data "${DATA}" \
     --weights "${ref}/checkpoints/step-000000${steps}" --batches 4 --json "${dev[@]}" 2>"${WORK}/hf-eval.log" |
-    sed -nE 's/^\{"loss":([^,]+),.*/\1/p')"
+    sed -nE 's/^\{"loss":([^,]+),.*/\1/p')" ||
+    { grep -v ' INFO ' "${WORK}/hf-eval.log" | tail -n 5 >&2; fail "ftrain eval of the HF run's step ${steps}"; }
   [[ -n "${in_training}" && "${evaluated}" == "${in_training}" ]] ||
     fail "ftrain eval of step ${steps} printed '${evaluated}', the run's held-out loss was '${in_training}'"
   log "HF run: bit-identical after stop/resume; ftrain eval of step ${steps} = in-training held-out loss ${in_training}"

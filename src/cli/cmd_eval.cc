@@ -133,6 +133,8 @@ int RunEval(int argc, char** argv) {
   // keys only a training run needs.
   if (!config->Has("train.steps")) config->Set("train.steps", "1", "ftrain eval (unused)");
   if (!config->Has("run.dir")) config->Set("run.dir", ".", "ftrain eval (unused)");
+  // A training config's [eval] is the trainer's; this command evaluates --data.
+  if (config->Has("eval.every_steps")) config->Set("eval.every_steps", "0", "ftrain eval (unused)");
   auto tc = train::TrainConfig::Load(*config);
   if (!tc.ok()) return Fail(program, tc.status());
 
