@@ -75,7 +75,8 @@ class TrainEvalTest : public ::testing::Test {
     ASSERT_EQ(a.exit_code, 0) << a.output;
     auto b = Train(without_, "");
     ASSERT_EQ(b.exit_code, 0) << b.output;
-    auto c = Train(resumed_, EvalArgs() + " --train.resume=" + with_ + "/checkpoints/step-00000004");
+    auto c =
+        Train(resumed_, EvalArgs() + " --train.resume=" + with_ + "/checkpoints/step-00000004");
     ASSERT_EQ(c.exit_code, 0) << c.output;
   }
   static void TearDownTestSuite() { tmp_.reset(); }
@@ -97,9 +98,9 @@ class TrainEvalTest : public ::testing::Test {
   static std::string EvalLoss(const std::string& weights, int nproc) {
     const std::string eval = " eval --config " + Config() + " --data " + held_ + " --weights " +
                              weights + " --batches 5 --json";
-    auto r = RunCommand(nproc == 1 ? Ftrain() + eval
-                                   : Ftrain() + " launch --nproc " + std::to_string(nproc) +
-                                         " --" + eval,
+    auto r = RunCommand(nproc == 1
+                            ? Ftrain() + eval
+                            : Ftrain() + " launch --nproc " + std::to_string(nproc) + " --" + eval,
                         120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const auto at = r.output.find("{\"loss\":");
@@ -129,8 +130,8 @@ void CheckEvalChangesNoTrainingBit(const std::string& with, const std::string& w
   EXPECT_NE(with_eval.at(3), with_eval.at(12)) << "the held-out loss must follow training";
   for (const auto& [step, v] : Column(without, "eval_loss")) EXPECT_EQ(v, "") << step;
   EXPECT_EQ(Column(with, "loss"), Column(without, "loss")) << "training losses differ";
-  auto d = RunCommand(BinDir() + "/ckptctl diff " + with + "/checkpoints/step-00000012 " +
-                          without + "/checkpoints/step-00000012",
+  auto d = RunCommand(BinDir() + "/ckptctl diff " + with + "/checkpoints/step-00000012 " + without +
+                          "/checkpoints/step-00000012",
                       120);
   EXPECT_EQ(d.exit_code, 0) << "final checkpoints differ:\n" << d.output;
 }
