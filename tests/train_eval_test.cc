@@ -9,7 +9,8 @@
 // One test runs the three trainings once (gtest_discover_tests runs each test in its own
 // process, so separate tests would each pay for them).
 //   - metrics.jsonl, Prometheus, TensorBoard and `ftrain report` carry it.
-//   - A wrong [eval] is one line and exit 2 before the first step.
+//   - A wrong [eval] (no path, a missing path, no batches, held-out data packed with another
+//     tokenizer) is one line and exit 2 before the first step.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -201,6 +202,13 @@ TEST(TrainEvalConfigTest, WrongEvalSectionIsOneLineAndExit2) {
                           data + " /usr/share/common-licenses/MPL-2.0",
                       120);
   ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string other = tmp.path() + "/other-tokenizer";
+  auto o = RunCommand(Ftrain() +
+                          " pack --train-tokenizer --vocab-size 200 --seq-len 16 --progress none "
+                          "--out " +
+                          other + " /usr/share/common-licenses/Apache-2.0",
+                      120);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string base = Ftrain() + " train --config " + std::string(FTRAIN_SOURCE_DIR) +
                            "/configs/tiny.cfg --data.path=" + data + " --run.dir=" + tmp.path() +
                            "/bad --train.steps=2 --ckpt.daemon=off";
@@ -210,6 +218,7 @@ TEST(TrainEvalConfigTest, WrongEvalSectionIsOneLineAndExit2) {
       {" --eval.every_steps=2", "eval.path is not"},
       {" --eval.every_steps=2 --eval.path=/nonexistent/heldout", "/nonexistent/heldout"},
       {" --eval.every_steps=2 --eval.path=" + data + " --eval.batches=0", "eval.batches"},
+      {" --eval.every_steps=2 --eval.path=" + other, "another tokenizer"},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(base + c.args, 60);

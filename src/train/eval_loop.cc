@@ -35,7 +35,17 @@ StatusOr<std::unique_ptr<data::TokenReader>> OpenHeldOut(const HeldOutOptions& o
     }
     return s.Annotate(o.what);
   }
-  const int64_t seq_len = (*reader)->index().seq_len;
+  const data::DatasetIndex& index = (*reader)->index();
+  if (o.tokenizer_xxh3 != 0 && index.tokenizer_xxh3 != 0 &&
+      index.tokenizer_xxh3 != o.tokenizer_xxh3) {
+    return Status::InvalidArgument(
+        o.what + " '" + o.source + "' was packed with another tokenizer than the training data (" +
+        index.tokenizer_file +
+        " differs from data.path's): pack the held-out text with `ftrain "
+        "pack --tokenizer DATA/" +
+        index.tokenizer_file + "`");
+  }
+  const int64_t seq_len = index.seq_len;
   if (seq_len > o.max_seq_len) {
     return Status::InvalidArgument(o.what + ": sequences have " + std::to_string(seq_len) +
                                    " tokens but model.max_seq_len is " +
@@ -110,7 +120,13 @@ HeldOutOptions HeldOutFor(const TrainConfig& cfg) {
 
 Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx) {
   if (cfg.eval.every_steps <= 0) return Status::Ok();
-  return Agree(ctx, OpenHeldOut(HeldOutFor(cfg), ctx.world()).status(), "eval.path");
+  HeldOutOptions o = HeldOutFor(cfg);
+  data::ReaderOptions ro;  // the training data, for its tokenizer (reads index.json only)
+  ro.source = cfg.data.path;
+  ro.prefetch_depth = 0;
+  auto training = data::TokenReader::Open(ro, nullptr);
+  if (training.ok()) o.tokenizer_xxh3 = (*training)->index().tokenizer_xxh3;
+  return Agree(ctx, OpenHeldOut(o, ctx.world()).status(), "eval.path");
 }
 
 Status EvalAtBoundary(const TrainConfig& cfg, fsdp::FsdpEngine& engine, comm::DistContext& ctx,

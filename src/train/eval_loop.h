@@ -35,6 +35,9 @@ struct HeldOutOptions {
   int64_t micro_batch = 4;         // rows per micro-batch
   int64_t max_seq_len = 0;         // the model's; longer sequences are refused
   std::string what = "eval.path";  // how errors name the source
+  // Non-zero: the tokenizer hash (data/index.h) the held-out data must have been packed with,
+  // the training data's ([eval]); another tokenizer is InvalidArgument.
+  uint64_t tokenizer_xxh3 = 0;
 };
 
 struct HeldOutResult {
@@ -54,8 +57,9 @@ struct HeldOutResult {
 StatusOr<HeldOutResult> HeldOutLoss(fsdp::FsdpEngine& engine, comm::DistContext& ctx,
                                     const HeldOutOptions& options);
 
-// At start-up: with [eval] on, the held-out data opens on every rank and fits the model, so
-// that a wrong eval.path is exit 2 before the first step, not at the first evaluation.
+// At start-up: with [eval] on, the held-out data opens on every rank, fits the model and was
+// packed with the training data's tokenizer, so that a wrong eval.path is exit 2 before the
+// first step, not at the first evaluation (or never: other token ids evaluate silently).
 // Collective (a no-op when eval.every_steps is 0).
 Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx);
 
