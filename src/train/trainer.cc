@@ -32,6 +32,7 @@
 #include "train/checkpointing.h"
 #include "train/device.h"
 #include "train/device_memory.h"
+#include "train/eval_loop.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/metrics_sinks.h"
@@ -803,6 +804,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   }
   run->state.hf_files = std::move(hf.bytes);
   FT_RETURN_IF_ERROR(OpenReader(run.get()));
+  FT_RETURN_IF_ERROR(CheckEvalData(cfg, ctx));
   PlanOptimizer(run.get());
   if (run->leader) {
     FT_ASSIGN_OR_RETURN(run->metrics,
@@ -908,6 +910,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                                          mb.loss_sum / static_cast<double>(K), time_due));
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) run->sinks->AddHealth(&m);
+    // Before the checkpoint, so that the line it carries has the held-out loss too.
+    FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
     double stall = 0;
     if (at.checkpoint) {
       FT_ASSIGN_OR_RETURN(std::optional<double> saved, CheckpointAtBoundary(*run, at, m));
