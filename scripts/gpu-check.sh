@@ -225,7 +225,7 @@ while target < last:
     while state() not in ('T', 't', 'Z', 'gone'):
         time.sleep(0.001)
     exe = os.path.basename(os.readlink(f'/proc/{pid}/exe'))
-    if exe != 'ftrain':
+    if exe not in ('ftrain', 'ftrain-torch'):  # ftrain execs ftrain-torch for train
         sys.exit(f'pid {pid} is {exe}, not the trainer')
     landed = lines() == target and f'checkpoint step {target}: ' in open(log).read()
     if landed:
