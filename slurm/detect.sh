@@ -204,6 +204,13 @@ requeue_excluding_dead() {
   stop_agents
   trap '' TERM  # the requeue ends this script after KillWait: set the exclusion first
   scontrol requeue "${SLURM_JOB_ID}"
+  # Slurm 22.05 gives a resized job a new accounting record and refuses every later update
+  # until slurmdbd has indexed it ("the DB index is being set", 5 s of retries): without
+  # slurmdbd that never happens, so do not hold the requeue up for it.
+  if ((released)) && [[ "$(scontrol show config 2>/dev/null | awk '$1 == "AccountingStorageType" {print $3}')" != *slurmdbd* ]]; then
+    log "not setting ExcNodeList=${dead}: Slurm refuses updates of a resized job without slurmdbd; the scheduler skips the node while Slurm flags it not responding"
+    exit 0
+  fi
   local exc
   exc="$(scontrol -o show job "${SLURM_JOB_ID}" 2>/dev/null | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2)"
   [[ -z "${exc}" || "${exc}" == "(null)" ]] || dead="${exc},${dead}"
