@@ -68,17 +68,23 @@ slurmd_addr() {  # slurmd_addr NODE
 }
 
 # Does NODE's slurmd accept a TCP connection? Prints open, refused or timeout (or unknown).
+# A timeout is tried once more (a loaded prober can be slow too): both must time out.
 probe_slurmd_tcp() {  # probe_slurmd_tcp NODE
-  local hp rc=0
+  local hp rc try
   hp="$(slurmd_addr "$1")" || { echo unknown; return 0; }
-  # shellcheck disable=SC2016  # expanded by the inner bash
-  timeout "${PROBE_TIMEOUT_S}" bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${hp% *}" "${hp#* }" 2>/dev/null || rc=$?
+  for try in 1 2; do
+    rc=0
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    timeout "${PROBE_TIMEOUT_S}" bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${hp% *}" "${hp#* }" 2>/dev/null || rc=$?
+    ((rc == 124 && try == 1)) || break
+  done
   case "${rc}" in 0) echo open ;; 124) echo timeout ;; *) echo refused ;; esac
 }
 
 # Does NODE's slurmd run a task for this job within FTRAIN_PROBE_TIMEOUT_S (+ srun's start)?
 probe_slurmd_step() {  # probe_slurmd_step NODE
-  timeout "$((PROBE_TIMEOUT_S + 3))" srun --overlap --mpi=none --nodelist="$1" --nodes=1 \
+  # -k: srun handles SIGTERM by cancelling the step and waiting for the tasks: never here.
+  timeout -k 1 "$((PROBE_TIMEOUT_S + 3))" srun --overlap --mpi=none --nodelist="$1" --nodes=1 \
     --ntasks=1 --quiet --job-name=ftrain-probe true >/dev/null 2>&1
 }
 
