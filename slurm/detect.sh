@@ -26,6 +26,11 @@ PROBE_TIMEOUT_S="${FTRAIN_PROBE_TIMEOUT_S:-2}"
 HUNG_AFTER_S="${FTRAIN_HUNG_AFTER_S:-60}"
 NORESPOND_WAIT_S="${FTRAIN_NORESPOND_WAIT_S:-30}"  # requeue: wait for Slurm to flag the node
 
+# Thresholds in microseconds (fractions of a second allowed in the settings): the per-second
+# look at every node's heartbeat then needs no process but this shell (64 nodes, every 0.5 s).
+us_of() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000000 }'; }
+HB_TIMEOUT_US="$(us_of "${HEARTBEAT_TIMEOUT_S}")"
+HUNG_AFTER_US="$(us_of "${HUNG_AFTER_S}")"
 declare -A hb_value=() hb_seen=() hb_noted=() slurmd_addr_of=()
 declared_dead=()   # nodes this start declared dead (Slurm may not know yet)
 detect_node="" detect_time="" detect_fields=""
@@ -33,21 +38,22 @@ detect_node="" detect_time="" detect_fields=""
 # Every training node counts as just heard from (a new step: its agents ran all along).
 hb_reset() {  # hb_reset NODE...
   local n
-  for n in "$@"; do hb_seen["${n}"]="${EPOCHREALTIME}"; hb_noted["${n}"]=""; done
+  for n in "$@"; do hb_seen["${n}"]="${EPOCHREALTIME/./}"; hb_noted["${n}"]=""; done
 }
 
-# Sets hb_silent to the seconds since NODE's counter last moved (a change of any kind is
-# life). Not in $(...): it keeps its state in this shell.
-hb_silent=0
+# Sets hb_silent_us (and hb_silent, in seconds with one decimal) to the time since NODE's
+# counter last moved (a change of any kind is life). Not in $(...): it keeps its state here.
+hb_silent=0 hb_silent_us=0
 hb_silence() {  # hb_silence NODE
-  local n="$1" v
-  v="$(head -c 128 "${HEARTBEATS}/${n}" 2>/dev/null)" || v=""
+  local n="$1" v="" now="${EPOCHREALTIME/./}"
+  read -r v 2>/dev/null <"${HEARTBEATS}/${n}" || v=""
   if [[ -z "${hb_seen[${n}]:-}" || "${v}" != "${hb_value[${n}]:-}" ]]; then
     hb_value["${n}"]="${v}"
-    hb_seen["${n}"]="${EPOCHREALTIME}"
+    hb_seen["${n}"]="${now}"
     hb_noted["${n}"]=""  # alive again: a later silence is noted anew
   fi
-  hb_silent="$(awk -v a="${hb_seen[${n}]}" -v b="${EPOCHREALTIME}" 'BEGIN { printf "%.1f", b - a }')"
+  hb_silent_us=$((now - hb_seen[${n}]))
+  printf -v hb_silent '%d.%d' $((hb_silent_us / 1000000)) $((hb_silent_us % 1000000 / 100000))
 }
 
 # "ADDR PORT" of NODE's slurmd, as slurmctld has it (cached).
@@ -95,15 +101,14 @@ check_heartbeats() {  # check_heartbeats NODE...
   for n in "$@"; do
     hb_silence "${n}"
     silent="${hb_silent}"
-    awk -v s="${silent}" -v t="${HEARTBEAT_TIMEOUT_S}" 'BEGIN { exit !(s >= t) }' || continue
+    ((hb_silent_us >= HB_TIMEOUT_US)) || continue
     t0="${EPOCHREALTIME}"
     tcp="$(probe_slurmd_tcp "${n}")"
     if [[ "${tcp}" == refused || "${tcp}" == timeout ]]; then
       declare_dead "${n}" "${silent}" "${tcp}" "dead" "${t0}"
       return 0
     fi
-    if awk -v s="${silent}" -v t="${HUNG_AFTER_S}" 'BEGIN { exit !(s >= t) }' &&
-      ! probe_slurmd_step "${n}"; then
+    if ((hb_silent_us >= HUNG_AFTER_US)) && ! probe_slurmd_step "${n}"; then
       declare_dead "${n}" "${silent}" "${tcp}" "hung" "${t0}"
       return 0
     fi
@@ -191,6 +196,18 @@ detect_after_failure() {  # detect_after_failure NODE...
   return 1
 }
 
+# How long the requeue must wait for slurmctld to flag the released node not responding (the
+# scheduler skips such nodes): the flag comes ~MessageTimeout + 2 s after the release (+3 s
+# of margin here), and a requeued job becomes eligible cred_expire + 1 s after the requeue
+# (Slurm's default: 121 s), so only the difference, at most FTRAIN_NORESPOND_WAIT_S.
+norespond_wait_s() {
+  scontrol show config 2>/dev/null | awk -v cap="${NORESPOND_WAIT_S}" '
+    $1 == "MessageTimeout" { msg = $3 }
+    $1 == "AuthInfo" && match($0, /cred_expire=[0-9]+/) { cred = substr($0, RSTART + 12, RLENGTH - 12) }
+    END { if (msg == "") msg = 10; if (cred == "") cred = 120
+          w = msg + 5 - (cred + 1); if (w < 0) w = 0; if (w > cap) w = cap; print int(w) }'
+}
+
 # Requeue without a spare: release the dead node (else the requeued job waits in COMPLETING
 # for it), wait until slurmctld flags it not responding (the scheduler then skips it), requeue,
 # and exclude it from the job (ExcNodeList, settable while the job is pending).
@@ -198,7 +215,7 @@ requeue_excluding_dead() {
   local n deadline released=0 dead out
   dead="$(IFS=,; echo "${declared_dead[*]}")"
   if release_declared_nodes; then released=1; fi
-  deadline=$((SECONDS + NORESPOND_WAIT_S))
+  deadline=$((SECONDS + $(norespond_wait_s)))
   for n in "${declared_dead[@]}"; do
     while [[ "$(sinfo -h -N -n "${n}" -o '%t' 2>/dev/null | head -n 1)" != *'*' ]] &&
       ((SECONDS < deadline)); do

@@ -262,7 +262,7 @@ wait_step() {
       continue
     fi
     period="${SPARE_CHECK_S}"
-    ((${#watch[@]} == 0)) || period=1
+    ((${#watch[@]} == 0)) || period=0.5  # the heartbeats: no process per look (detect.sh)
     sleep "${period}" &
     tick=$!
     wait -n "${srun_pid}" "${tick}" 2>/dev/null || true  # whichever ends first, or a signal
