@@ -4,8 +4,8 @@
 # crash (`local-cluster.sh fail-node`) mid-run, and the time from the crash to the first new
 # optimizer step split into:
 #   detection     crash -> slurmctld requeues the job (node declared down)
-#   requeue wait  requeue -> the job is RUNNING again (cred_expire, scheduling; here also the
-#                 node revival: the local cluster has no spare node, a real one would)
+#   requeue wait  requeue -> the job is RUNNING again (cred_expire, scheduling; the 2-node job
+#                 runs on two other nodes of the cluster, needs >= 3 nodes)
 #   job start     RUNNING -> the first trainer process is up (train.sh, agents + ckptd,
 #                 srun, PMIx wire-up of the ranks)
 #   restore       trainer up -> state restored from the newest complete checkpoint (includes
@@ -73,10 +73,12 @@ for every in ${INTERVALS}; do
   wait_for 120 "requeue of job ${JOB}" bash -c \
     "[[ \"\$(scontrol -o show job ${JOB} | grep -o 'Restarts=[0-9]*')\" == Restarts=1 ]]"
   t_requeue="$(now_s)"
-  "${LOCAL_CLUSTER}" revive-node "${FAILED}"
-  FAILED=""
+  # The requeued job does not need the node (4-node cluster); revive it once it runs (ftrain
+  # requeues before Slurm marks the node DOWN, and revive-node waits for that).
   wait_for_job_state "${JOB}" RUNNING 300
   t_running="$(now_s)"
+  "${LOCAL_CLUSTER}" revive-node "${FAILED}"
+  FAILED=""
   wait_for_job_state "${JOB}" 'COMPLETED|FAILED|CANCELLED|TIMEOUT' 300
   echo "${every} ${t_fail} ${t_requeue} ${t_running}" >>"${WORK}/times.txt"
   cp "${WORK}"/job-"${every}"-*.out "${WORK}/out-${every}.txt"
