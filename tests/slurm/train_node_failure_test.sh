@@ -33,6 +33,9 @@ log "fail-node ${node} (the batch host stays up)"
 e2e_fail_node "${node}"
 wait_for_restarts "${JOB_ID}" 1 120
 t_requeue="$(now_s)"
+# With ftrain's detection the requeued job must do without the dead node: revive it only
+# once the job runs again (a revived node is rightly used again).
+((DEFAULT_TIMEOUTS)) && wait_for_job_state "${JOB_ID}" RUNNING 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" fail
 t_done="$(now_s)"
