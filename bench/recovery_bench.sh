@@ -4,8 +4,8 @@
 # crash (`local-cluster.sh fail-node`) mid-run, and the time from the crash to the first new
 # optimizer step split into:
 #   detection     crash -> slurmctld requeues the job (node declared down)
-#   requeue wait  requeue -> the job is RUNNING again (cred_expire, scheduling; here also the
-#                 node revival: the local cluster has no spare node, a real one would)
+#   requeue wait  requeue -> the job is RUNNING again (cred_expire, scheduling; the 2-node job
+#                 runs on two other nodes of the cluster, needs >= 3 nodes)
 #   job start     RUNNING -> the first trainer process is up (train.sh, agents + ckptd,
 #                 srun, PMIx wire-up of the ranks)
 #   restore       trainer up -> state restored from the newest complete checkpoint (includes
@@ -15,6 +15,9 @@
 # restarts.jsonl's lost_s), for each interval in INTERVALS (checkpoint every N steps).
 # usage: bench/recovery_bench.sh   (local cluster running: slurm/local-cluster.sh start)
 #   FTRAIN_RECOVERY_{INTERVALS,FAIL_AT,STEPS} override the defaults below.
+#   FTRAIN_BENCH_TIMEOUTS="300 10": run under these SlurmdTimeout / MessageTimeout (Slurm's
+#   defaults; `local-cluster.sh timeouts`, put back at exit): detection is then ftrain's own
+#   (slurm/detect.sh); "ftrain" is crash -> its detection, "detect" crash -> the requeue.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,14 +31,21 @@ STEPS="${FTRAIN_RECOVERY_STEPS:-60}"
 WORK="$(mktemp -d /tmp/ftrain-recovery-XXXXXX)"
 JOB=""
 FAILED=""
+OLD_TIMEOUTS=""
 cleanup() {
   cancel_job "${JOB}"
+  # shellcheck disable=SC2086  # two numbers
+  [[ -z "${OLD_TIMEOUTS}" ]] || "${LOCAL_CLUSTER}" timeouts ${OLD_TIMEOUTS} >/dev/null || true
   [[ -z "${FAILED}" ]] || "${LOCAL_CLUSTER}" revive-node "${FAILED}" || true
   if [[ -n "${FTRAIN_RECOVERY_KEEP:-}" ]]; then echo "kept ${WORK}" >&2; else rm -rf "${WORK}"; fi
 }
 trap cleanup EXIT
 
 cluster_require
+if [[ -n "${FTRAIN_BENCH_TIMEOUTS:-}" ]]; then
+  # shellcheck disable=SC2086  # two numbers
+  OLD_TIMEOUTS="$("${LOCAL_CLUSTER}" timeouts ${FTRAIN_BENCH_TIMEOUTS})"
+fi
 wait_for_nodes_idle 90
 "${BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 --shard-rows 256 \
   --progress none --out "${WORK}/data" /usr/share/common-licenses >/dev/null
@@ -44,7 +54,7 @@ export CKPTD_BIN="${BIN}/ckptd" FTRAIN_CONFIG="${ROOT}/configs/tiny.cfg" FTRAIN_
 export FTRAIN_RANKS_PER_NODE=2
 
 echo "== recovery_bench: tiny, 2 nodes x 2 ranks, node crash after step ${FAIL_AT}," \
-  "SlurmdTimeout=$(config_value SlurmdTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  "SlurmdTimeout=$(config_value SlurmdTimeout) MessageTimeout=$(config_value MessageTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for every in ${INTERVALS}; do
   run="${WORK}/run-${every}"
   export FTRAIN_ARGS="--train.steps=${STEPS} --ckpt.every_steps=${every} --ckpt.every_minutes=0 --dist.sharding=hybrid_shard"
@@ -55,15 +65,20 @@ for every in ${INTERVALS}; do
   wait_for_file_lines "${run}/metrics.jsonl" "${FAIL_AT}" 300
   batch_host="$(job_field "${JOB}" BatchHost)"
   for n in $(job_nodes "${JOB}"); do [[ "${n}" == "${batch_host}" ]] || FAILED="${n}"; done
+  # Frozen around the crash: the tiny run must not end in the second the node is failed.
+  pgrep -f "^${BIN}/ftrain train .*--run.dir=${run}( |$)" | xargs -r kill -STOP
   t_fail="$(now_s)"
   "${LOCAL_CLUSTER}" fail-node "${FAILED}"
+  pgrep -f "^${BIN}/ftrain train .*--run.dir=${run}( |$)" | xargs -r kill -CONT
   wait_for 120 "requeue of job ${JOB}" bash -c \
     "[[ \"\$(scontrol -o show job ${JOB} | grep -o 'Restarts=[0-9]*')\" == Restarts=1 ]]"
   t_requeue="$(now_s)"
-  "${LOCAL_CLUSTER}" revive-node "${FAILED}"
-  FAILED=""
+  # The requeued job does not need the node (4-node cluster); revive it once it runs (ftrain
+  # requeues before Slurm marks the node DOWN, and revive-node waits for that).
   wait_for_job_state "${JOB}" RUNNING 300
   t_running="$(now_s)"
+  "${LOCAL_CLUSTER}" revive-node "${FAILED}"
+  FAILED=""
   wait_for_job_state "${JOB}" 'COMPLETED|FAILED|CANCELLED|TIMEOUT' 300
   echo "${every} ${t_fail} ${t_requeue} ${t_running}" >>"${WORK}/times.txt"
   cp "${WORK}"/job-"${every}"-*.out "${WORK}/out-${every}.txt"
@@ -97,17 +112,22 @@ for line in open(os.path.join(work, "times.txt")):
     # point, the rank-0 log was not).
     failed_at = max(int(m.group(1)) for l in out if ts(l) and ts(l) < t_running
                     for m in [re.search(r"\[rank 0/\d+\] step (\d+)/", l)] if m)
-    lost = [json.loads(l).get("lost_s") for l in open(os.path.join(work, f"run-{every}", "restarts.jsonl"))
-            if '"requeued"' in l]
-    rows.append((every, t_requeue - t_fail, t_running - t_requeue, t_up - t_running,
+    recs = [json.loads(l) for l in open(os.path.join(work, f"run-{every}", "restarts.jsonl"))]
+    lost = [r.get("lost_s") for r in recs if r["event"] == "requeued"]
+    det = [r["detected"] - t_fail for r in recs
+           if r["event"] == "step_failed" and r.get("detected_by") == "ftrain" and r["time"] > t_fail]
+    rows.append((every, det[0] if det else None, t_requeue - t_fail, t_running - t_requeue, t_up - t_running,
                  t_restored - t_up, t_first - t_restored, t_first - t_fail,
                  failed_at, resumed, step_t, lost[0] if lost else None))
-print(f"{'interval':>9}{'detect':>8}{'requeue':>9}{'start':>7}{'restore':>9}{'warm-up':>9}{'total':>7}"
+print(f"{'interval':>9}{'ftrain':>8}{'detect':>8}{'requeue':>9}{'start':>7}{'restore':>9}{'warm-up':>9}{'total':>7}"
       f"{'failed@':>9}{'resumed@':>10}{'redone':>8}{'lost_s':>8}")
 for r in rows:
-    every, d, q, s, rs, w, tot, fa, re_, st, lost = r
-    print(f"{every:>6} st{d:>7.1f}s{q:>8.1f}s{s:>6.1f}s{rs:>8.2f}s{w:>8.2f}s{tot:>6.1f}s"
+    every, fd, d, q, s, rs, w, tot, fa, re_, st, lost = r
+    fds = f"{fd:>7.1f}s" if fd is not None else f"{'-':>8}"
+    print(f"{every:>6} st{fds}{d:>7.1f}s{q:>8.1f}s{s:>6.1f}s{rs:>8.2f}s{w:>8.2f}s{tot:>6.1f}s"
           f"{fa:>9}{re_:>10}{(fa - re_):>5} st{lost if lost is not None else '-':>7}")
+print("ftrain = crash -> ftrain declared the node dead (heartbeats + slurmd probe; '-': Slurm acted "
+      "first); detect = crash -> the job was requeued (by ftrain, or by Slurm after SlurmdTimeout)")
 print("redone = steps trained again after the restart (on average interval/2; the seed's 25-minute"
       " interval loses ~12.5 min per failure on average); lost_s = what train.sh recorded")
 PY

@@ -15,6 +15,8 @@
 # usage: bench/spare_recovery_bench.sh   (local cluster of >= 3 nodes running; ~4 min)
 #   FTRAIN_SPARE_BENCH_ARGS: trainer overrides (default: tiny widened to ~3M parameters so
 #   that a rank's state is ~12 MB; the tiny model's 1 MB measures latency, not bandwidth).
+#   FTRAIN_BENCH_TIMEOUTS="300 10": run under these SlurmdTimeout / MessageTimeout (Slurm's
+#   defaults; `local-cluster.sh timeouts`, put back at exit): detection is then ftrain's own.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,14 +30,21 @@ ARGS="${FTRAIN_SPARE_BENCH_ARGS:---model.hidden_size=256 --model.intermediate_si
 WORK="$(mktemp -d /tmp/ftrain-spare-bench-XXXXXX)"
 JOB=""
 FAILED=""
+OLD_TIMEOUTS=""
 cleanup() {
   cancel_job "${JOB}"
+  # shellcheck disable=SC2086  # two numbers
+  [[ -z "${OLD_TIMEOUTS}" ]] || "${LOCAL_CLUSTER}" timeouts ${OLD_TIMEOUTS} >/dev/null || true
   [[ -z "${FAILED}" ]] || "${LOCAL_CLUSTER}" revive-node "${FAILED}" || true
   if [[ -n "${FTRAIN_SPARE_BENCH_KEEP:-}" ]]; then echo "kept ${WORK}" >&2; else rm -rf "${WORK}"; fi
 }
 trap cleanup EXIT
 
 cluster_require
+if [[ -n "${FTRAIN_BENCH_TIMEOUTS:-}" ]]; then
+  # shellcheck disable=SC2086  # two numbers
+  OLD_TIMEOUTS="$("${LOCAL_CLUSTER}" timeouts ${FTRAIN_BENCH_TIMEOUTS})"
+fi
 mapfile -t nodes < <(cluster_nodes)
 ((${#nodes[@]} >= 3)) || { echo "spare_recovery_bench: needs a 3-node cluster" >&2; exit 2; }
 wait_for_nodes_idle 90
@@ -107,7 +116,7 @@ run_case() {
 }
 
 echo "== spare_recovery_bench: tiny ${ARGS}, 2 nodes x 2 ranks (+1 spare), full_shard," \
-  "crash after step ${FAIL_AT}, SlurmdTimeout=$(config_value SlurmdTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  "crash after step ${FAIL_AT}, SlurmdTimeout=$(config_value SlurmdTimeout) MessageTimeout=$(config_value MessageTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 run_case spare_peer 1 8 1
 run_case spare_disk 1 0.000001 1
 run_case requeue 0 8 1
@@ -121,18 +130,20 @@ def records(name):
     return [json.loads(l) for l in open(os.path.join(work, name, "restarts.jsonl"))]
 def metrics(name):
     return [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
-print(f"{'case':<12}{'detect':>8}{'relaunch':>10}{'restore':>9}{'warm-up':>9}{'total':>8}"
+print(f"{'case':<12}{'by':>7}{'detect':>8}{'relaunch':>10}{'restore':>9}{'warm-up':>9}{'total':>8}"
       f"{'resumed@':>10}{'from peer':>11}{'restore MB/s':>14}")
 for line in open(os.path.join(work, "times.txt")):
     name, t_fail, t_requeue = line.split()
     t_fail, t_requeue = float(t_fail), float(t_requeue)
     recs = records(name)
     after = [r for r in recs if r["time"] > t_fail]
+    failed = [r for r in after if r["event"] == "step_failed" and r.get("detected_by") == "ftrain"]
+    by = "ftrain" if failed else "slurm"
     if name.startswith("spare"):
         act = next(r for r in after if r["event"] == "restarted" and r["cause"] == "node_failure")
         t_act = act.get("detected", act["time"])
     else:
-        t_act = t_requeue
+        t_act = failed[0]["detected"] if failed else t_requeue
     res = next(r for r in after if r["event"] == "resumed")
     restore = res.get("restore_s", 0.0)
     t_first = min(m["time"] for m in metrics(name) if m["time"] > res["time"])  # its end
@@ -147,14 +158,14 @@ for line in open(os.path.join(work, "times.txt")):
                   for f in os.listdir(os.path.join(root, newest))) / 4
     bw = f"{peer_b / peer_s / 1e6:.0f} (peer)" if peer_b and peer_s else \
          (f"{state_b / restore / 1e6:.0f} (disk)" if restore else "-")
-    print(f"{name:<12}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"
+    print(f"{name:<12}{by:>7}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"
           f"{t_first - t_fail:>7.1f}s{res['step']:>10}{res.get('ranks_from_peer', 0):>6} ranks{bw:>14}")
 steps = {n: statistics.median(m["step_time_s"] - m.get("ckpt_stall_s", 0) for m in metrics(n)[1:])
          for n in ("steady_replication", "steady_no_replication")}
 on, off = steps["steady_replication"], steps["steady_no_replication"]
 print(f"step time (median, checkpoint stall excluded): replication on {on * 1e3:.1f} ms, "
       f"off {off * 1e3:.1f} ms: {100 * (on / off - 1):+.1f} %")
-print("detect: spare = crash -> train.sh acts (Slurm took the node out); requeue = crash -> "
-      "Slurm requeued. restore MB/s: peer = bytes fetched / fetch time of the slowest rank; "
+print("detect: crash -> the node is declared dead (by ftrain: heartbeats + slurmd probe; by "
+      "Slurm: it took the node out, or requeued the job); relaunch includes the requeue wait. restore MB/s: peer = bytes fetched / fetch time of the slowest rank; "
       "disk = one rank's share of the checkpoint files / the slowest rank's load")
 PY

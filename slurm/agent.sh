@@ -27,6 +27,9 @@
 # follows it: the daemon's buddy (RUN/ckptd-<node>/buddy-addr, a link to the buddy's peer-addr
 # that ckptd re-reads before every connection) and which two nodes watch the batch host.
 # The daemon's log is RUN/logs/ckptd-<node>.log (appended; `ftrain paths RUN --node N`).
+# Heartbeat: every FTRAIN_HEARTBEAT_PERIOD_S (default 1) the agent bumps a counter in
+# RUN/.heartbeats/<node>; train.sh declares a node dead when its counter stops and its slurmd
+# does not answer either (slurm/detect.sh), long before Slurm's SlurmdTimeout.
 set -uo pipefail
 
 FTRAIN_HOME="${FTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
@@ -52,7 +55,7 @@ declare -A P=()
 paths_out="$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}")" || exit 1
 while IFS=$'\t' read -r key value _; do P["${key%"[${NODE}]"}"]="${value}"; done <<<"${paths_out}"
 CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${P[checkpoints]}}"
-LOG="${P[ckptd_log]}" RESTARTS="${P[restarts]}" JOB_NODES="${P[job_nodes]}"
+LOG="${P[ckptd_log]}" RESTARTS="${P[restarts]}" JOB_NODES="${P[job_nodes]}" HEARTBEATS="${P[heartbeats]}"
 BUDDY_LINK="${P[ckptd_buddy_addr]}"
 [[ -n "${LOG}" && -n "${RESTARTS}" && -n "${JOB_NODES}" && -n "${BUDDY_LINK}" ]] ||
   { log "ftrain paths ${RUN_DIR} --node ${NODE} printed no ckptd_log/restarts/job_nodes/ckptd_buddy_addr"; exit 1; }
@@ -157,6 +160,19 @@ follow_job() {
   done
 }
 
+# The heartbeat (see the top): "COUNTER PID JOB", replaced atomically. It stops with the node,
+# and with the agent when the node is paused (SIGSTOP) or its processes starve.
+HEARTBEAT_PERIOD_S="${FTRAIN_HEARTBEAT_PERIOD_S:-1}"
+heartbeat() {
+  local seq=0 f="${HEARTBEATS}/${NODE}"
+  mkdir -p "${HEARTBEATS}" || { log "WARNING: cannot make ${HEARTBEATS}: no heartbeat"; return 0; }
+  while :; do
+    seq=$((seq + 1))
+    echo "${seq} $$ ${SLURM_JOB_ID:-}" >"${f}.tmp" && mv -f "${f}.tmp" "${f}" 2>/dev/null
+    sleep "${HEARTBEAT_PERIOD_S}"
+  done
+}
+
 peer_args=()
 read_ring
 if ((REPLICATION)) && point_buddy && [[ -n "${buddy}" ]]; then
@@ -174,13 +190,19 @@ mkdir -p "$(dirname "${LOG}")"
 
 pid=""
 watch_pid=""
+hb_pid=""
 stopping=0
 on_stop() {
   stopping=1
   if [[ -n "${pid}" ]]; then kill -TERM "${pid}" 2>/dev/null || true; fi
 }
 trap on_stop TERM INT
-trap 'if [[ -n "${watch_pid}" ]]; then kill "${watch_pid}" 2>/dev/null; fi' EXIT
+# The heartbeat file goes with the agent: train.sh knows then that it is gone (a dead node's
+# agent never says goodbye).
+# shellcheck disable=SC2016  # expanded when the trap runs
+trap 'kill ${watch_pid} ${hb_pid} 2>/dev/null; wait ${hb_pid} 2>/dev/null; [[ -z "${HEARTBEATS}" ]] || rm -f "${HEARTBEATS}/${NODE}"' EXIT
+heartbeat &
+hb_pid=$!
 
 if [[ -n "${BATCH_HOST}" ]] || ((REPLICATION)); then
   follow_job &

@@ -9,6 +9,8 @@
 #
 # Usage: local-cluster.sh start [--nodes N] [--cpus-per-node C] | stop | status
 #                         | fail-node NAME | revive-node NAME | node-exec NAME CMD... | env
+#                         | pause-node NAME | resume-node NAME
+#                         | timeouts SLURMD_TIMEOUT MESSAGE_TIMEOUT
 set -euo pipefail
 
 # ---- settings (environment overrides) ---------------------------------------------------------
@@ -58,8 +60,9 @@ usage() {
   cat <<EOF
 usage: $(basename "$0") start [--nodes N] [--cpus-per-node C]
        $(basename "$0") stop | status | env
-       $(basename "$0") fail-node NAME | revive-node NAME
+       $(basename "$0") fail-node NAME | revive-node NAME | pause-node NAME | resume-node NAME
        $(basename "$0") node-exec NAME CMD [ARG...]   (CMD in NAME's mount namespace)
+       $(basename "$0") timeouts SLURMD_TIMEOUT MESSAGE_TIMEOUT   (running cluster; prints the old)
 state dir: ${STATE_DIR} (env FTRAIN_CLUSTER_DIR), ports from ${PORT_BASE} (FTRAIN_CLUSTER_PORT_BASE)
 EOF
 }
@@ -528,6 +531,15 @@ cmd_revive_node() {
   daemon_alive "slurmd-${node}" && die "slurmd of ${node} is running; fail it first"
   # A slurmd restarted before slurmctld noticed the crash re-registers as if nothing happened
   # and the node's jobs hang RUNNING forever (seen: >100 s, no requeue). So wait for DOWN.
+  # With a long SlurmdTimeout (Slurm's default 300 s) that wait would outlast any test: mark the
+  # node DOWN as an admin would after a crash (root may; the job's owner may not).
+  local timeout_now
+  timeout_now="$(scontrol show config 2>/dev/null | awk '$1 == "SlurmdTimeout" {print $3; exit}')"
+  if ! node_is_down "${node}" && is_uint "${timeout_now}" && ((timeout_now > START_TIMEOUT_S)); then
+    log "SlurmdTimeout is ${timeout_now} s: marking ${node} DOWN by hand"
+    scontrol update nodename="${node}" state=down reason="local-cluster fail-node" ||
+      die "could not mark ${node} DOWN (scontrol update nodename=${node} state=down)"
+  fi
   if ! node_is_down "${node}"; then
     log "waiting for slurmctld to mark ${node} DOWN (up to ${START_TIMEOUT_S}s)"
     wait_until "${START_TIMEOUT_S}" node_is_down "${node}" || die "${node} not marked DOWN \
@@ -558,6 +570,21 @@ after ${START_TIMEOUT_S}s (state '$(node_state "${node}")'); see ${LOG_DIR}/slur
   log "${node} back in service ($(node_state "${node}"))"
 }
 
+# pause-node / resume-node NAME: SIGSTOP / SIGCONT slurmd and every process of its jobs (a
+# node that hangs without dying: its kernel still completes TCP handshakes, nothing answers).
+# Stopping twice catches a child forked while the first pass ran.
+cmd_pause_node() {  # cmd_pause_node NAME SIG
+  (($# == 2)) || usage_error "pause-node / resume-node take exactly one node name"
+  local node="$1" sig="$2" ns pid _
+  check_node_name "${node}"
+  node_ns_pid "${node}" >/dev/null || die "${node} is not running (failed?)"
+  ns="$(cat "${PID_DIR}/slurmd-${node}.mntns")"
+  for _ in 1 2; do
+    for pid in $(node_ns_pids "${node}" "${ns}"); do kill "-${sig}" "${pid}" 2>/dev/null || true; done
+  done
+  log "$([[ "${sig}" == STOP ]] && echo paused || echo resumed) ${node} (SIG${sig} to slurmd and all its step processes) at $(date '+%T')"
+}
+
 # Runs CMD in NODE's mount namespace (where its jobs run: its /dev/shm, its PMIx dir), in
 # the current directory; e.g. `node-exec node1 ls -l /dev/shm`. A failed node has no
 # namespace left, so there is nothing to enter.
@@ -578,6 +605,34 @@ node_exec_quiet() {  # node_exec_quiet NODE CMD...: like node-exec, fails silent
   nsenter --mount="/proc/${pid}/ns/mnt" --wd="${PWD}" -- "$@"
 }
 
+# Sets SlurmdTimeout and MessageTimeout of the running cluster (slurm.conf + reconfigure), e.g.
+# `timeouts 300 10` for Slurm's defaults, `timeouts 5 3` for this script's; prints the old pair.
+cmd_timeouts() {
+  (($# == 2)) || usage_error "timeouts takes SLURMD_TIMEOUT and MESSAGE_TIMEOUT (seconds)"
+  local v
+  for v in "$@"; do
+    if ! is_uint "${v}" || ((v < 1)); then usage_error "timeouts: '${v}' is not a number of seconds >= 1"; fi
+  done
+  daemon_alive slurmctld || die "slurmctld is not running; run '$0 start'"
+  export_conf
+  local old_s old_m
+  old_s="$(awk -F= '$1 == "SlurmdTimeout" {print $2}' "${SLURM_CONF_FILE}")"
+  old_m="$(awk -F= '$1 == "MessageTimeout" {print $2}' "${SLURM_CONF_FILE}")"
+  sed -i -e "s/^SlurmdTimeout=.*/SlurmdTimeout=$1/" -e "s/^MessageTimeout=.*/MessageTimeout=$2/" \
+    "${SLURM_CONF_FILE}"
+  scontrol reconfigure || die "scontrol reconfigure failed; see ${LOG_DIR}/slurmctld.log"
+  wait_until 10 timeouts_are "$1" "$2" || die "slurmctld did not take SlurmdTimeout=$1 \
+MessageTimeout=$2; see ${LOG_DIR}/slurmctld.log"
+  echo "${old_s} ${old_m}"
+}
+
+timeouts_are() {  # timeouts_are SLURMD_TIMEOUT MESSAGE_TIMEOUT: slurmctld runs with them
+  local got
+  got="$(scontrol show config 2>/dev/null |
+    awk '$1 == "SlurmdTimeout" {s = $3} $1 == "MessageTimeout" {m = $3} END {print s, m}')"
+  [[ "${got}" == "$1 $2" ]]
+}
+
 cmd_env() {
   (($# == 0)) || usage_error "env takes no arguments"
   printf 'export SLURM_CONF=%q\n' "${SLURM_CONF_FILE}"
@@ -596,6 +651,9 @@ main() {
     revive-node) cmd_revive_node "$@" ;;
     node-exec) cmd_node_exec "$@" ;;
     env) cmd_env "$@" ;;
+    timeouts) cmd_timeouts "$@" ;;
+    pause-node) cmd_pause_node "$@" STOP ;;
+    resume-node) cmd_pause_node "$@" CONT ;;
     -h | --help | help) usage ;;
     *) usage_error "unknown subcommand '${sub}'" ;;
   esac

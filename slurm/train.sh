@@ -29,6 +29,11 @@
 #     was. No spare left: requeue. The batch host fails: the node agents requeue the job.
 #     --no-kill cannot be set here for spare jobs only (#SBATCH lines are fixed, scontrol
 #     cannot change it); without it Slurm requeues the job on a node failure as before.
+#   - a dead node is noticed by ftrain itself within seconds, whatever Slurm's SlurmdTimeout:
+#     the node agents' heartbeats and a probe of the node's slurmd must agree (slurm/detect.sh,
+#     FTRAIN_HEARTBEAT_TIMEOUT_S and friends); the step is ended here, the node released from
+#     the job where Slurm allows it, and its ranks go to a spare or the job requeues at once
+#     excluding it.
 # Every restart is recorded in RUN_DIR/restarts.jsonl (cause, lost work). Settings below, all
 # overridable from the environment (sbatch --export or the caller's environment).
 set -euo pipefail
@@ -65,6 +70,8 @@ EXIT_REQUEUE=75                                # ftrain train: checkpointed on r
 EXIT_CONFIG=2                                  # ftrain train: configuration or input error
 
 # ---- helpers -------------------------------------------------------------------------------
+# shellcheck source=slurm/detect.sh
+source "${FTRAIN_HOME}/slurm/detect.sh"
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] train.sh job ${SLURM_JOB_ID:-?}: $*"; }
 now() { date '+%s.%N'; }
 
@@ -170,7 +177,9 @@ find_dead_nodes() {
   now="$(nodes_in_job)"
   [[ -n "${now}" ]] || return 0
   drop_lost_spares "${now}"
-  for n in "${train_nodes[@]}"; do [[ "${now}" == *" ${n} "* ]] || dead_nodes+=("${n}"); done
+  for n in "${train_nodes[@]}"; do
+    if [[ "${now}" != *" ${n} "* || " ${declared_dead[*]} " == *" ${n} "* ]]; then dead_nodes+=("${n}"); fi
+  done
 }
 
 # The training step failed (exit RC; LOST: the lost-work fields; T_DETECT: when): if Slurm took
@@ -200,9 +209,10 @@ replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
   fi
   ((${#dead_nodes[@]} > 0)) || return 1
   for dead in "${dead_nodes[@]}"; do
-    record step_failed node_failure "\"node\":\"${dead}\",\"lost_s\":${lost},\"exit\":${rc},\"detected\":${t_detect}"
+    record step_failed node_failure "\"node\":\"${dead}\",\"lost_s\":${lost},\"exit\":${rc},$(detection_fields "${dead}" "${t_detect}")"
     if ((${#spare_nodes[@]} == 0)); then
       log "training node ${dead} failed (step exit ${rc}) and no spare is left: requeueing job ${SLURM_JOB_ID}"
+      ((${#declared_dead[@]} == 0)) || requeue_excluding_dead
       stop_agents
       scontrol requeue "${SLURM_JOB_ID}"
       exit 0
@@ -213,7 +223,7 @@ replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
     for i in "${!train_nodes[@]}"; do [[ "${train_nodes[i]}" != "${dead}" ]] || train_nodes[i]="${spare}"; done
     replacements=$((replacements + 1))
     log "training node ${dead} failed (step exit ${rc}): its ranks move to spare ${spare} (${#spare_nodes[@]} spare(s) left); relaunching in this allocation"
-    record restarted node_failure "\"node\":\"${dead}\",\"spare\":\"${spare}\",\"spares_left\":${#spare_nodes[@]},\"replacement\":${replacements},\"detected\":${t_detect}"
+    record restarted node_failure "\"node\":\"${dead}\",\"spare\":\"${spare}\",\"spares_left\":${#spare_nodes[@]},\"replacement\":${replacements},$(detection_fields "${dead}" "${t_detect}")"
   done
   write_job_nodes  # the agents re-form the ring and pick the batch-host watchers anew
   return 0
@@ -221,11 +231,18 @@ replace_failed_nodes() {  # replace_failed_nodes RC LOST T_DETECT
 
 # Waits for the training step (srun_pid) to end and sets rc to its exit status. A USR1
 # interrupts `wait`: then the ranks get STOP_TIMEOUT_S to checkpoint and stop (they must be
-# done inside Slurm's warning window). With spares left, every SPARE_CHECK_S it looks for
-# spares Slurm took out of the job: a dead idle spare is reported (and the agents' ring and
-# watchers re-formed) when it dies, not at the next failure.
+# done inside Slurm's warning window). Every second it reads the training nodes' heartbeats
+# (slurm/detect.sh): a node declared dead ends the step at once (detect_node says which). With
+# spares left, every SPARE_CHECK_S it looks for spares Slurm took out of the job: a dead idle
+# spare is reported (and the agents' ring and watchers re-formed) when it dies.
 wait_step() {
-  local stop_deadline="" tick now
+  local stop_deadline="" tick now watch=() period spare_check=$((SECONDS + SPARE_CHECK_S))
+  detect_node=""
+  if detecting; then
+    watch=("${train_nodes[@]}")
+    ((${#watch[@]} > 0)) || mapfile -t watch < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+    hb_reset "${watch[@]}"
+  fi
   while kill -0 "${srun_pid}" 2>/dev/null; do
     if ((stop_requested)); then
       [[ -n "${stop_deadline}" ]] || stop_deadline=$((SECONDS + STOP_TIMEOUT_S))
@@ -239,21 +256,41 @@ wait_step() {
       wait $! || true
       continue
     fi
-    if ((SPARE_NODES > 0 && ${#spare_nodes[@]} > 0)); then
-      sleep "${SPARE_CHECK_S}" &
-      tick=$!
-      wait -n "${srun_pid}" "${tick}" 2>/dev/null || true  # whichever ends first, or a signal
-      kill "${tick}" 2>/dev/null || true
-      wait "${tick}" 2>/dev/null || true
-      if kill -0 "${srun_pid}" 2>/dev/null && now="$(nodes_in_job)" && [[ -n "${now}" ]]; then
+    local spares=$((SPARE_NODES > 0 && ${#spare_nodes[@]} > 0))
+    if ((${#watch[@]} == 0 && !spares)); then
+      wait "${srun_pid}" 2>/dev/null || true
+      continue
+    fi
+    period="${SPARE_CHECK_S}"
+    ((${#watch[@]} == 0)) || period=0.5  # the heartbeats: no process per look (detect.sh)
+    sleep "${period}" &
+    tick=$!
+    wait -n "${srun_pid}" "${tick}" 2>/dev/null || true  # whichever ends first, or a signal
+    kill "${tick}" 2>/dev/null || true
+    wait "${tick}" 2>/dev/null || true
+    kill -0 "${srun_pid}" 2>/dev/null || break
+    if ((${#watch[@]} > 0)) && check_heartbeats "${watch[@]}"; then
+      end_training_step
+      # Released from the job, Slurm no longer waits for the node (best effort; detect.sh).
+      if ((SPARE_NODES > 0 && ${#spare_nodes[@]} > 0)); then release_declared_nodes || true; fi
+      break
+    fi
+    if ((spares && SECONDS >= spare_check)); then
+      spare_check=$((SECONDS + SPARE_CHECK_S))
+      if now="$(nodes_in_job)" && [[ -n "${now}" ]]; then
         drop_lost_spares "${now}" "while the ranks train"
       fi
-    else
-      wait "${srun_pid}" 2>/dev/null || true
     fi
   done
   rc=0
   wait "${srun_pid}" 2>/dev/null || rc=$?
+  if ((rc == 0)) && [[ -n "${detect_node}" ]]; then rc=1; fi
+  if ((rc != 0 && rc != EXIT_REQUEUE && rc != EXIT_CONFIG)) && ((!stop_requested)) &&
+    [[ -z "${detect_node}" && ${#watch[@]} -gt 0 ]]; then
+    if detect_after_failure "${watch[@]}" && ((SPARE_NODES > 0 && ${#spare_nodes[@]} > 0)); then
+      release_declared_nodes || true
+    fi
+  fi
 }
 
 # ---- paths: the run directory's layout comes from the binary (`ftrain paths`), and the
@@ -281,6 +318,7 @@ if ! read_paths --config "${CONFIG}" --run.dir="${RUN_DIR}" "${ckpt_args[@]}" ${
 fi
 CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
 LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}" JOB_NODES="${P[job_nodes]}"
+HEARTBEATS="${P[heartbeats]}"
 
 # ---- the job -------------------------------------------------------------------------------
 restart_count="${SLURM_RESTART_COUNT:-0}"
@@ -341,16 +379,22 @@ stop_agents() {
   local step i
   step="$(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j' 2>/dev/null |
     awk -v n="${AGENT_STEP_NAME}" '$2 == n {print $1; exit}')"
-  if [[ -n "${step}" ]]; then
+  if [[ -n "${step}" && ${#declared_dead[@]} -gt 0 ]]; then
+    # A dead node in the step: scancel answers only when slurmctld gives up on it.
+    (timeout 30 scancel --signal=TERM "${step}" >/dev/null 2>&1 &)
+  elif [[ -n "${step}" ]]; then
     scancel --signal=TERM "${step}" 2>/dev/null || kill -TERM "${agent_pid}" 2>/dev/null || true
   else
     kill -TERM "${agent_pid}" 2>/dev/null || true
   fi
   for ((i = 0; i < 600; i++)); do  # up to 60 s for the daemons to drain
     kill -0 "${agent_pid}" 2>/dev/null || break
+    # srun waits for a dead node's agent forever: done when every live agent said goodbye.
+    if ((${#declared_dead[@]} > 0 && i % 5 == 4)) && live_agents_gone; then break; fi
     sleep 0.1
   done
   kill -TERM "${agent_pid}" 2>/dev/null || true
+  ((${#declared_dead[@]} == 0)) || kill -KILL "${agent_pid}" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do  # and 10 s more for srun to go; never an unbounded wait
     kill -0 "${agent_pid}" 2>/dev/null || break
     sleep 0.1
@@ -503,6 +547,11 @@ while :; do
     exit "${EXIT_CONFIG}"
   fi
   lost="$(work_since_checkpoint)$(last_step_fields)"  # "lost_s":... in the records below
+  if [[ -n "${detect_node}" ]] && ((SPARE_NODES == 0)); then
+    echo node_failure >"${LAST_STOP}"
+    record step_failed node_failure "\"node\":\"${detect_node}\",\"lost_s\":${lost},\"exit\":${rc},${detect_fields}"
+    requeue_excluding_dead
+  fi
   # With spares a lost node is replaced at once; the in-job restart budget is for rank failures.
   if ((SPARE_NODES > 0)) && replace_failed_nodes "${rc}" "${lost}" "$(now)"; then continue; fi
   if ! nodes_healthy "${train_nodes[@]}"; then  # with spares: the training nodes

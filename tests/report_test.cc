@@ -526,5 +526,47 @@ TEST(ReportSvgTest, RendersToPngOfTheRightSizeWithEveryLabelInside) {
   EXPECT_EQ(text.find("<text", text.rfind("</text>") + 1), std::string::npos) << "unparsed text";
 }
 
+// ftrain's own detection (slurm/detect.sh): a spare replacement whose records carry when the
+// node was declared dead and on what signs; a late heartbeat between steps (the node's slurmd
+// answered, nothing restarted) is no interruption.
+TEST(ReportTest, FtrainDetectionShowsItsTimeAndEvidence) {
+  const std::string dir = NewDir("detect");
+  std::string m;
+  const double end = AddSteps(&m, 1, 10, kT0, 0, SmallSt, 5, 0.5);  // kT0 + 15.5
+  AddSteps(&m, 11, 20, kT0 + 30, 0, SmallSt, 5, 0.5);
+  WriteFile(dir + "/metrics.jsonl", m);
+  char life[96];
+  std::snprintf(life, sizeof(life), "\"last_step\":10,\"last_step_time\":%.3f,", end);
+  const std::string detection =
+      "\"detected\":" + std::to_string(end + 4.0) +
+      ",\"detected_by\":\"ftrain\",\"evidence\":\"heartbeat silent 3.1 s (limit 3 s); slurmd "
+      "127.0.0.1:7102 refused\"";
+  WriteFile(dir + "/restarts.jsonl",
+            Event(kT0, "started", "initial") +
+                Event(kT0 + 5, "heartbeat_late", "none", "\"node\":\"n2\",\"silent_s\":3.2") +
+                Event(end + 6, "step_failed", "node_failure",
+                      std::string(life) + "\"node\":\"n2\",\"exit\":1," + detection) +
+                Event(end + 6.5, "restarted", "node_failure",
+                      "\"node\":\"n2\",\"spare\":\"n3\"," + detection));
+  auto s = report::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->interruptions.size(), 1u);  // not the late heartbeat
+  const auto& in = s->interruptions[0];
+  EXPECT_EQ(in.cause, "node_failure");
+  EXPECT_NEAR(*in.detected_at - in.failed_at, 4.0, 1e-3);  // the record's "detected", not its time
+  EXPECT_EQ(in.detected_by, "ftrain");
+  EXPECT_NE(in.evidence.find("slurmd 127.0.0.1:7102 refused"), std::string::npos) << in.evidence;
+  std::ostringstream out;
+  report::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("4.0 s after the failure (ftrain: heartbeats and a probe)"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("evidence               heartbeat silent 3.1 s"), std::string::npos)
+      << out.str();
+  std::ostringstream js;
+  report::PrintReportJson(*s, js);
+  EXPECT_NE(js.str().find("\"detected_by\": \"ftrain\""), std::string::npos) << js.str();
+}
+
 }  // namespace
 }  // namespace ftrain

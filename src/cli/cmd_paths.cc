@@ -70,6 +70,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"tensorboard", layout.tensorboard()},
       {"replication_secret", layout.replication_secret()},
       {"job_nodes", layout.job_nodes()},
+      {"heartbeats", layout.heartbeats()},
       {"hf_config_copy", layout.hf_config_copy()},
   };
 }
@@ -163,8 +164,8 @@ int RunPaths(int argc, char** argv) {
                                                            "print one JSON object")(
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
-      "last_stop, logs, tensorboard, replication_secret, job_nodes, hf_config_copy; with one "
-      "--node: ckptd_dir, "
+      "last_stop, logs, tensorboard, replication_secret, job_nodes, heartbeats, hf_config_copy; "
+      "with one --node: ckptd_dir, "
       "ckptd_socket, ckptd_log, ckptd_peer_addr, ckptd_buddy_addr)")(
       "config", po::value<std::string>(&config_path),
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");

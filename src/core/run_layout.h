@@ -42,6 +42,9 @@ class RunLayout {
   std::string daemon_buddy_addr(const std::string& node) const;
   std::string replication_secret() const;
   std::string job_nodes() const;
+  // RUN/.heartbeats: one file per node agent (slurm/agent.sh), its counter bumped every second;
+  // train.sh declares a node dead when its counter stops and its slurmd does not answer.
+  std::string heartbeats() const;
   // model.hf's config.json as the run's first start read it ({"source": path, "text": bytes}):
   // a restart whose base directory has moved takes the model from here (model/hf_config.h).
   std::string hf_config_copy() const;

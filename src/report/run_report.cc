@@ -137,6 +137,9 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
   FT_RETURN_IF_ERROR(OptField(j, "last_step", where, &e.last_step));
   FT_RETURN_IF_ERROR(OptField(j, "last_step_time", where, &e.last_step_time));
   FT_RETURN_IF_ERROR(OptField(j, "step", where, &e.step));
+  FT_RETURN_IF_ERROR(OptField(j, "detected", where, &e.detected));
+  FT_RETURN_IF_ERROR(Field(j, "detected_by", false, where, &e.detected_by));
+  FT_RETURN_IF_ERROR(Field(j, "evidence", false, where, &e.evidence));
   std::string a, b;
   if (e.event == "fell_back") {
     FT_RETURN_IF_ERROR(Field(j, "moved_to", false, where, &a));
@@ -151,7 +154,9 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
 }
 
 bool IsFailureEvent(const std::string& ev) {
-  return ev != "started" && ev != "finished" && ev != "resumed";
+  // heartbeat_late: ftrain heard nothing from a node for a while but its slurmd answered (a
+  // slow or paused node, not a failure: nothing was restarted).
+  return ev != "started" && ev != "finished" && ev != "resumed" && ev != "heartbeat_late";
 }
 bool IsDetection(const std::string& ev) {
   return ev == "step_failed" || ev == "restarted" || ev == "stopped" || ev == "failed";
@@ -183,7 +188,11 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
     if (e.event == "fell_back") in.fallbacks.push_back(i);
     if (e.event == "resumed" && !e.detail.empty()) in.state_from = e.detail;
     if (first == nullptr && IsFailureEvent(e.event) && e.event != "fell_back") first = &e;
-    if (!in.detected_at && IsDetection(e.event)) in.detected_at = e.time;
+    if (!in.detected_at && IsDetection(e.event)) {
+      in.detected_at = e.detected.value_or(e.time);
+      in.detected_by = e.detected_by;
+      in.evidence = e.evidence;
+    }
     if (!in.restarted_at && IsRestart(e.event)) in.restarted_at = e.time;
     if (e.event == "requeued") in.requeued = true;
     if (lost == nullptr && e.lost_s) lost = &e;

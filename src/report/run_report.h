@@ -43,6 +43,8 @@ struct RunEvent {
   std::optional<double> last_step_time;  // and when it ended: the last sign of life
   std::optional<int64_t> step;           // fell_back: the damaged step; resumed: the step
   std::string detail;                    // fell_back: moved_to + problem; resumed: source
+  std::optional<double> detected;        // when the failure was noticed (train.sh)
+  std::string detected_by, evidence;     // "ftrain" (its own heartbeats + probe) or "slurm"
 };
 
 // The wall time between the last step that counts before a failure and the first step after
@@ -57,6 +59,7 @@ struct Interruption {
   std::string failed_at_basis;         // how failed_at was found, in words
   bool requeued = false;               // a requeued record: Slurm (or train.sh) requeued the job
   std::optional<double> detected_at;   // train.sh noticed (absent: Slurm requeued silently)
+  std::string detected_by, evidence;   // who noticed, and on what signs (ftrain's detection)
   std::optional<double> restarted_at;  // the new attempt began (requeued / restarted record)
   std::optional<double> first_step_start, first_step_end;  // absent: the run never resumed
   int next_record = -1;  // index into RunSummary::steps of that first step (-1: none)

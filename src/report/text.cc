@@ -43,9 +43,13 @@ void PrintInterruption(const RunSummary& r, const Interruption& in, int n, std::
           : "none (before the first step)");
   Row(out, "failed", At(r, in.failed_at) + ", " + in.failed_at_basis);
   if (in.detected_at) {
+    const std::string by = in.detected_by == "ftrain"  ? "ftrain: heartbeats and a probe"
+                           : in.detected_by == "slurm" ? "Slurm took the node out of the job"
+                                                       : "train.sh";
     Row(out, "detected",
         At(r, *in.detected_at) + ", " + HumanDuration(*in.detected_at - in.failed_at) +
-            " after the failure (train.sh)");
+            " after the failure (" + by + ")");
+    if (!in.evidence.empty()) Row(out, "evidence", in.evidence);
   } else {
     Row(out, "detected",
         in.requeued ? "not recorded (the batch host died: Slurm requeued the job)"
@@ -264,6 +268,8 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
         {"failed_at_basis", in.failed_at_basis},
         {"detected_at", in.detected_at ? TimeJson(r, *in.detected_at) : ojson()},
         {"detection_s", in.detected_at ? ojson(*in.detected_at - in.failed_at) : ojson()},
+        {"detected_by", in.detected_by.empty() ? ojson() : ojson(in.detected_by)},
+        {"evidence", in.evidence.empty() ? ojson() : ojson(in.evidence)},
         {"restarted_at", in.restarted_at ? TimeJson(r, *in.restarted_at) : ojson()},
         {"first_step_start", in.first_step_start ? TimeJson(r, *in.first_step_start) : ojson()},
         {"recovery_s", in.first_step_start

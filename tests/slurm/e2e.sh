@@ -16,6 +16,7 @@ E2E_JOB_TIMEOUT_S=300
 
 JOB_ID=""
 FAILED_NODE=""
+E2E_RESTORE_TIMEOUTS=""  # "SLURMD MSG" to put back at the end (e2e_use_timeouts)
 WORK_DIR=""
 PASSED=0
 e2e_cleanup() {
@@ -23,6 +24,10 @@ e2e_cleanup() {
   cancel_job "${JOB_ID}"
   if [[ -n "${FAILED_NODE}" ]]; then
     "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" || log "cleanup: revive-node failed"
+  fi
+  if [[ -n "${E2E_RESTORE_TIMEOUTS}" ]]; then
+    # shellcheck disable=SC2086  # two numbers
+    "${LOCAL_CLUSTER}" timeouts ${E2E_RESTORE_TIMEOUTS} >/dev/null || log "cleanup: could not restore the cluster's timeouts (${E2E_RESTORE_TIMEOUTS})"
   fi
   # A daemon SIGKILLed by the cancel leaves its slots in its node's private /dev/shm, where
   # they would stay until the node dies: unlink them from inside each node that is up (a
@@ -35,7 +40,7 @@ e2e_cleanup() {
     "${LOCAL_CLUSTER}" node-exec "${node}" "${E2E_BIN}/ckptd" --cleanup \
       --root "${run}/checkpoints" --run-dir "${run}" --node "${node}" >/dev/null 2>&1 || true
   done
-  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
+  if ((PASSED)) && [[ -z "${FTRAIN_TEST_KEEP:-}" ]]; then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
     log "kept work dir for inspection: ${WORK_DIR}"
   fi
   exit "${rc}"
@@ -80,6 +85,14 @@ e2e_setup() {
   else
     log "reusing the cached reference ${E2E_REF}"
   fi
+}
+
+# Runs the test under other Slurm timeouts (e.g. Slurm's defaults, 300 10), put back at exit.
+e2e_use_timeouts() {  # e2e_use_timeouts SLURMD_TIMEOUT MESSAGE_TIMEOUT
+  local old
+  old="$("${LOCAL_CLUSTER}" timeouts "$1" "$2")" || fail "could not set the cluster's timeouts to $1 $2"
+  [[ -n "${E2E_RESTORE_TIMEOUTS}" ]] || E2E_RESTORE_TIMEOUTS="${old}"
+  log "cluster timeouts: SlurmdTimeout=$1 MessageTimeout=$2 (were ${old}; put back at exit)"
 }
 
 e2e_submit_to() {  # e2e_submit_to OUT_DIR NAME [sbatch args...] -> job id

@@ -15,6 +15,10 @@
 # daemon's memory. FTRAIN_TEST_NO_REPLICA=1: the spare has no room for replicas (a tiny
 # FTRAIN_REPLICA_MEMORY_GB), so it holds nothing when the node dies: ranks 2,3 read from disk,
 # still bit-identical. FTRAIN_TEST_SEED reproduces a run (printed).
+# FTRAIN_TEST_DEFAULT_TIMEOUTS=1: the cluster runs with Slurm's default SlurmdTimeout=300 and
+# MessageTimeout=10 for the test (put back at exit): Slurm would notice the crash after 5 min,
+# so the replacement must come from ftrain's own detection (heartbeats + a refused slurmd,
+# slurm/detect.sh), recorded with its evidence and shown by `ftrain report`.
 # Needs a cluster of >= 3 nodes (FTRAIN_TEST_NODES). Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -25,6 +29,8 @@ SLURM_TEST_NAME="train_spare_node_test"
 E2E_TRAIN_ARGS="--train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=full_shard"
 SEED="${FTRAIN_TEST_SEED:-$(($(date +%s) % 100000))}"
 NO_REPLICA="${FTRAIN_TEST_NO_REPLICA:-0}"
+DEFAULT_TIMEOUTS="${FTRAIN_TEST_DEFAULT_TIMEOUTS:-0}"
+((DEFAULT_TIMEOUTS)) && SLURM_TEST_NAME="train_spare_node_default_timeouts_test"
 FAIL_AT_STEP=$((8 + SEED % 40))  # 8..47 of 60: before, between and after checkpoints
 
 # shellcheck source=tests/slurm/lib.sh
@@ -34,6 +40,7 @@ source "${SLURM_TEST_LIB_DIR}/e2e.sh"
 e2e_setup
 mapfile -t nodes < <(cluster_nodes)
 ((${#nodes[@]} >= 3)) || skip "needs a cluster of 3 nodes (FTRAIN_TEST_NODES=3), have ${#nodes[@]}"
+((DEFAULT_TIMEOUTS)) && e2e_use_timeouts 300 10
 
 # A 3-node job on 3 idle nodes: the batch host is the first one.
 export FTRAIN_SPARE_NODES=1 FTRAIN_SPARE_NODELIST="${nodes[0]}"
@@ -102,6 +109,15 @@ else
     fail "no rank on the spare logged its fetch from a peer"
   "${E2E_BIN}/ftrain" report "${WORK_DIR}/spare" | grep -q "fetched from a peer's memory" ||
     fail "ftrain report does not show the restore from peer memory"
+fi
+if ((DEFAULT_TIMEOUTS)); then
+  rec="$(grep '"event":"step_failed","cause":"node_failure"' "${WORK_DIR}/spare/restarts.jsonl")"
+  [[ "${rec}" == *'"detected_by":"ftrain","verdict":"dead"'* && "${rec}" == *'"slurmd":"refused"'* ]] ||
+    fail "the failure was not declared by ftrain's own detection: ${rec}"
+  grep -q "released ${nodes[2]} from job ${JOB_ID}" "${WORK_DIR}"/spare-*.out ||
+    fail "train.sh did not release ${nodes[2]} from the job"
+  "${E2E_BIN}/ftrain" report "${WORK_DIR}/spare" | grep -q "evidence  *heartbeat silent" ||
+    fail "ftrain report does not show the detection's evidence"
 fi
 e2e_expect_identical spare
 from="peer memory"

@@ -49,7 +49,13 @@ e2e_freeze_settled topo "${n4}" "2 3"
 e2e_fail_node "${n3}"
 e2e_thaw_ranks topo
 replaced 1 "${n3}" "${n1}"
-e2e_revive_node  # back in the cluster, not in the job: the requeue at the end needs it
+# Back in the cluster, not in the job: the requeue at the end needs it. In the background:
+# revive-node waits for Slurm to mark the node DOWN, and the job (replaced within seconds by
+# ftrain's own detection) must not run to its end meanwhile.
+revive_bg() { "${LOCAL_CLUSTER}" revive-node "$1" >"${WORK_DIR}/revive-$1.log" 2>&1; }
+revive_bg "${n3}" &
+revive3=$!
+FAILED_NODE=""
 
 wait_for_file_lines "${RUN}/metrics.jsonl" "${FAIL2_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 log "2. ${n2} (ranks 0,1; ${n3}'s predecessor) dies once ${n4} holds their replicas"
@@ -59,7 +65,9 @@ step2="$((10#${step2##*step-}))"
 e2e_fail_node "${n2}"
 e2e_thaw_ranks topo
 replaced 2 "${n2}" "${n4}"
-e2e_revive_node
+revive_bg "${n2}" &
+revive2=$!
+FAILED_NODE=""
 wait_for 120 "the resume after replacement 2" bash -c \
   "sed -n '/\"replacement\":2,/,\$p' '${RUN}/restarts.jsonl' | grep -q '\"event\":\"resumed\"'"
 resumed="$(sed -n '/"replacement":2,/,$p' "${RUN}/restarts.jsonl" | grep '"event":"resumed"' | head -n 1)"
@@ -70,6 +78,8 @@ resumed="$(sed -n '/"replacement":2,/,$p' "${RUN}/restarts.jsonl" | grep '"event
 wait_for_file_lines "${RUN}/metrics.jsonl" "${FAIL3_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 log "3. the batch host ${n1} dies; its first watchers ${n2}, ${n3} are gone"
 e2e_fail_node "${n1}"
+wait "${revive3}" || fail "revive-node ${n3}: $(cat "${WORK_DIR}/revive-${n3}.log")"
+wait "${revive2}" || fail "revive-node ${n2}: $(cat "${WORK_DIR}/revive-${n2}.log")"
 wait_for_restarts "${JOB_ID}" 1 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" topo
