@@ -208,6 +208,20 @@ norespond_wait_s() {
           w = msg + 5 - (cred + 1); if (w < 0) w = 0; if (w > cap) w = cap; print int(w) }'
 }
 
+# The declared nodes Slurm does not see responding now (state flagged '*', down, drained,
+# failing or unknown), comma-separated.
+still_dead_nodes() {
+  local n st out=()
+  for n in "${declared_dead[@]}"; do
+    st="$(sinfo -h -N -n "${n}" -o '%t' 2>/dev/null | head -n 1)"
+    case "${st}" in
+      idle | mix | alloc | comp | resv | plnd) log "node ${n} is ${st} again: not excluded" >&2 ;;
+      *) out+=("${n}") ;;
+    esac
+  done
+  (IFS=,; echo "${out[*]}")
+}
+
 # Requeue without a spare: release the dead node (else the requeued job waits in COMPLETING
 # for it), wait until slurmctld flags it not responding (the scheduler then skips it), requeue,
 # and exclude it from the job (ExcNodeList, settable while the job is pending).
@@ -234,9 +248,11 @@ requeue_excluding_dead() {
     log "not setting ExcNodeList=${dead}: Slurm refuses updates of a resized job without slurmdbd; the scheduler skips the node while Slurm flags it not responding"
     exit 0
   fi
-  local exc
-  exc="$(scontrol -o show job "${SLURM_JOB_ID}" 2>/dev/null | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2)"
-  [[ -z "${exc}" || "${exc}" == "(null)" ]] || dead="${exc},${dead}"
+  # Exclude only what is still dead: a node declared earlier in this start (one a spare
+  # replaced) that Slurm sees responding again is back (otherwise a job with few nodes to
+  # spare is left unschedulable, BadConstraints), and earlier exclusions are not carried over.
+  dead="$(still_dead_nodes)"
+  [[ -n "${dead}" ]] || exit 0
   if ! out="$(timeout 10 scontrol update JobId="${SLURM_JOB_ID}" ExcNodeList="${dead}" 2>&1)"; then
     log "could not set ExcNodeList=${dead} on the requeued job (${out:-timeout}); the scheduler skips it while Slurm flags it not responding"
   fi
