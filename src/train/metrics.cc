@@ -12,6 +12,7 @@
 
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "train/step_phases.h"
 
 namespace ftrain::train {
 
@@ -37,6 +38,7 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   optional("tokens_per_s_per_gpu", m.tokens_per_s_per_gpu, "%.1f");
   optional("mfu", m.mfu, "%.4f");
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
+  if (m.phases) line += PhaseSummaryJson(*m.phases);
   return line + "}";
 }
 

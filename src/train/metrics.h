@@ -13,6 +13,8 @@
 
 namespace ftrain::train {
 
+struct PhaseSummary;  // train/step_phases.h
+
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed after this one (1 for the first)
   float loss = 0;
@@ -34,6 +36,8 @@ struct StepMetrics {
   std::optional<double> tokens_per_s_per_gpu;
   std::optional<double> mfu;                 // 0-1
   std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...
+  // Every rank's step phases summarised by rank 0 ("phases", "ranks", "stragglers").
+  std::shared_ptr<const PhaseSummary> phases;
 };
 
 std::string FormatMetricsLine(const StepMetrics& m);

@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
+#include "train/step_phases.h"
 
 namespace ftrain::train {
 namespace {
@@ -127,6 +128,11 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   optional("perf/tokens_per_s_per_gpu", m.tokens_per_s_per_gpu);
   optional("perf/mfu", m.mfu);
   optional("perf/scaling_efficiency", m.scaling_efficiency);
+  if (m.phases) {
+    for (const auto& [key, x] : PhaseScalars(*m.phases)) {
+      v.push_back({"phases/" + key, static_cast<float>(x)});
+    }
+  }
   return v;
 }
 
@@ -171,6 +177,14 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
   optional("ftrain_scaling_efficiency_ratio",
            "Per-GPU throughput over metrics.baseline_tokens_per_s_per_gpu.", m.scaling_efficiency,
            1);
+  if (m.phases) {
+    // ftrain_phase_median_compute_seconds, ..., ftrain_phase_slowest_rank.
+    for (const auto& [key, x] : PhaseScalars(*m.phases)) {
+      std::string name = "ftrain_phase_" + key;
+      if (name.size() > 2 && name.compare(name.size() - 2, 2, "_s") == 0) name += "econds";
+      v.push_back({name, "Step phases over the ranks (train/step_phases.h).", false, x});
+    }
+  }
   v.push_back({"ftrain_metrics_updated_timestamp_seconds", "When this file was written.", false,
                NowUnixSeconds()});
   return v;
