@@ -2,6 +2,7 @@
 // (interruptions, goodput, hours lost, percentiles). Text/JSON output lives in
 // report_text.cc, the SVG timeline in report_svg.cc.
 #include "report/run_report.h"
+#include "report/time_breakdown.h"
 
 #include <algorithm>
 #include <cmath>
@@ -391,6 +392,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   FT_RETURN_IF_ERROR(ReadJsonLines(metrics, &lines, &r.warnings));
   for (const auto& [no, j] : lines) {
     FT_ASSIGN_OR_RETURN(StepRecord s, ParseStep(j, metrics + ":" + std::to_string(no)));
+    FT_RETURN_IF_ERROR(ParseStepPhases(j, metrics + ":" + std::to_string(no), &s, &r));
     r.steps.push_back(s);
   }
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
@@ -416,6 +418,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     }
   }
   Analyze(&r);
+  AnalyzeTimeBreakdown(&r);
   return r;
 }
 
