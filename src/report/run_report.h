@@ -19,11 +19,11 @@ namespace ftrain::report {
 
 // The "phases" of a metrics.jsonl line: every rank's step phases summarised by rank 0
 // (train/step_phases.h), in the order of kPhaseKeys.
-constexpr int kPhaseCount = 6;
+constexpr int kPhaseCount = 7;
 extern const char* const kPhaseKeys[kPhaseCount];  // "data_wait_s", "compute_s", ...
 struct StepPhases {
   std::array<double, kPhaseCount> median{}, max{};
-  double busy_median_s = 0, busy_max_s = 0;  // busy: data wait + compute + optimizer
+  double busy_median_s = 0, busy_max_s = 0;  // busy: the step less the waits for others
   double comm_bytes = 0;                      // rank 0 sent in collectives (estimate)
   int slowest_rank = 0;
   std::string slowest_host;

@@ -21,10 +21,10 @@ constexpr double kPanelH = 270;
 constexpr double kStackT = 40, kStackB = 160;  // stacked phases (relative to top)
 constexpr double kHeatT = 186, kHeatMaxH = 48;
 constexpr double kFont = 11;
-const char* const kColors[kPhaseCount] = {"#e67e22", "#2e86c1", "#8e44ad",
-                                          "#27ae60", "#c0392b", "#7f8c8d"};
-const char* const kLabels[kPhaseCount] = {"data wait",     "compute",   "exposed comm",
-                                          "optimizer",     "boundary wait", "ckpt stall"};
+const char* const kColors[kPhaseCount] = {"#e67e22", "#2e86c1", "#8e44ad", "#27ae60",
+                                          "#c0392b", "#7f8c8d", "#d5d8dc"};
+const char* const kLabels[kPhaseCount] = {"data wait", "compute",       "exposed comm", "optimizer",
+                                          "boundary wait", "ckpt stall", "other"};
 
 std::string Num(double v, const char* fmt = "%.1f") {
   char buf[32];
@@ -132,7 +132,7 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
     const double x0 = ax.X(prev), x1 = std::max(ax.X(full[c]->step), x0 + 2);
     for (size_t r = 0; r < ph.per_rank.size() && r < ranks; ++r) {
       const auto& v = ph.per_rank[r];
-      const double busy = v[0] + v[1] + v[3];
+      const double busy = v[0] + v[1] + v[3] + v[6];
       const double ratio = ph.busy_median_s > 0 ? busy / ph.busy_median_s : 1;
       o << "<rect x='" << Num(x0) << "' y='" << Num(y0 + static_cast<double>(r) * row)
         << "' width='" << Num(x1 - x0) << "' height='" << Num(row) << "' fill='"

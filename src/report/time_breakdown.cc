@@ -6,8 +6,9 @@
 
 namespace ftrain::report {
 
-const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s", "compute_s",       "comm_wait_s",
-                                             "optimizer_s", "boundary_wait_s", "ckpt_stall_s"};
+const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s",     "compute_s",    "comm_wait_s",
+                                             "optimizer_s",     "boundary_wait_s",
+                                             "ckpt_stall_s",    "other_s"};
 
 namespace {
 
@@ -245,6 +246,10 @@ void AnalyzeTimeBreakdown(RunSummary* r) {
   r->breakdown.push_back(DataItem(*r, t));
   r->breakdown.push_back(CommItem(t));
   r->breakdown.push_back(StragglerItem(*r, t));
+  if (r->breakdown[1].flagged && r->breakdown[2].flagged) {
+    r->breakdown[1].figure += " (with a straggler, much of this is the others waiting for it: "
+                              "see 3 first)";
+  }
   const bool other = r->breakdown[0].flagged || r->breakdown[1].flagged || r->breakdown[2].flagged;
   r->breakdown.push_back(MicroBatchItem(*r, t, other));
   r->breakdown.push_back(StallItem(*r));

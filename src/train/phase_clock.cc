@@ -70,6 +70,9 @@ RankPhases PhaseClock::Take(double boundary_wait_s) {
   p.s[kBoundaryWait] = boundary_wait_s;
   p.s[kCkptStall] = stall_s_;
   stall_s_ = 0;
+  double accounted = 0;
+  for (int i = 0; i < kOther; ++i) accounted += p.s[i];
+  p.s[kOther] = std::max(0.0, Since(t0_, Clock::now()) - accounted);
   return p;
 }
 

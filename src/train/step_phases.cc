@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "core/log.h"
 
@@ -47,8 +48,9 @@ std::string RanksObject(const PhaseSummary& s) {
 }  // namespace
 
 const char* PhaseKey(int phase) {
-  static const char* const kKeys[kNumPhases] = {"data_wait_s",  "compute_s",       "comm_wait_s",
-                                                "optimizer_s", "boundary_wait_s", "ckpt_stall_s"};
+  static const char* const kKeys[kNumPhases] = {"data_wait_s",     "compute_s",    "comm_wait_s",
+                                                "optimizer_s",     "boundary_wait_s",
+                                                "ckpt_stall_s",    "other_s"};
   return phase >= 0 && phase < kNumPhases ? kKeys[phase] : "?";
 }
 
@@ -132,61 +134,76 @@ PhaseSummary PhaseRecorder::Observe(int64_t step, const std::vector<RankPhases>&
   }
   next_ = (next_ + 1) % w;
   if (window_.size() < w) return s;
-  double median_sum = 0;
-  for (double m : window_median_) median_sum += m;
-  const double median_mean = median_sum / static_cast<double>(w);
   for (size_t r = 0; r < n; ++r) {
     if (named_.count(static_cast<int>(r)) != 0) continue;
-    double phase_sum[kNumPhases] = {}, busy = 0;
-    bool complete = true;
-    for (const auto& at : window_) {
-      if (at.size() != n) complete = false;  // the world changed size: wait for a full window
-      if (!complete) break;
-      busy += at[r].Busy();
-      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += at[r].s[p];
-    }
-    if (!complete) break;
-    busy /= static_cast<double>(w);
-    if (busy <= (1 + opts_.threshold) * median_mean || busy - median_mean < opts_.min_excess_s) {
-      continue;
-    }
-    Straggler g;
-    g.rank = static_cast<int>(r);
-    g.host = host(r);
-    g.busy_s = busy;
-    g.median_s = median_mean;
-    g.step = step;
-    // The cause: the own-work phase with the largest share of this rank's busy time relative
-    // to the median rank's (data wait for a rank whose shards are slow to read).
-    double best = -1;
-    for (int p : {kDataWait, kCompute, kOptimizer}) {
-      std::vector<double> meds;
-      for (const auto& at : window_) {
-        std::vector<double> c(n);
-        for (size_t q = 0; q < n; ++q) c[q] = at[q].s[p];
-        meds.push_back(Median(c));
-      }
-      double med = 0;
-      for (double m : meds) med += m;
-      const double excess = phase_sum[p] / static_cast<double>(w) - med / static_cast<double>(w);
-      if (excess > best) {
-        best = excess;
-        g.cause = PhaseKey(p);
-      }
-    }
-    named_.insert(g.rank);
-    named_list_.push_back(g);
-    s.named.push_back(g);
+    std::optional<Straggler> g = Judge(r, step);
+    if (!g) continue;
+    named_.insert(g->rank);
+    named_list_.push_back(*g);
+    s.named.push_back(*g);
     char line[256];
     std::snprintf(line, sizeof(line),
                   "straggler: rank %d on %s: busy %.3f s per step against a median of %.3f s "
                   "(+%.0f %%) over the last %lld steps, mostly %s",
-                  g.rank, g.host.c_str(), g.busy_s, g.median_s,
-                  median_mean > 0 ? 100 * (g.busy_s / median_mean - 1) : 0.0,
-                  static_cast<long long>(w), g.cause.c_str());
+                  g->rank, g->host.c_str(), g->busy_s, g->median_s,
+                  g->median_s > 0 ? 100 * (g->busy_s / g->median_s - 1) : 0.0,
+                  static_cast<long long>(window_.size()), g->cause.c_str());
     FT_LOG(Warning) << line;
   }
   return s;
+}
+
+// Rank r over the full window: a straggler when its busy time over the step's median busy time,
+// averaged over the window (its largest tenth left out), exceeds 1 + threshold, and by at
+// least min_excess_s per step (timer noise).
+std::optional<Straggler> PhaseRecorder::Judge(size_t r, int64_t step) const {
+  const size_t w = window_.size(), n = window_.front().size();
+  double busy = 0, median = 0;
+  std::vector<double> ratios;
+  for (size_t i = 0; i < w; ++i) {
+    const std::vector<RankPhases>& at = window_[i];
+    if (at.size() != n || r >= n) return std::nullopt;  // the world changed: wait for a window
+    busy += at[r].Busy();
+    median += window_median_[i];
+    ratios.push_back(window_median_[i] > 0 ? at[r].Busy() / window_median_[i] : 1);
+  }
+  busy /= static_cast<double>(w);
+  median /= static_cast<double>(w);
+  // The mean ratio without the largest tenth: one long step (a page fault, a descheduled
+  // thread) is a hiccup, while a rank slowed in bursts still stands out on average.
+  std::sort(ratios.begin(), ratios.end());
+  ratios.resize(ratios.size() - ratios.size() / 10);
+  double ratio = 0;
+  for (double x : ratios) ratio += x;
+  ratio /= static_cast<double>(ratios.size());
+  if (ratio <= 1 + opts_.threshold || busy - median < opts_.min_excess_s) return std::nullopt;
+  // Named: which phase (only now, once per straggler: it costs window x ranks medians).
+  double phase_sum[kNumPhases] = {}, phase_median[kNumPhases] = {};
+  std::vector<double> col(n);
+  for (const std::vector<RankPhases>& at : window_) {
+    for (int p = 0; p < kNumPhases; ++p) {
+      phase_sum[p] += at[r].s[p];
+      for (size_t q = 0; q < n; ++q) col[q] = at[q].s[p];
+      phase_median[p] += Median(col);
+    }
+  }
+  Straggler g;
+  g.rank = static_cast<int>(r);
+  g.host = r < hosts_.size() ? hosts_[r] : "?";
+  g.busy_s = busy;
+  g.median_s = median;
+  g.step = step;
+  // The cause: the own-work phase with the largest excess over the median rank's (data wait
+  // for a rank whose shards are slow to read).
+  double best = -1;
+  for (int p : {kDataWait, kCompute, kOptimizer, kOther}) {
+    const double excess = (phase_sum[p] - phase_median[p]) / static_cast<double>(w);
+    if (excess > best) {
+      best = excess;
+      g.cause = PhaseKey(p);
+    }
+  }
+  return g;
 }
 
 }  // namespace ftrain::train

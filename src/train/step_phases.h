@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,15 +23,19 @@ enum Phase : int {
   kOptimizer,      // clip + AdamW, less its collective wait
   kBoundaryWait,   // the step boundary's loss all-reduce: waiting for the slowest rank
   kCkptStall,      // checkpoint stall (the previous boundary's save + snapshot copy waits)
+  kOther,          // the rest of the rank's step (its wall time less all the above): host work
+                   // between the phases, or time the rank did not run at all (descheduled)
   kNumPhases
 };
-// "data_wait_s", "compute_s", "comm_wait_s", "optimizer_s", "boundary_wait_s", "ckpt_stall_s".
+// "data_wait_s", "compute_s", "comm_wait_s", "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
+// "other_s".
 const char* PhaseKey(int phase);
 
 struct RankPhases {
   double s[kNumPhases] = {};
-  // The time a rank spends on its own work (what others wait for): data + compute + optimizer.
-  double Busy() const { return s[kDataWait] + s[kCompute] + s[kOptimizer]; }
+  // The time a rank spends on its own (what the others wait for): its step less the waits for
+  // the others (collectives, the boundary) and the checkpoint stall.
+  double Busy() const { return s[kDataWait] + s[kCompute] + s[kOptimizer] + s[kOther]; }
 };
 
 // A rank named as a straggler: its busy time stayed above the median by more than the
@@ -65,7 +70,7 @@ std::vector<std::pair<std::string, double>> PhaseScalars(const PhaseSummary& p);
 
 struct StragglerOptions {
   int64_t window = 20;     // steps
-  double threshold = 0.2;  // busy > (1 + threshold) * median
+  double threshold = 0.2;  // mean busy / median busy over the window > 1 + threshold
   double min_excess_s = 0.002;  // and by at least this much per step (timer noise)
 };
 
@@ -77,6 +82,7 @@ class PhaseRecorder {
   const std::vector<Straggler>& stragglers() const { return named_list_; }
 
  private:
+  std::optional<Straggler> Judge(size_t rank, int64_t step) const;
   std::vector<std::string> hosts_;  // per rank
   int64_t full_every_;
   StragglerOptions opts_;
