@@ -4,7 +4,7 @@
 //     collectives, optimizer) and "ftrain/step N" for exactly steps 3 and 4;
 //   - a run fed over http through a private nginx with limit_rate is reported data-bound by
 //     `ftrain report --json`, the same run from the local directory is not, and both records
-//     carry every rank's phases.
+//     carry every rank's phases; its SVG has the phases panel (rendered by rsvg-convert).
 // Label: multiproc. About 20 s.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -143,6 +143,45 @@ class RateLimitedNginx {
   pid_t pid_ = -1;
 };
 
+// The report's SVG of a run with phases: 270 px taller than the timeline alone, rendered by
+// rsvg-convert to a PNG of that size; the panel's title, one heat-strip row per rank and the
+// phase legend are there, and every panel label lies inside the picture's width.
+void ExpectPhasesPanel(const std::string& run, int ranks) {
+  const std::string svg = run + "/report.svg", png = run + "/report.png";
+  auto r = RunCommand(Ftrain() + " report " + run + " --svg " + svg, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = ReadAll(svg);
+  EXPECT_TRUE(Contains(text, "viewBox='0 0 1000 870'")) << "no room for the phases panel";
+  EXPECT_TRUE(Contains(text, "where the time goes")) << text;
+  for (const char* label : {">data wait<", ">compute<", ">exposed comm<", ">boundary wait<"}) {
+    EXPECT_TRUE(Contains(text, label)) << label;
+  }
+  for (int k = 0; k < ranks; ++k) {
+    EXPECT_TRUE(Contains(text, ">r" + std::to_string(k) + " ")) << "no heat-strip row " << k;
+  }
+  std::regex re("<text x='([-0-9.]+)' y='([-0-9.]+)'");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    const double x = std::stod((*it)[1]), y = std::stod((*it)[2]);
+    EXPECT_GE(x, 0) << it->str();
+    EXPECT_LT(x, 1000) << it->str();
+    EXPECT_LT(y, 870) << it->str();
+  }
+  if (RunCommand("command -v rsvg-convert", 10).exit_code != 0) {
+    ADD_FAILURE() << "rsvg-convert is missing: install librsvg2-bin";
+    return;
+  }
+  ASSERT_EQ(RunCommand("rsvg-convert -o " + png + " " + svg, 60).exit_code, 0);
+  const std::string head = ReadAll(png).substr(0, 24);
+  ASSERT_EQ(head.substr(1, 3), "PNG");
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(head[at])) << 24) | (uint32_t(uint8_t(head[at + 1])) << 16) |
+           (uint32_t(uint8_t(head[at + 2])) << 8) | uint32_t(uint8_t(head[at + 3]));
+  };
+  EXPECT_EQ(be32(16), 1000u);
+  EXPECT_EQ(be32(20), 870u);
+}
+
 TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOneIsNot) {
   if (RunCommand("command -v nginx", 10).exit_code != 0) {
     GTEST_SKIP() << "nginx is not installed (scripts/install-deps.sh installs nginx-light)";
@@ -176,6 +215,7 @@ TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOn
   }
   EXPECT_EQ(n, 20);
   EXPECT_EQ(full, 4);
+  ExpectPhasesPanel(slow, 2);
 }
 
 }  // namespace

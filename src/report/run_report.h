@@ -25,6 +25,8 @@ struct StepPhases {
   std::array<double, kPhaseCount> median{}, max{};
   double busy_median_s = 0, busy_max_s = 0;  // busy: the step less the waits for others
   double comm_bytes = 0;                      // rank 0 sent in collectives (estimate)
+  double read_bytes = 0;                      // all ranks' readers read this step
+  int nodes = 1;
   int slowest_rank = 0;
   std::string slowest_host;
   std::vector<std::string> hosts;                            // with per_rank:

@@ -75,6 +75,8 @@ struct Totals {
   double step_s = 0;  // step time without checkpoint stalls
   double phase[kPhaseCount] = {};
   double comm_bytes = 0;
+  double read_bytes = 0, wall_step_s = 0, tokens = 0;  // data throughput
+  int nodes = 1;
   int steps = 0;
 };
 
@@ -86,6 +88,10 @@ Totals Sum(const RunSummary& r) {
     t.step_s += std::max(0.0, s.step_time_s - s.ckpt_stall_s);
     for (int p = 0; p < kPhaseCount; ++p) t.phase[p] += s.phases->median[p];
     t.comm_bytes += s.phases->comm_bytes;
+    t.read_bytes += s.phases->read_bytes;
+    t.wall_step_s += s.step_time_s;
+    t.tokens += s.tokens_per_s * s.step_time_s;
+    t.nodes = s.phases->nodes;
   }
   if (t.steps == 0) {
     // Older records: rank 0's own data and collective wait.
@@ -104,6 +110,13 @@ BreakdownItem DataItem(const RunSummary& r, const Totals& t) {
   it.figure = Pct(it.share) + " of step time waiting for the reader (" +
               (t.steps > 0 ? "median rank" : "rank 0") + ", p50 " +
               F("%.4f", r.data_wait.p50) + " s/step on rank 0)";
+  if (t.steps > 0 && t.wall_step_s > 0) {
+    // What the readers read per node against what the steps consumed.
+    it.figure += "; read " + F("%.2f", t.read_bytes / t.wall_step_s / t.nodes / 1e6) +
+                 " MB/s per node (" + std::to_string(t.nodes) + " nodes) while the steps consumed " +
+                 F("%.0f", t.tokens / t.wall_step_s / t.nodes) + " tokens/s per node";
+    if (t.tokens > 0) it.figure += " (" + F("%.1f", t.read_bytes / t.tokens) + " bytes read per token)";
+  }
   it.flagged = it.share >= kDataBound;
   it.verdict = it.flagged ? "DATA-BOUND" : "ok";
   it.advice = it.flagged ? "the loader starves the step: raise data.prefetch_depth, read from "
@@ -218,6 +231,8 @@ Status ParseStepPhases(const json& j, const std::string& where, StepRecord* s, R
     ph->busy_median_s = it->value("busy_median_s", 0.0);
     ph->busy_max_s = it->value("busy_max_s", 0.0);
     ph->comm_bytes = it->value("comm_bytes", 0.0);
+    ph->read_bytes = it->value("read_bytes", 0.0);
+    ph->nodes = std::max(1, it->value("nodes", 1));
     ph->slowest_rank = it->value("slowest_rank", 0);
     ph->slowest_host = it->value("slowest_host", std::string());
     if (j.contains("ranks")) FT_RETURN_IF_ERROR(ParseRanks(j["ranks"], where, ph.get()));

@@ -73,6 +73,8 @@ RankPhases PhaseClock::Take(double boundary_wait_s) {
   double accounted = 0;
   for (int i = 0; i < kOther; ++i) accounted += p.s[i];
   p.s[kOther] = std::max(0.0, Since(t0_, Clock::now()) - accounted);
+  p.read_bytes = static_cast<double>(read_total_ - std::min(read_total_, read_reported_));
+  read_reported_ = read_total_;
   return p;
 }
 
@@ -101,12 +103,13 @@ Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
                         const RankPhases& mine, std::vector<double>* flags_max,
                         std::vector<RankPhases>* all) {
   const int64_t f = static_cast<int64_t>(flags.size());
-  const int64_t k = f + kNumPhases;
+  const int64_t k = f + kNumPhases + 1;  // flags, phases, bytes read
   const int n = control.size();
   torch::Tensor in = torch::empty({k}, torch::kFloat64);
   double* p = in.data_ptr<double>();
   for (int64_t i = 0; i < f; ++i) p[i] = flags[static_cast<size_t>(i)];
   for (int i = 0; i < kNumPhases; ++i) p[f + i] = mine.s[i];
+  p[f + kNumPhases] = mine.read_bytes;
   torch::Tensor out = torch::empty({k * n}, torch::kFloat64);
   FT_RETURN_IF_ERROR(control.AllGather(out, in)->Wait());
   const double* v = out.data_ptr<double>();
@@ -119,6 +122,7 @@ Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
           r == 0 ? row[i] : std::max((*flags_max)[static_cast<size_t>(i)], row[i]);
     }
     for (int i = 0; i < kNumPhases; ++i) (*all)[static_cast<size_t>(r)].s[i] = row[f + i];
+    (*all)[static_cast<size_t>(r)].read_bytes = row[f + kNumPhases];
   }
   return Status::Ok();
 }

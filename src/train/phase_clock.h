@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ class PhaseClock {
   // Checkpoint stall (a snapshot copy waited for, a save at the boundary): counted in the
   // next vector Take() returns.
   void AddStall(double s) { stall_s_ += s; }
+  // The reader's running total of bytes read (data::ReaderStats::bytes_read): Take() reports
+  // what was read since the previous step.
+  void NoteBytesRead(uint64_t total) { read_total_ = total; }
   // This step's phases (the boundary wait measured by the caller); resets the stall.
   RankPhases Take(double boundary_wait_s);
 
@@ -41,6 +45,7 @@ class PhaseClock {
   std::unique_ptr<Events> events_;  // null on CPU
   Clock::time_point t0_, t1_, t2_;
   double data_wait_s_ = 0, comm_fb_s_ = 0, comm_total_s_ = 0, stall_s_ = 0;
+  uint64_t read_total_ = 0, read_reported_ = 0;
 };
 
 // Every rank's host (ckptd's node id: SLURMD_NODENAME, else the host name), once at start

@@ -42,7 +42,11 @@ std::string RanksObject(const PhaseSummary& s) {
     for (size_t r = 0; r < s.ranks.size(); ++r) out += (r > 0 ? "," : "") + Num(s.ranks[r].s[p]);
     out += "]";
   }
-  return out + "}";
+  out += ",\"read_bytes\":[";
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    out += (r > 0 ? "," : "") + std::to_string(static_cast<int64_t>(s.ranks[r].read_bytes));
+  }
+  return out + "]}";
 }
 
 }  // namespace
@@ -71,7 +75,9 @@ std::string PhaseSummaryJson(const PhaseSummary& s) {
                     Num(s.busy_median_s) + ",\"busy_max_s\":" + Num(s.busy_max_s) +
                     ",\"slowest_rank\":" + std::to_string(s.slowest_rank) +
                     ",\"slowest_host\":" + Quote(s.slowest_host) +
-                    ",\"comm_bytes\":" + std::to_string(static_cast<int64_t>(s.comm_bytes)) + "}";
+                    ",\"comm_bytes\":" + std::to_string(static_cast<int64_t>(s.comm_bytes)) +
+                    ",\"read_bytes\":" + std::to_string(static_cast<int64_t>(s.read_bytes)) +
+                    ",\"nodes\":" + std::to_string(s.nodes) + "}";
   if (!s.ranks.empty()) out += ",\"ranks\":" + RanksObject(s);
   if (!s.named.empty()) {
     out += ",\"stragglers\":[";
@@ -99,7 +105,10 @@ std::vector<std::pair<std::string, double>> PhaseScalars(const PhaseSummary& s) 
 
 PhaseRecorder::PhaseRecorder(std::vector<std::string> hosts, int64_t full_every,
                              StragglerOptions opts)
-    : hosts_(std::move(hosts)), full_every_(full_every), opts_(opts) {}
+    : hosts_(std::move(hosts)),
+      nodes_(static_cast<int>(std::set<std::string>(hosts_.begin(), hosts_.end()).size())),
+      full_every_(full_every),
+      opts_(opts) {}
 
 PhaseSummary PhaseRecorder::Observe(int64_t step, const std::vector<RankPhases>& ranks) {
   PhaseSummary s;
@@ -112,6 +121,8 @@ PhaseSummary PhaseRecorder::Observe(int64_t step, const std::vector<RankPhases>&
     s.median[p] = Median(col);
     s.max[p] = *std::max_element(col.begin(), col.end());
   }
+  for (size_t r = 0; r < n; ++r) s.read_bytes += ranks[r].read_bytes;
+  s.nodes = nodes_;
   for (size_t r = 0; r < n; ++r) col[r] = ranks[r].Busy();
   s.busy_median_s = Median(col);
   const auto slowest = std::max_element(col.begin(), col.end());

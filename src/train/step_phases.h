@@ -33,6 +33,7 @@ const char* PhaseKey(int phase);
 
 struct RankPhases {
   double s[kNumPhases] = {};
+  double read_bytes = 0;  // bytes this rank's reader read from its source during the step
   // The time a rank spends on its own (what the others wait for): its step less the waits for
   // the others (collectives, the boundary) and the checkpoint stall.
   double Busy() const { return s[kDataWait] + s[kCompute] + s[kOptimizer] + s[kOther]; }
@@ -60,6 +61,8 @@ struct PhaseSummary {
   std::vector<std::string> hosts;  // with `ranks`
   std::vector<Straggler> named;    // stragglers first named at this step
   double comm_bytes = 0;           // bytes rank 0 sent in collectives this step (estimate)
+  double read_bytes = 0;           // bytes all ranks' readers read this step
+  int nodes = 1;                   // distinct hosts among the ranks
 };
 
 // Members for metrics.jsonl (',"phases":{...}' and, when present, ',"ranks":{...}' and
@@ -84,6 +87,7 @@ class PhaseRecorder {
  private:
   std::optional<Straggler> Judge(size_t rank, int64_t step) const;
   std::vector<std::string> hosts_;  // per rank
+  int nodes_;                       // distinct hosts
   int64_t full_every_;
   StragglerOptions opts_;
   // The window: per step, every rank's phases and the median busy time.

@@ -937,6 +937,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     run->clock->AddStall(Seconds(tc, Clock::now()));
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
     run->clock->OptimizerEnd(stats.comm_wait_s);
+    run->clock->NoteBytesRead(run->reader->stats().bytes_read);
     run->checkpointer->FinishPending();
     state.step = step + 1;
     state.tokens += tokens_per_step;
