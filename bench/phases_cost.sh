@@ -5,7 +5,7 @@
 # all its rounds, and the difference in percent. Also: train.profile_steps set to steps past
 # the end (profiler configured, never on) against unset, with the same build.
 # usage: bench/phases_cost.sh BIN_DIR_BEFORE BIN_DIR_AFTER
-# FTRAIN_PHASES_COST_{CONFIG (configs/small.cfg),RANKS (4),STEPS (8),SEQ_LEN (128),ROUNDS (2)}
+# FTRAIN_PHASES_COST_{CONFIG (configs/small.cfg),RANKS (4),STEPS (8),SEQ_LEN (128),ROUNDS (2),VOCAB (2000)}
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,13 +16,14 @@ RANKS="${FTRAIN_PHASES_COST_RANKS:-4}"
 STEPS="${FTRAIN_PHASES_COST_STEPS:-8}"
 SEQ_LEN="${FTRAIN_PHASES_COST_SEQ_LEN:-128}"
 ROUNDS="${FTRAIN_PHASES_COST_ROUNDS:-2}"
+VOCAB="${FTRAIN_PHASES_COST_VOCAB:-2000}"  # <= model.vocab_size
 CORPUS=/usr/share/common-licenses
 WORK="$(mktemp -d /tmp/ftrain-phases-cost-XXXXXX)"
 trap 'rm -rf "${WORK}"' EXIT
 
 echo "== phases_cost: $(basename "${CONFIG}"), ${RANKS} ranks, seq ${SEQ_LEN}, micro-batch 1," \
   "${STEPS} steps x ${ROUNDS} rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"${AFTER}/ftrain" pack --train-tokenizer --vocab-size 2000 --seq-len "${SEQ_LEN}" \
+"${AFTER}/ftrain" pack --train-tokenizer --vocab-size "${VOCAB}" --seq-len "${SEQ_LEN}" \
   --progress none --out "${WORK}/data" "${CORPUS}" >/dev/null 2>"${WORK}/pack.log" ||
   { cat "${WORK}/pack.log" >&2; exit 1; }
 
