@@ -108,9 +108,9 @@ class RateLimitedNginx {
     std::ofstream(d + "/nginx.conf")
         << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << d
         << "/nginx.pid;\nerror_log " << d << "/error.log;\nevents { worker_connections 64; }\n"
-        << "http {\n  access_log off;\n  client_body_temp_path " << d
-        << "/b;\n  proxy_temp_path " << d << "/p;\n  fastcgi_temp_path " << d
-        << "/f;\n  uwsgi_temp_path " << d << "/u;\n  scgi_temp_path " << d
+        << "http {\n  access_log off;\n  client_body_temp_path " << d << "/b;\n  proxy_temp_path "
+        << d << "/p;\n  fastcgi_temp_path " << d << "/f;\n  uwsgi_temp_path " << d
+        << "/u;\n  scgi_temp_path " << d
         << "/s;\n  default_type application/octet-stream;\n  server {\n    listen 127.0.0.1:"
         << port_ << ";\n    root " << root << ";\n    limit_rate " << rate << ";\n  }\n}\n";
     pid_ = ::fork();

@@ -3,6 +3,8 @@
 // named once (with its host and the phase that makes it slow) only after it stayed above the
 // median for a whole window, none in a balanced run, and the metrics.jsonl members parse as
 // JSON (nlohmann) inside the step's line. Label: unit; well under a second.
+#include "train/step_phases.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "train/metrics.h"
-#include "train/step_phases.h"
 
 namespace ftrain::train {
 namespace {
@@ -82,8 +83,8 @@ TEST(StepPhasesTest, BalancedRanksAndShortBurstsNameNone) {
   for (int step = 1; step <= 50; ++step) {
     // 1 % apart, and every 10th step one rank is 50 % slower once (a hiccup, not a straggler).
     const bool burst = step % 10 == 0;
-    const PhaseSummary s = rec.Observe(step, Step(burst ? step / 10 % 4 : -1, kCompute,
-                                                  burst ? 0.05 : 0, 0.001));
+    const PhaseSummary s =
+        rec.Observe(step, Step(burst ? step / 10 % 4 : -1, kCompute, burst ? 0.05 : 0, 0.001));
     EXPECT_TRUE(s.named.empty()) << "step " << step;
   }
 }

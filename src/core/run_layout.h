@@ -51,8 +51,8 @@ class RunLayout {
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.
   std::string default_checkpoint_root() const;
   std::string tensorboard() const;
-  std::string profile() const;                     // RUN/profile
-  std::string profile_trace(int rank) const;       // RUN/profile/trace-rank<R>.json
+  std::string profile() const;                // RUN/profile
+  std::string profile_trace(int rank) const;  // RUN/profile/trace-rank<R>.json
   std::string default_prometheus_dir() const;
 
   // The checkpoint root the newest start of this run used: ckpt.root from its resolved config

@@ -7,12 +7,12 @@
 //       accumulate grads; free i; (last micro-batch) reduce-scatter i's grads
 //   backward of embed; accumulate root grads; free root; reduce-scatter root grads
 #include "fsdp/engine.h"
-#include "fsdp/trace_range.h"
 
 #include <chrono>
 #include <cmath>
 
 #include "core/log.h"
+#include "fsdp/trace_range.h"
 
 namespace ftrain::fsdp {
 

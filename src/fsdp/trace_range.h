@@ -18,7 +18,8 @@ namespace ftrain {
 
 class TraceRange {
  public:
-  explicit TraceRange(std::string name) : name_(std::move(name)), guard_(at::RecordScope::USER_SCOPE) {
+  explicit TraceRange(std::string name)
+      : name_(std::move(name)), guard_(at::RecordScope::USER_SCOPE) {
     // The record keeps a view of the name: name_ outlives guard_ (declared before it).
     if (guard_.isActive()) guard_.before(std::string_view(name_));
 #if defined(FTRAIN_WITH_NVTX)

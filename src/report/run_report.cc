@@ -2,7 +2,6 @@
 // (interruptions, goodput, hours lost, percentiles). Text/JSON output lives in
 // report_text.cc, the SVG timeline in report_svg.cc.
 #include "report/run_report.h"
-#include "report/time_breakdown.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "report/time_breakdown.h"
 
 namespace ftrain::report {
 namespace {

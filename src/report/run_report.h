@@ -24,13 +24,13 @@ extern const char* const kPhaseKeys[kPhaseCount];  // "data_wait_s", "compute_s"
 struct StepPhases {
   std::array<double, kPhaseCount> median{}, max{};
   double busy_median_s = 0, busy_max_s = 0;  // busy: the step less the waits for others
-  double comm_bytes = 0;                      // rank 0 sent in collectives (estimate)
-  double read_bytes = 0;                      // all ranks' readers read this step
+  double comm_bytes = 0;                     // rank 0 sent in collectives (estimate)
+  double read_bytes = 0;                     // all ranks' readers read this step
   int nodes = 1;
   int slowest_rank = 0;
   std::string slowest_host;
-  std::vector<std::string> hosts;                            // with per_rank:
-  std::vector<std::array<double, kPhaseCount>> per_rank;     // every rank_phases_every steps
+  std::vector<std::string> hosts;                         // with per_rank:
+  std::vector<std::array<double, kPhaseCount>> per_rank;  // every rank_phases_every steps
 };
 
 // A rank the trainer named as a straggler ("stragglers" in metrics.jsonl).

@@ -23,8 +23,8 @@ constexpr double kHeatT = 186, kHeatMaxH = 48;
 constexpr double kFont = 11;
 const char* const kColors[kPhaseCount] = {"#e67e22", "#2e86c1", "#8e44ad", "#27ae60",
                                           "#c0392b", "#7f8c8d", "#d5d8dc"};
-const char* const kLabels[kPhaseCount] = {"data wait", "compute",       "exposed comm", "optimizer",
-                                          "boundary wait", "ckpt stall", "other"};
+const char* const kLabels[kPhaseCount] = {
+    "data wait", "compute", "exposed comm", "optimizer", "boundary wait", "ckpt stall", "other"};
 
 std::string Num(double v, const char* fmt = "%.1f") {
   char buf[32];
@@ -55,8 +55,8 @@ void Text(std::ostream& o, double x, double y, const std::string& s, const char*
   const double w = TextWidth(s, font);
   double left = std::string(anchor) == "end" ? x - w : x;
   left = std::clamp(left, 2.0, std::max(2.0, kW - 2 - w));
-  o << "<text x='" << Num(left) << "' y='" << Num(y) << "' font-size='" << Num(font)
-    << "' fill='" << fill << "'>" << Esc(s) << "</text>\n";
+  o << "<text x='" << Num(left) << "' y='" << Num(y) << "' font-size='" << Num(font) << "' fill='"
+    << fill << "'>" << Esc(s) << "</text>\n";
 }
 
 // White (the median) to deep red (half again the median or more).
@@ -73,8 +73,8 @@ std::string HeatColor(double ratio) {
 struct StepAxis {
   int64_t first = 0, last = 1;
   double X(int64_t step) const {
-    return kL + static_cast<double>(step - first) / static_cast<double>(std::max<int64_t>(1, last - first)) *
-                    (kR - kL);
+    return kL + static_cast<double>(step - first) /
+                    static_cast<double>(std::max<int64_t>(1, last - first)) * (kR - kL);
   }
 };
 
@@ -110,8 +110,8 @@ void DrawStack(std::ostream& o, const std::vector<const StepRecord*>& steps, con
       acc += mean[b][p];
     }
   }
-  o << "<rect x='" << kL << "' y='" << Num(top + kStackT) << "' width='" << kR - kL
-    << "' height='" << h << "' fill='none' stroke='#888'/>\n";
+  o << "<rect x='" << kL << "' y='" << Num(top + kStackT) << "' width='" << kR - kL << "' height='"
+    << h << "' fill='none' stroke='#888'/>\n";
   Text(o, kL - 6, top + kStackT + 10, Num(ymax, "%.3g") + " s", "end");
   Text(o, kL - 6, y0, "0", "end");
 }
@@ -120,8 +120,10 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
               double top) {
   const double y0 = top + kHeatT;
   if (full.empty()) {
-    Text(o, kL, y0 + 14, "no per-rank vectors recorded (metrics.rank_phases_every = 0, or fewer "
-                         "steps than it)", "start", kFont, "#888");
+    Text(o, kL, y0 + 14,
+         "no per-rank vectors recorded (metrics.rank_phases_every = 0, or fewer "
+         "steps than it)",
+         "start", kFont, "#888");
     return;
   }
   const size_t ranks = full.back()->phases->per_rank.size();
@@ -135,8 +137,8 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
       const double busy = v[0] + v[1] + v[3] + v[6];
       const double ratio = ph.busy_median_s > 0 ? busy / ph.busy_median_s : 1;
       o << "<rect x='" << Num(x0) << "' y='" << Num(y0 + static_cast<double>(r) * row)
-        << "' width='" << Num(x1 - x0) << "' height='" << Num(row) << "' fill='"
-        << HeatColor(ratio) << "'/>\n";
+        << "' width='" << Num(x1 - x0) << "' height='" << Num(row) << "' fill='" << HeatColor(ratio)
+        << "'/>\n";
     }
   }
   o << "<rect x='" << kL << "' y='" << Num(y0) << "' width='" << kR - kL << "' height='"
@@ -145,8 +147,8 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
     const auto& hosts = full.back()->phases->hosts;
     for (size_t r = 0; r < ranks; ++r) {
       Text(o, kL - 4, y0 + (static_cast<double>(r) + 1) * row - 2,
-           "r" + std::to_string(r) + (r < hosts.size() ? " " + hosts[r].substr(0, 6) : ""),
-           "end", 9);
+           "r" + std::to_string(r) + (r < hosts.size() ? " " + hosts[r].substr(0, 6) : ""), "end",
+           9);
     }
   } else {
     Text(o, kL - 4, y0 + 10, "ranks", "end", 9);

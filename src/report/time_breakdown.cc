@@ -6,9 +6,9 @@
 
 namespace ftrain::report {
 
-const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s",     "compute_s",    "comm_wait_s",
-                                             "optimizer_s",     "boundary_wait_s",
-                                             "ckpt_stall_s",    "other_s"};
+const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s", "compute_s",       "comm_wait_s",
+                                             "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
+                                             "other_s"};
 
 namespace {
 
@@ -55,7 +55,8 @@ Status ParseRanks(const json& ranks, const std::string& where, StepPhases* ph) {
   }
   const size_t n = ranks["host"].size();
   ph->per_rank.assign(n, {});
-  for (const auto& h : ranks["host"]) ph->hosts.push_back(h.is_string() ? h.get<std::string>() : "?");
+  for (const auto& h : ranks["host"])
+    ph->hosts.push_back(h.is_string() ? h.get<std::string>() : "?");
   for (int p = 0; p < kPhaseCount; ++p) {
     auto it = ranks.find(kPhaseKeys[p]);
     if (it == ranks.end()) continue;
@@ -108,14 +109,16 @@ BreakdownItem DataItem(const RunSummary& r, const Totals& t) {
   BreakdownItem it = Item("data_wait", "data wait");
   it.share = t.step_s > 0 ? t.phase[0] / t.step_s : 0;
   it.figure = Pct(it.share) + " of step time waiting for the reader (" +
-              (t.steps > 0 ? "median rank" : "rank 0") + ", p50 " +
-              F("%.4f", r.data_wait.p50) + " s/step on rank 0)";
+              (t.steps > 0 ? "median rank" : "rank 0") + ", p50 " + F("%.4f", r.data_wait.p50) +
+              " s/step on rank 0)";
   if (t.steps > 0 && t.wall_step_s > 0) {
     // What the readers read per node against what the steps consumed.
     it.figure += "; read " + F("%.2f", t.read_bytes / t.wall_step_s / t.nodes / 1e6) +
-                 " MB/s per node (" + std::to_string(t.nodes) + " nodes) while the steps consumed " +
+                 " MB/s per node (" + std::to_string(t.nodes) +
+                 " nodes) while the steps consumed " +
                  F("%.0f", t.tokens / t.wall_step_s / t.nodes) + " tokens/s per node";
-    if (t.tokens > 0) it.figure += " (" + F("%.1f", t.read_bytes / t.tokens) + " bytes read per token)";
+    if (t.tokens > 0)
+      it.figure += " (" + F("%.1f", t.read_bytes / t.tokens) + " bytes read per token)";
   }
   it.flagged = it.share >= kDataBound;
   it.verdict = it.flagged ? "DATA-BOUND" : "ok";
@@ -158,8 +161,8 @@ BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
     it.figure += "; rank " + std::to_string(g.rank) + " on " + g.host + " (from step " +
                  std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) + " s/step against a " +
                  "median of " + F("%.3f", g.median_s) + " s, +" +
-                 F("%.0f", g.median_s > 0 ? 100 * (g.busy_s / g.median_s - 1) : 0) +
-                 " %, mostly " + g.cause + ")";
+                 F("%.0f", g.median_s > 0 ? 100 * (g.busy_s / g.median_s - 1) : 0) + " %, mostly " +
+                 g.cause + ")";
   }
   it.flagged = !r.stragglers.empty();
   it.verdict = it.flagged ? "STRAGGLER" : "ok";
@@ -262,8 +265,9 @@ void AnalyzeTimeBreakdown(RunSummary* r) {
   r->breakdown.push_back(CommItem(t));
   r->breakdown.push_back(StragglerItem(*r, t));
   if (r->breakdown[1].flagged && r->breakdown[2].flagged) {
-    r->breakdown[1].figure += " (with a straggler, much of this is the others waiting for it: "
-                              "see 3 first)";
+    r->breakdown[1].figure +=
+        " (with a straggler, much of this is the others waiting for it: "
+        "see 3 first)";
   }
   const bool other = r->breakdown[0].flagged || r->breakdown[1].flagged || r->breakdown[2].flagged;
   r->breakdown.push_back(MicroBatchItem(*r, t, other));

@@ -39,8 +39,7 @@ void StepProfiler::BeginStep(int64_t step) {
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
     on_ = true;
-    FT_LOG(Info) << "profiler: recording steps " << first_ << " to " << last_ << " into "
-                 << path_;
+    FT_LOG(Info) << "profiler: recording steps " << first_ << " to " << last_ << " into " << path_;
   }
   if (on_) range_ = std::make_unique<StepRange>(step);
 }
@@ -52,7 +51,7 @@ void StepProfiler::EndStep(int64_t step) {
   std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   const size_t slash = path_.rfind('/');
   Status dir = slash == std::string::npos ? Status::Ok()
-                                           : CreateDirs(Env::Default(), path_.substr(0, slash));
+                                          : CreateDirs(Env::Default(), path_.substr(0, slash));
   if (!dir.ok() || result == nullptr) {
     // Not fatal: a profile is a diagnosis, training goes on without it.
     FT_LOG(Error) << "profiler: cannot write " << path_ << ": "

@@ -52,9 +52,9 @@ std::string RanksObject(const PhaseSummary& s) {
 }  // namespace
 
 const char* PhaseKey(int phase) {
-  static const char* const kKeys[kNumPhases] = {"data_wait_s",     "compute_s",    "comm_wait_s",
-                                                "optimizer_s",     "boundary_wait_s",
-                                                "ckpt_stall_s",    "other_s"};
+  static const char* const kKeys[kNumPhases] = {"data_wait_s", "compute_s",       "comm_wait_s",
+                                                "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
+                                                "other_s"};
   return phase >= 0 && phase < kNumPhases ? kKeys[phase] : "?";
 }
 
@@ -70,14 +70,14 @@ double Median(std::vector<double> v) {
 }
 
 std::string PhaseSummaryJson(const PhaseSummary& s) {
-  std::string out = ",\"phases\":{\"median\":" + PhaseObject(s.median) +
-                    ",\"max\":" + PhaseObject(s.max) + ",\"busy_median_s\":" +
-                    Num(s.busy_median_s) + ",\"busy_max_s\":" + Num(s.busy_max_s) +
-                    ",\"slowest_rank\":" + std::to_string(s.slowest_rank) +
-                    ",\"slowest_host\":" + Quote(s.slowest_host) +
-                    ",\"comm_bytes\":" + std::to_string(static_cast<int64_t>(s.comm_bytes)) +
-                    ",\"read_bytes\":" + std::to_string(static_cast<int64_t>(s.read_bytes)) +
-                    ",\"nodes\":" + std::to_string(s.nodes) + "}";
+  std::string out =
+      ",\"phases\":{\"median\":" + PhaseObject(s.median) + ",\"max\":" + PhaseObject(s.max) +
+      ",\"busy_median_s\":" + Num(s.busy_median_s) + ",\"busy_max_s\":" + Num(s.busy_max_s) +
+      ",\"slowest_rank\":" + std::to_string(s.slowest_rank) +
+      ",\"slowest_host\":" + Quote(s.slowest_host) +
+      ",\"comm_bytes\":" + std::to_string(static_cast<int64_t>(s.comm_bytes)) +
+      ",\"read_bytes\":" + std::to_string(static_cast<int64_t>(s.read_bytes)) +
+      ",\"nodes\":" + std::to_string(s.nodes) + "}";
   if (!s.ranks.empty()) out += ",\"ranks\":" + RanksObject(s);
   if (!s.named.empty()) {
     out += ",\"stragglers\":[";

@@ -17,14 +17,14 @@
 namespace ftrain::train {
 
 enum Phase : int {
-  kDataWait = 0,   // waiting for the reader
-  kCompute,        // forward + backward, less data and collective waits
-  kCommWait,       // exposed collective wait inside forward/backward/optimizer (the engine's)
-  kOptimizer,      // clip + AdamW, less its collective wait
-  kBoundaryWait,   // the step boundary's loss all-reduce: waiting for the slowest rank
-  kCkptStall,      // checkpoint stall (the previous boundary's save + snapshot copy waits)
-  kOther,          // the rest of the rank's step (its wall time less all the above): host work
-                   // between the phases, or time the rank did not run at all (descheduled)
+  kDataWait = 0,  // waiting for the reader
+  kCompute,       // forward + backward, less data and collective waits
+  kCommWait,      // exposed collective wait inside forward/backward/optimizer (the engine's)
+  kOptimizer,     // clip + AdamW, less its collective wait
+  kBoundaryWait,  // the step boundary's loss all-reduce: waiting for the slowest rank
+  kCkptStall,     // checkpoint stall (the previous boundary's save + snapshot copy waits)
+  kOther,         // the rest of the rank's step (its wall time less all the above): host work
+                  // between the phases, or time the rank did not run at all (descheduled)
   kNumPhases
 };
 // "data_wait_s", "compute_s", "comm_wait_s", "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
@@ -44,10 +44,10 @@ struct RankPhases {
 struct Straggler {
   int rank = 0;
   std::string host;
-  double busy_s = 0;     // its mean busy time per step over the window
-  double median_s = 0;   // the mean of the per-step median busy time over the window
-  std::string cause;     // the phase that exceeds the median most ("compute_s", "data_wait_s")
-  int64_t step = 0;      // when it was named
+  double busy_s = 0;    // its mean busy time per step over the window
+  double median_s = 0;  // the mean of the per-step median busy time over the window
+  std::string cause;    // the phase that exceeds the median most ("compute_s", "data_wait_s")
+  int64_t step = 0;     // when it was named
 };
 
 // What rank 0 records for one step.
@@ -72,8 +72,8 @@ std::string PhaseSummaryJson(const PhaseSummary& p);
 std::vector<std::pair<std::string, double>> PhaseScalars(const PhaseSummary& p);
 
 struct StragglerOptions {
-  int64_t window = 20;     // steps
-  double threshold = 0.2;  // mean busy / median busy over the window > 1 + threshold
+  int64_t window = 20;          // steps
+  double threshold = 0.2;       // mean busy / median busy over the window > 1 + threshold
   double min_excess_s = 0.002;  // and by at least this much per step (timer noise)
 };
 

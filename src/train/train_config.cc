@@ -100,8 +100,7 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   if (!o.profile_steps.empty()) {
     long long a = 0, b = 0;
     char tail = 0;
-    if (std::sscanf(o.profile_steps.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 ||
-        b < a) {
+    if (std::sscanf(o.profile_steps.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < a) {
       return Status::InvalidArgument("train.profile_steps = '" + o.profile_steps +
                                      "': give A:B, the first and last step to profile (1 <= A "
                                      "<= B), e.g. 10:12");
@@ -253,9 +252,8 @@ std::string TrainConfig::ConfigHash() const {
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" ||
-        key == "train.profile_steps" || key == "data.path" ||
-        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init" ||
-        key == "dist.timeout_s" ||
+        key == "train.profile_steps" || key == "data.path" || key == "data.prefetch_depth" ||
+        key == "dist.rdzv_timeout_s" || key == "train.init" || key == "dist.timeout_s" ||
         // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
         // (the trainer says that bits are not promised across devices).
         key == "train.device" || key == "dist.backend" ||

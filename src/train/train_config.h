@@ -90,7 +90,7 @@ struct MetricsSection {
   double peak_tflops = 0;                    // per-device bf16 peak for mfu; 0 = from the GPU model
   double baseline_tokens_per_s_per_gpu = 0;  // single-GPU throughput: scaling_efficiency
   int64_t step_time_window = 100;            // steps in the step-time p50/p95
-  int64_t rank_phases_every = 100;  // every N steps metrics.jsonl holds every rank's phases
+  int64_t rank_phases_every = 100;   // every N steps metrics.jsonl holds every rank's phases
   double straggler_threshold = 0.2;  // busy time above the median by more than this share
   int64_t straggler_window = 20;     // ... averaged over this many steps names a straggler
 };

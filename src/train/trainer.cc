@@ -25,6 +25,7 @@
 #include "core/version.h"
 #include "data/reader.h"
 #include "fsdp/engine.h"
+#include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "train/base_model.h"
@@ -37,7 +38,6 @@
 #include "train/metrics_sinks.h"
 #include "train/phase_clock.h"
 #include "train/profiler.h"
-#include "fsdp/trace_range.h"
 #include "train/signals.h"
 
 namespace ftrain::train {
@@ -549,8 +549,7 @@ StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistCo
   d.stop = flags[1] != 0;
   d.final_step = step == cfg.train.steps;
   const bool step_due = cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0;
-  d.checkpoint =
-      flags[0] != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
+  d.checkpoint = flags[0] != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
   return d;
 }
 
@@ -944,10 +943,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    FT_ASSIGN_OR_RETURN(BoundaryDecision at,
-                        DecideAtBoundary(cfg, *run->ctx, state.step,
-                                         mb.loss_sum / static_cast<double>(K), time_due,
-                                         *run->clock));
+    FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(cfg, *run->ctx, state.step,
+                                                              mb.loss_sum / static_cast<double>(K),
+                                                              time_due, *run->clock));
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
