@@ -15,6 +15,10 @@
 #      the state size / stall (the device-to-host rate the checkpoint achieved); check that
 #      metrics.jsonl has the NVML health fields and ftrain's own mfu; the step's phase split
 #      and the Kineto trace of steps 3-4 (train.profile_steps) with its named ranges;
+#   5b. a small Llama saved by transformers here, trained from its directory (--model.hf,
+#      --train.init) with the held-out loss ([eval]) on: stop (SIGUSR1) and resume
+#      bit-identical, the SDPA backend from its checkpoint layout, `ftrain eval` of its final
+#      checkpoint equal to the last in-training held-out loss;
 #   6. build and run comm_fault_test (the NCCL watchdog guard and health checks, fake-backed)
 #      and gpu_test (collectives against host values after a queued kernel, D2H snapshot
 #      copies through registered memory and the bounce buffer, stop/resume bit-identity).
@@ -328,6 +332,99 @@ print(f"profiler trace {sys.argv[2]}: {len(events)} events, {kernels} CUDA kerne
       f"{len(ranges)} named ranges ({', '.join(ranges[:4])}, ...)")
 sys.exit(0 if {"ftrain/step 3", "ftrain/step 4"} <= names else "no ftrain/step 3-4 in the trace")
 PY
+# Step 3b: a Hugging Face model in, with the held-out loss on (issue 20). A small Llama saved by
+# transformers on this machine (the image's python3; the dry run: FTRAIN_HF_PYTHONPATH's, and
+# skipped with one line where none imports), trained from its directory (--model.hf=DIR
+# --train.init=DIR) with [eval] every 10 steps: stopped by SIGUSR1 mid-run and resumed, its
+# final checkpoint (ckptctl diff) and every step's loss and held-out loss equal an uninterrupted
+# run's; the SDPA backend its checkpoint layout records is printed; `ftrain eval` of the final
+# checkpoint on the same device and dtype prints the last step's in-training held-out loss.
+hf_check() {
+  local py=(python3) dev=(--train.device=cuda --dist.backend=nccl --train.param_dtype=bfloat16)
+  local model="${WORK}/hf-model" cfg="${WORK}/hf.cfg" ref="${WORK}/hf-ref" run="${WORK}/hf-stopped"
+  local size=(256 688 4 8 4 bfloat16) steps=30 rc=0 pid attention in_training evaluated
+  if ((DRY_RUN)); then
+    py=(env "PYTHONPATH=${FTRAIN_HF_PYTHONPATH:-/opt/ftrain/py-transformers-5.17.0:/opt/ftrain/torch-2.11.0}" python3)
+    dev=(--train.device=cpu --dist.backend=gloo --train.param_dtype=float32)
+    size=(64 172 2 4 2 float32)
+  fi
+  "${py[@]}" -c 'import transformers' 2>/dev/null ||
+    { log "Hugging Face step skipped: no transformers importable by ${py[*]}"; return 0; }
+  # hidden, intermediate, layers, heads, kv heads, the dtype it is saved in.
+  "${py[@]}" - "${model}" "${VOCAB}" "$((SEQ * 2))" "${size[@]}" <<'PY' >&2 || fail "making the HF model"
+import sys, torch, transformers
+out, vocab, pos, hidden, inter, layers, heads, kv, dtype = sys.argv[1:]
+torch.manual_seed(0)
+cfg = transformers.LlamaConfig(vocab_size=int(vocab), hidden_size=int(hidden),
+    intermediate_size=int(inter), num_hidden_layers=int(layers), num_attention_heads=int(heads),
+    num_key_value_heads=int(kv), max_position_embeddings=int(pos), rms_norm_eps=1e-5,
+    rope_theta=10000.0, tie_word_embeddings=False)
+m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype))
+m.save_pretrained(out)
+print(f"HF model: transformers {transformers.__version__}, LlamaForCausalLM, "
+      f"{sum(p.numel() for p in m.parameters())} parameters, {dtype}, in {out}")
+PY
+  printf '%s\n' '[train]' "steps = ${steps}" 'micro_batch = 4' 'lr = 1e-3' 'min_lr = 1e-4' \
+    'warmup_steps = 3' 'seed = 77' '[ckpt]' 'every_minutes = 0' 'every_steps = 10' \
+    '[eval]' 'every_steps = 10' 'batches = 4' >"${cfg}"
+  # From the HF directory; the packed corpus doubles as the held-out data.
+  local args=(train --config "${cfg}" --model.hf="${model}" --train.init="${model}"
+    --data.path="${DATA}" --eval.path="${DATA}" --ckpt.daemon=off "${dev[@]}")
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${ref}" >"${WORK}/hf-ref.log" 2>&1 ||
+    { tail -n 30 "${WORK}/hf-ref.log" >&2; fail "HF reference run"; }
+  # The trainer itself in the background (not a function's subshell): $! is ftrain.
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${run}" >"${WORK}/hf-stopped-1.log" 2>&1 &
+  pid=$!
+  # SIGUSR1 once 12 steps are recorded (stopped meanwhile so that it cannot finish first).
+  python3 - "${pid}" "${run}/metrics.jsonl" <<'PY' || { kill -KILL "${pid}" 2>/dev/null || true; fail "stopping the HF run"; }
+import os, signal, sys, time
+pid, metrics = int(sys.argv[1]), sys.argv[2]
+def lines():
+    try:
+        return open(metrics, 'rb').read().count(b'\n')
+    except FileNotFoundError:
+        return 0
+while lines() < 12:
+    if not os.path.exists(f'/proc/{pid}') or open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z':
+        sys.exit('the HF run ended before step 12')
+    time.sleep(0.001)
+os.kill(pid, signal.SIGSTOP)
+os.kill(pid, signal.SIGUSR1)
+os.kill(pid, signal.SIGCONT)
+PY
+  wait "${pid}" || rc=$?
+  ((rc == 75)) || { tail -n 20 "${WORK}/hf-stopped-1.log" >&2; fail "the stopped HF run exited ${rc}, not 75 (requeue)"; }
+  "${BIN}/ftrain" "${args[@]}" --run.dir="${run}" >"${WORK}/hf-stopped-2.log" 2>&1 || { tail -n 30 "${WORK}/hf-stopped-2.log" >&2; fail "resumed HF run"; }
+  grep -q 'resume: restored step' "${WORK}/hf-stopped-2.log" || fail "the HF run did not resume"
+  "${BIN}/ckptctl" diff "${ref}/checkpoints/step-000000${steps}" "${run}/checkpoints/step-000000${steps}" >&2 ||
+    fail "HF run: final checkpoints differ after stop/resume"
+  python3 - "${ref}/metrics.jsonl" "${run}/metrics.jsonl" <<'PY' || fail "HF run: losses differ after stop/resume"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+key = lambda rows: {r['step']: (r['loss'], r.get('eval_loss')) for r in rows}
+ka, kb = key(a), key(b)
+# The stop step has no held-out loss when it fell on one (eval is skipped at a stop).
+diff = [s for s in ka if ka[s][0] != kb[s][0] or (ka[s][1] != kb[s][1] and kb[s][1] is not None)]
+evals = {s: v[1] for s, v in ka.items() if v[1] is not None}
+print(f"HF run: {len(ka)} steps, held-out loss {evals}", file=sys.stderr)
+sys.exit(f"steps {diff[:5]} differ" if diff or len(evals) != 3 else 0)
+PY
+  attention="$("${BIN}/ckptctl" inspect "${ref}/checkpoints/step-000000${steps}" --json |
+    python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print((json.loads(l) if isinstance(l, str) else l)["attention"])')" ||
+    fail "no attention backend in the checkpoint layout"
+  log "HF run: SDPA backend (checkpoint layout): ${attention}"
+  in_training="$(sed -nE "s/.*\"step\":${steps},.*\"eval_loss\":([^,}]+).*/\1/p" "${ref}/metrics.jsonl")"
+  evaluated="$("${BIN}/ftrain" eval --config "${cfg}" --model.hf="${model}" --data "${DATA}" \
+    --weights "${ref}/checkpoints/step-000000${steps}" --batches 4 --json "${dev[@]}" 2>"${WORK}/hf-eval.log" |
+    sed -nE 's/^\{"loss":([^,]+),.*/\1/p')" ||
+    { grep -v ' INFO ' "${WORK}/hf-eval.log" | tail -n 5 >&2; fail "ftrain eval of the HF run's step ${steps}"; }
+  [[ -n "${in_training}" && "${evaluated}" == "${in_training}" ]] ||
+    fail "ftrain eval of step ${steps} printed '${evaluated}', the run's held-out loss was '${in_training}'"
+  log "HF run: bit-identical after stop/resume; ftrain eval of step ${steps} = in-training held-out loss ${in_training}"
+}
+log "Hugging Face model in: train from an HF directory with [eval], stop, resume"
+hf_check
+
 # The fake-backed NCCL guard/health tests (#22 holes 1 and 8) and the CUDA tests (gpu_test:
 # collectives against host values, D2H snapshot copies, stop/resume bit-identity), after the
 # training check so that a test build problem cannot hide its numbers. On the dry run: the

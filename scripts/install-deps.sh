@@ -21,6 +21,10 @@ TENSORBOARD_PREFIX="${FTRAIN_TENSORBOARD_PREFIX:-/opt/ftrain/py-tensorboard-${TE
 TRANSFORMERS_VERSION="${FTRAIN_TRANSFORMERS_VERSION:-5.17.0}"
 TOKENIZERS_VERSION="${FTRAIN_TOKENIZERS_VERSION:-0.23.3}"
 HF_PREFIX="${FTRAIN_HF_PREFIX:-/opt/ftrain/py-transformers-${TRANSFORMERS_VERSION}}"
+# The local S3 server the object-storage tests start (moto_server; boto3 comes with it and
+# creates the buckets): PYTHONPATH=${MOTO_PREFIX}. tests/CMakeLists.txt has the path.
+MOTO_VERSION="${FTRAIN_MOTO_VERSION:-5.2.1}"
+MOTO_PREFIX="${FTRAIN_MOTO_PREFIX:-/opt/ftrain/py-moto-${MOTO_VERSION}}"
 if [ "${1:-}" = "--torch-prefix" ]; then
   echo "${TORCH_PREFIX}/torch"
   exit 0
@@ -114,11 +118,18 @@ install_transformers() {
     "transformers ${TRANSFORMERS_VERSION}"
 }
 
+# moto[server] (flask, werkzeug, boto3, botocore...): see docs/data.md "Object storage (S3)".
+install_moto() {
+  pip_install_into "${MOTO_PREFIX}" "${MOTO_PREFIX}/moto/server.py" \
+    "moto[server]==${MOTO_VERSION}" "moto ${MOTO_VERSION}"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   install_torch
   install_tensorboard
   install_transformers
+  install_moto
   exit 0
 fi
 
@@ -145,4 +156,5 @@ apt-get install -y -q --no-install-recommends "${missing[@]}"
 install_torch
 install_tensorboard
 install_transformers
+install_moto
 echo "install-deps: done"

@@ -116,6 +116,24 @@ TEST_F(CkptctlTest, DiffPruneExport) {
   EXPECT_TRUE(Contains(r.output, "exported 5 tensors")) << r.output;
 }
 
+// --corrupt --dry-run lists the set-aside and the writer leftovers and removes nothing (it
+// once removed the leftovers for real); without --dry-run both go.
+TEST_F(CkptctlTest, PruneCorruptDryRunRemovesNothing) {
+  const std::string corrupt = root_ + "/step-00000005.corrupt", claim = root_ + "/.claim-9-9-9";
+  ASSERT_EQ(RunCommand("cp -r " + root_ + "/step-00000010 " + corrupt + " && mkdir " + claim, 30)
+                .exit_code,
+            0);
+  auto r = RunCommand(Ckptctl() + " prune " + root_ + " --keep 3 --corrupt --dry-run", 30);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "would delete " + claim)) << r.output;
+  EXPECT_TRUE(Contains(r.output, "would delete " + corrupt)) << r.output;
+  EXPECT_EQ(RunCommand("test -d " + claim + " && test -d " + corrupt, 5).exit_code, 0);
+  r = RunCommand(Ckptctl() + " prune " + root_ + " --keep 3 --corrupt", 30);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "deleted " + claim)) << r.output;
+  EXPECT_NE(RunCommand("test -e " + claim + " || test -e " + corrupt, 5).exit_code, 0);
+}
+
 // Writes step `step` of the fixture (2 ranks) into `root`, with `change` applied to each
 // rank's contents first (its tensor bytes may be repointed at `scratch`).
 void SaveChanged(

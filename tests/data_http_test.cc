@@ -98,6 +98,31 @@ TEST_F(HttpTest, TransientServerErrorsAreRetriedAndLogged) {
   EXPECT_TRUE(Contains(log, "succeeded on attempt 3")) << log;
 }
 
+// The S3 source over the same server, addressed path-style as a custom endpoint (MinIO, Ceph
+// RGW): throttling (429, 503) is retried with backoff there too, and logged by s3:// URL.
+TEST_F(HttpTest, S3ThrottlingIsRetriedAndLoggedByS3Url) {
+  ::setenv("AWS_ENDPOINT_URL", server_->url().c_str(), 1);  // tmp_/ds is bucket "ds"
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIAFAULTTEST", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "fault-test-s3cr3t", 1);
+  server_->Inject("shard-000001.bin", Fault::kStatus, 2, 503);
+  server_->Inject("index.json", Fault::kStatus, 1, 429);
+  ::testing::internal::CaptureStderr();
+  Stream s3, file;
+  Status s = ReadEpoch("s3://ds", &s3);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(ReadEpoch(tmp_.path() + "/ds", &file).ok());
+  EXPECT_EQ(s3.rows, file.rows);
+  EXPECT_TRUE(Contains(log, "GET s3://ds/shard-000001.bin bytes=0-4095: HTTP 503 (attempt 1 of 4)"))
+      << log;
+  EXPECT_TRUE(Contains(log, "GET s3://ds/index.json: HTTP 429 (attempt 1 of 4); retrying")) << log;
+  EXPECT_FALSE(Contains(log, "fault-test-s3cr3t")) << log;
+  EXPECT_TRUE(Contains(log, "shard-000001.bin bytes=0-4095: succeeded on attempt 3")) << log;
+  for (const char* v : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) {
+    ::unsetenv(v);
+  }
+}
+
 TEST_F(HttpTest, PersistentServerErrorFailsAfterTheRetries) {
   server_->Inject("shard-000003.bin", Fault::kStatus, 1000, 500);
   Status s = ReadEpoch(Url());

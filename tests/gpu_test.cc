@@ -43,26 +43,6 @@ namespace {
                     "on a GPU machine)";                                                   \
   }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// step -> loss text of RUN/metrics.jsonl.
-std::map<int, std::string> Losses(const std::string& run_dir) {
-  std::map<int, std::string> out;
-  std::istringstream in(ReadFile(run_dir + "/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto s = line.find("\"step\":"), l = line.find("\"loss\":");
-    if (s == std::string::npos || l == std::string::npos) continue;
-    out[std::atoi(line.c_str() + s + 7)] = line.substr(l + 7, line.find(',', l) - l - 7);
-  }
-  return out;
-}
-
 #ifdef FTRAIN_WITH_NCCL
 // Keeps the current stream busy for a while (~0.1-0.5 s), so that work not ordered after it
 // runs first: a copy or collective that forgets to wait for the current stream reads the

@@ -23,24 +23,6 @@
 namespace ftrain::testing {
 namespace {
 
-std::string ReadFile(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// step -> the loss text as written, from metrics.jsonl.
-std::map<int, std::string> Losses(const std::string& run_dir) {
-  std::map<int, std::string> out;
-  std::istringstream in(ReadFile(run_dir + "/metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out[j["step"].get<int>()] = line.substr(line.find("\"loss\":"), 20);
-  }
-  return out;
-}
-
 class HfTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

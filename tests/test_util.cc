@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -126,5 +128,24 @@ int SignalAndReap(int pid, int sig) {
 
 std::string BinDir() { return FTRAIN_BIN_DIR; }
 std::string Ftrain() { return BinDir() + "/ftrain"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::map<int, std::string> Losses(const std::string& run_dir) {
+  std::map<int, std::string> out;
+  std::istringstream in(ReadFile(run_dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto s = line.find("\"step\":"), l = line.find("\"loss\":");
+    if (s == std::string::npos || l == std::string::npos) continue;
+    out[std::atoi(line.c_str() + s + 7)] = line.substr(l + 7, line.find(',', l) - l - 7);
+  }
+  return out;
+}
 
 }  // namespace ftrain::testing

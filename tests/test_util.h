@@ -3,6 +3,7 @@
 // port, and the paths of the built binaries. No LibTorch, no gtest: fuzzers link it too.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,13 @@ int SignalAndReap(int pid, int sig);
 
 // A TCP port that was free a moment ago on 127.0.0.1.
 int FreePort();
+
+// The whole file (binary-safe); empty when it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// step -> the loss text exactly as written (%.9g), from RUN/metrics.jsonl: comparing these
+// compares the bits a run computed.
+std::map<int, std::string> Losses(const std::string& run_dir);
 
 // build/bin, from the FTRAIN_BIN_DIR compile definition.
 std::string BinDir();

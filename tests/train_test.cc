@@ -26,26 +26,6 @@
 namespace ftrain::testing {
 namespace {
 
-std::string ReadFile(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// step -> the loss text exactly as written (%.9g), from metrics.jsonl.
-std::map<int, std::string> Losses(const std::string& run_dir) {
-  std::map<int, std::string> out;
-  std::istringstream in(ReadFile(run_dir + "/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto s = line.find("\"step\":"), l = line.find("\"loss\":");
-    if (s == std::string::npos || l == std::string::npos) continue;
-    out[std::atoi(line.c_str() + s + 7)] = line.substr(l + 7, line.find(',', l) - l - 7);
-  }
-  return out;
-}
-
 class TrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

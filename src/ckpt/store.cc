@@ -55,6 +55,26 @@ uint64_t DirBytes(Env* env, const std::string& dir) {
   return total;
 }
 
+// Removes (or with dry_run only lists) the claims and retired partials of writers that died
+// mid-way, appending their paths to `removed`.
+Status RemoveWriterLeftovers(Env* env, const std::string& root, bool dry_run,
+                             std::vector<std::string>* removed) {
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(root));
+  for (const auto& name : names) {
+    const std::string path = JoinPath(root, name);
+    if (!IsWriterLeftover(name) || env->IsSymlink(path) || !env->IsDirectory(path)) continue;
+    if (!dry_run) {
+      Status s = env->RemoveDirRecursive(path);
+      if (!s.ok()) {
+        FT_LOG(Warning) << "could not remove the leftover " << path << ": " << s.message();
+        continue;
+      }
+    }
+    removed->push_back(path);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* CheckpointStatusName(CheckpointStatus s) {
@@ -614,18 +634,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveCorrupt(bool dry_run) 
     }
     removed.push_back(info.path);
   }
-  // Claims and retired partials of writers that died mid-way.
-  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
-  for (const auto& name : names) {
-    const std::string path = JoinPath(root_, name);
-    if (!IsWriterLeftover(name) || env_->IsSymlink(path) || !env_->IsDirectory(path)) continue;
-    Status s = env_->RemoveDirRecursive(path);
-    if (!s.ok()) {
-      FT_LOG(Warning) << "could not remove the leftover " << path << ": " << s.message();
-      continue;
-    }
-    removed.push_back(path);
-  }
+  FT_RETURN_IF_ERROR(RemoveWriterLeftovers(env_, root_, dry_run, &removed));
   return removed;
 }
 
@@ -642,18 +651,7 @@ StatusOr<std::vector<std::string>> CheckpointStore::RemoveAbandonedPartials() {
     }
     removed.push_back(info.path);
   }
-  // Claims and retired partials of writers that died mid-way.
-  FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(root_));
-  for (const auto& name : names) {
-    const std::string path = JoinPath(root_, name);
-    if (!IsWriterLeftover(name) || env_->IsSymlink(path) || !env_->IsDirectory(path)) continue;
-    Status s = env_->RemoveDirRecursive(path);
-    if (!s.ok()) {
-      FT_LOG(Warning) << "could not remove the leftover " << path << ": " << s.message();
-      continue;
-    }
-    removed.push_back(path);
-  }
+  FT_RETURN_IF_ERROR(RemoveWriterLeftovers(env_, root_, /*dry_run=*/false, &removed));
   return removed;
 }
 

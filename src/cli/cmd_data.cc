@@ -75,8 +75,9 @@ int Inspect(int argc, char** argv) {
   int max_chars = 400;
   data::HttpOptions http;
   po::options_description opts("ftrain data inspect DIR|URL [--row K]");
-  opts.add_options()("help,h", "show this help")("source", po::value<std::string>(&src)->required(),
-                                                 "packed directory or http(s) URL")(
+  opts.add_options()("help,h", "show this help")(
+      "source", po::value<std::string>(&src)->required(),
+      "packed directory, http(s) URL or s3://BUCKET/PREFIX")(
       "row", po::value<uint64_t>(&row)->default_value(0), "global row to decode as a sample")(
       "chars", po::value<int>(&max_chars)->default_value(400), "characters of the sample shown")(
       "tokenizer", po::value<std::string>(&tokenizer),
@@ -151,8 +152,9 @@ int Verify(int argc, char** argv) {
   std::string src, tokenizer;
   data::HttpOptions http;
   po::options_description opts("ftrain data verify DIR|URL [--tokenizer MODEL]");
-  opts.add_options()("help,h", "show this help")("source", po::value<std::string>(&src)->required(),
-                                                 "packed directory or http(s) URL")(
+  opts.add_options()("help,h", "show this help")(
+      "source", po::value<std::string>(&src)->required(),
+      "packed directory, http(s) URL or s3://BUCKET/PREFIX")(
       "tokenizer", po::value<std::string>(&tokenizer),
       "also check that this tokenizer (file or model directory) is the one the data was packed "
       "with");
@@ -195,7 +197,8 @@ int Batches(int argc, char** argv) {
   bool print_tokens = false;
   po::options_description opts("ftrain data batches DIR|URL --micro-batch M [--steps N]");
   opts.add_options()("help,h", "show this help")(
-      "source", po::value<std::string>(&r.source)->required(), "packed directory or http(s) URL")(
+      "source", po::value<std::string>(&r.source)->required(),
+      "packed directory, http(s) URL or s3://BUCKET/PREFIX")(
       "seed", po::value<uint64_t>(&r.seed)->default_value(0), "shuffle seed")(
       "dp-rank", po::value<int>(&r.dp_rank)->default_value(0), "data-parallel rank")(
       "dp-size", po::value<int>(&r.dp_size)->default_value(1), "data-parallel size")(

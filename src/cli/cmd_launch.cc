@@ -2,6 +2,7 @@
 // supervision lives in comm/launcher.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/cli_util.h"
@@ -59,11 +60,20 @@ int RunLaunch(int argc, char** argv) {
   lo.grace_s = grace;
   lo.nodes = nodes;
   for (int i = split + 1; i < argc; ++i) lo.command.push_back(argv[i]);
-  char exe[4096];
-  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (len <= 0) return Fail(program, Status::FailedPrecondition("cannot resolve /proc/self/exe"));
-  exe[len] = '\0';
-  lo.self_exe = exe;
+  // The ranks run `ftrain <command>` through the torch-free dispatcher that exec'd us (it says
+  // where it is), so they look like any other ftrain process; ftrain-torch run directly
+  // starts them as itself.
+  if (const char* d = std::getenv("FTRAIN_DISPATCHER"); d != nullptr && *d != '\0') {
+    lo.self_exe = d;
+  } else {
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) {
+      return Fail(program, Status::FailedPrecondition("cannot resolve /proc/self/exe"));
+    }
+    exe[len] = '\0';
+    lo.self_exe = exe;
+  }
   StatusOr<int> rc = comm::RunLocalJob(lo);
   if (!rc.ok()) return Fail(program, rc.status());
   return *rc;

@@ -6,18 +6,85 @@
 #include "cli/data_commands.h"
 #include "core/log.h"
 #include "data/pack.h"
+#include "data/pack_parts.h"
 
 namespace ftrain::cli {
 
 namespace po = boost::program_options;
 
+namespace {
+
+int PackOnePart(const std::string& program, const data::PackOptions& o, const std::string& id) {
+  data::PartId part;
+  Status s = data::ParsePartId(id, &part);
+  if (!s.ok()) return Fail(program, s);
+  StatusOr<data::PartResult> r = data::PackPart(o, part);
+  if (!r.ok()) return Fail(program, r.status());
+  std::cout << (r->skipped ? "part " + part.Name() + " was already packed"
+                           : "packed part " + part.Name())
+            << ": " << r->stats.documents << " documents, " << r->tokens << " tokens in "
+            << o.out_dir;
+  const std::string bad = data::BadRecordSummary(r->stats);
+  if (!bad.empty()) std::cout << "; " << bad;
+  std::cout << "\n";
+  return kExitOk;
+}
+
+// `ftrain pack merge OUT PART_DIR...`
+int RunPackMerge(int argc, char** argv) {
+  const std::string program = "ftrain pack merge";
+  data::MergeOptions m;
+  po::options_description opts("ftrain pack merge OUT PART_DIR...");
+  opts.add_options()("help,h", "show this help")("force", po::bool_switch(&m.force),
+                                                 "replace a packed dataset already in OUT");
+  po::options_description all;  // with the positional arguments, left out of --help
+  all.add(opts).add_options()("args", po::value<std::vector<std::string>>(), "OUT PART_DIR...");
+  po::positional_options_description pos;
+  pos.add("args", -1);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << opts
+                << "\nJoins the parts written by `ftrain pack --part I/N --out PART_DIR` into OUT:"
+                   " the dataset a\nsingle `ftrain pack` of the same inputs writes, byte for"
+                   " byte. Exit codes: 0 ok,\n1 bad part data, 2 usage (parts of different"
+                   " packs, a missing or unfinished part).\n";
+      return kExitOk;
+    }
+  }
+  po::variables_map vm;
+  Status s = ParseFlags(program, argc, argv, all, pos, &vm);
+  if (!s.ok()) return Fail(program, s);
+  std::vector<std::string> args;
+  if (vm.count("args")) args = vm["args"].as<std::vector<std::string>>();
+  if (args.size() < 2) {
+    return Fail(program, Status::InvalidArgument("give OUT and at least one part directory"));
+  }
+  m.out_dir = args[0];
+  m.parts.assign(args.begin() + 1, args.end());
+  StatusOr<data::PackResult> r = data::MergeParts(m);
+  if (!r.ok()) return Fail(program, r.status());
+  const data::DatasetIndex& x = r->index;
+  std::cout << "merged " << m.parts.size() << " parts: " << x.stats.documents << " documents into "
+            << x.shards.size() << " shards (" << x.num_rows << " rows) in " << m.out_dir
+            << "; data version " << x.data_version;
+  const std::string bad = data::BadRecordSummary(x.stats);
+  if (!bad.empty()) std::cout << "; " << bad << ", see " << m.out_dir << "/bad-records.jsonl";
+  std::cout << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunPackLocal(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "merge") return RunPackMerge(argc - 1, argv + 1);
   const std::string program = "ftrain pack";
   data::PackOptions o;
   int vocab = 0, seq_len = 0;
   double sample_mb = 4;
   std::string progress = "auto";
   std::string on_bad = "fail";
+  std::string part;
   po::options_description opts(
       "ftrain pack (--tokenizer MODEL | --train-tokenizer --vocab-size V) --seq-len L --out DIR "
       "INPUT...");
@@ -53,11 +120,14 @@ int RunPackLocal(int argc, char** argv) {
       "records by reason (malformed JSON, missing or non-string field, invalid UTF-8, "
       "undecodable compressed block) and list them in DIR/bad-records.jsonl")(
       "force", po::bool_switch(&o.force), "replace a packed dataset already in --out")(
+      "part", po::value<std::string>(&part),
+      "I/N: pack only part I (0-based) of N into --out, for `ftrain pack merge` (docs/data.md)")(
       "progress", po::value<std::string>(&progress)->default_value("auto"),
       "auto | tty | plain | none")("progress-s",
                                    po::value<double>(&o.progress_interval_s)->default_value(10),
                                    "seconds between plain progress lines")(
-      "input", po::value<std::vector<std::string>>(&o.inputs), "input files or directories");
+      "input", po::value<std::vector<std::string>>(&o.inputs),
+      "input files, directories or s3://BUCKET/PREFIX");
   po::positional_options_description pos;
   pos.add("input", -1);
   for (int i = 1; i < argc; ++i) {
@@ -69,7 +139,8 @@ int RunPackLocal(int argc, char** argv) {
                    " directories are searched recursively for\ntext-like names. Writes"
                    " DIR/shard-*.bin, the tokenizer (tokenizer.model, or tokenizer.json and\n"
                    "tokenizer_config.json) and DIR/index.json (last).\n"
-                   "Exit codes: 0 ok, 1 bad input data, 2 usage.\n";
+                   "Many processes: --part I/N per process, then `ftrain pack merge OUT PARTS...`"
+                   " (docs/data.md).\nExit codes: 0 ok, 1 bad input data, 2 usage.\n";
       return kExitOk;
     }
   }
@@ -101,6 +172,7 @@ int RunPackLocal(int argc, char** argv) {
   else
     return Fail(program, Status::InvalidArgument("--progress must be auto, tty, plain or none"));
 
+  if (!part.empty()) return PackOnePart(program, o, part);
   StatusOr<data::PackResult> r = data::Pack(o);
   if (!r.ok()) return Fail(program, r.status());
   const data::DatasetIndex& x = r->index;

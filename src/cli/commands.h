@@ -1,5 +1,7 @@
 // Entry points of the `ftrain` subcommands. Each parses its own flags (argv[0] is the
-// subcommand name) and returns the process exit code; ftrain_main.cc only dispatches.
+// subcommand name) and returns the process exit code; ftrain_main.cc (the torch-free `ftrain`)
+// and ftrain_torch_main.cc (`ftrain-torch`, what it execs for train/eval/launch/commcheck)
+// only dispatch.
 #pragma once
 
 namespace ftrain::cli {
@@ -11,7 +13,9 @@ int RunTrain(int argc, char** argv);      // cmd_train.cc
 int RunReport(int argc, char** argv);     // cmd_report.cc
 int RunPaths(int argc, char** argv);      // cmd_paths.cc
 int RunEval(int argc, char** argv);       // cmd_eval.cc
-int RunPack(int argc, char** argv);       // data_exec.cc (runs ftrain-data pack)
-int RunData(int argc, char** argv);       // data_exec.cc (runs ftrain-data data)
+int RunPack(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data pack)
+int RunData(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data data)
+// sibling_exec.cc: exec `ftrain-torch SUBCOMMAND argv[1..]` with argv[0] = argv0.
+int ExecTorchCommand(const char* argv0, const char* subcommand, int argc, char** argv);
 
 }  // namespace ftrain::cli

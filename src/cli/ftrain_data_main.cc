@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   const ftrain::Status log = ftrain::cli::InitLogLevel(&argc, argv);
   if (!log.ok()) return ftrain::cli::Fail("ftrain-data", log);
   const std::string usage =
-      "usage: ftrain-data pack [flags] INPUT... | ftrain-data data inspect|verify|batches SRC\n"
+      "usage: ftrain-data pack [flags] INPUT... | ftrain-data pack merge OUT PARTS... |\n"
+      "       ftrain-data data inspect|verify|batches SRC\n"
       "(the same as 'ftrain pack' and 'ftrain data'; add --help for the flags)\n";
   if (argc < 2) {
     std::cerr << usage;

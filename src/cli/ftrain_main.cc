@@ -1,4 +1,7 @@
-// `ftrain`: dispatches to a subcommand. Nothing else lives here.
+// `ftrain`: dispatches to a subcommand. Nothing else lives here. This binary does not link
+// LibTorch: report, paths and plan run in it directly (milliseconds, which the Slurm scripts
+// rely on during a recovery); train, eval, launch and commcheck exec `ftrain-torch`, pack and
+// data exec `ftrain-data` (sibling_exec.cc says why).
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -9,6 +12,17 @@
 
 namespace {
 
+const char* g_argv0 = "ftrain";
+
+template <const char* kName>
+int Torch(int argc, char** argv) {
+  return ftrain::cli::ExecTorchCommand(g_argv0, kName, argc, argv);
+}
+constexpr char kTrain[] = "train";
+constexpr char kEval[] = "eval";
+constexpr char kLaunch[] = "launch";
+constexpr char kCommcheck[] = "commcheck";
+
 struct Subcommand {
   const char* name;
   int (*run)(int, char**);
@@ -16,15 +30,13 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
-    {"train", ftrain::cli::RunTrain, "train a model (FSDP, checkpoints, exact resume)"},
-    {"eval", ftrain::cli::RunEval, "mean loss and perplexity of weights on packed data"},
+    {"train", Torch<kTrain>, "train a model (FSDP, checkpoints, exact resume)"},
+    {"eval", Torch<kEval>, "mean loss and perplexity of weights on packed data"},
     {"report", ftrain::cli::RunReport, "summary and SVG timeline of a run directory"},
     {"paths", ftrain::cli::RunPaths, "where a run directory keeps its files (for scripts)"},
     {"plan", ftrain::cli::RunPlan, "memory per GPU for DDP/ZeRO/FSDP and the checkpoint interval"},
-    {"launch", ftrain::cli::RunLaunch,
-     "start N local ranks with an env rendezvous (torchrun-like)"},
-    {"commcheck", ftrain::cli::RunCommcheck,
-     "check collectives for correctness and print bus bandwidth"},
+    {"launch", Torch<kLaunch>, "start N local ranks with an env rendezvous (torchrun-like)"},
+    {"commcheck", Torch<kCommcheck>, "check collectives for correctness and print bus bandwidth"},
     {"pack", ftrain::cli::RunPack, "tokenize text into shards of fixed-length token rows"},
     {"data", ftrain::cli::RunData, "inspect | verify | batches of a packed dataset (dir or URL)"},
 };
@@ -39,6 +51,7 @@ void Usage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_argv0 = argv[0];
   const ftrain::Status log = ftrain::cli::InitLogLevel(&argc, argv);
   if (!log.ok()) return ftrain::cli::Fail("ftrain", log);
   if (argc < 2) {

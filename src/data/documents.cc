@@ -20,8 +20,9 @@ const char* JsonTypeName(const nlohmann::json& v) { return v.type_name(); }
 
 }  // namespace
 
-DocumentReader::DocumentReader(std::vector<InputFile> files, DocOptions opts)
-    : files_(std::move(files)), opts_(std::move(opts)) {}
+DocumentReader::DocumentReader(std::vector<InputFile> files, DocOptions opts,
+                               std::vector<FileSlice> slices)
+    : files_(std::move(files)), opts_(std::move(opts)), slices_(std::move(slices)) {}
 DocumentReader::~DocumentReader() = default;
 
 uint64_t DocumentReader::raw_bytes_done() const {
@@ -44,8 +45,13 @@ void DocumentReader::FinishFile() {
 Status DocumentReader::OpenNext(bool* any) {
   *any = file_index_ < files_.size();
   if (!*any) return Status::Ok();
-  FT_ASSIGN_OR_RETURN(stream_, InputStream::Open(files_[file_index_]));
-  lines_ = std::make_unique<LineReader>(stream_.get());
+  const FileSlice slice = file_index_ < slices_.size() ? slices_[file_index_] : FileSlice();
+  if (slice.whole()) {
+    FT_ASSIGN_OR_RETURN(stream_, InputStream::Open(files_[file_index_]));
+  } else {
+    FT_ASSIGN_OR_RETURN(stream_, OpenFileSlice(files_[file_index_], slice));
+  }
+  lines_ = std::make_unique<LineReader>(stream_.get(), slice.begin, slice.lines_before);
   doc_started_ = false;
   text_eof_ = false;
   file_done_ = false;

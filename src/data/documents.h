@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "data/file_slice.h"
 #include "data/index.h"
 #include "data/input.h"
 
@@ -49,7 +50,8 @@ struct Piece {
 
 class DocumentReader {
  public:
-  DocumentReader(std::vector<InputFile> files, DocOptions opts);
+  // slices[i], when given, is the part of files[i] to read (ftrain pack --part).
+  DocumentReader(std::vector<InputFile> files, DocOptions opts, std::vector<FileSlice> slices = {});
   ~DocumentReader();
 
   // The next piece; false after the last one.
@@ -78,6 +80,7 @@ class DocumentReader {
 
   std::vector<InputFile> files_;
   DocOptions opts_;
+  std::vector<FileSlice> slices_;
   size_t file_index_ = 0;
   std::unique_ptr<InputStream> stream_;
   std::unique_ptr<LineReader> lines_;

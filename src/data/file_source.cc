@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "data/s3.h"
 #include "data/source.h"
 
 namespace ftrain::data {
@@ -109,7 +110,7 @@ std::unique_ptr<Source> NewFileSource(const std::string& dir) {
 }
 
 bool IsUrl(const std::string& spec) {
-  return spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0;
+  return spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0 || IsS3Url(spec);
 }
 
 Status HttpOptions::Validate() const {
@@ -125,6 +126,10 @@ Status HttpOptions::Validate() const {
 
 StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http) {
   if (spec.empty()) return Status::InvalidArgument("data source is empty: give a directory or URL");
+  if (IsS3Url(spec)) {
+    FT_RETURN_IF_ERROR(http.Validate());
+    return NewS3Source(spec, http);
+  }
   if (IsUrl(spec)) {
     FT_RETURN_IF_ERROR(http.Validate());
     return NewHttpSource(spec, http);
@@ -132,7 +137,7 @@ StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const Http
   struct stat st;
   if (::stat(spec.c_str(), &st) != 0) {
     return Status::NotFound(spec + ": no such directory (expected a packed directory with " +
-                            "index.json, or an http(s):// URL)");
+                            "index.json, or an http(s):// or s3:// URL)");
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(spec + ": not a directory");
   return NewFileSource(spec);

@@ -247,6 +247,22 @@ void SplitBy(const Piece& in, const std::vector<Span>& spans, Behavior b, std::v
   }
 }
 
+// Appends `p` cut at the matches of `re` (the matches kept as `b` says), or whole when `re` is
+// null; an empty piece is dropped. The scratch vectors are reused across calls.
+Status SplitAtMatches(Piece* p, const Pattern* re, Behavior b, std::vector<Piece>* out) {
+  if (re == nullptr) {
+    if (!p->text.empty()) out->push_back(std::move(*p));
+    return Status::Ok();
+  }
+  thread_local std::vector<std::pair<size_t, size_t>> m;
+  thread_local std::vector<Span> spans;
+  m.clear();
+  FT_RETURN_IF_ERROR(re->FindAll(p->text, &m));
+  Cover(p->text.size(), m, false, &spans);
+  SplitBy(*p, spans, b, out);
+  return Status::Ok();
+}
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   std::vector<std::unique_ptr<PreTokenizer>> parts;
@@ -311,8 +327,6 @@ class MetaspacePreTokenizer : public PreTokenizer {
       : rep_(std::move(rep)), space_(Pattern::Literal(" ")), scheme_(scheme), split_(split) {}
   Status Apply(std::vector<Piece>* pieces) const override {
     std::vector<Piece> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    std::vector<Span> spans;
     auto rep = Pattern::Literal(rep_);
     for (Piece& p : *pieces) {
       FT_RETURN_IF_ERROR(ReplaceAll(*space_, rep_, &p.text));
@@ -320,14 +334,8 @@ class MetaspacePreTokenizer : public PreTokenizer {
       if (!starts && (scheme_ == Prepend::kAlways || (scheme_ == Prepend::kFirst && p.at_origin))) {
         p.text.insert(0, rep_);
       }
-      if (!split_) {
-        if (!p.text.empty()) out.push_back(std::move(p));
-        continue;
-      }
-      m.clear();
-      FT_RETURN_IF_ERROR(rep->FindAll(p.text, &m));
-      Cover(p.text.size(), m, false, &spans);
-      SplitBy(p, spans, Behavior::kMergedWithNext, &out);
+      FT_RETURN_IF_ERROR(
+          SplitAtMatches(&p, split_ ? rep.get() : nullptr, Behavior::kMergedWithNext, &out));
     }
     pieces->swap(out);
     return Status::Ok();
@@ -351,18 +359,9 @@ class ByteLevelPreTokenizer : public PreTokenizer {
       : prefix_(prefix), re_(std::move(re)) {}
   Status Apply(std::vector<Piece>* pieces) const override {
     std::vector<Piece> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    std::vector<Span> spans;
     for (Piece& p : *pieces) {
       if (prefix_ && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
-      if (!re_) {
-        if (!p.text.empty()) out.push_back(std::move(p));
-        continue;
-      }
-      m.clear();
-      FT_RETURN_IF_ERROR(re_->FindAll(p.text, &m));
-      Cover(p.text.size(), m, false, &spans);
-      SplitBy(p, spans, Behavior::kIsolated, &out);
+      FT_RETURN_IF_ERROR(SplitAtMatches(&p, re_.get(), Behavior::kIsolated, &out));
     }
     pieces->swap(out);
     return Status::Ok();

@@ -51,12 +51,16 @@ std::string Extension(const std::string& base) {
   return dot == std::string::npos || dot == 0 ? "" : name.substr(dot + 1);
 }
 
+}  // namespace
+
 bool LooksLikeText(const std::string& name) {
   static const std::set<std::string> kText = {"txt", "text",  "md",     "markdown",
                                               "rst", "jsonl", "ndjson", ""};
   Compression c;
   return kText.count(Extension(StripCompression(name, &c))) > 0;
 }
+
+namespace {
 
 Status AddFile(const std::string& path, const struct stat& st, InputScan* scan) {
   InputFile f;
@@ -101,22 +105,38 @@ Status Walk(const std::string& dir, InputScan* scan) {
   return Status::Ok();
 }
 
-class PlainStream : public InputStream {
+class FdInput : public RawInput {
  public:
-  PlainStream(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~PlainStream() override { ::close(fd_); }
+  FdInput(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~FdInput() override { ::close(fd_); }
   StatusOr<size_t> Read(char* buf, size_t cap) override {
     for (;;) {
       ssize_t n = ::read(fd_, buf, cap);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        return Status::IOError("read " + path_ + " at offset " + std::to_string(raw_) + ": " +
+        return Status::IOError("read " + path_ + " at offset " + std::to_string(offset_) + ": " +
                                std::strerror(errno));
       }
-      hash_.Update(buf, static_cast<size_t>(n));
-      raw_ += static_cast<uint64_t>(n);
+      offset_ += static_cast<uint64_t>(n);
       return static_cast<size_t>(n);
     }
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+  uint64_t offset_ = 0;
+};
+
+class PlainStream : public InputStream {
+ public:
+  PlainStream(std::unique_ptr<RawInput> in, std::string path)
+      : in_file_(std::move(in)), path_(std::move(path)) {}
+  StatusOr<size_t> Read(char* buf, size_t cap) override {
+    FT_ASSIGN_OR_RETURN(size_t n, in_file_->Read(buf, cap));
+    hash_.Update(buf, n);
+    raw_ += static_cast<uint64_t>(n);
+    return n;
   }
   uint64_t raw_bytes() const override { return raw_; }
   uint64_t raw_xxh3() const override { return hash_.Digest(); }
@@ -129,7 +149,7 @@ class PlainStream : public InputStream {
   }
 
  protected:
-  int fd_;
+  std::unique_ptr<RawInput> in_file_;
   std::string path_;
   uint64_t raw_ = 0;
   Hash64Stream hash_;
@@ -176,7 +196,8 @@ class CompressedStream : public PlainStream {
 
 class GzipStream : public CompressedStream {
  public:
-  GzipStream(int fd, std::string path) : CompressedStream(fd, std::move(path)) {
+  GzipStream(std::unique_ptr<RawInput> in, std::string path)
+      : CompressedStream(std::move(in), std::move(path)) {
     std::memset(&z_, 0, sizeof(z_));
     inflateInit2(&z_, 15 + 32);  // gzip or zlib header, auto-detected
   }
@@ -213,8 +234,8 @@ class GzipStream : public CompressedStream {
 
 class ZstdStream : public CompressedStream {
  public:
-  ZstdStream(int fd, std::string path)
-      : CompressedStream(fd, std::move(path)), z_(ZSTD_createDStream()) {
+  ZstdStream(std::unique_ptr<RawInput> in, std::string path)
+      : CompressedStream(std::move(in), std::move(path)), z_(ZSTD_createDStream()) {
     ZSTD_initDStream(z_);
   }
   ~ZstdStream() override { ZSTD_freeDStream(z_); }
@@ -251,6 +272,10 @@ void ClassifyName(const std::string& name, InputFormat* format, Compression* com
 Status ScanInputs(const std::vector<std::string>& args, InputScan* scan) {
   if (args.empty()) return Status::InvalidArgument("no inputs: give files or directories");
   for (const auto& arg : args) {
+    if (arg.rfind("s3://", 0) == 0) {
+      FT_RETURN_IF_ERROR(ScanS3Input(arg, scan));
+      continue;
+    }
     struct stat st;
     if (::stat(arg.c_str(), &st) != 0) {
       return Status::NotFound(arg + ": no such file or directory");
@@ -282,21 +307,27 @@ Status ScanInputs(const std::vector<std::string>& args, InputScan* scan) {
 }
 
 StatusOr<std::unique_ptr<InputStream>> InputStream::Open(const InputFile& file) {
-  int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(file.path + ": no such file");
-    return Status::IOError("open " + file.path + ": " + std::strerror(errno));
+  std::unique_ptr<RawInput> in;
+  if (file.path.rfind("s3://", 0) == 0) {
+    FT_ASSIGN_OR_RETURN(in, OpenS3Input(file));
+  } else {
+    int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound(file.path + ": no such file");
+      return Status::IOError("open " + file.path + ": " + std::strerror(errno));
+    }
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint; failure changes nothing
+    in = std::make_unique<FdInput>(fd, file.path);
   }
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint; failure changes nothing
   switch (file.compression) {
     case Compression::kGzip:
-      return std::unique_ptr<InputStream>(new GzipStream(fd, file.path));
+      return std::unique_ptr<InputStream>(new GzipStream(std::move(in), file.path));
     case Compression::kZstd:
-      return std::unique_ptr<InputStream>(new ZstdStream(fd, file.path));
+      return std::unique_ptr<InputStream>(new ZstdStream(std::move(in), file.path));
     case Compression::kNone:
       break;
   }
-  return std::unique_ptr<InputStream>(new PlainStream(fd, file.path));
+  return std::unique_ptr<InputStream>(new PlainStream(std::move(in), file.path));
 }
 
 StatusOr<bool> LineReader::Next(std::string* line) {

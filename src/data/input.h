@@ -29,6 +29,7 @@ struct InputScan {
   std::map<std::string, uint64_t> skipped;  // extension -> files skipped under directories
 };
 
+// s3://bucket/prefix arguments are listed by data/s3_input.cc (ScanS3Input below).
 // Files named explicitly are always taken (.jsonl/.ndjson/.json[.gz|.zst] as JSON Lines, any
 // other name as plain text). Under a directory only names that look like text are taken:
 // .txt .text .md .markdown .rst .jsonl .ndjson, files without an extension, and those with
@@ -38,6 +39,20 @@ Status ScanInputs(const std::vector<std::string>& args, InputScan* scan);
 
 // Format and compression from a file name.
 void ClassifyName(const std::string& name, InputFormat* format, Compression* compression);
+// Whether a file found under a directory (or an S3 prefix) is taken by its name.
+bool LooksLikeText(const std::string& name);
+
+// The stored bytes of one input, front to back: a local file, or an S3 object.
+class RawInput {
+ public:
+  virtual ~RawInput() = default;
+  // Up to cap bytes; 0 at the end. Errors name the file and the offset.
+  virtual StatusOr<size_t> Read(char* buf, size_t cap) = 0;
+};
+// data/s3_input.cc: an s3:// argument as directory-like prefix (or one object), and an
+// object's bytes by Range GETs.
+Status ScanS3Input(const std::string& url, InputScan* scan);
+StatusOr<std::unique_ptr<RawInput>> OpenS3Input(const InputFile& file);
 
 // Decompressed bytes of one input file; hashes the stored bytes as it goes.
 class InputStream {
@@ -57,7 +72,9 @@ class InputStream {
 // Lines (without the '\n', and without a trailing '\r') of an InputStream.
 class LineReader {
  public:
-  explicit LineReader(InputStream* in) : in_(in) {}
+  // first_offset and lines_before: where the stream starts in its file (a FileSlice).
+  explicit LineReader(InputStream* in, uint64_t first_offset = 0, uint64_t lines_before = 0)
+      : in_(in), consumed_(first_offset), line_no_(lines_before) {}
   // False at the end of the stream.
   StatusOr<bool> Next(std::string* line);
   uint64_t line_number() const { return line_no_; }     // 1-based number of the last line

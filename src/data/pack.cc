@@ -16,6 +16,7 @@
 #include "data/format.h"
 #include "data/input.h"
 #include "data/pack_output.h"
+#include "data/pack_steps.h"
 
 namespace ftrain::data {
 namespace {
@@ -38,10 +39,11 @@ struct Encoded {
 // The threads and queues between them.
 class Pipeline {
  public:
-  Pipeline(const InputScan& scan, const PackOptions& o, const Tokenizer& tok, int threads)
-      : scan_(scan), o_(o), tok_(tok), threads_(threads) {}
+  Pipeline(const std::vector<InputFile>& files, const std::vector<FileSlice>& slices,
+           const PackOptions& o, const Tokenizer& tok, int threads)
+      : files_(files), slices_(slices), o_(o), tok_(tok), threads_(threads) {}
 
-  Status Run(ShardCutter* cutter, ProgressMeter* progress, PackStats* stats,
+  Status Run(TokenSink* cutter, ProgressMeter* progress, PackStats* stats,
              std::vector<InputEntry>* inputs, std::vector<BadRecord>* bad) {
     std::thread reader([this] { ReadLoop(); });
     std::vector<std::thread> workers;
@@ -74,7 +76,7 @@ class Pipeline {
   }
 
   void ReadLoop() {
-    DocumentReader docs(scan_.files, o_.docs);
+    DocumentReader docs(files_, o_.docs, slices_);
     WorkItem item;
     uint64_t seq = 0, docs_before = 0, text_before = 0;
     auto push = [&]() -> bool {
@@ -151,7 +153,7 @@ class Pipeline {
     }
   }
 
-  Status WriteLoop(ShardCutter* cutter, ProgressMeter* progress, PackStats* stats) {
+  Status WriteLoop(TokenSink* cutter, ProgressMeter* progress, PackStats* stats) {
     uint64_t text = 0, docs = 0;
     for (uint64_t seq = 0;; ++seq) {
       Encoded e;
@@ -180,7 +182,8 @@ class Pipeline {
     return Status::Ok();
   }
 
-  const InputScan& scan_;
+  const std::vector<InputFile>& files_;
+  const std::vector<FileSlice>& slices_;
   const PackOptions& o_;
   const Tokenizer& tok_;
   const int threads_;
@@ -242,17 +245,7 @@ Status PackOptions::Validate() const {
   return Status::Ok();
 }
 
-StatusOr<PackResult> Pack(const PackOptions& o) {
-  FT_RETURN_IF_ERROR(o.Validate());
-  auto t0 = std::chrono::steady_clock::now();
-  // A given tokenizer is read first: a bad one is the only message, and it may live in the
-  // output directory that PrepareOutDir clears.
-  std::unique_ptr<Tokenizer> tok;
-  if (!o.train_tokenizer) {
-    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
-  }
-  InputScan scan;
-  FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
+void LogInputs(const InputScan& scan) {
   std::vector<std::pair<uint64_t, std::string>> by_count;
   uint64_t skipped_files = 0;
   for (const auto& [ext, n] : scan.skipped) {
@@ -270,6 +263,105 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
                << (skipped_files == 0 ? std::string()
                                       : "; skipped " + std::to_string(skipped_files) +
                                             " files under directories by name:" + skipped);
+}
+
+DatasetIndex PackShape(const PackOptions& o, const Tokenizer& tok, int threads) {
+  if (tok.bos_id() < 0 && tok.eos_id() < 0) {
+    FT_LOG(Warning) << "pack: " << o.tokenizer_path
+                    << " defines neither a BOS nor an EOS token: documents follow each other "
+                       "without a separator (for tokenizer.json, put a tokenizer_config.json "
+                       "with bos_token/eos_token next to it)";
+  }
+  DatasetIndex x;
+  x.seq_len = o.seq_len;
+  x.token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
+  const uint64_t row_bytes = x.row_bytes();
+  x.chunk_rows =
+      uint32_t(o.chunk_rows > 0 ? o.chunk_rows
+                                : std::max<uint64_t>(1, uint64_t(o.chunk_kb * 1024) / row_bytes));
+  uint64_t shard_rows =
+      o.shard_rows > 0 ? o.shard_rows : uint64_t(o.shard_mb * 1048576.0) / row_bytes;
+  x.rows_per_shard =
+      std::max<uint64_t>(1, (shard_rows + x.chunk_rows - 1) / x.chunk_rows) * x.chunk_rows;
+  x.tokenizer_type = tok.type();
+  x.tokenizer_file = tok.file_name();
+  x.tokenizer_xxh3 = tok.xxh3();
+  if (!tok.config_bytes().empty()) x.tokenizer_config_file = kHfTokenizerConfigFileName;
+  x.vocab_size = uint32_t(tok.vocab_size());
+  x.bos_id = tok.bos_id();
+  x.eos_id = tok.eos_id();
+  FT_LOG(Info) << "pack: rows of " << x.row_tokens() << " " << x.dtype_name() << " tokens ("
+               << row_bytes << " bytes), " << x.chunk_rows << " rows per chunk, "
+               << x.rows_per_shard << " rows per shard; " << threads << " tokenizer threads";
+  return x;
+}
+
+Status TokenizeInputs(const std::vector<InputFile>& files, const std::vector<FileSlice>& slices,
+                      const PackOptions& o, const Tokenizer& tok, int threads, TokenSink* sink,
+                      ProgressMeter* progress, PackStats* stats, std::vector<InputEntry>* inputs,
+                      std::vector<BadRecord>* bad) {
+  Pipeline pipeline(files, slices, o, tok, threads);
+  return pipeline.Run(sink, progress, stats, inputs, bad);
+}
+
+Status FinishDataset(Env* env, const std::string& dir, const DatasetOutputs& out,
+                     ShardCutter* cutter, DatasetIndex* x) {
+  FT_RETURN_IF_ERROR(cutter->Finish());
+  x->shards = std::move(cutter->shards());
+  x->num_rows = 0;
+  for (const auto& e : x->shards) x->num_rows += e.rows;
+  if (x->stats.documents == 0) {
+    return Status::NotFound(
+        "no text in the inputs (" + std::to_string(out.input_files) + " files, " +
+        std::to_string(out.input_bytes) + " bytes" +
+        (x->stats.skipped_empty_documents > 0
+             ? ", " + std::to_string(x->stats.skipped_empty_documents) + " empty documents"
+             : std::string()) +
+        ")");
+  }
+  if (x->num_rows == 0) {
+    return Status::NotFound(
+        "the inputs hold " + std::to_string(x->stats.stream_tokens) +
+        " tokens, fewer than one row of --seq-len + 1 = " + std::to_string(x->row_tokens()));
+  }
+  x->stats.dropped_tail_tokens = x->stats.stream_tokens - (x->num_rows * x->seq_len + 1);
+  x->data_version = x->ComputeDataVersion();
+  if (!out.bad_records_jsonl.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(dir, kBadRecordsFileName), out.bad_records_jsonl));
+  }
+  FT_RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, x->tokenizer_file), out.model_bytes));
+  if (!x->tokenizer_config_file.empty()) {
+    FT_RETURN_IF_ERROR(
+        WriteFileAtomic(env, JoinPath(dir, x->tokenizer_config_file), out.config_bytes));
+  }
+  return WriteFileAtomic(env, JoinPath(dir, kIndexFileName), x->ToJson());  // the commit
+}
+
+void LogPacked(const DatasetIndex& x, const std::string& dir, double seconds) {
+  FT_LOG(Info) << "pack: wrote " << x.shards.size() << " shards, " << x.num_rows << " rows, "
+               << x.stats.stream_tokens << " tokens from " << x.stats.documents << " documents ("
+               << x.stats.text_bytes / 1e6 << " MB of text) in " << seconds
+               << " s: " << x.stats.text_bytes / 1e6 / seconds << " MB/s; data version "
+               << x.data_version;
+  if (!x.stats.bad_records.empty()) {
+    FT_LOG(Warning) << "pack: " << BadRecordSummary(x.stats) << "; listed in "
+                    << JoinPath(dir, kBadRecordsFileName);
+  }
+}
+
+StatusOr<PackResult> Pack(const PackOptions& o) {
+  FT_RETURN_IF_ERROR(o.Validate());
+  auto t0 = std::chrono::steady_clock::now();
+  // A given tokenizer is read first: a bad one is the only message, and it may live in the
+  // output directory that PrepareOutDir clears.
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.train_tokenizer) {
+    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+  }
+  InputScan scan;
+  FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
+  LogInputs(scan);
   const int threads = ResolveThreads(o.threads);
   Env* env = o.env != nullptr ? o.env : Env::Default();
   FT_RETURN_IF_ERROR(PrepareOutDir(env, o.out_dir, o.force));
@@ -286,87 +378,24 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
         << " s";
     FT_ASSIGN_OR_RETURN(tok, Tokenizer::FromBytes(std::move(model), "the trained tokenizer"));
   }
-  if (tok->bos_id() < 0 && tok->eos_id() < 0) {
-    FT_LOG(Warning) << "pack: " << o.tokenizer_path
-                    << " defines neither a BOS nor an EOS token: documents follow each other "
-                       "without a separator (for tokenizer.json, put a tokenizer_config.json "
-                       "with bos_token/eos_token next to it)";
-  }
-
-  DatasetIndex x;
-  x.seq_len = o.seq_len;
-  x.token_bytes = tok->vocab_size() <= 65536 ? 2 : 4;
-  const uint64_t row_bytes = x.row_bytes();
-  x.chunk_rows =
-      uint32_t(o.chunk_rows > 0 ? o.chunk_rows
-                                : std::max<uint64_t>(1, uint64_t(o.chunk_kb * 1024) / row_bytes));
-  uint64_t shard_rows =
-      o.shard_rows > 0 ? o.shard_rows : uint64_t(o.shard_mb * 1048576.0) / row_bytes;
-  x.rows_per_shard =
-      std::max<uint64_t>(1, (shard_rows + x.chunk_rows - 1) / x.chunk_rows) * x.chunk_rows;
-  x.tokenizer_type = tok->type();
-  x.tokenizer_file = tok->file_name();
-  x.tokenizer_xxh3 = tok->xxh3();
-  if (!tok->config_bytes().empty()) x.tokenizer_config_file = kHfTokenizerConfigFileName;
-  x.vocab_size = uint32_t(tok->vocab_size());
-  x.bos_id = tok->bos_id();
-  x.eos_id = tok->eos_id();
-  FT_LOG(Info) << "pack: rows of " << x.row_tokens() << " " << x.dtype_name() << " tokens ("
-               << row_bytes << " bytes), " << x.chunk_rows << " rows per chunk, "
-               << x.rows_per_shard << " rows per shard; " << threads << " tokenizer threads";
-
+  DatasetIndex x = PackShape(o, *tok, threads);
   ShardCutter cutter(env, o.out_dir, x);
   ProgressMeter progress("pack", scan.total_bytes, o.progress, o.progress_interval_s);
-  Pipeline pipeline(scan, o, *tok, threads);
   std::vector<BadRecord> bad;
-  Status s = pipeline.Run(&cutter, &progress, &x.stats, &x.inputs, &bad);
-  if (s.ok()) s = cutter.Finish();
+  Status s = TokenizeInputs(scan.files, {}, o, *tok, threads, &cutter, &progress, &x.stats,
+                            &x.inputs, &bad);
   progress.Update(scan.total_bytes, x.stats.text_bytes, x.stats.documents, /*force=*/true);
   progress.Finish();
   FT_RETURN_IF_ERROR(s);
-  x.shards = std::move(cutter.shards());
-  for (const auto& e : x.shards) x.num_rows += e.rows;
-  if (x.stats.documents == 0) {
-    return Status::NotFound(
-        "no text in the inputs (" + std::to_string(scan.files.size()) + " files, " +
-        std::to_string(scan.total_bytes) + " bytes" +
-        (x.stats.skipped_empty_documents > 0
-             ? ", " + std::to_string(x.stats.skipped_empty_documents) + " empty documents"
-             : std::string()) +
-        ")");
-  }
-  if (x.num_rows == 0) {
-    return Status::NotFound(
-        "the inputs hold " + std::to_string(x.stats.stream_tokens) +
-        " tokens, fewer than one row of --seq-len + 1 = " + std::to_string(x.row_tokens()));
-  }
-  x.stats.dropped_tail_tokens = x.stats.stream_tokens - (x.num_rows * x.seq_len + 1);
-  x.data_version = x.ComputeDataVersion();
-  if (!bad.empty()) {
-    FT_RETURN_IF_ERROR(
-        WriteFileAtomic(env, JoinPath(o.out_dir, kBadRecordsFileName), BadRecordsJsonl(bad)));
-  }
-  FT_RETURN_IF_ERROR(
-      WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_file), tok->model_bytes()));
-  if (!x.tokenizer_config_file.empty()) {
-    FT_RETURN_IF_ERROR(
-        WriteFileAtomic(env, JoinPath(o.out_dir, x.tokenizer_config_file), tok->config_bytes()));
-  }
-  FT_RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(o.out_dir, kIndexFileName), x.ToJson()));
+  DatasetOutputs out{BadRecordsJsonl(bad), tok->model_bytes(), tok->config_bytes(),
+                     scan.files.size(), scan.total_bytes};
+  FT_RETURN_IF_ERROR(FinishDataset(env, o.out_dir, out, &cutter, &x));
 
   PackResult r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.input_bytes = scan.total_bytes;
   r.threads = threads;
-  FT_LOG(Info) << "pack: wrote " << x.shards.size() << " shards, " << x.num_rows << " rows, "
-               << x.stats.stream_tokens << " tokens from " << x.stats.documents << " documents ("
-               << x.stats.text_bytes / 1e6 << " MB of text) in " << r.seconds
-               << " s: " << x.stats.text_bytes / 1e6 / r.seconds << " MB/s; data version "
-               << x.data_version;
-  if (!x.stats.bad_records.empty()) {
-    FT_LOG(Warning) << "pack: " << BadRecordSummary(x.stats) << "; listed in "
-                    << JoinPath(o.out_dir, kBadRecordsFileName);
-  }
+  LogPacked(x, o.out_dir, r.seconds);
   r.index = std::move(x);
   return r;
 }

@@ -17,12 +17,19 @@ namespace ftrain::data {
 // are never read, so a crash half-way leaves nothing that looks complete).
 Status PrepareOutDir(Env* env, const std::string& dir, bool force);
 
+// Where the packer's writer thread puts the token stream, in order.
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  virtual Status Add(const std::vector<uint32_t>& tokens) = 0;
+};
+
 // Rows of shape.seq_len + 1 tokens from a token stream (row k = tokens [k*L, k*L+L]), written
 // as shards of shape.rows_per_shard rows.
-class ShardCutter {
+class ShardCutter : public TokenSink {
  public:
   ShardCutter(Env* env, const std::string& dir, const DatasetIndex& shape);
-  Status Add(const std::vector<uint32_t>& tokens);
+  Status Add(const std::vector<uint32_t>& tokens) override;
   Status Finish();  // writes the last, shorter shard
   std::vector<ShardEntry>& shards() { return shards_; }
 

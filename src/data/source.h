@@ -1,6 +1,6 @@
-// Where a packed directory's files come from: a local/shared file system path or an http(s)
-// base URL. Readers see only this interface, so tests can wrap it to inject faults. Reads are
-// whole small files (index.json, tokenizer.model) or byte ranges of shards.
+// Where a packed directory's files come from: a local/shared file system path, an http(s)
+// base URL or an s3:// prefix. Readers see only this interface, so tests can wrap it to inject
+// faults. Reads are whole small files (index.json, tokenizer.model) or byte ranges of shards.
 #pragma once
 
 #include <atomic>
@@ -48,7 +48,8 @@ class Source {
   std::atomic<bool> cancelled_{false};
 };
 
-// "http://..." or "https://..." -> HTTP source; anything else is a directory path.
+// "http://..." or "https://..." -> HTTP source; "s3://bucket/prefix" -> S3 source (data/s3.h);
+// anything else is a directory path.
 bool IsUrl(const std::string& spec);
 StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http);
 

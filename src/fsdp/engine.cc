@@ -333,6 +333,40 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   return loss_value;
 }
 
+StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
+  if (tokens.dim() != 2 || tokens.size(1) < 2) {
+    return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
+  }
+  torch::NoGradGuard no_grad;
+  // The counters belong to the training step's StepStats: restored below.
+  const double wait_before = comm_wait_s_;
+  const uint64_t bytes_before = comm_bytes_;
+  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
+  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  const int L = static_cast<int>(units_.size()) - 1;
+  Unit& root = *units_[0];
+  FT_RETURN_IF_ERROR(Gather(root));
+  FT_RETURN_IF_ERROR(WaitGather(root));
+  Attach(root);
+  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
+  torch::Tensor h = model_->Embed(inputs);
+  for (int i = 0; i < L; ++i) {
+    Unit& u = *units_[static_cast<size_t>(i) + 1];
+    FT_RETURN_IF_ERROR(Gather(u));
+    FT_RETURN_IF_ERROR(WaitGather(u));
+    Attach(u);
+    if (config_.prefetch && i + 1 < L)
+      FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    h = model_->Layer(i, h);
+    Release(u);
+  }
+  const float loss = model::CrossEntropyLoss(model_->Head(h), targets).item<float>();
+  Release(root);
+  comm_wait_s_ = wait_before;
+  comm_bytes_ = bytes_before;
+  return loss;
+}
+
 Status FsdpEngine::ReduceGrads() {
   // Order: layers from the last (the order their reduce-scatters were issued), then root.
   std::vector<Unit*> order;

@@ -96,6 +96,13 @@ class FsdpEngine {
   StatusOr<float> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
                                   bool last_micro_batch);
 
+  // Loss of one micro-batch without gradients (held-out evaluation): tokens [B, T+1] as for
+  // ForwardBackward, the same gathers and the same compute dtype and device, each unit
+  // released after its forward. Collective over the shard group. Nothing the training step
+  // owns changes: master, moment and gradient shards, the accumulation count, the comm
+  // counters of the next StepStats. Returns the mean token loss (float32).
+  StatusOr<float> Forward(const torch::Tensor& tokens);
+
   // Clips by the global gradient norm (max_norm <= 0: no clipping), applies AdamW with
   // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);

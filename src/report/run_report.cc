@@ -119,6 +119,8 @@ StatusOr<StepRecord> ParseStep(const json& j, const std::string& where) {
   FT_RETURN_IF_ERROR(OptField(j, "gpu_util", where, &s.gpu_util));
   FT_RETURN_IF_ERROR(OptField(j, "gpu_mem_gb", where, &s.gpu_mem_gb));
   FT_RETURN_IF_ERROR(OptField(j, "tokens_per_s_per_gpu", where, &s.tokens_per_s_per_gpu));
+  FT_RETURN_IF_ERROR(OptField(j, "eval_loss", where, &s.eval_loss));
+  FT_RETURN_IF_ERROR(OptField(j, "eval_s", where, &s.eval_s));
   if (s.step_time_s < 0 || !std::isfinite(s.time)) {
     return Status::Corruption(where + ": negative step_time_s or a time that is not finite");
   }
@@ -289,7 +291,7 @@ void Analyze(RunSummary* r) {
   std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg;
   for (const auto& s : r->steps) {
     r->productive_s += s.step_time_s;
-    st.push_back(s.step_time_s - s.ckpt_stall_s);
+    st.push_back(s.step_time_s - s.ckpt_stall_s - s.eval_s.value_or(0));
     stw.push_back(s.step_time_s);
     tps.push_back(s.tokens_per_s);
     wait.push_back(s.data_wait_s);
@@ -303,6 +305,20 @@ void Analyze(RunSummary* r) {
     if (s.gpu_util) util.push_back(*s.gpu_util);
     if (s.gpu_mem_gb) mem.push_back(*s.gpu_mem_gb);
     if (s.tokens_per_s_per_gpu) tpg.push_back(*s.tokens_per_s_per_gpu);
+    if (s.eval_loss) {
+      EvalSummary& e = r->eval ? *r->eval : r->eval.emplace();
+      if (e.count++ == 0) {
+        e.first_step = s.step;
+        e.first_loss = *s.eval_loss;
+      }
+      if (e.count == 1 || *s.eval_loss < e.best_loss) {
+        e.best_step = s.step;
+        e.best_loss = *s.eval_loss;
+      }
+      e.last_step = s.step;
+      e.last_loss = *s.eval_loss;
+      e.total_s += s.eval_s.value_or(0);
+    }
   }
   r->step_time = ComputePercentiles(st);
   r->step_time_with_stall = ComputePercentiles(stw);

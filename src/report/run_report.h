@@ -68,6 +68,7 @@ struct StepRecord {
   int64_t tokens = 0;
   std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
   std::shared_ptr<const StepPhases> phases;  // absent in records of older trainers
+  std::optional<double> eval_loss, eval_s;  // steps that ran the held-out evaluation ([eval])
   double Start() const { return time - step_time_s; }
 };
 
@@ -115,6 +116,14 @@ struct Percentiles {
   int count = 0;
 };
 
+// The held-out evaluations ([eval]) among the step records.
+struct EvalSummary {
+  int count = 0;
+  int64_t first_step = 0, last_step = 0, best_step = 0;
+  double first_loss = 0, last_loss = 0, best_loss = 0;
+  double total_s = 0;  // their wall time, part of the steps' step_time_s
+};
+
 struct RunSummary {
   std::string run_dir, ckpt_root;
   std::vector<StepRecord> steps;
@@ -125,6 +134,7 @@ struct RunSummary {
   double productive_s = 0, lost_s = 0, redone_s = 0, down_s = 0, other_s = 0, goodput = 0;
   Percentiles step_time, step_time_with_stall, tokens_per_s, data_wait, comm, stall;
   std::optional<Percentiles> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
+  std::optional<EvalSummary> eval;
   std::vector<int64_t> checkpoint_steps;  // steps whose record shows a checkpoint stall
   double stall_total_s = 0;
   int checkpoints_in_root = 0, corrupt_in_root = 0;

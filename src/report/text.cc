@@ -144,12 +144,21 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
       << " (start-up before the first step, shutdown, gaps between steps)\n";
   if (last != nullptr) {
     out << "step time      p50 " << Fmt("%.3f", r.step_time.p50) << " s, p95 "
-        << Fmt("%.3f", r.step_time.p95) << " s without checkpoint stalls (with: p50 "
+        << Fmt("%.3f", r.step_time.p95) << " s without checkpoint stalls"
+        << (r.eval ? " and evaluation" : "") << " (with: p50 "
         << Fmt("%.3f", r.step_time_with_stall.p50) << " s, p95 "
         << Fmt("%.3f", r.step_time_with_stall.p95) << " s)\n";
     out << "throughput     p50 " << Fmt("%.0f", r.tokens_per_s.p50) << " tokens/s per step; "
         << Fmt("%.0f", r.wall_s > 0 ? static_cast<double>(last->tokens) / r.wall_s : 0)
         << " tokens/s over the wall time\n";
+    if (r.eval) {
+      const EvalSummary& e = *r.eval;
+      out << "eval           held-out loss " << Fmt("%.4f", e.last_loss) << " at step "
+          << e.last_step << " (first " << Fmt("%.4f", e.first_loss) << " at step " << e.first_step
+          << ", best " << Fmt("%.4f", e.best_loss) << " at step " << e.best_step << "; " << e.count
+          << " evaluation" << (e.count == 1 ? "" : "s") << ", " << HumanDuration(e.total_s)
+          << ")\n";
+    }
     if (r.mfu) {
       out << "MFU            p50 " << Fmt("%.1f", 100 * r.mfu->p50) << " %, p95 "
           << Fmt("%.1f", 100 * r.mfu->p95) << " %\n";
@@ -227,6 +236,12 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
   j["tokens_per_s"] = PercentilesJson(r.tokens_per_s);
   j["data_wait_s"] = PercentilesJson(r.data_wait);
   j["comm_s"] = PercentilesJson(r.comm);
+  if (r.eval) {
+    j["eval"] = {{"evaluations", r.eval->count},     {"last_step", r.eval->last_step},
+                 {"last_loss", r.eval->last_loss},   {"first_step", r.eval->first_step},
+                 {"first_loss", r.eval->first_loss}, {"best_step", r.eval->best_step},
+                 {"best_loss", r.eval->best_loss},   {"total_s", r.eval->total_s}};
+  }
   if (r.mfu) j["mfu"] = PercentilesJson(*r.mfu);
   if (r.gpu_util) j["gpu_util"] = PercentilesJson(*r.gpu_util);
   if (r.gpu_mem_gb) j["gpu_mem_gb"] = PercentilesJson(*r.gpu_mem_gb);

@@ -1,28 +1,27 @@
-// `ftrain eval`: mean token cross-entropy and perplexity of a model on packed data. Loads the
-// weights from Hugging Face safetensors (one file or an index.json) or from a checkpoint
-// (fp32 master weights; bf16 model weights when a checkpoint has no master) or a Hugging Face
-// model directory, reads a fixed number of micro-batches in the data's deterministic order
-// (dp rank 0 of 1) and averages. Single process, float32 (or bfloat16) compute, no FSDP
-// engine and no communication.
+// `ftrain eval`: mean token cross-entropy and perplexity of a model on packed data, on the
+// training engine (train/eval_loop.h): the FSDP forward with the run's sharding, on its device
+// (train.device) and in its compute dtype, distributed over every rank of the job (one
+// process, or `ftrain launch --nproc N`, or srun), each rank reading only its own shards of
+// the weights. Weights: Hugging Face safetensors (one file, an index.json or a model
+// directory) or a checkpoint (fp32 master weights; bf16 model weights when a checkpoint has
+// no master) or a checkpoint root (its newest complete checkpoint).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "train/train_config.h"
 
 namespace ftrain::train {
 
 struct EvalOptions {
-  LlamaConfig model;
-  std::string weights;      // *.safetensors, *.index.json, an HF model dir, a checkpoint (root)
-  std::string data;         // packed dataset directory or http(s):// URL
-  int64_t batches = 16;     // micro-batches to average over (> 0)
-  int64_t micro_batch = 4;  // rows per micro-batch
-  uint64_t seed = 1234;     // data order (the training seed gives the training order)
-  int threads = 1;          // intra-op threads (fixed: results are bit-reproducible)
-  bool bf16 = false;        // parameters and activations in bfloat16 (the loss in float32)
+  // model, data.path (the rows), train.seed (their order), train.micro_batch (rows per
+  // micro-batch), train.device, train.param_dtype (the compute dtype), train.threads,
+  // train.prefetch, dist.sharding, dist.backend and its timeouts.
+  TrainConfig config;
+  std::string weights;   // *.safetensors, *.index.json, an HF model dir, a checkpoint (root)
+  int64_t batches = 16;  // micro-batches to average over, all ranks together (> 0)
 };
 
 struct EvalResult {
@@ -33,11 +32,17 @@ struct EvalResult {
   std::string weights;  // what was loaded: the file, or the checkpoint directory resolved
   std::string source;   // "safetensors", "checkpoint master (fp32)", "checkpoint model (bf16)"
   int64_t step = -1;    // the checkpoint's step (-1 for safetensors)
+  int rank = 0;         // this process's rank (rank 0 prints)
+  int ranks = 1;        // ranks that evaluated
+  std::string device;   // "cpu" or the CUDA device description
+  std::string dtype;    // compute dtype: "float32" or "bfloat16"
+  double seconds = 0;   // the evaluation alone (not the load)
 };
 
-// Errors: a weights path that is not there, a tensor set or shape that does not fit the model,
-// a data path that is not there, or sequences longer than model.max_seq_len are
-// InvalidArgument (exit 2); damaged files keep their Corruption/IOError kinds.
+// Collective: every rank of the job calls it. Errors: a weights path that is not there, a
+// tensor set or shape that does not fit the model, a data path that is not there, or
+// sequences longer than model.max_seq_len are InvalidArgument (exit 2) on every rank;
+// damaged files keep their Corruption/IOError kinds.
 StatusOr<EvalResult> RunEval(const EvalOptions& options);
 
 }  // namespace ftrain::train

@@ -38,6 +38,8 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   optional("tokens_per_s_per_gpu", m.tokens_per_s_per_gpu, "%.1f");
   optional("mfu", m.mfu, "%.4f");
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
+  optional("eval_loss", m.eval_loss, "%.9g");
+  optional("eval_s", m.eval_s, "%.6f");
   if (m.phases) line += PhaseSummaryJson(*m.phases);
   return line + "}";
 }

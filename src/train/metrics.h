@@ -36,6 +36,10 @@ struct StepMetrics {
   std::optional<double> tokens_per_s_per_gpu;
   std::optional<double> mfu;                 // 0-1
   std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...
+  // Steps that ran the held-out evaluation ([eval], train/eval_loop.h): its mean loss (a
+  // float32, printed %.9g) and its wall time, which step_time_s includes (like ckpt_stall_s).
+  std::optional<double> eval_loss;
+  std::optional<double> eval_s;
   // Every rank's step phases summarised by rank 0 ("phases", "ranks", "stragglers").
   std::shared_ptr<const PhaseSummary> phases;
 };

@@ -128,6 +128,8 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   optional("perf/tokens_per_s_per_gpu", m.tokens_per_s_per_gpu);
   optional("perf/mfu", m.mfu);
   optional("perf/scaling_efficiency", m.scaling_efficiency);
+  optional("eval/loss", m.eval_loss);
+  optional("perf/eval_s", m.eval_s);
   if (m.phases) {
     for (const auto& [key, x] : PhaseScalars(*m.phases)) {
       v.push_back({"phases/" + key, static_cast<float>(x)});
@@ -145,10 +147,11 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
        m.tokens_per_s},
       {"ftrain_step_seconds", "Wall time of the last step, checkpoint stall included.", false,
        m.step_time_s},
-      {"ftrain_step_seconds_p50", "Median step time over the window, without checkpoint stall.",
-       false, window_.Percentile(0.50)},
+      {"ftrain_step_seconds_p50",
+       "Median step time over the window, without checkpoint stall or evaluation.", false,
+       window_.Percentile(0.50)},
       {"ftrain_step_seconds_p95",
-       "95th percentile step time over the window, without checkpoint stall.", false,
+       "95th percentile step time over the window, without checkpoint stall or evaluation.", false,
        window_.Percentile(0.95)},
       {"ftrain_loss", "Training loss of the last step (mean over ranks).", false, m.loss},
       {"ftrain_learning_rate", "Learning rate of the last step.", false, m.lr},
@@ -177,6 +180,12 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
   optional("ftrain_scaling_efficiency_ratio",
            "Per-GPU throughput over metrics.baseline_tokens_per_s_per_gpu.", m.scaling_efficiency,
            1);
+  if (eval_step_ >= 0) {
+    v.push_back({"ftrain_eval_loss", "Held-out loss of the newest evaluation ([eval]).", false,
+                 eval_loss_});
+    v.push_back({"ftrain_eval_step", "Step of the newest held-out evaluation.", false,
+                 static_cast<double>(eval_step_)});
+  }
   if (m.phases) {
     // ftrain_phase_median_compute_seconds, ..., ftrain_phase_slowest_rank.
     for (const auto& [key, x] : PhaseScalars(*m.phases)) {
@@ -191,7 +200,11 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
 }
 
 void MetricsSinks::Publish(const StepMetrics& m) {
-  window_.Add(m.step_time_s - m.ckpt_stall_s);
+  window_.Add(m.step_time_s - m.ckpt_stall_s - m.eval_s.value_or(0));
+  if (m.eval_loss) {
+    eval_step_ = m.step;
+    eval_loss_ = *m.eval_loss;
+  }
   PollCommitted();
   if (tensorboard_ != nullptr) {
     Status s = tensorboard_->WriteScalars(m.step, m.unix_time, TensorBoardScalars(m));

@@ -74,6 +74,8 @@ class MetricsSinks {
   StepTimeWindow window_{100};
   int64_t last_committed_ = -1;
   int64_t pending_step_ = -1;  // handed to ckptd, not yet seen committed
+  int64_t eval_step_ = -1;     // the newest step with a held-out loss (-1: none yet)
+  double eval_loss_ = 0;       // its loss: Prometheus keeps showing it between evaluations
 };
 
 }  // namespace ftrain::train

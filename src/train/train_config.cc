@@ -214,6 +214,30 @@ Status LoadMetrics(const Config& c, TrainConfig* out) {
   return Status::Ok();
 }
 
+// [eval].
+Status LoadEval(const Config& c, EvalSection* e) {
+  FT_RETURN_IF_ERROR(c.GetString("eval.path", &e->path));
+  FT_RETURN_IF_ERROR(c.GetInt("eval.every_steps", &e->every_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("eval.batches", &e->batches));
+  auto where = [&c](const char* key) {
+    return c.Has(key) ? c.entries().at(key).origin + ": " : std::string();
+  };
+  if (e->every_steps < 0) {
+    return Status::InvalidArgument(where("eval.every_steps") +
+                                   "eval.every_steps must be >= 0 (0 = no evaluation)");
+  }
+  if (e->batches < 1) {
+    return Status::InvalidArgument(where("eval.batches") + "eval.batches must be >= 1, got " +
+                                   std::to_string(e->batches));
+  }
+  if (e->every_steps > 0 && e->path.empty()) {
+    return Status::InvalidArgument(where("eval.every_steps") +
+                                   "eval.every_steps is set but eval.path is not: give the "
+                                   "held-out packed directory or URL (--eval.path=DIR)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
@@ -224,6 +248,7 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(LoadDataAndDist(c, &t));
   FT_RETURN_IF_ERROR(LoadCheckpointing(c, &t));
   FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
+  FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
 }
@@ -249,6 +274,8 @@ std::string TrainConfig::ConfigHash() const {
   for (const auto& [key, entry] : raw.entries()) {
     // Where metrics go and what MFU is measured against: not a bit of the run changes.
     if (key.rfind("metrics.", 0) == 0) continue;
+    // The held-out loss reads the weights, never changes them (train/eval_loop.h).
+    if (key.rfind("eval.", 0) == 0) continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" ||

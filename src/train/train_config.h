@@ -95,6 +95,15 @@ struct MetricsSection {
   int64_t straggler_window = 20;     // ... averaged over this many steps names a straggler
 };
 
+// [eval]: the held-out loss during training (train/eval_loop.h), on the training engine.
+// Changes nothing a run computes (not in ConfigHash): the training bits are the same with it
+// on or off.
+struct EvalSection {
+  std::string path;         // packed directory or http(s):// URL of held-out data
+  int64_t every_steps = 0;  // evaluate after every N-th step and after the last; 0 = off
+  int64_t batches = 16;     // micro-batches of train.micro_batch rows, all ranks together
+};
+
 struct TrainConfig {
   LlamaConfig model;
   OptimSection train;
@@ -102,6 +111,7 @@ struct TrainConfig {
   DistSection dist;
   CkptSection ckpt;
   MetricsSection metrics;
+  EvalSection eval;
   std::string run_dir;
   Config raw;  // what was read, for the resolved copy in the run directory
 

@@ -33,6 +33,7 @@
 #include "train/checkpointing.h"
 #include "train/device.h"
 #include "train/device_memory.h"
+#include "train/eval_loop.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/metrics_sinks.h"
@@ -834,6 +835,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   }
   run->state.hf_files = std::move(hf.bytes);
   FT_RETURN_IF_ERROR(OpenReader(run.get()));
+  FT_RETURN_IF_ERROR(CheckEvalData(cfg, ctx));
   PlanOptimizer(run.get());
   if (run->leader) {
     FT_ASSIGN_OR_RETURN(run->metrics,
@@ -953,6 +955,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       phases->comm_bytes = static_cast<double>(stats.comm_bytes);
       m.phases = std::move(phases);
     }
+    // Before the checkpoint, so that the line it carries has the held-out loss too.
+    FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
     double stall = 0;
     if (at.checkpoint) {
       FT_ASSIGN_OR_RETURN(std::optional<double> saved, CheckpointAtBoundary(*run, at, m));
