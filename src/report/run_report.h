@@ -68,7 +68,7 @@ struct StepRecord {
   int64_t tokens = 0;
   std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
   std::shared_ptr<const StepPhases> phases;  // absent in records of older trainers
-  std::optional<double> eval_loss, eval_s;  // steps that ran the held-out evaluation ([eval])
+  std::optional<double> eval_loss, eval_s;   // steps that ran the held-out evaluation ([eval])
   double Start() const { return time - step_time_s; }
 };
 
