@@ -13,7 +13,8 @@
 #   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
 #   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
 #      the state size / stall (the device-to-host rate the checkpoint achieved); check that
-#      metrics.jsonl has the NVML health fields and ftrain's own mfu;
+#      metrics.jsonl has the NVML health fields and ftrain's own mfu; the step's phase split
+#      and the Kineto trace of steps 3-4 (train.profile_steps) with its named ranges;
 #   5b. a small Llama saved by transformers here, trained from its directory (--model.hf,
 #      --train.init) with the held-out loss ([eval]) on: stop (SIGUSR1) and resume
 #      bit-identical, the SDPA backend from its checkpoint layout, `ftrain eval` of its final
@@ -181,7 +182,8 @@ REF="${WORK}/ref" RUN="${WORK}/killed"
 log "reference run (uninterrupted)"
 start_ckptd "${REF}"
 t_ref=${SECONDS}
-train "${REF}" >"${WORK}/ref.log" 2>&1 || { tail -n 30 "${WORK}/ref.log" >&2; fail "reference run"; }
+train "${REF}" --train.profile_steps=3:4 >"${WORK}/ref.log" 2>&1 ||
+  { tail -n 30 "${WORK}/ref.log" >&2; fail "reference run"; }
 t_ref=$((SECONDS - t_ref))
 stop_ckptd
 last="$("${BIN}/ckptctl" latest "${REF}/checkpoints")" || fail "the reference has no checkpoint"
@@ -310,6 +312,25 @@ if stalls:
         print(f"device-to-host copy (median of {len(d2h)}): {b / 1e9:.2f} GB in {t:.3f} s = {b / t / 1e9:.2f} GB/s; stall / copy = {s / t:.2f} (goal <= 1.5)")
     else:
         print("device-to-host copy: none logged (CPU run: the state is already in host memory)")
+PY
+# The step's phases (CUDA events for compute and optimizer on a GPU) and the profiler's trace of
+# steps 3-4 (Kineto, CPU + CUDA activities, the named ranges).
+trace="$("${BIN}/ftrain" paths "${REF}" --get profile)/trace-rank0.json"
+python3 - "${REF}/metrics.jsonl" "${trace}" <<'PY' || fail "step phases / profiler trace"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][5:]
+step = statistics.median(r["step_time_s"] - r["ckpt_stall_s"] for r in rows)
+keys = ["data_wait_s", "compute_s", "comm_wait_s", "optimizer_s", "boundary_wait_s", "other_s"]
+split = {k: statistics.median(r["phases"]["median"][k] for r in rows) for k in keys}
+print(f"step phases (median over steps 6+, step {step:.4f} s): " + ", ".join(
+    f"{k[:-2]} {v:.4f} s ({100 * v / step:.0f} %)" for k, v in split.items()))
+events = json.load(open(sys.argv[2]))["traceEvents"]
+names = {e.get("name") for e in events}
+ranges = sorted(n for n in names if isinstance(n, str) and n.startswith(("ftrain/", "fsdp/")))
+kernels = sum(1 for e in events if e.get("cat") == "kernel")
+print(f"profiler trace {sys.argv[2]}: {len(events)} events, {kernels} CUDA kernels, "
+      f"{len(ranges)} named ranges ({', '.join(ranges[:4])}, ...)")
+sys.exit(0 if {"ftrain/step 3", "ftrain/step 4"} <= names else "no ftrain/step 3-4 in the trace")
 PY
 # Step 3b: a Hugging Face model in, with the held-out loss on (issue 20). A small Llama saved by
 # transformers on this machine (the image's python3; the dry run: FTRAIN_HF_PYTHONPATH's, and

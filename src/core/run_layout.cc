@@ -39,6 +39,10 @@ std::string RunLayout::heartbeats() const { return JoinPath(run_dir_, ".heartbea
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }
+std::string RunLayout::profile() const { return JoinPath(run_dir_, "profile"); }
+std::string RunLayout::profile_trace(int rank) const {
+  return JoinPath(profile(), "trace-rank" + std::to_string(rank) + ".json");
+}
 std::string RunLayout::default_prometheus_dir() const { return JoinPath(run_dir_, "prometheus"); }
 
 StatusOr<std::string> RunLayout::CheckpointRoot() const {

@@ -17,6 +17,7 @@
 //   RUN/checkpoints/          the default checkpoint root (ckpt.root overrides it)
 //   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
 //   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
+//   RUN/profile/              Chrome traces of train.profile_steps: trace-rank<R>.json per rank
 #pragma once
 
 #include <string>
@@ -53,6 +54,8 @@ class RunLayout {
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.
   std::string default_checkpoint_root() const;
   std::string tensorboard() const;
+  std::string profile() const;                // RUN/profile
+  std::string profile_trace(int rank) const;  // RUN/profile/trace-rank<R>.json
   std::string default_prometheus_dir() const;
 
   // The checkpoint root the newest start of this run used: ckpt.root from its resolved config

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "fsdp/trace_range.h"
 
 namespace ftrain::fsdp {
 
@@ -200,6 +201,7 @@ Status FsdpEngine::Gather(Unit& u) {
 
 Status FsdpEngine::WaitGather(Unit& u) {
   if (!u.gather_work) return Status::Ok();
+  TraceRange range("fsdp/wait all-gather " + u.name);
   auto t0 = Clock::now();
   Status s = u.gather_work->Wait();
   comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -257,6 +259,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     Attach(u);
     if (config_.prefetch && i + 1 < L)
       FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    TraceRange range("fsdp/forward " + u.name);
     if (config_.activation_checkpointing) {
       torch::NoGradGuard no_grad;
       u.saved_input = h;
@@ -283,6 +286,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     FT_RETURN_IF_ERROR(WaitGather(u));
     Attach(u);
     if (config_.prefetch && i > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i)]));
+    TraceRange range("fsdp/backward " + u.name);
     torch::Tensor x;
     if (config_.activation_checkpointing) {
       x = u.saved_input.detach().requires_grad_(true);
@@ -371,6 +375,7 @@ Status FsdpEngine::ReduceGrads() {
   std::vector<std::unique_ptr<comm::Work>> all_reduces;
   for (Unit* u : order) {
     if (u->reduce_work) {
+      TraceRange range("fsdp/wait reduce-scatter " + u->name);
       auto t0 = Clock::now();
       Status s = u->reduce_work->Wait();
       comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -384,6 +389,7 @@ Status FsdpEngine::ReduceGrads() {
           static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) * ElemSize(config_.reduce_dtype);
     }
   }
+  TraceRange range("fsdp/wait gradient all-reduce");
   auto t0 = Clock::now();
   for (auto& w : all_reduces) FT_RETURN_IF_ERROR(w->Wait().Annotate("gradient all-reduce"));
   comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -400,6 +406,7 @@ Status FsdpEngine::ReduceGrads() {
 StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double max_norm) {
   torch::NoGradGuard no_grad;
   if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
+  TraceRange range("fsdp/optimizer");
   // Global gradient norm: squares summed per shard in float64, then across the shard group
   // (replicas hold identical shards, so the shard group covers every parameter once).
   // Summed on the device in unit order (the same float64 additions as on the host), read
@@ -409,6 +416,7 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
     if (u->span.length > 0) acc.add_(u->grad_shard.to(torch::kFloat64).pow(2).sum());
   }
   if (groups_.shard && groups_.shard->size() > 1) {
+    TraceRange wait("fsdp/wait grad-norm all-reduce");
     auto t0 = Clock::now();
     FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, comm::ReduceOp::kSum)->Wait());
     comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();

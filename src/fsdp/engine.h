@@ -107,6 +107,8 @@ class FsdpEngine {
   // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
 
+  // The collective wait of the current step so far (Step() returns and resets the total).
+  double comm_wait_so_far() const { return comm_wait_s_; }
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
 

@@ -13,6 +13,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "report/time_breakdown.h"
 
 namespace ftrain::report {
 namespace {
@@ -416,6 +417,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   FT_RETURN_IF_ERROR(ReadJsonLines(metrics, &lines, &r.warnings));
   for (const auto& [no, j] : lines) {
     FT_ASSIGN_OR_RETURN(StepRecord s, ParseStep(j, metrics + ":" + std::to_string(no)));
+    FT_RETURN_IF_ERROR(ParseStepPhases(j, metrics + ":" + std::to_string(no), &s, &r));
     r.steps.push_back(s);
   }
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
@@ -441,6 +443,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     }
   }
   Analyze(&r);
+  AnalyzeTimeBreakdown(&r);
   return r;
 }
 

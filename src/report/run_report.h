@@ -5,7 +5,9 @@
 // and as a self-contained SVG timeline. Reads files only; no LibTorch.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -14,6 +16,42 @@
 #include "core/status.h"
 
 namespace ftrain::report {
+
+// The "phases" of a metrics.jsonl line: every rank's step phases summarised by rank 0
+// (train/step_phases.h), in the order of kPhaseKeys.
+constexpr int kPhaseCount = 7;
+extern const char* const kPhaseKeys[kPhaseCount];  // "data_wait_s", "compute_s", ...
+struct StepPhases {
+  std::array<double, kPhaseCount> median{}, max{};
+  double busy_median_s = 0, busy_max_s = 0;  // busy: the step less the waits for others
+  double comm_bytes = 0;                     // rank 0 sent in collectives (estimate)
+  double read_bytes = 0;                     // all ranks' readers read this step
+  int nodes = 1;
+  int slowest_rank = 0;
+  std::string slowest_host;
+  std::vector<std::string> hosts;                         // with per_rank:
+  std::vector<std::array<double, kPhaseCount>> per_rank;  // every rank_phases_every steps
+};
+
+// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl).
+struct StragglerNote {
+  int64_t step = 0;
+  int rank = 0;
+  std::string host, cause;
+  double busy_s = 0, median_s = 0;
+};
+
+// One line of "where the time goes": its share, the figure behind it, whether it is the
+// problem, and what to try.
+struct BreakdownItem {
+  std::string key;  // data_wait, communication, stragglers, micro_batch, checkpoints, failures
+  std::string title;
+  double share = 0;  // of the step time (failures, checkpoints: of the wall time)
+  std::string figure;
+  bool flagged = false;
+  std::string verdict;  // "DATA-BOUND", "STRAGGLER", ... or "ok"
+  std::string advice;
+};
 
 // One line of metrics.jsonl (the steps that count: a resumed trainer rewrites the lines of
 // the steps it re-does, so the file never holds a step twice).
@@ -29,7 +67,8 @@ struct StepRecord {
   int64_t restart_count = 0;
   int64_t tokens = 0;
   std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
-  std::optional<double> eval_loss, eval_s;  // steps that ran the held-out evaluation ([eval])
+  std::shared_ptr<const StepPhases> phases;  // absent in records of older trainers
+  std::optional<double> eval_loss, eval_s;   // steps that ran the held-out evaluation ([eval])
   double Start() const { return time - step_time_s; }
 };
 
@@ -103,6 +142,10 @@ struct RunSummary {
   double stall_total_s = 0;
   int checkpoints_in_root = 0, corrupt_in_root = 0;
   std::optional<int64_t> latest_in_root;
+  // Where the time goes (report/time_breakdown.cc), in the order to look.
+  std::vector<StragglerNote> stragglers;
+  std::vector<BreakdownItem> breakdown;
+  bool data_bound = false, comm_bound = false;
 };
 
 // Reads and analyses RUN_DIR. A missing directory or one without records is InvalidArgument

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "report/run_report.h"
+#include "report/time_breakdown.h"
 
 namespace ftrain::report {
 namespace {
@@ -226,11 +227,11 @@ Scales MakeScales(const RunSummary& r) {
 }
 
 // The opening tag, the background, the title and the one-line summary under it.
-void DrawTitle(Svg& svg, const RunSummary& r) {
-  svg.raw() << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << kH
-            << "' viewBox='0 0 " << kW << " " << kH
+void DrawTitle(Svg& svg, const RunSummary& r, double height) {
+  svg.raw() << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << height
+            << "' viewBox='0 0 " << kW << " " << height
             << "' font-family='DejaVu Sans, Liberation Sans, Arial, sans-serif'>\n"
-            << "<rect width='" << kW << "' height='" << kH << "' fill='white'/>\n";
+            << "<rect width='" << kW << "' height='" << height << "' fill='white'/>\n";
   svg.Text(kL, 24, Fit("ftrain run " + r.run_dir, 16, kW - kL - 8, true), 16);
   // The end without its date when the run ended the day it started.
   std::string end = IsoTime(r.end);
@@ -416,13 +417,14 @@ void DrawLegend(Svg& svg, const LabelRows& rows) {
 std::string RenderReportSvg(const RunSummary& r) {
   Svg svg;
   const Scales sc = MakeScales(r);
-  DrawTitle(svg, r);
+  DrawTitle(svg, r, kH + PhasesPanelHeight(r));
   DrawShading(svg, sc);
   DrawAxes(svg, sc);
   DrawCurves(svg, sc);
   LabelRows rows;
   DrawFailures(svg, sc, rows);
   DrawLegend(svg, rows);
+  svg.raw() << RenderPhasesPanel(r, kH);  // where the time goes (report/svg_phases.cc)
   svg.raw() << "</svg>\n";
   return svg.raw().str();
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/run_report.h"
+#include "report/time_breakdown.h"
 
 namespace ftrain::report {
 namespace {
@@ -187,6 +188,7 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   if (r.latest_in_root) out << " (latest step " << *r.latest_in_root << ")";
   if (r.corrupt_in_root > 0) out << ", " << r.corrupt_in_root << " set aside as corrupt";
   out << "\n";
+  PrintTimeBreakdown(r, out);
   if (!r.interruptions.empty()) {
     out << "\ninterruptions (UTC, and +h:mm:ss from the run's start)\n";
     for (size_t i = 0; i < r.interruptions.size(); ++i) {
@@ -293,6 +295,7 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
     ins.push_back(o);
   }
   j["interruptions"] = ins;
+  j["time_breakdown"] = TimeBreakdownJson(r);
   ojson evs = ojson::array();
   for (const auto& e : r.events) {
     ojson o = ojson::parse(e.json, nullptr, false);

@@ -12,6 +12,7 @@
 
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "train/step_phases.h"
 
 namespace ftrain::train {
 
@@ -39,6 +40,7 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
   optional("eval_loss", m.eval_loss, "%.9g");
   optional("eval_s", m.eval_s, "%.6f");
+  if (m.phases) line += PhaseSummaryJson(*m.phases);
   return line + "}";
 }
 

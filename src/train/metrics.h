@@ -13,6 +13,8 @@
 
 namespace ftrain::train {
 
+struct PhaseSummary;  // train/step_phases.h
+
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed after this one (1 for the first)
   float loss = 0;
@@ -38,6 +40,8 @@ struct StepMetrics {
   // float32, printed %.9g) and its wall time, which step_time_s includes (like ckpt_stall_s).
   std::optional<double> eval_loss;
   std::optional<double> eval_s;
+  // Every rank's step phases summarised by rank 0 ("phases", "ranks", "stragglers").
+  std::shared_ptr<const PhaseSummary> phases;
 };
 
 std::string FormatMetricsLine(const StepMetrics& m);

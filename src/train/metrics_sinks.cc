@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
+#include "train/step_phases.h"
 
 namespace ftrain::train {
 namespace {
@@ -129,6 +130,11 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   optional("perf/scaling_efficiency", m.scaling_efficiency);
   optional("eval/loss", m.eval_loss);
   optional("perf/eval_s", m.eval_s);
+  if (m.phases) {
+    for (const auto& [key, x] : PhaseScalars(*m.phases)) {
+      v.push_back({"phases/" + key, static_cast<float>(x)});
+    }
+  }
   return v;
 }
 
@@ -179,6 +185,14 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
                  eval_loss_});
     v.push_back({"ftrain_eval_step", "Step of the newest held-out evaluation.", false,
                  static_cast<double>(eval_step_)});
+  }
+  if (m.phases) {
+    // ftrain_phase_median_compute_seconds, ..., ftrain_phase_slowest_rank.
+    for (const auto& [key, x] : PhaseScalars(*m.phases)) {
+      std::string name = "ftrain_phase_" + key;
+      if (name.size() > 2 && name.compare(name.size() - 2, 2, "_s") == 0) name += "econds";
+      v.push_back({name, "Step phases over the ranks (train/step_phases.h).", false, x});
+    }
   }
   v.push_back({"ftrain_metrics_updated_timestamp_seconds", "When this file was written.", false,
                NowUnixSeconds()});

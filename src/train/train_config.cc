@@ -96,6 +96,18 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   FT_RETURN_IF_ERROR(c.GetString("train.init", &o.init));
   FT_RETURN_IF_ERROR(c.GetInt("train.log_every", &o.log_every));
   FT_RETURN_IF_ERROR(Positive(c, "train.log_every", o.log_every));
+  FT_RETURN_IF_ERROR(c.GetString("train.profile_steps", &o.profile_steps));
+  if (!o.profile_steps.empty()) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    if (std::sscanf(o.profile_steps.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < a) {
+      return Status::InvalidArgument("train.profile_steps = '" + o.profile_steps +
+                                     "': give A:B, the first and last step to profile (1 <= A "
+                                     "<= B), e.g. 10:12");
+    }
+    o.profile_first = a;
+    o.profile_last = b;
+  }
   return Status::Ok();
 }
 
@@ -186,6 +198,15 @@ Status LoadMetrics(const Config& c, TrainConfig* out) {
         "metrics.peak_tflops must be in [0, 1e6] (TFLOP/s per device; 0 = from the GPU "
         "model) and metrics.baseline_tokens_per_s_per_gpu >= 0 (0 = no scaling efficiency)");
   }
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.rank_phases_every", &m.rank_phases_every));
+  FT_RETURN_IF_ERROR(c.GetDouble("metrics.straggler_threshold", &m.straggler_threshold));
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.straggler_window", &m.straggler_window));
+  if (m.rank_phases_every < 0 || m.straggler_threshold <= 0 || m.straggler_window < 1 ||
+      m.straggler_window > 100000) {
+    return Status::InvalidArgument(
+        "metrics.rank_phases_every must be >= 0 (0 = never), metrics.straggler_threshold > 0 "
+        "(a share of the median, 0.2 = 20 %) and metrics.straggler_window in [1, 100000] steps");
+  }
   if (m.step_time_window < 1 || m.step_time_window > 100000) {
     return Status::InvalidArgument("metrics.step_time_window must be in [1, 100000] steps, got " +
                                    std::to_string(m.step_time_window));
@@ -257,9 +278,9 @@ std::string TrainConfig::ConfigHash() const {
     if (key.rfind("eval.", 0) == 0) continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
-        key == "train.allow_resume_mismatch" || key == "train.log_every" || key == "data.path" ||
-        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init" ||
-        key == "dist.timeout_s" ||
+        key == "train.allow_resume_mismatch" || key == "train.log_every" ||
+        key == "train.profile_steps" || key == "data.path" || key == "data.prefetch_depth" ||
+        key == "dist.rdzv_timeout_s" || key == "train.init" || key == "dist.timeout_s" ||
         // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
         // (the trainer says that bits are not promised across devices).
         key == "train.device" || key == "dist.backend" ||

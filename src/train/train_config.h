@@ -47,6 +47,10 @@ struct OptimSection {
   bool allow_resume_mismatch = false;
   std::string init = "random";  // random | path to model.safetensors or its index.json
   int64_t log_every = 1;
+  // train.profile_steps = "A:B": record steps A..B (1-based, inclusive) with the Kineto
+  // profiler into RUN/profile/trace-rank<R>.json; "" = off (train/profiler.h).
+  std::string profile_steps;
+  int64_t profile_first = 0, profile_last = -1;
 };
 
 struct DataSection {
@@ -86,6 +90,9 @@ struct MetricsSection {
   double peak_tflops = 0;                    // per-device bf16 peak for mfu; 0 = from the GPU model
   double baseline_tokens_per_s_per_gpu = 0;  // single-GPU throughput: scaling_efficiency
   int64_t step_time_window = 100;            // steps in the step-time p50/p95
+  int64_t rank_phases_every = 100;   // every N steps metrics.jsonl holds every rank's phases
+  double straggler_threshold = 0.2;  // busy time above the median by more than this share
+  int64_t straggler_window = 20;     // ... averaged over this many steps names a straggler
 };
 
 // [eval]: the held-out loss during training (train/eval_loop.h), on the training engine.

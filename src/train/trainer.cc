@@ -25,6 +25,7 @@
 #include "core/version.h"
 #include "data/reader.h"
 #include "fsdp/engine.h"
+#include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "train/base_model.h"
@@ -36,6 +37,8 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/metrics_sinks.h"
+#include "train/phase_clock.h"
+#include "train/profiler.h"
 #include "train/signals.h"
 
 namespace ftrain::train {
@@ -516,31 +519,38 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
 }
 
 // What every rank must agree on at a step boundary, so that all checkpoint and stop at the
-// same step: two small all-reduces on the control group, the global loss (average) and the
-// checkpoint/stop flags (max; the time trigger is rank 0's clock, a stop any rank's signal).
+// same step: two small collectives on the control group, an all-reduce of the global loss
+// (average) and an all-gather of the checkpoint/stop flags (max over the gathered rows; the
+// time trigger is rank 0's clock, a stop any rank's signal) that carries every rank's step
+// phases along (train/phase_clock.h), timed by the loss all-reduce's wait.
 struct BoundaryDecision {
   double loss = 0;
   bool checkpoint = false;
   bool stop = false;
   bool final_step = false;
+  std::vector<RankPhases> phases;  // every rank's, this step
 };
 StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistContext& ctx,
-                                            int64_t step, double local_loss, bool time_due) {
+                                            int64_t step, double local_loss, bool time_due,
+                                            PhaseClock& clock) {
   const bool leader = ctx.world().rank == 0;
-  torch::Tensor sync =
-      torch::tensor({local_loss, leader && time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0},
-                    torch::kFloat64);
-  torch::Tensor flags = sync.narrow(0, 1, 2).clone();
-  torch::Tensor loss_t = sync.narrow(0, 0, 1).clone();
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, comm::ReduceOp::kAvg)->Wait());
-  FT_RETURN_IF_ERROR(ctx.control().AllReduce(flags, comm::ReduceOp::kMax)->Wait());
+  torch::Tensor loss_t = torch::tensor({local_loss}, torch::kFloat64);
+  const auto tw = Clock::now();
+  {
+    TraceRange range("ftrain/boundary all-reduce");
+    FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, comm::ReduceOp::kAvg)->Wait());
+  }
+  const RankPhases mine = clock.Take(Seconds(tw, Clock::now()));
+  std::vector<double> flags;
   BoundaryDecision d;
+  FT_RETURN_IF_ERROR(GatherAtBoundary(
+      ctx.control(), {leader && time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0}, mine,
+      &flags, &d.phases));
   d.loss = loss_t.item<double>();
-  d.stop = flags[1].item<double>() != 0;
+  d.stop = flags[1] != 0;
   d.final_step = step == cfg.train.steps;
   const bool step_due = cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0;
-  d.checkpoint =
-      flags[0].item<double>() != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
+  d.checkpoint = flags[0] != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
   return d;
 }
 
@@ -602,6 +612,9 @@ struct Run {
   fsdp::AdamWConfig adamw;
   std::unique_ptr<MetricsWriter> metrics;  // rank 0
   std::unique_ptr<MetricsSinks> sinks;     // TensorBoard, Prometheus, GPU health (rank 0)
+  std::unique_ptr<PhaseClock> clock;       // this rank's step phases
+  std::unique_ptr<PhaseRecorder> phases;   // every rank's, summarised (rank 0)
+  std::unique_ptr<StepProfiler> profiler;  // train.profile_steps
   nlohmann::json layout;                   // the checkpoint layout: how this run is sharded
   // Where the Hugging Face files every checkpoint carries came from (file name -> source;
   // train/base_model.h), for the layout; the files themselves are in state.hf_files (rank 0).
@@ -733,6 +746,24 @@ nlohmann::json LayoutJson(const Run& run) {
           {"hf_files", run.hf_sources}};
 }
 
+// Per-rank step phases: this rank's clock; rank 0 learns every rank's host once.
+Status StartPhases(Run* run) {
+  run->clock = std::make_unique<PhaseClock>(run->dev.device.is_cuda() ? run->dev.cuda_index : -1);
+  const OptimSection& t = run->cfg.train;
+  run->profiler = std::make_unique<StepProfiler>(
+      t.profile_first, t.profile_last,
+      RunLayout(run->cfg.run_dir).profile_trace(run->ctx->world().rank), run->dev.device.is_cuda());
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                      GatherHosts(run->ctx->control(), ckpt::proto::DefaultNodeId()));
+  if (!run->leader) return Status::Ok();
+  const MetricsSection& m = run->cfg.metrics;
+  StragglerOptions so;
+  so.window = m.straggler_window;
+  so.threshold = m.straggler_threshold;
+  run->phases = std::make_unique<PhaseRecorder>(std::move(hosts), m.rank_phases_every, so);
+  return Status::Ok();
+}
+
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
@@ -820,12 +851,14 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
       cfg.model, torch::TensorOptions().dtype(param_dtype).device(run->dev.device), run->seq_len);
   if (run->leader) FT_LOG(Info) << "attention: scaled_dot_product_attention, " << run->attention;
   run->layout = LayoutJson(*run);
+  FT_RETURN_IF_ERROR(StartPhases(run.get()));
   return run;
 }
 
 // A collective: every rank gets the same outcome. `durable`: return only once the step is
 // committed (stop signal, final step), whatever path the shards took.
 StatusOr<SaveOutcome> SaveCheckpoint(Run& run, bool durable) {
+  TraceRange range("ftrain/checkpoint save");
   ckpt::CheckpointMeta meta;
   meta.step = run.state.step;
   meta.world_size = run.ctx->world().world_size;
@@ -894,22 +927,34 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   // checkpoint, progress, stop).
   for (int64_t step = state.step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
+    run->profiler->BeginStep(step + 1);
+    run->clock->StepStart();
     FT_ASSIGN_OR_RETURN(MicroBatches mb,
                         RunMicroBatches(*run->reader, *run->engine, K, run->dev.device));
+    run->clock->ComputeEnd(mb.data_wait_s, run->engine->comm_wait_so_far());
     const double lr = run->sched.At(step);
+    const auto tc = Clock::now();
     run->checkpointer->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
+    run->clock->AddStall(Seconds(tc, Clock::now()));
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
+    run->clock->OptimizerEnd(stats.comm_wait_s);
+    run->clock->NoteBytesRead(run->reader->stats().bytes_read);
     run->checkpointer->FinishPending();
     state.step = step + 1;
     state.tokens += tokens_per_step;
 
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    FT_ASSIGN_OR_RETURN(BoundaryDecision at,
-                        DecideAtBoundary(cfg, *run->ctx, state.step,
-                                         mb.loss_sum / static_cast<double>(K), time_due));
+    FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(cfg, *run->ctx, state.step,
+                                                              mb.loss_sum / static_cast<double>(K),
+                                                              time_due, *run->clock));
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
-    if (run->leader) run->sinks->AddHealth(&m);
+    if (run->leader) {
+      run->sinks->AddHealth(&m);
+      auto phases = std::make_shared<PhaseSummary>(run->phases->Observe(state.step, at.phases));
+      phases->comm_bytes = static_cast<double>(stats.comm_bytes);
+      m.phases = std::move(phases);
+    }
     // Before the checkpoint, so that the line it carries has the held-out loss too.
     FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
     double stall = 0;
@@ -917,6 +962,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       FT_ASSIGN_OR_RETURN(std::optional<double> saved, CheckpointAtBoundary(*run, at, m));
       if (saved) {
         stall = *saved;
+        run->clock->AddStall(stall);
         last_saved = state.step;
         last_ckpt = Clock::now();
       }
@@ -927,6 +973,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
         LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step, stall > 0);
       }
     }
+    run->profiler->EndStep(state.step);
     if (at.stop) {
       FT_LOG(Warning) << "stop requested by signal: checkpointed step " << last_saved
                       << "; exiting with " << kExitRequeue << " (requeue me)";

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Scaling efficiency, measured (printed, never pass/fail): the same config trains on 1, 2 and
+# 4 ranks (`ftrain launch`, CPU + Gloo) for each sharding strategy with the same global batch
+# (micro_batch = GLOBAL / N), and the script prints the median step time TN (the first fifth of
+# the steps excluded: warm-up), the strong-scaling efficiency T1 / (N * TN) (1.0 = N ranks
+# finish a step N times faster) and the share of the step the median rank waited on
+# collectives and at the step boundary (metrics.jsonl "phases").
+# usage: bench/scaling.sh [CONFIG]   (default configs/tiny.cfg; BIN_DIR from FTRAIN_BIN_DIR)
+# FTRAIN_SCALING_STEPS (default 30), FTRAIN_SCALING_RANKS ("1 2 4"), FTRAIN_SCALING_GLOBAL_BATCH (8),
+# FTRAIN_SCALING_STRATEGIES ("full_shard no_shard"), FTRAIN_SCALING_ARGS (extra overrides).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${FTRAIN_BIN_DIR:-${ROOT}/build/bin}"
+CONFIG="${1:-${ROOT}/configs/tiny.cfg}"
+STEPS="${FTRAIN_SCALING_STEPS:-30}"
+RANKS="${FTRAIN_SCALING_RANKS:-1 2 4}"
+STRATEGIES="${FTRAIN_SCALING_STRATEGIES:-full_shard no_shard}"
+EXTRA="${FTRAIN_SCALING_ARGS:-}"
+GLOBAL="${FTRAIN_SCALING_GLOBAL_BATCH:-8}"
+CORPUS=/usr/share/common-licenses
+WORK="$(mktemp -d /tmp/ftrain-scaling-XXXXXX)"
+trap 'rm -rf "${WORK}"' EXIT
+
+echo "== scaling: $(basename "${CONFIG}"), ${STEPS} steps, ranks ${RANKS}, $(nproc) cores," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"${BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 64 --progress none \
+  --out "${WORK}/data" "${CORPUS}" >/dev/null 2>"${WORK}/pack.log" ||
+  { cat "${WORK}/pack.log" >&2; exit 1; }
+
+for strategy in ${STRATEGIES}; do
+  for n in ${RANKS}; do
+    run="${WORK}/${strategy}-${n}"
+    # shellcheck disable=SC2086  # EXTRA is a list of overrides
+    "${BIN}/ftrain" launch --nproc "${n}" -- train --config "${CONFIG}" \
+      --data.path="${WORK}/data" --run.dir="${run}" --train.steps="${STEPS}" \
+      --dist.sharding="${strategy}" --train.micro_batch=$((GLOBAL / n)) --ckpt.save_final=false --ckpt.every_steps=0 \
+      --ckpt.every_minutes=0 --metrics.tensorboard=false ${EXTRA} >"${run}.log" 2>&1 ||
+      { tail -20 "${run}.log" >&2; exit 1; }
+  done
+  # shellcheck disable=SC2086  # one argument per rank count
+  python3 - "${WORK}" "${strategy}" ${RANKS} <<'PY'
+import json, statistics, sys
+work, strategy, ranks = sys.argv[1], sys.argv[2], [int(r) for r in sys.argv[3:]]
+t = {}
+for n in ranks:
+    steps = [json.loads(l) for l in open(f"{work}/{strategy}-{n}/metrics.jsonl")]
+    steps = steps[len(steps) // 5:]  # warm-up
+    t[n] = statistics.median(s["step_time_s"] for s in steps)
+    comm = statistics.median(s["phases"]["median"]["comm_wait_s"] for s in steps)
+    wait = statistics.median(s["phases"]["median"]["boundary_wait_s"] for s in steps)
+    eff = t[ranks[0]] * ranks[0] / (n * t[n])
+    print(f"{strategy:>13} N={n}: T{n} = {t[n] * 1000:8.1f} ms/step   T1/(N*TN) = {eff:5.2f}   "
+          f"exposed comm {comm / t[n] * 100:4.1f} %, "
+          f"boundary wait {wait / t[n] * 100:4.1f} %")
+PY
+done

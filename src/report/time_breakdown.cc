@@ -1,0 +1,317 @@
+// "Where the time goes": the per-rank phases of metrics.jsonl read back and judged.
+#include "report/time_breakdown.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ftrain::report {
+
+const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s", "compute_s",       "comm_wait_s",
+                                             "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
+                                             "other_s"};
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// Shares above these are named as the problem.
+constexpr double kDataBound = 0.10;     // of the step time waiting for data
+constexpr double kCommBound = 0.30;     // of the step time waiting on collectives
+constexpr double kStallBound = 0.05;    // of the wall time in checkpoint stalls
+constexpr double kFailureBound = 0.05;  // of the wall time lost to failures
+constexpr double kGpuLowUtil = 80;      // GPU utilisation p50 (%) that points at launch-bound
+
+std::string Pct(double share) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %%", 100 * share);
+  return buf;
+}
+std::string F(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+BreakdownItem Item(const char* key, const char* title) {
+  BreakdownItem it;
+  it.key = key;
+  it.title = title;
+  return it;
+}
+
+Status PhaseArray(const json& obj, const std::string& where, std::array<double, kPhaseCount>* v) {
+  if (!obj.is_object()) return Status::Corruption(where + ": 'phases' members must be objects");
+  for (int p = 0; p < kPhaseCount; ++p) {
+    auto it = obj.find(kPhaseKeys[p]);
+    if (it != obj.end() && it->is_number()) (*v)[p] = it->get<double>();
+  }
+  return Status::Ok();
+}
+
+Status ParseRanks(const json& ranks, const std::string& where, StepPhases* ph) {
+  if (!ranks.is_object() || !ranks.contains("host") || !ranks["host"].is_array()) {
+    return Status::Corruption(where + ": 'ranks' must be an object with a 'host' array");
+  }
+  const size_t n = ranks["host"].size();
+  ph->per_rank.assign(n, {});
+  for (const auto& h : ranks["host"])
+    ph->hosts.push_back(h.is_string() ? h.get<std::string>() : "?");
+  for (int p = 0; p < kPhaseCount; ++p) {
+    auto it = ranks.find(kPhaseKeys[p]);
+    if (it == ranks.end()) continue;
+    if (!it->is_array() || it->size() != n) {
+      return Status::Corruption(where + ": 'ranks." + kPhaseKeys[p] + "' must hold " +
+                                std::to_string(n) + " numbers (one per host)");
+    }
+    for (size_t r = 0; r < n; ++r) {
+      ph->per_rank[r][p] = (*it)[r].is_number() ? (*it)[r].get<double>() : 0;
+    }
+  }
+  return Status::Ok();
+}
+
+// Sums over the steps with phases (seconds), and the step time they cover.
+struct Totals {
+  double step_s = 0;  // step time without checkpoint stalls
+  double phase[kPhaseCount] = {};
+  double comm_bytes = 0;
+  double read_bytes = 0, wall_step_s = 0, tokens = 0;  // data throughput
+  int nodes = 1;
+  int steps = 0;
+};
+
+Totals Sum(const RunSummary& r) {
+  Totals t;
+  for (const auto& s : r.steps) {
+    if (!s.phases) continue;
+    ++t.steps;
+    t.step_s += std::max(0.0, s.step_time_s - s.ckpt_stall_s);
+    for (int p = 0; p < kPhaseCount; ++p) t.phase[p] += s.phases->median[p];
+    t.comm_bytes += s.phases->comm_bytes;
+    t.read_bytes += s.phases->read_bytes;
+    t.wall_step_s += s.step_time_s;
+    t.tokens += s.tokens_per_s * s.step_time_s;
+    t.nodes = s.phases->nodes;
+  }
+  if (t.steps == 0) {
+    // Older records: rank 0's own data and collective wait.
+    for (const auto& s : r.steps) {
+      t.step_s += std::max(0.0, s.step_time_s - s.ckpt_stall_s);
+      t.phase[0] += s.data_wait_s;
+      t.phase[2] += s.comm_s;
+    }
+  }
+  return t;
+}
+
+BreakdownItem DataItem(const RunSummary& r, const Totals& t) {
+  BreakdownItem it = Item("data_wait", "data wait");
+  it.share = t.step_s > 0 ? t.phase[0] / t.step_s : 0;
+  it.figure = Pct(it.share) + " of step time waiting for the reader (" +
+              (t.steps > 0 ? "median rank" : "rank 0") + ", p50 " + F("%.4f", r.data_wait.p50) +
+              " s/step on rank 0)";
+  if (t.steps > 0 && t.wall_step_s > 0) {
+    // What the readers read per node against what the steps consumed.
+    it.figure += "; read " + F("%.2f", t.read_bytes / t.wall_step_s / t.nodes / 1e6) +
+                 " MB/s per node (" + std::to_string(t.nodes) +
+                 " nodes) while the steps consumed " +
+                 F("%.0f", t.tokens / t.wall_step_s / t.nodes) + " tokens/s per node";
+    if (t.tokens > 0)
+      it.figure += " (" + F("%.1f", t.read_bytes / t.tokens) + " bytes read per token)";
+  }
+  it.flagged = it.share >= kDataBound;
+  it.verdict = it.flagged ? "DATA-BOUND" : "ok";
+  it.advice = it.flagged ? "the loader starves the step: raise data.prefetch_depth, read from "
+                           "faster or closer storage (copy the packed data to node-local disk), "
+                           "check the data server's bandwidth"
+                         : "";
+  return it;
+}
+
+BreakdownItem CommItem(const Totals& t) {
+  BreakdownItem it = Item("communication", "exposed communication");
+  it.share = t.step_s > 0 ? t.phase[2] / t.step_s : 0;
+  it.figure = Pct(it.share) + " of step time waiting on collectives the compute did not hide";
+  if (t.steps > 0 && t.comm_bytes > 0) {
+    const double per_step = t.comm_bytes / t.steps;
+    const double compute_s = t.phase[1] / t.steps;
+    it.figure += "; " + F("%.1f", per_step / 1e6) + " MB sent per rank per step";
+    if (compute_s > 0) {
+      it.figure += ", " + F("%.2f", per_step / compute_s / 1e9) +
+                   " GB/s per rank hides it behind compute (compare `ftrain commcheck`)";
+    }
+  }
+  it.flagged = it.share >= kCommBound;
+  it.verdict = it.flagged ? "COMMUNICATION-BOUND" : "ok";
+  it.advice = it.flagged ? "collectives are exposed: measure the link with `ftrain commcheck`, "
+                           "try dist.sharding=hybrid_shard (full_shard within a node) or "
+                           "shard_grad_op, keep train.prefetch=true, raise train.micro_batch so "
+                           "each collective has more compute to hide behind"
+                         : "";
+  return it;
+}
+
+BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
+  BreakdownItem it = Item("stragglers", "stragglers");
+  it.share = t.step_s > 0 ? t.phase[4] / t.step_s : 0;
+  it.figure = Pct(it.share) + " of step time the median rank waits at the step boundary";
+  if (t.steps == 0) it.figure = "no per-rank phases recorded (a trainer older than them)";
+  for (const auto& g : r.stragglers) {
+    it.figure += "; rank " + std::to_string(g.rank) + " on " + g.host + " (from step " +
+                 std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) + " s/step against a " +
+                 "median of " + F("%.3f", g.median_s) + " s, +" +
+                 F("%.0f", g.median_s > 0 ? 100 * (g.busy_s / g.median_s - 1) : 0) + " %, mostly " +
+                 g.cause + ")";
+  }
+  it.flagged = !r.stragglers.empty();
+  it.verdict = it.flagged ? "STRAGGLER" : "ok";
+  if (it.flagged) {
+    const bool data = r.stragglers.front().cause == "data_wait_s";
+    it.advice = data ? "its data is slower to read (larger shards, a slower path): rebalance "
+                       "the shards or copy them to node-local disk"
+                     : "every other rank waits for it: check that node (thermal or power "
+                       "throttling, another job's processes, a failing GPU), drain it "
+                       "(scontrol update nodename=... state=drain) or --exclude it";
+  }
+  return it;
+}
+
+BreakdownItem MicroBatchItem(const RunSummary& r, const Totals& t, bool other_cause) {
+  BreakdownItem it = Item("micro_batch", "micro-batch / kernel-launch bound");
+  it.share = t.step_s > 0 ? t.phase[1] / t.step_s : 0;
+  it.figure = Pct(it.share) + " of step time in forward+backward compute";
+  if (r.gpu_util) {
+    it.figure += ", GPU utilisation p50 " + F("%.0f", r.gpu_util->p50) + " %";
+    it.flagged = r.gpu_util->p50 < kGpuLowUtil && !other_cause;
+  } else {
+    it.figure += " (no GPU utilisation recorded: a CPU run)";
+  }
+  it.verdict = it.flagged ? "LAUNCH-BOUND?" : "ok";
+  it.advice = it.flagged ? "the GPU idles between small kernels: raise train.micro_batch (and "
+                           "lower train.grad_accum to keep the batch); confirm with a half-size "
+                           "model: a step time that does not halve is launch-bound"
+                         : "";
+  return it;
+}
+
+BreakdownItem StallItem(const RunSummary& r) {
+  BreakdownItem it = Item("checkpoints", "checkpoint stalls");
+  it.share = r.wall_s > 0 ? r.stall_total_s / r.wall_s : 0;
+  it.figure = Pct(it.share) + " of wall time (" + F("%.2f", r.stall_total_s) + " s over " +
+              std::to_string(r.checkpoint_steps.size()) + " checkpoints, max " +
+              F("%.2f", r.stall.max) + " s)";
+  it.flagged = it.share >= kStallBound;
+  it.verdict = it.flagged ? "CHECKPOINT-BOUND" : "ok";
+  it.advice = it.flagged ? "hand checkpoints to ckptd (ckpt.daemon) so the step only pays the "
+                           "copy, or checkpoint less often (ckpt.every_minutes)"
+                         : "";
+  return it;
+}
+
+BreakdownItem FailureItem(const RunSummary& r) {
+  BreakdownItem it = Item("failures", "time lost to failures");
+  it.share = r.wall_s > 0 ? r.lost_s / r.wall_s : 0;
+  it.figure = Pct(it.share) + " of wall time (" + F("%.2f", r.lost_s / 3600) + " h to " +
+              std::to_string(r.interruptions.size()) + " interruptions)";
+  it.flagged = it.share >= kFailureBound;
+  it.verdict = it.flagged ? "FAILURES" : "ok";
+  it.advice = it.flagged ? "see the interruptions below: checkpoint more often to lose less "
+                           "re-done work, keep a spare node for faster recovery"
+                         : "";
+  return it;
+}
+
+}  // namespace
+
+Status ParseStepPhases(const json& j, const std::string& where, StepRecord* s, RunSummary* r) {
+  auto it = j.find("phases");
+  if (it != j.end()) {
+    if (!it->is_object()) return Status::Corruption(where + ": 'phases' is not an object");
+    auto ph = std::make_shared<StepPhases>();
+    if (it->contains("median")) FT_RETURN_IF_ERROR(PhaseArray((*it)["median"], where, &ph->median));
+    if (it->contains("max")) FT_RETURN_IF_ERROR(PhaseArray((*it)["max"], where, &ph->max));
+    ph->busy_median_s = it->value("busy_median_s", 0.0);
+    ph->busy_max_s = it->value("busy_max_s", 0.0);
+    ph->comm_bytes = it->value("comm_bytes", 0.0);
+    ph->read_bytes = it->value("read_bytes", 0.0);
+    ph->nodes = std::max(1, it->value("nodes", 1));
+    ph->slowest_rank = it->value("slowest_rank", 0);
+    ph->slowest_host = it->value("slowest_host", std::string());
+    if (j.contains("ranks")) FT_RETURN_IF_ERROR(ParseRanks(j["ranks"], where, ph.get()));
+    s->phases = std::move(ph);
+  }
+  auto st = j.find("stragglers");
+  if (st != j.end() && st->is_array()) {
+    for (const auto& g : *st) {
+      if (!g.is_object()) continue;
+      StragglerNote n;
+      n.step = s->step;
+      n.rank = g.value("rank", -1);
+      n.host = g.value("host", std::string("?"));
+      n.cause = g.value("cause", std::string());
+      n.busy_s = g.value("busy_s", 0.0);
+      n.median_s = g.value("median_s", 0.0);
+      r->stragglers.push_back(n);
+    }
+  }
+  return Status::Ok();
+}
+
+void AnalyzeTimeBreakdown(RunSummary* r) {
+  const Totals t = Sum(*r);
+  r->breakdown.clear();
+  r->breakdown.push_back(DataItem(*r, t));
+  r->breakdown.push_back(CommItem(t));
+  r->breakdown.push_back(StragglerItem(*r, t));
+  if (r->breakdown[1].flagged && r->breakdown[2].flagged) {
+    r->breakdown[1].figure +=
+        " (with a straggler, much of this is the others waiting for it: "
+        "see 3 first)";
+  }
+  const bool other = r->breakdown[0].flagged || r->breakdown[1].flagged || r->breakdown[2].flagged;
+  r->breakdown.push_back(MicroBatchItem(*r, t, other));
+  r->breakdown.push_back(StallItem(*r));
+  r->breakdown.push_back(FailureItem(*r));
+  r->data_bound = r->breakdown[0].flagged;
+  r->comm_bound = r->breakdown[1].flagged;
+}
+
+void PrintTimeBreakdown(const RunSummary& r, std::ostream& out) {
+  if (r.steps.empty()) return;
+  out << "\nwhere the time goes (in the order to look)\n";
+  int n = 0;
+  for (const auto& it : r.breakdown) {
+    out << "  " << ++n << ". " << it.title << ": " << it.verdict << ": " << it.figure << "\n";
+    if (!it.advice.empty()) out << "     try: " << it.advice << "\n";
+  }
+}
+
+ojson TimeBreakdownJson(const RunSummary& r) {
+  ojson j;
+  j["data_bound"] = r.data_bound;
+  j["comm_bound"] = r.comm_bound;
+  ojson g = ojson::array();
+  for (const auto& s : r.stragglers) {
+    g.push_back({{"step", s.step},
+                 {"rank", s.rank},
+                 {"host", s.host},
+                 {"busy_s", s.busy_s},
+                 {"median_s", s.median_s},
+                 {"cause", s.cause}});
+  }
+  j["stragglers"] = g;
+  ojson items = ojson::array();
+  for (const auto& it : r.breakdown) {
+    items.push_back({{"key", it.key},
+                     {"share", it.share},
+                     {"flagged", it.flagged},
+                     {"verdict", it.verdict},
+                     {"figure", it.figure},
+                     {"advice", it.advice}});
+  }
+  j["items"] = items;
+  return j;
+}
+
+}  // namespace ftrain::report
