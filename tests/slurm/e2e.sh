@@ -172,6 +172,24 @@ memory survived its crash ($(grep 'stale shared-memory' "${run}/logs/ckptd-${nod
 e2e_freeze_ranks() { e2e_rank_pids "$1" | xargs -r kill -STOP; }
 e2e_thaw_ranks() { e2e_rank_pids "$1" | xargs -r kill -CONT; }
 
+# After a relaunch inside the job (a spare took a dead node's ranks): waits until COUNT ranks of
+# run NAME run that are not among OLD_PIDS (the ranks before the failure) and freezes them at
+# once, polling every 50 ms: recovery is fast enough now that the tiny model reaches its last
+# step within the test's usual poll interval. Thaw with e2e_thaw_ranks.
+e2e_freeze_relaunched() {  # e2e_freeze_relaunched NAME COUNT "OLD_PIDS" TIMEOUT_S
+  local deadline=$((SECONDS + $4)) pid fresh
+  while ((SECONDS < deadline)); do
+    fresh=()
+    for pid in $(e2e_rank_pids "$1"); do [[ " $3 " == *" ${pid} "* ]] || fresh+=("${pid}"); done
+    if ((${#fresh[@]} >= $2)); then
+      kill -STOP "${fresh[@]}"
+      return 0
+    fi
+    sleep 0.05
+  done
+  fail "the $2 relaunched ranks of $1 did not start within $4 s"
+}
+
 # Settled: no snapshot in flight on any node of run NAME, and NODE's daemon holds replicas of
 # RANKS (e.g. "2 3"; none: only the first part) of the newest committed checkpoint.
 e2e_settled() {  # e2e_settled NAME NODE RANKS

@@ -25,11 +25,13 @@ JOB_ID="$(e2e_submit two --nodes=3 --no-kill)"
 wait_for_file_lines "${WORK_DIR}/two/metrics.jsonl" "${FAIL1_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 log "failure 1: fail-node ${nodes[1]} at step ~${FAIL1_AT_STEP} (spare ${nodes[2]})"
 e2e_freeze_ranks two
+old_pids="$(e2e_rank_pids two | paste -sd' ')"
 e2e_fail_node "${nodes[1]}"
 e2e_thaw_ranks two
-wait_for 120 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' \
-  "${WORK_DIR}/two/restarts.jsonl"
-e2e_freeze_ranks two  # (the tiny model would otherwise finish before the second failure)
+# (the tiny model would otherwise finish before the second failure)
+e2e_freeze_relaunched two 4 "${old_pids}" 120
+grep -q '"event":"restarted","cause":"node_failure"' "${WORK_DIR}/two/restarts.jsonl" ||
+  fail "ranks relaunched without a replacement record: $(cat "${WORK_DIR}/two/restarts.jsonl")"
 e2e_revive_node  # back in the cluster, not in the job: the requeue below needs it
 # The ring re-formed without ${nodes[1]}: its predecessor ${nodes[0]} (ranks 0,1) replicates to
 # ${nodes[2]} now, no longer to the dead node.
