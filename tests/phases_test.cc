@@ -4,7 +4,9 @@
 //     collectives, optimizer) and "ftrain/step N" for exactly steps 3 and 4;
 //   - a run fed over http through a private nginx with limit_rate is reported data-bound by
 //     `ftrain report --json`, the same run from the local directory is not, and both records
-//     carry every rank's phases; its SVG has the phases panel (rendered by rsvg-convert).
+//     carry every rank's phases; its SVG has the phases panel (rendered by rsvg-convert);
+//     the http run's report shows the read latency p50/p95 (checked against nginx's own
+//     $request_time), the local one none.
 // Label: multiproc. About 20 s.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -13,12 +15,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -108,9 +113,10 @@ class RateLimitedNginx {
     std::ofstream(d + "/nginx.conf")
         << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << d
         << "/nginx.pid;\nerror_log " << d << "/error.log;\nevents { worker_connections 64; }\n"
-        << "http {\n  access_log off;\n  client_body_temp_path " << d << "/b;\n  proxy_temp_path "
-        << d << "/p;\n  fastcgi_temp_path " << d << "/f;\n  uwsgi_temp_path " << d
-        << "/u;\n  scgi_temp_path " << d
+        << "http {\n  log_format t '$status $request_time $http_range $body_bytes_sent';\n"
+        << "  access_log " << d << "/access.log t;\n  client_body_temp_path " << d
+        << "/b;\n  proxy_temp_path " << d << "/p;\n  fastcgi_temp_path " << d
+        << "/f;\n  uwsgi_temp_path " << d << "/u;\n  scgi_temp_path " << d
         << "/s;\n  default_type application/octet-stream;\n  server {\n    listen 127.0.0.1:"
         << port_ << ";\n    root " << root << ";\n    limit_rate " << rate << ";\n  }\n}\n";
     pid_ = ::fork();
@@ -136,6 +142,19 @@ class RateLimitedNginx {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string error_log() const { return ReadAll(dir_.path() + "/error.log"); }
+  // nginx's own $request_time (ms resolution) of every range request it answered in full
+  // (206, all bytes of "bytes=A-B" sent: not the reads a reader cancelled at its shutdown).
+  std::vector<double> range_request_times() const {
+    std::istringstream in(ReadAll(dir_.path() + "/access.log"));
+    std::vector<double> v;
+    std::regex range("bytes=([0-9]+)-([0-9]+)");
+    for (std::string status, t, r, sent; in >> status >> t >> r >> sent;) {
+      std::smatch m;
+      if (status != "206" || !std::regex_match(r, m, range)) continue;
+      if (std::stoull(m[2]) - std::stoull(m[1]) + 1 == std::stoull(sent)) v.push_back(std::stod(t));
+    }
+    return v;
+  }
 
  private:
   TempDir dir_{"ftrain-phases-nginx"};
@@ -182,6 +201,31 @@ void ExpectPhasesPanel(const std::string& run, int ranks) {
   EXPECT_EQ(be32(20), 870u);
 }
 
+// The http run's read latency in `ftrain report` (JSON and text): p50 > 0, p95 >= p50, and
+// both near the same percentiles (nearest rank) of nginx's own $request_time over the range
+// requests it answered (both ranks read alike ranges; ftrain's clock adds the client side
+// and nginx's has ms resolution, so a loose band).
+void ExpectReadLatency(const nlohmann::json& tb, const std::string& text,
+                       std::vector<double> nginx_times) {
+  ASSERT_TRUE(tb.contains("read_latency")) << tb.dump(2);
+  const double p50 = tb["read_latency"]["p50_s"].get<double>();
+  const double p95 = tb["read_latency"]["p95_s"].get<double>();
+  EXPECT_GT(p50, 0);
+  EXPECT_GE(p95, p50);
+  EXPECT_GT(tb["read_latency"]["requests"].get<int64_t>(), 0);
+  EXPECT_TRUE(Contains(text, "read latency p50 ")) << text;
+  ASSERT_FALSE(nginx_times.empty()) << "nginx logged no complete range request";
+  std::sort(nginx_times.begin(), nginx_times.end());
+  auto nearest_rank = [&](double q) {
+    const size_t n = nginx_times.size();
+    return nginx_times[std::min(n - 1, static_cast<size_t>(std::ceil(q * double(n))) - 1)];
+  };
+  for (auto [ours, ref] : {std::pair{p50, nearest_rank(0.5)}, std::pair{p95, nearest_rank(0.95)}}) {
+    EXPECT_GT(ours, 0.5 * ref - 0.002) << "nginx " << ref << "; " << tb.dump(2);
+    EXPECT_LT(ours, 2 * ref + 0.05) << "nginx " << ref << "; " << tb.dump(2);
+  }
+}
+
 TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOneIsNot) {
   if (RunCommand("command -v nginx", 10).exit_code != 0) {
     GTEST_SKIP() << "nginx is not installed (scripts/install-deps.sh installs nginx-light)";
@@ -191,6 +235,9 @@ TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOn
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json h = Report(healthy);
   EXPECT_FALSE(h["time_breakdown"]["data_bound"].get<bool>()) << h["time_breakdown"].dump(2);
+  // Local files: no read latency anywhere.
+  EXPECT_FALSE(h["time_breakdown"].contains("read_latency")) << h["time_breakdown"].dump(2);
+  EXPECT_FALSE(Contains(ReadAll(healthy + "/metrics.jsonl"), "data_read_p50_s"));
 
   RateLimitedNginx nginx(data_, "16k");
   ASSERT_TRUE(nginx.Up()) << "nginx did not start:\n" << nginx.error_log();
@@ -201,6 +248,7 @@ TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOn
   EXPECT_TRUE(s["time_breakdown"]["data_bound"].get<bool>()) << s["time_breakdown"].dump(2);
   auto text = RunCommand(Ftrain() + " report " + slow, 60);
   EXPECT_TRUE(Contains(text.output, "DATA-BOUND")) << text.output;
+  ExpectReadLatency(s["time_breakdown"], text.output, nginx.range_request_times());
   // Every step carries the phases of both ranks; every 5th the full per-rank vector.
   std::istringstream lines(ReadAll(slow + "/metrics.jsonl"));
   int n = 0, full = 0;

@@ -45,6 +45,8 @@ class HttpFetcher {
   Status GetRange(const FetchRequest& r, uint8_t* out);
 
   const HttpOptions& options() const { return opts_; }
+  // Seconds each successful GetRange took since the last call (Source::TakeReadLatencies).
+  std::vector<float> TakeRangeLatencies();
 
  private:
   struct Body;
@@ -59,6 +61,11 @@ class HttpFetcher {
   const Source* owner_;
   std::mutex mu_;
   std::vector<void*> idle_;  // CURL handles, guarded by mu_
+  // GetRange latencies: a ring of the newest kMaxLatencies, guarded by mu_ (one lock per
+  // request, which takes milliseconds anyway).
+  static constexpr size_t kMaxLatencies = 4096;
+  std::vector<float> latencies_;
+  size_t latency_next_ = 0;
 };
 
 }  // namespace ftrain::data

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "core/log.h"
 #include "data/http_fetch.h"
@@ -170,7 +171,24 @@ Status HttpFetcher::GetRange(const FetchRequest& r, uint8_t* out) {
   Body body;
   body.fixed = out;
   body.cap = r.len;
-  return Run(ranged, &body);
+  const auto t0 = Clock::now();
+  Status st = Run(ranged, &body);
+  if (st.ok()) {
+    const float s = std::chrono::duration<float>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (latencies_.size() < kMaxLatencies) {
+      latencies_.push_back(s);
+    } else {
+      latencies_[latency_next_++ % kMaxLatencies] = s;
+    }
+  }
+  return st;
+}
+
+std::vector<float> HttpFetcher::TakeRangeLatencies() {
+  std::lock_guard<std::mutex> lock(mu_);
+  latency_next_ = 0;
+  return std::exchange(latencies_, {});
 }
 
 Status HttpFetcher::Run(const FetchRequest& r, Body* body) {
@@ -364,6 +382,7 @@ class HttpSource : public Source {
   Status ReadRange(const std::string& name, uint64_t offset, uint64_t len, uint8_t* out) override {
     return fetch_.GetRange(Request(name, offset, len), out);
   }
+  std::vector<float> TakeReadLatencies() override { return fetch_.TakeRangeLatencies(); }
 
  private:
   FetchRequest Request(const std::string& name, uint64_t offset, uint64_t len) const {

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "data/dataset.h"
@@ -67,6 +68,8 @@ class TokenReader {
   const std::string& data_version() const { return dataset_->index().data_version; }
   const DatasetIndex& index() const { return dataset_->index(); }
   ReaderStats stats() const;
+  // Seconds each range request took since the last call (http/s3 sources; empty for files).
+  std::vector<float> TakeReadLatencies() { return dataset_->source()->TakeReadLatencies(); }
 
  private:
   TokenReader() = default;

@@ -320,6 +320,8 @@ Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t len, ui
   return Explain(impl_->fetch.GetRange(r, out));
 }
 
+std::vector<float> S3Client::TakeRangeLatencies() { return impl_->fetch.TakeRangeLatencies(); }
+
 StatusOr<std::vector<S3Object>> S3Client::List(const S3Url& url, bool first_page_only) {
   const FetchSigning* sg = impl_->signed_requests ? &impl_->signing : nullptr;
   std::vector<S3Object> objects;
@@ -378,6 +380,7 @@ class S3Source : public Source {
   Status ReadRange(const std::string& name, uint64_t offset, uint64_t len, uint8_t* out) override {
     return client_.GetRange(Object(name), offset, len, out);
   }
+  std::vector<float> TakeReadLatencies() override { return client_.TakeRangeLatencies(); }
 
  private:
   S3Url Object(const std::string& name) const {

@@ -58,6 +58,8 @@ class S3Client {
 
   Status Get(const S3Url& object, std::string* out);
   Status GetRange(const S3Url& object, uint64_t offset, uint64_t len, uint8_t* out);
+  // Seconds each successful GetRange took since the last call.
+  std::vector<float> TakeRangeLatencies();
   // Every object whose key starts with url.key, sorted by key (ListObjectsV2, all pages).
   StatusOr<std::vector<S3Object>> List(const S3Url& url, bool first_page_only = false);
 

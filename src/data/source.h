@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -40,6 +41,9 @@ class Source {
   virtual std::string Where(const std::string& name) const = 0;
   // Whether a checksum mismatch may be transient (a network source) and worth a re-read.
   virtual bool RetryCorruptReads() const { return false; }
+  // Seconds each completed ReadRange took since the last call (retries included), for the
+  // read latency in the metrics; a network source keeps its newest few thousand. Files: none.
+  virtual std::vector<float> TakeReadLatencies() { return {}; }
   // Makes in-flight and later reads fail fast with Aborted (reader shutdown).
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }

@@ -121,6 +121,9 @@ StatusOr<StepRecord> ParseStep(const json& j, const std::string& where) {
   FT_RETURN_IF_ERROR(OptField(j, "tokens_per_s_per_gpu", where, &s.tokens_per_s_per_gpu));
   FT_RETURN_IF_ERROR(OptField(j, "eval_loss", where, &s.eval_loss));
   FT_RETURN_IF_ERROR(OptField(j, "eval_s", where, &s.eval_s));
+  FT_RETURN_IF_ERROR(OptField(j, "data_reads", where, &s.data_reads));
+  FT_RETURN_IF_ERROR(OptField(j, "data_read_p50_s", where, &s.data_read_p50_s));
+  FT_RETURN_IF_ERROR(OptField(j, "data_read_p95_s", where, &s.data_read_p95_s));
   if (s.step_time_s < 0 || !std::isfinite(s.time)) {
     return Status::Corruption(where + ": negative step_time_s or a time that is not finite");
   }
@@ -297,7 +300,7 @@ void Analyze(RunSummary* r) {
   if (r->start == inf) r->start = r->end = 0;
   r->wall_s = r->end - r->start;
 
-  std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg;
+  std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg, rd50, rd95;
   for (const auto& s : r->steps) {
     r->productive_s += s.step_time_s;
     st.push_back(s.step_time_s - s.ckpt_stall_s - s.eval_s.value_or(0));
@@ -314,6 +317,11 @@ void Analyze(RunSummary* r) {
     if (s.gpu_util) util.push_back(*s.gpu_util);
     if (s.gpu_mem_gb) mem.push_back(*s.gpu_mem_gb);
     if (s.tokens_per_s_per_gpu) tpg.push_back(*s.tokens_per_s_per_gpu);
+    if (s.data_read_p50_s && s.data_read_p95_s) {
+      rd50.push_back(*s.data_read_p50_s);
+      rd95.push_back(*s.data_read_p95_s);
+      r->read_requests += static_cast<int64_t>(s.data_reads.value_or(0));
+    }
     if (s.eval_loss) {
       EvalSummary& e = r->eval ? *r->eval : r->eval.emplace();
       if (e.count++ == 0) {
@@ -339,6 +347,10 @@ void Analyze(RunSummary* r) {
   if (!util.empty()) r->gpu_util = ComputePercentiles(util);
   if (!mem.empty()) r->gpu_mem_gb = ComputePercentiles(mem);
   if (!tpg.empty()) r->tokens_per_s_per_gpu = ComputePercentiles(tpg);
+  if (!rd50.empty()) {
+    r->read_p50_s = ComputePercentiles(rd50).p50;
+    r->read_p95_s = ComputePercentiles(rd95).p50;
+  }
 
   // Every gap between consecutive step records (and before the first / after the last) that
   // holds a failure record, a restart, or a rise of the restart count is an interruption.

@@ -69,6 +69,8 @@ struct StepRecord {
   std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
   std::shared_ptr<const StepPhases> phases;  // absent in records of older trainers
   std::optional<double> eval_loss, eval_s;   // steps that ran the held-out evaluation ([eval])
+  // Over http/s3, steps whose reader finished range requests: how many, latency p50/p95.
+  std::optional<double> data_reads, data_read_p50_s, data_read_p95_s;
   double Start() const { return time - step_time_s; }
 };
 
@@ -138,6 +140,10 @@ struct RunSummary {
   Percentiles step_time, step_time_with_stall, tokens_per_s, data_wait, comm, stall;
   std::optional<Percentiles> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
   std::optional<EvalSummary> eval;
+  // Over http/s3: read latency in seconds, the median over steps of each record's p50 and
+  // p95, and the range requests counted; unset for local files.
+  std::optional<double> read_p50_s, read_p95_s;
+  int64_t read_requests = 0;
   std::vector<int64_t> checkpoint_steps;  // steps whose record shows a checkpoint stall
   double stall_total_s = 0;
   int checkpoints_in_root = 0, corrupt_in_root = 0;

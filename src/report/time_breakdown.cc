@@ -120,6 +120,14 @@ BreakdownItem DataItem(const RunSummary& r, const Totals& t) {
     if (t.tokens > 0)
       it.figure += " (" + F("%.1f", t.read_bytes / t.tokens) + " bytes read per token)";
   }
+  if (r.read_p50_s && r.read_p95_s) {
+    auto latency = [](double s) {
+      return s < 1 ? F("%.1f", s * 1e3) + " ms" : F("%.2f", s) + " s";
+    };
+    it.figure += "; read latency p50 " + latency(*r.read_p50_s) + ", p95 " +
+                 latency(*r.read_p95_s) + " per request (rank 0, " +
+                 std::to_string(r.read_requests) + " requests)";
+  }
   it.flagged = it.share >= kDataBound;
   it.verdict = it.flagged ? "DATA-BOUND" : "ok";
   it.advice = it.flagged ? "the loader starves the step: raise data.prefetch_depth, read from "
@@ -301,6 +309,10 @@ ojson TimeBreakdownJson(const RunSummary& r) {
                  {"cause", s.cause}});
   }
   j["stragglers"] = g;
+  if (r.read_p50_s && r.read_p95_s) {
+    j["read_latency"] = {
+        {"p50_s", *r.read_p50_s}, {"p95_s", *r.read_p95_s}, {"requests", r.read_requests}};
+  }
   ojson items = ojson::array();
   for (const auto& it : r.breakdown) {
     items.push_back({{"key", it.key},

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -40,8 +43,26 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
   optional("eval_loss", m.eval_loss, "%.9g");
   optional("eval_s", m.eval_s, "%.6f");
+  optional("data_reads", m.data_reads, "%.0f");
+  optional("data_read_p50_s", m.data_read_p50_s, "%.6f");
+  optional("data_read_p95_s", m.data_read_p95_s, "%.6f");
   if (m.phases) line += PhaseSummaryJson(*m.phases);
   return line + "}";
+}
+
+void SetReadLatency(std::vector<float> latencies, StepMetrics* m) {
+  if (latencies.empty()) return;
+  const size_t n = latencies.size();
+  auto nearest_rank = [&latencies, n](double q) {
+    const size_t k =
+        std::min(n - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(n))) - 1);
+    std::nth_element(latencies.begin(), latencies.begin() + static_cast<std::ptrdiff_t>(k),
+                     latencies.end());
+    return static_cast<double>(latencies[k]);
+  };
+  m->data_reads = static_cast<double>(n);
+  m->data_read_p50_s = nearest_rank(0.50);
+  m->data_read_p95_s = nearest_rank(0.95);
 }
 
 MetricsWriter::~MetricsWriter() {

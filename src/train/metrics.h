@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -40,11 +41,21 @@ struct StepMetrics {
   // float32, printed %.9g) and its wall time, which step_time_s includes (like ckpt_stall_s).
   std::optional<double> eval_loss;
   std::optional<double> eval_s;
+  // Over http/s3: rank 0's range requests completed since the previous line, and the p50/p95
+  // of their latency (request to last byte, retries included). Absent for local files and on
+  // steps that read nothing (the reader reads whole windows ahead).
+  std::optional<double> data_reads;
+  std::optional<double> data_read_p50_s;
+  std::optional<double> data_read_p95_s;
   // Every rank's step phases summarised by rank 0 ("phases", "ranks", "stragglers").
   std::shared_ptr<const PhaseSummary> phases;
 };
 
 std::string FormatMetricsLine(const StepMetrics& m);
+
+// Sets m's data_reads and read latency p50/p95 (nearest rank) from `latencies` (seconds;
+// reordered); leaves them unset when it is empty.
+void SetReadLatency(std::vector<float> latencies, StepMetrics* m);
 
 // Appends one line (a JSON object without its newline) to `path` with a single O_APPEND
 // write, so that records from the trainer and from slurm/train.sh never interleave.

@@ -130,6 +130,8 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   optional("perf/scaling_efficiency", m.scaling_efficiency);
   optional("eval/loss", m.eval_loss);
   optional("perf/eval_s", m.eval_s);
+  optional("data/read_p50_s", m.data_read_p50_s);
+  optional("data/read_p95_s", m.data_read_p95_s);
   if (m.phases) {
     for (const auto& [key, x] : PhaseScalars(*m.phases)) {
       v.push_back({"phases/" + key, static_cast<float>(x)});
@@ -177,6 +179,12 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
   optional("ftrain_tokens_per_second_per_gpu", "Throughput per GPU.", m.tokens_per_s_per_gpu, 1);
   optional("ftrain_mfu_ratio", "Model FLOPs utilisation (6 * params * tokens/s / peak), 0-1.",
            m.mfu, 1);
+  optional("ftrain_data_read_seconds_p50",
+           "Median latency of rank 0's http/s3 range reads since the previous step.",
+           m.data_read_p50_s, 1);
+  optional("ftrain_data_read_seconds_p95",
+           "95th percentile latency of rank 0's http/s3 range reads since the previous step.",
+           m.data_read_p95_s, 1);
   optional("ftrain_scaling_efficiency_ratio",
            "Per-GPU throughput over metrics.baseline_tokens_per_s_per_gpu.", m.scaling_efficiency,
            1);

@@ -951,6 +951,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
+      SetReadLatency(run->reader->TakeReadLatencies(), &m);
       auto phases = std::make_shared<PhaseSummary>(run->phases->Observe(state.step, at.phases));
       phases->comm_bytes = static_cast<double>(stats.comm_bytes);
       m.phases = std::move(phases);
