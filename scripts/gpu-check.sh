@@ -12,7 +12,8 @@
 #      expected step;
 #   4. compare: `ckptctl diff` of the final checkpoints and every step's loss must be identical;
 #   5. print tokens/s, MFU (6 P tokens/s over FTRAIN_PEAK_TFLOPS), the checkpoint stall and
-#      the state size / stall (the device-to-host rate the checkpoint achieved); check that
+#      the state size / stall (the device-to-host rate the checkpoint achieved), and the
+#      one-GPU baseline line "baseline: metrics.baseline_tokens_per_s_per_gpu=N"; check that
 #      metrics.jsonl has the NVML health fields and ftrain's own mfu; the step's phase split
 #      and the Kineto trace of steps 3-4 (train.profile_steps) with its named ranges;
 #   5b. a small Llama saved by transformers here, trained from its directory (--model.hf,
@@ -288,7 +289,7 @@ print("metrics.jsonl health: " + ", ".join(
     for k in ("gpu_util", "gpu_mem_gb", "tokens_per_s_per_gpu", "mfu") if k not in missing))
 sys.exit(f"missing in metrics.jsonl: {missing} (see the 'metrics:' warning in the log)" if missing else 0)
 PY
-python3 - "${REF}/metrics.jsonl" "${WORK}/ref.log" "${PEAK_TFLOPS}" <<'PY'
+python3 - "${REF}/metrics.jsonl" "${WORK}/ref.log" "${PEAK_TFLOPS}" "${DRY_RUN}" <<'PY' || fail "throughput / baseline"
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 log = open(sys.argv[2]).read()
@@ -299,6 +300,16 @@ tps = statistics.median(r['tokens_per_s'] for r in steady)
 stalls = [r['ckpt_stall_s'] for r in rows if r.get('ckpt_stall_s', 0) > 0]
 peak = float(sys.argv[3]) * 1e12
 print(f"tokens/s (median, steps without a checkpoint): {tps:.0f}")
+# The one-GPU baseline that scaling_efficiency = T1 / (N * TN) divides by (docs/configuration.md):
+# this is a one-rank run, so its tokens/s is per GPU. Steps 6+ (after warm-up and the profiled
+# steps 3-4), without a checkpoint stall or a held-out evaluation.
+base = [r['tokens_per_s'] for r in steady if 'eval_s' not in r] or [r['tokens_per_s'] for r in steady]
+baseline = statistics.median(base)
+if not baseline > 0:
+    sys.exit(f"no one-GPU baseline: median tokens/s {baseline} over {len(base)} steps")
+print(f"baseline: metrics.baseline_tokens_per_s_per_gpu={baseline:.0f} "
+      f"(median of {len(base)} steps of this {'one-GPU' if sys.argv[4] == '0' else 'one-rank CPU (dry)'} run; "
+      "set it in [metrics] of multi-GPU runs of this config for scaling_efficiency)")
 print(f"parameters: {params}; MFU = 6*P*tokens/s / peak = {6 * params * tps / peak * 100:.1f} % of {sys.argv[3]} TFLOP/s")
 if stalls:
     state = params * 16  # bf16 params + fp32 master + two fp32 moments (+ bf16 model copy)
