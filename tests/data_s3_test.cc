@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/input.h"
@@ -143,8 +144,10 @@ class S3Env : public ::testing::Environment {
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new S3Env);
 
-// One epoch of the synthetic dataset through the reader, (epoch, sample) per row.
-Status ReadEpoch(const std::string& source, testing::Stream* out) {
+// One epoch of the synthetic dataset through the reader, (epoch, sample) per row; the
+// latencies of the range reads it made, when asked for.
+Status ReadEpoch(const std::string& source, testing::Stream* out,
+                 std::vector<float>* latencies = nullptr) {
   ReaderOptions o;
   o.source = source;
   o.seed = 3;
@@ -154,6 +157,7 @@ Status ReadEpoch(const std::string& source, testing::Stream* out) {
   auto r = TokenReader::Open(o, nullptr);
   if (!r.ok()) return r.status();
   *out = testing::Take(r->get(), 20);
+  if (latencies != nullptr) *latencies = (*r)->TakeReadLatencies();
   return Status::Ok();
 }
 
@@ -169,8 +173,13 @@ class S3Test : public ::testing::Test {
 
 TEST_F(S3Test, TrainingReadsTheSameRowsAsTheLocalCopy) {
   testing::Stream s3, local;
-  ASSERT_TRUE(ReadEpoch(std::string("s3://") + kBucket + "/datasets/ds", &s3).ok());
-  ASSERT_TRUE(ReadEpoch(Dir() + "/ds", &local).ok());
+  std::vector<float> s3_latency, local_latency;
+  ASSERT_TRUE(ReadEpoch(std::string("s3://") + kBucket + "/datasets/ds", &s3, &s3_latency).ok());
+  ASSERT_TRUE(ReadEpoch(Dir() + "/ds", &local, &local_latency).ok());
+  // Every range GET to moto was timed (the metrics' read latency); local reads are not.
+  EXPECT_FALSE(s3_latency.empty());
+  for (float t : s3_latency) EXPECT_GT(t, 0);
+  EXPECT_TRUE(local_latency.empty());
   EXPECT_EQ(s3.rows, local.rows);
   EXPECT_EQ(s3.batch_sums, local.batch_sums);
   EXPECT_EQ(s3.rows.size(), 1000u);
