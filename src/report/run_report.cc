@@ -285,73 +285,24 @@ std::vector<std::vector<int>> SplitFailures(const RunSummary& r, const std::vect
   return out;
 }
 
-void Analyze(RunSummary* r) {
-  const auto inf = std::numeric_limits<double>::infinity();
-  r->start = inf;
-  r->end = -inf;
-  for (const auto& s : r->steps) {
-    r->start = std::min(r->start, s.Start());
-    r->end = std::max(r->end, s.time);
+// The held-out loss of step `s` into the run's eval summary (first, best, last, time).
+void AddEval(const StepRecord& s, RunSummary* r) {
+  EvalSummary& e = r->eval ? *r->eval : r->eval.emplace();
+  if (e.count++ == 0) {
+    e.first_step = s.step;
+    e.first_loss = *s.eval_loss;
   }
-  for (const auto& e : r->events) {
-    r->start = std::min(r->start, e.time);
-    r->end = std::max(r->end, e.time);
+  if (e.count == 1 || *s.eval_loss < e.best_loss) {
+    e.best_step = s.step;
+    e.best_loss = *s.eval_loss;
   }
-  if (r->start == inf) r->start = r->end = 0;
-  r->wall_s = r->end - r->start;
+  e.last_step = s.step;
+  e.last_loss = *s.eval_loss;
+  e.total_s += s.eval_s.value_or(0);
+}
 
-  std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg, rd50, rd95;
-  for (const auto& s : r->steps) {
-    r->productive_s += s.step_time_s;
-    st.push_back(s.step_time_s - s.ckpt_stall_s - s.eval_s.value_or(0));
-    stw.push_back(s.step_time_s);
-    tps.push_back(s.tokens_per_s);
-    wait.push_back(s.data_wait_s);
-    comm.push_back(s.comm_s);
-    if (s.ckpt_stall_s > 0) {
-      stall.push_back(s.ckpt_stall_s);
-      r->checkpoint_steps.push_back(s.step);
-      r->stall_total_s += s.ckpt_stall_s;
-    }
-    if (s.mfu) mfu.push_back(*s.mfu);
-    if (s.gpu_util) util.push_back(*s.gpu_util);
-    if (s.gpu_mem_gb) mem.push_back(*s.gpu_mem_gb);
-    if (s.tokens_per_s_per_gpu) tpg.push_back(*s.tokens_per_s_per_gpu);
-    if (s.data_read_p50_s && s.data_read_p95_s) {
-      rd50.push_back(*s.data_read_p50_s);
-      rd95.push_back(*s.data_read_p95_s);
-      r->read_requests += static_cast<int64_t>(s.data_reads.value_or(0));
-    }
-    if (s.eval_loss) {
-      EvalSummary& e = r->eval ? *r->eval : r->eval.emplace();
-      if (e.count++ == 0) {
-        e.first_step = s.step;
-        e.first_loss = *s.eval_loss;
-      }
-      if (e.count == 1 || *s.eval_loss < e.best_loss) {
-        e.best_step = s.step;
-        e.best_loss = *s.eval_loss;
-      }
-      e.last_step = s.step;
-      e.last_loss = *s.eval_loss;
-      e.total_s += s.eval_s.value_or(0);
-    }
-  }
-  r->step_time = ComputePercentiles(st);
-  r->step_time_with_stall = ComputePercentiles(stw);
-  r->tokens_per_s = ComputePercentiles(tps);
-  r->data_wait = ComputePercentiles(wait);
-  r->comm = ComputePercentiles(comm);
-  r->stall = ComputePercentiles(stall);
-  if (!mfu.empty()) r->mfu = ComputePercentiles(mfu);
-  if (!util.empty()) r->gpu_util = ComputePercentiles(util);
-  if (!mem.empty()) r->gpu_mem_gb = ComputePercentiles(mem);
-  if (!tpg.empty()) r->tokens_per_s_per_gpu = ComputePercentiles(tpg);
-  if (!rd50.empty()) {
-    r->read_p50_s = ComputePercentiles(rd50).p50;
-    r->read_p95_s = ComputePercentiles(rd95).p50;
-  }
-
+// Fills r->interruptions (needs the step-time percentiles).
+void FindInterruptions(RunSummary* r) {
   // Every gap between consecutive step records (and before the first / after the last) that
   // holds a failure record, a restart, or a rise of the restart count is an interruption.
   const double median = r->step_time_with_stall.p50;
@@ -389,6 +340,63 @@ void Analyze(RunSummary* r) {
       begin = r->interruptions.back().down_until;
     }
   }
+}
+
+void Analyze(RunSummary* r) {
+  const auto inf = std::numeric_limits<double>::infinity();
+  r->start = inf;
+  r->end = -inf;
+  for (const auto& s : r->steps) {
+    r->start = std::min(r->start, s.Start());
+    r->end = std::max(r->end, s.time);
+  }
+  for (const auto& e : r->events) {
+    r->start = std::min(r->start, e.time);
+    r->end = std::max(r->end, e.time);
+  }
+  if (r->start == inf) r->start = r->end = 0;
+  r->wall_s = r->end - r->start;
+
+  std::vector<double> st, stw, tps, wait, comm, stall, mfu, util, mem, tpg, rd50, rd95;
+  for (const auto& s : r->steps) {
+    r->productive_s += s.step_time_s;
+    st.push_back(s.step_time_s - s.ckpt_stall_s - s.eval_s.value_or(0));
+    stw.push_back(s.step_time_s);
+    tps.push_back(s.tokens_per_s);
+    wait.push_back(s.data_wait_s);
+    comm.push_back(s.comm_s);
+    if (s.ckpt_stall_s > 0) {
+      stall.push_back(s.ckpt_stall_s);
+      r->checkpoint_steps.push_back(s.step);
+      r->stall_total_s += s.ckpt_stall_s;
+    }
+    if (s.mfu) mfu.push_back(*s.mfu);
+    if (s.gpu_util) util.push_back(*s.gpu_util);
+    if (s.gpu_mem_gb) mem.push_back(*s.gpu_mem_gb);
+    if (s.tokens_per_s_per_gpu) tpg.push_back(*s.tokens_per_s_per_gpu);
+    if (s.data_read_p50_s && s.data_read_p95_s) {
+      rd50.push_back(*s.data_read_p50_s);
+      rd95.push_back(*s.data_read_p95_s);
+      r->read_requests += static_cast<int64_t>(s.data_reads.value_or(0));
+    }
+    if (s.eval_loss) AddEval(s, r);
+  }
+  r->step_time = ComputePercentiles(st);
+  r->step_time_with_stall = ComputePercentiles(stw);
+  r->tokens_per_s = ComputePercentiles(tps);
+  r->data_wait = ComputePercentiles(wait);
+  r->comm = ComputePercentiles(comm);
+  r->stall = ComputePercentiles(stall);
+  if (!mfu.empty()) r->mfu = ComputePercentiles(mfu);
+  if (!util.empty()) r->gpu_util = ComputePercentiles(util);
+  if (!mem.empty()) r->gpu_mem_gb = ComputePercentiles(mem);
+  if (!tpg.empty()) r->tokens_per_s_per_gpu = ComputePercentiles(tpg);
+  if (!rd50.empty()) {
+    r->read_p50_s = ComputePercentiles(rd50).p50;
+    r->read_p95_s = ComputePercentiles(rd95).p50;
+  }
+
+  FindInterruptions(r);
   for (size_t k = 0; k < r->interruptions.size(); ++k) {
     const Interruption& in = r->interruptions[k];
     r->lost_s += in.lost_s;
