@@ -449,26 +449,8 @@ on_start_failure() {
 }
 
 # ---- subcommands ---------------------------------------------------------------------------
-cmd_start() {
-  local nodes="${DEFAULT_NODES}" cpus="${DEFAULT_CPUS_PER_NODE}" node
-  while (($#)); do
-    case "$1" in
-      --netns) NETNS=1; shift ;;
-      --nodes=* | --cpus-per-node=*)  # --opt=value: split and re-parse
-        set -- "${1%%=*}" "${1#*=}" "${@:2}"
-        ;;
-      --nodes | --cpus-per-node)
-        (($# >= 2)) || usage_error "$1 needs a value"
-        if ! is_uint "$2" || (($2 < 1)); then
-          usage_error "$1 must be an integer >= 1, got '$2'"
-        fi
-        if [[ "$1" == "--nodes" ]]; then nodes="$2"; else cpus="$2"; fi
-        shift 2
-        ;;
-      *) usage_error "unknown option for start: '$1'" ;;
-    esac
-  done
-  ((nodes <= 64)) || usage_error "--nodes must be <= 64, got ${nodes}"
+# The settings start needs (environment, tools), or die naming the bad one.
+check_start_settings() {
   [[ "$(id -u)" == "0" ]] || die "must run as root (slurmd/munged need it)"
   is_uint "${PORT_BASE}" || die "FTRAIN_CLUSTER_PORT_BASE must be a number, got '${PORT_BASE}'"
   local v
@@ -497,6 +479,29 @@ got ${CRED_EXPIRE}"
     [[ "${NET_PREFIX}" =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] ||
       die "FTRAIN_CLUSTER_NETNS_PREFIX must be three octets such as 10.77.0, got '${NET_PREFIX}'"
   fi
+}
+
+cmd_start() {
+  local nodes="${DEFAULT_NODES}" cpus="${DEFAULT_CPUS_PER_NODE}" node
+  while (($#)); do
+    case "$1" in
+      --netns) NETNS=1; shift ;;
+      --nodes=* | --cpus-per-node=*)  # --opt=value: split and re-parse
+        set -- "${1%%=*}" "${1#*=}" "${@:2}"
+        ;;
+      --nodes | --cpus-per-node)
+        (($# >= 2)) || usage_error "$1 needs a value"
+        if ! is_uint "$2" || (($2 < 1)); then
+          usage_error "$1 must be an integer >= 1, got '$2'"
+        fi
+        if [[ "$1" == "--nodes" ]]; then nodes="$2"; else cpus="$2"; fi
+        shift 2
+        ;;
+      *) usage_error "unknown option for start: '$1'" ;;
+    esac
+  done
+  ((nodes <= 64)) || usage_error "--nodes must be <= 64, got ${nodes}"
+  check_start_settings
 
   if daemon_alive slurmctld; then
     export_conf
