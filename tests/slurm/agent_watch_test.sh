@@ -129,7 +129,7 @@ sleep 0.5
 stop_agent
 (($(requeues hiccup) == 1)) || fail "hiccup: requeued $(requeues hiccup) times"
 (($(calls hiccup show_job_calls) == 3)) || fail "hiccup: $(calls hiccup show_job_calls) show job calls, expected 2 failed + 1"
-grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_host":true,"detected_by":"host0000"' \
+grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_host":true,"watcher":"host0000","detected":[0-9.]*,"detected_by":"slurm"' \
   "${WORK}/hiccup/run/restarts.jsonl" || fail "hiccup: no batch-host record in restarts.jsonl"
 (($(grep -c batch_host "${WORK}/hiccup/run/restarts.jsonl") == 1)) || fail "hiccup: more than one record"
 log "hiccup: two failed 'scontrol show job', then one requeue and one record"
