@@ -5,6 +5,8 @@
 #               ranks inside the allocation and pulls their state from the buddy's memory
 #   spare+disk  the same, but the spare has no room for replicas: those ranks read from disk
 #   requeue     no spare: Slurm requeues the whole job, every rank reads from disk
+#   batch_host  a spare job (the spare the last node) loses its batch host: the node agents
+#               submit the job again without it and cancel it; every rank reads from disk
 # split into detection (crash -> the failure is acted on: train.sh's replacement, or Slurm's
 # requeue), relaunch (-> the trainer's state is being restored), restore (the slowest rank's
 # load, from the resumed record), warm-up (-> first new optimizer step done); and the restore
@@ -12,11 +14,13 @@
 # training steps: two uninterrupted spare runs, replication on and off, median step time.
 # The ranks are frozen (SIGSTOP) at the crash step until the newest checkpoint is committed
 # and replicated, so every case resumes from the same step.
-# usage: bench/spare_recovery_bench.sh   (local cluster of >= 3 nodes running; ~4 min)
+# usage: bench/spare_recovery_bench.sh   (local cluster of >= 3 nodes running; ~5 min)
 #   FTRAIN_SPARE_BENCH_ARGS: trainer overrides (default: tiny widened to ~3M parameters so
 #   that a rank's state is ~12 MB; the tiny model's 1 MB measures latency, not bandwidth).
 #   FTRAIN_BENCH_TIMEOUTS="300 10": run under these SlurmdTimeout / MessageTimeout (Slurm's
 #   defaults; `local-cluster.sh timeouts`, put back at exit): detection is then ftrain's own.
+#   FTRAIN_SPARE_BENCH_CASES: which cases (default all: spare_peer spare_disk requeue batch_host
+#   steady).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,7 +79,10 @@ run_case() {
   local name="$1" spares="$2" gb="$3" crash="$4" run="${WORK}/$1" need=0 try sargs=()
   export FTRAIN_RUN_DIR="${run}" FTRAIN_SPARE_NODES="${spares}" FTRAIN_REPLICA_MEMORY_GB="${gb}"
   export FTRAIN_REPLICATION="${5:-auto}"
-  if ((spares > 0)); then
+  if ((spares > 0)) && [[ "${name}" == batch_host ]]; then
+    unset FTRAIN_SPARE_NODELIST
+    sargs=(--nodes=3 --no-kill)
+  elif ((spares > 0)); then
     export FTRAIN_SPARE_NODELIST="${nodes[0]}"
     sargs=(--nodes=3 --no-kill)
     [[ "${gb}" == "8" ]] && need=4
@@ -95,6 +102,7 @@ run_case() {
       sleep 0.3
     done
     FAILED="$(job_nodes "${JOB}" | grep -vx "$(job_field "${JOB}" BatchHost)" | tail -n 1)"
+    [[ "${name}" != batch_host ]] || FAILED="$(job_field "${JOB}" BatchHost)"
     local t_fail t_requeue=0
     t_fail="$(now_s)"
     "${LOCAL_CLUSTER}" fail-node "${FAILED}"
@@ -105,6 +113,10 @@ run_case() {
       t_requeue="$(now_s)"
       "${LOCAL_CLUSTER}" revive-node "${FAILED}"
       FAILED=""
+    elif [[ "${name}" == batch_host ]]; then  # follow the new job
+      wait_for 120 "job ${JOB} resubmitted" grep -q '"event":"resubmitted"' "${run}/restarts.jsonl"
+      t_requeue="$(now_s)"
+      JOB="$(grep '"event":"resubmitted"' "${run}/restarts.jsonl" | sed -E 's/.*"new_job":"([0-9]+)".*/\1/')"
     fi
     echo "${name} ${t_fail} ${t_requeue}" >>"${WORK}/times.txt"
   fi
@@ -117,11 +129,16 @@ run_case() {
 
 echo "== spare_recovery_bench: tiny ${ARGS}, 2 nodes x 2 ranks (+1 spare), full_shard," \
   "crash after step ${FAIL_AT}, SlurmdTimeout=$(config_value SlurmdTimeout) MessageTimeout=$(config_value MessageTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-run_case spare_peer 1 8 1
-run_case spare_disk 1 0.000001 1
-run_case requeue 0 8 1
-run_case steady_replication 1 8 0
-run_case steady_no_replication 1 8 0 0
+CASES=" ${FTRAIN_SPARE_BENCH_CASES:-spare_peer spare_disk requeue batch_host steady} "
+case_on() { [[ "${CASES}" == *" $1 "* ]]; }
+if case_on spare_peer; then run_case spare_peer 1 8 1; fi
+if case_on spare_disk; then run_case spare_disk 1 0.000001 1; fi
+if case_on requeue; then run_case requeue 0 8 1; fi
+if case_on batch_host; then run_case batch_host 1 8 1; fi
+if case_on steady; then
+  run_case steady_replication 1 8 0
+  run_case steady_no_replication 1 8 0 0
+fi
 
 /usr/bin/python3 - "${WORK}" <<'PY'
 import json, os, statistics, sys
@@ -139,7 +156,9 @@ for line in open(os.path.join(work, "times.txt")):
     after = [r for r in recs if r["time"] > t_fail]
     failed = [r for r in after if r["event"] == "step_failed" and r.get("detected_by") == "ftrain"]
     by = "ftrain" if failed else "slurm"
-    if name.startswith("spare"):
+    if name == "batch_host":  # relaunch: resubmission, the old job's end, the new job's start
+        t_act = failed[0]["detected"] if failed else t_requeue
+    elif name.startswith("spare"):
         act = next(r for r in after if r["event"] == "restarted" and r["cause"] == "node_failure")
         t_act = act.get("detected", act["time"])
     else:
@@ -160,11 +179,12 @@ for line in open(os.path.join(work, "times.txt")):
          (f"{state_b / restore / 1e6:.0f} (disk)" if restore else "-")
     print(f"{name:<12}{by:>7}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"
           f"{t_first - t_fail:>7.1f}s{res['step']:>10}{res.get('ranks_from_peer', 0):>6} ranks{bw:>14}")
-steps = {n: statistics.median(m["step_time_s"] - m.get("ckpt_stall_s", 0) for m in metrics(n)[1:])
-         for n in ("steady_replication", "steady_no_replication")}
-on, off = steps["steady_replication"], steps["steady_no_replication"]
-print(f"step time (median, checkpoint stall excluded): replication on {on * 1e3:.1f} ms, "
-      f"off {off * 1e3:.1f} ms: {100 * (on / off - 1):+.1f} %")
+if os.path.exists(os.path.join(work, "steady_no_replication", "metrics.jsonl")):
+    steps = {n: statistics.median(m["step_time_s"] - m.get("ckpt_stall_s", 0) for m in metrics(n)[1:])
+             for n in ("steady_replication", "steady_no_replication")}
+    on, off = steps["steady_replication"], steps["steady_no_replication"]
+    print(f"step time (median, checkpoint stall excluded): replication on {on * 1e3:.1f} ms, "
+          f"off {off * 1e3:.1f} ms: {100 * (on / off - 1):+.1f} %")
 print("detect: crash -> the node is declared dead (by ftrain: heartbeats + slurmd probe; by "
       "Slurm: it took the node out, or requeued the job); relaunch includes the requeue wait. restore MB/s: peer = bytes fetched / fetch time of the slowest rank; "
       "disk = one rank's share of the checkpoint files / the slowest rank's load")

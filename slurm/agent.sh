@@ -13,8 +13,14 @@
 # CKPTD_BIN, FTRAIN_BIN.
 # With spare nodes (FTRAIN_SPARE_NODES > 0, the job submitted with --no-kill) Slurm keeps the
 # job RUNNING when the batch host (FTRAIN_BATCH_HOST) dies, with nobody left to run train.sh:
-# the agents on the first two other live nodes then requeue the job, as Slurm would without
-# spares. The host must be missing from the job in two looks in a row (one look can be wrong).
+# the agents on the first two other live nodes (the watchers) then act. They read the batch
+# host's heartbeat every FTRAIN_DETECT_PERIOD_S (0.5 s) and declare it dead as train.sh does a
+# training node (slurm/detect.sh: silent for FTRAIN_HEARTBEAT_TIMEOUT_S AND its slurmd refuses
+# or does not answer; a paused host whose slurmd answers is not dead): the first watcher (the
+# second 5 s later, if the first did not) records it and submits the job again at once,
+# without the dead node (slurm/resubmit.sh), then cancels this job. Without that (FTRAIN_DETECT=0,
+# no saved submission, FTRAIN_MAX_RESUBMITS reached, sbatch failed) they requeue the job once
+# Slurm took the host out of it (two looks in a row: one look can be wrong), after SlurmdTimeout.
 # FTRAIN_REPLICATION=1 (train.sh sets it with spare nodes): buddy replication; each daemon
 # listens for peers on this host name (FTRAIN_PEER_HOST, default `hostname`; FTRAIN_PEER_PORT,
 # default any free port), publishes FTRAIN_PEER_ADVERTISE (an interface such as ib0, or an
@@ -33,6 +39,10 @@
 set -uo pipefail
 
 FTRAIN_HOME="${FTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
+# shellcheck source=slurm/detect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/detect.sh"
+# shellcheck source=slurm/resubmit.sh
+source "$(dirname "${BASH_SOURCE[0]}")/resubmit.sh"
 CKPTD_BIN="${CKPTD_BIN:-${FTRAIN_HOME}/build/bin/ckptd}"
 FTRAIN_BIN="${FTRAIN_BIN:-${FTRAIN_HOME}/build/bin/ftrain}"
 RUN_DIR="${FTRAIN_RUN_DIR:?agent.sh: set FTRAIN_RUN_DIR}"
@@ -49,6 +59,11 @@ REPLICATION=0
 if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then REPLICATION=1; fi
 
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] agent.sh ${NODE}: $*"; }
+record() {  # record EVENT CAUSE [EXTRA_JSON]: one line of restarts.jsonl (as train.sh's)
+  printf '{"time":%s,"job":"%s","restart_count":%s,"event":"%s","cause":"%s"%s}\n' \
+    "$(date '+%s.%N')" "${SLURM_JOB_ID:-}" "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "${3:+,$3}" \
+    >>"${RESTARTS}"
+}
 
 # The layout from the binary (core/run_layout.h), not a copy here: one call (each loads it).
 declare -A P=()
@@ -56,7 +71,7 @@ paths_out="$("${FTRAIN_BIN}" paths "${RUN_DIR}" --node "${NODE}")" || exit 1
 while IFS=$'\t' read -r key value _; do P["${key%"[${NODE}]"}"]="${value}"; done <<<"${paths_out}"
 CKPT_ROOT="${FTRAIN_CKPT_ROOT:-${P[checkpoints]}}"
 LOG="${P[ckptd_log]}" RESTARTS="${P[restarts]}" JOB_NODES="${P[job_nodes]}" HEARTBEATS="${P[heartbeats]}"
-BUDDY_LINK="${P[ckptd_buddy_addr]}"
+BUDDY_LINK="${P[ckptd_buddy_addr]}" SUBMIT_DIR="${P[submit]}"
 [[ -n "${LOG}" && -n "${RESTARTS}" && -n "${JOB_NODES}" && -n "${BUDDY_LINK}" ]] ||
   { log "ftrain paths ${RUN_DIR} --node ${NODE} printed no ckptd_log/restarts/job_nodes/ckptd_buddy_addr"; exit 1; }
 mapfile -t JOB_NODELIST < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-${NODE}}")
@@ -132,31 +147,91 @@ requeue_for_batch_host() {  # requeue_for_batch_host WATCHER_RANK
   [[ "${restarts}" == "${SLURM_RESTART_COUNT:-0}" ]] || return 0
   if ((!requeue_recorded)); then
     log "the batch host ${BATCH_HOST} left job ${SLURM_JOB_ID} (node failure): requeueing the job"
-    printf '{"time":%s,"job":"%s","restart_count":%s,"event":"step_failed","cause":"node_failure","node":"%s","batch_host":true,"detected_by":"%s"}\n' \
-      "$(date '+%s.%N')" "${SLURM_JOB_ID}" "${SLURM_RESTART_COUNT:-0}" "${BATCH_HOST}" "${NODE}" \
-      >>"${RESTARTS}"
+    record step_failed node_failure "\"node\":\"${BATCH_HOST}\",\"batch_host\":true,\"watcher\":\"${NODE}\",\"detected\":$(date '+%s.%N'),\"detected_by\":\"slurm\""
     requeue_recorded=1
   fi
+  log "requeueing job ${SLURM_JOB_ID}"
   scontrol requeue "${SLURM_JOB_ID}"
 }
 
+# The batch host was declared dead (detect.sh: detect_fields): unless the other watcher did,
+# record it, submit the job again without it (slurm/resubmit.sh), say so in the job's output,
+# point the jobs that wait on this one at the new one, and cancel this job (and so this agent).
+# Fails when it did not resubmit: then the Slurm path above remains.
+resubmit_for_batch_host() {  # resubmit_for_batch_host WATCHER_RANK
+  local new err out_file msg done_n="${FTRAIN_RESUBMITS:-0}" max="${FTRAIN_MAX_RESUBMITS:-3}"
+  sleep "$((($1 - 1) * WATCHER_DELAY_S))"
+  if ! mkdir -p "${SUBMIT_DIR}" || ! mkdir "${SUBMIT_DIR}/claim-${SLURM_JOB_ID}.${SLURM_RESTART_COUNT:-0}" 2>/dev/null; then
+    log "job ${SLURM_JOB_ID} is being submitted again by the other watcher"
+    return 1
+  fi
+  record step_failed node_failure "\"node\":\"${BATCH_HOST}\",\"batch_host\":true,\"watcher\":\"${NODE}\",${detect_fields}"
+  requeue_recorded=1
+  if ((done_n >= max)); then
+    log "not submitting job ${SLURM_JOB_ID} again: it is resubmission ${done_n} of FTRAIN_MAX_RESUBMITS=${max}; Slurm requeues it once it marks ${BATCH_HOST} DOWN"
+    record not_resubmitted node_failure "\"why\":\"FTRAIN_MAX_RESUBMITS=${max} reached\""
+    return 1
+  fi
+  if ! resubmit_job "${SUBMIT_DIR}" "${BATCH_HOST}" "${SLURM_JOB_ID}" 2>"${SUBMIT_DIR}/.err.$$"; then
+    err="$(tail -n 3 "${SUBMIT_DIR}/.err.$$" 2>/dev/null | tr '"\n' "' ")"
+    rm -f "${SUBMIT_DIR}/.err.$$"
+    log "could not submit job ${SLURM_JOB_ID} again (${err}); Slurm requeues it once it marks ${BATCH_HOST} DOWN"
+    record not_resubmitted node_failure "\"why\":\"${err//\\/}\""
+    return 1
+  fi
+  rm -f "${SUBMIT_DIR}/.err.$$"
+  new="${sub_new_job}"
+  record resubmitted node_failure "\"node\":\"${BATCH_HOST}\",\"new_job\":\"${new}\",\"excluded\":\"${BATCH_HOST}\",\"resubmits\":$((done_n + 1)),\"options\":\"${sub_opts[*]//\"/}\""
+  out_file="$(sub_field StdOut)"
+  # This step's output went to srun on the dead batch host: the job's output file directly.
+  msg="the batch host ${BATCH_HOST} died (${detect_fields##*\"evidence\":}): this job continues as job ${new} (sbatch ${sub_opts[*]}; see ${RESTARTS}); cancelling job ${SLURM_JOB_ID}"
+  log "${msg}"
+  [[ -z "${out_file}" ]] || log "${msg}" >>"${out_file}" 2>/dev/null
+  repoint_dependents "${SLURM_JOB_ID}" "${new}"
+  timeout 30 scancel "${SLURM_JOB_ID}" || log "WARNING: scancel ${SLURM_JOB_ID} failed: cancel it yourself"
+  return 0
+}
+
+# Is the batch host declared dead (heartbeat and slurmd probe, detect.sh)? A host whose
+# heartbeat file is missing (its agent ended cleanly) is not looked at.
+batch_host_dead() {
+  [[ "${DETECT}" == "1" && -e "${HEARTBEATS}/${BATCH_HOST}" ]] || return 1
+  check_heartbeats "${BATCH_HOST}"
+}
+
 # In the background, every WATCH_PERIOD_S: follow the live nodes (the buddy, the watchers) and,
-# on a watcher, the batch host. A failed look at slurmctld is retried, never the end of it.
+# on a watcher, the batch host: its heartbeat every DETECT_PERIOD_S, Slurm's view of it every
+# WATCH_PERIOD_S. A failed look at slurmctld is retried, never the end of it.
 requeue_recorded=0
+DETECT_PERIOD_S="${FTRAIN_DETECT_PERIOD_S:-0.5}"
+# A watcher looks every TICK_S (the shorter period), the others every WATCH_PERIOD_S; the
+# ring and Slurm's view every WATCH_PERIOD_S (whole seconds: SECONDS).
+TICK_S="$(awk -v a="${WATCH_PERIOD_S}" -v b="${DETECT_PERIOD_S}" 'BEGIN { print (a < b ? a : b) }')"
+WATCH_PERIOD_INT="$(awk -v a="${WATCH_PERIOD_S}" 'BEGIN { printf "%d", a }')"
 follow_job() {
-  local absent=0 which left
-  while sleep "${WATCH_PERIOD_S}"; do
-    read_ring || continue
-    if ((REPLICATION)); then point_buddy || log "WARNING: could not point ${BUDDY_LINK} at the buddy (retried)"; fi
-    which="$(watcher_rank)"
-    [[ -n "${BATCH_HOST}" && -n "${which}" ]] || { absent=0; continue; }
-    left=0
-    batch_host_left || left=$?
-    ((left != 2)) || continue
-    if ((left == 1)); then absent=0; continue; fi
-    absent=$((absent + 1))
-    ((absent >= 2)) || continue  # confirmed by a second look
-    requeue_for_batch_host "${which}" && return 0
+  local absent=0 which="" left next=0 hb_watch=1
+  while :; do
+    if ((SECONDS >= next)); then
+      next=$((SECONDS + WATCH_PERIOD_INT))
+      if read_ring; then
+        if ((REPLICATION)); then point_buddy || log "WARNING: could not point ${BUDDY_LINK} at the buddy (retried)"; fi
+        which="$(watcher_rank)"
+      fi
+      if [[ -n "${BATCH_HOST}" && -n "${which}" ]]; then
+        left=0
+        batch_host_left || left=$?
+        if ((left == 1)); then absent=0; elif ((left == 0)); then absent=$((absent + 1)); fi
+        # confirmed by a second look
+        if ((absent >= 2)) && requeue_for_batch_host "${which}"; then return 0; fi
+      else
+        absent=0
+      fi
+    fi
+    if ((hb_watch)) && [[ -n "${BATCH_HOST}" && -n "${which}" ]] && batch_host_dead; then
+      resubmit_for_batch_host "${which}" && return 0
+      hb_watch=0  # not resubmitted: Slurm's view decides
+    fi
+    if [[ -n "${BATCH_HOST}" && -n "${which}" ]]; then sleep "${TICK_S}"; else sleep "${WATCH_PERIOD_S}"; fi
   done
 }
 
@@ -194,6 +269,8 @@ hb_pid=""
 stopping=0
 on_stop() {
   stopping=1
+  # The job ends: the batch host's agent ends too, which is no failure.
+  if [[ -n "${watch_pid}" ]]; then kill "${watch_pid}" 2>/dev/null || true; fi
   if [[ -n "${pid}" ]]; then kill -TERM "${pid}" 2>/dev/null || true; fi
 }
 trap on_stop TERM INT

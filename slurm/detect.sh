@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# detect.sh - ftrain's own node-failure detection, sourced by slurm/train.sh (it runs nothing).
+# detect.sh - ftrain's own node-failure detection, sourced by slurm/train.sh (it runs nothing;
+# the node agents, slurm/agent.sh, use the same two-sign rule on the batch host).
 # Slurm marks a dead node DOWN only after SlurmdTimeout (300 s by default), and until then the
 # training step, the job's end and a requeue all wait for it. ftrain does not wait:
 #   - every node agent (slurm/agent.sh) bumps a counter in RUN/.heartbeats/<node> every

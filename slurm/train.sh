@@ -26,7 +26,9 @@
 #     run on N nodes (srun -m arbitrary, the node of every rank in a host file), S wait with
 #     their ckptd running. A training node that fails (Slurm takes it out of the job) is
 #     replaced at once inside the allocation: its ranks on a spare, every other rank where it
-#     was. No spare left: requeue. The batch host fails: the node agents requeue the job.
+#     was. No spare left: requeue. The batch host fails: the node agents submit the job again
+#     without it within seconds (slurm/resubmit.sh; this start saved its submission in
+#     RUN/.submit) and cancel this one; or requeue it once Slurm marks the host DOWN.
 #     --no-kill cannot be set here for spare jobs only (#SBATCH lines are fixed, scontrol
 #     cannot change it); without it Slurm requeues the job on a node failure as before.
 #   - a dead node is noticed by ftrain itself within seconds, whatever Slurm's SlurmdTimeout:
@@ -72,25 +74,58 @@ EXIT_CONFIG=2                                  # ftrain train: configuration or 
 # ---- helpers -------------------------------------------------------------------------------
 # shellcheck source=slurm/detect.sh
 source "${FTRAIN_HOME}/slurm/detect.sh"
+# shellcheck source=slurm/resubmit.sh
+source "${FTRAIN_HOME}/slurm/resubmit.sh"
 log() { echo "[$(date -u '+%Y-%m-%dT%H:%M:%SZ')] train.sh job ${SLURM_JOB_ID:-?}: $*"; }
 now() { date '+%s.%N'; }
 
-# Appends one JSON line to the run's restarts.jsonl.
+# Appends one JSON line to the run's restarts.jsonl. A line whose EXTRA_JSON holds @LOST@ (the
+# lost-work fields, computed in the background: lost_begin) waits, with its time, until they
+# are known; later lines then wait too unless they are (the file stays in time order).
+lost_pid="" lost_file="" queued=()
 record() {  # record EVENT CAUSE [EXTRA_JSON]
-  printf '{"time":%s,"job":"%s","restart_count":%s,"event":"%s","cause":"%s"%s}\n' \
-    "$(now)" "${SLURM_JOB_ID:-}" "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "${3:+,$3}" \
-    >>"${RESTARTS}"
+  local line
+  printf -v line '{"time":%s,"job":"%s","restart_count":%s,"event":"%s","cause":"%s"%s}' \
+    "$(now)" "${SLURM_JOB_ID:-}" "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "${3:+,$3}"
+  queued+=("${line}")
+  if [[ -z "${lost_pid}" ]] || ! kill -0 "${lost_pid}" 2>/dev/null; then lost_flush; fi
 }
 
-# Seconds of training since the newest complete checkpoint: the work a failure now loses.
-work_since_checkpoint() {
+# The lost-work fields of a failure (work_since_checkpoint and last_step_fields: a ckptctl and
+# two python starts, 1-2 s) are worked out in the background, off the relaunch's critical path;
+# metrics.jsonl's last line is taken now, before a relaunched trainer drops it.
+lost_begin() {
+  lost_flush
+  if [[ -n "${lost_file}" ]]; then rm -f "${lost_file}" "${lost_file}.last"; fi
+  lost_file="$(mktemp "${TMPDIR:-/tmp}/ftrain-${SLURM_JOB_ID:-0}-lost.XXXXXX")"
+  tail -n 1 "${METRICS}" >"${lost_file}.last" 2>/dev/null || true
+  echo "$(work_since_checkpoint "${lost_file}.last")$(last_step_fields "${lost_file}.last")" >"${lost_file}" &
+  lost_pid=$!
+}
+
+# Writes the waiting records (waits for the lost-work fields when one needs them).
+lost_flush() {
+  local line lost="0"
+  ((${#queued[@]} > 0)) || return 0
+  if [[ -n "${lost_pid}" ]]; then
+    while kill -0 "${lost_pid}" 2>/dev/null; do wait "${lost_pid}" 2>/dev/null || true; done
+    lost="$(cat "${lost_file}" 2>/dev/null)"
+    [[ -n "${lost}" ]] || lost="0"
+  fi
+  for line in "${queued[@]}"; do printf '%s\n' "${line//@LOST@/${lost}}" >>"${RESTARTS}"; done
+  queued=()
+}
+
+# Seconds of training since the newest complete checkpoint: the work a failure now loses
+# (METRICS_FILE: a copy of metrics.jsonl's last line).
+work_since_checkpoint() {  # work_since_checkpoint [METRICS_FILE]
   local latest last
   latest="$("${CKPTCTL_BIN}" list "${CKPT_ROOT}" --json 2>/dev/null |
     python3 -c 'import json,sys
 d=json.load(sys.stdin)
 c=[x for x in d["checkpoints"] if x["status"]=="complete"]
 print(c[0]["created_unix"] if c else 0)' 2>/dev/null || echo 0)"
-  last="$(tail -n 1 "${METRICS}" 2>/dev/null |
+  last="$(tail -n 1 "${1:-${METRICS}}" 2>/dev/null |
     python3 -c 'import json,sys
 try: print(json.loads(sys.stdin.read())["time"])
 except Exception: print(0)' 2>/dev/null || echo 0)"
@@ -100,8 +135,8 @@ except Exception: print(0)' 2>/dev/null || echo 0)"
 # ',"last_step":N,"last_step_time":T' of the newest line in metrics.jsonl (nothing if there is
 # none): the last sign of life before a failure. A resumed trainer drops the lines after its
 # checkpoint, so this record is the only trace of the work that is re-done (ftrain report).
-last_step_fields() {
-  tail -n 1 "${METRICS}" 2>/dev/null | python3 -c 'import json,sys
+last_step_fields() {  # last_step_fields [METRICS_FILE]
+  tail -n 1 "${1:-${METRICS}}" 2>/dev/null | python3 -c 'import json,sys
 try:
   d=json.loads(sys.stdin.read())
   print(",\"last_step\":%d,\"last_step_time\":%.3f" % (d["step"], d["time"]))
@@ -319,6 +354,11 @@ fi
 CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
 LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}" JOB_NODES="${P[job_nodes]}"
 HEARTBEATS="${P[heartbeats]}"
+# The submission, for the node agents to submit the job again if the batch host dies (a spare
+# job's: it runs on with --no-kill); before this script exports anything.
+if [[ "${SPARE_NODES}" != "0" ]] && ! submit_capture "${P[submit]}" "${BASH_SOURCE[0]}"; then
+  log "WARNING: could not save the submission in ${P[submit]}: if the batch host dies, Slurm requeues the job after SlurmdTimeout"
+fi
 
 # ---- the job -------------------------------------------------------------------------------
 restart_count="${SLURM_RESTART_COUNT:-0}"
@@ -328,6 +368,10 @@ if [[ "${restart_count}" != "0" ]]; then
   cause="$(cat "${LAST_STOP}" 2>/dev/null || echo node_failure)"
   record requeued "${cause}" "\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
   log "this is a requeued start (cause: ${cause}); resuming from the newest complete checkpoint"
+elif [[ -n "${FTRAIN_RESUBMITTED_FROM:-}" ]]; then
+  # The node agents of job FTRAIN_RESUBMITTED_FROM submitted this job when its batch host died.
+  record requeued node_failure "\"resubmitted_from\":\"${FTRAIN_RESUBMITTED_FROM}\",\"resubmits\":${FTRAIN_RESUBMITS:-1},\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
+  log "this is job ${FTRAIN_RESUBMITTED_FROM} submitted again (its batch host died; resubmission ${FTRAIN_RESUBMITS:-1} of at most ${FTRAIN_MAX_RESUBMITS:-3}); resuming from the newest complete checkpoint"
 else
   record started initial
 fi
@@ -372,6 +416,7 @@ trap on_usr1 USR1
 agent_pid=""
 AGENT_STEP_NAME="ftrain-agents"
 stop_agents() {
+  lost_flush
   [[ -n "${agent_pid}" ]] || return 0
   log "stopping the node agents (ckptd finishes what it holds, unlinks its shared memory)"
   # SIGTERM to the agents themselves: a signal to srun would cancel the step, and Slurm
@@ -406,6 +451,7 @@ stop_agents() {
 on_exit() {
   stop_agents
   if [[ -n "${hostfile}" ]]; then rm -f "${hostfile}"; fi
+  if [[ -n "${lost_file}" ]]; then rm -f "${lost_file}" "${lost_file}.last"; fi
 }
 trap on_exit EXIT
 
@@ -522,6 +568,7 @@ while :; do
   srun_pid=$!
   # A USR1 that came between the launch and the line above would be lost: forward it now.
   if ((stop_requested)); then kill -USR1 "${srun_pid}" 2>/dev/null || true; fi
+  lost_flush  # the previous failure's records, now that the ranks start
   wait_step  # sets rc
   srun_pid=""
   if ((rc == 0)); then
@@ -546,7 +593,8 @@ while :; do
     record failed config_error "\"exit\":${rc}"
     exit "${EXIT_CONFIG}"
   fi
-  lost="$(work_since_checkpoint)$(last_step_fields)"  # "lost_s":... in the records below
+  lost_begin  # the records below get "lost_s":... when it is known (record)
+  lost="@LOST@"
   if [[ -n "${detect_node}" ]] && ((SPARE_NODES == 0)); then
     echo node_failure >"${LAST_STOP}"
     record step_failed node_failure "\"node\":\"${detect_node}\",\"lost_s\":${lost},\"exit\":${rc},${detect_fields}"

@@ -72,6 +72,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"replication_secret", layout.replication_secret()},
       {"job_nodes", layout.job_nodes()},
       {"heartbeats", layout.heartbeats()},
+      {"submit", layout.submit()},
       {"hf_config_copy", layout.hf_config_copy()},
   };
 }
@@ -166,7 +167,7 @@ int RunPaths(int argc, char** argv) {
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
       "last_stop, logs, tensorboard, profile, replication_secret, job_nodes, heartbeats, "
-      "hf_config_copy; with one --node: ckptd_dir, "
+      "submit, hf_config_copy; with one --node: ckptd_dir, "
       "ckptd_socket, ckptd_log, ckptd_peer_addr, ckptd_buddy_addr)")(
       "config", po::value<std::string>(&config_path),
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");

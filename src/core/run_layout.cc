@@ -36,6 +36,7 @@ std::string RunLayout::daemon_buddy_addr(const std::string& node) const {
 std::string RunLayout::replication_secret() const { return JoinPath(run_dir_, ".ckptd-secret"); }
 std::string RunLayout::job_nodes() const { return JoinPath(run_dir_, ".job-nodes"); }
 std::string RunLayout::heartbeats() const { return JoinPath(run_dir_, ".heartbeats"); }
+std::string RunLayout::submit() const { return JoinPath(run_dir_, ".submit"); }
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }

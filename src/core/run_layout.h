@@ -46,6 +46,9 @@ class RunLayout {
   // RUN/.heartbeats: one file per node agent (slurm/agent.sh), its counter bumped every second;
   // train.sh declares a node dead when its counter stops and its slurmd does not answer.
   std::string heartbeats() const;
+  // RUN/.submit: the job's submission as train.sh saw it at its start (sbatch options, the
+  // environment, the batch script), replayed by the node agents when the batch host dies.
+  std::string submit() const;
   // model.hf's config.json as the run's first start read it ({"source": path, "text": bytes}):
   // a restart whose base directory has moved takes the model from here (model/hf_config.h).
   std::string hf_config_copy() const;

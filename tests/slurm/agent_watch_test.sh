@@ -11,7 +11,14 @@
 #            watcher must keep looking (it used to end for good) and requeue exactly once;
 #   ring:    replication on; RUN/.job-nodes (train.sh) drops this node's buddy: the buddy
 #            link ckptd reads (RUN/ckptd-<node>/buddy-addr) must follow to the next live node,
-#            and the batch-host watchers must be re-chosen among the live nodes.
+#            and the batch-host watchers must be re-chosen among the live nodes;
+#   paused:  the batch host's heartbeat stops but its "slurmd" (a local listener) accepts: a
+#            heartbeat_late record, no resubmission;
+#   dead:    the heartbeat stops and the slurmd port refuses; both watchers run: exactly one
+#            sbatch (the submission train.sh saved, replayed: one node fewer, the dead node
+#            excluded, the environment with FTRAIN_RESUBMITTED_FROM, no SLURM_JOB_ID), the
+#            records, the line in the job's output, one scancel of the old job;
+#   limit:   the same with FTRAIN_RESUBMITS=3 (FTRAIN_MAX_RESUBMITS 3): no sbatch, a record.
 # Exit 0 pass, 1 fail.
 set -euo pipefail
 
@@ -56,10 +63,21 @@ case "$*" in
     n=$(($(cat "${STUB_STATE}/show_job_calls" 2>/dev/null || echo 0) + 1))
     echo "${n}" >"${STUB_STATE}/show_job_calls.tmp" && mv -f "${STUB_STATE}/show_job_calls.tmp" "${STUB_STATE}/show_job_calls"
     ((n > ${SHOW_JOB_FAILS:-0})) || { echo "slurm_load_jobs error: Socket timed out" >&2; exit 1; }
-    echo "JobId=${4} JobName=x Restarts=0 BatchFlag=1" ;;
+    echo "JobId=${4} JobName=x Restarts=0 BatchFlag=1 TimeLimit=00:10:00 ExcNodeList=(null) StdOut=${STUB_STATE}/out-${4}.out" ;;
+  "-o show node "*) echo "NodeName=${4} NodeAddr=127.0.0.1 Port=${STUB_SLURMD_PORT:-1}" ;;
   "requeue "*) echo "$2" >>"${STUB_STATE}/requeued" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
 esac
+EOF
+cat >"${STUB}/sbatch" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"${STUB_STATE}/sbatch_args"
+env >"${STUB_STATE}/sbatch_env"
+echo 4242
+EOF
+cat >"${STUB}/scancel" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"${STUB_STATE}/scancelled"
 EOF
 cat >"${STUB}/ckptd" <<'EOF'
 #!/usr/bin/env bash
@@ -129,7 +147,7 @@ sleep 0.5
 stop_agent
 (($(requeues hiccup) == 1)) || fail "hiccup: requeued $(requeues hiccup) times"
 (($(calls hiccup show_job_calls) == 3)) || fail "hiccup: $(calls hiccup show_job_calls) show job calls, expected 2 failed + 1"
-grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_host":true,"detected_by":"host0000"' \
+grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_host":true,"watcher":"host0000","detected":[0-9.]*,"detected_by":"slurm"' \
   "${WORK}/hiccup/run/restarts.jsonl" || fail "hiccup: no batch-host record in restarts.jsonl"
 (($(grep -c batch_host "${WORK}/hiccup/run/restarts.jsonl") == 1)) || fail "hiccup: more than one record"
 log "hiccup: two failed 'scontrol show job', then one requeue and one record"
@@ -151,6 +169,7 @@ wait_link() {  # wait_link NODE WHY
   done
 }
 wait_link host0004 "the next node of the job"
+for ((i = 0; i < 100; i++)); do [[ -s "${WORK}/ring/state/ckptd_args" ]] && break; sleep 0.1; done  # ckptd starts after the link
 grep -qF -- "--buddy-file ${link} " "${WORK}/ring/state/ckptd_args" ||
   fail "ring: ckptd was not given --buddy-file ${link}: $(cat "${WORK}/ring/state/ckptd_args")"
 echo SMALL >"${WORK}/ring/state/nodes"  # the batch host left; host0003 is no watcher: no requeue
@@ -169,4 +188,86 @@ until (($(requeues ring) >= 1)); do  # now the first live node other than the ba
 done
 stop_agent
 log "ring: the buddy link followed .job-nodes (host0004, then host0005); the watchers too"
+
+# ---- the batch host's heartbeat: paused, dead, the resubmission limit -----------------------
+port() {  # port open|closed: a local TCP port that accepts (listening until killed) or refuses
+  exec python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1], flush=True)
+if sys.argv[1]=="open":
+  s.listen(); time.sleep(600)' "$1"
+}
+# silent_host NAME: a run dir whose batch host host0001 beat once, long ago, and the
+# submission train.sh saved (3 nodes, one spare), its stand-ins on PATH.
+silent_host() {
+  local run="${WORK}/$1/run"
+  mkdir -p "${run}/.heartbeats" "${WORK}/$1/state"
+  echo "5 1 42" >"${run}/.heartbeats/host0001"
+  echo '#!/bin/bash' >"${WORK}/$1/script"
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  env PATH="${STUB}:${PATH}" STUB_STATE="${WORK}/$1/state" SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=3 \
+    SLURM_NTASKS_PER_NODE=2 SLURM_SUBMIT_DIR="${WORK}" FTRAIN_SPARE_NODES=1 FTRAIN_KEEP=me \
+    bash -c 'source "$1/slurm/resubmit.sh"; submit_capture "$2" "$3"' _ "${REPO}" \
+    "${run}/.submit" "${WORK}/$1/script" || fail "$1: submit_capture failed"
+}
+wait_record() {  # wait_record NAME EVENT
+  local deadline=$((SECONDS + 30))
+  until grep -q "\"event\":\"$2\"" "${WORK}/$1/run/restarts.jsonl" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "$1: no $2 record after 30 s: $(cat "${WORK}/$1/agent"*.log)"
+    sleep 0.1
+  done
+}
+FAST=(FTRAIN_HEARTBEAT_TIMEOUT_S=0.3 FTRAIN_DETECT_PERIOD_S=0.05 FTRAIN_PROBE_TIMEOUT_S=1)
+
+silent_host paused
+coproc LISTENER { port open; }
+read -r open_port <&"${LISTENER[0]}"
+run_agent paused host0000 "${FAST[@]}" STUB_SLURMD_PORT="${open_port}"
+wait_record paused heartbeat_late
+sleep 0.5
+stop_agent
+kill "${LISTENER_PID}" 2>/dev/null || true
+if [[ -e "${WORK}/paused/state/sbatch_args" ]] || grep -q step_failed "${WORK}/paused/run/restarts.jsonl"; then
+  fail "paused: a batch host whose slurmd answers was taken for dead: $(cat "${WORK}/paused/run/restarts.jsonl")"
+fi
+log "paused: heartbeat silent, slurmd accepting: heartbeat_late, nothing resubmitted"
+
+silent_host dead
+closed_port="$(port closed)"
+run_agent dead host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}"
+first="${AGENT_PID}"
+sleep 0.2
+mv "${WORK}/dead/agent.log" "${WORK}/dead/agent1.log"
+run_agent dead host0002 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}"
+wait_record dead resubmitted
+sleep 6  # the second watcher acts 5 s after the first: it must find the claim
+stop_agent
+AGENT_PID="${first}"
+stop_agent
+d="${WORK}/dead"
+(($(wc -l <"${d}/state/sbatch_args") == 1)) || fail "dead: sbatch ran $(wc -l <"${d}/state/sbatch_args") times"
+[[ "$(cat "${d}/state/scancelled")" == 42 ]] || fail "dead: scancel calls: $(cat "${d}/state/scancelled")"
+args="$(cat "${d}/state/sbatch_args")"
+for want in --nodes=2 --ntasks-per-node=2 --exclude=host0001 --time=00:10:00 "--output=${d}/state/out-%j.out" "${d}/run/.submit/script"; do
+  [[ " ${args} " == *" ${want} "* ]] || fail "dead: sbatch args lack ${want}: ${args}"
+done
+[[ " ${args} " != *" --no-kill "* ]] || fail "dead: --no-kill for a job left without spares: ${args}"
+for want in FTRAIN_RESUBMITTED_FROM=42 FTRAIN_RESUBMITS=1 FTRAIN_SPARE_NODES=0 FTRAIN_KEEP=me \
+  FTRAIN_RESUBMIT_EXCLUDED=host0001; do
+  grep -qx "${want}" "${d}/state/sbatch_env" || fail "dead: the new job's environment lacks ${want}"
+done
+if grep -q '^SLURM_JOB_ID=' "${d}/state/sbatch_env"; then fail "dead: SLURM_JOB_ID leaked into the new job's environment"; fi
+rec="$(grep '"event":"step_failed"' "${d}/run/restarts.jsonl")"
+[[ "$(wc -l <<<"${rec}")" == 1 && "${rec}" == *'"node":"host0001","batch_host":true,"watcher":"host0000","detected":'* &&
+  "${rec}" == *'"detected_by":"ftrain","verdict":"dead"'* && "${rec}" == *'"slurmd":"refused"'* ]] ||
+  fail "dead: step_failed record(s): ${rec}"
+grep -q '"event":"resubmitted".*"new_job":"4242"' "${d}/run/restarts.jsonl" || fail "dead: no resubmitted record naming job 4242"
+grep -q "this job continues as job 4242" "${d}/state/out-42.out" || fail "dead: the job's output does not name the new job"
+log "dead: one resubmission (sbatch ${args}), one record, one scancel, though both watchers saw it"
+
+silent_host limit
+run_agent limit host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}" FTRAIN_RESUBMITS=3
+wait_record limit not_resubmitted
+stop_agent
+[[ ! -e "${WORK}/limit/state/sbatch_args" ]] || fail "limit: resubmitted past FTRAIN_MAX_RESUBMITS"
+log "limit: the fourth resubmission in a row is refused (not_resubmitted)"
 log "PASS"

@@ -119,6 +119,16 @@ wait_for_restarts() {  # wait_for_restarts JOBID N TIMEOUT_S
   wait_for "$3" "job $1 requeued ($2 restarts)" bash -c "[[ \"\$(scontrol -o show job $1 | grep -o 'Restarts=[0-9]*')\" == Restarts=$2 ]]"
 }
 
+# The batch host of spare job OLD (run NAME) died: its node agents submit it again and cancel
+# it. Prints the new job's id once restarts.jsonl names it.
+e2e_wait_resubmitted() {  # e2e_wait_resubmitted NAME OLD TIMEOUT_S
+  local f="${WORK_DIR}/$1/restarts.jsonl"
+  wait_for "$3" "job $2 resubmitted by its node agents" \
+    grep -q "\"job\":\"$2\",.*\"event\":\"resubmitted\"" "${f}"
+  grep "\"job\":\"$2\",.*\"event\":\"resubmitted\"" "${f}" | head -n 1 |
+    sed -E 's/.*"new_job":"([0-9]+)".*/\1/'
+}
+
 # A node of the job other than the batch host (whose death would take the script with it).
 e2e_non_batch_node() {
   local batch_host n

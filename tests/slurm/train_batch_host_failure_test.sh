@@ -6,12 +6,18 @@
 # the uninterrupted job, its state read from disk (the node's memory died with it). The step
 # is random; FTRAIN_TEST_SEED reproduces a run (printed).
 # FTRAIN_TEST_SPARE_NODES=1 runs it with a hot spare (3 nodes, --no-kill): Slurm then keeps the
-# job RUNNING without its batch script, and the node agents must requeue it.
+# job RUNNING without its batch script; the node agents must declare the batch host dead
+# themselves (heartbeat and slurmd probe), submit the job again without it (2 nodes: the spare
+# takes its place) and cancel the old job; the new job resumes from the newest checkpoint.
+# FTRAIN_TEST_DEFAULT_TIMEOUTS=1 (with spares): the same under Slurm's default SlurmdTimeout=300
+# / MessageTimeout=10: the new job must train while Slurm still has not noticed the death.
 # Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
 SLURM_TEST_NAME="train_batch_host_failure_test"
 SPARES="${FTRAIN_TEST_SPARE_NODES:-0}"
+DEFAULT_TIMEOUTS="${FTRAIN_TEST_DEFAULT_TIMEOUTS:-0}"
+((DEFAULT_TIMEOUTS)) && SLURM_TEST_NAME="train_batch_host_failure_default_timeouts_test"
 SEED="${FTRAIN_TEST_SEED:-$(( $(date +%s) % 100000 ))}"
 FAIL_AT_STEP=$(( 8 + SEED % 40 ))   # 8..47 of 60: before, between and after checkpoints
 
@@ -27,6 +33,8 @@ if ((SPARES > 0)); then
   submit_args=(--nodes=$((2 + SPARES)) --no-kill)
 fi
 
+((DEFAULT_TIMEOUTS)) && e2e_use_timeouts 300 10
+
 log "seed ${SEED}: crash the batch host at step ~${FAIL_AT_STEP} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit batch "${submit_args[@]}")"
 wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
@@ -34,18 +42,59 @@ node="$(job_field "${JOB_ID}" BatchHost)"
 [[ -n "${node}" ]] || fail "job ${JOB_ID} has no batch host"
 e2e_freeze_ranks batch  # the failure lands before the run ends however fast it trains
 log "fail-node ${node} (the batch host: train.sh dies with it)"
+t_fail="$(now_s)"
 e2e_fail_node "${node}"
 e2e_thaw_ranks batch
-wait_for_restarts "${JOB_ID}" 1 120
+if ((SPARES == 0)); then
+  wait_for_restarts "${JOB_ID}" 1 120
+  e2e_revive_node
+  e2e_wait_done "${JOB_ID}" batch
+  grep -q 'restart count 1' "${WORK_DIR}"/batch-*.out || fail "the requeued start did not log SLURM_RESTART_COUNT=1"
+  e2e_expect_restore_from_disk batch "${node}" 1  # none before the step-5 checkpoint completed
+  e2e_expect_identical batch
+  log "PASS (no spare): the batch host crashed at step ${FAIL_AT_STEP}; requeued, relaunched and bit-identical"
+  PASSED=1
+  exit 0
+fi
+
+old_job="${JOB_ID}"
+JOB_ID="$(e2e_wait_resubmitted batch "${old_job}" 60)"
+t_resubmit="$(now_s)"
+[[ "${JOB_ID}" =~ ^[0-9]+$ ]] || fail "no new job id in the resubmitted record"
+# Cancelled: COMPLETING until the dead node is DOWN (its live nodes are freed at once).
+wait_for_job_state "${old_job}" 'CANCELLED|COMPLETING' 60
+wait_for_job_state "${JOB_ID}" RUNNING 60
+t_running="$(now_s)"
+# Slurm has not given up on the dead node yet (under its defaults: for 300 s), and the new job
+# does without it.
+state="$(node_state "${node}")"
+((DEFAULT_TIMEOUTS)) && [[ "${state}" == down* ]] &&
+  fail "Slurm marked ${node} ${state} already: the test proves nothing about its timeouts"
+job_nodes "${JOB_ID}" | grep -qx "${node}" && fail "the new job ${JOB_ID} runs on the dead node ${node}"
+log "new job ${JOB_ID} running on $(job_nodes "${JOB_ID}" | paste -sd' ') while Slurm sees ${node} ${state}"
+wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${E2E_STEPS}" 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" batch
-grep -q 'restart count 1' "${WORK_DIR}"/batch-*.out || fail "the requeued start did not log SLURM_RESTART_COUNT=1"
-if ((SPARES > 0)); then
-  grep -q '"event":"step_failed","cause":"node_failure","node":"'"${node}"'","batch_host":true' \
-    "${WORK_DIR}/batch/restarts.jsonl" || fail "no agent record of the batch host failure"
-fi
-# A failure before the step-5 checkpoint completed leaves nothing to resume from.
-e2e_expect_restore_from_disk batch "${node}" 1
+t_done="$(now_s)"
+wait_for_job_state "${old_job}" CANCELLED 60
+log "batch host death -> resubmitted $(elapsed_s "${t_fail}" "${t_resubmit}") s, -> new job running $(elapsed_s "${t_fail}" "${t_running}") s, -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
+
+run="${WORK_DIR}/batch"
+rec="$(grep '"event":"step_failed"' "${run}/restarts.jsonl" | grep '"batch_host":true')" ||
+  fail "no record of the batch host failure: $(cat "${run}/restarts.jsonl")"
+[[ "${rec}" == *"\"job\":\"${old_job}\","* && "${rec}" == *"\"node\":\"${node}\""* &&
+  "${rec}" == *'"detected_by":"ftrain","verdict":"dead"'* && "${rec}" == *'"evidence":"heartbeat silent'* ]] ||
+  fail "the batch host was not declared dead by ftrain's detection: ${rec}"
+grep -q "\"event\":\"requeued\",\"cause\":\"node_failure\",\"resubmitted_from\":\"${old_job}\"" "${run}/restarts.jsonl" ||
+  fail "the new job's start was not recorded as a resumption of ${old_job}"
+grep -q "this job continues as job ${JOB_ID}" "${WORK_DIR}/batch-${old_job}.out" ||
+  fail "the old job's output does not name the new job ${JOB_ID}"
+grep -q "submitted again" "${WORK_DIR}/batch-${JOB_ID}.out" || fail "the new job did not log that it is a resubmission"
+report="$("${E2E_BIN}/ftrain" report "${run}")" || fail "ftrain report ${run} failed"
+for want in "resubmitted (job ${old_job})" "requeued (job ${JOB_ID})" 'ftrain: heartbeats and a probe'; do
+  grep -qF "${want}" <<<"${report}" || fail "ftrain report does not show '${want}': ${report}"
+done
+e2e_expect_restore_from_disk batch "${node}" 1  # none before the step-5 checkpoint completed
 e2e_expect_identical batch
-log "PASS (${SPARES} spares): the batch host crashed at step ${FAIL_AT_STEP}; requeued, relaunched and bit-identical"
+log "PASS (${SPARES} spare(s)$( ((DEFAULT_TIMEOUTS)) && echo ", Slurm's default timeouts")): the batch host crashed at step ${FAIL_AT_STEP}; job ${old_job} submitted again as ${JOB_ID} and cancelled; bit-identical"
 PASSED=1

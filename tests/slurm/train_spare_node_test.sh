@@ -107,7 +107,8 @@ else
     fail "the replacement did not restore ranks 2,3 from peer memory and 0,1 from local memory: ${resumed}"
   grep -Eq "rank [23] fetched step ${resume_step} from peer " <<<"${out}" ||
     fail "no rank on the spare logged its fetch from a peer"
-  "${E2E_BIN}/ftrain" report "${WORK_DIR}/spare" | grep -q "fetched from a peer's memory" ||
+  # (read whole first: `report | grep -q` under pipefail fails when grep stops reading early)
+  grep -q "fetched from a peer's memory" <<<"$("${E2E_BIN}/ftrain" report "${WORK_DIR}/spare")" ||
     fail "ftrain report does not show the restore from peer memory"
 fi
 if ((DEFAULT_TIMEOUTS)); then
@@ -116,7 +117,7 @@ if ((DEFAULT_TIMEOUTS)); then
     fail "the failure was not declared by ftrain's own detection: ${rec}"
   grep -q "released ${nodes[2]} from job ${JOB_ID}" "${WORK_DIR}"/spare-*.out ||
     fail "train.sh did not release ${nodes[2]} from the job"
-  "${E2E_BIN}/ftrain" report "${WORK_DIR}/spare" | grep -q "evidence  *heartbeat silent" ||
+  grep -q "evidence  *heartbeat silent" <<<"$("${E2E_BIN}/ftrain" report "${WORK_DIR}/spare")" ||
     fail "ftrain report does not show the detection's evidence"
 fi
 e2e_expect_identical spare

@@ -8,9 +8,9 @@
 #      the dead n3, so its ranks were no longer replicated anywhere);
 #   2. n2 dies: spare n4 takes ranks 0,1 and must restore them from its own replica store;
 #   3. the batch host n1 dies: both watchers (n2, n3) are gone; n4, the watcher re-chosen
-#      among the live nodes, must requeue the job (it used to stay RUNNING with nothing
-#      driving it until its time limit).
-# The requeued job resumes from disk and ends bit-identical to the uninterrupted reference.
+#      among the live nodes, must submit the job again (it used to stay RUNNING with nothing
+#      driving it until its time limit) and cancel it.
+# The new job resumes from disk and ends bit-identical to the uninterrupted reference.
 # Needs a cluster of >= 4 nodes (FTRAIN_TEST_NODES=4). Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -80,11 +80,12 @@ log "3. the batch host ${n1} dies; its first watchers ${n2}, ${n3} are gone"
 e2e_fail_node "${n1}"
 wait "${revive3}" || fail "revive-node ${n3}: $(cat "${WORK_DIR}/revive-${n3}.log")"
 wait "${revive2}" || fail "revive-node ${n2}: $(cat "${WORK_DIR}/revive-${n2}.log")"
-wait_for_restarts "${JOB_ID}" 1 120
+old_job="${JOB_ID}"
+JOB_ID="$(e2e_wait_resubmitted topo "${old_job}" 120)"
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" topo
-grep -q "\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"${n1}\",\"batch_host\":true,\"detected_by\":\"${n4}\"" \
-  "${RUN}/restarts.jsonl" || fail "no record of ${n4} requeueing for the batch host: $(cat "${RUN}/restarts.jsonl")"
+grep -q "\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"${n1}\",\"batch_host\":true,\"watcher\":\"${n4}\"" \
+  "${RUN}/restarts.jsonl" || fail "no record of ${n4} resubmitting for the batch host: $(cat "${RUN}/restarts.jsonl")"
 e2e_expect_identical topo
-log "PASS: two replacements re-formed the ring (${n2}'s ranks restored from ${n4}'s memory) and the watchers (${n4} requeued when the batch host died); bit-identical"
+log "PASS: two replacements re-formed the ring (${n2}'s ranks restored from ${n4}'s memory) and the watchers (${n4} submitted job ${old_job} again as ${JOB_ID} when the batch host died); bit-identical"
 PASSED=1
