@@ -72,6 +72,7 @@ TEST(FtrainPaths, PrintsTheLayoutAsTextJsonAndSinglePaths) {
   EXPECT_EQ(j["nodes"]["n1"]["ckptd_buddy_addr"], run / "ckptd-n1/buddy-addr");
   EXPECT_EQ(j["job_nodes"], run / ".job-nodes");
   EXPECT_EQ(j["heartbeats"], run / ".heartbeats");
+  EXPECT_EQ(j["commcheck"], run / "commcheck.json");
   r = Paths(run.path() + " --get restarts");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, run / "restarts.jsonl\n");

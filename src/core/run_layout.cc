@@ -39,6 +39,7 @@ std::string RunLayout::heartbeats() const { return JoinPath(run_dir_, ".heartbea
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }
+std::string RunLayout::commcheck() const { return JoinPath(run_dir_, "commcheck.json"); }
 std::string RunLayout::profile() const { return JoinPath(run_dir_, "profile"); }
 std::string RunLayout::profile_trace(int rank) const {
   return JoinPath(profile(), "trace-rank" + std::to_string(rank) + ".json");
