@@ -41,6 +41,17 @@ struct StragglerNote {
   double busy_s = 0, median_s = 0;
 };
 
+// RUN/commcheck.json (`ftrain commcheck --record`, slurm/train.sh's pre-flight): the link the
+// step's collective bytes are held against.
+struct LinkRecord {
+  std::string path;
+  bool present = false;  // the file exists and was usable
+  double busbw_gbps = 0;  // the world group's all_gather/reduce_scatter at its largest size
+  int64_t bytes = 0;      // (the lower of the two)
+  std::string collective, backend;
+  int world_size = 0, num_nodes = 0;
+};
+
 // One line of "where the time goes": its share, the figure behind it, whether it is the
 // problem, and what to try.
 struct BreakdownItem {
@@ -151,6 +162,7 @@ struct RunSummary {
   // Where the time goes (report/time_breakdown.cc), in the order to look.
   std::vector<StragglerNote> stragglers;
   std::vector<BreakdownItem> breakdown;
+  LinkRecord link;
   bool data_bound = false, comm_bound = false;
 };
 
