@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "train/step_phases.h"
 
 namespace ftrain::report {
 
@@ -33,13 +34,9 @@ struct StepPhases {
   std::vector<std::array<double, kPhaseCount>> per_rank;  // every rank_phases_every steps
 };
 
-// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl).
-struct StragglerNote {
-  int64_t step = 0;
-  int rank = 0;
-  std::string host, cause;
-  double busy_s = 0, median_s = 0;
-};
+// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl): step, rank, host,
+// cause, busy_s, median_s.
+using StragglerNote = train::Straggler;
 
 // RUN/commcheck.json (`ftrain commcheck --record`, slurm/train.sh's pre-flight): the link the
 // step's collective bytes are held against.

@@ -205,16 +205,23 @@ BreakdownItem CommItem(const RunSummary& r, const Totals& t) {
   return it;
 }
 
+// The host of every rank, from the newest record with the full per-rank vector (empty if none).
+std::vector<std::string> RankHosts(const RunSummary& r) {
+  for (auto s = r.steps.rbegin(); s != r.steps.rend(); ++s) {
+    if (s->phases && !s->phases->hosts.empty()) return s->phases->hosts;
+  }
+  return {};
+}
+
 BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
   BreakdownItem it = Item("stragglers", "stragglers");
   it.share = t.step_s > 0 ? t.phase[4] / t.step_s : 0;
   it.figure = Pct(it.share) + " of step time the median rank waits at the step boundary";
   if (t.steps == 0) it.figure = "no per-rank phases recorded (a trainer older than them)";
-  for (const auto& g : r.stragglers) {
-    it.figure += "; rank " + std::to_string(g.rank) + " on " + g.host + " (from step " +
-                 std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) + " s/step against a " +
-                 "median of " + F("%.3f", g.median_s) + " s, +" +
-                 F("%.0f", g.median_s > 0 ? 100 * (g.busy_s / g.median_s - 1) : 0) + " %, mostly " +
+  for (const train::StragglerGroup& g : train::GroupStragglers(r.stragglers, RankHosts(r))) {
+    it.figure += "; " + train::StragglerGroupTitle(g) + " at +" + F("%.0f", g.ExcessPct()) +
+                 " % (from step " + std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) +
+                 " s/step against a median of " + F("%.3f", g.median_s) + " s, mostly " +
                  g.cause + ")";
   }
   it.flagged = !r.stragglers.empty();
@@ -408,6 +415,19 @@ ojson TimeBreakdownJson(const RunSummary& r) {
                  {"cause", s.cause}});
   }
   j["stragglers"] = g;
+  ojson groups = ojson::array();
+  for (const train::StragglerGroup& s : train::GroupStragglers(r.stragglers, RankHosts(r))) {
+    groups.push_back({{"host", s.host},
+                      {"node", s.node},
+                      {"ranks", s.ranks},
+                      {"host_ranks", s.host_ranks},
+                      {"busy_s", s.busy_s},
+                      {"median_s", s.median_s},
+                      {"excess_pct", s.ExcessPct()},
+                      {"cause", s.cause},
+                      {"step", s.step}});
+  }
+  j["straggler_groups"] = groups;
   if (r.read_p50_s && r.read_p95_s) {
     j["read_latency"] = {
         {"p50_s", *r.read_p50_s}, {"p95_s", *r.read_p95_s}, {"requests", r.read_requests}};
