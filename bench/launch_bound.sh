@@ -19,6 +19,7 @@
 # and ROUNDS (2): the three runs alternate that many times and their steps are pooled, so a
 # change in the machine's load falls on all three alike.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CONFIG="${1:-${BENCH_ROOT}/configs/small.cfg}"

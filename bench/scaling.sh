@@ -9,6 +9,7 @@
 # FTRAIN_SCALING_STEPS (default 30), FTRAIN_SCALING_RANKS ("1 2 4"), FTRAIN_SCALING_GLOBAL_BATCH (8),
 # FTRAIN_SCALING_STRATEGIES ("full_shard no_shard"), FTRAIN_SCALING_ARGS (extra overrides).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CONFIG="${1:-${BENCH_ROOT}/configs/tiny.cfg}"

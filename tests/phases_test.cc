@@ -290,8 +290,8 @@ TEST_F(PhasesTest, CommunicationLineHoldsTheStepsBytesAgainstTheCommcheckRecord)
   int64_t bytes = 0;
   double bw = 0;
   for (const auto& row : rec["results"]) {
-    if (row["group"] != "world" || (row["collective"] != "all_gather" &&
-                                    row["collective"] != "reduce_scatter")) {
+    if (row["group"] != "world" ||
+        (row["collective"] != "all_gather" && row["collective"] != "reduce_scatter")) {
       continue;
     }
     const int64_t b = row["bytes"].get<int64_t>();
@@ -318,7 +318,8 @@ TEST_F(PhasesTest, CommunicationLineHoldsTheStepsBytesAgainstTheCommcheckRecord)
                 bw, rep["time_breakdown"]["link"]["collective"].get<std::string>().c_str(),
                 record.c_str(), comm_bytes / steps / (bw * 1e9));
   EXPECT_TRUE(Contains(comm_item(rep)["figure"].get<std::string>(), want))
-      << want << "\n" << comm_item(rep).dump(2);
+      << want << "\n"
+      << comm_item(rep).dump(2);
 
   std::ofstream(record) << "{\"results\": [";  // torn
   r = RunCommand(Ftrain() + " report " + run, 60);

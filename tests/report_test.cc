@@ -574,7 +574,8 @@ TEST(ReportTest, FtrainDetectionShowsItsTimeAndEvidence) {
 TEST(ReportTest, MostRanksOfANodeStragglingNameTheNode) {
   const std::string dir = NewDir("straggler_node");
   std::string m;
-  AddSteps(&m, 1, 9, kT0, 0, [](int) { return 1.0; }, 100, 0);
+  AddSteps(
+      &m, 1, 9, kT0, 0, [](int) { return 1.0; }, 100, 0);
   const std::string hosts = R"("n1","n1","n1","n1","n2","n2","n2","n2")";
   auto named = [](int rank, const char* host, double busy) {
     return "{\"rank\":" + std::to_string(rank) + ",\"host\":\"" + host +
@@ -584,9 +585,12 @@ TEST(ReportTest, MostRanksOfANodeStragglingNameTheNode) {
        std::to_string(kT0 + 10) +
        ",\"phases\":{\"median\":{\"compute_s\":0.2},\"max\":{\"compute_s\":0.31},"
        "\"busy_median_s\":0.2,\"busy_max_s\":0.31,\"slowest_rank\":6,\"slowest_host\":\"n2\"},"
-       "\"ranks\":{\"host\":[" + hosts + "],\"compute_s\":[0.2,0.25,0.2,0.2,0.3,0.29,0.31,0.2]},"
-       "\"stragglers\":[" + named(4, "n2", 0.30) + "," + named(5, "n2", 0.29) + "," +
-       named(6, "n2", 0.31) + "," + named(1, "n1", 0.25) + "]}\n";
+       "\"ranks\":{\"host\":[" +
+       hosts +
+       "],\"compute_s\":[0.2,0.25,0.2,0.2,0.3,0.29,0.31,0.2]},"
+       "\"stragglers\":[" +
+       named(4, "n2", 0.30) + "," + named(5, "n2", 0.29) + "," + named(6, "n2", 0.31) + "," +
+       named(1, "n1", 0.25) + "]}\n";
   WriteFile(dir + "/metrics.jsonl", m);
   auto r = report::AnalyzeRun(dir);
   ASSERT_TRUE(r.ok()) << r.status().message();

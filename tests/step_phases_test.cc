@@ -148,8 +148,8 @@ TEST(StepPhasesTest, HalfANodeOrOneRankStaysRanks) {
     return g;
   };
   // 2 of n2's 4 ranks and 1 of n1's: no node, three ranks in the order named.
-  auto groups = GroupStragglers({named(6, "n2", 0.15), named(1, "n1", 0.13), named(4, "n2", 0.2)},
-                                kHosts8);
+  auto groups =
+      GroupStragglers({named(6, "n2", 0.15), named(1, "n1", 0.13), named(4, "n2", 0.2)}, kHosts8);
   ASSERT_EQ(groups.size(), 3u);
   for (const auto& g : groups) EXPECT_FALSE(g.node);
   EXPECT_EQ(StragglerGroupTitle(groups[0]), "rank 6 on n2");

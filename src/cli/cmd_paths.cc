@@ -166,7 +166,8 @@ int RunPaths(int argc, char** argv) {
                                                            "print one JSON object")(
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
-      "last_stop, logs, tensorboard, profile, commcheck, replication_secret, job_nodes, heartbeats, "
+      "last_stop, logs, tensorboard, profile, commcheck, replication_secret, job_nodes, "
+      "heartbeats, "
       "hf_config_copy; with one --node: ckptd_dir, "
       "ckptd_socket, ckptd_log, ckptd_peer_addr, ckptd_buddy_addr)")(
       "config", po::value<std::string>(&config_path),

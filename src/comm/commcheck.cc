@@ -253,15 +253,15 @@ Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& o
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
   const WorldInfo& world = ctx.world();
   if (world.rank != 0) return Status::Ok();
-  nlohmann::json doc = {{"world_size", world.world_size},
-                        {"num_nodes", world.num_nodes},
-                        {"backend", ctx.world_comm().backend()},
-                        {"ok", true},
-                        {"time", std::chrono::duration<double>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count()},
-                        {"barrier_us", barrier_us},
-                        {"results", json_rows}};
+  nlohmann::json doc = {
+      {"world_size", world.world_size},
+      {"num_nodes", world.num_nodes},
+      {"backend", ctx.world_comm().backend()},
+      {"ok", true},
+      {"time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"barrier_us", barrier_us},
+      {"results", json_rows}};
   if (options.json) {
     out << doc.dump() << "\n";
   } else {
@@ -272,8 +272,8 @@ Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& o
   if (!options.record_path.empty()) {
     Status w = WriteFileDurably(Env::Default(), options.record_path, doc.dump() + "\n");
     if (!w.ok()) {
-      return Status(w.code(), "commcheck passed, but its record could not be written: " +
-                                  w.message());
+      return Status(w.code(),
+                    "commcheck passed, but its record could not be written: " + w.message());
     }
   }
   out.flush();

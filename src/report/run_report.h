@@ -42,7 +42,7 @@ using StragglerNote = train::Straggler;
 // step's collective bytes are held against.
 struct LinkRecord {
   std::string path;
-  bool present = false;  // the file exists and was usable
+  bool present = false;   // the file exists and was usable
   double busbw_gbps = 0;  // the world group's all_gather/reduce_scatter at its largest size
   int64_t bytes = 0;      // (the lower of the two)
   std::string collective, backend;

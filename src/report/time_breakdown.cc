@@ -159,10 +159,10 @@ std::string LinkFigure(const RunSummary& r, double per_step, double compute_s, b
                   "commcheck` measured (" + k.collective + " of " +
                   (k.bytes >= (1 << 20) ? F("%.0f MiB", static_cast<double>(k.bytes) / (1 << 20))
                                         : F("%.0f KiB", static_cast<double>(k.bytes) / 1024)) +
-                  " over " +
-                  std::to_string(k.world_size) + " ranks on " + std::to_string(k.num_nodes) +
-                  (k.num_nodes == 1 ? " node, " : " nodes, ") + k.backend + ", " + k.path +
-                  ") moving them takes " + F("%.3f", transfer_s) + " s per step";
+                  " over " + std::to_string(k.world_size) + " ranks on " +
+                  std::to_string(k.num_nodes) + (k.num_nodes == 1 ? " node, " : " nodes, ") +
+                  k.backend + ", " + k.path + ") moving them takes " + F("%.3f", transfer_s) +
+                  " s per step";
   if (compute_s > 0) {
     *link_bound = transfer_s > compute_s;
     f += ", " + F("%.0f", 100 * transfer_s / compute_s) + " % of the compute that can hide it: " +
@@ -196,8 +196,9 @@ BreakdownItem CommItem(const RunSummary& r, const Totals& t) {
                          more_compute + ", check that NCCL uses the fast fabric (NCCL_DEBUG=INFO)"
         : r.link.present ? "the link could carry the bytes behind the compute, but they are not "
                            "overlapped: keep train.prefetch=true, " +
-                               more_compute + ", look at the order in a profile "
-                                              "(train.profile_steps)"
+                               more_compute +
+                               ", look at the order in a profile "
+                               "(train.profile_steps)"
                          : "measure the link (`ftrain commcheck --record`, above), try "
                            "dist.sharding=hybrid_shard (full_shard within a node) or "
                            "shard_grad_op, keep train.prefetch=true, " +
@@ -221,8 +222,8 @@ BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
   for (const train::StragglerGroup& g : train::GroupStragglers(r.stragglers, RankHosts(r))) {
     it.figure += "; " + train::StragglerGroupTitle(g) + " at +" + F("%.0f", g.ExcessPct()) +
                  " % (from step " + std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) +
-                 " s/step against a median of " + F("%.3f", g.median_s) + " s, mostly " +
-                 g.cause + ")";
+                 " s/step against a median of " + F("%.3f", g.median_s) + " s, mostly " + g.cause +
+                 ")";
   }
   it.flagged = !r.stragglers.empty();
   it.verdict = it.flagged ? "STRAGGLER" : "ok";
@@ -345,8 +346,9 @@ Status ParseLinkRecord(const json& j, LinkRecord* k) {
   scan("reduce_scatter");
   if (k->collective.empty()) scan("all_reduce");
   if (k->collective.empty()) {
-    return Status::Corruption("holds no world-group all_gather, reduce_scatter or all_reduce "
-                              "row with bytes and busbw_gbps");
+    return Status::Corruption(
+        "holds no world-group all_gather, reduce_scatter or all_reduce "
+        "row with bytes and busbw_gbps");
   }
   return Status::Ok();
 }
@@ -365,8 +367,10 @@ void ReadLinkRecord(const std::string& path, RunSummary* r) {
   if (!s.ok()) {
     r->link = LinkRecord();
     r->link.path = path;
-    r->warnings.push_back(path + ": " + s.message() + ": the link is left out; rewrite it with "
-                          "`ftrain commcheck --record " + path + "` over the job's ranks");
+    r->warnings.push_back(path + ": " + s.message() +
+                          ": the link is left out; rewrite it with "
+                          "`ftrain commcheck --record " +
+                          path + "` over the job's ranks");
     return;
   }
   r->link.present = true;
@@ -433,9 +437,12 @@ ojson TimeBreakdownJson(const RunSummary& r) {
         {"p50_s", *r.read_p50_s}, {"p95_s", *r.read_p95_s}, {"requests", r.read_requests}};
   }
   if (r.link.present) {
-    j["link"] = {{"path", r.link.path},           {"busbw_gbps", r.link.busbw_gbps},
-                 {"bytes", r.link.bytes},         {"collective", r.link.collective},
-                 {"world_size", r.link.world_size}, {"num_nodes", r.link.num_nodes},
+    j["link"] = {{"path", r.link.path},
+                 {"busbw_gbps", r.link.busbw_gbps},
+                 {"bytes", r.link.bytes},
+                 {"collective", r.link.collective},
+                 {"world_size", r.link.world_size},
+                 {"num_nodes", r.link.num_nodes},
                  {"backend", r.link.backend}};
   }
   ojson items = ojson::array();

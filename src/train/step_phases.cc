@@ -164,8 +164,8 @@ void PhaseRecorder::NameStragglers(int64_t step, size_t n, PhaseSummary* s) {
   const long long w = static_cast<long long>(window_.size());
   char line[320];
   for (const StragglerGroup& g : GroupStragglers(named_list_, hosts_)) {
-    const bool any_fresh = std::any_of(g.ranks.begin(), g.ranks.end(),
-                                       [&](int r) { return fresh.count(r) != 0; });
+    const bool any_fresh =
+        std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return fresh.count(r) != 0; });
     if (!any_fresh || (g.node && !named_nodes_.insert(g.host).second)) continue;
     std::snprintf(line, sizeof(line),
                   "straggler: %s: busy %.3f s per step against a median of %.3f s (+%.0f %%) "
@@ -207,8 +207,7 @@ std::vector<StragglerGroup> GroupStragglers(const std::vector<Straggler>& named,
     for (const Straggler& g : named) {
       if (g.host == host) on.push_back(&g);
     }
-    const int host_ranks =
-        static_cast<int>(std::count(rank_hosts.begin(), rank_hosts.end(), host));
+    const int host_ranks = static_cast<int>(std::count(rank_hosts.begin(), rank_hosts.end(), host));
     const int total = host_ranks > 0 ? host_ranks : static_cast<int>(on.size());
     const bool node = on.size() >= 2 && 2 * static_cast<int>(on.size()) > total;
     auto group_of = [&](const std::vector<const Straggler*>& members) {
