@@ -171,6 +171,27 @@ std::string LinkFigure(const RunSummary& r, double per_step, double compute_s, b
   return f;
 }
 
+// What to try for exposed communication: the link is too slow, or it is fast enough and the
+// collectives are not overlapped, or (no record) measure it first.
+std::string CommAdvice(bool link_bound, bool have_record) {
+  const std::string more_compute =
+      "raise train.micro_batch so each collective has more compute to hide behind";
+  if (link_bound) {
+    return "the link cannot carry the step's bytes in its compute time: move fewer bytes "
+           "across it (dist.sharding=hybrid_shard keeps the all-gathers within a node, "
+           "shard_grad_op gathers once per step), " +
+           more_compute + ", check that NCCL uses the fast fabric (NCCL_DEBUG=INFO)";
+  }
+  if (have_record) {
+    return "the link could carry the bytes behind the compute, but they are not overlapped: "
+           "keep train.prefetch=true, " +
+           more_compute + ", look at the order in a profile (train.profile_steps)";
+  }
+  return "measure the link (`ftrain commcheck --record`, above), try dist.sharding=hybrid_shard "
+         "(full_shard within a node) or shard_grad_op, keep train.prefetch=true, " +
+         more_compute;
+}
+
 BreakdownItem CommItem(const RunSummary& r, const Totals& t) {
   BreakdownItem it = Item("communication", "exposed communication");
   it.share = t.step_s > 0 ? t.phase[2] / t.step_s : 0;
@@ -186,23 +207,9 @@ BreakdownItem CommItem(const RunSummary& r, const Totals& t) {
     }
     it.figure += LinkFigure(r, per_step, compute_s, &link_bound);
   }
-  const std::string more_compute =
-      "raise train.micro_batch so each collective has more compute to hide behind";
   Judge(&it, it.share >= kCommBound,
         link_bound ? "COMMUNICATION-BOUND (the link)" : "COMMUNICATION-BOUND",
-        link_bound ? "the link cannot carry the step's bytes in its compute time: move fewer "
-                     "bytes across it (dist.sharding=hybrid_shard keeps the all-gathers within "
-                     "a node, shard_grad_op gathers once per step), " +
-                         more_compute + ", check that NCCL uses the fast fabric (NCCL_DEBUG=INFO)"
-        : r.link.present ? "the link could carry the bytes behind the compute, but they are not "
-                           "overlapped: keep train.prefetch=true, " +
-                               more_compute +
-                               ", look at the order in a profile "
-                               "(train.profile_steps)"
-                         : "measure the link (`ftrain commcheck --record`, above), try "
-                           "dist.sharding=hybrid_shard (full_shard within a node) or "
-                           "shard_grad_op, keep train.prefetch=true, " +
-                               more_compute);
+        CommAdvice(link_bound, r.link.present));
   return it;
 }
 
