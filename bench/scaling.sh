@@ -9,34 +9,26 @@
 # FTRAIN_SCALING_STEPS (default 30), FTRAIN_SCALING_RANKS ("1 2 4"), FTRAIN_SCALING_GLOBAL_BATCH (8),
 # FTRAIN_SCALING_STRATEGIES ("full_shard no_shard"), FTRAIN_SCALING_ARGS (extra overrides).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${FTRAIN_BIN_DIR:-${ROOT}/build/bin}"
-CONFIG="${1:-${ROOT}/configs/tiny.cfg}"
+CONFIG="${1:-${BENCH_ROOT}/configs/tiny.cfg}"
 STEPS="${FTRAIN_SCALING_STEPS:-30}"
 RANKS="${FTRAIN_SCALING_RANKS:-1 2 4}"
 STRATEGIES="${FTRAIN_SCALING_STRATEGIES:-full_shard no_shard}"
 EXTRA="${FTRAIN_SCALING_ARGS:-}"
 GLOBAL="${FTRAIN_SCALING_GLOBAL_BATCH:-8}"
-CORPUS=/usr/share/common-licenses
-WORK="$(mktemp -d /tmp/ftrain-scaling-XXXXXX)"
-trap 'rm -rf "${WORK}"' EXIT
+bench_workdir scaling
 
 echo "== scaling: $(basename "${CONFIG}"), ${STEPS} steps, ranks ${RANKS}, $(nproc) cores," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"${BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 64 --progress none \
-  --out "${WORK}/data" "${CORPUS}" >/dev/null 2>"${WORK}/pack.log" ||
-  { cat "${WORK}/pack.log" >&2; exit 1; }
+bench_pack 512 64
 
 for strategy in ${STRATEGIES}; do
   for n in ${RANKS}; do
-    run="${WORK}/${strategy}-${n}"
     # shellcheck disable=SC2086  # EXTRA is a list of overrides
-    "${BIN}/ftrain" launch --nproc "${n}" -- train --config "${CONFIG}" \
-      --data.path="${WORK}/data" --run.dir="${run}" --train.steps="${STEPS}" \
-      --dist.sharding="${strategy}" --train.micro_batch=$((GLOBAL / n)) --ckpt.save_final=false --ckpt.every_steps=0 \
-      --ckpt.every_minutes=0 --metrics.tensorboard=false ${EXTRA} >"${run}.log" 2>&1 ||
-      { tail -20 "${run}.log" >&2; exit 1; }
+    bench_train "${n}" "${WORK}/${strategy}-${n}" --config "${CONFIG}" --train.steps="${STEPS}" \
+      --dist.sharding="${strategy}" --train.micro_batch=$((GLOBAL / n)) ${EXTRA}
   done
   # shellcheck disable=SC2086  # one argument per rank count
   python3 - "${WORK}" "${strategy}" ${RANKS} <<'PY'

@@ -468,10 +468,13 @@ requeue_stopped() {  # requeue_stopped WHERE
 
 if [[ "${PREFLIGHT}" == "1" ]]; then
   log "pre-flight: ftrain commcheck over all ranks"
-  # In the background, so that a USR1 is handled at once rather than after the check.
+  # In the background, so that a USR1 is handled at once rather than after the check. 16M is
+  # about one transformer layer's all-gather (configs/small.cfg: 12.6 MB in bf16), large enough
+  # for a bus bandwidth figure; the record (RUN/commcheck.json) is what `ftrain report` holds
+  # the step's bytes against.
   timeout "${PREFLIGHT_TIMEOUT_S}" srun --mpi=pmix --kill-on-bad-exit=1 \
-    --ntasks-per-node="${RANKS_PER_NODE}" "${FTRAIN_BIN}" commcheck --sizes 64K,1M --iters 1 \
-    --warmup 0 &
+    --ntasks-per-node="${RANKS_PER_NODE}" "${FTRAIN_BIN}" commcheck --sizes 64K,16M --iters 2 \
+    --warmup 0 --record "${P[commcheck]}" &
   preflight_pid=$!
   preflight_rc=0
   wait "${preflight_pid}" || preflight_rc=$?

@@ -73,6 +73,7 @@ TEST(FtrainPaths, PrintsTheLayoutAsTextJsonAndSinglePaths) {
   EXPECT_EQ(j["job_nodes"], run / ".job-nodes");
   EXPECT_EQ(j["heartbeats"], run / ".heartbeats");
   EXPECT_EQ(j["submit"], run / ".submit");
+  EXPECT_EQ(j["commcheck"], run / "commcheck.json");
   r = Paths(run.path() + " --get restarts");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, run / "restarts.jsonl\n");

@@ -6,7 +6,8 @@
 //     `ftrain report --json`, the same run from the local directory is not, and both records
 //     carry every rank's phases; its SVG has the phases panel (rendered by rsvg-convert);
 //     the http run's report shows the read latency p50/p95 (checked against nginx's own
-//     $request_time), the local one none.
+//     $request_time), the local one none;
+//   - the exposed-communication line holds the step's bytes against a real commcheck record.
 // Label: multiproc. About 20 s.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -264,6 +266,66 @@ TEST_F(PhasesTest, ARunFedThroughARateLimitedServerIsReportedDataBoundAHealthyOn
   EXPECT_EQ(n, 20);
   EXPECT_EQ(full, 4);
   ExpectPhasesPanel(slow, 2);
+}
+
+// The exposed-communication line holds the step's collective bytes against the link a real
+// `ftrain commcheck --record RUN/commcheck.json` measured: the record's bus bandwidth (world
+// group, largest size, the lower of all_gather and reduce_scatter) and the seconds moving the
+// mean comm_bytes of metrics.jsonl takes at it. Without a record the line says how to make
+// one; a broken record is one warning naming the file, and the rest of the report renders.
+TEST_F(PhasesTest, CommunicationLineHoldsTheStepsBytesAgainstTheCommcheckRecord) {
+  const std::string run = dir_->path() + "/run-link", record = run + "/commcheck.json";
+  auto r = Train(run, data_, "--train.steps=6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto comm_item = [](const nlohmann::json& rep) { return rep["time_breakdown"]["items"][1]; };
+  EXPECT_TRUE(Contains(comm_item(Report(run))["figure"].get<std::string>(),
+                       "no record of the link: `ftrain commcheck --sizes 16M --record " + record))
+      << comm_item(Report(run)).dump(2);
+
+  r = RunCommand(Ftrain() + " launch --nproc 2 -- commcheck --sizes 64K,1M --iters 1 " +
+                     "--warmup 0 --no-groups --record " + record,
+                 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rec = nlohmann::json::parse(ReadAll(record));
+  int64_t bytes = 0;
+  double bw = 0;
+  for (const auto& row : rec["results"]) {
+    if (row["group"] != "world" ||
+        (row["collective"] != "all_gather" && row["collective"] != "reduce_scatter")) {
+      continue;
+    }
+    const int64_t b = row["bytes"].get<int64_t>();
+    const double v = row["busbw_gbps"].get<double>();
+    if (b > bytes || (b == bytes && v < bw)) bytes = b, bw = v;
+  }
+  ASSERT_EQ(bytes, 1 << 20) << rec.dump(2);
+  double comm_bytes = 0;
+  int steps = 0;
+  std::ifstream metrics(run + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("phases")) continue;
+    comm_bytes += j["phases"]["comm_bytes"].get<double>();
+    ++steps;
+  }
+  ASSERT_GT(comm_bytes, 0);
+  const auto rep = Report(run);
+  EXPECT_EQ(rep["time_breakdown"]["link"]["busbw_gbps"].get<double>(), bw);
+  char want[160];
+  std::snprintf(want, sizeof(want),
+                "at the %.3f GB/s bus bandwidth `ftrain commcheck` measured (%s of 1 MiB over 2 "
+                "ranks on 1 node, gloo, %s) moving them takes %.3f s per step",
+                bw, rep["time_breakdown"]["link"]["collective"].get<std::string>().c_str(),
+                record.c_str(), comm_bytes / steps / (bw * 1e9));
+  EXPECT_TRUE(Contains(comm_item(rep)["figure"].get<std::string>(), want))
+      << want << "\n"
+      << comm_item(rep).dump(2);
+
+  std::ofstream(record) << "{\"results\": [";  // torn
+  r = RunCommand(Ftrain() + " report " + run, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, record + ": is not JSON: the link is left out")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "6. time lost to failures")) << r.output;
 }
 
 }  // namespace

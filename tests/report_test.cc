@@ -568,5 +568,44 @@ TEST(ReportTest, FtrainDetectionShowsItsTimeAndEvidence) {
   EXPECT_NE(js.str().find("\"detected_by\": \"ftrain\""), std::string::npos) << js.str();
 }
 
+// Three of n2's four ranks named as stragglers (their records as the trainer writes them) are
+// one node line in the report, with the excess of their mean busy time; n1's lone straggler
+// stays a rank line.
+TEST(ReportTest, MostRanksOfANodeStragglingNameTheNode) {
+  const std::string dir = NewDir("straggler_node");
+  std::string m;
+  AddSteps(
+      &m, 1, 9, kT0, 0, [](int) { return 1.0; }, 100, 0);
+  const std::string hosts = R"("n1","n1","n1","n1","n2","n2","n2","n2")";
+  auto named = [](int rank, const char* host, double busy) {
+    return "{\"rank\":" + std::to_string(rank) + ",\"host\":\"" + host +
+           "\",\"busy_s\":" + std::to_string(busy) + ",\"median_s\":0.2,\"cause\":\"compute_s\"}";
+  };
+  m += "{\"step\":10,\"loss\":2,\"step_time_s\":1,\"tokens_per_s\":4096,\"time\":" +
+       std::to_string(kT0 + 10) +
+       ",\"phases\":{\"median\":{\"compute_s\":0.2},\"max\":{\"compute_s\":0.31},"
+       "\"busy_median_s\":0.2,\"busy_max_s\":0.31,\"slowest_rank\":6,\"slowest_host\":\"n2\"},"
+       "\"ranks\":{\"host\":[" +
+       hosts +
+       "],\"compute_s\":[0.2,0.25,0.2,0.2,0.3,0.29,0.31,0.2]},"
+       "\"stragglers\":[" +
+       named(4, "n2", 0.30) + "," + named(5, "n2", 0.29) + "," + named(6, "n2", 0.31) + "," +
+       named(1, "n1", 0.25) + "]}\n";
+  WriteFile(dir + "/metrics.jsonl", m);
+  auto r = report::AnalyzeRun(dir);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::ostringstream out;
+  report::PrintReport(*r, out);
+  // (0.30 + 0.29 + 0.31) / 3 = 0.30 against 0.2: +50 %; rank 1: 0.25 / 0.2: +25 %.
+  const auto has = [&](const std::string& what) {
+    return out.str().find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(has("STRAGGLER: ") &&
+              has("; node n2: ranks 4-6 (3 of its 4) at +50 % (from step 10: busy 0.300 s/step "
+                  "against a median of 0.200 s, mostly compute_s); rank 1 on n1 at +25 %"))
+      << out.str();
+  EXPECT_FALSE(has("rank 4 on n2")) << out.str();
+}
+
 }  // namespace
 }  // namespace ftrain

@@ -2,7 +2,8 @@
 // median/max/slowest rank over the ranks, the full vector only every N steps, a straggler
 // named once (with its host and the phase that makes it slow) only after it stayed above the
 // median for a whole window, none in a balanced run, and the metrics.jsonl members parse as
-// JSON (nlohmann) inside the step's line. Label: unit; well under a second.
+// JSON (nlohmann) inside the step's line; most of a node's ranks slow make one node group.
+// Label: unit; well under a second.
 #include "train/step_phases.h"
 
 #include <gtest/gtest.h>
@@ -103,6 +104,63 @@ TEST(StepPhasesTest, MetricsLineWithPhasesIsOneJsonObject) {
   EXPECT_EQ(j["ranks"]["host"].size(), 4u);
   EXPECT_EQ(j["ranks"]["compute_s"].size(), 4u);
   EXPECT_EQ(j["stragglers"][0]["host"], "n1");
+}
+
+// Eight ranks, four per host; the ranks in `slow` get 0.06 s more compute per step.
+std::vector<RankPhases> Step8(const std::vector<int>& slow) {
+  std::vector<RankPhases> v(8);
+  for (auto& r : v) {
+    r.s[kDataWait] = 0.001;
+    r.s[kCompute] = 0.100;
+    r.s[kOptimizer] = 0.005;
+  }
+  for (int r : slow) v[r].s[kCompute] += 0.06;
+  return v;
+}
+const std::vector<std::string> kHosts8 = {"n1", "n1", "n1", "n1", "n2", "n2", "n2", "n2"};
+
+TEST(StepPhasesTest, MostRanksOfOneNodeSlowAreOneNodeGroup) {
+  StragglerOptions o;
+  o.window = 5;
+  PhaseRecorder rec(kHosts8, 0, o);
+  PhaseSummary s;
+  for (int step = 1; step <= 5; ++step) s = rec.Observe(step, Step8({4, 5, 6}));
+  ASSERT_EQ(s.named.size(), 3u);
+  const auto groups = GroupStragglers(rec.stragglers(), kHosts8);
+  ASSERT_EQ(groups.size(), 1u) << "one node, not three ranks";
+  EXPECT_TRUE(groups[0].node);
+  EXPECT_EQ(groups[0].host, "n2");
+  EXPECT_EQ(groups[0].ranks, (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(groups[0].host_ranks, 4);
+  EXPECT_EQ(groups[0].cause, "compute_s");
+  EXPECT_NEAR(groups[0].ExcessPct(), 100 * (0.166 / 0.106 - 1), 0.1);
+  EXPECT_EQ(StragglerGroupTitle(groups[0]), "node n2: ranks 4-6 (3 of its 4)");
+}
+
+TEST(StepPhasesTest, HalfANodeOrOneRankStaysRanks) {
+  auto named = [](int rank, const std::string& host, double busy) {
+    Straggler g;
+    g.rank = rank;
+    g.host = host;
+    g.busy_s = busy;
+    g.median_s = 0.1;
+    g.cause = "compute_s";
+    return g;
+  };
+  // 2 of n2's 4 ranks and 1 of n1's: no node, three ranks in the order named.
+  auto groups =
+      GroupStragglers({named(6, "n2", 0.15), named(1, "n1", 0.13), named(4, "n2", 0.2)}, kHosts8);
+  ASSERT_EQ(groups.size(), 3u);
+  for (const auto& g : groups) EXPECT_FALSE(g.node);
+  EXPECT_EQ(StragglerGroupTitle(groups[0]), "rank 6 on n2");
+  EXPECT_EQ(StragglerGroupTitle(groups[1]), "rank 4 on n2");
+  EXPECT_EQ(StragglerGroupTitle(groups[2]), "rank 1 on n1");
+  // Hosts not known (no per-rank vector): two ranks of one host make it the node.
+  groups = GroupStragglers({named(6, "n2", 0.15), named(7, "n2", 0.2)}, {});
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(StragglerGroupTitle(groups[0]), "node n2: ranks 6-7 (2)");
+  EXPECT_NEAR(groups[0].ExcessPct(), 75, 1e-9);
+  EXPECT_EQ(RankList({0, 2, 3, 5, 6, 7}), "0,2-3,5-7");
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ namespace po = boost::program_options;
 int RunCommcheck(int argc, char** argv) {
   const std::string program = "ftrain commcheck";
   po::options_description opts(
-      "ftrain commcheck [--sizes 1M,4M,...] [--iters N] [--warmup N] [--json] [--backend B]\n"
+      "ftrain commcheck [--sizes 1M,4M,...] [--iters N] [--warmup N] [--json] [--record FILE] "
+      "[--backend B]\n"
       "(run one per rank: under srun --mpi=pmix, ftrain launch, or with RANK/WORLD_SIZE/"
       "MASTER_ADDR/MASTER_PORT)");
   std::string sizes_text = "1M,4M,16M,64M";
@@ -30,6 +31,9 @@ int RunCommcheck(int argc, char** argv) {
       "iters", po::value<int>(&o.iters)->default_value(5), "timed iterations per size")(
       "warmup", po::value<int>(&o.warmup)->default_value(1), "untimed iterations per size")(
       "json", po::bool_switch(&o.json), "print one JSON object instead of the table")(
+      "record", po::value<std::string>(&o.record_path),
+      "rank 0 also writes that JSON object to FILE (RUN/commcheck.json, `ftrain paths RUN "
+      "--get commcheck`, is where `ftrain report` looks for the link's bandwidth)")(
       "no-groups", "skip the intra-node and inter-node group checks")(
       "backend", po::value<std::string>(&backend)->default_value(backend),
       "gloo (CPU tensors) or nccl (CUDA tensors on GPU local_rank; needs ftrain built with "

@@ -69,6 +69,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"logs", layout.logs()},
       {"tensorboard", layout.tensorboard()},
       {"profile", layout.profile()},
+      {"commcheck", layout.commcheck()},
       {"replication_secret", layout.replication_secret()},
       {"job_nodes", layout.job_nodes()},
       {"heartbeats", layout.heartbeats()},
@@ -166,8 +167,8 @@ int RunPaths(int argc, char** argv) {
                                                            "print one JSON object")(
       "get", po::value<std::string>(&get),
       "print only this path (checkpoints, metrics, restarts, resolved_config, config_error, "
-      "last_stop, logs, tensorboard, profile, replication_secret, job_nodes, heartbeats, "
-      "submit, hf_config_copy; with one --node: ckptd_dir, "
+      "last_stop, logs, tensorboard, profile, commcheck, replication_secret, job_nodes, "
+      "heartbeats, submit, hf_config_copy; with one --node: ckptd_dir, "
       "ckptd_socket, ckptd_log, ckptd_peer_addr, ckptd_buddy_addr)")(
       "config", po::value<std::string>(&config_path),
       "resolve ckpt.root from this training config (and the overrides) as `ftrain train` would");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/env.h"
 #include "core/log.h"
 
 namespace ftrain::comm {
@@ -224,20 +225,18 @@ StatusOr<double> TimeCollective(DistContext& ctx, Comm& comm, const std::string&
   return t.item<double>();
 }
 
-// Rank 0's line (or JSON row) for one result.
+// Rank 0's JSON row for one result, and its table line unless --json.
 void ReportRow(const CommcheckRow& row, int group_size, const CommcheckOptions& options,
                std::ostream& out, nlohmann::json* json_rows) {
-  if (options.json) {
-    json_rows->push_back({{"collective", row.collective},
-                          {"group", row.group},
-                          {"group_size", group_size},
-                          {"bytes", row.bytes},
-                          {"time_s", row.time_s},
-                          {"algbw_gbps", row.algbw_gbps},
-                          {"busbw_gbps", row.busbw_gbps},
-                          {"ok", true}});
-    return;
-  }
+  json_rows->push_back({{"collective", row.collective},
+                        {"group", row.group},
+                        {"group_size", group_size},
+                        {"bytes", row.bytes},
+                        {"time_s", row.time_s},
+                        {"algbw_gbps", row.algbw_gbps},
+                        {"busbw_gbps", row.busbw_gbps},
+                        {"ok", true}});
+  if (options.json) return;
   char line[200];
   std::snprintf(line, sizeof(line), "%-15s %-11s %10s %12.1f %12.3f %12.3f  ok\n",
                 row.collective.c_str(), row.group.c_str(), FormatBytes(row.bytes).c_str(),
@@ -254,18 +253,28 @@ Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& o
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10 * 1e6;
   const WorldInfo& world = ctx.world();
   if (world.rank != 0) return Status::Ok();
+  nlohmann::json doc = {
+      {"world_size", world.world_size},
+      {"num_nodes", world.num_nodes},
+      {"backend", ctx.world_comm().backend()},
+      {"ok", true},
+      {"time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"barrier_us", barrier_us},
+      {"results", json_rows}};
   if (options.json) {
-    nlohmann::json doc = {{"world_size", world.world_size},
-                          {"num_nodes", world.num_nodes},
-                          {"backend", ctx.world_comm().backend()},
-                          {"ok", true},
-                          {"barrier_us", barrier_us},
-                          {"results", json_rows}};
     out << doc.dump() << "\n";
   } else {
     char line[120];
     std::snprintf(line, sizeof(line), "barrier latency %.1f us\ncommcheck: OK\n", barrier_us);
     out << line;
+  }
+  if (!options.record_path.empty()) {
+    Status w = WriteFileDurably(Env::Default(), options.record_path, doc.dump() + "\n");
+    if (!w.ok()) {
+      return Status(w.code(),
+                    "commcheck passed, but its record could not be written: " + w.message());
+    }
   }
   out.flush();
   return Status::Ok();

@@ -19,6 +19,9 @@ struct CommcheckOptions {
   int warmup = 1;
   int iters = 5;
   bool json = false;
+  // Rank 0 also writes the JSON result here (durably: temp file + rename), whether or not it
+  // prints the table: the run's record of its link (RUN/commcheck.json, `ftrain report`).
+  std::string record_path;
   bool check_groups = true;  // also check the intra-node and inter-node groups
   // Where the test tensors live: "cpu" (Gloo) or "cuda:N" (NCCL needs device memory; needs a
   // LibTorch built with CUDA at run time).

@@ -40,6 +40,7 @@ std::string RunLayout::submit() const { return JoinPath(run_dir_, ".submit"); }
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }
+std::string RunLayout::commcheck() const { return JoinPath(run_dir_, "commcheck.json"); }
 std::string RunLayout::profile() const { return JoinPath(run_dir_, "profile"); }
 std::string RunLayout::profile_trace(int rank) const {
   return JoinPath(profile(), "trace-rank" + std::to_string(rank) + ".json");

@@ -18,6 +18,8 @@
 //   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
 //   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
 //   RUN/profile/              Chrome traces of train.profile_steps: trace-rank<R>.json per rank
+//   RUN/commcheck.json        the newest `ftrain commcheck --record` over the job's ranks
+//                             (slurm/train.sh's pre-flight); `ftrain report` reads the link from it
 #pragma once
 
 #include <string>
@@ -60,6 +62,7 @@ class RunLayout {
   std::string profile() const;                // RUN/profile
   std::string profile_trace(int rank) const;  // RUN/profile/trace-rank<R>.json
   std::string default_prometheus_dir() const;
+  std::string commcheck() const;  // RUN/commcheck.json
 
   // The checkpoint root the newest start of this run used: ckpt.root from its resolved config
   // when it has one, else the default. An unreadable or malformed resolved config is an

@@ -463,6 +463,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     }
   }
   Analyze(&r);
+  ReadLinkRecord(layout.commcheck(), &r);
   AnalyzeTimeBreakdown(&r);
   return r;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "train/step_phases.h"
 
 namespace ftrain::report {
 
@@ -33,12 +34,19 @@ struct StepPhases {
   std::vector<std::array<double, kPhaseCount>> per_rank;  // every rank_phases_every steps
 };
 
-// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl).
-struct StragglerNote {
-  int64_t step = 0;
-  int rank = 0;
-  std::string host, cause;
-  double busy_s = 0, median_s = 0;
+// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl): step, rank, host,
+// cause, busy_s, median_s.
+using StragglerNote = train::Straggler;
+
+// RUN/commcheck.json (`ftrain commcheck --record`, slurm/train.sh's pre-flight): the link the
+// step's collective bytes are held against.
+struct LinkRecord {
+  std::string path;
+  bool present = false;   // the file exists and was usable
+  double busbw_gbps = 0;  // the world group's all_gather/reduce_scatter at its largest size
+  int64_t bytes = 0;      // (the lower of the two)
+  std::string collective, backend;
+  int world_size = 0, num_nodes = 0;
 };
 
 // One line of "where the time goes": its share, the figure behind it, whether it is the
@@ -151,6 +159,7 @@ struct RunSummary {
   // Where the time goes (report/time_breakdown.cc), in the order to look.
   std::vector<StragglerNote> stragglers;
   std::vector<BreakdownItem> breakdown;
+  LinkRecord link;
   bool data_bound = false, comm_bound = false;
 };
 

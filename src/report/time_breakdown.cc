@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 namespace ftrain::report {
 
@@ -38,6 +40,13 @@ BreakdownItem Item(const char* key, const char* title) {
   it.key = key;
   it.title = title;
   return it;
+}
+
+// The verdict of every item: its name for the problem and what to try when flagged, else "ok".
+void Judge(BreakdownItem* it, bool flagged, const std::string& verdict, const std::string& advice) {
+  it->flagged = flagged;
+  it->verdict = flagged ? verdict : "ok";
+  it->advice = flagged ? advice : "";
 }
 
 Status PhaseArray(const json& obj, const std::string& where, std::array<double, kPhaseCount>* v) {
@@ -128,36 +137,88 @@ BreakdownItem DataItem(const RunSummary& r, const Totals& t) {
                  latency(*r.read_p95_s) + " per request (rank 0, " +
                  std::to_string(r.read_requests) + " requests)";
   }
-  it.flagged = it.share >= kDataBound;
-  it.verdict = it.flagged ? "DATA-BOUND" : "ok";
-  it.advice = it.flagged ? "the loader starves the step: raise data.prefetch_depth, read from "
-                           "faster or closer storage (copy the packed data to node-local disk), "
-                           "check the data server's bandwidth"
-                         : "";
+  Judge(&it, it.share >= kDataBound, "DATA-BOUND",
+        "the loader starves the step: raise data.prefetch_depth, read from faster or closer "
+        "storage (copy the packed data to node-local disk), check the data server's bandwidth");
   return it;
 }
 
-BreakdownItem CommItem(const Totals& t) {
+// The step's collective bytes against the link RUN/commcheck.json measured: how long moving
+// them takes at that bus bandwidth (per rank sent / busbw: a ring's all-gather, reduce-scatter
+// and all-reduce each send busbw bytes per second per rank), against the compute that could
+// hide them. Sets *link_bound when the link alone cannot hide them.
+std::string LinkFigure(const RunSummary& r, double per_step, double compute_s, bool* link_bound) {
+  const LinkRecord& k = r.link;
+  if (!k.present) {
+    return "; no record of the link: `ftrain commcheck --sizes 16M --record " + k.path +
+           "` over the job's ranks (srun --mpi=pmix, or ftrain launch --nproc N --) writes one, "
+           "as slurm/train.sh's pre-flight does";
+  }
+  const double transfer_s = k.busbw_gbps > 0 ? per_step / (k.busbw_gbps * 1e9) : 0;
+  std::string f = "; at the " + F("%.3f", k.busbw_gbps) + " GB/s bus bandwidth `ftrain " +
+                  "commcheck` measured (" + k.collective + " of " +
+                  (k.bytes >= (1 << 20) ? F("%.0f MiB", static_cast<double>(k.bytes) / (1 << 20))
+                                        : F("%.0f KiB", static_cast<double>(k.bytes) / 1024)) +
+                  " over " + std::to_string(k.world_size) + " ranks on " +
+                  std::to_string(k.num_nodes) + (k.num_nodes == 1 ? " node, " : " nodes, ") +
+                  k.backend + ", " + k.path + ") moving them takes " + F("%.3f", transfer_s) +
+                  " s per step";
+  if (compute_s > 0) {
+    *link_bound = transfer_s > compute_s;
+    f += ", " + F("%.0f", 100 * transfer_s / compute_s) + " % of the compute that can hide it: " +
+         (*link_bound ? "the link is too slow to hide it" : "the link is fast enough to hide it");
+  }
+  return f;
+}
+
+// What to try for exposed communication: the link is too slow, or it is fast enough and the
+// collectives are not overlapped, or (no record) measure it first.
+std::string CommAdvice(bool link_bound, bool have_record) {
+  const std::string more_compute =
+      "raise train.micro_batch so each collective has more compute to hide behind";
+  if (link_bound) {
+    return "the link cannot carry the step's bytes in its compute time: move fewer bytes "
+           "across it (dist.sharding=hybrid_shard keeps the all-gathers within a node, "
+           "shard_grad_op gathers once per step), " +
+           more_compute + ", check that NCCL uses the fast fabric (NCCL_DEBUG=INFO)";
+  }
+  if (have_record) {
+    return "the link could carry the bytes behind the compute, but they are not overlapped: "
+           "keep train.prefetch=true, " +
+           more_compute + ", look at the order in a profile (train.profile_steps)";
+  }
+  return "measure the link (`ftrain commcheck --record`, above), try dist.sharding=hybrid_shard "
+         "(full_shard within a node) or shard_grad_op, keep train.prefetch=true, " +
+         more_compute;
+}
+
+BreakdownItem CommItem(const RunSummary& r, const Totals& t) {
   BreakdownItem it = Item("communication", "exposed communication");
   it.share = t.step_s > 0 ? t.phase[2] / t.step_s : 0;
   it.figure = Pct(it.share) + " of step time waiting on collectives the compute did not hide";
+  bool link_bound = false;
   if (t.steps > 0 && t.comm_bytes > 0) {
     const double per_step = t.comm_bytes / t.steps;
     const double compute_s = t.phase[1] / t.steps;
     it.figure += "; " + F("%.1f", per_step / 1e6) + " MB sent per rank per step";
     if (compute_s > 0) {
       it.figure += ", " + F("%.2f", per_step / compute_s / 1e9) +
-                   " GB/s per rank hides it behind compute (compare `ftrain commcheck`)";
+                   " GB/s per rank hides it behind " + F("%.3f", compute_s) + " s of compute";
     }
+    it.figure += LinkFigure(r, per_step, compute_s, &link_bound);
   }
-  it.flagged = it.share >= kCommBound;
-  it.verdict = it.flagged ? "COMMUNICATION-BOUND" : "ok";
-  it.advice = it.flagged ? "collectives are exposed: measure the link with `ftrain commcheck`, "
-                           "try dist.sharding=hybrid_shard (full_shard within a node) or "
-                           "shard_grad_op, keep train.prefetch=true, raise train.micro_batch so "
-                           "each collective has more compute to hide behind"
-                         : "";
+  Judge(&it, it.share >= kCommBound,
+        link_bound ? "COMMUNICATION-BOUND (the link)" : "COMMUNICATION-BOUND",
+        CommAdvice(link_bound, r.link.present));
   return it;
+}
+
+// The host of every rank, from the newest record with the full per-rank vector (empty if none).
+std::vector<std::string> RankHosts(const RunSummary& r) {
+  for (auto s = r.steps.rbegin(); s != r.steps.rend(); ++s) {
+    if (s->phases && !s->phases->hosts.empty()) return s->phases->hosts;
+  }
+  return {};
 }
 
 BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
@@ -165,12 +226,11 @@ BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
   it.share = t.step_s > 0 ? t.phase[4] / t.step_s : 0;
   it.figure = Pct(it.share) + " of step time the median rank waits at the step boundary";
   if (t.steps == 0) it.figure = "no per-rank phases recorded (a trainer older than them)";
-  for (const auto& g : r.stragglers) {
-    it.figure += "; rank " + std::to_string(g.rank) + " on " + g.host + " (from step " +
-                 std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) + " s/step against a " +
-                 "median of " + F("%.3f", g.median_s) + " s, +" +
-                 F("%.0f", g.median_s > 0 ? 100 * (g.busy_s / g.median_s - 1) : 0) + " %, mostly " +
-                 g.cause + ")";
+  for (const train::StragglerGroup& g : train::GroupStragglers(r.stragglers, RankHosts(r))) {
+    it.figure += "; " + train::StragglerGroupTitle(g) + " at +" + F("%.0f", g.ExcessPct()) +
+                 " % (from step " + std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) +
+                 " s/step against a median of " + F("%.3f", g.median_s) + " s, mostly " + g.cause +
+                 ")";
   }
   it.flagged = !r.stragglers.empty();
   it.verdict = it.flagged ? "STRAGGLER" : "ok";
@@ -195,11 +255,11 @@ BreakdownItem MicroBatchItem(const RunSummary& r, const Totals& t, bool other_ca
   } else {
     it.figure += " (no GPU utilisation recorded: a CPU run)";
   }
-  it.verdict = it.flagged ? "LAUNCH-BOUND?" : "ok";
-  it.advice = it.flagged ? "the GPU idles between small kernels: raise train.micro_batch (and "
-                           "lower train.grad_accum to keep the batch); confirm with a half-size "
-                           "model: a step time that does not halve is launch-bound"
-                         : "";
+  Judge(&it, it.flagged, "LAUNCH-BOUND?",
+        "the GPU idles between small kernels: raise train.micro_batch (and lower "
+        "train.grad_accum to keep the batch); confirm with bench/launch_bound.sh (the same "
+        "config at half the model and twice the micro-batch): a step time that does not "
+        "halve with the model is launch-bound");
   return it;
 }
 
@@ -209,11 +269,9 @@ BreakdownItem StallItem(const RunSummary& r) {
   it.figure = Pct(it.share) + " of wall time (" + F("%.2f", r.stall_total_s) + " s over " +
               std::to_string(r.checkpoint_steps.size()) + " checkpoints, max " +
               F("%.2f", r.stall.max) + " s)";
-  it.flagged = it.share >= kStallBound;
-  it.verdict = it.flagged ? "CHECKPOINT-BOUND" : "ok";
-  it.advice = it.flagged ? "hand checkpoints to ckptd (ckpt.daemon) so the step only pays the "
-                           "copy, or checkpoint less often (ckpt.every_minutes)"
-                         : "";
+  Judge(&it, it.share >= kStallBound, "CHECKPOINT-BOUND",
+        "hand checkpoints to ckptd (ckpt.daemon) so the step only pays the copy, or checkpoint "
+        "less often (ckpt.every_minutes)");
   return it;
 }
 
@@ -222,11 +280,9 @@ BreakdownItem FailureItem(const RunSummary& r) {
   it.share = r.wall_s > 0 ? r.lost_s / r.wall_s : 0;
   it.figure = Pct(it.share) + " of wall time (" + F("%.2f", r.lost_s / 3600) + " h to " +
               std::to_string(r.interruptions.size()) + " interruptions)";
-  it.flagged = it.share >= kFailureBound;
-  it.verdict = it.flagged ? "FAILURES" : "ok";
-  it.advice = it.flagged ? "see the interruptions below: checkpoint more often to lose less "
-                           "re-done work, keep a spare node for faster recovery"
-                         : "";
+  Judge(&it, it.share >= kFailureBound, "FAILURES",
+        "see the interruptions below: checkpoint more often to lose less re-done work, keep a "
+        "spare node for faster recovery");
   return it;
 }
 
@@ -266,11 +322,72 @@ Status ParseStepPhases(const json& j, const std::string& where, StepRecord* s, R
   return Status::Ok();
 }
 
+namespace {
+
+// The link figure of a commcheck record: the world group's rows at its largest size, the lower
+// of all_gather and reduce_scatter (FSDP's collectives), else all_reduce.
+Status ParseLinkRecord(const json& j, LinkRecord* k) {
+  if (!j.is_object() || !j.contains("results") || !j["results"].is_array()) {
+    return Status::Corruption("not a commcheck record (no 'results' array)");
+  }
+  k->world_size = j.value("world_size", 0);
+  k->num_nodes = j.value("num_nodes", 0);
+  k->backend = j.value("backend", std::string("?"));
+  auto scan = [&](const std::string& want) {
+    for (const auto& row : j["results"]) {
+      if (!row.is_object() || row.value("group", "") != "world" ||
+          row.value("collective", "") != want) {
+        continue;
+      }
+      const int64_t bytes = row.value("bytes", int64_t{0});
+      const double bw = row.value("busbw_gbps", 0.0);
+      if (bytes <= 0 || bw <= 0) continue;
+      if (bytes > k->bytes || (bytes == k->bytes && bw < k->busbw_gbps)) {
+        k->bytes = bytes;
+        k->busbw_gbps = bw;
+        k->collective = want;
+      }
+    }
+  };
+  scan("all_gather");
+  scan("reduce_scatter");
+  if (k->collective.empty()) scan("all_reduce");
+  if (k->collective.empty()) {
+    return Status::Corruption(
+        "holds no world-group all_gather, reduce_scatter or all_reduce "
+        "row with bytes and busbw_gbps");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void ReadLinkRecord(const std::string& path, RunSummary* r) {
+  r->link = LinkRecord();
+  r->link.path = path;
+  std::ifstream in(path);
+  if (!in) return;  // no record: the report says how to make one
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  Status s = j.is_discarded() ? Status::Corruption("is not JSON") : ParseLinkRecord(j, &r->link);
+  if (!s.ok()) {
+    r->link = LinkRecord();
+    r->link.path = path;
+    r->warnings.push_back(path + ": " + s.message() +
+                          ": the link is left out; rewrite it with "
+                          "`ftrain commcheck --record " +
+                          path + "` over the job's ranks");
+    return;
+  }
+  r->link.present = true;
+}
+
 void AnalyzeTimeBreakdown(RunSummary* r) {
   const Totals t = Sum(*r);
   r->breakdown.clear();
   r->breakdown.push_back(DataItem(*r, t));
-  r->breakdown.push_back(CommItem(t));
+  r->breakdown.push_back(CommItem(*r, t));
   r->breakdown.push_back(StragglerItem(*r, t));
   if (r->breakdown[1].flagged && r->breakdown[2].flagged) {
     r->breakdown[1].figure +=
@@ -309,9 +426,31 @@ ojson TimeBreakdownJson(const RunSummary& r) {
                  {"cause", s.cause}});
   }
   j["stragglers"] = g;
+  ojson groups = ojson::array();
+  for (const train::StragglerGroup& s : train::GroupStragglers(r.stragglers, RankHosts(r))) {
+    groups.push_back({{"host", s.host},
+                      {"node", s.node},
+                      {"ranks", s.ranks},
+                      {"host_ranks", s.host_ranks},
+                      {"busy_s", s.busy_s},
+                      {"median_s", s.median_s},
+                      {"excess_pct", s.ExcessPct()},
+                      {"cause", s.cause},
+                      {"step", s.step}});
+  }
+  j["straggler_groups"] = groups;
   if (r.read_p50_s && r.read_p95_s) {
     j["read_latency"] = {
         {"p50_s", *r.read_p50_s}, {"p95_s", *r.read_p95_s}, {"requests", r.read_requests}};
+  }
+  if (r.link.present) {
+    j["link"] = {{"path", r.link.path},
+                 {"busbw_gbps", r.link.busbw_gbps},
+                 {"bytes", r.link.bytes},
+                 {"collective", r.link.collective},
+                 {"world_size", r.link.world_size},
+                 {"num_nodes", r.link.num_nodes},
+                 {"backend", r.link.backend}};
   }
   ojson items = ojson::array();
   for (const auto& it : r.breakdown) {

@@ -19,6 +19,9 @@ namespace ftrain::report {
 // (records without them are fine: older trainers).
 Status ParseStepPhases(const nlohmann::json& j, const std::string& where, StepRecord* s,
                        RunSummary* r);
+// Reads RUN/commcheck.json into r->link; a missing file leaves it absent, a bad one adds one
+// warning naming the file (the rest of the report does not depend on it).
+void ReadLinkRecord(const std::string& path, RunSummary* r);
 // Fills r->breakdown, data_bound and comm_bound (after the rest of the analysis).
 void AnalyzeTimeBreakdown(RunSummary* r);
 void PrintTimeBreakdown(const RunSummary& r, std::ostream& out);

@@ -145,23 +145,100 @@ PhaseSummary PhaseRecorder::Observe(int64_t step, const std::vector<RankPhases>&
   }
   next_ = (next_ + 1) % w;
   if (window_.size() < w) return s;
+  NameStragglers(step, n, &s);
+  return s;
+}
+
+void PhaseRecorder::NameStragglers(int64_t step, size_t n, PhaseSummary* s) {
   for (size_t r = 0; r < n; ++r) {
     if (named_.count(static_cast<int>(r)) != 0) continue;
     std::optional<Straggler> g = Judge(r, step);
     if (!g) continue;
     named_.insert(g->rank);
     named_list_.push_back(*g);
-    s.named.push_back(*g);
-    char line[256];
+    s->named.push_back(*g);
+  }
+  if (s->named.empty()) return;
+  std::set<int> fresh;
+  for (const Straggler& g : s->named) fresh.insert(g.rank);
+  const long long w = static_cast<long long>(window_.size());
+  char line[320];
+  for (const StragglerGroup& g : GroupStragglers(named_list_, hosts_)) {
+    const bool any_fresh =
+        std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return fresh.count(r) != 0; });
+    if (!any_fresh || (g.node && !named_nodes_.insert(g.host).second)) continue;
     std::snprintf(line, sizeof(line),
-                  "straggler: rank %d on %s: busy %.3f s per step against a median of %.3f s "
-                  "(+%.0f %%) over the last %lld steps, mostly %s",
-                  g->rank, g->host.c_str(), g->busy_s, g->median_s,
-                  g->median_s > 0 ? 100 * (g->busy_s / g->median_s - 1) : 0.0,
-                  static_cast<long long>(window_.size()), g->cause.c_str());
+                  "straggler: %s: busy %.3f s per step against a median of %.3f s (+%.0f %%) "
+                  "over the last %lld steps, mostly %s",
+                  StragglerGroupTitle(g).c_str(), g.busy_s, g.median_s, g.ExcessPct(), w,
+                  g.cause.c_str());
     FT_LOG(Warning) << line;
   }
-  return s;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string StragglerGroupTitle(const StragglerGroup& g) {
+  if (!g.node) return "rank " + std::to_string(g.ranks.front()) + " on " + g.host;
+  std::string of = std::to_string(g.ranks.size());
+  if (g.host_ranks > 0) of += " of its " + std::to_string(g.host_ranks);
+  return "node " + g.host + ": ranks " + RankList(g.ranks) + " (" + of + ")";
+}
+
+std::vector<StragglerGroup> GroupStragglers(const std::vector<Straggler>& named,
+                                            const std::vector<std::string>& rank_hosts) {
+  std::vector<std::string> order;  // hosts in the order their first straggler was named
+  for (const Straggler& g : named) {
+    if (std::find(order.begin(), order.end(), g.host) == order.end()) order.push_back(g.host);
+  }
+  std::vector<StragglerGroup> out;
+  for (const std::string& host : order) {
+    std::vector<const Straggler*> on;
+    for (const Straggler& g : named) {
+      if (g.host == host) on.push_back(&g);
+    }
+    const int host_ranks = static_cast<int>(std::count(rank_hosts.begin(), rank_hosts.end(), host));
+    const int total = host_ranks > 0 ? host_ranks : static_cast<int>(on.size());
+    const bool node = on.size() >= 2 && 2 * static_cast<int>(on.size()) > total;
+    auto group_of = [&](const std::vector<const Straggler*>& members) {
+      StragglerGroup grp;
+      grp.host = host;
+      grp.host_ranks = host_ranks;
+      grp.node = node;
+      grp.step = members.front()->step;
+      std::vector<std::string> causes;
+      for (const Straggler* m : members) {
+        grp.ranks.push_back(m->rank);
+        grp.busy_s += m->busy_s / static_cast<double>(members.size());
+        grp.median_s += m->median_s / static_cast<double>(members.size());
+        grp.step = std::min(grp.step, m->step);
+        causes.push_back(m->cause);
+      }
+      std::sort(grp.ranks.begin(), grp.ranks.end());
+      size_t best = 0;
+      for (const std::string& c : causes) {
+        const size_t k = static_cast<size_t>(std::count(causes.begin(), causes.end(), c));
+        if (k > best) best = k, grp.cause = c;
+      }
+      return grp;
+    };
+    if (node) {
+      out.push_back(group_of(on));
+    } else {
+      for (const Straggler* m : on) out.push_back(group_of({m}));
+    }
+  }
+  return out;
 }
 
 // Rank r over the full window: a straggler when its busy time over the step's median busy time,

@@ -50,6 +50,28 @@ struct Straggler {
   int64_t step = 0;     // when it was named
 };
 
+// Stragglers by node: when at least 2 and more than half of a node's ranks are named, the node
+// is the suspect (its power, cooling, network or another job), named once with its ranks rather
+// than as one line per rank; every other straggler stays a group of its own.
+struct StragglerGroup {
+  std::string host;
+  std::vector<int> ranks;           // ascending
+  int host_ranks = 0;               // the ranks on that host (0: not known)
+  double busy_s = 0, median_s = 0;  // means over its ranks
+  std::string cause;                // the most common cause among them
+  int64_t step = 0;                 // the first of them was named at this step
+  bool node = false;                // the whole node (else one rank)
+  double ExcessPct() const { return median_s > 0 ? 100 * (busy_s / median_s - 1) : 0; }
+};
+// `rank_hosts`: the host of every rank (empty when not known: then 2 named ranks on one host
+// make it a node).
+std::vector<StragglerGroup> GroupStragglers(const std::vector<Straggler>& named,
+                                            const std::vector<std::string>& rank_hosts);
+// "2-3,5": ascending ranks with runs folded.
+std::string RankList(const std::vector<int>& ranks);
+// "node n2: ranks 2-3 (2 of its 2)" or "rank 3 on n2".
+std::string StragglerGroupTitle(const StragglerGroup& g);
+
 // What rank 0 records for one step.
 struct PhaseSummary {
   double median[kNumPhases] = {};
@@ -86,6 +108,9 @@ class PhaseRecorder {
 
  private:
   std::optional<Straggler> Judge(size_t rank, int64_t step) const;
+  // Names the ranks whose window says so into s->named, and logs them once: by node when most
+  // of a node's ranks are named (a node line), else one line per rank.
+  void NameStragglers(int64_t step, size_t ranks, PhaseSummary* s);
   std::vector<std::string> hosts_;  // per rank
   int nodes_;                       // distinct hosts
   int64_t full_every_;
@@ -95,6 +120,7 @@ class PhaseRecorder {
   std::vector<double> window_median_;
   size_t next_ = 0;  // ring position
   std::set<int> named_;
+  std::set<std::string> named_nodes_;  // nodes logged as a whole
   std::vector<Straggler> named_list_;
 };
 

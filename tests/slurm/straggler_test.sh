@@ -4,7 +4,9 @@
 #   1. a healthy job: `ftrain report` names no straggler and does not call the run data-bound;
 #   2. the same job with one rank (global rank 3, on the second node) slowed from outside by
 #      SIGSTOP/SIGCONT bursts: the trainer logs "straggler: rank 3 on <its node>" exactly once,
-#      and the report names the same rank and host.
+#      and the report names the same rank and host. This job runs slurm/train.sh's pre-flight
+#      commcheck: it leaves RUN/commcheck.json (4 ranks, 2 nodes), and the report holds the
+#      step's bytes against the bus bandwidth in it.
 # The threshold is 1.0 (busy twice the median), not the default 0.2: the local cluster runs
 # 4 ranks on a 2-core CI machine shared with other jobs, where a healthy rank's share of the
 # CPU alone varies by +-60 %; the slowed rank runs about a tenth of the time.
@@ -67,7 +69,7 @@ json="$(report_json healthy)"
   fail "the report calls a healthy run data-bound"
 
 log "2. rank ${SLOW_RANK} slowed by SIGSTOP/SIGCONT bursts is named with its host"
-JOB_ID="$(e2e_submit slow)"
+JOB_ID="$(FTRAIN_PREFLIGHT=1 e2e_submit slow)"
 rank_pids_up() { (($(e2e_rank_pids slow | wc -l) == 4)); }
 wait_for "${E2E_JOB_TIMEOUT_S}" "the 4 ranks of job ${JOB_ID}" rank_pids_up
 VICTIM=""
@@ -99,5 +101,11 @@ json="$(report_json slow)"
   "[(${SLOW_RANK}, '${VICTIM_NODE}')]" ]] || fail "the report does not name rank ${SLOW_RANK} on ${VICTIM_NODE}: ${json}"
 "${E2E_BIN}/ftrain" report "${WORK_DIR}/slow" | grep -q "STRAGGLER: .*rank ${SLOW_RANK} on ${VICTIM_NODE}" ||
   fail "the text report does not name the straggler"
+[[ "$(field "(j['world_size'], j['num_nodes'])" <"${WORK_DIR}/slow/commcheck.json")" == "(4, 2)" ]] ||
+  fail "the pre-flight left no commcheck record of 4 ranks on 2 nodes in the run directory"
+if [[ "$(field "j['time_breakdown']['link']['world_size']" <<<"${json}")" != 4 ||
+  "$(field "j['time_breakdown']['items'][1]['figure']" <<<"${json}")" != *"GB/s bus bandwidth"* ]]; then
+  fail "the report does not hold the step's bytes against the pre-flight's record: ${json}"
+fi
 log "PASS: healthy run names none; rank ${SLOW_RANK} on ${VICTIM_NODE} named once, in the log and the report"
 PASSED=1
