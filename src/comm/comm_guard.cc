@@ -100,7 +100,9 @@ void CommGuard::Watch() {
   if (backend_.on_watchdog_start) backend_.on_watchdog_start();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, timing_.poll);
+    // With the predicate: a stop or failure notified before this thread first waits (it may
+    // start late on a loaded machine) is not missed for a whole poll period.
+    cv_.wait_for(lock, timing_.poll, [&] { return stop_ || !error_.ok(); });
     if (stop_ || !error_.ok()) break;  // aborted: the grace timer watches the exit
     Status verdict;
     while (!pending_.empty()) {
