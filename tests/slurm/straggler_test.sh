@@ -99,7 +99,9 @@ named="$(grep -ho 'straggler: rank [0-9]* on [^:]*' "${WORK_DIR}"/slow-*.out || 
 json="$(report_json slow)"
 [[ "$(field "[(s['rank'], s['host']) for s in j['time_breakdown']['stragglers']]" <<<"${json}")" == \
   "[(${SLOW_RANK}, '${VICTIM_NODE}')]" ]] || fail "the report does not name rank ${SLOW_RANK} on ${VICTIM_NODE}: ${json}"
-"${E2E_BIN}/ftrain" report "${WORK_DIR}/slow" | grep -q "STRAGGLER: .*rank ${SLOW_RANK} on ${VICTIM_NODE}" ||
+# Read whole first: `report | grep -q` under pipefail fails when grep stops reading early.
+text="$("${E2E_BIN}/ftrain" report "${WORK_DIR}/slow")"
+grep -q "STRAGGLER: .*rank ${SLOW_RANK} on ${VICTIM_NODE}" <<<"${text}" ||
   fail "the text report does not name the straggler"
 [[ "$(field "(j['world_size'], j['num_nodes'])" <"${WORK_DIR}/slow/commcheck.json")" == "(4, 2)" ]] ||
   fail "the pre-flight left no commcheck record of 4 ranks on 2 nodes in the run directory"
