@@ -235,6 +235,19 @@ void FsdpEngine::AccumulateGrads(Unit& u, bool first_micro_batch) {
   }
 }
 
+StatusOr<FsdpEngine::ForwardStart> FsdpEngine::BeginForward(const torch::Tensor& tokens) {
+  ForwardStart start;
+  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
+  start.targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  Unit& root = *units_[0];
+  FT_RETURN_IF_ERROR(Gather(root));
+  FT_RETURN_IF_ERROR(WaitGather(root));
+  Attach(root);
+  if (config_.prefetch && units_.size() > 1) FT_RETURN_IF_ERROR(Gather(*units_[1]));
+  start.embedded = model_->Embed(inputs);
+  return start;
+}
+
 StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
                                             bool last_micro_batch) {
   if (tokens.dim() != 2 || tokens.size(1) < 2) {
@@ -242,15 +255,10 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   }
   const bool first = micro_batches_ == 0;
   ++micro_batches_;
-  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
-  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
   Unit& root = *units_[0];
-  FT_RETURN_IF_ERROR(Gather(root));
-  FT_RETURN_IF_ERROR(WaitGather(root));
-  Attach(root);
-  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
-  torch::Tensor h0 = model_->Embed(inputs);
+  torch::Tensor h0 = start.embedded;
   torch::Tensor h = h0.detach();
   for (int i = 0; i < L; ++i) {
     Unit& u = *units_[static_cast<size_t>(i) + 1];
@@ -274,7 +282,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   }
   torch::Tensor z = h.detach().requires_grad_(true);
   torch::Tensor logits = model_->Head(z);
-  torch::Tensor loss = model::CrossEntropyLoss(logits, targets);
+  torch::Tensor loss = model::CrossEntropyLoss(logits, start.targets);
   const float loss_value = loss.item<float>();
   (loss * loss_scale).backward();
   logits = torch::Tensor();
@@ -341,15 +349,10 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
   // The counters belong to the training step's StepStats: restored below.
   const double wait_before = comm_wait_s_;
   const uint64_t bytes_before = comm_bytes_;
-  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
-  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
   Unit& root = *units_[0];
-  FT_RETURN_IF_ERROR(Gather(root));
-  FT_RETURN_IF_ERROR(WaitGather(root));
-  Attach(root);
-  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
-  torch::Tensor h = model_->Embed(inputs);
+  torch::Tensor h = start.embedded;
   for (int i = 0; i < L; ++i) {
     Unit& u = *units_[static_cast<size_t>(i) + 1];
     FT_RETURN_IF_ERROR(Gather(u));
@@ -360,7 +363,7 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
     h = model_->Layer(i, h);
     Release(u);
   }
-  const float loss = model::CrossEntropyLoss(model_->Head(h), targets).item<float>();
+  const float loss = model::CrossEntropyLoss(model_->Head(h), start.targets).item<float>();
   Release(root);
   comm_wait_s_ = wait_before;
   comm_bytes_ = bytes_before;

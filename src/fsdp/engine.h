@@ -147,6 +147,14 @@ class FsdpEngine {
   void Release(Unit& u);
   void AccumulateGrads(Unit& u, bool first_micro_batch);
   Status ReduceGrads();
+  // The start of both forwards (training and eval): a [B, T+1] batch split into inputs
+  // [:, :-1] and targets [:, 1:], the root unit gathered and attached (with prefetch, layer
+  // 0's gather started), the inputs embedded under the caller's grad mode.
+  struct ForwardStart {
+    torch::Tensor embedded;  // [B, T, hidden]
+    torch::Tensor targets;   // [B, T]
+  };
+  StatusOr<ForwardStart> BeginForward(const torch::Tensor& tokens);
   bool ReshardAfterForward() const;
   // A unit's moments, compute-dtype shard and gradient shard, once its master exists.
   void FinishUnitState(Unit& u) const;
