@@ -29,11 +29,7 @@ class HfTest : public ::testing::Test {
     dir_ = std::make_unique<TempDir>("ftrain-hf-test");
     root_ = dir_->path();
     data_ = root_ + "/data";
-    auto r = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 256 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto r = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // A sharded fp32 base with a tokenizer (the data's) and a sharded bf16 one.
     Python("make-base " + root_ + "/base32 --dtype float32 --shard-kb 100 --tokenizer " + data_ +

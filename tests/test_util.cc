@@ -129,6 +129,12 @@ int SignalAndReap(int pid, int sig) {
 std::string BinDir() { return FTRAIN_BIN_DIR; }
 std::string Ftrain() { return BinDir() + "/ftrain"; }
 
+CommandResult PackLicenses(const std::string& out, const std::string& extra) {
+  return RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 512 --seq-len 32 " + extra +
+                        " --progress none --out " + out + " /usr/share/common-licenses",
+                    300);
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

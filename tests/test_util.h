@@ -56,6 +56,11 @@ std::string ReadFile(const std::string& path);
 // compares the bits a run computed.
 std::map<int, std::string> Losses(const std::string& run_dir);
 
+// `ftrain pack` of /usr/share/common-licenses into `out`: a SentencePiece tokenizer of 512
+// tokens trained on it, 32-token rows, `extra` flags after those (e.g. "--shard-rows 256").
+// The real-text corpus the training and eval tests share.
+CommandResult PackLicenses(const std::string& out, const std::string& extra);
+
 // build/bin, from the FTRAIN_BIN_DIR compile definition.
 std::string BinDir();
 std::string Ftrain();
