@@ -32,9 +32,26 @@ class HfTest : public ::testing::Test {
     auto r = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // A sharded fp32 base with a tokenizer (the data's) and a sharded bf16 one.
-    Python("make-base " + root_ + "/base32 --dtype float32 --shard-kb 100 --tokenizer " + data_ +
-           "/tokenizer.model");
-    Python("make-base " + root_ + "/base16 --dtype bfloat16 --shard-kb 100 --seed 8");
+    const std::string tokenizer = data_ + "/tokenizer.model";
+    MakeBase("base32", "--dtype float32 --shard-kb 100 --tokenizer " + tokenizer,
+             "--dtype float32 --shard-kb 100 --tokenizer " + ReadFile(tokenizer));
+    MakeBase("base16", "--dtype bfloat16 --shard-kb 100 --seed 8",
+             "--dtype bfloat16 --shard-kb 100 --seed 8");
+  }
+  // root_/NAME: a copy of what `hf_interop.py make-base DIR ARGS` writes, made once per
+  // machine (CachedDir: ~10 s of python, and every test is a process of its own) and keyed
+  // by the script, the library path and `key` (ARGS with the files they name read in).
+  static void MakeBase(const std::string& name, const std::string& args, const std::string& key) {
+    const std::string script = std::string(FTRAIN_SOURCE_DIR) + "/tests/hf_interop.py";
+    CommandResult made;
+    const std::string cached =
+        CachedDir("hf-base-" + name, ReadFile(script) + FTRAIN_HF_PYTHONPATH + key,
+                  [&](const std::string& dir) {
+                    made = Python("make-base " + dir + "/base " + args, /*expect_ok=*/false);
+                    return made.exit_code == 0;
+                  });
+    ASSERT_NE(cached, "") << "make-base " << args << "\n" << made.output;
+    ASSERT_EQ(RunCommand("cp -r " + cached + "/base " + root_ + "/" + name, 30).exit_code, 0);
   }
   static void TearDownTestSuite() { dir_.reset(); }
 
