@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "test_util.h"
 
@@ -65,6 +66,26 @@ class HfTest : public ::testing::Test {
     return r;
   }
 
+  // Several hf_interop.py commands in one python process (importing torch and transformers is
+  // most of a call's time): each command's output, in order ("FAILED: why" in a failed one's).
+  static std::vector<std::string> PythonAll(const std::vector<std::string>& commands) {
+    std::string args;
+    for (const auto& c : commands) args += (args.empty() ? "" : " -- ") + c;
+    auto r = Python(args);
+    std::vector<std::string> out;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("== ", 0) == 0) {
+        out.emplace_back();
+      } else if (!out.empty()) {
+        out.back() += line + "\n";
+      }
+    }
+    EXPECT_EQ(out.size(), commands.size()) << r.output;
+    out.resize(commands.size());
+    return out;
+  }
+
   // 4 ranks on 2 simulated nodes, full_shard: every rank owns a distinct slice of the state.
   static std::string TrainCmd(const std::string& run, const std::string& extra) {
     return Ftrain() + " launch --nproc 4 --nodes 2 --grace-s 2 -- train --config " +
@@ -96,14 +117,14 @@ class HfTest : public ::testing::Test {
     return at == std::string::npos ? "{}" : r.output.substr(at);
   }
 
-  // transformers' loss of the exported directory equals ftrain eval's of the checkpoint.
-  static void ExpectSameLoss(const std::string& exported, const std::string& checkpoint) {
-    auto py = Python("loss " + exported + " " + data_);
+  // transformers' loss of an exported directory (`loss_output`: what `hf_interop.py loss DIR
+  // data_` printed) equals ftrain eval's of the checkpoint.
+  static void ExpectSameLoss(const std::string& loss_output, const std::string& checkpoint) {
     double hf_loss = 0;
     int rows = 0;
-    std::istringstream(py.output.substr(py.output.rfind('\n', py.output.size() - 2) + 1)) >>
+    std::istringstream(loss_output.substr(loss_output.rfind('\n', loss_output.size() - 2) + 1)) >>
         hf_loss >> rows;
-    ASSERT_GT(rows, 0) << py.output;
+    ASSERT_GT(rows, 0) << loss_output;
     const auto ev = nlohmann::json::parse(EvalLoss(checkpoint, rows));
     ASSERT_TRUE(ev.contains("loss")) << ev.dump();
     EXPECT_EQ(ev["tokens"].get<int64_t>(), int64_t{rows} * 32) << "every row once";
@@ -122,7 +143,9 @@ std::string HfTest::root_, HfTest::data_;
 // lr 1e-30 changes no fp32 weight (every update is far below half an ulp), so the master
 // weights after one step are the loaded ones: they must equal the base's, converted by torch.
 TEST_F(HfTest, BaseLoadsExactlyAndEachRankReadsOnlyItsOwnShards) {
-  for (const std::string base : {"base32", "base16/model.safetensors.index.json"}) {
+  const std::vector<std::string> bases = {"base32", "base16/model.safetensors.index.json"};
+  std::vector<std::string> checks;  // same-weights of each base, run together below
+  for (const std::string& base : bases) {
     const std::string run = root_ + "/exact-" + base.substr(0, 6);
     auto r = RunCommand(TrainCmd(run, "--train.init=" + root_ + "/" + base +
                                           " --train.steps=1 --ckpt.every_steps=1 "
@@ -148,7 +171,11 @@ TEST_F(HfTest, BaseLoadsExactlyAndEachRankReadsOnlyItsOwnShards) {
                         120);
     ASSERT_EQ(x.exit_code, 0) << x.output;
     const std::string dir = root_ + "/" + base.substr(0, base.find('/'));
-    EXPECT_TRUE(Contains(Python("same-weights " + dir + " " + out).output, "identical")) << base;
+    checks.push_back("same-weights " + dir + " " + out);
+  }
+  const auto results = PythonAll(checks);
+  for (size_t i = 0; i < bases.size(); ++i) {
+    EXPECT_TRUE(Contains(results[i], "identical")) << bases[i] << "\n" << results[i];
   }
 }
 
@@ -218,14 +245,16 @@ TEST_F(HfTest, ExportedDirectoryLoadsInTransformersWithEvalsLoss) {
                       120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
   EXPECT_TRUE(Contains(x.output, "file(s)")) << x.output;
-  auto ok = Python("check-export " + out32 + " " + root_ + "/base32 float32");
-  EXPECT_TRUE(Contains(ok.output, "export ok")) << ok.output;
-  EXPECT_FALSE(Contains(ok.output, "export ok: 1 weight files")) << "--shard-gb must split";
-  ExpectSameLoss(out32, ckpt);
   // bf16: loads too, and says so in config.json.
   x = RunCommand(BinDir() + "/ckptctl export " + ckpt + " --format hf -o " + out16, 120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
-  Python("check-export " + out16 + " " + root_ + "/base32 bfloat16");
+  const auto py = PythonAll({"check-export " + out32 + " " + root_ + "/base32 float32",
+                             "loss " + out32 + " " + data_,
+                             "check-export " + out16 + " " + root_ + "/base32 bfloat16"});
+  EXPECT_TRUE(Contains(py[0], "export ok")) << py[0];
+  EXPECT_FALSE(Contains(py[0], "export ok: 1 weight files")) << "--shard-gb must split";
+  ExpectSameLoss(py[1], ckpt);
+  EXPECT_TRUE(Contains(py[2], "export ok")) << py[2];
   // The same directory again: refused (not empty), one line, exit 2.
   x = RunCommand(BinDir() + "/ckptctl export " + ckpt + " --format hf -o " + out16, 120);
   EXPECT_EQ(x.exit_code, 2) << x.output;
@@ -249,11 +278,12 @@ TEST_F(HfTest, ExportWithoutABaseMakesALlamaConfig) {
   auto x = RunCommand(
       BinDir() + "/ckptctl export " + run + "/checkpoints --format hf --dtype fp32 -o " + out, 120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
-  Python("check-export " + out + " - float32");
+  const auto py = PythonAll({"check-export " + out + " - float32", "loss " + out + " " + data_});
+  EXPECT_TRUE(Contains(py[0], "export ok")) << py[0];
   EXPECT_EQ(ReadFile(out + "/tokenizer.model"), ReadFile(data_ + "/tokenizer.model"));
   const auto config = nlohmann::json::parse(ReadFile(out + "/config.json"));
   EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM") << config.dump();
-  ExpectSameLoss(out, run + "/checkpoints/step-00000005");
+  ExpectSameLoss(py[1], run + "/checkpoints/step-00000005");
 }
 
 TEST_F(HfTest, BadBaseDirectoryIsOneLineNamingFileAndTensorExit2) {
