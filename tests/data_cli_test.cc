@@ -26,14 +26,11 @@ using ::ftrain::testing::Contains;
 using ::ftrain::testing::Ftrain;
 using ::ftrain::testing::RunCommand;
 using ::ftrain::testing::TempDir;
+using testing::DirContents;
+using testing::Ft;
+using testing::Q;
 using testing::ReadFileOrDie;
 using testing::WriteFileOrDie;
-
-std::string Q(const std::string& s) { return "'" + s + "'"; }
-
-CommandResult Ft(const std::string& args, int timeout_s = 120) {
-  return RunCommand(Ftrain() + " " + args, timeout_s);
-}
 
 // Deterministic pseudo-text with some non-ASCII words.
 std::string Words(uint64_t seed, int n) {
@@ -73,16 +70,6 @@ std::string JsonDoc(const std::string& text) {
       esc += c;
   }
   return "{\"id\": 1, \"text\": \"" + esc + "\"}\n";
-}
-
-// The files in a directory and their bytes.
-std::map<std::string, std::string> DirContents(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  auto r = RunCommand("ls -1 " + Q(dir), 10);
-  std::istringstream names(r.output);
-  std::string name;
-  while (std::getline(names, name)) out[name] = ReadFileOrDie(dir + "/" + name);
-  return out;
 }
 
 // "step N ..." lines of `ftrain data batches`, without the step number.

@@ -25,15 +25,13 @@ using ::ftrain::testing::Contains;
 using ::ftrain::testing::Ftrain;
 using ::ftrain::testing::RunCommand;
 using ::ftrain::testing::TempDir;
+using testing::DirContents;
+using testing::Ft;
+using testing::Q;
 using testing::ReadFileOrDie;
 using testing::WriteFileOrDie;
 
-std::string Q(const std::string& s) { return "'" + s + "'"; }
-
-// Through `ftrain` (which execs ftrain-data: ~1 s of LibTorch loading), or ftrain-data itself.
-CommandResult Ft(const std::string& args, int timeout_s = 120) {
-  return RunCommand(Ftrain() + " " + args, timeout_s);
-}
+// ftrain-data itself (`ftrain` pack and data commands exec it: Ft).
 CommandResult Fd(const std::string& args, int timeout_s = 120) {
   return RunCommand(::ftrain::testing::BinDir() + "/ftrain-data " + args, timeout_s);
 }
@@ -55,15 +53,6 @@ std::string JsonDoc(const std::string& text) {
   std::string esc;
   for (char c : text) esc += c == '\n' ? std::string("\\n") : std::string(1, c);
   return "{\"text\": \"" + esc + "\"}\n";
-}
-
-std::map<std::string, std::string> DirContents(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  auto r = RunCommand("ls -1 " + Q(dir), 10);
-  std::istringstream names(r.output);
-  std::string name;
-  while (std::getline(names, name)) out[name] = ReadFileOrDie(dir + "/" + name);
-  return out;
 }
 
 // A JSON Lines file of n documents with a bad record every `bad_every` lines (several

@@ -27,6 +27,21 @@ void WriteFileOrDie(const std::string& path, const std::string& contents) {
   EXPECT_TRUE(out.flush().good()) << "cannot write " << path;
 }
 
+std::map<std::string, std::string> DirContents(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  auto r = ::ftrain::testing::RunCommand("ls -1 " + Q(dir), 10);
+  std::istringstream names(r.output);
+  std::string name;
+  while (std::getline(names, name)) out[name] = ReadFileOrDie(dir + "/" + name);
+  return out;
+}
+
+std::string Q(const std::string& s) { return "'" + s + "'"; }
+
+::ftrain::testing::CommandResult Ft(const std::string& args, int timeout_s) {
+  return ::ftrain::testing::RunCommand(::ftrain::testing::Ftrain() + " " + args, timeout_s);
+}
+
 Stream Take(TokenReader* reader, int steps) {
   Stream s;
   for (int i = 0; i < steps; ++i) {

@@ -32,11 +32,7 @@ class EvalTest : public ::testing::Test {
     root_ = tmp_->path();
     data_ = root_ + "/data";
     run_ = root_ + "/run";
-    auto p = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 256 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto p = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(p.exit_code, 0) << p.output;
     auto t = RunCommand(Ftrain() + " launch --nproc 2 -- train --config " + Config() +
                             " --data.path=" + data_ + " --run.dir=" + run_ +

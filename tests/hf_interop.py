@@ -13,6 +13,11 @@ read back what ftrain exports, and compute the reference loss on ftrain's packed
       mean token cross-entropy of every packed row (fp32), printed as %.9g
   check-export EXPORT_DIR BASE_DIR|- DTYPE
       config.json, generation_config.json, tokenizer files and index as the export promises
+
+Several commands in one process (importing torch and transformers is most of a call's time):
+CMD ARGS... -- CMD ARGS... runs each in turn; each one's output follows a line "== CMD", a
+failing one prints "FAILED: why" there and the others still run; the exit status is 1 if any
+failed.
 """
 import json
 import os
@@ -135,9 +140,34 @@ def check_export(args):
     print("export ok: %d weight files" % len(files))
 
 
-if __name__ == "__main__":
+def main(argv):
     commands = {"make-base": make_base, "same-weights": same_weights, "loss": loss,
                 "check-export": check_export}
-    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+    groups = [[]]
+    for a in argv:
+        if a == "--":
+            groups.append([])
+        else:
+            groups[-1].append(a)
+    if any(not g or g[0] not in commands for g in groups):
         sys.exit(__doc__)
-    commands[sys.argv[1]](sys.argv[2:])
+    if len(groups) == 1:
+        commands[groups[0][0]](groups[0][1:])
+        return
+    failed = False
+    for g in groups:
+        print("== " + g[0], flush=True)
+        try:
+            commands[g[0]](g[1:])
+        except SystemExit as e:
+            print("FAILED: %s" % e.code, flush=True)
+            failed = True
+        except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
+            print("FAILED: %r" % e, flush=True)
+            failed = True
+        sys.stdout.flush()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

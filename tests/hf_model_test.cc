@@ -1,9 +1,10 @@
 // Hugging Face models in, checked against transformers itself: tests/hf_reference.py saves a
 // tiny random model per architecture (Llama 3.1 rope scaling; Llama with linear scaling,
 // head_dim, biases and tied embeddings; Mistral with a sliding window shorter than the rows;
-// Qwen2 with q/k/v biases and a sliding layer), and `ftrain eval --weights DIR` (the model from
-// DIR/config.json) must give transformers' loss on the same rows: fp32 to 1e-6 relative, bf16
-// within the bound justified at BF16Bound. Every refusal of a config.json is one line, exit 2.
+// Qwen2 with q/k/v biases and a sliding layer; made once per machine, see Model), and `ftrain
+// eval --weights DIR` (the model from DIR/config.json) must give transformers' loss on the same
+// rows: fp32 to 1e-6 relative, bf16 within the bound justified at BF16Bound. Every refusal of a
+// config.json is one line, exit 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,7 +79,10 @@ class HfModelTest : public ::testing::Test {
     return std::string("PYTHONPATH=") + FTRAIN_HF_PYTHONPATH + " python3 " + FTRAIN_SOURCE_DIR +
            "/tests/hf_reference.py " + args;
   }
-  // A model saved by transformers, made once per architecture, with transformers' losses.
+  // A model saved by transformers, with transformers' losses. hf_reference.py make-all makes
+  // every architecture in one python process (importing torch and transformers is most of
+  // its ~15 s), once per machine (CachedDir: every test is a process of its own), keyed by
+  // the script, the rows and the library path.
   struct Reference {
     std::string dir;
     double fp32 = NAN, bf16 = NAN;
@@ -87,16 +91,26 @@ class HfModelTest : public ::testing::Test {
     auto it = models_.find(arch);
     if (it != models_.end()) return it->second;
     Reference& ref = models_[arch];
-    ref.dir = tmp_->path() + "/" + arch;
-    auto r = RunCommand(Python("make " + arch + " " + ref.dir + " " + rows_), 300);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    for (const auto& line : NonLogLines(r.output)) {
-      if (line.rfind("{\"fp32\":", 0) != 0) continue;
+    const std::string script = std::string(FTRAIN_SOURCE_DIR) + "/tests/hf_reference.py";
+    std::string made;  // the maker's output, for a failure message
+    const std::string cached =
+        CachedDir("hf-reference", ReadFile(script) + ReadFile(rows_) + FTRAIN_HF_PYTHONPATH,
+                  [&](const std::string& dir) {
+                    auto r = RunCommand(
+                        Python("make-all " + dir + " " + rows_ + " > " + dir + "/losses.txt"), 600);
+                    made = r.output + ReadFile(dir + "/losses.txt");
+                    return r.exit_code == 0;
+                  });
+    EXPECT_NE(cached, "") << "hf_reference.py make-all failed:\n" << made;
+    ref.dir = cached + "/" + arch;
+    for (const auto& line : NonLogLines(ReadFile(cached + "/losses.txt"))) {
+      if (line.rfind("{\"arch\":", 0) != 0) continue;
       auto j = nlohmann::json::parse(line);
+      if (j["arch"] != arch) continue;
       ref.fp32 = j["fp32"];
       ref.bf16 = j["bf16"];
     }
-    EXPECT_FALSE(std::isnan(ref.fp32)) << "no losses from transformers:\n" << r.output;
+    EXPECT_FALSE(std::isnan(ref.fp32)) << "no losses of " << arch << " in " << cached;
     return ref;
   }
   static std::string Eval(const std::string& args) {

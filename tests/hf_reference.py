@@ -7,6 +7,9 @@
                                           attention) on ROWS, a JSON list of token rows (inputs
                                           row[:-1], targets row[1:]), with the model in float32
                                           and in bfloat16 (one process: importing is slow)
+  hf_reference.py make-all OUT_DIR ROWS   the same for every architecture, OUT_DIR/ARCH each,
+                                          one line {"arch": ARCH, "fp32": ..., "bf16": ...} each
+                                          (one import of torch and transformers for all)
 
 Weights are drawn with a large initializer_range (and random biases and norm weights), so
 attention is far from uniform and the positions (RoPE scaling, sliding windows) change the
@@ -29,6 +32,9 @@ COMMON = dict(
     rms_norm_eps=1e-5,
     initializer_range=0.2,
 )
+
+
+ARCHS = ("llama3", "llama_linear", "mistral", "qwen2")
 
 
 def config(arch):
@@ -89,14 +95,23 @@ def loss(path, rows_file, dtype):
     return value.item()
 
 
+def make_and_measure(arch, out, rows_file):
+    make(arch, out)
+    fp32 = loss(out, rows_file, torch.float32)
+    bf16 = loss(out, rows_file, torch.bfloat16)
+    return {"fp32": fp32, "bf16": bf16}
+
+
 def main(argv):
     torch.set_num_threads(1)
-    if len(argv) != 4 or argv[0] != "make":
+    if len(argv) == 4 and argv[0] == "make":
+        print(json.dumps(make_and_measure(argv[1], argv[2], argv[3])))
+    elif len(argv) == 3 and argv[0] == "make-all":
+        for arch in ARCHS:
+            result = make_and_measure(arch, f"{argv[1]}/{arch}", argv[2])
+            print(json.dumps({"arch": arch, **result}), flush=True)
+    else:
         raise SystemExit(__doc__)
-    make(argv[1], argv[2])
-    fp32 = loss(argv[2], argv[3], torch.float32)
-    bf16 = loss(argv[2], argv[3], torch.bfloat16)
-    print(json.dumps({"fp32": fp32, "bf16": bf16}))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "test_util.h"
 
@@ -29,16 +30,29 @@ class HfTest : public ::testing::Test {
     dir_ = std::make_unique<TempDir>("ftrain-hf-test");
     root_ = dir_->path();
     data_ = root_ + "/data";
-    auto r = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 256 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto r = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // A sharded fp32 base with a tokenizer (the data's) and a sharded bf16 one.
-    Python("make-base " + root_ + "/base32 --dtype float32 --shard-kb 100 --tokenizer " + data_ +
-           "/tokenizer.model");
-    Python("make-base " + root_ + "/base16 --dtype bfloat16 --shard-kb 100 --seed 8");
+    const std::string tokenizer = data_ + "/tokenizer.model";
+    MakeBase("base32", "--dtype float32 --shard-kb 100 --tokenizer " + tokenizer,
+             "--dtype float32 --shard-kb 100 --tokenizer " + ReadFile(tokenizer));
+    MakeBase("base16", "--dtype bfloat16 --shard-kb 100 --seed 8",
+             "--dtype bfloat16 --shard-kb 100 --seed 8");
+  }
+  // root_/NAME: a copy of what `hf_interop.py make-base DIR ARGS` writes, made once per
+  // machine (CachedDir: ~10 s of python, and every test is a process of its own) and keyed
+  // by the script, the library path and `key` (ARGS with the files they name read in).
+  static void MakeBase(const std::string& name, const std::string& args, const std::string& key) {
+    const std::string script = std::string(FTRAIN_SOURCE_DIR) + "/tests/hf_interop.py";
+    CommandResult made;
+    const std::string cached =
+        CachedDir("hf-base-" + name, ReadFile(script) + FTRAIN_HF_PYTHONPATH + key,
+                  [&](const std::string& dir) {
+                    made = Python("make-base " + dir + "/base " + args, /*expect_ok=*/false);
+                    return made.exit_code == 0;
+                  });
+    ASSERT_NE(cached, "") << "make-base " << args << "\n" << made.output;
+    ASSERT_EQ(RunCommand("cp -r " + cached + "/base " + root_ + "/" + name, 30).exit_code, 0);
   }
   static void TearDownTestSuite() { dir_.reset(); }
 
@@ -50,6 +64,26 @@ class HfTest : public ::testing::Test {
       EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
     }
     return r;
+  }
+
+  // Several hf_interop.py commands in one python process (importing torch and transformers is
+  // most of a call's time): each command's output, in order ("FAILED: why" in a failed one's).
+  static std::vector<std::string> PythonAll(const std::vector<std::string>& commands) {
+    std::string args;
+    for (const auto& c : commands) args += (args.empty() ? "" : " -- ") + c;
+    auto r = Python(args);
+    std::vector<std::string> out;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("== ", 0) == 0) {
+        out.emplace_back();
+      } else if (!out.empty()) {
+        out.back() += line + "\n";
+      }
+    }
+    EXPECT_EQ(out.size(), commands.size()) << r.output;
+    out.resize(commands.size());
+    return out;
   }
 
   // 4 ranks on 2 simulated nodes, full_shard: every rank owns a distinct slice of the state.
@@ -83,14 +117,14 @@ class HfTest : public ::testing::Test {
     return at == std::string::npos ? "{}" : r.output.substr(at);
   }
 
-  // transformers' loss of the exported directory equals ftrain eval's of the checkpoint.
-  static void ExpectSameLoss(const std::string& exported, const std::string& checkpoint) {
-    auto py = Python("loss " + exported + " " + data_);
+  // transformers' loss of an exported directory (`loss_output`: what `hf_interop.py loss DIR
+  // data_` printed) equals ftrain eval's of the checkpoint.
+  static void ExpectSameLoss(const std::string& loss_output, const std::string& checkpoint) {
     double hf_loss = 0;
     int rows = 0;
-    std::istringstream(py.output.substr(py.output.rfind('\n', py.output.size() - 2) + 1)) >>
+    std::istringstream(loss_output.substr(loss_output.rfind('\n', loss_output.size() - 2) + 1)) >>
         hf_loss >> rows;
-    ASSERT_GT(rows, 0) << py.output;
+    ASSERT_GT(rows, 0) << loss_output;
     const auto ev = nlohmann::json::parse(EvalLoss(checkpoint, rows));
     ASSERT_TRUE(ev.contains("loss")) << ev.dump();
     EXPECT_EQ(ev["tokens"].get<int64_t>(), int64_t{rows} * 32) << "every row once";
@@ -109,7 +143,9 @@ std::string HfTest::root_, HfTest::data_;
 // lr 1e-30 changes no fp32 weight (every update is far below half an ulp), so the master
 // weights after one step are the loaded ones: they must equal the base's, converted by torch.
 TEST_F(HfTest, BaseLoadsExactlyAndEachRankReadsOnlyItsOwnShards) {
-  for (const std::string base : {"base32", "base16/model.safetensors.index.json"}) {
+  const std::vector<std::string> bases = {"base32", "base16/model.safetensors.index.json"};
+  std::vector<std::string> checks;  // same-weights of each base, run together below
+  for (const std::string& base : bases) {
     const std::string run = root_ + "/exact-" + base.substr(0, 6);
     auto r = RunCommand(TrainCmd(run, "--train.init=" + root_ + "/" + base +
                                           " --train.steps=1 --ckpt.every_steps=1 "
@@ -135,7 +171,11 @@ TEST_F(HfTest, BaseLoadsExactlyAndEachRankReadsOnlyItsOwnShards) {
                         120);
     ASSERT_EQ(x.exit_code, 0) << x.output;
     const std::string dir = root_ + "/" + base.substr(0, base.find('/'));
-    EXPECT_TRUE(Contains(Python("same-weights " + dir + " " + out).output, "identical")) << base;
+    checks.push_back("same-weights " + dir + " " + out);
+  }
+  const auto results = PythonAll(checks);
+  for (size_t i = 0; i < bases.size(); ++i) {
+    EXPECT_TRUE(Contains(results[i], "identical")) << bases[i] << "\n" << results[i];
   }
 }
 
@@ -205,14 +245,16 @@ TEST_F(HfTest, ExportedDirectoryLoadsInTransformersWithEvalsLoss) {
                       120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
   EXPECT_TRUE(Contains(x.output, "file(s)")) << x.output;
-  auto ok = Python("check-export " + out32 + " " + root_ + "/base32 float32");
-  EXPECT_TRUE(Contains(ok.output, "export ok")) << ok.output;
-  EXPECT_FALSE(Contains(ok.output, "export ok: 1 weight files")) << "--shard-gb must split";
-  ExpectSameLoss(out32, ckpt);
   // bf16: loads too, and says so in config.json.
   x = RunCommand(BinDir() + "/ckptctl export " + ckpt + " --format hf -o " + out16, 120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
-  Python("check-export " + out16 + " " + root_ + "/base32 bfloat16");
+  const auto py = PythonAll({"check-export " + out32 + " " + root_ + "/base32 float32",
+                             "loss " + out32 + " " + data_,
+                             "check-export " + out16 + " " + root_ + "/base32 bfloat16"});
+  EXPECT_TRUE(Contains(py[0], "export ok")) << py[0];
+  EXPECT_FALSE(Contains(py[0], "export ok: 1 weight files")) << "--shard-gb must split";
+  ExpectSameLoss(py[1], ckpt);
+  EXPECT_TRUE(Contains(py[2], "export ok")) << py[2];
   // The same directory again: refused (not empty), one line, exit 2.
   x = RunCommand(BinDir() + "/ckptctl export " + ckpt + " --format hf -o " + out16, 120);
   EXPECT_EQ(x.exit_code, 2) << x.output;
@@ -236,11 +278,12 @@ TEST_F(HfTest, ExportWithoutABaseMakesALlamaConfig) {
   auto x = RunCommand(
       BinDir() + "/ckptctl export " + run + "/checkpoints --format hf --dtype fp32 -o " + out, 120);
   ASSERT_EQ(x.exit_code, 0) << x.output;
-  Python("check-export " + out + " - float32");
+  const auto py = PythonAll({"check-export " + out + " - float32", "loss " + out + " " + data_});
+  EXPECT_TRUE(Contains(py[0], "export ok")) << py[0];
   EXPECT_EQ(ReadFile(out + "/tokenizer.model"), ReadFile(data_ + "/tokenizer.model"));
   const auto config = nlohmann::json::parse(ReadFile(out + "/config.json"));
   EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM") << config.dump();
-  ExpectSameLoss(out, run + "/checkpoints/step-00000005");
+  ExpectSameLoss(py[1], run + "/checkpoints/step-00000005");
 }
 
 TEST_F(HfTest, BadBaseDirectoryIsOneLineNamingFileAndTensorExit2) {

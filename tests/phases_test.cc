@@ -44,11 +44,7 @@ class PhasesTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir("ftrain-phases-test");
     data_ = dir_->path() + "/data";
-    auto r = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 64 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto r = PackLicenses(data_, "--shard-rows 64");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() {

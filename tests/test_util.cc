@@ -7,10 +7,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -128,6 +130,37 @@ int SignalAndReap(int pid, int sig) {
 
 std::string BinDir() { return FTRAIN_BIN_DIR; }
 std::string Ftrain() { return BinDir() + "/ftrain"; }
+
+CommandResult PackLicenses(const std::string& out, const std::string& extra) {
+  return RunCommand(Ftrain() + " pack --train-tokenizer --vocab-size 512 --seq-len 32 " + extra +
+                        " --progress none --out " + out + " /usr/share/common-licenses",
+                    300);
+}
+
+std::string CachedDir(const std::string& name, const std::string& inputs,
+                      const std::function<bool(const std::string& dir)>& make) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : inputs) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  const char* base = std::getenv("TMPDIR");
+  const std::string root = std::string(base && *base ? base : "/tmp") + "/ftrain-test-cache";
+  const std::string dir = root + "/" + name + "-" + hex;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return dir;
+  (void)::mkdir(root.c_str(), 0755);  // EEXIST is fine; any other error fails at mkdtemp
+  std::string tmpl = dir + ".tmp.XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return "";
+  if (!make(tmpl)) {
+    RunCommand("rm -rf '" + tmpl + "'", 60);
+    return "";
+  }
+  if (::rename(tmpl.c_str(), dir.c_str()) != 0) {
+    RunCommand("rm -rf '" + tmpl + "'", 60);  // another process made it first: use theirs
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
+  }
+  return dir;
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

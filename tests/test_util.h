@@ -1,8 +1,10 @@
 // Helpers shared by every test binary: a temp directory that removes itself, a substring
 // check, running a shell command with a deadline (combined output and exit status), a free TCP
-// port, and the paths of the built binaries. No LibTorch, no gtest: fuzzers link it too.
+// port, a directory cache shared across test processes, and the paths of the built binaries.
+// No LibTorch, no gtest: fuzzers link it too.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -55,6 +57,23 @@ std::string ReadFile(const std::string& path);
 // step -> the loss text exactly as written (%.9g), from RUN/metrics.jsonl: comparing these
 // compares the bits a run computed.
 std::map<int, std::string> Losses(const std::string& run_dir);
+
+// `ftrain pack` of /usr/share/common-licenses into `out`: a SentencePiece tokenizer of 512
+// tokens trained on it, 32-token rows, `extra` flags after those (e.g. "--shard-rows 256").
+// The real-text corpus the training and eval tests share.
+CommandResult PackLicenses(const std::string& out, const std::string& extra);
+
+// A directory that only the bytes of `inputs` determine, made once and shared by every test
+// process on this machine: $TMPDIR/ftrain-test-cache/NAME-<hash of inputs>. For an oracle's
+// output that costs seconds to make (python importing torch and transformers): ctest runs
+// every test in a process of its own, so a suite-level fixture alone is made again per test.
+// When it is not there yet, `make(dir)` fills a fresh private directory that is then renamed
+// into place (a concurrent maker's rename wins; the loser removes its copy and uses it), so a
+// reader never sees a half-made one. `inputs` must hold everything the output depends on (the
+// script's text, its arguments and input files, the library paths). Returns the directory,
+// or "" when `make` returned false (its directory is removed).
+std::string CachedDir(const std::string& name, const std::string& inputs,
+                      const std::function<bool(const std::string& dir)>& make);
 
 // build/bin, from the FTRAIN_BIN_DIR compile definition.
 std::string BinDir();

@@ -58,11 +58,7 @@ class TrainEvalTest : public ::testing::Test {
     const std::string root = tmp_->path();
     data_ = root + "/data";
     held_ = root + "/heldout";
-    auto p = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 256 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto p = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(p.exit_code, 0) << p.output;
     auto h = RunCommand(Ftrain() + " pack --tokenizer " + data_ +
                             "/tokenizer.model --seq-len 32 --progress none --out " + held_ +

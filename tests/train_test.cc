@@ -32,11 +32,7 @@ class TrainTest : public ::testing::Test {
     dir_ = std::make_unique<TempDir>("ftrain-train-test");
     root_ = dir_->path();
     data_ = root_ + "/data";
-    auto r = RunCommand(Ftrain() +
-                            " pack --train-tokenizer --vocab-size 512 --seq-len 32 "
-                            "--shard-rows 256 --progress none --out " +
-                            data_ + " /usr/share/common-licenses",
-                        300);
+    auto r = PackLicenses(data_, "--shard-rows 256");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { dir_.reset(); }

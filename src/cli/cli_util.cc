@@ -88,4 +88,12 @@ Status ParseFlags(const std::string& program, int argc, char** argv,
   return Status::Ok();
 }
 
+bool WantsHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
 }  // namespace ftrain::cli

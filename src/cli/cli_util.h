@@ -27,6 +27,9 @@ int Fail(const std::string& program, const Status& s);
 // same level. A bad value or a missing one is InvalidArgument naming its source.
 Status InitLogLevel(int* argc, char** argv);
 
+// Whether any of argv[1..] is --help or -h.
+bool WantsHelp(int argc, char** argv);
+
 // Parses argv with the given options (and positional spec, may be empty). Unknown flags,
 // missing values and bad numbers become InvalidArgument naming the flag.
 Status ParseFlags(const std::string& program, int argc, char** argv,

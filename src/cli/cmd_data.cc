@@ -32,14 +32,6 @@ void AddHttpFlags(po::options_description* opts, data::HttpOptions* h) {
       "an HTTP transfer without progress for this long is retried");
 }
 
-bool WantsHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
-}
-
 // Reads the tokenizer stored with the dataset and checks it against the index.
 StatusOr<std::unique_ptr<data::Tokenizer>> DatasetTokenizer(data::Dataset* ds,
                                                             const std::string& override_path) {

@@ -54,79 +54,86 @@ bool FlagValue(int argc, char** argv, int* i, const std::string& flag, std::stri
   }
   return false;
 }
-}  // namespace
 
-int RunEval(int argc, char** argv) {
-  const std::string program = "ftrain eval";
+// The command line of `ftrain eval`, as given.
+struct EvalFlags {
   std::string config_path, weights, data, batches_text = "16", model_dir, dtype, device;
   bool json = false;
-  std::vector<std::string> overrides;
+  bool help = false;
+  std::vector<std::string> overrides;  // --section.key=value
+};
+
+// Reads argv into `f`; stops at --help (f->help) or at the first bad argument.
+Status ParseEvalFlags(int argc, char** argv, EvalFlags* f) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     Status err;
     if (a == "--help" || a == "-h") {
-      std::cout << kHelp;
-      return kExitOk;
+      f->help = true;
+      return Status::Ok();
     }
     if (a == "--json") {
-      json = true;
-    } else if (FlagValue(argc, argv, &i, "--config", &config_path, &err) ||
-               FlagValue(argc, argv, &i, "--weights", &weights, &err) ||
-               FlagValue(argc, argv, &i, "--data", &data, &err) ||
-               FlagValue(argc, argv, &i, "--batches", &batches_text, &err) ||
-               FlagValue(argc, argv, &i, "--model", &model_dir, &err) ||
-               FlagValue(argc, argv, &i, "--dtype", &dtype, &err) ||
-               FlagValue(argc, argv, &i, "--device", &device, &err)) {
-      if (!err.ok()) return Fail(program, err);
+      f->json = true;
+    } else if (FlagValue(argc, argv, &i, "--config", &f->config_path, &err) ||
+               FlagValue(argc, argv, &i, "--weights", &f->weights, &err) ||
+               FlagValue(argc, argv, &i, "--data", &f->data, &err) ||
+               FlagValue(argc, argv, &i, "--batches", &f->batches_text, &err) ||
+               FlagValue(argc, argv, &i, "--model", &f->model_dir, &err) ||
+               FlagValue(argc, argv, &i, "--dtype", &f->dtype, &err) ||
+               FlagValue(argc, argv, &i, "--device", &f->device, &err)) {
+      if (!err.ok()) return err;
     } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
-      overrides.push_back(a);
+      f->overrides.push_back(a);
     } else {
-      return Fail(program, Status::InvalidArgument(
-                               "unexpected argument '" + a +
-                               "' (want --config FILE --weights PATH --data DIR and "
-                               "--section.key=value overrides; see 'ftrain eval --help')"));
+      return Status::InvalidArgument("unexpected argument '" + a +
+                                     "' (want --config FILE --weights PATH --data DIR and "
+                                     "--section.key=value overrides; see 'ftrain eval --help')");
     }
   }
-  if (weights.empty()) {
-    return Fail(program,
-                Status::InvalidArgument("--weights PATH is required (see 'ftrain eval --help')"));
+  return Status::Ok();
+}
+
+// The flags that need no config: --weights given, --dtype, --device and --batches valid.
+Status CheckEvalFlags(const EvalFlags& f, int64_t* batches) {
+  if (f.weights.empty()) {
+    return Status::InvalidArgument("--weights PATH is required (see 'ftrain eval --help')");
   }
-  if (!dtype.empty() && dtype != "fp32" && dtype != "bf16") {
-    return Fail(program, Status::InvalidArgument("--dtype '" + dtype + "' must be fp32 or bf16"));
+  if (!f.dtype.empty() && f.dtype != "fp32" && f.dtype != "bf16") {
+    return Status::InvalidArgument("--dtype '" + f.dtype + "' must be fp32 or bf16");
   }
-  if (!device.empty() && device != "cpu" && device != "cuda") {
-    return Fail(program, Status::InvalidArgument("--device '" + device + "' must be cpu or cuda"));
+  if (!f.device.empty() && f.device != "cpu" && f.device != "cuda") {
+    return Status::InvalidArgument("--device '" + f.device + "' must be cpu or cuda");
   }
-  int64_t batches = 0;
-  if (!ParseInt64(batches_text, &batches) || batches <= 0) {
-    return Fail(program, Status::InvalidArgument("--batches '" + batches_text +
-                                                 "' is not a positive integer"));
+  if (!ParseInt64(f.batches_text, batches) || *batches <= 0) {
+    return Status::InvalidArgument("--batches '" + f.batches_text + "' is not a positive integer");
   }
+  return Status::Ok();
+}
+
+// The training config the evaluation runs under: FILE (or none) with the overrides and the
+// flags applied, validated as `ftrain train` would validate it.
+StatusOr<train::TrainConfig> EvalConfig(const EvalFlags& f) {
   StatusOr<Config> config = Config();
-  if (!config_path.empty()) config = Config::LoadFile(config_path);
-  if (!config.ok()) return Fail(program, config.status());
-  for (const auto& o : overrides) {
-    Status s = config->ApplyOverride(o);
-    if (!s.ok()) return Fail(program, s);
-  }
-  if (!model_dir.empty()) config->Set("model.hf", model_dir, "--model");
+  if (!f.config_path.empty()) config = Config::LoadFile(f.config_path);
+  if (!config.ok()) return config.status();
+  for (const auto& o : f.overrides) FT_RETURN_IF_ERROR(config->ApplyOverride(o));
+  if (!f.model_dir.empty()) config->Set("model.hf", f.model_dir, "--model");
   // No model in the config: the weights' own directory describes it (an HF model directory).
   bool has_model = false;
   for (const auto& item : config->entries()) has_model |= item.first.rfind("model.", 0) == 0;
-  if (!has_model) config->Set("model.hf", weights, "--weights (no [model] given)");
-  if (!data.empty()) config->Set("data.path", data, "--data");
+  if (!has_model) config->Set("model.hf", f.weights, "--weights (no [model] given)");
+  if (!f.data.empty()) config->Set("data.path", f.data, "--data");
   if (!config->Has("data.path")) {
-    return Fail(program,
-                Status::InvalidArgument("--data DIR is required (see 'ftrain eval --help')"));
+    return Status::InvalidArgument("--data DIR is required (see 'ftrain eval --help')");
   }
-  if (!dtype.empty()) {
-    config->Set("train.param_dtype", dtype == "bf16" ? "bfloat16" : "float32", "--dtype");
+  if (!f.dtype.empty()) {
+    config->Set("train.param_dtype", f.dtype == "bf16" ? "bfloat16" : "float32", "--dtype");
   }
-  if (!device.empty()) {
-    config->Set("train.device", device, "--device");
+  if (!f.device.empty()) {
+    config->Set("train.device", f.device, "--device");
     // The collectives follow the device unless the config chose them.
     if (!config->Has("dist.backend")) {
-      config->Set("dist.backend", device == "cuda" ? "nccl" : "gloo", "--device");
+      config->Set("dist.backend", f.device == "cuda" ? "nccl" : "gloo", "--device");
     }
   }
   // Validate the whole file as `ftrain train` would (unknown keys, bad values), filling the
@@ -135,37 +142,59 @@ int RunEval(int argc, char** argv) {
   if (!config->Has("run.dir")) config->Set("run.dir", ".", "ftrain eval (unused)");
   // A training config's [eval] is the trainer's; this command evaluates --data.
   if (config->Has("eval.every_steps")) config->Set("eval.every_steps", "0", "ftrain eval (unused)");
-  auto tc = train::TrainConfig::Load(*config);
-  if (!tc.ok()) return Fail(program, tc.status());
+  return train::TrainConfig::Load(*config);
+}
 
-  train::EvalOptions eo;
-  eo.config = *tc;
-  eo.weights = weights;
-  eo.batches = batches;
-  auto r = train::RunEval(eo);
-  if (!r.ok()) return Fail(program, r.status());
-  if (r->rank != 0) return kExitOk;  // rank 0 speaks for the job
+// Rank 0's result line: JSON (--json) or one line for people.
+void PrintEvalResult(const train::EvalResult& r, bool json) {
   char line[768];
   if (json) {
     std::snprintf(line, sizeof(line),
                   "{\"loss\":%.9g,\"perplexity\":%.9g,\"batches\":%lld,\"tokens\":%lld,"
                   "\"step\":%lld,\"ranks\":%d,\"dtype\":\"%s\",\"seconds\":%.6f}\n",
-                  static_cast<double>(r->loss), r->perplexity, static_cast<long long>(r->batches),
-                  static_cast<long long>(r->tokens), static_cast<long long>(r->step), r->ranks,
-                  r->dtype.c_str(), r->seconds);
+                  static_cast<double>(r.loss), r.perplexity, static_cast<long long>(r.batches),
+                  static_cast<long long>(r.tokens), static_cast<long long>(r.step), r.ranks,
+                  r.dtype.c_str(), r.seconds);
   } else {
     std::snprintf(line, sizeof(line),
                   "eval: loss %.9g perplexity %.6g over %lld batches (%lld tokens) on %d rank%s, "
                   "%s, %s; weights %s (%s",
-                  static_cast<double>(r->loss), r->perplexity, static_cast<long long>(r->batches),
-                  static_cast<long long>(r->tokens), r->ranks, r->ranks == 1 ? "" : "s",
-                  r->device.c_str(), r->dtype.c_str(), r->weights.c_str(), r->source.c_str());
+                  static_cast<double>(r.loss), r.perplexity, static_cast<long long>(r.batches),
+                  static_cast<long long>(r.tokens), r.ranks, r.ranks == 1 ? "" : "s",
+                  r.device.c_str(), r.dtype.c_str(), r.weights.c_str(), r.source.c_str());
   }
   std::cout << line;
   if (!json) {
-    if (r->step >= 0) std::cout << ", step " << r->step;
+    if (r.step >= 0) std::cout << ", step " << r.step;
     std::cout << ")\n";
   }
+}
+
+}  // namespace
+
+int RunEval(int argc, char** argv) {
+  const std::string program = "ftrain eval";
+  EvalFlags f;
+  Status s = ParseEvalFlags(argc, argv, &f);
+  if (!s.ok()) return Fail(program, s);
+  if (f.help) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  int64_t batches = 0;
+  s = CheckEvalFlags(f, &batches);
+  if (!s.ok()) return Fail(program, s);
+  auto tc = EvalConfig(f);
+  if (!tc.ok()) return Fail(program, tc.status());
+
+  train::EvalOptions eo;
+  eo.config = *tc;
+  eo.weights = f.weights;
+  eo.batches = batches;
+  auto r = train::RunEval(eo);
+  if (!r.ok()) return Fail(program, r.status());
+  if (r->rank != 0) return kExitOk;  // rank 0 speaks for the job
+  PrintEvalResult(*r, f.json);
   return kExitOk;
 }
 

@@ -91,15 +91,9 @@ class Fields {
   std::string where_;
 };
 
-}  // namespace
-
-StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::string& where) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::Corruption(where + ": not a JSON object (index.json is unreadable)");
-  }
+// format, version, data_version and the row geometry (seq_len, dtype, chunk and shard rows).
+Status ParseGeometry(const json& j, const std::string& where, DatasetIndex* x) {
   Fields f(j, where);
-  DatasetIndex x;
   std::string format, dtype;
   int version = 0;
   FT_RETURN_IF_ERROR(f.Get("format", &format));
@@ -109,45 +103,53 @@ StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::s
                               std::to_string(version) + " is not supported (expected '" +
                               kIndexFormat + "' version " + std::to_string(kIndexVersion) + ")");
   }
-  FT_RETURN_IF_ERROR(f.Get("data_version", &x.data_version));
-  FT_RETURN_IF_ERROR(f.Get("seq_len", &x.seq_len));
+  FT_RETURN_IF_ERROR(f.Get("data_version", &x->data_version));
+  FT_RETURN_IF_ERROR(f.Get("seq_len", &x->seq_len));
   FT_RETURN_IF_ERROR(f.Get("dtype", &dtype));
-  FT_RETURN_IF_ERROR(f.Get("chunk_rows", &x.chunk_rows));
-  FT_RETURN_IF_ERROR(f.Get("rows_per_shard", &x.rows_per_shard));
-  FT_RETURN_IF_ERROR(f.Get("num_rows", &x.num_rows));
+  FT_RETURN_IF_ERROR(f.Get("chunk_rows", &x->chunk_rows));
+  FT_RETURN_IF_ERROR(f.Get("rows_per_shard", &x->rows_per_shard));
+  FT_RETURN_IF_ERROR(f.Get("num_rows", &x->num_rows));
   if (dtype == "uint16")
-    x.token_bytes = 2;
+    x->token_bytes = 2;
   else if (dtype == "uint32")
-    x.token_bytes = 4;
+    x->token_bytes = 4;
   else
     return Status::Corruption(where + ": dtype '" + dtype + "' is not uint16 or uint32");
-  if (x.seq_len == 0 || x.chunk_rows == 0 || x.rows_per_shard == 0 ||
-      x.rows_per_shard % x.chunk_rows != 0) {
+  if (x->seq_len == 0 || x->chunk_rows == 0 || x->rows_per_shard == 0 ||
+      x->rows_per_shard % x->chunk_rows != 0) {
     return Status::Corruption(where +
                               ": seq_len, chunk_rows and rows_per_shard must be > 0 and "
                               "rows_per_shard a multiple of chunk_rows");
   }
+  return Status::Ok();
+}
 
+// The tokenizer object: its file, hash, ids and type.
+Status ParseTokenizer(const json& j, const std::string& where, DatasetIndex* x) {
   auto tok = j.find("tokenizer");
-  if (tok == j.end() || !tok->is_object()) return f.Missing("tokenizer");
+  if (tok == j.end() || !tok->is_object()) return Fields(j, where).Missing("tokenizer");
   Fields t(*tok, where + ": tokenizer");
-  FT_RETURN_IF_ERROR(t.Get("file", &x.tokenizer_file));
-  FT_RETURN_IF_ERROR(t.GetHex("xxh3", &x.tokenizer_xxh3));
-  FT_RETURN_IF_ERROR(t.Get("vocab_size", &x.vocab_size));
-  FT_RETURN_IF_ERROR(t.Get("bos_id", &x.bos_id));
-  FT_RETURN_IF_ERROR(t.Get("eos_id", &x.eos_id));
-  FT_RETURN_IF_ERROR(ValidateFileName(x.tokenizer_file, where + ": tokenizer.file"));
-  if (tok->contains("type")) FT_RETURN_IF_ERROR(t.Get("type", &x.tokenizer_type));
-  if (x.tokenizer_type != "sentencepiece" && x.tokenizer_type != "huggingface") {
-    return Status::Corruption(where + ": tokenizer.type '" + x.tokenizer_type +
+  FT_RETURN_IF_ERROR(t.Get("file", &x->tokenizer_file));
+  FT_RETURN_IF_ERROR(t.GetHex("xxh3", &x->tokenizer_xxh3));
+  FT_RETURN_IF_ERROR(t.Get("vocab_size", &x->vocab_size));
+  FT_RETURN_IF_ERROR(t.Get("bos_id", &x->bos_id));
+  FT_RETURN_IF_ERROR(t.Get("eos_id", &x->eos_id));
+  FT_RETURN_IF_ERROR(ValidateFileName(x->tokenizer_file, where + ": tokenizer.file"));
+  if (tok->contains("type")) FT_RETURN_IF_ERROR(t.Get("type", &x->tokenizer_type));
+  if (x->tokenizer_type != "sentencepiece" && x->tokenizer_type != "huggingface") {
+    return Status::Corruption(where + ": tokenizer.type '" + x->tokenizer_type +
                               "' is not sentencepiece or huggingface");
   }
   if (tok->contains("config_file")) {
-    FT_RETURN_IF_ERROR(t.Get("config_file", &x.tokenizer_config_file));
+    FT_RETURN_IF_ERROR(t.Get("config_file", &x->tokenizer_config_file));
     FT_RETURN_IF_ERROR(
-        ValidateFileName(x.tokenizer_config_file, where + ": tokenizer.config_file"));
+        ValidateFileName(x->tokenizer_config_file, where + ": tokenizer.config_file"));
   }
+  return Status::Ok();
+}
 
+// The shard list: names in order, every shard but the last full, the rows adding up.
+Status ParseShards(const json& j, const std::string& where, DatasetIndex* x) {
   auto shards = j.find("shards");
   if (shards == j.end() || !shards->is_array() || shards->empty()) {
     return Status::Corruption(where + ": 'shards' is missing or empty");
@@ -167,19 +169,23 @@ StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::s
       return Status::Corruption(w + ": name '" + e.name + "' should be '" + ShardFileName(i) + "'");
     }
     bool last = i + 1 == shards->size();
-    if (e.rows == 0 || e.rows > x.rows_per_shard || (!last && e.rows != x.rows_per_shard)) {
+    if (e.rows == 0 || e.rows > x->rows_per_shard || (!last && e.rows != x->rows_per_shard)) {
       return Status::Corruption(w + ": " + std::to_string(e.rows) +
                                 " rows; every shard but the last must hold rows_per_shard = " +
-                                std::to_string(x.rows_per_shard));
+                                std::to_string(x->rows_per_shard));
     }
     total += e.rows;
-    x.shards.push_back(std::move(e));
+    x->shards.push_back(std::move(e));
   }
-  if (total != x.num_rows) {
-    return Status::Corruption(where + ": num_rows " + std::to_string(x.num_rows) +
+  if (total != x->num_rows) {
+    return Status::Corruption(where + ": num_rows " + std::to_string(x->num_rows) +
                               " differs from the sum over shards " + std::to_string(total));
   }
+  return Status::Ok();
+}
 
+// The optional inputs list and pack statistics.
+Status ParseInputsAndStats(const json& j, const std::string& where, DatasetIndex* x) {
   auto inputs = j.find("inputs");
   if (inputs != j.end() && inputs->is_array()) {
     for (size_t i = 0; i < inputs->size(); ++i) {
@@ -188,23 +194,37 @@ StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::s
       FT_RETURN_IF_ERROR(in.Get("path", &e.path));
       FT_RETURN_IF_ERROR(in.Get("bytes", &e.bytes));
       FT_RETURN_IF_ERROR(in.GetHex("xxh3", &e.xxh3));
-      x.inputs.push_back(std::move(e));
+      x->inputs.push_back(std::move(e));
     }
   }
   auto stats = j.find("stats");
   if (stats != j.end() && stats->is_object()) {
     Fields st(*stats, where + ": stats");
-    FT_RETURN_IF_ERROR(st.Get("documents", &x.stats.documents));
-    FT_RETURN_IF_ERROR(st.Get("text_bytes", &x.stats.text_bytes));
-    FT_RETURN_IF_ERROR(st.Get("stream_tokens", &x.stats.stream_tokens));
-    FT_RETURN_IF_ERROR(st.Get("dropped_tail_tokens", &x.stats.dropped_tail_tokens));
-    FT_RETURN_IF_ERROR(st.Get("skipped_empty_documents", &x.stats.skipped_empty_documents));
-    FT_RETURN_IF_ERROR(st.Get("skipped_invalid_lines", &x.stats.skipped_invalid_lines));
+    FT_RETURN_IF_ERROR(st.Get("documents", &x->stats.documents));
+    FT_RETURN_IF_ERROR(st.Get("text_bytes", &x->stats.text_bytes));
+    FT_RETURN_IF_ERROR(st.Get("stream_tokens", &x->stats.stream_tokens));
+    FT_RETURN_IF_ERROR(st.Get("dropped_tail_tokens", &x->stats.dropped_tail_tokens));
+    FT_RETURN_IF_ERROR(st.Get("skipped_empty_documents", &x->stats.skipped_empty_documents));
+    FT_RETURN_IF_ERROR(st.Get("skipped_invalid_lines", &x->stats.skipped_invalid_lines));
     if (stats->contains("bad_records")) {
-      FT_RETURN_IF_ERROR(st.Get("bad_records", &x.stats.bad_records));
+      FT_RETURN_IF_ERROR(st.Get("bad_records", &x->stats.bad_records));
     }
   }
+  return Status::Ok();
+}
 
+}  // namespace
+
+StatusOr<DatasetIndex> DatasetIndex::Parse(const std::string& text, const std::string& where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::Corruption(where + ": not a JSON object (index.json is unreadable)");
+  }
+  DatasetIndex x;
+  FT_RETURN_IF_ERROR(ParseGeometry(j, where, &x));
+  FT_RETURN_IF_ERROR(ParseTokenizer(j, where, &x));
+  FT_RETURN_IF_ERROR(ParseShards(j, where, &x));
+  FT_RETURN_IF_ERROR(ParseInputsAndStats(j, where, &x));
   std::string computed = x.ComputeDataVersion();
   if (computed != x.data_version) {
     return Status::Corruption(where + ": data_version " + x.data_version +

@@ -215,6 +215,14 @@ void FsdpEngine::Attach(Unit& u) {
   u.attached = true;
 }
 
+Status FsdpEngine::ReadyUnit(Unit& u, Unit* next) {
+  FT_RETURN_IF_ERROR(Gather(u));
+  FT_RETURN_IF_ERROR(WaitGather(u));
+  Attach(u);
+  if (config_.prefetch && next != nullptr) FT_RETURN_IF_ERROR(Gather(*next));
+  return Status::Ok();
+}
+
 void FsdpEngine::Release(Unit& u) {
   if (KeepsFullParams()) return;
   for (auto& p : u.params) p.param.set_data(torch::empty({0}, Opts(config_.param_dtype)));
@@ -235,6 +243,26 @@ void FsdpEngine::AccumulateGrads(Unit& u, bool first_micro_batch) {
   }
 }
 
+void FsdpEngine::StartReduce(Unit& u) {
+  const int s = groups_.shard ? groups_.shard->size() : 1;
+  if (s > 1) {
+    u.reduced = torch::empty({u.span.length}, Opts(config_.reduce_dtype));
+    u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, comm::ReduceOp::kSum);
+    comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+  } else {
+    u.reduced = u.full_grad;
+  }
+}
+
+StatusOr<FsdpEngine::ForwardStart> FsdpEngine::BeginForward(const torch::Tensor& tokens) {
+  ForwardStart start;
+  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
+  start.targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  FT_RETURN_IF_ERROR(ReadyUnit(*units_[0], units_.size() > 1 ? units_[1].get() : nullptr));
+  start.embedded = model_->Embed(inputs);
+  return start;
+}
+
 StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
                                             bool last_micro_batch) {
   if (tokens.dim() != 2 || tokens.size(1) < 2) {
@@ -242,23 +270,15 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   }
   const bool first = micro_batches_ == 0;
   ++micro_batches_;
-  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
-  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
   Unit& root = *units_[0];
-  FT_RETURN_IF_ERROR(Gather(root));
-  FT_RETURN_IF_ERROR(WaitGather(root));
-  Attach(root);
-  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
-  torch::Tensor h0 = model_->Embed(inputs);
+  torch::Tensor h0 = start.embedded;
   torch::Tensor h = h0.detach();
   for (int i = 0; i < L; ++i) {
     Unit& u = *units_[static_cast<size_t>(i) + 1];
-    FT_RETURN_IF_ERROR(Gather(u));
-    FT_RETURN_IF_ERROR(WaitGather(u));
-    Attach(u);
-    if (config_.prefetch && i + 1 < L)
-      FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    FT_RETURN_IF_ERROR(
+        ReadyUnit(u, i + 1 < L ? units_[static_cast<size_t>(i) + 2].get() : nullptr));
     TraceRange range("fsdp/forward " + u.name);
     if (config_.activation_checkpointing) {
       torch::NoGradGuard no_grad;
@@ -274,7 +294,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   }
   torch::Tensor z = h.detach().requires_grad_(true);
   torch::Tensor logits = model_->Head(z);
-  torch::Tensor loss = model::CrossEntropyLoss(logits, targets);
+  torch::Tensor loss = model::CrossEntropyLoss(logits, start.targets);
   const float loss_value = loss.item<float>();
   (loss * loss_scale).backward();
   logits = torch::Tensor();
@@ -282,10 +302,7 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
   if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(L)]));
   for (int i = L - 1; i >= 0; --i) {
     Unit& u = *units_[static_cast<size_t>(i) + 1];
-    FT_RETURN_IF_ERROR(Gather(u));
-    FT_RETURN_IF_ERROR(WaitGather(u));
-    Attach(u);
-    if (config_.prefetch && i > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i)]));
+    FT_RETURN_IF_ERROR(ReadyUnit(u, i > 0 ? units_[static_cast<size_t>(i)].get() : nullptr));
     TraceRange range("fsdp/backward " + u.name);
     torch::Tensor x;
     if (config_.activation_checkpointing) {
@@ -301,33 +318,14 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     u.saved_output = torch::Tensor();
     AccumulateGrads(u, first);
     Release(u);
-    if (last_micro_batch) {
-      // Start this unit's reduction now; it overlaps the backward of the blocks below.
-      const int s = groups_.shard ? groups_.shard->size() : 1;
-      if (s > 1) {
-        u.reduced = torch::empty({u.span.length}, Opts(config_.reduce_dtype));
-        u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, comm::ReduceOp::kSum);
-        comm_bytes_ +=
-            static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
-      } else {
-        u.reduced = u.full_grad;
-      }
-    }
+    // Start this unit's reduction now; it overlaps the backward of the blocks below.
+    if (last_micro_batch) StartReduce(u);
   }
   h0.backward(grad);
   AccumulateGrads(root, first);
   Release(root);
   if (last_micro_batch) {
-    const int s = groups_.shard ? groups_.shard->size() : 1;
-    if (s > 1) {
-      root.reduced = torch::empty({root.span.length}, Opts(config_.reduce_dtype));
-      root.reduce_work =
-          groups_.shard->ReduceScatter(root.reduced, root.full_grad, comm::ReduceOp::kSum);
-      comm_bytes_ +=
-          static_cast<uint64_t>(root.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
-    } else {
-      root.reduced = root.full_grad;
-    }
+    StartReduce(root);
     FT_RETURN_IF_ERROR(ReduceGrads());
   }
   return loss_value;
@@ -341,26 +339,18 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
   // The counters belong to the training step's StepStats: restored below.
   const double wait_before = comm_wait_s_;
   const uint64_t bytes_before = comm_bytes_;
-  torch::Tensor inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
-  torch::Tensor targets = tokens.narrow(1, 1, tokens.size(1) - 1);
+  FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
   Unit& root = *units_[0];
-  FT_RETURN_IF_ERROR(Gather(root));
-  FT_RETURN_IF_ERROR(WaitGather(root));
-  Attach(root);
-  if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[1]));
-  torch::Tensor h = model_->Embed(inputs);
+  torch::Tensor h = start.embedded;
   for (int i = 0; i < L; ++i) {
     Unit& u = *units_[static_cast<size_t>(i) + 1];
-    FT_RETURN_IF_ERROR(Gather(u));
-    FT_RETURN_IF_ERROR(WaitGather(u));
-    Attach(u);
-    if (config_.prefetch && i + 1 < L)
-      FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(i) + 2]));
+    FT_RETURN_IF_ERROR(
+        ReadyUnit(u, i + 1 < L ? units_[static_cast<size_t>(i) + 2].get() : nullptr));
     h = model_->Layer(i, h);
     Release(u);
   }
-  const float loss = model::CrossEntropyLoss(model_->Head(h), targets).item<float>();
+  const float loss = model::CrossEntropyLoss(model_->Head(h), start.targets).item<float>();
   Release(root);
   comm_wait_s_ = wait_before;
   comm_bytes_ = bytes_before;

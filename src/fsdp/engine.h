@@ -144,9 +144,23 @@ class FsdpEngine {
   Status Gather(Unit& u);
   Status WaitGather(Unit& u);
   void Attach(Unit& u);
+  // Gather (and wait for) u and attach its parameters; with prefetch, then start gathering
+  // `next` (nullptr: none) so that it overlaps u's compute.
+  Status ReadyUnit(Unit& u, Unit* next);
   void Release(Unit& u);
   void AccumulateGrads(Unit& u, bool first_micro_batch);
+  // After the last micro-batch's backward of u: start reduce-scattering its gradient sum
+  // (one shard rank: the sum is already this rank's whole gradient).
+  void StartReduce(Unit& u);
   Status ReduceGrads();
+  // The start of both forwards (training and eval): a [B, T+1] batch split into inputs
+  // [:, :-1] and targets [:, 1:], the root unit gathered and attached (with prefetch, layer
+  // 0's gather started), the inputs embedded under the caller's grad mode.
+  struct ForwardStart {
+    torch::Tensor embedded;  // [B, T, hidden]
+    torch::Tensor targets;   // [B, T]
+  };
+  StatusOr<ForwardStart> BeginForward(const torch::Tensor& tokens);
   bool ReshardAfterForward() const;
   // A unit's moments, compute-dtype shard and gradient shard, once its master exists.
   void FinishUnitState(Unit& u) const;

@@ -208,6 +208,74 @@ Status ValidateTimeInput(const PlanInput& in) {
   return Status::Ok();
 }
 
+// Bytes of raw text per token, and packed bytes read per trained token, with their sources.
+void SetBytesPerToken(const PlanInput& in, TimePlan* t) {
+  if (in.bytes_per_token) {
+    t->bytes_per_token = *in.bytes_per_token;
+    t->bytes_per_token_source = "--bytes-per-token";
+  } else if (in.data && in.data->text_bytes > 0 && in.data->stream_tokens > 0) {
+    t->bytes_per_token =
+        static_cast<double>(in.data->text_bytes) / static_cast<double>(in.data->stream_tokens);
+    t->bytes_per_token_source = "measured by " + in.data->path + ": " +
+                                std::to_string(in.data->text_bytes) + " bytes of text / " +
+                                std::to_string(in.data->stream_tokens) + " tokens";
+  } else {
+    t->bytes_per_token = kDefaultBytesPerToken;
+    t->bytes_per_token_source =
+        std::string("assumed") + (in.data ? " (" + in.data->path + " records no text bytes)" : "") +
+        "; give --bytes-per-token, or --data with a pack of this text to measure it";
+  }
+  if (in.data) {
+    t->disk_bytes_per_token = static_cast<double>(in.data->seq_len + 1) * in.data->token_bytes /
+                              static_cast<double>(in.data->seq_len);
+    t->disk_bytes_source = in.data->path + ": rows of " + std::to_string(in.data->seq_len + 1) +
+                           " tokens of " + std::to_string(in.data->token_bytes) + " bytes";
+  } else {
+    t->disk_bytes_per_token = kDefaultDiskBytesPerToken;
+    t->disk_bytes_source = "uint16 packed tokens";
+  }
+}
+
+// The tokens to train on: --tokens, --text-bytes over the bytes per token, or --data's rows.
+void SetTokens(const PlanInput& in, TimePlan* t) {
+  if (in.tokens) {
+    t->tokens = *in.tokens;
+    t->tokens_source = "--tokens";
+  } else if (in.text_bytes) {
+    t->tokens = *in.text_bytes / t->bytes_per_token;
+    t->tokens_source = "--text-bytes " + Short(*in.text_bytes) + " / " +
+                       Num(t->bytes_per_token, 2) + " bytes per token";
+  } else if (in.data) {
+    t->tokens = static_cast<double>(in.data->rows) * in.data->seq_len;
+    t->tokens_source = "--data " + in.data->path + ": " + std::to_string(in.data->rows) +
+                       " rows x " + std::to_string(in.data->seq_len) + " tokens";
+  }
+}
+
+// What the deadline needs (rate, MFU, GPUs, nodes, disk rate) and the verdict.
+void SetDeadline(const PlanResult& r, TimePlan* t) {
+  const double g = static_cast<double>(r.input.gpus_per_node);
+  t->have_deadline = true;
+  t->deadline_days = *r.input.deadline_days;
+  const double seconds = t->deadline_days * kDay;
+  t->needed_tokens_per_s = t->tokens / seconds;
+  t->needed_mfu = t->needed_tokens_per_s * t->flops_per_token / (r.num_gpus * t->peak_flops);
+  t->gpus_needed = std::ceil(t->needed_tokens_per_s / t->tokens_per_s_per_gpu - 1e-9);
+  t->nodes_needed = std::ceil(t->gpus_needed / g - 1e-9);
+  t->tokens_in_deadline = std::min(t->tokens, t->tokens_per_s * seconds);
+  t->needed_disk_bytes_per_s_per_node =
+      t->needed_tokens_per_s / r.input.nodes * t->disk_bytes_per_token;
+  if (t->needed_mfu > 1) {
+    t->verdict = "impossible";
+  } else if (t->needed_mfu > kRealisticMfu) {
+    t->verdict = "unrealistic";
+  } else if (t->needed_mfu > t->mfu) {
+    t->verdict = "needs a higher MFU";
+  } else {
+    t->verdict = "possible";
+  }
+}
+
 StatusOr<TimePlan> ComputeTime(const PlanResult& r) {
   const PlanInput& in = r.input;
   TimePlan t;
@@ -220,44 +288,8 @@ StatusOr<TimePlan> ComputeTime(const PlanResult& r) {
                     static_cast<double>(r.hidden), static_cast<double>(*in.seq_len));
   t.attention_flops_per_token = t.flops_per_token - t.dense_flops_per_token;
 
-  // Bytes of raw text per token, and packed bytes read per trained token.
-  if (in.bytes_per_token) {
-    t.bytes_per_token = *in.bytes_per_token;
-    t.bytes_per_token_source = "--bytes-per-token";
-  } else if (in.data && in.data->text_bytes > 0 && in.data->stream_tokens > 0) {
-    t.bytes_per_token =
-        static_cast<double>(in.data->text_bytes) / static_cast<double>(in.data->stream_tokens);
-    t.bytes_per_token_source = "measured by " + in.data->path + ": " +
-                               std::to_string(in.data->text_bytes) + " bytes of text / " +
-                               std::to_string(in.data->stream_tokens) + " tokens";
-  } else {
-    t.bytes_per_token = kDefaultBytesPerToken;
-    t.bytes_per_token_source =
-        std::string("assumed") + (in.data ? " (" + in.data->path + " records no text bytes)" : "") +
-        "; give --bytes-per-token, or --data with a pack of this text to measure it";
-  }
-  if (in.data) {
-    t.disk_bytes_per_token = static_cast<double>(in.data->seq_len + 1) * in.data->token_bytes /
-                             static_cast<double>(in.data->seq_len);
-    t.disk_bytes_source = in.data->path + ": rows of " + std::to_string(in.data->seq_len + 1) +
-                          " tokens of " + std::to_string(in.data->token_bytes) + " bytes";
-  } else {
-    t.disk_bytes_per_token = kDefaultDiskBytesPerToken;
-    t.disk_bytes_source = "uint16 packed tokens";
-  }
-
-  if (in.tokens) {
-    t.tokens = *in.tokens;
-    t.tokens_source = "--tokens";
-  } else if (in.text_bytes) {
-    t.tokens = *in.text_bytes / t.bytes_per_token;
-    t.tokens_source = "--text-bytes " + Short(*in.text_bytes) + " / " + Num(t.bytes_per_token, 2) +
-                      " bytes per token";
-  } else if (in.data) {
-    t.tokens = static_cast<double>(in.data->rows) * in.data->seq_len;
-    t.tokens_source = "--data " + in.data->path + ": " + std::to_string(in.data->rows) +
-                      " rows x " + std::to_string(in.data->seq_len) + " tokens";
-  }
+  SetBytesPerToken(in, &t);
+  SetTokens(in, &t);
   t.have_tokens = t.tokens > 0;
   t.total_flops = t.tokens * t.flops_per_token;
 
@@ -291,25 +323,7 @@ StatusOr<TimePlan> ComputeTime(const PlanResult& r) {
   t.epoch_seconds_with_overhead = t.epoch_seconds * (1 + r.stall_overhead + r.rework_overhead);
 
   if (!in.deadline_days) return t;
-  t.have_deadline = true;
-  t.deadline_days = *in.deadline_days;
-  const double seconds = t.deadline_days * kDay;
-  t.needed_tokens_per_s = t.tokens / seconds;
-  t.needed_mfu = t.needed_tokens_per_s * t.flops_per_token / (r.num_gpus * t.peak_flops);
-  t.gpus_needed = std::ceil(t.needed_tokens_per_s / t.tokens_per_s_per_gpu - 1e-9);
-  t.nodes_needed = std::ceil(t.gpus_needed / g - 1e-9);
-  t.tokens_in_deadline = std::min(t.tokens, t.tokens_per_s * seconds);
-  t.needed_disk_bytes_per_s_per_node =
-      t.needed_tokens_per_s / r.input.nodes * t.disk_bytes_per_token;
-  if (t.needed_mfu > 1) {
-    t.verdict = "impossible";
-  } else if (t.needed_mfu > kRealisticMfu) {
-    t.verdict = "unrealistic";
-  } else if (t.needed_mfu > t.mfu) {
-    t.verdict = "needs a higher MFU";
-  } else {
-    t.verdict = "possible";
-  }
+  SetDeadline(r, &t);
   return t;
 }
 

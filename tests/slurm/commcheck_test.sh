@@ -21,17 +21,13 @@ PASSED=0
 cleanup() {
   local rc=$?
   cancel_job "${JOB_ID}"
-  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
-    log "kept work dir for inspection: ${WORK_DIR}"
-  fi
+  work_dir_cleanup
   exit "${rc}"
 }
 trap cleanup EXIT
 
 [[ -x "${FTRAIN}" ]] || fail "ftrain binary not found at ${FTRAIN}; build first"
-cluster_require
-wait_for_nodes_idle "${IDLE_TIMEOUT_S}"
-WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-commcheck.XXXXXX")"
+slurm_test_start "${IDLE_TIMEOUT_S}"
 
 JOB_ID="$(sbatch --parsable --job-name=ftrain-commcheck --nodes=2 --ntasks-per-node=2 \
   --output="${WORK_DIR}/job.out" --time=5 --chdir="${WORK_DIR}" \

@@ -132,6 +132,23 @@ step_on_node() {
     --quiet --job-name="${SLURM_TEST_NAME:-slurm-test}" "${@:2}"
 }
 
+# ---- a test's work directory ---------------------------------------------------------------
+# slurm_test_start IDLE_TIMEOUT_S: the usual start of a test without the e2e corpus: the
+# cluster answering, every node idle, and WORK_DIR a fresh directory of its own. The caller sets
+# WORK_DIR="" and PASSED=0 before its EXIT trap, which calls work_dir_cleanup.
+slurm_test_start() {
+  cluster_require
+  wait_for_nodes_idle "$1"
+  WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-${SLURM_TEST_NAME:-slurm-test}.XXXXXX")"
+}
+
+# For the EXIT trap: WORK_DIR removed when the test passed (PASSED=1), kept and named otherwise.
+work_dir_cleanup() {
+  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
+    log "kept work dir for inspection: ${WORK_DIR}"
+  fi
+}
+
 # ---- files ---------------------------------------------------------------------------------
 file_has_lines() { [[ -r "$1" ]] && (($(wc -l <"$1") >= $2)); }  # file_has_lines FILE N
 

@@ -24,17 +24,13 @@ cleanup() {
     while read -r id; do cancel_job "${id}"; done < <(grep -ho 'job [0-9]*' \
       "${WORK_DIR}"/submit*.out 2>/dev/null | awk '{print $2}')
   fi
-  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
-    log "kept work dir for inspection: ${WORK_DIR}"
-  fi
+  work_dir_cleanup
   exit "${rc}"
 }
 trap cleanup EXIT
 
 [[ -x "${FTRAIN}" ]] || fail "ftrain binary not found at ${FTRAIN}; build first"
-cluster_require
-wait_for_nodes_idle "${IDLE_TIMEOUT_S}"
-WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-pack.XXXXXX")"
+slurm_test_start "${IDLE_TIMEOUT_S}"
 in="${WORK_DIR}/in"
 mkdir -p "${in}"
 python3 - "${in}" <<'PY'

@@ -25,9 +25,7 @@ PASSED=0
 cleanup() {
   local rc=$?
   cancel_job "${JOB_ID}"
-  if ((PASSED)); then rm -rf "${WORK_DIR}"; elif [[ -n "${WORK_DIR}" ]]; then
-    log "kept work dir for inspection: ${WORK_DIR}"
-  fi
+  work_dir_cleanup
   exit "${rc}"
 }
 trap cleanup EXIT

@@ -33,11 +33,7 @@ cleanup() {
     "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" ||
       log "cleanup: revive-node ${FAILED_NODE} failed; restart the cluster"  # keep rc
   fi
-  if ((PASSED)); then
-    rm -rf "${WORK_DIR}"
-  elif [[ -n "${WORK_DIR}" ]]; then
-    log "kept work dir for inspection: ${WORK_DIR}"
-  fi
+  work_dir_cleanup
   exit "${rc}"
 }
 trap cleanup EXIT
