@@ -530,6 +530,9 @@ if [[ "${CKPTD}" == "1" ]]; then
     export FTRAIN_BATCH_HOST="${batch_host}" FTRAIN_SPARE_NODES="${SPARE_NODES}"
   elif ((WATCH_BATCH_HOST)); then
     # Without spares too: the first two other nodes' agents watch the batch host (agent.sh).
+    # --no-kill (this step only): an srun that sees a node fail would end every agent with
+    # it (seen when the batch host's step daemon died a moment before srun), the watchers too.
+    agent_opts=(--no-kill)
     export FTRAIN_BATCH_HOST="${SLURMD_NODENAME:-$(hostname -s)}"
   fi
   for attempt in 1 2 3; do

@@ -90,6 +90,8 @@ e2e_revive_node
 e2e_wait_done "${JOB_ID}" batch
 t_done="$(now_s)"
 wait_for_job_state "${old_job}" CANCELLED 60
+# Once the node is DOWN, Slurm (without --no-kill: it ends the job) must not requeue it again.
+[[ "$(e2e_restarts "${old_job}")" == 0 ]] || fail "Slurm requeued the cancelled job ${old_job} too"
 log "batch host death -> resubmitted $(elapsed_s "${t_fail}" "${t_resubmit}") s, -> new job running $(elapsed_s "${t_fail}" "${t_running}") s, -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
 
 run="${WORK_DIR}/batch"
