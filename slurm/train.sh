@@ -117,6 +117,16 @@ lost_flush() {
   queued=()
 }
 
+# Waits S seconds in the background (a USR1 is handled at once, not after the sleep) and
+# writes the waiting records meanwhile: a back-off is no relaunch to keep them from.
+pause_s() {  # pause_s S
+  local pid
+  sleep "$1" &
+  pid=$!
+  lost_flush
+  ((stop_requested)) || wait "${pid}" || true
+}
+
 # Seconds of training since the newest complete checkpoint: the work a failure now loses
 # (METRICS_FILE: a copy of metrics.jsonl's last line).
 work_since_checkpoint() {  # work_since_checkpoint [METRICS_FILE]
@@ -630,8 +640,7 @@ while :; do
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
     # Slurm marks the node down and requeues the job (and ends this script); if it does not
     # (the node answers Slurm but not the probe), requeue it ourselves.
-    sleep "${HEALTH_WAIT_S}" &
-    wait $! || true
+    pause_s "${HEALTH_WAIT_S}"
     if ((stop_requested)); then requeue_stopped "the wait for a node failure"; fi
     log "Slurm did not requeue within ${HEALTH_WAIT_S} s: requeueing job ${SLURM_JOB_ID}"
     echo node_failure >"${LAST_STOP}"
@@ -650,8 +659,7 @@ while :; do
   injob_restarts=$((injob_restarts + 1))
   log "training step failed (exit ${rc}) with healthy nodes: in-job restart ${injob_restarts}/${MAX_INJOB_RESTARTS} in ${backoff} s"
   record restarted rank_failure "\"lost_s\":${lost},\"exit\":${rc},\"injob\":${injob_restarts}"
-  sleep "${backoff}" &  # in the background: a USR1 is handled at once, not after the sleep
-  wait $! || true
+  pause_s "${backoff}"
   if ((stop_requested)); then requeue_stopped "the restart back-off"; fi
   backoff=$((backoff * 2))
 done
