@@ -7,6 +7,8 @@
 #   requeue     no spare: Slurm requeues the whole job, every rank reads from disk
 #   batch_host  a spare job (the spare the last node) loses its batch host: the node agents
 #               submit the job again without it and cancel it; every rank reads from disk
+#   batch_host_ns the same without a spare (2 nodes, a third free): the new job has the same
+#               size, the dead node excluded
 # split into detection (crash -> the failure is acted on: train.sh's replacement, or Slurm's
 # requeue), relaunch (-> the trainer's state is being restored), restore (the slowest rank's
 # load, from the resumed record), warm-up (-> first new optimizer step done); and the restore
@@ -20,7 +22,7 @@
 #   FTRAIN_BENCH_TIMEOUTS="300 10": run under these SlurmdTimeout / MessageTimeout (Slurm's
 #   defaults; `local-cluster.sh timeouts`, put back at exit): detection is then ftrain's own.
 #   FTRAIN_SPARE_BENCH_CASES: which cases (default all: spare_peer spare_disk requeue batch_host
-#   steady).
+#   batch_host_ns steady).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -102,21 +104,21 @@ run_case() {
       sleep 0.3
     done
     FAILED="$(job_nodes "${JOB}" | grep -vx "$(job_field "${JOB}" BatchHost)" | tail -n 1)"
-    [[ "${name}" != batch_host ]] || FAILED="$(job_field "${JOB}" BatchHost)"
+    [[ "${name}" != batch_host* ]] || FAILED="$(job_field "${JOB}" BatchHost)"
     local t_fail t_requeue=0
     t_fail="$(now_s)"
     "${LOCAL_CLUSTER}" fail-node "${FAILED}"
     rank_pids "${run}" | xargs -r kill -CONT
-    if ((spares == 0)); then
+    if [[ "${name}" == batch_host* ]]; then  # follow the new job
+      wait_for 120 "job ${JOB} resubmitted" grep -q '"event":"resubmitted"' "${run}/restarts.jsonl"
+      t_requeue="$(now_s)"
+      JOB="$(grep '"event":"resubmitted"' "${run}/restarts.jsonl" | sed -E 's/.*"new_job":"([0-9]+)".*/\1/')"
+    elif ((spares == 0)); then
       wait_for 120 "requeue of job ${JOB}" bash -c \
         "[[ \"\$(scontrol -o show job ${JOB} | grep -o 'Restarts=[0-9]*')\" == Restarts=1 ]]"
       t_requeue="$(now_s)"
       "${LOCAL_CLUSTER}" revive-node "${FAILED}"
       FAILED=""
-    elif [[ "${name}" == batch_host ]]; then  # follow the new job
-      wait_for 120 "job ${JOB} resubmitted" grep -q '"event":"resubmitted"' "${run}/restarts.jsonl"
-      t_requeue="$(now_s)"
-      JOB="$(grep '"event":"resubmitted"' "${run}/restarts.jsonl" | sed -E 's/.*"new_job":"([0-9]+)".*/\1/')"
     fi
     echo "${name} ${t_fail} ${t_requeue}" >>"${WORK}/times.txt"
   fi
@@ -129,12 +131,13 @@ run_case() {
 
 echo "== spare_recovery_bench: tiny ${ARGS}, 2 nodes x 2 ranks (+1 spare), full_shard," \
   "crash after step ${FAIL_AT}, SlurmdTimeout=$(config_value SlurmdTimeout) MessageTimeout=$(config_value MessageTimeout), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-CASES=" ${FTRAIN_SPARE_BENCH_CASES:-spare_peer spare_disk requeue batch_host steady} "
+CASES=" ${FTRAIN_SPARE_BENCH_CASES:-spare_peer spare_disk requeue batch_host batch_host_ns steady} "
 case_on() { [[ "${CASES}" == *" $1 "* ]]; }
 if case_on spare_peer; then run_case spare_peer 1 8 1; fi
 if case_on spare_disk; then run_case spare_disk 1 0.000001 1; fi
 if case_on requeue; then run_case requeue 0 8 1; fi
 if case_on batch_host; then run_case batch_host 1 8 1; fi
+if case_on batch_host_ns; then run_case batch_host_ns 0 8 1; fi
 if case_on steady; then
   run_case steady_replication 1 8 0
   run_case steady_no_replication 1 8 0 0
@@ -147,7 +150,7 @@ def records(name):
     return [json.loads(l) for l in open(os.path.join(work, name, "restarts.jsonl"))]
 def metrics(name):
     return [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
-print(f"{'case':<12}{'by':>7}{'detect':>8}{'relaunch':>10}{'restore':>9}{'warm-up':>9}{'total':>8}"
+print(f"{'case':<14}{'by':>7}{'detect':>8}{'relaunch':>10}{'restore':>9}{'warm-up':>9}{'total':>8}"
       f"{'resumed@':>10}{'from peer':>11}{'restore MB/s':>14}")
 for line in open(os.path.join(work, "times.txt")):
     name, t_fail, t_requeue = line.split()
@@ -156,7 +159,7 @@ for line in open(os.path.join(work, "times.txt")):
     after = [r for r in recs if r["time"] > t_fail]
     failed = [r for r in after if r["event"] == "step_failed" and r.get("detected_by") == "ftrain"]
     by = "ftrain" if failed else "slurm"
-    if name == "batch_host":  # relaunch: resubmission, the old job's end, the new job's start
+    if name.startswith("batch_host"):  # relaunch: resubmission, the old job's end, the new job's start
         t_act = failed[0]["detected"] if failed else t_requeue
     elif name.startswith("spare"):
         act = next(r for r in after if r["event"] == "restarted" and r["cause"] == "node_failure")
@@ -177,7 +180,7 @@ for line in open(os.path.join(work, "times.txt")):
                   for f in os.listdir(os.path.join(root, newest))) / 4
     bw = f"{peer_b / peer_s / 1e6:.0f} (peer)" if peer_b and peer_s else \
          (f"{state_b / restore / 1e6:.0f} (disk)" if restore else "-")
-    print(f"{name:<12}{by:>7}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"
+    print(f"{name:<14}{by:>7}{t_act - t_fail:>7.1f}s{relaunch:>9.1f}s{restore:>8.2f}s{warm:>8.2f}s"
           f"{t_first - t_fail:>7.1f}s{res['step']:>10}{res.get('ranks_from_peer', 0):>6} ranks{bw:>14}")
 if os.path.exists(os.path.join(work, "steady_no_replication", "metrics.jsonl")):
     steps = {n: statistics.median(m["step_time_s"] - m.get("ckpt_stall_s", 0) for m in metrics(n)[1:])

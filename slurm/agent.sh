@@ -21,6 +21,9 @@
 # without the dead node (slurm/resubmit.sh), then cancels this job. Without that (FTRAIN_DETECT=0,
 # no saved submission, FTRAIN_MAX_RESUBMITS reached, sbatch failed) they requeue the job once
 # Slurm took the host out of it (two looks in a row: one look can be wrong), after SlurmdTimeout.
+# Without spares (train.sh sets FTRAIN_BATCH_HOST in every job on 2+ nodes with FTRAIN_DETECT=1)
+# the watchers do the same: the new job has the same size, the dead node excluded (it needs one
+# free node). If they do not act, Slurm ends and requeues the job after SlurmdTimeout as before.
 # FTRAIN_REPLICATION=1 (train.sh sets it with spare nodes): buddy replication; each daemon
 # listens for peers on this host name (FTRAIN_PEER_HOST, default `hostname`; FTRAIN_PEER_PORT,
 # default any free port), publishes FTRAIN_PEER_ADVERTISE (an interface such as ib0, or an
@@ -53,8 +56,11 @@ export FTRAIN_CKPTD_NODE="${NODE}"
 
 WATCH_PERIOD_S="${FTRAIN_AGENT_PERIOD_S:-2}"  # how often: the job's nodes, the batch host
 WATCHER_DELAY_S=5                              # the second watcher acts this much later
-BATCH_HOST=""
-if [[ "${FTRAIN_SPARE_NODES:-0}" != "0" ]]; then BATCH_HOST="${FTRAIN_BATCH_HOST:-}"; fi
+BATCH_HOST="${FTRAIN_BATCH_HOST:-}"
+# Slurm's view of the batch host is a fallback only with spares (--no-kill: Slurm takes the
+# host out of the job and keeps it RUNNING); without, Slurm ends and requeues the job itself.
+SLURM_VIEW=0
+if [[ "${FTRAIN_SPARE_NODES:-0}" != "0" ]]; then SLURM_VIEW=1; fi
 REPLICATION=0
 if [[ "${FTRAIN_REPLICATION:-0}" == "1" ]]; then REPLICATION=1; fi
 
@@ -181,6 +187,8 @@ resubmit_for_batch_host() {  # resubmit_for_batch_host WATCHER_RANK
   fi
   rm -f "${SUBMIT_DIR}/.err.$$"
   new="${sub_new_job}"
+  # Should Slurm requeue this job before the scancel below, its next start ends at once (train.sh).
+  echo "${new}" >"${SUBMIT_DIR}/replaced-${SLURM_JOB_ID}" 2>/dev/null || true
   record resubmitted node_failure "\"node\":\"${BATCH_HOST}\",\"new_job\":\"${new}\",\"excluded\":\"${BATCH_HOST}\",\"resubmits\":$((done_n + 1)),\"options\":\"${sub_opts[*]//\"/}\""
   out_file="$(sub_field StdOut)"
   # This step's output went to srun on the dead batch host: the job's output file directly.
@@ -217,7 +225,7 @@ follow_job() {
         if ((REPLICATION)); then point_buddy || log "WARNING: could not point ${BUDDY_LINK} at the buddy (retried)"; fi
         which="$(watcher_rank)"
       fi
-      if [[ -n "${BATCH_HOST}" && -n "${which}" ]]; then
+      if ((SLURM_VIEW)) && [[ -n "${BATCH_HOST}" && -n "${which}" ]]; then
         left=0
         batch_host_left || left=$?
         if ((left == 1)); then absent=0; elif ((left == 0)); then absent=$((absent + 1)); fi
@@ -229,7 +237,7 @@ follow_job() {
     fi
     if ((hb_watch)) && [[ -n "${BATCH_HOST}" && -n "${which}" ]] && batch_host_dead; then
       resubmit_for_batch_host "${which}" && return 0
-      hb_watch=0  # not resubmitted: Slurm's view decides
+      hb_watch=0  # not resubmitted: Slurm decides (its view here, or its own requeue)
     fi
     if [[ -n "${BATCH_HOST}" && -n "${which}" ]]; then sleep "${TICK_S}"; else sleep "${WATCH_PERIOD_S}"; fi
   done

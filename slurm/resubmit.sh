@@ -14,7 +14,8 @@
 #     options and environment (`env -i`, Slurm's output variables left out), from the same
 #     submit directory, the dead node excluded; the dead batch host's place is taken by a spare
 #     (one node and one spare fewer, as when a training node dies), so the new job fits on the
-#     old job's live nodes (FTRAIN_RESUBMIT_SAME_SIZE=1: the same node count and spares).
+#     old job's live nodes (FTRAIN_RESUBMIT_SAME_SIZE=1: the same node count and spares);
+#     a job without spares keeps its size (it needs one free node besides the live ones).
 # The new job gets FTRAIN_RESUBMITTED_FROM=<old job> (train.sh records its start as a
 # requeue and resumes from the newest complete checkpoint), FTRAIN_RESUBMITS (resubmissions
 # so far; none after FTRAIN_MAX_RESUBMITS, default 3: a crash loop cannot flood the queue) and

@@ -28,7 +28,8 @@
 #     replaced at once inside the allocation: its ranks on a spare, every other rank where it
 #     was. No spare left: requeue. The batch host fails: the node agents submit the job again
 #     without it within seconds (slurm/resubmit.sh; this start saved its submission in
-#     RUN/.submit) and cancel this one; or requeue it once Slurm marks the host DOWN.
+#     RUN/.submit) and cancel this one; or requeue it once Slurm marks the host DOWN. Without
+#     spares they do the same (same size, the dead node excluded: it needs one free node).
 #     --no-kill cannot be set here for spare jobs only (#SBATCH lines are fixed, scontrol
 #     cannot change it); without it Slurm requeues the job on a node failure as before.
 #   - a dead node is noticed by ftrain itself within seconds, whatever Slurm's SlurmdTimeout:
@@ -114,6 +115,16 @@ lost_flush() {
   fi
   for line in "${queued[@]}"; do printf '%s\n' "${line//@LOST@/${lost}}" >>"${RESTARTS}"; done
   queued=()
+}
+
+# Waits S seconds in the background (a USR1 is handled at once, not after the sleep) and
+# writes the waiting records meanwhile: a back-off is no relaunch to keep them from.
+pause_s() {  # pause_s S
+  local pid
+  sleep "$1" &
+  pid=$!
+  lost_flush
+  ((stop_requested)) || wait "${pid}" || true
 }
 
 # Seconds of training since the newest complete checkpoint: the work a failure now loses
@@ -354,9 +365,23 @@ fi
 CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
 LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}" JOB_NODES="${P[job_nodes]}"
 HEARTBEATS="${P[heartbeats]}"
-# The submission, for the node agents to submit the job again if the batch host dies (a spare
-# job's: it runs on with --no-kill); before this script exports anything.
-if [[ "${SPARE_NODES}" != "0" ]] && ! submit_capture "${P[submit]}" "${BASH_SOURCE[0]}"; then
+# A start of a job that its node agents already submitted again (its batch host died; Slurm
+# then requeued it too, before they could cancel it): the new job trains, this one ends.
+if [[ -n "${SLURM_JOB_ID:-}" && -r "${P[submit]}/replaced-${SLURM_JOB_ID}" ]]; then
+  log "job ${SLURM_JOB_ID} was submitted again as job $(cat "${P[submit]}/replaced-${SLURM_JOB_ID}") when its batch host died: this start of it ends here"
+  exit 0
+fi
+# The batch host is watched by the node agents (agent.sh) in every job on more than one node:
+# with spares (--no-kill: Slurm never ends such a job for it) and, with ftrain's detection on,
+# without (they act before SlurmdTimeout ends the job).
+WATCH_BATCH_HOST=0
+if [[ "${SPARE_NODES}" != "0" ]] ||
+  [[ "${CKPTD}" == "1" && "${DETECT}" == "1" && "${SLURM_NNODES:-1}" =~ ^[0-9]+$ && "${SLURM_NNODES:-1}" -gt 1 ]]; then
+  WATCH_BATCH_HOST=1
+fi
+# The submission, for the node agents to submit the job again if the batch host dies; before
+# this script exports anything.
+if ((WATCH_BATCH_HOST)) && ! submit_capture "${P[submit]}" "${BASH_SOURCE[0]}"; then
   log "WARNING: could not save the submission in ${P[submit]}: if the batch host dies, Slurm requeues the job after SlurmdTimeout"
 fi
 
@@ -372,6 +397,8 @@ elif [[ -n "${FTRAIN_RESUBMITTED_FROM:-}" ]]; then
   # The node agents of job FTRAIN_RESUBMITTED_FROM submitted this job when its batch host died.
   record requeued node_failure "\"resubmitted_from\":\"${FTRAIN_RESUBMITTED_FROM}\",\"resubmits\":${FTRAIN_RESUBMITS:-1},\"lost_s\":$(work_since_checkpoint)$(last_step_fields)"
   log "this is job ${FTRAIN_RESUBMITTED_FROM} submitted again (its batch host died; resubmission ${FTRAIN_RESUBMITS:-1} of at most ${FTRAIN_MAX_RESUBMITS:-3}); resuming from the newest complete checkpoint"
+  # Slurm may have requeued the old job before its agents cancelled it (a short SlurmdTimeout).
+  timeout 10 scancel --state=PENDING "${FTRAIN_RESUBMITTED_FROM}" >/dev/null 2>&1 || true
 else
   record started initial
 fi
@@ -514,6 +541,12 @@ if [[ "${CKPTD}" == "1" ]]; then
     # on two nodes watch the batch host (agent.sh), whose death Slurm ignores with --no-kill.
     agent_opts=(--no-kill)
     export FTRAIN_BATCH_HOST="${batch_host}" FTRAIN_SPARE_NODES="${SPARE_NODES}"
+  elif ((WATCH_BATCH_HOST)); then
+    # Without spares too: the first two other nodes' agents watch the batch host (agent.sh).
+    # --no-kill (this step only): an srun that sees a node fail would end every agent with
+    # it (seen when the batch host's step daemon died a moment before srun), the watchers too.
+    agent_opts=(--no-kill)
+    export FTRAIN_BATCH_HOST="${SLURMD_NODENAME:-$(hostname -s)}"
   fi
   for attempt in 1 2 3; do
     # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
@@ -610,8 +643,7 @@ while :; do
     record step_failed node_failure "\"lost_s\":${lost},\"exit\":${rc}"
     # Slurm marks the node down and requeues the job (and ends this script); if it does not
     # (the node answers Slurm but not the probe), requeue it ourselves.
-    sleep "${HEALTH_WAIT_S}" &
-    wait $! || true
+    pause_s "${HEALTH_WAIT_S}"
     if ((stop_requested)); then requeue_stopped "the wait for a node failure"; fi
     log "Slurm did not requeue within ${HEALTH_WAIT_S} s: requeueing job ${SLURM_JOB_ID}"
     echo node_failure >"${LAST_STOP}"
@@ -630,8 +662,7 @@ while :; do
   injob_restarts=$((injob_restarts + 1))
   log "training step failed (exit ${rc}) with healthy nodes: in-job restart ${injob_restarts}/${MAX_INJOB_RESTARTS} in ${backoff} s"
   record restarted rank_failure "\"lost_s\":${lost},\"exit\":${rc},\"injob\":${injob_restarts}"
-  sleep "${backoff}" &  # in the background: a USR1 is handled at once, not after the sleep
-  wait $! || true
+  pause_s "${backoff}"
   if ((stop_requested)); then requeue_stopped "the restart back-off"; fi
   backoff=$((backoff * 2))
 done

@@ -44,6 +44,7 @@ mkdir -p "${STUB}"
 cat >"${STUB}/squeue" <<'EOF'
 #!/usr/bin/env bash
 # squeue -h -j JOB -o %N: the job's node list; the N-th call (1-based) answers BLIP_AT's list.
+echo "$*" >>"${STUB_STATE}/squeue_args"
 n=$(($(cat "${STUB_STATE}/squeue_calls" 2>/dev/null || echo 0) + 1))
 echo "${n}" >"${STUB_STATE}/squeue_calls.tmp" && mv -f "${STUB_STATE}/squeue_calls.tmp" "${STUB_STATE}/squeue_calls"
 if [[ "${n}" == "${BLIP_AT:-0}" ]]; then echo SMALL; else cat "${STUB_STATE}/nodes"; fi
@@ -196,16 +197,16 @@ s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1], flush=True
 if sys.argv[1]=="open":
   s.listen(); time.sleep(600)' "$1"
 }
-# silent_host NAME: a run dir whose batch host host0001 beat once, long ago, and the
-# submission train.sh saved (3 nodes, one spare), its stand-ins on PATH.
+# silent_host NAME [SPARES]: a run dir whose batch host host0001 beat once, long ago, and the
+# submission train.sh saved (2 + SPARES nodes, SPARES spares, default 1), its stand-ins on PATH.
 silent_host() {
-  local run="${WORK}/$1/run"
+  local run="${WORK}/$1/run" spares="${2:-1}"
   mkdir -p "${run}/.heartbeats" "${WORK}/$1/state"
   echo "5 1 42" >"${run}/.heartbeats/host0001"
   echo '#!/bin/bash' >"${WORK}/$1/script"
   # shellcheck disable=SC2016  # expanded by the inner bash
-  env PATH="${STUB}:${PATH}" STUB_STATE="${WORK}/$1/state" SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=3 \
-    SLURM_NTASKS_PER_NODE=2 SLURM_SUBMIT_DIR="${WORK}" FTRAIN_SPARE_NODES=1 FTRAIN_KEEP=me \
+  env PATH="${STUB}:${PATH}" STUB_STATE="${WORK}/$1/state" SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=$((2 + spares)) \
+    SLURM_NTASKS_PER_NODE=2 SLURM_SUBMIT_DIR="${WORK}" FTRAIN_SPARE_NODES="${spares}" FTRAIN_KEEP=me \
     bash -c 'source "$1/slurm/resubmit.sh"; submit_capture "$2" "$3"' _ "${REPO}" \
     "${run}/.submit" "${WORK}/$1/script" || fail "$1: submit_capture failed"
 }
@@ -270,4 +271,21 @@ wait_record limit not_resubmitted
 stop_agent
 [[ ! -e "${WORK}/limit/state/sbatch_args" ]] || fail "limit: resubmitted past FTRAIN_MAX_RESUBMITS"
 log "limit: the fourth resubmission in a row is refused (not_resubmitted)"
+
+silent_host nospare 0
+run_agent nospare host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}" FTRAIN_SPARE_NODES=0
+wait_record nospare resubmitted
+stop_agent
+d="${WORK}/nospare"
+args="$(cat "${d}/state/sbatch_args")"
+for want in --nodes=2 --exclude=host0001; do
+  [[ " ${args} " == *" ${want} "* ]] || fail "nospare: sbatch args lack ${want} (the same size, the dead node excluded): ${args}"
+done
+[[ " ${args} " != *" --no-kill "* ]] || fail "nospare: --no-kill for a job without spares: ${args}"
+[[ "$(cat "${d}/state/scancelled")" == 42 && "$(cat "${d}/run/.submit/replaced-42")" == 4242 ]] ||
+  fail "nospare: scancel calls '$(cat "${d}/state/scancelled")', replaced-42 '$(cat "${d}/run/.submit/replaced-42")'"
+if grep -q -- '-o %N' "${d}/state/squeue_args" 2>/dev/null; then
+  fail "nospare: looked at Slurm's view of the job's nodes (squeue -o %N), which only --no-kill jobs need"
+fi
+log "nospare: resubmitted at the same size (sbatch ${args}), old job marked replaced and cancelled, Slurm's view not consulted"
 log "PASS"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # train_batch_host_failure_test.sh - the node that runs the batch script (train.sh itself)
-# crashes at a random step: Slurm requeues the job, the revived node must be able to launch
+# crashes at a random step. Without spares and under the local cluster's short timeouts, with
+# ftrain's detection off (FTRAIN_DETECT=0: the fallback, deterministic here): Slurm requeues
+# the job, the revived node must be able to launch
 # the batch script again (no stale job spool: "launch failed requeued held" would hold the job
 # forever), and the run resumes from the newest complete checkpoint and ends bit-identical to
 # the uninterrupted job, its state read from disk (the node's memory died with it). The step
@@ -9,8 +11,10 @@
 # job RUNNING without its batch script; the node agents must declare the batch host dead
 # themselves (heartbeat and slurmd probe), submit the job again without it (2 nodes: the spare
 # takes its place) and cancel the old job; the new job resumes from the newest checkpoint.
-# FTRAIN_TEST_DEFAULT_TIMEOUTS=1 (with spares): the same under Slurm's default SlurmdTimeout=300
-# / MessageTimeout=10: the new job must train while Slurm still has not noticed the death.
+# FTRAIN_TEST_DEFAULT_TIMEOUTS=1: the same under Slurm's default SlurmdTimeout=300 /
+# MessageTimeout=10: the new job must train while Slurm still has not noticed the death.
+# Without spares then (2 nodes of a cluster with a free one), ftrain's detection on: the agents
+# submit the job again at the same size, without the dead node, once.
 # Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -18,6 +22,7 @@ SLURM_TEST_NAME="train_batch_host_failure_test"
 SPARES="${FTRAIN_TEST_SPARE_NODES:-0}"
 DEFAULT_TIMEOUTS="${FTRAIN_TEST_DEFAULT_TIMEOUTS:-0}"
 ((DEFAULT_TIMEOUTS)) && SLURM_TEST_NAME="train_batch_host_failure_default_timeouts_test"
+((DEFAULT_TIMEOUTS && !SPARES)) && SLURM_TEST_NAME="train_batch_host_failure_no_spare_default_timeouts_test"
 SEED="${FTRAIN_TEST_SEED:-$(( $(date +%s) % 100000 ))}"
 FAIL_AT_STEP=$(( 8 + SEED % 40 ))   # 8..47 of 60: before, between and after checkpoints
 
@@ -31,6 +36,10 @@ if ((SPARES > 0)); then
   (($(cluster_nodes | wc -l) >= 2 + SPARES)) || skip "needs a cluster of $((2 + SPARES)) nodes"
   export FTRAIN_SPARE_NODES="${SPARES}"
   submit_args=(--nodes=$((2 + SPARES)) --no-kill)
+elif ((DEFAULT_TIMEOUTS)); then
+  (($(cluster_nodes | wc -l) >= 3)) || skip "needs a cluster of 3 nodes (one free for the new job)"
+else
+  export FTRAIN_DETECT=0  # Slurm's requeue (under short timeouts ftrain's agents would race it)
 fi
 
 ((DEFAULT_TIMEOUTS)) && e2e_use_timeouts 300 10
@@ -40,12 +49,13 @@ JOB_ID="$(e2e_submit batch "${submit_args[@]}")"
 wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 node="$(job_field "${JOB_ID}" BatchHost)"
 [[ -n "${node}" ]] || fail "job ${JOB_ID} has no batch host"
+old_n="$(job_nodes "${JOB_ID}" | wc -l)"
 e2e_freeze_ranks batch  # the failure lands before the run ends however fast it trains
 log "fail-node ${node} (the batch host: train.sh dies with it)"
 t_fail="$(now_s)"
 e2e_fail_node "${node}"
 e2e_thaw_ranks batch
-if ((SPARES == 0)); then
+if ((SPARES == 0 && !DEFAULT_TIMEOUTS)); then
   wait_for_restarts "${JOB_ID}" 1 120
   e2e_revive_node
   e2e_wait_done "${JOB_ID}" batch
@@ -71,15 +81,22 @@ state="$(node_state "${node}")"
 ((DEFAULT_TIMEOUTS)) && [[ "${state}" == down* ]] &&
   fail "Slurm marked ${node} ${state} already: the test proves nothing about its timeouts"
 job_nodes "${JOB_ID}" | grep -qx "${node}" && fail "the new job ${JOB_ID} runs on the dead node ${node}"
+# With a spare the new job does without it (one node fewer); without, it keeps its size.
+[[ "$(job_nodes "${JOB_ID}" | wc -l)" == "$((old_n - SPARES))" ]] ||
+  fail "the new job ${JOB_ID} runs on $(job_nodes "${JOB_ID}" | paste -sd' '), not on $((old_n - SPARES)) nodes (old job: ${old_n}, ${SPARES} spare(s))"
 log "new job ${JOB_ID} running on $(job_nodes "${JOB_ID}" | paste -sd' ') while Slurm sees ${node} ${state}"
 wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${E2E_STEPS}" 120
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" batch
 t_done="$(now_s)"
 wait_for_job_state "${old_job}" CANCELLED 60
+# Once the node is DOWN, Slurm (without --no-kill: it ends the job) must not requeue it again.
+[[ "$(e2e_restarts "${old_job}")" == 0 ]] || fail "Slurm requeued the cancelled job ${old_job} too"
 log "batch host death -> resubmitted $(elapsed_s "${t_fail}" "${t_resubmit}") s, -> new job running $(elapsed_s "${t_fail}" "${t_running}") s, -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
 
 run="${WORK_DIR}/batch"
+n_resub="$(grep -c '"event":"resubmitted"' "${run}/restarts.jsonl")"
+[[ "${n_resub}" == 1 ]] || fail "${n_resub} resubmissions, not one: $(cat "${run}/restarts.jsonl")"
 rec="$(grep '"event":"step_failed"' "${run}/restarts.jsonl" | grep '"batch_host":true')" ||
   fail "no record of the batch host failure: $(cat "${run}/restarts.jsonl")"
 [[ "${rec}" == *"\"job\":\"${old_job}\","* && "${rec}" == *"\"node\":\"${node}\""* &&
