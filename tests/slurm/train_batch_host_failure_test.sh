@@ -68,7 +68,9 @@ if ((SPARES == 0 && !DEFAULT_TIMEOUTS)); then
 fi
 
 old_job="${JOB_ID}"
-JOB_ID="$(e2e_wait_resubmitted batch "${old_job}" 60)"
+# (into a variable first: a failed wait leaves JOB_ID at the old job, which the cleanup cancels)
+new_job="$(e2e_wait_resubmitted batch "${old_job}" 60)"
+JOB_ID="${new_job}"
 t_resubmit="$(now_s)"
 [[ "${JOB_ID}" =~ ^[0-9]+$ ]] || fail "no new job id in the resubmitted record"
 # Cancelled: COMPLETING until the dead node is DOWN (its live nodes are freed at once).

@@ -81,7 +81,9 @@ e2e_fail_node "${n1}"
 wait "${revive3}" || fail "revive-node ${n3}: $(cat "${WORK_DIR}/revive-${n3}.log")"
 wait "${revive2}" || fail "revive-node ${n2}: $(cat "${WORK_DIR}/revive-${n2}.log")"
 old_job="${JOB_ID}"
-JOB_ID="$(e2e_wait_resubmitted topo "${old_job}" 120)"
+# (into a variable first: a failed wait leaves JOB_ID at the old job, which the cleanup cancels)
+new_job="$(e2e_wait_resubmitted topo "${old_job}" 120)"
+JOB_ID="${new_job}"
 e2e_revive_node
 e2e_wait_done "${JOB_ID}" topo
 grep -q "\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"${n1}\",\"batch_host\":true,\"watcher\":\"${n4}\"" \

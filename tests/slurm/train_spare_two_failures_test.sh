@@ -30,7 +30,9 @@ e2e_fail_node "${nodes[1]}"
 e2e_thaw_ranks two
 # (the tiny model would otherwise finish before the second failure)
 e2e_freeze_relaunched two 4 "${old_pids}" 120
-grep -q '"event":"restarted","cause":"node_failure"' "${WORK_DIR}/two/restarts.jsonl" ||
+# train.sh writes the failure's records just after the relaunch (the lost-work figures are
+# computed meanwhile): a few seconds at most.
+poll_until 15 grep -q '"event":"restarted","cause":"node_failure"' "${WORK_DIR}/two/restarts.jsonl" ||
   fail "ranks relaunched without a replacement record: $(cat "${WORK_DIR}/two/restarts.jsonl")"
 e2e_revive_node  # back in the cluster, not in the job: the requeue below needs it
 # The ring re-formed without ${nodes[1]}: its predecessor ${nodes[0]} (ranks 0,1) replicates to
