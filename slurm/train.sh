@@ -510,6 +510,15 @@ if [[ "${PREFLIGHT}" == "1" ]]; then
     wait "${preflight_pid}" 2>/dev/null || true
     requeue_stopped "the pre-flight check"
   fi
+  if ((preflight_rc == 3)); then
+    # commcheck's own code: every collective was correct, but rank 0 could not write the record
+    # (its error line above gives the OS reason). The trainer would fail on the same directory.
+    log "pre-flight: cannot write ${P[commcheck]} (rank 0's commcheck error line above says" \
+      "why); the collectives were correct: not starting the training (make the run directory" \
+      "writable, or free space on its file system)"
+    record preflight_failed commcheck_record "\"file\":\"${P[commcheck]}\""
+    exit 1
+  fi
   if ((preflight_rc != 0)); then
     log "pre-flight commcheck FAILED: not starting the training (fix the nodes or the network)"
     record preflight_failed commcheck
