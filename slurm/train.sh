@@ -368,7 +368,9 @@ HEARTBEATS="${P[heartbeats]}"
 # A start of a job that its node agents already submitted again (its batch host died; Slurm
 # then requeued it too, before they could cancel it): the new job trains, this one ends.
 if [[ -n "${SLURM_JOB_ID:-}" && -r "${P[submit]}/replaced-${SLURM_JOB_ID}" ]]; then
-  log "job ${SLURM_JOB_ID} was submitted again as job $(cat "${P[submit]}/replaced-${SLURM_JOB_ID}") when its batch host died: this start of it ends here"
+  new_job="$(tr -cd '0-9A-Za-z_.-' <"${P[submit]}/replaced-${SLURM_JOB_ID}")"
+  log "job ${SLURM_JOB_ID} was submitted again as job ${new_job} when its batch host died: this start of it ends here"
+  record superseded replaced "\"new_job\":\"${new_job}\""
   exit 0
 fi
 # The batch host is watched by the node agents (agent.sh) in every job on more than one node:

@@ -196,6 +196,26 @@ TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
   EXPECT_NE(b.state_from.find("step 15"), std::string::npos) << b.state_from;
 }
 
+// A `superseded` record (slurm/train.sh: a start of a job its node agents already submitted
+// again, which Slurm requeued anyway, ends at once) lands while the new job trains: it is
+// listed with the job that continues, but it is no interruption and costs the run nothing.
+TEST(ReportTest, SupersededStartIsListedButIsNoInterruption) {
+  const std::string dir = WriteSmallRun("superseded");
+  std::ofstream(dir + "/restarts.jsonl", std::ios::app)
+      << Event(kT0 + 380, "superseded", "replaced", "\"new_job\":\"1002\"");
+  auto s = report::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->interruptions.size(), 2u);  // as without it
+  EXPECT_NEAR(s->lost_s, 332.5, 1e-6);
+  EXPECT_NEAR(s->goodput, 46.5 / 395, 1e-9);
+  std::ostringstream out;
+  report::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("(+00:06:20)  superseded (replaced), job 1001: the job continues as job "
+                           "1002\n"),
+            std::string::npos)
+      << out.str();
+}
+
 TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
   auto s = report::AnalyzeRun(WriteSmallRun("text"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
