@@ -512,12 +512,24 @@ if [[ "${PREFLIGHT}" == "1" ]]; then
     wait "${preflight_pid}" 2>/dev/null || true
     requeue_stopped "the pre-flight check"
   fi
-  if ((preflight_rc == 3)); then
-    # commcheck's own code: every collective was correct, but rank 0 could not write the record
-    # (its error line above gives the OS reason). The trainer would fail on the same directory.
-    log "pre-flight: cannot write ${P[commcheck]} (rank 0's commcheck error line above says" \
-      "why); the collectives were correct: not starting the training (make the run directory" \
-      "writable, or free space on its file system)"
+  # commcheck exits 3 when every collective was correct but rank 0 could not write the record
+  # (its error line above gives the OS reason). srun may report a peer that --kill-on-bad-exit
+  # ended as it left instead, so a failed check also probes the record's directory from here.
+  record_error=""
+  if ((preflight_rc != 0)); then
+    probe="${P[commcheck]}.probe.$$"
+    if record_error="$( (: >"${probe}") 2>&1)"; then
+      rm -f "${probe}"
+      record_error=""
+      if ((preflight_rc == 3)); then record_error="see rank 0's commcheck error line above"; fi
+    else
+      record_error="${record_error##*: }"  # bash's "line N: FILE: " prefix off: the OS error
+    fi
+  fi
+  if [[ -n "${record_error}" ]]; then
+    # The trainer would fail on the same directory.
+    log "pre-flight: cannot write ${P[commcheck]}: ${record_error}; not starting the training" \
+      "(make the run directory writable, or free space on its file system)"
     record preflight_failed commcheck_record "\"file\":\"${P[commcheck]}\""
     exit 1
   fi
