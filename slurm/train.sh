@@ -368,7 +368,9 @@ HEARTBEATS="${P[heartbeats]}"
 # A start of a job that its node agents already submitted again (its batch host died; Slurm
 # then requeued it too, before they could cancel it): the new job trains, this one ends.
 if [[ -n "${SLURM_JOB_ID:-}" && -r "${P[submit]}/replaced-${SLURM_JOB_ID}" ]]; then
-  log "job ${SLURM_JOB_ID} was submitted again as job $(cat "${P[submit]}/replaced-${SLURM_JOB_ID}") when its batch host died: this start of it ends here"
+  new_job="$(tr -cd '0-9A-Za-z_.-' <"${P[submit]}/replaced-${SLURM_JOB_ID}")"
+  log "job ${SLURM_JOB_ID} was submitted again as job ${new_job} when its batch host died: this start of it ends here"
+  record superseded replaced "\"new_job\":\"${new_job}\""
   exit 0
 fi
 # The batch host is watched by the node agents (agent.sh) in every job on more than one node:
@@ -509,6 +511,27 @@ if [[ "${PREFLIGHT}" == "1" ]]; then
     kill -TERM "${preflight_pid}" 2>/dev/null || true
     wait "${preflight_pid}" 2>/dev/null || true
     requeue_stopped "the pre-flight check"
+  fi
+  # commcheck exits 3 when every collective was correct but rank 0 could not write the record
+  # (its error line above gives the OS reason). srun may report a peer that --kill-on-bad-exit
+  # ended as it left instead, so a failed check also probes the record's directory from here.
+  record_error=""
+  if ((preflight_rc != 0)); then
+    probe="${P[commcheck]}.probe.$$"
+    if record_error="$( (: >"${probe}") 2>&1)"; then
+      rm -f "${probe}"
+      record_error=""
+      if ((preflight_rc == 3)); then record_error="see rank 0's commcheck error line above"; fi
+    else
+      record_error="${record_error##*: }"  # bash's "line N: FILE: " prefix off: the OS error
+    fi
+  fi
+  if [[ -n "${record_error}" ]]; then
+    # The trainer would fail on the same directory.
+    log "pre-flight: cannot write ${P[commcheck]}: ${record_error}; not starting the training" \
+      "(make the run directory writable, or free space on its file system)"
+    record preflight_failed commcheck_record "\"file\":\"${P[commcheck]}\""
+    exit 1
   fi
   if ((preflight_rc != 0)); then
     log "pre-flight commcheck FAILED: not starting the training (fix the nodes or the network)"

@@ -52,6 +52,27 @@ TEST(Collectives, CorruptedResultFailsNamingRankAndCollective) {
   }
 }
 
+TEST(Collectives, UnwritableRecordExits3NamingTheFileNotTheNetwork) {
+  // A regular file where the record's directory should be: unwritable even for root.
+  TempDir dir("commcheck_record");
+  const std::string blocker = dir / "not-a-dir";
+  ASSERT_EQ(RunCommand("touch " + blocker, 10).exit_code, 0);
+  const std::string record = blocker + "/commcheck.json";
+  auto r = RunCommand(Ftrain() +
+                          " launch --nproc 2 -- commcheck --iters 1 --warmup 0 --sizes 4K "
+                          "--no-groups --record " +
+                          record,
+                      120);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // not 1 (a collective failed) nor 2 (usage, rendezvous)
+  EXPECT_TRUE(Contains(
+      r.output, "the collectives passed, but rank 0 cannot write the record " + record + ": "))
+      << r.output;
+  EXPECT_TRUE(Contains(r.output, "Not a directory")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "commcheck: OK (record NOT written)")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "FAILED:")) << r.output;
+}
+
 TEST(Launch, DeadRankStopsTheOthersAndItsCodeWins) {
   auto r = RunCommand(Ftrain() +
                           " launch --nproc 3 --grace-s 2 -- /bin/sh -c "

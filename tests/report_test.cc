@@ -196,6 +196,26 @@ TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
   EXPECT_NE(b.state_from.find("step 15"), std::string::npos) << b.state_from;
 }
 
+// A `superseded` record (slurm/train.sh: a start of a job its node agents already submitted
+// again, which Slurm requeued anyway, ends at once) lands while the new job trains: it is
+// listed with the job that continues, but it is no interruption and costs the run nothing.
+TEST(ReportTest, SupersededStartIsListedButIsNoInterruption) {
+  const std::string dir = WriteSmallRun("superseded");
+  std::ofstream(dir + "/restarts.jsonl", std::ios::app)
+      << Event(kT0 + 380, "superseded", "replaced", "\"new_job\":\"1002\"");
+  auto s = report::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->interruptions.size(), 2u);  // as without it
+  EXPECT_NEAR(s->lost_s, 332.5, 1e-6);
+  EXPECT_NEAR(s->goodput, 46.5 / 395, 1e-9);
+  std::ostringstream out;
+  report::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("(+00:06:20)  superseded (replaced), job 1001: the job continues as job "
+                           "1002\n"),
+            std::string::npos)
+      << out.str();
+}
+
 TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
   auto s = report::AnalyzeRun(WriteSmallRun("text"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -605,6 +625,70 @@ TEST(ReportTest, MostRanksOfANodeStragglingNameTheNode) {
                   "against a median of 0.200 s, mostly compute_s); rank 1 on n1 at +25 %"))
       << out.str();
   EXPECT_FALSE(has("rank 4 on n2")) << out.str();
+}
+
+// RUN/commcheck.json made over other ranks or nodes than the run's (a record made by hand on
+// one node, say): one warning naming the file and both figures, the same note on the link
+// line, and the record still used for the figure. A matching record: no warning, no note.
+TEST(ReportTest, CommcheckRecordOverOtherRanksOrNodesIsNamed) {
+  auto write_run = [](const std::string& name, int record_ranks, int record_nodes) {
+    const std::string dir = NewDir(name);
+    std::string m;
+    for (int k = 1; k <= 4; ++k) {
+      // 8 ranks on 2 nodes; 0.4 s of compute and 0.3 s of exposed communication per 1 s step,
+      // 8 MB sent per rank.
+      m += "{\"step\":" + std::to_string(k) +
+           ",\"loss\":2,\"step_time_s\":1,\"tokens_per_s\":4096,\"time\":" +
+           std::to_string(kT0 + k) +
+           ",\"phases\":{\"median\":{\"compute_s\":0.4,\"comm_wait_s\":0.3},"
+           "\"max\":{\"compute_s\":0.4},\"busy_median_s\":0.7,\"busy_max_s\":0.7,"
+           "\"comm_bytes\":8000000,\"nodes\":2},"
+           "\"ranks\":{\"host\":[\"n1\",\"n1\",\"n1\",\"n1\",\"n2\",\"n2\",\"n2\",\"n2\"]}}\n";
+    }
+    WriteFile(dir + "/metrics.jsonl", m);
+    // 2 GB/s: 8 MB take 0.004 s.
+    WriteFile(dir + "/commcheck.json",
+              "{\"world_size\":" + std::to_string(record_ranks) +
+                  ",\"num_nodes\":" + std::to_string(record_nodes) +
+                  ",\"backend\":\"gloo\",\"ok\":true,\"results\":[{\"collective\":"
+                  "\"all_gather\",\"group\":\"world\",\"bytes\":16777216,\"busbw_gbps\":2.0}]}\n");
+    return dir;
+  };
+  for (const auto& [ranks, nodes] : std::vector<std::pair<int, int>>{{2, 1}, {8, 1}, {4, 2}}) {
+    const std::string dir = write_run("link_mismatch", ranks, nodes);
+    auto r = report::AnalyzeRun(dir);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::ostringstream out;
+    report::PrintReport(*r, out);
+    const std::string made = std::to_string(ranks) + " ranks on " + std::to_string(nodes) +
+                             (nodes == 1 ? " node" : " nodes");
+    int warned = 0;
+    for (const std::string& w : r->warnings) {
+      if (w.find("commcheck.json") == std::string::npos) continue;
+      ++warned;
+      EXPECT_EQ(w.rfind(dir + "/commcheck.json: ", 0), 0u) << w;
+      EXPECT_NE(w.find("made over " + made + " but the run has 8 ranks on 2 nodes"),
+                std::string::npos)
+          << w;
+    }
+    EXPECT_EQ(warned, 1) << out.str();
+    EXPECT_NE(out.str().find("at the 2.000 GB/s bus bandwidth"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find("commcheck.json; not the run's 8 ranks on 2 nodes) moving them "
+                             "takes 0.004 s per step"),
+              std::string::npos)
+        << out.str();
+  }
+  const std::string dir = write_run("link_match", 8, 2);
+  auto r = report::AnalyzeRun(dir);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::ostringstream out;
+  report::PrintReport(*r, out);
+  EXPECT_EQ(out.str().find("not the run's"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("link record was made over"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("over 8 ranks on 2 nodes, gloo, " + dir +
+                           "/commcheck.json) moving them takes 0.004 s per step"),
+            std::string::npos)
+      << out.str();
 }
 
 }  // namespace

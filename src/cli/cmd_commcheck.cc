@@ -14,6 +14,9 @@ namespace ftrain::cli {
 
 namespace po = boost::program_options;
 
+// The collectives were correct, but rank 0 could not write --record's file.
+constexpr int kExitRecordNotWritten = 3;
+
 int RunCommcheck(int argc, char** argv) {
   const std::string program = "ftrain commcheck";
   po::options_description opts(
@@ -33,8 +36,8 @@ int RunCommcheck(int argc, char** argv) {
       "json", po::bool_switch(&o.json), "print one JSON object instead of the table")(
       "record", po::value<std::string>(&o.record_path),
       "rank 0 also writes that JSON object to FILE (RUN/commcheck.json, `ftrain paths RUN "
-      "--get commcheck`, is where `ftrain report` looks for the link's bandwidth)")(
-      "no-groups", "skip the intra-node and inter-node group checks")(
+      "--get commcheck`, is where `ftrain report` looks for the link's bandwidth; exit 3 if it "
+      "cannot be written)")("no-groups", "skip the intra-node and inter-node group checks")(
       "backend", po::value<std::string>(&backend)->default_value(backend),
       "gloo (CPU tensors) or nccl (CUDA tensors on GPU local_rank; needs ftrain built with "
       "NCCL against a CUDA LibTorch, see scripts/gpu-smoke.sh)")(
@@ -86,10 +89,17 @@ int RunCommcheck(int argc, char** argv) {
   auto ctx = comm::DistContext::Init(*dopts);
   if (!ctx.ok()) return Fail(program, ctx.status());
   if (backend == "nccl") o.device = "cuda:" + std::to_string((*ctx)->world().local_rank);
-  Status r = comm::RunCommcheck(**ctx, o, std::cout, nullptr);
+  Status record_error;
+  Status r = comm::RunCommcheck(**ctx, o, std::cout, nullptr, &record_error);
   if (!r.ok()) {
     FT_LOG(Error) << r.message();
     return ExitCodeFor(r);
+  }
+  if (!record_error.ok()) {
+    // Its own code: slurm/train.sh's pre-flight must not blame the network for a run directory
+    // it cannot write.
+    FT_LOG(Error) << record_error.message() << " (exit " << kExitRecordNotWritten << ")";
+    return kExitRecordNotWritten;
   }
   return kExitOk;
 }

@@ -41,8 +41,11 @@ struct CommcheckRow {
 };
 
 // Runs the check; prints the table (or JSON) on rank 0 to `out`. Corruption on mismatch.
+// With options.record_path set, rank 0 then writes the record; if that fails, the return is
+// still Ok (the collectives were correct) and *record_error says why, naming the file, so a
+// caller can tell an unwritable run directory from a bad link (`ftrain commcheck` exits 3).
 Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostream& out,
-                    std::vector<CommcheckRow>* rows);
+                    std::vector<CommcheckRow>* rows, Status* record_error);
 
 // "1M" -> 1048576, "64K", "4096", "1G"; false on junk or non-positive values.
 bool ParseByteSize(const std::string& text, int64_t* out);

@@ -3,7 +3,10 @@
 
 #include <pmix.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 namespace ftrain::comm {
 namespace {
@@ -62,6 +65,32 @@ StatusOr<uint32_t> GetProcUint(const std::string& nspace, int rank, const char* 
   return out;
 }
 
+// One non-blocking fence: its arguments and its result. Shared with the completion callback,
+// which may run after Fence gave up waiting (it then frees the last reference).
+struct FenceOp {
+  pmix_proc_t all;
+  pmix_info_t info[2];
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  pmix_status_t rc = PMIX_SUCCESS;
+  ~FenceOp() {
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+  }
+};
+
+void FenceDone(pmix_status_t status, void* cbdata) {
+  auto* ref = static_cast<std::shared_ptr<FenceOp>*>(cbdata);
+  {
+    std::lock_guard<std::mutex> lock((*ref)->mu);
+    (*ref)->rc = status;
+    (*ref)->done = true;
+  }
+  (*ref)->cv.notify_all();
+  delete ref;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<PmixClient>> PmixClient::Connect() {
@@ -76,7 +105,9 @@ StatusOr<std::unique_ptr<PmixClient>> PmixClient::Connect() {
 
 PmixClient::~PmixClient() {
   // Finalize errors are not actionable at shutdown; the process is leaving the job anyway.
-  (void)PMIx_Finalize(nullptr, 0);
+  // After a fence this rank gave up on, the server still holds it open: leave without
+  // finalizing rather than risk waiting on it.
+  if (!fence_abandoned_) (void)PMIx_Finalize(nullptr, 0);
 }
 
 int PmixClient::rank() const { return rank_; }
@@ -122,22 +153,35 @@ Status PmixClient::Commit() {
 }
 
 Status PmixClient::Fence(int timeout_s) {
-  pmix_proc_t all;
-  PMIX_LOAD_PROCID(&all, nspace_.c_str(), PMIX_RANK_WILDCARD);
-  pmix_info_t info[2];
+  // Non-blocking, with this rank's own deadline: Slurm's PMIx plugin ignores PMIX_TIMEOUT and
+  // holds a fence whose peers never arrive (a rank that did not start, nodes that cannot reach
+  // each other) for its own PMIxTimeout (mpi.conf, 300 s by default).
+  auto op = std::make_shared<FenceOp>();
+  PMIX_LOAD_PROCID(&op->all, nspace_.c_str(), PMIX_RANK_WILDCARD);
   bool collect = true;
   int timeout = timeout_s;
-  PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-  PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
-  pmix_status_t rc = PMIx_Fence(&all, 1, info, 2);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
-  if (rc == PMIX_ERR_TIMEOUT) {
+  PMIX_INFO_LOAD(&op->info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+  PMIX_INFO_LOAD(&op->info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
+  auto* ref = new std::shared_ptr<FenceOp>(op);
+  pmix_status_t rc = PMIx_Fence_nb(&op->all, 1, op->info, 2, FenceDone, ref);
+  if (rc != PMIX_SUCCESS) {
+    delete ref;  // not started: no callback will come
+    return PmixError("PMIx_Fence_nb", rc);
+  }
+  std::unique_lock<std::mutex> lock(op->mu);
+  if (!op->cv.wait_for(lock, std::chrono::seconds(timeout_s), [&] { return op->done; })) {
+    fence_abandoned_ = true;
+    return Status::DeadlineExceeded(
+        "PMIx fence of namespace " + nspace_ + " did not complete in " + std::to_string(timeout_s) +
+        " s (dist.rdzv_timeout_s, or --rdzv-timeout / FTRAIN_RDZV_TIMEOUT): some rank of the "
+        "step did not reach the rendezvous, or its nodes cannot reach each other");
+  }
+  if (op->rc == PMIX_ERR_TIMEOUT) {
     return Status::DeadlineExceeded("PMIx fence of namespace " + nspace_ + " timed out after " +
                                     std::to_string(timeout_s) +
                                     " s: some rank of the step did not reach the rendezvous");
   }
-  if (rc != PMIX_SUCCESS) return PmixError("PMIx_Fence", rc);
+  if (op->rc != PMIX_SUCCESS) return PmixError("PMIx_Fence", op->rc);
   return Status::Ok();
 }
 

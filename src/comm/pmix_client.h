@@ -24,7 +24,8 @@ class PmixClient {
 
   Status Put(const std::string& key, const std::string& value);
   Status Commit();
-  // Fence over the whole namespace, collecting data; fails after timeout_s seconds.
+  // Fence over the whole namespace, collecting data; DeadlineExceeded after timeout_s seconds,
+  // counted here (the server's own timeout may be far longer: Slurm's PMIxTimeout).
   Status Fence(int timeout_s);
   StatusOr<std::string> Get(int rank, const std::string& key, int timeout_s);
 
@@ -35,6 +36,7 @@ class PmixClient {
   PmixClient() = default;
   std::string nspace_;
   int rank_ = 0;
+  bool fence_abandoned_ = false;  // a fence timed out here and is still open in the server
 };
 
 }  // namespace ftrain::comm

@@ -153,14 +153,22 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     FT_RETURN_IF_ERROR(Field(j, "source", false, where, &a));
     FT_RETURN_IF_ERROR(Field(j, "dir", false, where, &b));
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
+  } else if (e.event == "resubmitted" || e.event == "superseded") {
+    // The node agents submitted the job again (its batch host died); a superseded start is
+    // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).
+    FT_RETURN_IF_ERROR(Field(j, "new_job", false, where, &a));
+    if (!a.empty()) e.detail = "the job continues as job " + a;
   }
   return e;
 }
 
 bool IsFailureEvent(const std::string& ev) {
   // heartbeat_late: ftrain heard nothing from a node for a while but its slurmd answered (a
-  // slow or paused node, not a failure: nothing was restarted).
-  return ev != "started" && ev != "finished" && ev != "resumed" && ev != "heartbeat_late";
+  // slow or paused node, not a failure: nothing was restarted). superseded: a start of a job
+  // already submitted again, ending at once while the new job trains (its failure is the
+  // batch host's, recorded before). Any other event, known or new, counts as a failure.
+  return ev != "started" && ev != "finished" && ev != "resumed" && ev != "heartbeat_late" &&
+         ev != "superseded";
 }
 bool IsDetection(const std::string& ev) {
   return ev == "step_failed" || ev == "restarted" || ev == "stopped" || ev == "failed";

@@ -47,6 +47,9 @@ struct LinkRecord {
   int64_t bytes = 0;      // (the lower of the two)
   std::string collective, backend;
   int world_size = 0, num_nodes = 0;
+  // Set when the record's ranks or nodes differ from the run's newest step (a record made by
+  // hand elsewhere, or at an older start): the record is still used, and this says so.
+  std::string mismatch;
 };
 
 // One line of "where the time goes": its share, the figure behind it, whether it is the

@@ -161,8 +161,8 @@ std::string LinkFigure(const RunSummary& r, double per_step, double compute_s, b
                                         : F("%.0f KiB", static_cast<double>(k.bytes) / 1024)) +
                   " over " + std::to_string(k.world_size) + " ranks on " +
                   std::to_string(k.num_nodes) + (k.num_nodes == 1 ? " node, " : " nodes, ") +
-                  k.backend + ", " + k.path + ") moving them takes " + F("%.3f", transfer_s) +
-                  " s per step";
+                  k.backend + ", " + k.path + (k.mismatch.empty() ? "" : "; " + k.mismatch) +
+                  ") moving them takes " + F("%.3f", transfer_s) + " s per step";
   if (compute_s > 0) {
     *link_bound = transfer_s > compute_s;
     f += ", " + F("%.0f", 100 * transfer_s / compute_s) + " % of the compute that can hide it: " +
@@ -360,6 +360,33 @@ Status ParseLinkRecord(const json& j, LinkRecord* k) {
   return Status::Ok();
 }
 
+// "4 ranks on 2 nodes", or "2 nodes" when the ranks are unknown (0).
+std::string RanksOnNodes(int ranks, int nodes) {
+  const std::string n = std::to_string(nodes) + (nodes == 1 ? " node" : " nodes");
+  return ranks > 0 ? std::to_string(ranks) + " ranks on " + n : n;
+}
+
+// The record against the run's newest step: its node count (phases.nodes) and, where a step
+// has the per-rank hosts, its rank count. A mismatch is one warning and a note on the link
+// line; the record is still used (it is the only measurement there is), but a record over
+// fewer nodes may not have crossed the network the run's collectives cross.
+void CheckLinkAgainstRun(RunSummary* r) {
+  LinkRecord& k = r->link;
+  const StepPhases* newest = nullptr;
+  for (auto s = r->steps.rbegin(); s != r->steps.rend() && !newest; ++s) newest = s->phases.get();
+  if (newest == nullptr) return;  // a trainer without phases: nothing to hold it against
+  const std::vector<std::string> hosts = RankHosts(*r);
+  const int run_ranks = static_cast<int>(hosts.size());
+  const bool ranks_differ = run_ranks > 0 && k.world_size != run_ranks;
+  if (!ranks_differ && k.num_nodes == newest->nodes) return;
+  const std::string made = RanksOnNodes(k.world_size, k.num_nodes);
+  const std::string run = RanksOnNodes(run_ranks, newest->nodes);
+  k.mismatch = "not the run's " + run;
+  r->warnings.push_back(k.path + ": the link record was made over " + made + " but the run has " +
+                        run + ": its bandwidth is used anyway; rewrite it " +
+                        "with `ftrain commcheck --record " + k.path + "` over the job's ranks");
+}
+
 }  // namespace
 
 void ReadLinkRecord(const std::string& path, RunSummary* r) {
@@ -381,6 +408,7 @@ void ReadLinkRecord(const std::string& path, RunSummary* r) {
     return;
   }
   r->link.present = true;
+  CheckLinkAgainstRun(r);
 }
 
 void AnalyzeTimeBreakdown(RunSummary* r) {
@@ -451,6 +479,7 @@ ojson TimeBreakdownJson(const RunSummary& r) {
                  {"world_size", r.link.world_size},
                  {"num_nodes", r.link.num_nodes},
                  {"backend", r.link.backend}};
+    if (!r.link.mismatch.empty()) j["link"]["mismatch"] = r.link.mismatch;
   }
   ojson items = ojson::array();
   for (const auto& it : r.breakdown) {

@@ -18,7 +18,9 @@
 #            sbatch (the submission train.sh saved, replayed: one node fewer, the dead node
 #            excluded, the environment with FTRAIN_RESUBMITTED_FROM, no SLURM_JOB_ID), the
 #            records, the line in the job's output, one scancel of the old job;
-#   limit:   the same with FTRAIN_RESUBMITS=3 (FTRAIN_MAX_RESUBMITS 3): no sbatch, a record.
+#   limit:   the same with FTRAIN_RESUBMITS=3 (FTRAIN_MAX_RESUBMITS 3): no sbatch, a record;
+#   nospare: the same without spares (same size, the replaced-42 marker); then slurm/train.sh
+#            as Slurm's requeued start of job 42: it ends at once with a superseded record.
 # Exit 0 pass, 1 fail.
 set -euo pipefail
 
@@ -288,4 +290,22 @@ if grep -q -- '-o %N' "${d}/state/squeue_args" 2>/dev/null; then
   fail "nospare: looked at Slurm's view of the job's nodes (squeue -o %N), which only --no-kill jobs need"
 fi
 log "nospare: resubmitted at the same size (sbatch ${args}), old job marked replaced and cancelled, Slurm's view not consulted"
+# Slurm requeued the old job anyway (a short SlurmdTimeout): its next start reads the agent's
+# marker, ends at once, and says so in restarts.jsonl too.
+out="$(env -i PATH="${PATH}" HOME="${HOME:-/tmp}" SLURM_JOB_ID=42 SLURM_RESTART_COUNT=1 \
+  FTRAIN_HOME="${REPO}" FTRAIN_BIN="${FTRAIN_BIN}" FTRAIN_CONFIG="${REPO}/configs/tiny.cfg" \
+  FTRAIN_RUN_DIR="${d}/run" FTRAIN_DATA=/nonexistent timeout 60 bash "${REPO}/slurm/train.sh" 2>&1)" ||
+  fail "nospare: the replaced job's start failed: ${out}"
+[[ "${out}" == *"job 42 was submitted again as job 4242 when its batch host died: this start of it ends here"* ]] ||
+  fail "nospare: the replaced job's start did not say it ends: ${out}"
+rec="$(grep '"event":"superseded"' "${d}/run/restarts.jsonl" || true)"
+[[ "$(wc -l <<<"${rec}")" == 1 && "${rec}" == *'"job":"42","restart_count":1,"event":"superseded","cause":"replaced","new_job":"4242"}' ]] ||
+  fail "nospare: superseded record(s): '${rec}'"
+if grep -q '"job":"42","restart_count":1,"event":"\(requeued\|started\)"' "${d}/run/restarts.jsonl"; then
+  fail "nospare: the replaced job's start recorded a start"
+fi
+report="$("${FTRAIN_BIN}" report "${d}/run" 2>&1)" || true
+[[ "${report}" == *"superseded (replaced), job 42: the job continues as job 4242"* ]] ||
+  fail "nospare: ftrain report does not show the superseded start: ${report}"
+log "nospare: the old job's requeued start ended at once with a superseded record naming job 4242"
 log "PASS"
