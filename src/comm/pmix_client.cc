@@ -164,6 +164,10 @@ Status PmixClient::Fence(int timeout_s) {
   PMIX_INFO_LOAD(&op->info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
   auto* ref = new std::shared_ptr<FenceOp>(op);
   pmix_status_t rc = PMIx_Fence_nb(&op->all, 1, op->info, 2, FenceDone, ref);
+  if (rc == PMIX_OPERATION_SUCCEEDED) {  // completed at once (the standard allows it): no callback
+    delete ref;
+    return Status::Ok();
+  }
   if (rc != PMIX_SUCCESS) {
     delete ref;  // not started: no callback will come
     return PmixError("PMIx_Fence_nb", rc);
