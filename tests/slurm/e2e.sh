@@ -57,7 +57,12 @@ e2e_setup() {
   local key
   key="$( (stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd"; echo "${E2E_TRAIN_ARGS}") |
     md5sum | cut -c1-12)"
-  E2E_CACHE="${FTRAIN_E2E_CACHE:-${TMPDIR:-/tmp}/ftrain-e2e-cache}/${key}"
+  # One cache root per build directory: a build's stale keys are removed below, and two
+  # checkouts testing at once (a clone in CI beside a working tree) must not remove each
+  # other's corpus and reference under a running test.
+  local root
+  root="$(realpath "${E2E_BIN}" | md5sum | cut -c1-8)"
+  E2E_CACHE="${FTRAIN_E2E_CACHE:-${TMPDIR:-/tmp}/ftrain-e2e-cache}/${root}/${key}"
   E2E_DATA="${E2E_CACHE}/data"
   E2E_REF="${E2E_CACHE}/ref"
   export FTRAIN_HOME="${E2E_REPO}" FTRAIN_BIN="${E2E_BIN}/ftrain" CKPTCTL_BIN="${E2E_BIN}/ckptctl"
@@ -65,7 +70,7 @@ e2e_setup() {
   export FTRAIN_CONFIG="${E2E_REPO}/configs/tiny.cfg" FTRAIN_DATA="${E2E_DATA}"
   export FTRAIN_ARGS="${E2E_TRAIN_ARGS}" FTRAIN_RANKS_PER_NODE=2 FTRAIN_PREFLIGHT=0
   if [[ ! -f "${E2E_CACHE}/ref.done" ]]; then
-    # Keys of other builds are stale; this build's other settings (a test with its own
+    # Keys of this build directory's earlier binaries are stale; this build's other settings (a test with its own
     # E2E_TRAIN_ARGS) stay, so that tests of both kinds can alternate without recomputing.
     local stamp old
     stamp="$(stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd" | md5sum | cut -c1-12)"
