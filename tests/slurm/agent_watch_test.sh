@@ -277,6 +277,12 @@ log "limit: the fourth resubmission in a row is refused (not_resubmitted)"
 silent_host nospare 0
 run_agent nospare host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}" FTRAIN_SPARE_NODES=0
 wait_record nospare resubmitted
+# The record comes before the old job's cancel: stopping the agent at once could cut it off.
+deadline=$((SECONDS + 30))
+until [[ -s "${WORK}/nospare/state/scancelled" ]]; do
+  ((SECONDS < deadline)) || fail "nospare: the watcher did not cancel job 42 within 30 s"
+  sleep 0.1
+done
 stop_agent
 d="${WORK}/nospare"
 args="$(cat "${d}/state/sbatch_args")"
