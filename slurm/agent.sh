@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# agent.sh - the ftrain node agent. train.sh starts it as one task per node, before the
-# trainer, with
-#   srun --overlap --nodes=$SLURM_NNODES --ntasks-per-node=1 slurm/agent.sh &
+# agent.sh - the ftrain node agent. train.sh starts it on every node, before the trainer, each
+# as its own step (one srun per node: a failed node can never take the others' agents along)
+#   srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE slurm/agent.sh &
 # It runs this node's checkpoint daemon (ckptd) and keeps it running: if ckptd dies, the
 # trainer notices at its next checkpoint and saves synchronously (loudly) until the agent has
 # restarted the daemon (bounded restarts with back-off); the trainer then reconnects.

@@ -18,7 +18,7 @@
 # that nothing of Slurm's waits for it any more. FTRAIN_DETECT=0 turns all of this off (Slurm's
 # SlurmdTimeout decides, as before). Needs the node agents (FTRAIN_CKPTD=1).
 # Uses from train.sh: log, record, stop_agents, SLURM_JOB_ID, AGENT_STEP_NAME, srun_pid, CKPTD,
-# agent_pid, HEARTBEATS.
+# agent_pids, HEARTBEATS.
 # shellcheck disable=SC2154  # those come from train.sh
 
 DETECT="${FTRAIN_DETECT:-1}"
@@ -271,7 +271,7 @@ detection_fields() {  # detection_fields NODE T_SLURM
 }
 
 # Is detection on for this start? (It needs the agents' heartbeats.)
-detecting() { [[ "${DETECT}" == "1" && "${CKPTD}" == "1" && -n "${agent_pid}" ]]; }
+detecting() { [[ "${DETECT}" == "1" && "${CKPTD}" == "1" && ${#agent_pids[@]} -gt 0 ]]; }
 
 # Have the agents of every node but the declared ones exited? (An agent removes its heartbeat
 # file when it ends.)

@@ -5,7 +5,7 @@
 #SBATCH --open-mode=append
 #SBATCH --output=ftrain-%j.out
 # train.sh - the ftrain sbatch script: pre-flight commcheck, one checkpoint daemon per node
-# through the node agent (slurm/agent.sh, an `srun --overlap` step with one task per node),
+# through the node agent (slurm/agent.sh, an `srun --overlap` step of one task on each node),
 # then the trainer ranks through `srun --mpi=pmix`, one per GPU (per CPU slot here). The ranks
 # hand their checkpoints to their node's ckptd (asynchronous; synchronous if it is gone).
 # Makes the job survive failures:
@@ -442,40 +442,86 @@ on_usr1() {
 }
 trap on_usr1 USR1
 
-agent_pid=""
+# The node agents: one single-task step per node (agent_pids: node -> its srun here). Never one
+# step over all nodes: srun aborts a whole step, --no-kill or not, when a node it lost I/O with
+# is reported missing the step (a failed node rebooting while still in the job), and that took
+# every agent, the batch host's watchers too (seen after two spare replacements).
+declare -A agent_pids=()
 AGENT_STEP_NAME="ftrain-agents"
+agents_running() {  # is any agent's srun still here?
+  local n
+  for n in "${!agent_pids[@]}"; do kill -0 "${agent_pids[${n}]}" 2>/dev/null && return 0; done
+  return 1
+}
+signal_agents() {  # signal_agents SIG: to every agent's srun still here
+  local n
+  for n in "${!agent_pids[@]}"; do kill "-$1" "${agent_pids[${n}]}" 2>/dev/null || true; done
+}
 stop_agents() {
   lost_flush
-  [[ -n "${agent_pid}" ]] || return 0
+  ((${#agent_pids[@]} > 0)) || return 0
   log "stopping the node agents (ckptd finishes what it holds, unlinks its shared memory)"
+  local steps n i
+  # A declared-dead node's agent died with it: its srun would wait for slurmctld to give up.
+  for n in "${declared_dead[@]}"; do
+    [[ -z "${agent_pids[${n}]:-}" ]] || kill -KILL "${agent_pids[${n}]}" 2>/dev/null || true
+  done
   # SIGTERM to the agents themselves: a signal to srun would cancel the step, and Slurm
   # would kill the daemons before they can clean up.
-  local step i
-  step="$(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j' 2>/dev/null |
-    awk -v n="${AGENT_STEP_NAME}" '$2 == n {print $1; exit}')"
-  if [[ -n "${step}" && ${#declared_dead[@]} -gt 0 ]]; then
-    # A dead node in the step: scancel answers only when slurmctld gives up on it.
-    (timeout 30 scancel --signal=TERM "${step}" >/dev/null 2>&1 &)
-  elif [[ -n "${step}" ]]; then
-    scancel --signal=TERM "${step}" 2>/dev/null || kill -TERM "${agent_pid}" 2>/dev/null || true
+  mapfile -t steps < <(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j' 2>/dev/null |
+    awk -v n="${AGENT_STEP_NAME}" '$2 == n {print $1}')
+  if ((${#steps[@]} > 0)); then
+    (timeout 30 scancel --signal=TERM "${steps[@]}" >/dev/null 2>&1 || signal_agents TERM) &
   else
-    kill -TERM "${agent_pid}" 2>/dev/null || true
+    signal_agents TERM
   fi
   for ((i = 0; i < 600; i++)); do  # up to 60 s for the daemons to drain
-    kill -0 "${agent_pid}" 2>/dev/null || break
-    # srun waits for a dead node's agent forever: done when every live agent said goodbye.
+    agents_running || break
+    # a dead node in the job: done when every live agent said goodbye
     if ((${#declared_dead[@]} > 0 && i % 5 == 4)) && live_agents_gone; then break; fi
     sleep 0.1
   done
-  kill -TERM "${agent_pid}" 2>/dev/null || true
-  ((${#declared_dead[@]} == 0)) || kill -KILL "${agent_pid}" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do  # and 10 s more for srun to go; never an unbounded wait
-    kill -0 "${agent_pid}" 2>/dev/null || break
+  signal_agents TERM
+  for ((i = 0; i < 100; i++)); do  # and 10 s more for the sruns to go; never an unbounded wait
+    agents_running || break
     sleep 0.1
   done
-  kill -KILL "${agent_pid}" 2>/dev/null || true
-  wait "${agent_pid}" 2>/dev/null || true
-  agent_pid=""
+  signal_agents KILL
+  for n in "${!agent_pids[@]}"; do wait "${agent_pids[${n}]}" 2>/dev/null || true; done
+  agent_pids=()
+}
+start_agent() {  # start_agent NODE: its agent as a step of one task on it
+  # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
+  # --ntasks: the job's SLURM_NTASKS would otherwise ask for one agent per rank.
+  srun --overlap --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$1" \
+    --kill-on-bad-exit=0 --job-name="${AGENT_STEP_NAME}" "${FTRAIN_HOME}/slurm/agent.sh" &
+  agent_pids[$1]=$!
+}
+# Starts every node's agent and waits (CKPTD_START_TIMEOUT_S) until every ckptd answers; an
+# agent whose step ended at start is started again 1 s later, 3 tries per node.
+start_agents() {
+  local n deadline
+  local -A tries=() retry_at=()
+  for n in "${all_nodes[@]}"; do start_agent "${n}"; tries[${n}]=1; done
+  deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
+  until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
+    for n in "${!agent_pids[@]}"; do
+      if [[ -n "${retry_at[${n}]:-}" ]]; then
+        (($(date +%s) < retry_at[${n}])) && continue
+        unset "retry_at[${n}]"; tries[${n}]=$((tries[${n}] + 1)); start_agent "${n}"
+      elif ! kill -0 "${agent_pids[${n}]}" 2>/dev/null; then
+        wait "${agent_pids[${n}]}" 2>/dev/null || true
+        log "WARNING: the node agent's step on ${n} ended at start (attempt ${tries[${n}]}/3)"
+        if ((tries[${n}] < 3)); then retry_at[${n}]=$(($(date +%s) + 1)); else unset "agent_pids[${n}]"; fi
+      fi
+    done
+    if (($(date +%s) >= deadline)) || ((${#agent_pids[@]} == 0)); then
+      log "WARNING: ckptd is not answering on every node after $(($(date +%s) - deadline + CKPTD_START_TIMEOUT_S)) s; ranks without a daemon save synchronously"
+      "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" || true
+      break
+    fi
+    sleep 0.2
+  done
 }
 on_exit() {
   stop_agents
@@ -558,44 +604,15 @@ if [[ "${CKPTD}" == "1" ]]; then
   node_args=()
   for n in "${all_nodes[@]}"; do node_args+=(--node "${n}"); done
   write_job_nodes  # before the agents start: they read it at once
-  agent_opts=()
   if ((SPARE_NODES > 0)); then
-    # --no-kill: a failed node takes only its own agent, not every node's ckptd; the agents
-    # on two nodes watch the batch host (agent.sh), whose death Slurm ignores with --no-kill.
-    agent_opts=(--no-kill)
+    # The agents on two nodes watch the batch host (agent.sh), whose death Slurm ignores in a
+    # --no-kill job.
     export FTRAIN_BATCH_HOST="${batch_host}" FTRAIN_SPARE_NODES="${SPARE_NODES}"
   elif ((WATCH_BATCH_HOST)); then
     # Without spares too: the first two other nodes' agents watch the batch host (agent.sh).
-    # --no-kill (this step only): an srun that sees a node fail would end every agent with
-    # it (seen when the batch host's step daemon died a moment before srun), the watchers too.
-    agent_opts=(--no-kill)
     export FTRAIN_BATCH_HOST="${SLURMD_NODENAME:-$(hostname -s)}"
   fi
-  for attempt in 1 2 3; do
-    # --mpi=none: the agents need no PMIx wire-up (and so no PMIx state on the nodes).
-    # --ntasks: the job's SLURM_NTASKS would otherwise ask for one agent per rank.
-    srun --overlap --mpi=none --nodes="${SLURM_NNODES}" --ntasks="${SLURM_NNODES}" \
-      --ntasks-per-node=1 --kill-on-bad-exit=0 --job-name="${AGENT_STEP_NAME}" \
-      "${agent_opts[@]}" "${FTRAIN_HOME}/slurm/agent.sh" &
-    agent_pid=$!
-    deadline=$(($(date +%s) + CKPTD_START_TIMEOUT_S))
-    until "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" >/dev/null 2>&1; do
-      if ! kill -0 "${agent_pid}" 2>/dev/null; then
-        wait "${agent_pid}" 2>/dev/null || true
-        agent_pid=""
-        log "WARNING: the node agents' step ended at start (attempt ${attempt}/3)"
-        break
-      fi
-      if (($(date +%s) >= deadline)); then
-        log "WARNING: ckptd is not answering on every node after ${CKPTD_START_TIMEOUT_S} s; ranks without a daemon save synchronously"
-        "${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" || true
-        break
-      fi
-      sleep 0.2
-    done
-    [[ -z "${agent_pid}" ]] || break
-    sleep 1
-  done
+  start_agents
   log "ckptd: $("${CKPTCTL_BIN}" status "${RUN_DIR}" "${node_args[@]}" --json 2>/dev/null | grep -c '"pid"') of ${#all_nodes[@]} nodes serving"
   ckpt_args+=("--ckpt.daemon=auto")
 else
