@@ -461,20 +461,24 @@ stop_agents() {
   lost_flush
   ((${#agent_pids[@]} > 0)) || return 0
   log "stopping the node agents (ckptd finishes what it holds, unlinks its shared memory)"
-  local steps n i
+  local steps=() n i
   # A declared-dead node's agent died with it: its srun would wait for slurmctld to give up.
   for n in "${declared_dead[@]}"; do
     [[ -z "${agent_pids[${n}]:-}" ]] || kill -KILL "${agent_pids[${n}]}" 2>/dev/null || true
   done
-  # SIGTERM to the agents themselves: a signal to srun would cancel the step, and Slurm
-  # would kill the daemons before they can clean up.
-  mapfile -t steps < <(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j' 2>/dev/null |
-    awk -v n="${AGENT_STEP_NAME}" '$2 == n {print $1}')
-  if ((${#steps[@]} > 0)); then
-    (timeout 30 scancel --signal=TERM "${steps[@]}" >/dev/null 2>&1 || signal_agents TERM) &
-  else
-    signal_agents TERM
-  fi
+  # SIGTERM to the agents themselves (scancel --signal of their step): srun forwards SIGKILL
+  # on a SIGTERM of its own, before the daemons can clean up. Its exit status says nothing:
+  # Slurm 22.05's scancel --signal of a step signals it and then fails ("Invalid job id
+  # specified", 225). So that step's srun only when scancel hung (slurmctld not answering).
+  local step name node pid
+  while read -r step name node; do
+    [[ "${name}" == "${AGENT_STEP_NAME}" ]] || continue
+    pid="${agent_pids[${node}]:-}"
+    (timeout 30 scancel --signal=TERM "${step}" >/dev/null 2>&1
+      (($? != 124)) || [[ -z "${pid}" ]] || kill -TERM "${pid}" 2>/dev/null) &
+    steps+=("${step}")
+  done < <(squeue -h -s -j "${SLURM_JOB_ID}" -o '%i %j %N' 2>/dev/null)
+  ((${#steps[@]} > 0)) || signal_agents TERM
   for ((i = 0; i < 600; i++)); do  # up to 60 s for the daemons to drain
     agents_running || break
     # a dead node in the job: done when every live agent said goodbye
