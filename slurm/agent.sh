@@ -17,7 +17,8 @@
 # host's heartbeat every FTRAIN_DETECT_PERIOD_S (0.5 s) and declare it dead as train.sh does a
 # training node (slurm/detect.sh: silent for FTRAIN_HEARTBEAT_TIMEOUT_S AND its slurmd refuses
 # or does not answer; a paused host whose slurmd answers is not dead): the first watcher (the
-# second 5 s later, if the first did not) records it and submits the job again at once,
+# second 5 s later, if the first did not; or takes it over from a first one that died before
+# it recorded anything: claim_resubmission) records it and submits the job again at once,
 # without the dead node (slurm/resubmit.sh), then cancels this job. Without that (FTRAIN_DETECT=0,
 # no saved submission, FTRAIN_MAX_RESUBMITS reached, sbatch failed) they requeue the job once
 # Slurm took the host out of it (two looks in a row: one look can be wrong), after SlurmdTimeout.
@@ -160,6 +161,44 @@ requeue_for_batch_host() {  # requeue_for_batch_host WATCHER_RANK
   scontrol requeue "${SLURM_JOB_ID}"
 }
 
+# Has this start's resubmission an outcome: a record (resubmitted or not), or the new job's
+# marker (written before the record)?
+resubmission_done() {
+  [[ -e "${SUBMIT_DIR}/replaced-${SLURM_JOB_ID}" ]] ||
+    grep -qE "\"job\":\"${SLURM_JOB_ID}\",\"restart_count\":${SLURM_RESTART_COUNT:-0},\"event\":\"(not_)?resubmitted\"" \
+      "${RESTARTS}" 2>/dev/null
+}
+
+# Claims this start's resubmission: RUN/.submit/claim-JOB.N, an atomic mkdir, holding the
+# claimant's node name. Held by the other watcher: wait for its outcome, and take the claim
+# over (claim-JOB.N.takeover, atomic too) if the holder is declared dead itself (the same
+# two-sign rule) first, or has recorded nothing after CLAIM_WAIT_S (its sbatch is bounded
+# by 60 s). Fails when the other watcher has it.
+CLAIM_WAIT_S="${FTRAIN_CLAIM_WAIT_S:-90}"
+claim_resubmission() {
+  local claim="${SUBMIT_DIR}/claim-${SLURM_JOB_ID}.${SLURM_RESTART_COUNT:-0}" by="" deadline saved
+  if mkdir "${claim}" 2>/dev/null; then
+    echo "${NODE}" >"${claim}/by"
+    return 0
+  fi
+  deadline=$((SECONDS + CLAIM_WAIT_S))
+  saved="${detect_fields}"  # check_heartbeats below sets it for the holder
+  while ! resubmission_done; do
+    [[ -n "${by}" ]] || by="$(cat "${claim}/by" 2>/dev/null)"
+    if ((SECONDS >= deadline)) || { [[ -n "${by}" && "${by}" != "${NODE}" && -e "${HEARTBEATS}/${by}" ]] &&
+      check_heartbeats "${by}"; }; then
+      detect_fields="${saved}"
+      mkdir "${claim}.takeover" 2>/dev/null || return 1
+      log "the other watcher ${by:-?} claimed job ${SLURM_JOB_ID}'s resubmission and $( ((SECONDS >= deadline)) && echo "recorded nothing in ${CLAIM_WAIT_S} s" || echo "died"): taking it over"
+      return 0
+    fi
+    sleep "${TICK_S}"
+  done
+  detect_fields="${saved}"
+  log "job ${SLURM_JOB_ID} is being submitted again by the other watcher${by:+ (${by})}"
+  return 1
+}
+
 # The batch host was declared dead (detect.sh: detect_fields): unless the other watcher did,
 # record it, submit the job again without it (slurm/resubmit.sh), say so in the job's output,
 # point the jobs that wait on this one at the new one, and cancel this job (and so this agent).
@@ -167,10 +206,7 @@ requeue_for_batch_host() {  # requeue_for_batch_host WATCHER_RANK
 resubmit_for_batch_host() {  # resubmit_for_batch_host WATCHER_RANK
   local new err out_file msg done_n="${FTRAIN_RESUBMITS:-0}" max="${FTRAIN_MAX_RESUBMITS:-3}"
   sleep "$((($1 - 1) * WATCHER_DELAY_S))"
-  if ! mkdir -p "${SUBMIT_DIR}" || ! mkdir "${SUBMIT_DIR}/claim-${SLURM_JOB_ID}.${SLURM_RESTART_COUNT:-0}" 2>/dev/null; then
-    log "job ${SLURM_JOB_ID} is being submitted again by the other watcher"
-    return 1
-  fi
+  mkdir -p "${SUBMIT_DIR}" && claim_resubmission || return 1
   record step_failed node_failure "\"node\":\"${BATCH_HOST}\",\"batch_host\":true,\"watcher\":\"${NODE}\",${detect_fields}"
   requeue_recorded=1
   if ((done_n >= max)); then

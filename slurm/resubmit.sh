@@ -23,9 +23,10 @@
 # node that died then, so a node that came back is used again).
 # Replayed: --nodes, --ntasks-per-node (or --ntasks), --cpus-per-task, --partition, --account,
 # --qos, --job-name, --time, --chdir, --output/--error (the job id in their names back to %j),
-# --exclude, --constraint, --reservation, --mem, --gres, --exclusive, --no-kill (spares) and
-# the #SBATCH lines of the script. Not replayed: --nodelist, --dependency, --begin, mail
-# options; jobs waiting on the old job (--dependency) are pointed at the new one.
+# --exclude, --constraint, --reservation, --mem, --gres, --exclusive, --mail-user/--mail-type,
+# --no-kill (spares) and the #SBATCH lines of the script. Not replayed: --nodelist (it may
+# name the dead node), --dependency and --begin (met: the job ran), --comment (scontrol's
+# one-line record cuts it at a space); jobs waiting on the old job are pointed at the new one.
 # Uses from the caller: log.
 
 # submit_capture DIR SCRIPT: best effort (a job without it is not resubmitted: Slurm's
@@ -103,6 +104,8 @@ submit_options() {  # submit_options DEAD OLD_JOB
   v="$(sub_field MinMemoryNode)" && [[ -z "${v}" || "${v}" == 0 ]] || sub_opts+=(--mem="${v}")
   v="$(sub_field TresPerNode)" && [[ -z "${v}" ]] || sub_opts+=(--gres="$(sed -E 's#gres[:/]##g' <<<"${v}")")
   [[ "$(sub_field OverSubscribe)" != NO ]] || sub_opts+=(--exclusive)
+  v="$(sub_field MailUser)" && [[ -z "${v}" ]] || sub_opts+=(--mail-user="${v}")
+  v="$(sub_field MailType)" && [[ -z "${v}" || "${v}" == NONE ]] || sub_opts+=(--mail-type="${v}")
   # The user's exclusions stay; the nodes an earlier resubmission excluded go (back if alive).
   exc="$(exclusions "$(sub_field ExcNodeList)" "${sub_var[FTRAIN_RESUBMIT_EXCLUDED]:-}" "$1")"
   sub_opts+=(--exclude="${exc}")

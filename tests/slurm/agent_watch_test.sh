@@ -20,7 +20,9 @@
 #            records, the line in the job's output, one scancel of the old job;
 #   limit:   the same with FTRAIN_RESUBMITS=3 (FTRAIN_MAX_RESUBMITS 3): no sbatch, a record;
 #   nospare: the same without spares (same size, the replaced-42 marker); then slurm/train.sh
-#            as Slurm's requeued start of job 42: it ends at once with a superseded record.
+#            as Slurm's requeued start of job 42: it ends at once with a superseded record;
+#   takeover: the other watcher claimed the resubmission and died before recording anything:
+#            this watcher takes the claim over and submits exactly once.
 # Exit 0 pass, 1 fail.
 set -euo pipefail
 
@@ -66,7 +68,7 @@ case "$*" in
     n=$(($(cat "${STUB_STATE}/show_job_calls" 2>/dev/null || echo 0) + 1))
     echo "${n}" >"${STUB_STATE}/show_job_calls.tmp" && mv -f "${STUB_STATE}/show_job_calls.tmp" "${STUB_STATE}/show_job_calls"
     ((n > ${SHOW_JOB_FAILS:-0})) || { echo "slurm_load_jobs error: Socket timed out" >&2; exit 1; }
-    echo "JobId=${4} JobName=x Restarts=0 BatchFlag=1 TimeLimit=00:10:00 ExcNodeList=(null) StdOut=${STUB_STATE}/out-${4}.out" ;;
+    echo "JobId=${4} JobName=x Restarts=0 BatchFlag=1 TimeLimit=00:10:00 ExcNodeList=(null) StdOut=${STUB_STATE}/out-${4}.out MailUser=alice@example.org MailType=END,FAIL" ;;
   "-o show node "*) echo "NodeName=${4} NodeAddr=127.0.0.1 Port=${STUB_SLURMD_PORT:-1}" ;;
   "requeue "*) echo "$2" >>"${STUB_STATE}/requeued" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
@@ -219,6 +221,13 @@ wait_record() {  # wait_record NAME EVENT
     sleep 0.1
   done
 }
+wait_scancel() {  # wait_scancel NAME: the watcher's scancel of job 42 (after its records)
+  local deadline=$((SECONDS + 30))
+  until [[ -s "${WORK}/$1/state/scancelled" ]]; do
+    ((SECONDS < deadline)) || fail "$1: the watcher did not cancel job 42 within 30 s: $(cat "${WORK}/$1/agent.log")"
+    sleep 0.1
+  done
+}
 FAST=(FTRAIN_HEARTBEAT_TIMEOUT_S=0.3 FTRAIN_DETECT_PERIOD_S=0.05 FTRAIN_PROBE_TIMEOUT_S=1)
 
 silent_host paused
@@ -250,7 +259,8 @@ d="${WORK}/dead"
 (($(wc -l <"${d}/state/sbatch_args") == 1)) || fail "dead: sbatch ran $(wc -l <"${d}/state/sbatch_args") times"
 [[ "$(cat "${d}/state/scancelled")" == 42 ]] || fail "dead: scancel calls: $(cat "${d}/state/scancelled")"
 args="$(cat "${d}/state/sbatch_args")"
-for want in --nodes=2 --ntasks-per-node=2 --exclude=host0001 --time=00:10:00 "--output=${d}/state/out-%j.out" "${d}/run/.submit/script"; do
+for want in --nodes=2 --ntasks-per-node=2 --exclude=host0001 --time=00:10:00 "--output=${d}/state/out-%j.out" \
+  --mail-user=alice@example.org --mail-type=END,FAIL "${d}/run/.submit/script"; do
   [[ " ${args} " == *" ${want} "* ]] || fail "dead: sbatch args lack ${want}: ${args}"
 done
 [[ " ${args} " != *" --no-kill "* ]] || fail "dead: --no-kill for a job left without spares: ${args}"
@@ -278,11 +288,7 @@ silent_host nospare 0
 run_agent nospare host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}" FTRAIN_SPARE_NODES=0
 wait_record nospare resubmitted
 # The record comes before the old job's cancel: stopping the agent at once could cut it off.
-deadline=$((SECONDS + 30))
-until [[ -s "${WORK}/nospare/state/scancelled" ]]; do
-  ((SECONDS < deadline)) || fail "nospare: the watcher did not cancel job 42 within 30 s"
-  sleep 0.1
-done
+wait_scancel nospare
 stop_agent
 d="${WORK}/nospare"
 args="$(cat "${d}/state/sbatch_args")"
@@ -314,4 +320,23 @@ report="$("${FTRAIN_BIN}" report "${d}/run" 2>&1)" || true
 [[ "${report}" == *"superseded (replaced), job 42: the job continues as job 4242"* ]] ||
   fail "nospare: ftrain report does not show the superseded start: ${report}"
 log "nospare: the old job's requeued start ended at once with a superseded record naming job 4242"
+# takeover: the other watcher (host0002) claimed the resubmission and died before recording
+# anything (its heartbeat stopped, its slurmd refuses): host0000 takes the claim over.
+silent_host takeover
+d="${WORK}/takeover"
+mkdir -p "${d}/run/.submit/claim-42.0"
+echo host0002 >"${d}/run/.submit/claim-42.0/by"
+echo "3 1 42" >"${d}/run/.heartbeats/host0002"
+run_agent takeover host0000 "${FAST[@]}" STUB_SLURMD_PORT="${closed_port}"
+wait_record takeover resubmitted
+wait_scancel takeover
+stop_agent
+(($(wc -l <"${d}/state/sbatch_args") == 1)) || fail "takeover: sbatch ran $(wc -l <"${d}/state/sbatch_args") times"
+[[ -d "${d}/run/.submit/claim-42.0.takeover" ]] || fail "takeover: no claim-42.0.takeover"
+grep -q "the other watcher host0002 claimed job 42's resubmission and died: taking it over" "${d}/agent.log" ||
+  fail "takeover: the agent did not say it took the claim over: $(cat "${d}/agent.log")"
+rec="$(grep '"event":"step_failed"' "${d}/run/restarts.jsonl")"
+[[ "$(wc -l <<<"${rec}")" == 1 && "${rec}" == *'"node":"host0001","batch_host":true,"watcher":"host0000"'* ]] ||
+  fail "takeover: step_failed record(s) (the batch host's, not the dead watcher's): ${rec}"
+log "takeover: the claimant died before submitting; the other watcher took the claim over and submitted once"
 log "PASS"
