@@ -135,6 +135,31 @@ node_ns_pids() {  # node_ns_pids NODE NS
   done
 }
 
+# signal_node_namespace NODE NS SIG: SIG to every process of the node, twice (the second pass
+# catches a child forked while the first ran; against SIGSTOP nothing can fork after it).
+signal_node_namespace() {
+  local node="$1" ns="$2" sig="$3" pid _
+  for _ in 1 2; do
+    for pid in $(node_ns_pids "${node}" "${ns}"); do kill "-${sig}" "${pid}" 2>/dev/null || true; done
+  done
+}
+
+# PIDS (one per line) ordered children before parents: the deepest in their process tree
+# first. Killing stopped processes in that order never orphans a process group that still has
+# a stopped member, for which the kernel would send SIGHUP and SIGCONT to every member (POSIX:
+# exit of a parent outside the group), waking a frozen srun or script to act on a hangup.
+leaves_first() {  # leaves_first PIDS
+  local pid st
+  for pid in $1; do
+    st="$(cat "/proc/${pid}/stat" 2>/dev/null)" || continue
+    st="${st##*) }"     # after "(comm) ": "STATE PPID ..."
+    st="${st#* }"
+    echo "${pid} ${st%% *}"
+  done | awk '{ parent[$1] = $2; order[NR] = $1 }
+    function depth(p,  d) { d = 0; while ((p in parent) && d < 1000) { p = parent[p]; d++ } return d }
+    END { for (i = 1; i <= NR; i++) print depth(order[i]), order[i] }' | sort -k1,1nr | cut -d' ' -f2
+}
+
 kill_node_namespace() {  # kill_node_namespace NODE: SIGKILL everything of that node, wait
   local node="$1" ns_file="${PID_DIR}/slurmd-$1.mntns" ns pids pid
   [[ -r "${ns_file}" ]] || return 0
@@ -144,7 +169,7 @@ kill_node_namespace() {  # kill_node_namespace NODE: SIGKILL everything of that 
     pids="$(node_ns_pids "${node}" "${ns}")"
     [[ -z "${pids}" ]] && break
     ((SECONDS < deadline)) || die "processes of ${node} survive SIGKILL: ${pids//$'\n'/ }"
-    for pid in ${pids}; do
+    for pid in $(leaves_first "${pids}"); do
       kill -KILL "${pid}" 2>/dev/null || true  # it may have exited meanwhile: fine
     done
     sleep 0.2
@@ -634,11 +659,22 @@ cmd_fail_node() {
   check_node_name "${node}"
   pid="$(read_pid "slurmd-${node}")"
   pid_alive "${pid}" || die "slurmd of ${node} is not running (already failed?)"
-  # SIGKILL slurmd and every step daemon / task in its namespace: a crash, not a drain. With
-  # the last of them the kernel frees the namespace, and so unmounts the node's /dev/shm
-  # tmpfs and frees its contents (nothing outside the namespace holds a file in it).
-  kill -KILL "${pid}" 2>/dev/null || true  # exited meanwhile: fine, the loop below checks
-  kill_node_namespace "${node}"
+  # A crash stops every process of the node at the same instant. One by one SIGKILLs are not
+  # that: the /proc scan takes a while and, once pids have wrapped, goes in no particular order,
+  # so a process of the node that outlives its neighbours sees them die and acts on it (seen:
+  # an agent step on another node cancelled 28 ms after the batch host's first processes died,
+  # most likely by an srun there whose I/O peers had gone). So first freeze the whole node (slurmd first: it must not start anything
+  # new), then SIGKILL everything in its namespace, children before parents (leaves_first: the
+  # kernel would otherwise wake a stopped process group with SIGHUP when its parent dies). With
+  # the last process the kernel frees the namespace, and so its /dev/shm tmpfs and contents.
+  local ns_file="${PID_DIR}/slurmd-${node}.mntns"
+  kill -STOP "${pid}" 2>/dev/null || true  # exited meanwhile: fine, the loop below checks
+  if [[ -r "${ns_file}" ]]; then
+    signal_node_namespace "${node}" "$(cat "${ns_file}")" STOP
+    kill_node_namespace "${node}"  # slurmd included
+  else
+    kill -KILL "${pid}" 2>/dev/null || true  # no namespace on record: slurmd alone
+  fi
   rm -f "${PID_DIR}/slurmd-${node}.pid"
   log "killed ${node} (slurmd pid ${pid} and all its step processes; its /dev/shm is gone) \
 at $(date '+%T')"
@@ -694,16 +730,12 @@ after ${START_TIMEOUT_S}s (state '$(node_state "${node}")'); see ${LOG_DIR}/slur
 
 # pause-node / resume-node NAME: SIGSTOP / SIGCONT slurmd and every process of its jobs (a
 # node that hangs without dying: its kernel still completes TCP handshakes, nothing answers).
-# Stopping twice catches a child forked while the first pass ran.
 cmd_pause_node() {  # cmd_pause_node NAME SIG
   (($# == 2)) || usage_error "pause-node / resume-node take exactly one node name"
-  local node="$1" sig="$2" ns pid _
+  local node="$1" sig="$2"
   check_node_name "${node}"
   node_ns_pid "${node}" >/dev/null || die "${node} is not running (failed?)"
-  ns="$(cat "${PID_DIR}/slurmd-${node}.mntns")"
-  for _ in 1 2; do
-    for pid in $(node_ns_pids "${node}" "${ns}"); do kill "-${sig}" "${pid}" 2>/dev/null || true; done
-  done
+  signal_node_namespace "${node}" "$(cat "${PID_DIR}/slurmd-${node}.mntns")" "${sig}"
   log "$([[ "${sig}" == STOP ]] && echo paused || echo resumed) ${node} (SIG${sig} to slurmd and all its step processes) at $(date '+%T')"
 }
 

@@ -135,6 +135,37 @@ e2e_wait_resubmitted() {  # e2e_wait_resubmitted NAME OLD TIMEOUT_S
 }
 
 # A node of the job other than the batch host (whose death would take the script with it).
+# The checkpoint generation the newest start of run NAME logged (its output files, in job
+# id order: a resubmitted job's after the old one's).
+e2e_new_generation() {  # e2e_new_generation NAME
+  printf '%s\n' "${WORK_DIR}/$1"-*.out | sort -V | xargs -d '\n' grep -ho 'checkpoint generation [0-9a-f-]*' |
+    tail -n 1 | cut -d' ' -f3
+}
+
+e2e_generation_of() {  # e2e_generation_of CHECKPOINT_DIR: its manifest's generation
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' "$1/manifest.json"
+}
+
+# Has the newest start of run NAME committed a checkpoint (the newest one is of its generation)?
+e2e_new_generation_committed() {  # e2e_new_generation_committed NAME
+  local latest
+  latest="$("${E2E_BIN}/ckptctl" latest "${WORK_DIR}/$1/checkpoints" 2>/dev/null)" || return 1
+  [[ "$(e2e_generation_of "${latest}" 2>/dev/null)" == "$(e2e_new_generation "$1")" ]]
+}
+
+# Fencing: every checkpoint of run NAME after step RESUME_STEP carries generation GEN (a node
+# that woke up from a pause wrote nothing with its old generation).
+e2e_expect_generation_after() {  # e2e_expect_generation_after NAME RESUME_STEP GEN
+  local d step g
+  for d in "${WORK_DIR}/$1"/checkpoints/step-*; do
+    [[ -f "${d}/manifest.json" ]] || continue
+    step=$((10#${d##*step-}))
+    ((step > $2)) || continue
+    g="$(e2e_generation_of "${d}")"
+    [[ "${g}" == "$3" ]] || fail "checkpoint ${d} (after the relaunch at step $2) has generation ${g}, not the new start's $3"
+  done
+}
+
 e2e_non_batch_node() {
   local batch_host n
   batch_host="$(job_field "$1" BatchHost)"

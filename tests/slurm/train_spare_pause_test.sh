@@ -75,14 +75,7 @@ wait_for 60 "the replacement record" grep -q '"event":"restarted","cause":"node_
 t_relaunch="$(now_s)"
 log "paused ${PAUSED}; its ranks relaunched on the spare $(elapsed_s "${t_pause}" "${t_relaunch}") s later"
 # The new start commits a checkpoint of its own before the old one wakes up.
-gen_committed() {
-  local latest
-  latest="$("${E2E_BIN}/ckptctl" latest "${run}/checkpoints" 2>/dev/null)" || return 1
-  [[ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' \
-    "${latest}/manifest.json" 2>/dev/null)" == "$(new_generation)" ]]
-}
-new_generation() { grep -ho 'checkpoint generation [0-9a-f-]*' "${WORK_DIR}"/pause-*.out | tail -n 1 | cut -d' ' -f3; }
-wait_for 60 "a checkpoint of the new start" gen_committed
+wait_for 60 "a checkpoint of the new start" e2e_new_generation_committed pause
 "${LOCAL_CLUSTER}" resume-node "${PAUSED}"
 PAUSED=""
 log "resumed ${nodes[2]}: its old ranks and daemon wake up"
@@ -95,17 +88,11 @@ late="$(grep -c '"event":"heartbeat_late"' "${run}/restarts.jsonl" || true)"
 ((late >= 2)) || fail "the pause was not first noted as a late heartbeat (${late} heartbeat_late records)"
 [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued"
 # Fencing: after the relaunch only the new generation commits.
-gen="$(new_generation)"
+gen="$(e2e_new_generation pause)"
 resume_step="$(sed -n '/"event":"restarted"/,$p' "${run}/restarts.jsonl" | grep -o '"event":"resumed".*' |
   head -n 1 | sed -E 's/.*"step":([0-9]+),.*/\1/')"
 [[ -n "${resume_step}" ]] || fail "no resumed record after the relaunch"
-for d in "${run}"/checkpoints/step-*; do
-  [[ -f "${d}/manifest.json" ]] || continue
-  step=$((10#${d##*step-}))
-  ((step > resume_step)) || continue
-  g="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' "${d}/manifest.json")"
-  [[ "${g}" == "${gen}" ]] || fail "checkpoint ${d} (after the relaunch at step ${resume_step}) has generation ${g}, not the new start's ${gen}"
-done
+e2e_expect_generation_after pause "${resume_step}" "${gen}"
 e2e_expect_identical pause
 log "PASS: ${nodes[2]} paused, declared hung after ${FTRAIN_HUNG_AFTER_S} s, replaced; resumed, it wrote nothing into generation ${gen}; bit-identical"
 PASSED=1
