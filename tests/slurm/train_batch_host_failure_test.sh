@@ -15,6 +15,13 @@
 # MessageTimeout=10: the new job must train while Slurm still has not noticed the death.
 # Without spares then (2 nodes of a cluster with a free one), ftrain's detection on: the agents
 # submit the job again at the same size, without the dead node, once.
+# FTRAIN_TEST_BATCH_HOST_PAUSE=1 (with a spare, under the default timeouts): the batch host
+# hangs instead (local-cluster pause-node: SIGSTOP of its slurmd and of everything it runs; its
+# kernel still completes TCP handshakes). The agents must declare it "hung" after
+# FTRAIN_HUNG_AFTER_S (6 s here) of silence with no task starting on it, and submit the job
+# again; once the new job has committed a checkpoint the host is resumed, its train.sh, ranks
+# and daemon wake up in the middle of the old job's work, and generation fencing must keep
+# them out of the new job's checkpoints.
 # Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -23,6 +30,8 @@ SPARES="${FTRAIN_TEST_SPARE_NODES:-0}"
 DEFAULT_TIMEOUTS="${FTRAIN_TEST_DEFAULT_TIMEOUTS:-0}"
 ((DEFAULT_TIMEOUTS)) && SLURM_TEST_NAME="train_batch_host_failure_default_timeouts_test"
 ((DEFAULT_TIMEOUTS && !SPARES)) && SLURM_TEST_NAME="train_batch_host_failure_no_spare_default_timeouts_test"
+PAUSE="${FTRAIN_TEST_BATCH_HOST_PAUSE:-0}"
+((PAUSE)) && SLURM_TEST_NAME="train_batch_host_pause_test"
 SEED="${FTRAIN_TEST_SEED:-$(( $(date +%s) % 100000 ))}"
 FAIL_AT_STEP=$(( 8 + SEED % 40 ))   # 8..47 of 60: before, between and after checkpoints
 
@@ -31,6 +40,19 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=tests/slurm/e2e.sh
 source "${SLURM_TEST_LIB_DIR}/e2e.sh"
 e2e_setup
+PAUSED=""
+pause_cleanup() {
+  local rc=$?
+  [[ -z "${PAUSED}" ]] || "${LOCAL_CLUSTER}" resume-node "${PAUSED}" >/dev/null || true
+  set +e  # (exit N) below must not end the trap
+  (exit "${rc}")
+  e2e_cleanup
+}
+if ((PAUSE)); then
+  ((SPARES && DEFAULT_TIMEOUTS)) || fail "FTRAIN_TEST_BATCH_HOST_PAUSE=1 needs FTRAIN_TEST_SPARE_NODES=1 and FTRAIN_TEST_DEFAULT_TIMEOUTS=1"
+  trap pause_cleanup EXIT
+  export FTRAIN_HUNG_AFTER_S=6
+fi
 submit_args=()
 if ((SPARES > 0)); then
   (($(cluster_nodes | wc -l) >= 2 + SPARES)) || skip "needs a cluster of $((2 + SPARES)) nodes"
@@ -44,17 +66,26 @@ fi
 
 ((DEFAULT_TIMEOUTS)) && e2e_use_timeouts 300 10
 
-log "seed ${SEED}: crash the batch host at step ~${FAIL_AT_STEP} (FTRAIN_TEST_SEED=${SEED} reproduces)"
+log "seed ${SEED}: $( ((PAUSE)) && echo hang || echo crash) the batch host at step ~${FAIL_AT_STEP} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit batch "${submit_args[@]}")"
 wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 node="$(job_field "${JOB_ID}" BatchHost)"
 [[ -n "${node}" ]] || fail "job ${JOB_ID} has no batch host"
 old_n="$(job_nodes "${JOB_ID}" | wc -l)"
 e2e_freeze_ranks batch  # the failure lands before the run ends however fast it trains
-log "fail-node ${node} (the batch host: train.sh dies with it)"
-t_fail="$(now_s)"
-e2e_fail_node "${node}"
-e2e_thaw_ranks batch
+if ((PAUSE)); then
+  log "pause-node ${node} (the batch host: train.sh hangs with it)"
+  t_fail="$(now_s)"
+  PAUSED="${node}"
+  "${LOCAL_CLUSTER}" pause-node "${node}"
+  e2e_thaw_ranks batch
+  "${LOCAL_CLUSTER}" pause-node "${node}" >/dev/null  # its own ranks again, thawed just now
+else
+  log "fail-node ${node} (the batch host: train.sh dies with it)"
+  t_fail="$(now_s)"
+  e2e_fail_node "${node}"
+  e2e_thaw_ranks batch
+fi
 if ((SPARES == 0 && !DEFAULT_TIMEOUTS)); then
   wait_for_restarts "${JOB_ID}" 1 120
   e2e_revive_node
@@ -75,7 +106,9 @@ t_resubmit="$(now_s)"
 [[ "${JOB_ID}" =~ ^[0-9]+$ ]] || fail "no new job id in the resubmitted record"
 # Cancelled: COMPLETING until the dead node is DOWN (its live nodes are freed at once).
 wait_for_job_state "${old_job}" 'CANCELLED|COMPLETING' 60
-wait_for_job_state "${JOB_ID}" RUNNING 60
+# A hung host keeps the old job's other nodes a while: their slurmstepds try to tell its frozen
+# srun that the tasks ended (6 tries of MessageTimeout each) before they release the nodes.
+wait_for_job_state "${JOB_ID}" RUNNING $((PAUSE ? 150 : 60))
 t_running="$(now_s)"
 # Slurm has not given up on the dead node yet (under its defaults: for 300 s), and the new job
 # does without it.
@@ -87,23 +120,33 @@ job_nodes "${JOB_ID}" | grep -qx "${node}" && fail "the new job ${JOB_ID} runs o
 [[ "$(job_nodes "${JOB_ID}" | wc -l)" == "$((old_n - SPARES))" ]] ||
   fail "the new job ${JOB_ID} runs on $(job_nodes "${JOB_ID}" | paste -sd' '), not on $((old_n - SPARES)) nodes (old job: ${old_n}, ${SPARES} spare(s))"
 log "new job ${JOB_ID} running on $(job_nodes "${JOB_ID}" | paste -sd' ') while Slurm sees ${node} ${state}"
-wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${E2E_STEPS}" 120
-e2e_revive_node
+if ((PAUSE)); then
+  # The new job commits a checkpoint of its own, then the old one wakes up.
+  wait_for 120 "a checkpoint of the new job" e2e_new_generation_committed batch
+  "${LOCAL_CLUSTER}" resume-node "${node}"
+  PAUSED=""
+  log "resumed ${node}: the old job's train.sh, ranks and daemon wake up"
+else
+  wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${E2E_STEPS}" 120
+  e2e_revive_node
+fi
 e2e_wait_done "${JOB_ID}" batch
 t_done="$(now_s)"
 wait_for_job_state "${old_job}" CANCELLED 60
 # Once the node is DOWN, Slurm (without --no-kill: it ends the job) must not requeue it again.
 [[ "$(e2e_restarts "${old_job}")" == 0 ]] || fail "Slurm requeued the cancelled job ${old_job} too"
-log "batch host death -> resubmitted $(elapsed_s "${t_fail}" "${t_resubmit}") s, -> new job running $(elapsed_s "${t_fail}" "${t_running}") s, -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
+log "batch host $( ((PAUSE)) && echo hang || echo death) -> resubmitted $(elapsed_s "${t_fail}" "${t_resubmit}") s, -> new job running $(elapsed_s "${t_fail}" "${t_running}") s, -> finished $(elapsed_s "${t_fail}" "${t_done}") s"
 
 run="${WORK_DIR}/batch"
 n_resub="$(grep -c '"event":"resubmitted"' "${run}/restarts.jsonl")"
 [[ "${n_resub}" == 1 ]] || fail "${n_resub} resubmissions, not one: $(cat "${run}/restarts.jsonl")"
 rec="$(grep '"event":"step_failed"' "${run}/restarts.jsonl" | grep '"batch_host":true')" ||
   fail "no record of the batch host failure: $(cat "${run}/restarts.jsonl")"
+verdict=dead
+((PAUSE)) && verdict=hung
 [[ "${rec}" == *"\"job\":\"${old_job}\","* && "${rec}" == *"\"node\":\"${node}\""* &&
-  "${rec}" == *'"detected_by":"ftrain","verdict":"dead"'* && "${rec}" == *'"evidence":"heartbeat silent'* ]] ||
-  fail "the batch host was not declared dead by ftrain's detection: ${rec}"
+  "${rec}" == *"\"detected_by\":\"ftrain\",\"verdict\":\"${verdict}\""* && "${rec}" == *'"evidence":"heartbeat silent'* ]] ||
+  fail "the batch host was not declared ${verdict} by ftrain's detection: ${rec}"
 grep -q "\"event\":\"requeued\",\"cause\":\"node_failure\",\"resubmitted_from\":\"${old_job}\"" "${run}/restarts.jsonl" ||
   fail "the new job's start was not recorded as a resumption of ${old_job}"
 grep -q "this job continues as job ${JOB_ID}" "${WORK_DIR}/batch-${old_job}.out" ||
@@ -113,7 +156,15 @@ report="$("${E2E_BIN}/ftrain" report "${run}")" || fail "ftrain report ${run} fa
 for want in "resubmitted (job ${old_job})" "requeued (job ${JOB_ID})" 'ftrain: heartbeats and a probe'; do
   grep -qF "${want}" <<<"${report}" || fail "ftrain report does not show '${want}': ${report}"
 done
-e2e_expect_restore_from_disk batch "${node}" 1  # none before the step-5 checkpoint completed
+if ((PAUSE)); then
+  [[ "${rec}" == *'"slurmd":"open"'* ]] || fail "the paused host's slurmd port was not found open: ${rec}"
+  resume_step="$(sed -n '/"event":"requeued"/,$p' "${run}/restarts.jsonl" | grep -o '"event":"resumed".*' |
+    head -n 1 | sed -E 's/.*"step":([0-9]+),.*/\1/')"
+  [[ -n "${resume_step}" ]] || resume_step=0  # no checkpoint was complete: it started afresh
+  e2e_expect_generation_after batch "${resume_step}" "$(e2e_new_generation batch)"
+else
+  e2e_expect_restore_from_disk batch "${node}" 1  # none before the step-5 checkpoint completed
+fi
 e2e_expect_identical batch
-log "PASS (${SPARES} spare(s)$( ((DEFAULT_TIMEOUTS)) && echo ", Slurm's default timeouts")): the batch host crashed at step ${FAIL_AT_STEP}; job ${old_job} submitted again as ${JOB_ID} and cancelled; bit-identical"
+log "PASS (${SPARES} spare(s)$( ((DEFAULT_TIMEOUTS)) && echo ", Slurm's default timeouts")): the batch host $( ((PAUSE)) && echo hung || echo crashed) at step ${FAIL_AT_STEP}; job ${old_job} submitted again as ${JOB_ID} and cancelled; bit-identical"
 PASSED=1
