@@ -15,7 +15,9 @@
 #   - preemption / time limit: the USR1 warning is forwarded to every rank, they checkpoint at
 #     the next step boundary and exit 75; the script then requeues the job itself;
 #   - a rank crash with the nodes healthy: the training step is restarted inside the same
-#     allocation (bounded retries with backoff), then the job is requeued;
+#     allocation (bounded retries with backoff), then the job is requeued; after
+#     FTRAIN_MAX_FAILED_STARTS (3) such requeues in a row with no newer checkpoint in between
+#     (a failure every start repeats) the job FAILS instead of requeueing for ever;
 #   - USR1 at any other moment (pre-flight, agent start-up, back-off): nothing new to save, so
 #     straight to the requeue; every wait on the stop path is bounded (FTRAIN_STOP_TIMEOUT_S);
 #   - a configuration or input error (the trainer exits 2, RUN_DIR/.config_error says why):
@@ -53,6 +55,7 @@ RANKS_PER_NODE="${FTRAIN_RANKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}"
 PREFLIGHT="${FTRAIN_PREFLIGHT:-1}"             # 1: run ftrain commcheck before training
 PREFLIGHT_TIMEOUT_S="${FTRAIN_PREFLIGHT_TIMEOUT_S:-120}"
 MAX_INJOB_RESTARTS="${FTRAIN_MAX_INJOB_RESTARTS:-2}"
+MAX_FAILED_STARTS="${FTRAIN_MAX_FAILED_STARTS:-3}"  # rank-failure requeues without progress
 RESTART_BACKOFF_S="${FTRAIN_RESTART_BACKOFF_S:-5}"   # doubles after every in-job restart
 HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"   # a node that cannot run `true` in this is down
 HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"  # then wait this long for Slurm to requeue, else requeue
@@ -115,6 +118,21 @@ lost_flush() {
   fi
   for line in "${queued[@]}"; do printf '%s\n' "${line//@LOST@/${lost}}" >>"${RESTARTS}"; done
   queued=()
+}
+
+# A start whose rank failures used up the in-job restarts: counts it in RUN/.failed_starts
+# ("NEWEST_CHECKPOINT COUNT": the count starts again at 1 whenever a newer checkpoint was
+# committed since the last such start) and prints "COUNT NEWEST_CHECKPOINT".
+count_failed_start() {
+  local file newest prev="" count=""
+  file="$(dirname "${LAST_STOP}")/.failed_starts"
+  newest="$("${CKPTCTL_BIN}" latest "${CKPT_ROOT}" 2>/dev/null)" || newest="none"
+  newest="${newest##*/}"
+  read -r prev count 2>/dev/null <"${file}" || true
+  if [[ "${prev}" == "${newest}" && "${count}" =~ ^[0-9]+$ ]]; then count=$((count + 1)); else count=1; fi
+  { echo "${newest} ${count}" >"${file}.tmp" && mv -f "${file}.tmp" "${file}"; } 2>/dev/null ||
+    log "WARNING: cannot write ${file}: failed starts are not counted"
+  echo "${count} ${newest}"
 }
 
 # Waits S seconds in the background (a USR1 is handled at once, not after the sleep) and
@@ -403,6 +421,7 @@ elif [[ -n "${FTRAIN_RESUBMITTED_FROM:-}" ]]; then
   timeout 10 scancel --state=PENDING "${FTRAIN_RESUBMITTED_FROM}" >/dev/null 2>&1 || true
 else
   record started initial
+  rm -f "$(dirname "${LAST_STOP}")/.failed_starts"  # a new submission: a new budget of failed starts
 fi
 echo node_failure >"${LAST_STOP}"   # what a start after a silent death assumes
 
@@ -696,7 +715,14 @@ while :; do
     exit 0
   fi
   if ((injob_restarts >= MAX_INJOB_RESTARTS)); then
-    log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing"
+    read -r failed_starts newest < <(count_failed_start)
+    if ((failed_starts >= MAX_FAILED_STARTS)); then
+      log "FAILED: the training step failed (exit ${rc}) on healthy nodes in ${failed_starts} starts in a row ($((MAX_INJOB_RESTARTS + 1)) tries each) with no checkpoint newer than ${newest} in between: not requeueing (FTRAIN_MAX_FAILED_STARTS=${MAX_FAILED_STARTS}); find the cause in the ranks' errors above, fix it, then submit again (it resumes from ${newest})"
+      echo rank_failure >"${LAST_STOP}"
+      record failed rank_failure_repeated "\"lost_s\":${lost},\"exit\":${rc},\"failed_starts\":${failed_starts},\"checkpoint\":\"${newest}\""
+      exit 1
+    fi
+    log "training step failed (exit ${rc}) ${injob_restarts} times with healthy nodes: requeueing (failed start ${failed_starts} of at most ${MAX_FAILED_STARTS} with no newer checkpoint than ${newest})"
     echo rank_failure >"${LAST_STOP}"
     record step_failed rank_failure_requeue "\"lost_s\":${lost},\"exit\":${rc}"
     stop_agents
