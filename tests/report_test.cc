@@ -216,6 +216,51 @@ TEST(ReportTest, SupersededStartIsListedButIsNoInterruption) {
       << out.str();
 }
 
+TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {
+  auto text = [](const std::string& dir) {
+    auto s = report::AnalyzeRun(dir);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    std::ostringstream out;
+    if (s.ok()) report::PrintReport(*s, out);
+    return out.str();
+  };
+  const std::string done = WriteSmallRun("state-done");
+  EXPECT_NE(
+      text(done).find("state          finished, 2026-12-01T16:06:35Z (+00:06:35), job 1001\n"),
+      std::string::npos)
+      << text(done);
+  // The same run had train.sh given up after the fall-back instead of finishing.
+  const std::string failed = WriteSmallRun("state-failed");
+  std::string r = ReadFile(failed + "/restarts.jsonl");
+  r.replace(r.find("{\"time\":" + std::to_string(static_cast<int64_t>(kT0 + 395))),
+            std::string::npos,
+            Event(kT0 + 396, "failed", "rank_failure_repeated", "\"failed_starts\":3"));
+  WriteFile(failed + "/restarts.jsonl", r);
+  const std::string t = text(failed);
+  EXPECT_NE(t.find("state          FAILED (rank_failure_repeated) 2026-12-01T16:06:36Z "
+                   "(+00:06:36), job 1001: slurm/train.sh gave up; find the cause in the job's "
+                   "output (the ranks' errors), fix it, then submit again: it resumes from the "
+                   "start (no complete checkpoint)\n"),
+            std::string::npos)
+      << t;
+  auto s = report::AnalyzeRun(failed);
+  ASSERT_TRUE(s.ok());
+  std::ostringstream js;
+  report::PrintReportJson(*s, js);
+  const auto j = nlohmann::json::parse(js.str());
+  EXPECT_EQ(j["state"]["kind"], "failed");
+  EXPECT_EQ(j["state"]["cause"], "rank_failure_repeated");
+  // Without a last record that ends the run it is not finished, whatever its steps say.
+  const std::string open = WriteSmallRun("state-open");
+  r = ReadFile(open + "/restarts.jsonl");
+  r.erase(r.find("{\"time\":" + std::to_string(static_cast<int64_t>(kT0 + 395))));
+  WriteFile(open + "/restarts.jsonl", r);
+  EXPECT_NE(text(open).find("state          not finished: the newest record is fell_back "
+                            "(corrupt_checkpoint), 2026-12-01T16:05:55Z (+00:05:55), job 1001"),
+            std::string::npos)
+      << text(open);
+}
+
 TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
   auto s = report::AnalyzeRun(WriteSmallRun("text"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();

@@ -476,6 +476,28 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   return r;
 }
 
+RunState RunStateOf(const RunSummary& r) {
+  RunState st;
+  if (r.events.empty()) return st;
+  st.last = &r.events.back();
+  if (st.last->event == "finished") {
+    st.kind = "finished";
+  } else if (st.last->event == "failed") {
+    st.kind = "failed";
+    const std::string from = r.latest_in_root
+                                 ? "the checkpoint of step " + std::to_string(*r.latest_in_root)
+                                 : "the start (no complete checkpoint)";
+    st.advice = (st.last->cause == "config_error"
+                     ? "fix the configuration or input (" + RunLayout(r.run_dir).config_error() +
+                           " and the job's output say what)"
+                     : "find the cause in the job's output (the ranks' errors), fix it") +
+                ", then submit again: it resumes from " + from;
+  } else {
+    st.kind = "unfinished";
+  }
+  return st;
+}
+
 Percentiles ComputePercentiles(std::vector<double> v) {
   Percentiles p;
   p.count = static_cast<int>(v.size());

@@ -166,6 +166,14 @@ struct RunSummary {
   bool data_bound = false, comm_bound = false;
 };
 
+// What the newest restarts.jsonl record says of the run as a whole.
+struct RunState {
+  std::string kind;  // "finished", "failed" (train.sh gave up), "unfinished", "" (no records)
+  const RunEvent* last = nullptr;  // that record
+  std::string advice;              // failed: what to do next
+};
+RunState RunStateOf(const RunSummary& r);
+
 // Reads and analyses RUN_DIR. A missing directory or one without records is InvalidArgument
 // (exit 2); a malformed record is Corruption naming file:line (exit 1), except a torn last
 // line of a file (what a crash mid-append leaves), which is skipped with a warning.

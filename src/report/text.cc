@@ -24,6 +24,22 @@ std::string At(const RunSummary& r, double t) {
   return IsoTime(t) + " (" + Offset(t - r.start) + ")";
 }
 
+// The run as a whole, from its newest record; empty without records.
+std::string StateLine(const RunSummary& r) {
+  const RunState st = RunStateOf(r);
+  if (st.last == nullptr) return "";
+  const RunEvent& e = *st.last;
+  const std::string when = At(r, e.time) + (e.job.empty() ? "" : ", job " + e.job);
+  if (st.kind == "finished") return "finished, " + when;
+  if (st.kind == "failed") {
+    return "FAILED (" + e.cause + ") " + when + ": slurm/train.sh gave up; " + st.advice;
+  }
+  return "not finished: the newest record is " + e.event +
+         (e.cause.empty() ? "" : " (" + e.cause + ")") + ", " + when +
+         " (still running or queued, or it ended without a record: see squeue and the job's "
+         "output)";
+}
+
 void Row(std::ostream& out, const std::string& key, const std::string& value) {
   out << "    " << key << std::string(key.size() < 23 ? 23 - key.size() : 1, ' ') << value << "\n";
 }
@@ -132,6 +148,9 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   out << "run            " << r.run_dir << "\n";
   out << "time (UTC)     " << IsoTime(r.start) << " to " << IsoTime(r.end) << ", wall "
       << HumanDuration(r.wall_s) << "\n";
+  if (const std::string state = StateLine(r); !state.empty()) {
+    out << "state          " << state << "\n";
+  }
   if (last == nullptr) {
     out << "steps          none recorded yet\n";
   } else {
@@ -224,6 +243,14 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
   j["start"] = TimeJson(r, r.start);
   j["end"] = TimeJson(r, r.end);
   j["wall_s"] = r.wall_s;
+  if (const RunState st = RunStateOf(r); st.last != nullptr) {
+    j["state"] = {{"kind", st.kind},
+                  {"event", st.last->event},
+                  {"cause", st.last->cause},
+                  {"job", st.last->job},
+                  {"at", TimeJson(r, st.last->time)},
+                  {"advice", st.advice.empty() ? ojson() : ojson(st.advice)}};
+  }
   j["steps"] = last != nullptr ? last->step : 0;
   j["records"] = r.steps.size();
   j["tokens"] = last != nullptr ? last->tokens : 0;

@@ -72,7 +72,9 @@ rec="$(grep '"event":"failed"' "${run}/restarts.jsonl")" || fail "no failed reco
   fail "the failed record does not name the cause, the 2 starts and ${newest##*/}: ${rec}"
 grep -q "FAILED: the training step failed .* in 2 starts in a row .* no checkpoint newer than ${newest##*/} .*submit again" \
   "${WORK_DIR}/loop-${JOB_ID}.out" || fail "the job's output does not say why it stopped and what to do"
-"${E2E_BIN}/ftrain" report "${run}" >/dev/null || fail "ftrain report ${run} failed"
+report="$("${E2E_BIN}/ftrain" report "${run}")" || fail "ftrain report ${run} failed"
+grep -q "^state *FAILED (rank_failure_repeated) .*job ${JOB_ID}: .*submit again: it resumes from the checkpoint of step $((10#${newest##*step-}))\$" <<<"${report}" ||
+  fail "ftrain report does not say that the run FAILED and what to do: $(head -n 4 <<<"${report}")"
 log "job ${JOB_ID}: $(wc -l <"${WORK_DIR}/kills") ranks killed in 4 steps of 2 starts at ${newest##*/}, then FAILED (no requeue loop)"
 
 # The cause fixed (no more kills), the user submits again: a new budget; it resumes and ends
