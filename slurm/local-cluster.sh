@@ -663,10 +663,11 @@ cmd_fail_node() {
   # that: the /proc scan takes a while and, once pids have wrapped, goes in no particular order,
   # so a process of the node that outlives its neighbours sees them die and acts on it (seen:
   # an agent step on another node cancelled 28 ms after the batch host's first processes died,
-  # most likely by an srun there whose I/O peers had gone). So first freeze the whole node (slurmd first: it must not start anything
-  # new), then SIGKILL everything in its namespace, children before parents (leaves_first: the
-  # kernel would otherwise wake a stopped process group with SIGHUP when its parent dies). With
-  # the last process the kernel frees the namespace, and so its /dev/shm tmpfs and contents.
+  # most likely by an srun there whose I/O peers had gone). So first freeze the whole node
+  # (slurmd first: it must not start anything new), then SIGKILL everything in its namespace,
+  # children before parents (leaves_first: the kernel would otherwise wake a stopped process
+  # group with SIGHUP when its parent dies). With the last process the kernel frees the
+  # namespace, and so its /dev/shm tmpfs and contents.
   local ns_file="${PID_DIR}/slurmd-${node}.mntns"
   kill -STOP "${pid}" 2>/dev/null || true  # exited meanwhile: fine, the loop below checks
   if [[ -r "${ns_file}" ]]; then

@@ -16,7 +16,7 @@
 #     the next step boundary and exit 75; the script then requeues the job itself;
 #   - a rank crash with the nodes healthy: the training step is restarted inside the same
 #     allocation (bounded retries with backoff), then the job is requeued; after
-#     FTRAIN_MAX_FAILED_STARTS (3) such requeues in a row with no newer checkpoint in between
+#     FTRAIN_MAX_FAILED_STARTS (3) such starts in a row with no newer checkpoint in between
 #     (a failure every start repeats) the job FAILS instead of requeueing for ever;
 #   - USR1 at any other moment (pre-flight, agent start-up, back-off): nothing new to save, so
 #     straight to the requeue; every wait on the stop path is bounded (FTRAIN_STOP_TIMEOUT_S);
@@ -55,7 +55,7 @@ RANKS_PER_NODE="${FTRAIN_RANKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}"
 PREFLIGHT="${FTRAIN_PREFLIGHT:-1}"             # 1: run ftrain commcheck before training
 PREFLIGHT_TIMEOUT_S="${FTRAIN_PREFLIGHT_TIMEOUT_S:-120}"
 MAX_INJOB_RESTARTS="${FTRAIN_MAX_INJOB_RESTARTS:-2}"
-MAX_FAILED_STARTS="${FTRAIN_MAX_FAILED_STARTS:-3}"  # rank-failure requeues without progress
+MAX_FAILED_STARTS="${FTRAIN_MAX_FAILED_STARTS:-3}"  # such starts in a row without progress: FAIL
 RESTART_BACKOFF_S="${FTRAIN_RESTART_BACKOFF_S:-5}"   # doubles after every in-job restart
 HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"   # a node that cannot run `true` in this is down
 HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"  # then wait this long for Slurm to requeue, else requeue
@@ -124,8 +124,7 @@ lost_flush() {
 # ("NEWEST_CHECKPOINT COUNT": the count starts again at 1 whenever a newer checkpoint was
 # committed since the last such start) and prints "COUNT NEWEST_CHECKPOINT".
 count_failed_start() {
-  local file newest prev="" count=""
-  file="$(dirname "${LAST_STOP}")/.failed_starts"
+  local file="${FAILED_STARTS}" newest prev="" count=""
   newest="$("${CKPTCTL_BIN}" latest "${CKPT_ROOT}" 2>/dev/null)" || newest="none"
   newest="${newest##*/}"
   read -r prev count 2>/dev/null <"${file}" || true
@@ -382,6 +381,7 @@ if ! read_paths --config "${CONFIG}" --run.dir="${RUN_DIR}" "${ckpt_args[@]}" ${
 fi
 CKPT_ROOT="${P[checkpoints]}" RESTARTS="${P[restarts]}" METRICS="${P[metrics]}"
 LAST_STOP="${P[last_stop]}" CONFIG_ERROR="${P[config_error]}" JOB_NODES="${P[job_nodes]}"
+FAILED_STARTS="${P[failed_starts]}"
 HEARTBEATS="${P[heartbeats]}"
 # A start of a job that its node agents already submitted again (its batch host died; Slurm
 # then requeued it too, before they could cancel it): the new job trains, this one ends.
@@ -421,7 +421,7 @@ elif [[ -n "${FTRAIN_RESUBMITTED_FROM:-}" ]]; then
   timeout 10 scancel --state=PENDING "${FTRAIN_RESUBMITTED_FROM}" >/dev/null 2>&1 || true
 else
   record started initial
-  rm -f "$(dirname "${LAST_STOP}")/.failed_starts"  # a new submission: a new budget of failed starts
+  rm -f "${FAILED_STARTS}"  # a new submission: a new budget of failed starts
 fi
 echo node_failure >"${LAST_STOP}"   # what a start after a silent death assumes
 

@@ -31,6 +31,7 @@ TEST(RunLayout, NamesEveryFileUnderTheRunDirectory) {
   EXPECT_EQ(l.resolved_config(), "/runs/a/config.resolved.cfg");
   EXPECT_EQ(l.config_error(), "/runs/a/.config_error");
   EXPECT_EQ(l.last_stop(), "/runs/a/.last_stop");
+  EXPECT_EQ(l.failed_starts(), "/runs/a/.failed_starts");
   EXPECT_EQ(l.daemon_dir("n1"), "/runs/a/ckptd-n1");
   EXPECT_EQ(l.daemon_log("n1"), "/runs/a/logs/ckptd-n1.log");
   EXPECT_EQ(l.default_checkpoint_root(), "/runs/a/checkpoints");

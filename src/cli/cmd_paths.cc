@@ -66,6 +66,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"resolved_config", layout.resolved_config()},
       {"config_error", layout.config_error()},
       {"last_stop", layout.last_stop()},
+      {"failed_starts", layout.failed_starts()},
       {"logs", layout.logs()},
       {"tensorboard", layout.tensorboard()},
       {"profile", layout.profile()},

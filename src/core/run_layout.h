@@ -7,6 +7,8 @@
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
+//   RUN/.failed_starts        "NEWEST_CHECKPOINT COUNT": starts in a row whose rank failures
+//                             outlasted the in-job restarts with no newer checkpoint (train.sh)
 //   RUN/logs/                 logs of the node agents and daemons: ckptd-<node>.log
 //   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h),
 //                             peer-addr (where its buddy-replication port listens),
@@ -38,6 +40,7 @@ class RunLayout {
   std::string resolved_config() const;
   std::string config_error() const;
   std::string last_stop() const;
+  std::string failed_starts() const;
   std::string logs() const;
   std::string daemon_dir(const std::string& node) const;
   std::string daemon_log(const std::string& node) const;

@@ -16,11 +16,16 @@ E2E_JOB_TIMEOUT_S=300
 
 JOB_ID=""
 FAILED_NODE=""
+PAUSED_NODE=""  # e2e_pause_node: resumed at exit
+E2E_BG_PIDS=()  # a test's background helpers: killed at exit
 E2E_RESTORE_TIMEOUTS=""  # "SLURMD MSG" to put back at the end (e2e_use_timeouts)
 WORK_DIR=""
 PASSED=0
 e2e_cleanup() {
   local rc=$? run log node
+  ((${#E2E_BG_PIDS[@]} == 0)) || kill "${E2E_BG_PIDS[@]}" 2>/dev/null || true
+  [[ -z "${PAUSED_NODE}" ]] || "${LOCAL_CLUSTER}" resume-node "${PAUSED_NODE}" >/dev/null ||
+    log "cleanup: resume-node ${PAUSED_NODE} failed"
   cancel_job "${JOB_ID}"
   if [[ -n "${FAILED_NODE}" ]]; then
     "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}" || log "cleanup: revive-node failed"
@@ -134,7 +139,6 @@ e2e_wait_resubmitted() {  # e2e_wait_resubmitted NAME OLD TIMEOUT_S
     sed -E 's/.*"new_job":"([0-9]+)".*/\1/'
 }
 
-# A node of the job other than the batch host (whose death would take the script with it).
 # The checkpoint generation the newest start of run NAME logged (its output files, in job
 # id order: a resubmitted job's after the old one's).
 e2e_new_generation() {  # e2e_new_generation NAME
@@ -166,6 +170,13 @@ e2e_expect_generation_after() {  # e2e_expect_generation_after NAME RESUME_STEP 
   done
 }
 
+# The step the first resume of run NAME after its first EVENT record restored (empty: none).
+e2e_resume_step_after() {  # e2e_resume_step_after NAME EVENT
+  sed -n "/\"event\":\"$2\"/,\$p" "${WORK_DIR}/$1/restarts.jsonl" | grep -o '"event":"resumed".*' |
+    head -n 1 | sed -E 's/.*"step":([0-9]+),.*/\1/'
+}
+
+# A node of the job other than the batch host (whose death would take the script with it).
 e2e_non_batch_node() {
   local batch_host n
   batch_host="$(job_field "$1" BatchHost)"
@@ -183,6 +194,18 @@ e2e_fail_node() {  # e2e_fail_node NODE: SIGKILL the node's slurmd and everythin
 e2e_revive_node() {
   "${LOCAL_CLUSTER}" revive-node "${FAILED_NODE}"
   FAILED_NODE=""
+}
+
+# e2e_pause_node NODE: SIGSTOP the node's slurmd and everything it runs (a hung node; resumed
+# at exit unless e2e_resume_node ran).
+e2e_pause_node() {
+  PAUSED_NODE="$1"
+  "${LOCAL_CLUSTER}" pause-node "$1"
+}
+
+e2e_resume_node() {
+  "${LOCAL_CLUSTER}" resume-node "${PAUSED_NODE}"
+  PAUSED_NODE=""
 }
 
 # Pids of the `ftrain train` ranks of run NAME (all nodes share this host's pid namespace).

@@ -40,17 +40,8 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=tests/slurm/e2e.sh
 source "${SLURM_TEST_LIB_DIR}/e2e.sh"
 e2e_setup
-PAUSED=""
-pause_cleanup() {
-  local rc=$?
-  [[ -z "${PAUSED}" ]] || "${LOCAL_CLUSTER}" resume-node "${PAUSED}" >/dev/null || true
-  set +e  # (exit N) below must not end the trap
-  (exit "${rc}")
-  e2e_cleanup
-}
 if ((PAUSE)); then
   ((SPARES && DEFAULT_TIMEOUTS)) || fail "FTRAIN_TEST_BATCH_HOST_PAUSE=1 needs FTRAIN_TEST_SPARE_NODES=1 and FTRAIN_TEST_DEFAULT_TIMEOUTS=1"
-  trap pause_cleanup EXIT
   export FTRAIN_HUNG_AFTER_S=6
 fi
 submit_args=()
@@ -76,8 +67,7 @@ e2e_freeze_ranks batch  # the failure lands before the run ends however fast it 
 if ((PAUSE)); then
   log "pause-node ${node} (the batch host: train.sh hangs with it)"
   t_fail="$(now_s)"
-  PAUSED="${node}"
-  "${LOCAL_CLUSTER}" pause-node "${node}"
+  e2e_pause_node "${node}"
   e2e_thaw_ranks batch
   "${LOCAL_CLUSTER}" pause-node "${node}" >/dev/null  # its own ranks again, thawed just now
 else
@@ -123,8 +113,7 @@ log "new job ${JOB_ID} running on $(job_nodes "${JOB_ID}" | paste -sd' ') while 
 if ((PAUSE)); then
   # The new job commits a checkpoint of its own, then the old one wakes up.
   wait_for 120 "a checkpoint of the new job" e2e_new_generation_committed batch
-  "${LOCAL_CLUSTER}" resume-node "${node}"
-  PAUSED=""
+  e2e_resume_node
   log "resumed ${node}: the old job's train.sh, ranks and daemon wake up"
 else
   wait_for_file_lines "${WORK_DIR}/batch/metrics.jsonl" "${E2E_STEPS}" 120
@@ -158,8 +147,7 @@ for want in "resubmitted (job ${old_job})" "requeued (job ${JOB_ID})" 'ftrain: h
 done
 if ((PAUSE)); then
   [[ "${rec}" == *'"slurmd":"open"'* ]] || fail "the paused host's slurmd port was not found open: ${rec}"
-  resume_step="$(sed -n '/"event":"requeued"/,$p' "${run}/restarts.jsonl" | grep -o '"event":"resumed".*' |
-    head -n 1 | sed -E 's/.*"step":([0-9]+),.*/\1/')"
+  resume_step="$(e2e_resume_step_after batch requeued)"
   [[ -n "${resume_step}" ]] || resume_step=0  # no checkpoint was complete: it started afresh
   e2e_expect_generation_after batch "${resume_step}" "$(e2e_new_generation batch)"
 else

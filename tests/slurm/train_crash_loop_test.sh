@@ -18,15 +18,6 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=tests/slurm/e2e.sh
 source "${SLURM_TEST_LIB_DIR}/e2e.sh"
 e2e_setup
-KILLER=""
-loop_cleanup() {
-  local rc=$?
-  [[ -z "${KILLER}" ]] || kill "${KILLER}" 2>/dev/null || true
-  set +e  # (exit N) below must not end the trap
-  (exit "${rc}")
-  e2e_cleanup
-}
-trap loop_cleanup EXIT
 export FTRAIN_MAX_INJOB_RESTARTS=1 FTRAIN_MAX_FAILED_STARTS=2 FTRAIN_RESTART_BACKOFF_S=1
 export FTRAIN_PREFLIGHT=0
 run="${WORK_DIR}/loop"
@@ -50,12 +41,12 @@ kill_every_start() {
 JOB_ID="$(e2e_submit loop)"
 wait_for_file_lines "${run}/metrics.jsonl" 12 "${E2E_JOB_TIMEOUT_S}"
 kill_every_start &
-KILLER=$!
+E2E_BG_PIDS=($!)
 log "killing a rank of every start of job ${JOB_ID} from step ~12 on"
 wait_for_job_state "${JOB_ID}" 'COMPLETED|FAILED|CANCELLED|TIMEOUT' 240
-kill "${KILLER}"
-wait "${KILLER}" 2>/dev/null || true
-KILLER=""
+kill "${E2E_BG_PIDS[@]}"
+wait "${E2E_BG_PIDS[@]}" 2>/dev/null || true
+E2E_BG_PIDS=()
 state="$(job_state "${JOB_ID}")"
 [[ "${state}" == FAILED ]] || fail "job ${JOB_ID} ended ${state}, not FAILED: $(cat "${run}/restarts.jsonl")"
 [[ "$(e2e_restarts "${JOB_ID}")" == 1 ]] ||

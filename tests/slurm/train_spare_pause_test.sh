@@ -28,16 +28,6 @@ e2e_setup
 mapfile -t nodes < <(cluster_nodes)
 ((${#nodes[@]} >= 3)) || skip "needs a cluster of 3 nodes (FTRAIN_TEST_NODES=3), have ${#nodes[@]}"
 e2e_use_timeouts 300 10
-PAUSED=""
-resume_paused() { [[ -z "${PAUSED}" ]] || "${LOCAL_CLUSTER}" resume-node "${PAUSED}" >/dev/null || true; }
-pause_cleanup() {
-  local rc=$?
-  resume_paused
-  set +e  # (exit N) below must not end the trap
-  (exit "${rc}")
-  e2e_cleanup
-}
-trap pause_cleanup EXIT
 
 # The heartbeat (and follower) subshells of NODE's agent (bash, the agent's children other
 # than ckptd): stopped, a stalled agent.
@@ -68,16 +58,14 @@ sleep 1
 grep -q '"event":"step_failed"\|"event":"restarted"' "${run}/restarts.jsonl" &&
   fail "a false alarm (one stalled agent, its slurmd answering) restarted something: $(cat "${run}/restarts.jsonl")"
 log "false alarm: ${nodes[2]}'s heartbeat stopped 5 s, noted, nothing restarted"
-PAUSED="${nodes[2]}"
-"${LOCAL_CLUSTER}" pause-node "${PAUSED}"
+e2e_pause_node "${nodes[2]}"
 t_pause="$(now_s)"
 wait_for 60 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' "${run}/restarts.jsonl"
 t_relaunch="$(now_s)"
-log "paused ${PAUSED}; its ranks relaunched on the spare $(elapsed_s "${t_pause}" "${t_relaunch}") s later"
+log "paused ${nodes[2]}; its ranks relaunched on the spare $(elapsed_s "${t_pause}" "${t_relaunch}") s later"
 # The new start commits a checkpoint of its own before the old one wakes up.
 wait_for 60 "a checkpoint of the new start" e2e_new_generation_committed pause
-"${LOCAL_CLUSTER}" resume-node "${PAUSED}"
-PAUSED=""
+e2e_resume_node
 log "resumed ${nodes[2]}: its old ranks and daemon wake up"
 e2e_wait_done "${JOB_ID}" pause
 
@@ -89,8 +77,7 @@ late="$(grep -c '"event":"heartbeat_late"' "${run}/restarts.jsonl" || true)"
 [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued"
 # Fencing: after the relaunch only the new generation commits.
 gen="$(e2e_new_generation pause)"
-resume_step="$(sed -n '/"event":"restarted"/,$p' "${run}/restarts.jsonl" | grep -o '"event":"resumed".*' |
-  head -n 1 | sed -E 's/.*"step":([0-9]+),.*/\1/')"
+resume_step="$(e2e_resume_step_after pause restarted)"
 [[ -n "${resume_step}" ]] || fail "no resumed record after the relaunch"
 e2e_expect_generation_after pause "${resume_step}" "${gen}"
 e2e_expect_identical pause
