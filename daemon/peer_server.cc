@@ -380,8 +380,9 @@ Status PeerServer::HandleFetch(peer::PeerConn* conn, const std::string& payload)
     return Status::FailedPrecondition("tried to fetch a snapshot of job '" + f.job +
                                       "' (it authenticated for job '" + job_ + "')");
   }
-  std::shared_ptr<const Replica> r = store_->Find(f.job, f.rank);
-  if (r == nullptr || r->header.step != f.step) {
+  int64_t newest = -1;
+  std::shared_ptr<const Replica> r = store_->Find(f.job, f.rank, f.step, &newest);
+  if (r == nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.refused;
@@ -390,8 +391,7 @@ Status PeerServer::HandleFetch(peer::PeerConn* conn, const std::string& payload)
         PeerMsg::kRefused,
         Reason("no replica of rank " + std::to_string(f.rank) + " step " + std::to_string(f.step) +
                " here" +
-               (r != nullptr ? " (newest: step " + std::to_string(r->header.step) + ")"
-                             : std::string())));
+               (newest >= 0 ? " (newest: step " + std::to_string(newest) + ")" : std::string())));
   }
   FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kOffer, peer::EncodeReplicaHeader(r->header)));
   FT_RETURN_IF_ERROR(conn->SendImage(r->image->data(), r->header.extent, nullptr));

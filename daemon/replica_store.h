@@ -1,8 +1,11 @@
-// The replicas a ckptd holds for its buddies: per (job, rank) the newest COMPLETE snapshot,
-// in anonymous memory, within a byte budget (--replica-memory-gb). A replica is received
-// into a fresh buffer that counts against the budget from the start (Reserve), and replaces
-// the older one only once it is whole and every piece's XXH3 verified (Commit); a failed or
-// aborted transfer just drops its buffer. Thread-safe (peer connection threads).
+// The replicas a ckptd holds for its buddies: per (job, rank) the newest COMPLETE snapshot and,
+// while the budget has room, the one before it (the newest may never commit: its node ran ahead
+// of a node that died first, and the restart resumes from the older), in anonymous memory,
+// within a byte budget (--replica-memory-gb). A replica is received into a fresh buffer that
+// counts against the budget from the start (Reserve; older "previous" replicas are dropped to
+// make room, never a newest one), and replaces the older one only once it is whole and every
+// piece's XXH3 verified (Commit); a failed or aborted transfer just drops its buffer.
+// Thread-safe (peer connection threads).
 #pragma once
 
 #include <cstdint>
@@ -49,10 +52,13 @@ class ReplicaStore {
   // also logged). The reservation is released when the returned buffer is dropped.
   class Reservation;
   StatusOr<std::unique_ptr<Reservation>> Reserve(const peer::ReplicaHeader& header);
-  // Makes the received, verified replica the newest of its (job, rank); the older one
-  // goes (its memory returns once no FETCH is still reading it).
+  // Makes the received, verified replica the newest of its (job, rank); the one it replaces
+  // becomes the previous (if older), the previous before goes (memory returns once no FETCH
+  // is still reading it).
   void Commit(std::unique_ptr<Reservation> r, std::string from);
-  std::shared_ptr<const Replica> Find(const std::string& job, int rank) const;
+  // The replica of (job, rank) at `step`, or null; `*newest`: the newest step held (-1: none).
+  std::shared_ptr<const Replica> Find(const std::string& job, int rank, int64_t step,
+                                      int64_t* newest = nullptr) const;
 
   struct Held {
     std::string job;
@@ -66,12 +72,20 @@ class ReplicaStore {
   uint64_t budget() const { return budget_; }
 
  private:
+  struct Entry {
+    std::shared_ptr<const Replica> newest;
+    std::shared_ptr<const Replica> previous;  // older; dropped first when room is needed
+  };
+  // Drops previous replicas (this key's first, then the oldest steps) until `bytes` more fit.
+  void MakeRoomLocked(const std::pair<std::string, int>& key, uint64_t bytes);
+  void DropLocked(std::shared_ptr<const Replica>* r);
+
   const uint64_t budget_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, std::shared_ptr<const Replica>> held_;  // guarded by mu_
-  uint64_t held_bytes_ = 0;                                                     // guarded by mu_
-  uint64_t reserved_bytes_ = 0;                                                 // guarded by mu_
-  std::map<int, bool> overflow_logged_;                                         // guarded by mu_
+  std::map<std::pair<std::string, int>, Entry> held_;  // guarded by mu_
+  uint64_t held_bytes_ = 0;                            // guarded by mu_
+  uint64_t reserved_bytes_ = 0;                        // guarded by mu_
+  std::map<int, bool> overflow_logged_;                // guarded by mu_
   friend class Reservation;
 };
 

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -380,16 +381,23 @@ bool Server::OnSubmit(int fd, Conn& c, const std::string& payload) {
   return true;
 }
 
-// RESTORE: the newest retained snapshot of the rank (restore from memory), if any.
+// RESTORE: the rank's retained snapshot of the step asked for (or the newest one), if any.
 bool Server::OnRestore(int fd, Conn& c, const std::string& payload) {
   if (c.rank < 0) return Disconnect(fd, "RESTORE before HELLO"), false;
-  if (!payload.empty()) return Disconnect(fd, "RESTORE with a payload"), false;
+  auto want = proto::DecodeRestore(payload);
+  if (!want.ok()) return Disconnect(fd, want.status().message()), false;
   const Slot* best = nullptr;
+  int64_t newest = -1;
   for (const auto& s : ranks_[c.rank].slots) {
-    if (s.state == SlotState::kRetained && (best == nullptr || s.step > best->step)) best = &s;
+    if (s.state != SlotState::kRetained) continue;
+    newest = std::max(newest, s.step);
+    if ((*want < 0 || s.step == *want) && (best == nullptr || s.step > best->step)) best = &s;
   }
   if (best != nullptr) {
     FT_LOG(Info) << "ckptd: rank " << c.rank << " restores step " << best->step << " from memory";
+  } else if (*want >= 0) {
+    FT_LOG(Info) << "ckptd: rank " << c.rank << " asks for step " << *want
+                 << "; it is not in memory (newest held: " << newest << ")";
   }
   Send(fd, MsgType::kRestoreOk, proto::EncodeRestoreOk(best != nullptr ? &best->submit : nullptr));
   return true;
@@ -457,9 +465,14 @@ void Server::DrainResults() {
   for (auto& r : results) {
     auto& rs = ranks_[r.rank];
     if (r.slot < rs.slots.size()) {
-      // A persisted snapshot stays in memory as the rank's newest (older ones are freed).
+      // A persisted snapshot stays in memory as the rank's newest; the older retained one
+      // stays too (until ACQUIRE needs its slot): this one may never commit (a rank of
+      // another node died first) and a restart then resumes from the older. A retained
+      // snapshot of this step or later is stale (the step is being redone after a restart).
       for (auto& s : rs.slots) {
-        if (r.status.ok() && s.state == SlotState::kRetained) s.state = SlotState::kFree;
+        if (r.status.ok() && s.state == SlotState::kRetained && s.step >= r.step) {
+          s.state = SlotState::kFree;
+        }
       }
       rs.slots[r.slot].state = r.status.ok() ? SlotState::kRetained : SlotState::kFree;
       if (r.status.ok()) OfferReplica(r, rs.slots[r.slot]);

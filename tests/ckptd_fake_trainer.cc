@@ -87,10 +87,14 @@ int main(int argc, char** argv) {
   }
   int64_t scale = 1;
   bool kill_after = false, restore = false, fake_gpu = false;
-  int64_t fetch_step = -1;
+  int64_t fetch_step = -1, restore_step = -1;
   std::string peer, manifest_root;
   for (int i = 6; i < argc; ++i) {
     if (std::strcmp(argv[i], "--restore") == 0) restore = true;
+    if (std::strcmp(argv[i], "--restore-step") == 0 && i + 1 < argc) {
+      restore = true;
+      restore_step = std::atoll(argv[++i]);
+    }
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kill-after-submit") == 0) kill_after = true;
     if (std::strcmp(argv[i], "--fake-gpu") == 0) fake_gpu = true;
@@ -125,7 +129,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (restore) {
-    auto snap = (*client)->Restore();
+    auto snap = (*client)->Restore(restore_step);
     if (!snap.ok()) {
       std::fprintf(stderr, "restore: %s\n", snap.status().ToString().c_str());
       return 1;

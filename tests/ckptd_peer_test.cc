@@ -209,7 +209,10 @@ class CkptdPeerTest : public ::testing::Test {
 TEST_F(CkptdPeerTest, RingReplicatesAndAReplacementNodeRestoresFromPeerMemory) {
   StartDaemon("a", "b");
   StartDaemon("b", "a");
-  auto r = Trainer("a", 0, 1, "1,2");
+  auto r = Trainer("a", 0, 1, "1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(WaitFor([&] { return HeldStep("b", 0) == 1; })) << ReadLog("a") << ReadLog("b");
+  r = Trainer("a", 0, 1, "2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(WaitFor([&] { return Latest() == 2; })) << ReadLog("a");
   // Newest replica wins: B ends up with step 2, whole and verified.
@@ -239,10 +242,20 @@ TEST_F(CkptdPeerTest, RingReplicatesAndAReplacementNodeRestoresFromPeerMemory) {
   // B counts it once the fetcher's acknowledgement arrived, which may be after C answered.
   EXPECT_TRUE(WaitFor([&] { return Replication("b").value("replicas_served", 0) == 1; }, 10))
       << Replication("b").dump();
+  // B keeps the replica before the newest too (the newest may never commit when its node ran
+  // ahead of one that died: the restart resumes from the one before).
+  EXPECT_NE(ctl.output.find("holds rank 0 step 1 "), std::string::npos) << ctl.output;
+  auto prev = Trainer("c", 0, 1, "-", "--fetch-peer 1 --restore-step 1");
+  EXPECT_EQ(prev.exit_code, 0) << prev.output << ReadLog("c");
+  EXPECT_NE(prev.output.find("fetched step 1 from peer " + Addr("b")), std::string::npos)
+      << prev.output;
+  EXPECT_NE(prev.output.find("restored step 1 "), std::string::npos) << prev.output;
   // A step no peer holds: not found (the trainer reads from disk), nothing breaks.
-  auto none = Trainer("c", 0, 1, "-", "--fetch-peer 1");
+  auto none = Trainer("c", 0, 1, "-", "--fetch-peer 3");
   EXPECT_EQ(none.exit_code, 6) << none.output;
-  EXPECT_NE(none.output.find("no replica of rank 0 step 1"), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find("no replica of rank 0 step 3 here (newest: step 2)"),
+            std::string::npos)
+      << none.output;
   // Named peer address.
   auto named = Trainer("c", 0, 1, "-", "--fetch-peer 2 --peer " + Addr("b") + " --restore");
   EXPECT_EQ(named.exit_code, 0) << named.output;
@@ -276,6 +289,32 @@ TEST_F(CkptdPeerTest, ReplicaThatDoesNotFitKeepsTheOlderCompleteOne) {
   StartDaemon("c");
   auto c = Trainer("c", 0, 1, "-", "--fetch-peer 1 --peer " + Addr("b") + " --restore");
   EXPECT_EQ(c.exit_code, 0) << c.output;
+}
+
+TEST_F(CkptdPeerTest, PreviousReplicaGivesWayToANewOneButANewestNeverDoes) {
+  const uint64_t image = ckpt::SlotBytesFor(testing::RankState(0, 0, 1).contents());
+  // Room for two replicas and a half: newest + previous, and a third only in place of one.
+  const double gb = 2.5 * static_cast<double>(image) / static_cast<double>(uint64_t{1} << 30);
+  StartDaemon("b", "", {"--replica-memory-gb", std::to_string(gb)});
+  StartDaemon("a", "b");
+  auto steps = [&] {
+    std::set<int64_t> out;
+    for (const auto& h : Replication("b").value("replicas_held", nlohmann::json::array())) {
+      out.insert(h["step"].get<int64_t>());
+    }
+    return out;
+  };
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_EQ(Trainer("a", 0, 1, std::to_string(step)).exit_code, 0);
+    ASSERT_TRUE(WaitFor([&] { return HeldStep("b", 0) == step; })) << ReadLog("a") << ReadLog("b");
+  }
+  // Step 3 arrived in the room of step 1 (the oldest previous), not in place of step 2.
+  EXPECT_EQ(steps(), (std::set<int64_t>{2, 3})) << Replication("b").dump();
+  EXPECT_EQ(ReadLog("b").find("does not fit"), std::string::npos) << ReadLog("b");
+  StartDaemon("c");
+  auto c = Trainer("c", 0, 1, "-", "--fetch-peer 2 --peer " + Addr("b") + " --restore-step 2");
+  EXPECT_EQ(c.exit_code, 0) << c.output << ReadLog("c");
+  EXPECT_NE(c.output.find("restored step 2 "), std::string::npos) << c.output;
 }
 
 TEST_F(CkptdPeerTest, BuddyKilledMidReplicationCostsTheTrainerNothingAndIsRetried) {
@@ -559,7 +598,7 @@ TEST_F(CkptdPeerTest, FetchesSkipEarlierStartsAndNewStartsAndDeadPeersOnce) {
   EXPECT_FALSE(earlier.Dialled()) << ReadLog("c");
   EXPECT_EQ(CountLog("c", "does not answer"), 2) << ReadLog("c");
   // The next fetch does not wait for them again.
-  auto again = Trainer("c", 0, 1, "-", "--fetch-peer 1");
+  auto again = Trainer("c", 0, 1, "-", "--fetch-peer 3");
   EXPECT_EQ(again.exit_code, 6) << again.output;
   EXPECT_EQ(CountLog("c", "does not answer"), 2) << ReadLog("c");
   EXPECT_NE(again.output.find("did not answer a moment ago (skipped)"), std::string::npos)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "ckpt/wire_codec.h"
 #include "test_util.h"
 
 namespace ftrain::ckpt::proto {
@@ -222,6 +223,21 @@ TEST(CkptdSubmit, RangesNamesAndSlotBounds) {
   refused([](Submit* m) { m->meta.config_hash.assign(kMaxMetaBytes + 1, 'h'); },
           "malformed SUBMIT");
   refused([](Submit* m) { m->pieces[0].name.assign(kMaxNameBytes + 1, 'n'); }, "malformed piece 0");
+}
+
+TEST(CkptdRestore, NewestOrANamedStep) {
+  EXPECT_EQ(EncodeRestore(-1), "");
+  auto newest = DecodeRestore("");
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(*newest, -1);
+  auto named = DecodeRestore(EncodeRestore(25));
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(*named, 25);
+  ExpectRefused(DecodeRestore("x"), "malformed RESTORE");
+  ExpectRefused(DecodeRestore(EncodeRestore(25) + "x"), "malformed RESTORE");
+  WireWriter w;
+  w.Put(int64_t{-3});
+  ExpectRefused(DecodeRestore(w.Take()), "negative step");
 }
 
 TEST(CkptdRestoreOk, FoundNotFoundAndDamage) {

@@ -284,9 +284,9 @@ StatusOr<SubmitStats> CkptdClient::FinishSubmit(Pending pending) {
   return st;
 }
 
-StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore() {
-  FT_ASSIGN_OR_RETURN(std::string reply,
-                      Call(proto::MsgType::kRestore, "", proto::MsgType::kRestoreOk, 30));
+StatusOr<std::optional<CkptdClient::MemorySnapshot>> CkptdClient::Restore(int64_t step) {
+  FT_ASSIGN_OR_RETURN(std::string reply, Call(proto::MsgType::kRestore, proto::EncodeRestore(step),
+                                              proto::MsgType::kRestoreOk, 30));
   FT_ASSIGN_OR_RETURN(std::optional<proto::Submit> sub, proto::DecodeRestoreOk(reply, slot_bytes_));
   if (!sub.has_value()) return std::optional<MemorySnapshot>();
   if (sub->slot >= maps_.size()) {

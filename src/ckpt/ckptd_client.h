@@ -93,13 +93,15 @@ class CkptdClient {
                                 double timeout_s = 600);
   StatusOr<SubmitStats> FinishSubmit(Pending pending);
 
-  // The newest snapshot of this rank that the daemon persisted and still holds in memory
-  // (nullopt if none). `base` points into the slot mapping; valid until the next Submit.
+  // This rank's snapshot of `step` that the daemon persisted and still holds in memory
+  // (step -1: the newest it holds; nullopt if none). Ask for the step you resume from: ranks
+  // that got further than a dead one hold a newer snapshot that was never committed.
+  // `base` points into the slot mapping; valid until the next Submit.
   struct MemorySnapshot {
     proto::Submit submit;  // step, meta and one descriptor per piece
     const uint8_t* base = nullptr;
   };
-  StatusOr<std::optional<MemorySnapshot>> Restore();
+  StatusOr<std::optional<MemorySnapshot>> Restore(int64_t step = -1);
 
   // Restore from a peer's memory (a replacement node): asks this node's daemon to pull this
   // rank's replica of `step` from the peers (`address` HOST:PORT, or "" = every daemon that

@@ -244,6 +244,22 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
   return m;
 }
 
+std::string EncodeRestore(int64_t step) {
+  if (step < 0) return std::string();
+  WireWriter w;
+  w.Put(step);
+  return w.Take();
+}
+
+StatusOr<int64_t> DecodeRestore(const std::string& payload) {
+  if (payload.empty()) return int64_t{-1};
+  WireReader r(payload);
+  int64_t step = -1;
+  if (!r.Get(&step) || !r.Done()) return Bad("malformed RESTORE (expected nothing or one i64)");
+  if (step < 0) return Bad("RESTORE of a negative step");
+  return step;
+}
+
 std::string EncodeRestoreOk(const Submit* m) {
   std::string out(1, m != nullptr ? '\1' : '\0');
   if (m != nullptr) out += EncodeSubmit(*m);

@@ -35,7 +35,7 @@ enum class MsgType : uint16_t {
   kStatus = 7,      // c->d
   kStatusOk = 8,    // d->c: JSON text
   kError = 9,       // d->c: a refused (but well-formed) request; the connection stays
-  kRestore = 10,    // c->d: the newest persisted snapshot of this rank still in memory?
+  kRestore = 10,    // c->d: [i64 step] this rank's persisted snapshot (of step) in memory?
   kRestoreOk = 11,  // d->c: u8 found, then (if found) a Submit naming the retained slot
   kFetchPeer = 12,  // c->d: pull this rank's replica of a step from peer memory (FetchPeer)
   kFetchOk = 13,    // d->c: FetchPeerOk; if found, RESTORE now serves it
@@ -96,6 +96,11 @@ std::string EncodeSubmit(const Submit& m);
 // into the slot mapping at `base`, blobs are copied out of it.
 ShardContents ContentsOf(const Submit& m, const uint8_t* base);
 
+// RESTORE: empty (the newest snapshot the daemon holds for the rank) or one i64, the step
+// wanted (the newest committed checkpoint, which need not be the newest snapshot: ranks that
+// got further than a dead one hold a newer one that was never committed). Returns -1 for empty.
+std::string EncodeRestore(int64_t step);
+StatusOr<int64_t> DecodeRestore(const std::string& payload);
 // RESTORE_OK: `found` and, if found, the retained snapshot's descriptor (Submit encoding).
 std::string EncodeRestoreOk(const Submit* m);
 StatusOr<std::optional<Submit>> DecodeRestoreOk(const std::string& payload, uint64_t slot_bytes);

@@ -459,9 +459,10 @@ StatusOr<ckpt::CkptdClient::PeerFetch> Checkpointer::FetchFromPeer(int64_t step)
   return client_->FetchFromPeer(step, "", options_.flush_timeout_s);
 }
 
-StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> Checkpointer::MemorySnapshot() {
+StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> Checkpointer::MemorySnapshot(
+    int64_t step) {
   if (client_ == nullptr) return std::optional<ckpt::CkptdClient::MemorySnapshot>();
-  return client_->Restore();
+  return client_->Restore(step);
 }
 
 }  // namespace ftrain::train

@@ -81,8 +81,9 @@ class Checkpointer {
   // (buddy replication; a replacement node after a node failure); afterwards MemorySnapshot()
   // returns it. Not connected: not found.
   StatusOr<ckpt::CkptdClient::PeerFetch> FetchFromPeer(int64_t step);
-  // The daemon's newest in-memory snapshot of this rank (restore from memory), if connected.
-  StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot();
+  // The daemon's in-memory snapshot of this rank at `step` (restore from memory), if connected
+  // and held.
+  StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot(int64_t step);
 
   bool connected() const { return client_ != nullptr; }
 

@@ -229,7 +229,7 @@ void FetchFromPeerIfMissing(const comm::WorldInfo& world, Checkpointer& checkpoi
   FT_LOG(Info) << "resume: rank " << world.rank << " fetched step " << step << " from " << f->source
                << ": " << f->bytes << " bytes in " << f->seconds << " s (" << f->mb_per_s()
                << " MB/s)";
-  auto again = checkpointer.MemorySnapshot();
+  auto again = checkpointer.MemorySnapshot(step);
   if (!again.ok() || !again->has_value()) return;
   *snap = std::move(*again);
   src->from_peer = f->bytes;
@@ -253,7 +253,7 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointe
   std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
   MemorySource memory;
   if (cfg.ckpt.restore_from_memory) {
-    auto s = checkpointer.MemorySnapshot();
+    auto s = checkpointer.MemorySnapshot(step);
     if (!s.ok()) {
       FT_LOG(Warning) << "resume: cannot ask ckptd for its in-memory snapshot: "
                       << s.status().message() << "; reading from disk";
