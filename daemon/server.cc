@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/log.h"
 #include "peer_fetch.h"  // the peer members: complete types for ~Server
@@ -515,17 +516,23 @@ std::string Server::StatusJson() {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& [r, rs] : ranks_) {
     int64_t retained = -1, in_flight = 0;
+    std::vector<int64_t> steps;  // every retained snapshot a restart may ask for, oldest first
     for (const auto& s : rs.slots) {
-      if (s.state == SlotState::kRetained) retained = std::max(retained, s.step);
+      if (s.state == SlotState::kRetained) {
+        retained = std::max(retained, s.step);
+        steps.push_back(s.step);
+      }
       in_flight += s.state == SlotState::kPersisting;
     }
+    std::sort(steps.begin(), steps.end());
     ranks.push_back({{"rank", r},
                      {"connected", rs.conn >= 0},
                      {"last_submitted_step", rs.last_step},
                      {"in_flight", in_flight},
                      {"last_persisted_step", rs.last_persisted_step},
                      {"last_failed_step", rs.last_failed_step},
-                     {"in_memory_step", retained}});
+                     {"in_memory_step", retained},
+                     {"in_memory_steps", steps}});
   }
   nlohmann::json j = {
       {"node", options_.node},

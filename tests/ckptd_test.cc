@@ -275,6 +275,7 @@ TEST_F(CkptdTest, PersistedSnapshotStaysInMemoryForARestartedTrainer) {
   ASSERT_EQ(WaitLatest(7), 7) << ReadLog("n0");
   const std::string st = WaitInMemory("n0", 7);
   EXPECT_NE(st.find("\"in_memory_step\":7"), std::string::npos) << st;
+  EXPECT_NE(st.find("\"in_memory_steps\":[6,7]"), std::string::npos) << st;
   r = Client("n0", 0, 1, "-", "--restore");
   EXPECT_NE(r.output.find("restored step 7 "), std::string::npos) << r.output;
   // A restart resumes from the newest COMMITTED checkpoint, which need not be the newest
