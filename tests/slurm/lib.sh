@@ -119,7 +119,19 @@ all_nodes_idle() {
   for n in $(cluster_nodes); do [[ "$(node_state "${n}")" == "idle" ]] || return 1; done
 }
 
+# A node that an earlier test left drained because a step of it outlived Slurm's
+# UnkillableStepTimeout (reason "Kill task failed") goes back in service, loudly: one test's
+# leftover must not fail every test after it.
+resume_kill_task_failed() {
+  local n
+  for n in $(sinfo -h -N -o '%N|%E' 2>/dev/null | awk -F'|' '$2 == "Kill task failed" {print $1}'); do
+    log "node ${n} was drained by Slurm (Kill task failed: a step outlived UnkillableStepTimeout); resuming it"
+    scontrol update NodeName="${n}" State=RESUME || log "cannot resume ${n}"
+  done
+}
+
 wait_for_nodes_idle() {  # wait_for_nodes_idle TIMEOUT_S
+  resume_kill_task_failed
   poll_until "$1" all_nodes_idle ||
     fail "timed out after $1s waiting for all nodes idle (last: $(sinfo -h -N -o '%N=%t' |
       paste -sd' '))"
