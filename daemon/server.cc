@@ -515,13 +515,10 @@ std::string Server::StatusJson() {
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& [r, rs] : ranks_) {
-    int64_t retained = -1, in_flight = 0;
+    int64_t in_flight = 0;
     std::vector<int64_t> steps;  // every retained snapshot a restart may ask for, oldest first
     for (const auto& s : rs.slots) {
-      if (s.state == SlotState::kRetained) {
-        retained = std::max(retained, s.step);
-        steps.push_back(s.step);
-      }
+      if (s.state == SlotState::kRetained) steps.push_back(s.step);
       in_flight += s.state == SlotState::kPersisting;
     }
     std::sort(steps.begin(), steps.end());
@@ -531,7 +528,7 @@ std::string Server::StatusJson() {
                      {"in_flight", in_flight},
                      {"last_persisted_step", rs.last_persisted_step},
                      {"last_failed_step", rs.last_failed_step},
-                     {"in_memory_step", retained},
+                     {"in_memory_step", steps.empty() ? int64_t{-1} : steps.back()},
                      {"in_memory_steps", steps}});
   }
   nlohmann::json j = {
