@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "comm/comm_guard.h"
+#include "comm/nccl_nonblocking.h"
 #include "core/log.h"
 
 namespace ftrain::comm {
@@ -79,20 +80,38 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
-// A non-blocking communicator answers ncclInProgress while it works in the background:
-// poll its state until it settles, at most until `deadline`, or until `guard` says the group
-// failed (the watchdog then waits for the launch lock to abort it).
+// The non-blocking protocol (comm/nccl_nonblocking.h) on the real library.
+struct NcclApi {
+  using Comm = ncclComm_t;
+  using Result = ncclResult_t;
+  static constexpr Result kSuccess = ncclSuccess;
+  static constexpr Result kInProgress = ncclInProgress;
+  static constexpr Result kInternalError = ncclInternalError;
+  Result GetAsyncError(Comm c, Result* state) { return ncclCommGetAsyncError(c, state); }
+  Result Split(Comm parent, int color, int key, Comm* child) {
+    return ncclCommSplit(parent, color, key, child, config);
+  }
+  Comm LoadChild(Comm* child) { return __atomic_load_n(child, __ATOMIC_ACQUIRE); }
+  void Pause() { std::this_thread::sleep_for(std::chrono::microseconds(200)); }
+  Clock::time_point Now() { return Clock::now(); }
+  ncclConfig_t* config = nullptr;  // the child's, for Split
+};
+
+std::function<bool()> StopWhenFailed(const CommGuard* guard) {
+  if (guard == nullptr) return {};
+  return [guard] { return guard->Failed(); };
+}
+
 ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
                     const CommGuard* guard = nullptr) {
-  while (r == ncclInProgress) {
-    if (Clock::now() > deadline) return ncclInProgress;
-    if (guard != nullptr && guard->Failed()) return ncclInProgress;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    ncclResult_t state = ncclSuccess;
-    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
-    r = state;
-  }
-  return r;
+  NcclApi api;
+  return nonblocking::Settle(api, comm, r, deadline, StopWhenFailed(guard));
+}
+
+ncclResult_t SettleState(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
+                         const CommGuard* guard = nullptr) {
+  NcclApi api;
+  return nonblocking::SettleState(api, comm, r, deadline, StopWhenFailed(guard));
 }
 
 ncclConfig_t NonBlockingConfig(const std::string& name) {
@@ -315,9 +334,10 @@ class NcclComm : public Comm {
     ncclConfig_t config = NonBlockingConfig(name);
     ncclComm_t child = nullptr;
     const auto deadline = Clock::now() + timeout_;
-    ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &config);
-    if (r == ncclInProgress && child != nullptr) r = Settle(child, r, deadline, guard_.get());
-    if (r == ncclInProgress) r = Settle(comm_, r, deadline, guard_.get());
+    NcclApi api;
+    api.config = &config;
+    ncclResult_t r =
+        nonblocking::Split(api, comm_, color, key, &child, deadline, StopWhenFailed(guard_.get()));
     if (r == ncclInProgress && guard_->Failed()) {
       if (child != nullptr) ncclCommAbort(child);
       return guard_->Error();
@@ -341,7 +361,7 @@ class NcclComm : public Comm {
  private:
   // Called under the launch lock.
   Status Call(const char* what, ncclResult_t r) {
-    if (r == ncclInProgress) r = Settle(comm_, r, Clock::now() + timeout_, guard_.get());
+    r = SettleState(comm_, r, Clock::now() + timeout_, guard_.get());
     if (r == ncclSuccess) return Status::Ok();
     if (guard_->Failed()) return guard_->Error();  // the watchdog aborts once we let go
     if (r == ncclInProgress) {
@@ -475,7 +495,7 @@ StatusOr<std::unique_ptr<Comm>> CreateNcclComm(const c10::intrusive_ptr<c10d::St
   ncclConfig_t config = NonBlockingConfig(name);
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (comm != nullptr) r = Settle(comm, r, Clock::now() + timeout);
+  if (comm != nullptr) r = SettleState(comm, r, Clock::now() + timeout);
   if (r != ncclSuccess) {
     if (comm != nullptr) ncclCommAbort(comm);
     if (r == ncclInProgress) {
