@@ -9,6 +9,7 @@
 #include "comm/commcheck.h"
 #include "comm/context.h"
 #include "core/log.h"
+#include "train/device.h"
 
 namespace ftrain::cli {
 
@@ -86,9 +87,17 @@ int RunCommcheck(int argc, char** argv) {
                              "on a GPU machine (scripts/gpu-smoke.sh)"));
   }
   dopts->backend = backend;
+  if (backend == "nccl") {
+    // The GPU Slurm bound to this task: with --gpus-per-task=1 (or CUDA_VISIBLE_DEVICES set per
+    // rank) the only visible device is 0 whatever the local rank; otherwise the local rank's,
+    // as the trainer chooses (train/device.cc).
+    auto gpu = train::ChooseDevice(train::Device::kCuda, 0);
+    if (!gpu.ok()) return Fail(program, gpu.status());
+    dopts->cuda_device = gpu->cuda_index;
+    o.device = "cuda:" + std::to_string(gpu->cuda_index);
+  }
   auto ctx = comm::DistContext::Init(*dopts);
   if (!ctx.ok()) return Fail(program, ctx.status());
-  if (backend == "nccl") o.device = "cuda:" + std::to_string((*ctx)->world().local_rank);
   Status record_error;
   Status r = comm::RunCommcheck(**ctx, o, std::cout, nullptr, &record_error);
   if (!r.ok()) {
