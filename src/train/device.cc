@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #ifdef FTRAIN_WITH_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -126,6 +127,27 @@ std::string PinDeterministicMathModes() {
              "benchmarking off, SDPA flash or math (cuDNN and memory-efficient off), "
              "CUBLAS_WORKSPACE_CONFIG=") +
          std::getenv("CUBLAS_WORKSPACE_CONFIG");
+}
+
+std::optional<AllocatorStats> TakeAllocatorStats(int cuda_index) {
+#ifdef FTRAIN_WITH_NCCL
+  if (cuda_index < 0) return std::nullopt;
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  const auto device = static_cast<c10::DeviceIndex>(cuda_index);
+  const c10::CachingDeviceAllocator::DeviceStats s = alloc::getDeviceStats(device);
+  constexpr auto kAll = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  AllocatorStats out;
+  out.allocated_peak_gib = static_cast<double>(s.allocated_bytes[kAll].peak) / kGiB;
+  out.reserved_peak_gib = static_cast<double>(s.reserved_bytes[kAll].peak) / kGiB;
+  out.alloc_retries = s.num_alloc_retries;
+  out.ooms = s.num_ooms;
+  alloc::resetPeakStats(device);
+  return out;
+#else
+  (void)cuda_index;
+  return std::nullopt;
+#endif
 }
 
 }  // namespace ftrain::train

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,5 +49,17 @@ std::vector<std::pair<std::string, std::string>> FingerprintFields(const DeviceF
 // Sets the deterministic math modes for CUDA (CUBLAS_WORKSPACE_CONFIG before the first cuBLAS
 // handle, deterministic algorithms, no TF32, no cuDNN autotuning) and returns them as text.
 std::string PinDeterministicMathModes();
+
+// The CUDA caching allocator's view of this process on `cuda_index` since the last call (the
+// peaks are reset after each read): what the tensors held at most, what the allocator reserved
+// from the driver at most, and how often it had to free its cache and retry (the slowdown near
+// the memory limit that no OOM explains). nullopt on CPU or a build without CUDA.
+struct AllocatorStats {
+  double allocated_peak_gib = 0;
+  double reserved_peak_gib = 0;
+  int64_t alloc_retries = 0;  // cumulative
+  int64_t ooms = 0;           // cumulative
+};
+std::optional<AllocatorStats> TakeAllocatorStats(int cuda_index);
 
 }  // namespace ftrain::train

@@ -38,6 +38,9 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   };
   optional("gpu_util", m.gpu_util, "%.0f");
   optional("gpu_mem_gb", m.gpu_mem_gb, "%.3f");
+  optional("gpu_alloc_peak_gb", m.gpu_alloc_peak_gb, "%.3f");
+  optional("gpu_reserved_peak_gb", m.gpu_reserved_peak_gb, "%.3f");
+  optional("gpu_alloc_retries", m.gpu_alloc_retries, "%.0f");
   optional("tokens_per_s_per_gpu", m.tokens_per_s_per_gpu, "%.1f");
   optional("mfu", m.mfu, "%.4f");
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");

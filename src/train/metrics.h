@@ -34,6 +34,11 @@ struct StepMetrics {
   // bit-exact resume compares (the losses and the checkpoint's training state).
   std::optional<double> gpu_util;    // 0-100, this rank's GPU (NVML)
   std::optional<double> gpu_mem_gb;  // GiB in use on that GPU
+  // The CUDA caching allocator's peaks over this step (train/device.h) and its cumulative
+  // free-and-retry count: the memory the plan must cover, and its slow edge.
+  std::optional<double> gpu_alloc_peak_gb;
+  std::optional<double> gpu_reserved_peak_gb;
+  std::optional<double> gpu_alloc_retries;
   std::optional<double> tokens_per_s_per_gpu;
   std::optional<double> mfu;                 // 0-1
   std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...

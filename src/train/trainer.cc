@@ -574,6 +574,15 @@ StepMetrics MeasureStep(const RunState& state, double loss, double lr, const fsd
   return m;
 }
 
+// The caching allocator's peaks over the step just recorded (a GPU run; rank 0's device).
+void AddAllocatorStats(int cuda_index, StepMetrics* m) {
+  if (std::optional<AllocatorStats> a = TakeAllocatorStats(cuda_index)) {
+    m->gpu_alloc_peak_gb = a->allocated_peak_gib;
+    m->gpu_reserved_peak_gb = a->reserved_peak_gib;
+    m->gpu_alloc_retries = static_cast<double>(a->alloc_retries);
+  }
+}
+
 // Rank 0's progress line, every train.log_every steps and at the last one.
 void LogProgress(const TrainConfig& cfg, const StepMetrics& m, double elapsed_s,
                  int64_t steps_done_here, bool checkpointed) {
@@ -951,6 +960,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
+      AddAllocatorStats(run->dev.cuda_index, &m);
       SetReadLatency(run->reader->TakeReadLatencies(), &m);
       auto phases = std::make_shared<PhaseSummary>(run->phases->Observe(state.step, at.phases));
       phases->comm_bytes = static_cast<double>(stats.comm_bytes);
