@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,6 +70,8 @@ FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm
 
 struct StepStats {
   double grad_norm = 0;     // before clipping
+  double loss_sum = 0;      // this rank's micro-batch losses (unscaled means), summed
+  int micro_batches = 0;    // how many
   double comm_wait_s = 0;   // time the compute thread waited on collectives this step
   uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
 };
@@ -90,11 +93,15 @@ class FsdpEngine {
   ~FsdpEngine();
 
   // Forward and backward of one micro-batch: tokens [B, T+1] int64 (inputs are [:, :-1],
-  // targets [:, 1:]). The loss is multiplied by loss_scale (1/K for K accumulation steps)
-  // before backward. On the last micro-batch of a step the gradients are reduced.
-  // Returns the unscaled mean loss of this micro-batch.
-  StatusOr<float> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
-                                  bool last_micro_batch);
+  // targets [:, 1:]; on a GPU already on the device, their range checked by the caller on the
+  // host). The loss is multiplied by loss_scale (1/K for K accumulation steps) before
+  // backward. Each unit's gradient is reduce-scattered into its shard as its backward ends;
+  // on the last micro-batch of a step the complete shards are all-reduced across replicas.
+  // Returns the unscaled mean loss of this micro-batch as a detached float32 scalar on the
+  // engine's device: reading it synchronises the host with the device, so the trainer does
+  // not (Step() returns the sum with its one synchronisation).
+  StatusOr<torch::Tensor> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
+                                          bool last_micro_batch);
 
   // Loss of one micro-batch without gradients (held-out evaluation): tokens [B, T+1] as for
   // ForwardBackward, the same gathers and the same compute dtype and device, each unit
@@ -103,8 +110,10 @@ class FsdpEngine {
   // counters of the next StepStats. Returns the mean token loss (float32).
   StatusOr<float> Forward(const torch::Tensor& tokens);
 
-  // Clips by the global gradient norm (max_norm <= 0: no clipping), applies AdamW with
-  // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
+  // Waits for the step's gradient reductions, clips by the global gradient norm (max_norm <=
+  // 0: no clipping), applies AdamW (fused) with learning rate `lr`, refreshes the
+  // compute-dtype parameter shards and starts the next step's gradients afresh. The host
+  // synchronises with the device once: for the norm and the step's summed loss together.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
 
   // The collective wait of the current step so far (Step() returns and resets the total).
@@ -148,11 +157,16 @@ class FsdpEngine {
   // `next` (nullptr: none) so that it overlaps u's compute.
   Status ReadyUnit(Unit& u, Unit* next);
   void Release(Unit& u);
-  void AccumulateGrads(Unit& u, bool first_micro_batch);
-  // After the last micro-batch's backward of u: start reduce-scattering its gradient sum
-  // (one shard rank: the sum is already this rank's whole gradient).
-  void StartReduce(Unit& u);
-  Status ReduceGrads();
+  // After u's backward: its parameters' gradients into its shard (one shard rank: added in
+  // place; else flattened and reduce-scattered, queued in reductions_). The last
+  // micro-batch's complete shard is then all-reduced across the replicas.
+  void ReduceUnitGrads(Unit& u, bool last_micro_batch);
+  // Waits for the oldest reductions until at most `keep` are in flight, adding each result
+  // into its unit's shard (and, on the last micro-batch, starting its all-reduce).
+  Status FinishReductions(size_t keep, bool last_micro_batch);
+  void StartAllReduce(Unit& u);
+  Status WaitAllReduces();
+  StatusOr<double> GlobalSquaredNorm(const std::vector<torch::Tensor>& grads);
   // The start of both forwards (training and eval): a [B, T+1] batch split into inputs
   // [:, :-1] and targets [:, 1:], the root unit gathered and attached (with prefetch, layer
   // 0's gather started), the inputs embedded under the caller's grad mode.
@@ -173,6 +187,14 @@ class FsdpEngine {
   FsdpConfig config_;
   FsdpGroups groups_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1..L] layers
+  // Reduce-scatters in flight: FSDP2's bound, so that at most this many flattened unit
+  // gradients are alive next to the one being computed.
+  static constexpr size_t kReductionsInFlight = 1;
+  struct Reduction;
+  std::deque<Reduction> reductions_;
+  std::vector<std::unique_ptr<comm::Work>> all_reduces_;  // the step's, across replicas
+  torch::Tensor loss_sum_;    // the step's micro-batch losses so far, on the device
+  double last_loss_sum_ = 0;  // read back by GlobalSquaredNorm
   int64_t optimizer_step_ = 0;
   int micro_batches_ = 0;  // since the last Step
   double comm_wait_s_ = 0;

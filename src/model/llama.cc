@@ -10,6 +10,7 @@
 #include <ATen/SDPBackend.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -187,7 +188,7 @@ torch::Tensor LlamaModelImpl::Embed(const torch::Tensor& tokens) {
         "Embed: sequence length " + std::to_string(tokens.size(1)) +
         " exceeds model.max_seq_len = " + std::to_string(cfg_.max_seq_len)));
   }
-  if (tokens.numel() > 0) {
+  if (tokens.numel() > 0 && tokens.is_cpu()) {  // on a GPU: CheckTokenIds on the host first
     auto [lo, hi] = at::aminmax(tokens);
     const int64_t min = lo.item<int64_t>(), max = hi.item<int64_t>();
     if (min < 0 || max >= cfg_.vocab_size) {
@@ -315,6 +316,17 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor h = Embed(tokens);
   for (int i = 0; i < cfg_.num_layers; ++i) h = Layer(i, h);
   return Head(h);
+}
+
+Status CheckTokenIds(const int32_t* tokens, size_t n, int64_t vocab) {
+  if (n == 0) return Status::Ok();
+  const auto [lo, hi] = std::minmax_element(tokens, tokens + n);
+  if (*lo < 0 || *hi >= vocab) {
+    return Status::InvalidArgument(
+        "token ids must lie in [0, " + std::to_string(vocab) + "), got min " + std::to_string(*lo) +
+        " max " + std::to_string(*hi) + "; check the tokenizer against model.vocab_size");
+  }
+  return Status::Ok();
 }
 
 torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -492,18 +492,20 @@ LrSchedule ScheduleFor(const TrainConfig& cfg, int64_t effective_batch) {
 }
 
 // One optimizer step's micro-batches: next batch, forward, backward (the engine reduces the
-// gradients on the last). Tokens go up to a GPU from pinned memory without blocking.
+// gradients as it goes). Token ids are checked on the host, before they go up to a GPU from
+// pinned memory without blocking: nothing here waits for the device (the step's loss comes
+// back with the optimizer's one host synchronisation, fsdp::StepStats::loss_sum).
 struct MicroBatches {
-  double loss_sum = 0;     // this rank's, over the K micro-batches
   double data_wait_s = 0;  // waiting for the reader
 };
 StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngine& engine,
-                                       int64_t K, const torch::Device& device) {
+                                       int64_t K, const torch::Device& device, int64_t vocab) {
   MicroBatches out;
   for (int64_t k = 0; k < K; ++k) {
     auto td = Clock::now();
     FT_ASSIGN_OR_RETURN(data::Batch batch, reader.Next());
     out.data_wait_s += Seconds(td, Clock::now());
+    FT_RETURN_IF_ERROR(model::CheckTokenIds(batch.tokens.data(), batch.tokens.size(), vocab));
     torch::Tensor tokens =
         torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
             .to(torch::kInt64);
@@ -511,9 +513,8 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
       // The copy is ordered before the forward on the current stream.
       tokens = tokens.pin_memory().to(device, /*non_blocking=*/true);
     }
-    FT_ASSIGN_OR_RETURN(float loss,
-                        engine.ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1));
-    out.loss_sum += loss;
+    FT_RETURN_IF_ERROR(
+        engine.ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1).status());
   }
   return out;
 }
@@ -938,8 +939,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     const auto t0 = Clock::now();
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
-    FT_ASSIGN_OR_RETURN(MicroBatches mb,
-                        RunMicroBatches(*run->reader, *run->engine, K, run->dev.device));
+    FT_ASSIGN_OR_RETURN(MicroBatches mb, RunMicroBatches(*run->reader, *run->engine, K,
+                                                         run->dev.device, cfg.model.vocab_size));
     run->clock->ComputeEnd(mb.data_wait_s, run->engine->comm_wait_so_far());
     const double lr = run->sched.At(step);
     const auto tc = Clock::now();
@@ -954,9 +955,10 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
     const bool time_due = cfg.ckpt.every_minutes > 0 &&
                           Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(cfg, *run->ctx, state.step,
-                                                              mb.loss_sum / static_cast<double>(K),
-                                                              time_due, *run->clock));
+    FT_ASSIGN_OR_RETURN(
+        BoundaryDecision at,
+        DecideAtBoundary(cfg, *run->ctx, state.step, stats.loss_sum / static_cast<double>(K),
+                         time_due, *run->clock));
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
