@@ -27,7 +27,21 @@ using Clock = std::chrono::steady_clock;
 
 size_t ElemSize(torch::ScalarType t) { return torch::elementSize(t); }
 
+// A CPU buffer every element of which is written before it is read.
+torch::Tensor EmptyToOverwrite(at::IntArrayRef shape, torch::ScalarType dtype) {
+  NoUninitializedFill no_fill;
+  return torch::empty(shape, dtype);
+}
+
 }  // namespace
+
+NoUninitializedFill::NoUninitializedFill()
+    : fill_(at::globalContext().deterministicFillUninitializedMemory()) {
+  at::globalContext().setDeterministicFillUninitializedMemory(false);
+}
+NoUninitializedFill::~NoUninitializedFill() {
+  at::globalContext().setDeterministicFillUninitializedMemory(fill_);
+}
 
 StatusOr<Sharding> ParseSharding(const std::string& name) {
   if (name == "full_shard") return Sharding::kFullShard;
@@ -162,7 +176,7 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     // identical on every rank); the full unit lives only for this iteration.
     if (!flat_buffer.defined() || flat_buffer.numel() < u->numel) {
       flat_buffer = torch::Tensor();  // freed before the larger one is allocated
-      flat_buffer = torch::empty({u->numel}, torch::kFloat32);
+      flat_buffer = EmptyToOverwrite({u->numel}, torch::kFloat32);
     }
     torch::Tensor flat = flat_buffer.narrow(0, 0, u->numel);
     for (auto& p : u->params) {

@@ -32,6 +32,21 @@
 
 namespace ftrain::fsdp {
 
+// While alive, torch::empty does not fill what it allocates even in deterministic mode (a GPU
+// run): for buffers every element of which is written before it is read, and for tensors
+// that are allocated only for their shapes and never touched (their pages never become
+// resident). Process-wide: hold it only around such allocations on the training thread.
+class NoUninitializedFill {
+ public:
+  NoUninitializedFill();
+  ~NoUninitializedFill();
+  NoUninitializedFill(const NoUninitializedFill&) = delete;
+  NoUninitializedFill& operator=(const NoUninitializedFill&) = delete;
+
+ private:
+  bool fill_;
+};
+
 enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 StatusOr<Sharding> ParseSharding(const std::string& name);
 
