@@ -367,13 +367,11 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     if (ReshardAfterForward()) Release(u);
   }
   torch::Tensor z = h.detach().requires_grad_(true);
-  torch::Tensor logits = model_->Head(z);
-  torch::Tensor loss = model::CrossEntropyLoss(logits, start.targets);
+  torch::Tensor loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
   (loss * loss_scale).backward();
   loss = loss.detach();  // read by the caller, or with the step's one host synchronisation
   // Summed in float64, as the host summed the float32 values before.
   loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
-  logits = torch::Tensor();
   torch::Tensor grad = z.grad();
   if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(L)]));
   for (int i = L - 1; i >= 0; --i) {
@@ -423,7 +421,7 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
     h = model_->Layer(i, h);
     Release(u);
   }
-  const float loss = model::CrossEntropyLoss(model_->Head(h), start.targets).item<float>();
+  const float loss = model_->HeadLoss(h, start.targets).item<float>();
   Release(root);
   comm_wait_s_ = wait_before;
   comm_bytes_ = bytes_before;

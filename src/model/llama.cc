@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/linear_cross_entropy.h"
 #include "model/weights_io.h"
 
 namespace ftrain::model {
@@ -310,6 +311,23 @@ torch::Tensor LlamaModelImpl::Head(const torch::Tensor& h) {
              cfg_.tie_embeddings ? "model.embed_tokens.weight (tied lm_head)" : "lm_head.weight",
              {cfg_.vocab_size, cfg_.hidden_size}, h);
   return at::linear(RmsNorm(h, norm_, cfg_.rms_norm_eps), lm_head_).to(at::kFloat);
+}
+
+torch::Tensor LlamaModelImpl::HeadLoss(const torch::Tensor& h, const torch::Tensor& targets) {
+  CheckHidden(h, cfg_.hidden_size, "HeadLoss");
+  CheckParam(norm_, "model.norm.weight", {cfg_.hidden_size}, h);
+  CheckParam(lm_head_,
+             cfg_.tie_embeddings ? "model.embed_tokens.weight (tied lm_head)" : "lm_head.weight",
+             {cfg_.vocab_size, cfg_.hidden_size}, h);
+  if (targets.dim() != 2 || targets.scalar_type() != at::kLong || targets.size(0) != h.size(0) ||
+      targets.size(1) != h.size(1)) {
+    Fail(Status::InvalidArgument(
+        "HeadLoss: need int64 targets [B, T] for hidden states " + ShapeText(h.sizes()) + ", got " +
+        c10::toString(targets.scalar_type()) + " " + ShapeText(targets.sizes())));
+  }
+  const torch::Tensor x = RmsNorm(h, norm_, cfg_.rms_norm_eps);
+  return LinearCrossEntropy(x.reshape({-1, cfg_.hidden_size}), lm_head_,
+                            targets.reshape({-1}).to(x.device()));
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {

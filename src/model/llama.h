@@ -42,6 +42,10 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor Layer(int i, const torch::Tensor& h);
   // Final RMSNorm + lm_head (the embedding matrix when tied) -> logits [B, T, V] float32.
   torch::Tensor Head(const torch::Tensor& h);
+  // The mean token cross-entropy of Head(h) against targets [B, T] int64 in [0, V), without
+  // the [B, T, V] float32 logits: LinearCrossEntropy over chunks of the tokens (its gradients
+  // computed chunk by chunk in the forward). A float32 scalar.
+  torch::Tensor HeadLoss(const torch::Tensor& h, const torch::Tensor& targets);
   // Head(Layer(L-1, ... Layer(0, Embed(tokens)))).
   torch::Tensor forward(const torch::Tensor& tokens);
 
