@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "fsdp/stream_waits.h"
 #include "fsdp/trace_range.h"
 
 namespace ftrain::fsdp {
@@ -132,6 +133,8 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
   e->model_ = model;
   e->config_ = config;
   e->groups_ = groups;
+  e->waits_ = CommWaits(MakeStreamEvents(config.device));
+  e->gather_limit_ = GatherLimit(MakeStreamEvents(config.device), kReleasesPending);
   const int shard_size = groups.shard ? groups.shard->size() : 1;
   const int shard_rank = groups.shard ? groups.shard->rank() : 0;
   torch::NoGradGuard no_grad;
@@ -223,6 +226,7 @@ Status FsdpEngine::Gather(Unit& u) {
     u.full = u.param_shard;  // the whole unit; views of it stay valid across steps
     return Status::Ok();
   }
+  gather_limit_.BeforeGather();  // a GPU host too far ahead waits for a freed unit's last use
   u.full = torch::empty({u.numel}, Opts(config_.param_dtype));
   u.gather_work = groups_.shard->AllGather(u.full, u.param_shard);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.param_dtype);
@@ -232,9 +236,7 @@ Status FsdpEngine::Gather(Unit& u) {
 Status FsdpEngine::WaitGather(Unit& u) {
   if (!u.gather_work) return Status::Ok();
   TraceRange range("fsdp/wait all-gather " + u.name);
-  auto t0 = Clock::now();
-  Status s = u.gather_work->Wait();
-  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  Status s = waits_.Wait([&] { return u.gather_work->Wait(); });
   u.gather_work.reset();
   return s.Annotate("all-gather of " + u.name);
 }
@@ -256,6 +258,7 @@ Status FsdpEngine::ReadyUnit(Unit& u, Unit* next) {
 void FsdpEngine::Release(Unit& u) {
   if (KeepsFullParams()) return;
   for (auto& p : u.params) p.param.set_data(torch::empty({0}, Opts(config_.param_dtype)));
+  if (u.full.defined() && !u.full.is_same(u.param_shard)) gather_limit_.Released();
   u.full = torch::Tensor();
   u.attached = false;
 }
@@ -309,10 +312,8 @@ Status FsdpEngine::FinishReductions(size_t keep, bool last_micro_batch) {
     reductions_.pop_front();
     {
       TraceRange range("fsdp/wait reduce-scatter " + r.unit->name);
-      auto t0 = Clock::now();
-      Status st = r.work->Wait();
-      comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-      FT_RETURN_IF_ERROR(st.Annotate("reduce-scatter of " + r.unit->name));
+      FT_RETURN_IF_ERROR(waits_.Wait([&] { return r.work->Wait(); })
+                             .Annotate("reduce-scatter of " + r.unit->name));
     }
     torch::NoGradGuard no_grad;
     if (!r.out.is_same(r.unit->grad_shard)) r.unit->grad_shard.add_(r.out);
@@ -407,8 +408,8 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
     return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
   }
   torch::NoGradGuard no_grad;
-  // The counters belong to the training step's StepStats: restored below.
-  const double wait_before = comm_wait_s_;
+  // The counters belong to the training step's StepStats: not counted here.
+  waits_.set_counting(false);
   const uint64_t bytes_before = comm_bytes_;
   FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
@@ -423,21 +424,19 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
   }
   const float loss = model_->HeadLoss(h, start.targets).item<float>();
   Release(root);
-  comm_wait_s_ = wait_before;
+  waits_.set_counting(true);
   comm_bytes_ = bytes_before;
   return loss;
 }
 
 Status FsdpEngine::WaitAllReduces() {
   TraceRange range("fsdp/wait gradient all-reduce");
-  auto t0 = Clock::now();
   Status st;
   for (auto& w : all_reduces_) {
-    Status one = w->Wait();
+    Status one = waits_.Wait([&] { return w->Wait(); });
     if (st.ok() && !one.ok()) st = one.Annotate("gradient all-reduce");
   }
   all_reduces_.clear();
-  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }
 
@@ -445,6 +444,7 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   torch::NoGradGuard no_grad;
   if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
   TraceRange range("fsdp/optimizer");
+  waits_.set_forward_backward(false);
   FT_RETURN_IF_ERROR(WaitAllReduces());
   // The gradient of the mean loss over the data-parallel world, as fp32 shards (the shards
   // themselves when the reduce dtype is fp32), in unit order.
@@ -477,10 +477,12 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   if (!params.empty()) at::_foreach_copy_(params, masters);
   for (auto& u : units_) u->grad_fresh = true;
   micro_batches_ = 0;
-  stats.comm_wait_s = comm_wait_s_;
+  const CommWaits::Seconds waited = waits_.Take();  // complete: the host synchronised above
+  stats.comm_wait_s = waited.total;
+  stats.comm_wait_fb_s = waited.forward_backward;
   stats.comm_bytes = comm_bytes_;
-  comm_wait_s_ = 0;
   comm_bytes_ = 0;
+  waits_.set_forward_backward(true);
   return stats;
 }
 
@@ -495,9 +497,8 @@ StatusOr<double> FsdpEngine::GlobalSquaredNorm(const std::vector<torch::Tensor>&
   }
   if (groups_.shard && groups_.shard->size() > 1) {
     TraceRange wait("fsdp/wait grad-norm all-reduce");
-    auto t0 = Clock::now();
-    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, comm::ReduceOp::kSum)->Wait());
-    comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    std::unique_ptr<comm::Work> w = groups_.shard->AllReduce(acc, comm::ReduceOp::kSum);
+    FT_RETURN_IF_ERROR(waits_.Wait([&] { return w->Wait(); }));
   }
   torch::Tensor loss =
       loss_sum_.defined() ? loss_sum_.reshape({1}) : torch::zeros({1}, Opts(torch::kFloat64));

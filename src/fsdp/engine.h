@@ -28,6 +28,7 @@
 #include "comm/collectives.h"
 #include "core/status.h"
 #include "fsdp/adamw.h"
+#include "fsdp/stream_waits.h"
 #include "model/llama.h"
 
 namespace ftrain::fsdp {
@@ -84,10 +85,14 @@ struct FsdpGroups {
 FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node);
 
 struct StepStats {
-  double grad_norm = 0;     // before clipping
-  double loss_sum = 0;      // this rank's micro-batch losses (unscaled means), summed
-  int micro_batches = 0;    // how many
-  double comm_wait_s = 0;   // time the compute thread waited on collectives this step
+  double grad_norm = 0;   // before clipping
+  double loss_sum = 0;    // this rank's micro-batch losses (unscaled means), summed
+  int micro_batches = 0;  // how many
+  // Exposed communication this step: how long the compute stream stood still waiting for
+  // collectives (CUDA events on a GPU; the host's waits on the CPU), and its part during the
+  // micro-batches (the rest: the optimizer's all-reduces).
+  double comm_wait_s = 0;
+  double comm_wait_fb_s = 0;
   uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
 };
 
@@ -131,8 +136,6 @@ class FsdpEngine {
   // synchronises with the device once: for the norm and the step's summed loss together.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
 
-  // The collective wait of the current step so far (Step() returns and resets the total).
-  double comm_wait_so_far() const { return comm_wait_s_; }
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
 
@@ -164,6 +167,8 @@ class FsdpEngine {
 
  private:
   struct Unit;
+  // Unit gathers the host may run ahead of the compute stream by (stream_waits.h).
+  static constexpr size_t kReleasesPending = 2;
   FsdpEngine() = default;
   Status Gather(Unit& u);
   Status WaitGather(Unit& u);
@@ -199,6 +204,8 @@ class FsdpEngine {
   }
 
   model::LlamaModel model_{nullptr};
+  CommWaits waits_;  // on the engine's device's stream (set by Create)
+  GatherLimit gather_limit_{nullptr, kReleasesPending};
   FsdpConfig config_;
   FsdpGroups groups_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1..L] layers
@@ -212,7 +219,6 @@ class FsdpEngine {
   double last_loss_sum_ = 0;  // read back by GlobalSquaredNorm
   int64_t optimizer_step_ = 0;
   int micro_batches_ = 0;  // since the last Step
-  double comm_wait_s_ = 0;
   uint64_t comm_bytes_ = 0;
 };
 

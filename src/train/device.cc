@@ -29,6 +29,11 @@ StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
     c.description = "cpu";
     return c;
   }
+  // Expandable segments: the caching allocator grows one mapping instead of holding blocks
+  // of every size it ever cut, so the gathered units and gradient buffers of changing sizes
+  // do not fragment it into allocation retries near the memory limit. Read by the allocator
+  // when it first allocates, which comes later; a value the user set is kept.
+  ::setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
   if (!at::globalContext().hasCUDART()) {  // build time: a CUDA LibTorch links cudart
     return Status::FailedPrecondition(
         "train.device = cuda, but this ftrain is linked with a LibTorch built without CUDA; "
@@ -122,11 +127,13 @@ std::string PinDeterministicMathModes() {
   // backend runs. docs/fsdp.md.
   ctx.setSDPUseCuDNN(false);
   ctx.setSDPUseMemEfficient(false);
+  const char* alloc = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
   return std::string(
              "deterministic algorithms on, TF32 off (cuBLAS and cuDNN), cuDNN "
              "benchmarking off, SDPA flash or math (cuDNN and memory-efficient off), "
              "CUBLAS_WORKSPACE_CONFIG=") +
-         std::getenv("CUBLAS_WORKSPACE_CONFIG");
+         std::getenv("CUBLAS_WORKSPACE_CONFIG") +
+         ", PYTORCH_CUDA_ALLOC_CONF=" + (alloc != nullptr ? alloc : "");
 }
 
 std::optional<AllocatorStats> TakeAllocatorStats(int cuda_index) {

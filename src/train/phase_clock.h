@@ -1,8 +1,10 @@
 // Every rank's clock for the phases of one step (train/step_phases.h), and the two collectives
 // that carry them to rank 0: the host names once at start, and the boundary's flag agreement,
 // an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On a GPU
-// the compute and optimizer spans are CUDA events on the current stream (read after the step's
-// last host synchronisation), not host timers around asynchronous work. Header without LibTorch.
+// the compute and optimizer spans are CUDA events on the current stream, not host timers
+// around asynchronous work, and they are read one step late (a step's record carries the
+// previous step's compute, optimizer, data-wait and exposed-communication figures), so that
+// reading them never makes the host wait for the device. Header without LibTorch.
 #pragma once
 
 #include <chrono>
@@ -14,6 +16,10 @@
 #include "core/status.h"
 #include "train/step_phases.h"
 
+namespace ftrain::fsdp {
+class StreamEvents;  // fsdp/stream_waits.h
+}
+
 namespace ftrain::comm {
 class Comm;
 }
@@ -24,12 +30,15 @@ class PhaseClock {
  public:
   // cuda_index >= 0: time compute and optimizer with CUDA events on that device.
   explicit PhaseClock(int cuda_index);
+  // With these events (a fake in tests; null: host times).
+  explicit PhaseClock(std::unique_ptr<fsdp::StreamEvents> events);
   ~PhaseClock();
   void StepStart();
-  // After the micro-batches: the data wait and the engine's collective wait so far.
-  void ComputeEnd(double data_wait_s, double comm_wait_s);
-  // After the optimizer: the engine's collective wait of the whole step.
-  void OptimizerEnd(double comm_wait_total_s);
+  // After the micro-batches: the time spent waiting for the reader.
+  void ComputeEnd(double data_wait_s);
+  // After the optimizer: the step's exposed communication (fsdp::StepStats::comm_wait_s) and
+  // its part during the micro-batches (comm_wait_fb_s).
+  void OptimizerEnd(double comm_wait_total_s, double comm_wait_fb_s);
   // Checkpoint stall (a snapshot copy waited for, a save at the boundary): counted in the
   // next vector Take() returns.
   void AddStall(double s) { stall_s_ += s; }
@@ -41,10 +50,12 @@ class PhaseClock {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Events;
-  std::unique_ptr<Events> events_;  // null on CPU
-  Clock::time_point t0_, t1_, t2_;
-  double data_wait_s_ = 0, comm_fb_s_ = 0, comm_total_s_ = 0, stall_s_ = 0;
+  struct Sample;
+  void Record(int* event);
+  std::unique_ptr<fsdp::StreamEvents> events_;  // null on the CPU
+  std::unique_ptr<Sample> samples_[2];          // alternating on a GPU
+  int current_ = 0;
+  double stall_s_ = 0;
   uint64_t read_total_ = 0, read_reported_ = 0;
 };
 

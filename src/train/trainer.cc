@@ -946,13 +946,13 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     run->clock->StepStart();
     FT_ASSIGN_OR_RETURN(MicroBatches mb, RunMicroBatches(*run->reader, *run->engine, K,
                                                          run->dev.device, cfg.model.vocab_size));
-    run->clock->ComputeEnd(mb.data_wait_s, run->engine->comm_wait_so_far());
+    run->clock->ComputeEnd(mb.data_wait_s);
     const double lr = run->sched.At(step);
     const auto tc = Clock::now();
     run->checkpointer->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
     run->clock->AddStall(Seconds(tc, Clock::now()));
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
-    run->clock->OptimizerEnd(stats.comm_wait_s);
+    run->clock->OptimizerEnd(stats.comm_wait_s, stats.comm_wait_fb_s);
     run->clock->NoteBytesRead(run->reader->stats().bytes_read);
     run->checkpointer->FinishPending();
     state.step = step + 1;
