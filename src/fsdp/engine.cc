@@ -54,20 +54,22 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
                                  "hybrid_shard");
 }
 
-FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node,
-                     comm::Comm& inter_node) {
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node,
+                     comm::Comm* world_reduce, comm::Comm* intra_reduce) {
   FsdpGroups g;
   g.world_size = world.size();
   switch (s) {
     case Sharding::kFullShard:
     case Sharding::kShardGradOp:
       g.shard = &world;
+      g.shard_reduce = world_reduce;
       break;
     case Sharding::kNoShard:
       g.replicate = &world;
       break;
     case Sharding::kHybridShard:
       g.shard = &intra_node;
+      g.shard_reduce = intra_reduce;
       g.replicate = &inter_node;
       break;
   }
@@ -301,7 +303,8 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
     p.param.mutable_grad() = torch::Tensor();
   }
   r.out = fresh ? u.grad_shard : torch::empty({u.span.length}, Opts(config_.reduce_dtype));
-  r.work = groups_.shard->ReduceScatter(r.out, r.flat, comm::ReduceOp::kSum);
+  comm::Comm* reduce = groups_.shard_reduce != nullptr ? groups_.shard_reduce : groups_.shard;
+  r.work = reduce->ReduceScatter(r.out, r.flat, comm::ReduceOp::kSum);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
   reductions_.push_back(std::move(r));
 }
@@ -509,7 +512,7 @@ StatusOr<double> FsdpEngine::GlobalSquaredNorm(const std::vector<torch::Tensor>&
 }
 
 Status FsdpEngine::CommHealth() const {
-  for (comm::Comm* c : {groups_.shard, groups_.replicate}) {
+  for (comm::Comm* c : {groups_.shard, groups_.shard_reduce, groups_.replicate}) {
     if (c == nullptr) continue;
     Status s = c->Health();
     if (!s.ok()) return s.Annotate("group " + c->name());

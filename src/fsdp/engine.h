@@ -76,13 +76,18 @@ struct FsdpConfig {
 // `replicate` may be null (no replication). The engine does not own them.
 struct FsdpGroups {
   comm::Comm* shard = nullptr;
+  // The same ranks as `shard` on a communicator of their own for the gradient
+  // reduce-scatters (its own stream on a GPU); null: `shard`.
+  comm::Comm* shard_reduce = nullptr;
   comm::Comm* replicate = nullptr;
   int world_size = 1;  // shard size x replicate size: the data-parallel degree
 };
 
 // The groups a sharding strategy uses, from the job's world group and its node groups
-// (intra-node: this node's ranks; inter-node: the same local rank on every node).
-FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node);
+// (intra-node: this node's ranks; inter-node: the same local rank on every node), and the
+// reduce-scatter communicators over world and intra-node (null: the groups themselves).
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node,
+                     comm::Comm* world_reduce = nullptr, comm::Comm* intra_reduce = nullptr);
 
 struct StepStats {
   double grad_norm = 0;   // before clipping

@@ -461,7 +461,9 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
   fc.prefetch = cfg.train.prefetch;
   fc.device = dev.device;
   return fsdp::FsdpEngine::Create(
-      model, fc, fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node()));
+      model, fc,
+      fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node(),
+                      &ctx.world_reduce(), &ctx.intra_node_reduce()));
 }
 
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
