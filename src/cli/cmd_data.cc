@@ -9,13 +9,13 @@
 
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
-#include "data/dataset.h"
-#include "data/format.h"
-#include "data/hash.h"
-#include "data/pack.h"
-#include "data/reader.h"
-#include "data/tokenizer.h"
-#include "data/verify.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
+#include "data/pack/pack.h"
+#include "data/read/dataset.h"
+#include "data/read/reader.h"
+#include "data/read/verify_dataset.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace ftrain::cli {
 

@@ -5,8 +5,8 @@
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
 #include "core/log.h"
-#include "data/pack.h"
-#include "data/pack_parts.h"
+#include "data/pack/pack.h"
+#include "data/pack/pack_parts.h"
 
 namespace ftrain::cli {
 

@@ -9,7 +9,7 @@
 
 #include "comm/context.h"
 #include "core/log.h"
-#include "data/reader.h"
+#include "data/read/reader.h"
 #include "fsdp/engine.h"
 
 namespace ftrain::train {

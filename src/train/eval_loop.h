@@ -35,8 +35,8 @@ struct HeldOutOptions {
   int64_t micro_batch = 4;         // rows per micro-batch
   int64_t max_seq_len = 0;         // the model's; longer sequences are refused
   std::string what = "eval.path";  // how errors name the source
-  // Non-zero: the tokenizer hash (data/index.h) the held-out data must have been packed with,
-  // the training data's ([eval]); another tokenizer is InvalidArgument.
+  // Non-zero: the tokenizer hash (data/format/index.h) the held-out data must have been packed
+  // with, the training data's ([eval]); another tokenizer is InvalidArgument.
   uint64_t tokenizer_xxh3 = 0;
 };
 

@@ -23,7 +23,7 @@
 #include "core/log.h"
 #include "core/run_layout.h"
 #include "core/version.h"
-#include "data/reader.h"
+#include "data/read/reader.h"
 #include "fsdp/engine.h"
 #include "fsdp/trace_range.h"
 #include "model/hf_config.h"

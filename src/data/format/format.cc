@@ -1,12 +1,12 @@
 // Shard header encoding, names, and atomic file writes for the packed directory.
-#include "data/format.h"
+#include "data/format/format.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

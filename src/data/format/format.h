@@ -7,7 +7,8 @@
 //   [payload_offset, +num_rows*row_bytes)   rows of seq_len+1 tokens, uint16 or uint32
 //
 // Readers verify a chunk's checksum before using any row of it; the whole-file XXH3-64 lives
-// in index.json. Not here: how rows are cut from documents (pack.cc), reading (dataset.cc).
+// in index.json. Not here: how rows are cut from documents (pack/pack.cc), reading
+// (read/dataset.cc).
 #pragma once
 
 #include <cstdint>

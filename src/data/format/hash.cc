@@ -1,5 +1,5 @@
 // XXH3-64 via libxxhash; SplitMix64 as published.
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 #include <xxhash.h>
 

@@ -1,10 +1,10 @@
 // index.json (de)serialisation with nlohmann::json, and the data version.
-#include "data/index.h"
+#include "data/format/index.h"
 
 #include <nlohmann/json.hpp>
 
-#include "data/format.h"
-#include "data/hash.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 

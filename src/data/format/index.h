@@ -35,7 +35,7 @@ struct PackStats {
   uint64_t dropped_tail_tokens = 0;  // tokens after the last full row
   uint64_t skipped_empty_documents = 0;
   uint64_t skipped_invalid_lines = 0;
-  // --on-bad-record=skip: records skipped, by reason (see documents.h); absent reasons are 0.
+  // --on-bad-record=skip: records skipped, by reason (see pack/documents.h); absent reasons are 0.
   std::map<std::string, uint64_t> bad_records;
 };
 

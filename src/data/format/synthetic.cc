@@ -1,10 +1,10 @@
 // WriteSyntheticDataset: rows from SyntheticToken, real shard and index writers.
-#include "data/synthetic.h"
+#include "data/format/synthetic.h"
 
 #include <vector>
 
-#include "data/format.h"
-#include "data/hash.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "data/index.h"
+#include "data/format/index.h"
 
 namespace ftrain::data {
 

@@ -1,10 +1,10 @@
 // DocumentReader: plain text and JSON Lines into tokenizer pieces.
-#include "data/documents.h"
+#include "data/pack/documents.h"
 
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
-#include "data/utf8.h"
+#include "data/pack/utf8.h"
 
 namespace ftrain::data {
 namespace {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/file_slice.h"
-#include "data/index.h"
-#include "data/input.h"
+#include "data/format/index.h"
+#include "data/pack/file_slice.h"
+#include "data/pack/input_files.h"
 
 namespace ftrain::data {
 

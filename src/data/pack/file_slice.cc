@@ -1,5 +1,5 @@
 // FileSlice reading with pread on one descriptor per call.
-#include "data/file_slice.h"
+#include "data/pack/file_slice.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

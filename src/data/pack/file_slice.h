@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "data/input.h"
+#include "data/pack/input_files.h"
 
 namespace ftrain::data {
 

@@ -1,5 +1,5 @@
 // Input scanning and decompressing readers (zlib for gzip, libzstd for zstd).
-#include "data/input.h"
+#include "data/pack/input_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <set>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

@@ -8,8 +8,8 @@
 #include <map>
 #include <utility>
 
-#include "data/input.h"
-#include "data/s3.h"
+#include "data/pack/input_files.h"
+#include "data/source/s3.h"
 
 namespace ftrain::data {
 namespace {
@@ -24,7 +24,7 @@ uint64_t PartBytes() {
   return bytes;
 }
 
-// The order of a directory walk (data/input.cc sorts each directory's names): keys compared
+// The order of a directory walk (input_files.cc sorts each directory's names): keys compared
 // path component by path component, so "a/b" comes before "a.txt" as it does on disk.
 bool WalkOrder(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;

@@ -1,6 +1,6 @@
 // The packer: a reader thread (files -> pieces -> ~1 MB work items), N tokenizer threads, and
 // the calling thread putting results back in order and cutting rows and shards.
-#include "data/pack.h"
+#include "data/pack/pack.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,10 +13,10 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "data/format.h"
-#include "data/input.h"
-#include "data/pack_output.h"
-#include "data/pack_steps.h"
+#include "data/format/format.h"
+#include "data/pack/input_files.h"
+#include "data/pack/pack_output.h"
+#include "data/pack/pack_steps.h"
 
 namespace ftrain::data {
 namespace {

@@ -1,8 +1,8 @@
-// `ftrain pack`: inputs -> documents -> SentencePiece tokens (on all cores) -> one stream with
-// BOS/EOS between documents -> rows of seq_len+1 tokens (row k holds stream tokens
-// [k*L, k*L+L], so every next-token pair is in exactly one row) -> shards of rows_per_shard
-// rows -> bad-records.jsonl (when records were skipped), the tokenizer and index.json (written
-// last: the commit). The output is a pure
+// `ftrain pack`: inputs -> documents -> tokens (SentencePiece or a Hugging Face tokenizer.json,
+// data/tokenize/; on all cores) -> one stream with BOS/EOS between documents -> rows of
+// seq_len+1 tokens (row k holds stream tokens [k*L, k*L+L], so every next-token pair is in
+// exactly one row) -> shards of rows_per_shard rows -> bad-records.jsonl (when records were
+// skipped), the tokenizer and index.json (written last: the commit). The output is a pure
 // function of the inputs, the tokenizer and the options: thread count and timing do not matter.
 #pragma once
 
@@ -12,17 +12,18 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "data/documents.h"
-#include "data/index.h"
-#include "data/progress.h"
-#include "data/tokenizer.h"
+#include "data/format/index.h"
+#include "data/pack/documents.h"
+#include "data/pack/progress.h"
+#include "data/pack/train_tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace ftrain::data {
 
 struct PackOptions {
   std::vector<std::string> inputs;
   std::string out_dir;
-  std::string tokenizer_path;  // a SentencePiece model, or empty with train_tokenizer
+  std::string tokenizer_path;  // a tokenizer (Tokenizer::Load), or empty with train_tokenizer
   bool train_tokenizer = false;
   TrainTokenizerOptions train;  // vocab_size, model_type, sample_bytes (threads/docs are set)
   uint32_t seq_len = 0;

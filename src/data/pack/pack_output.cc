@@ -1,8 +1,8 @@
 // PrepareOutDir and ShardCutter.
-#include "data/pack_output.h"
+#include "data/pack/pack_output.h"
 
 #include "core/log.h"
-#include "data/format.h"
+#include "data/format/format.h"
 
 namespace ftrain::data {
 

@@ -9,7 +9,7 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "data/index.h"
+#include "data/format/index.h"
 
 namespace ftrain::data {
 

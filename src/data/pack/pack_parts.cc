@@ -1,5 +1,5 @@
 // Planning a part, packing it into a token stream, and merging the streams (pack_parts.h).
-#include "data/pack_parts.h"
+#include "data/pack/pack_parts.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "data/format.h"
-#include "data/hash.h"
-#include "data/pack_steps.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
+#include "data/pack/pack_steps.h"
 
 namespace ftrain::data {
 namespace {

@@ -22,8 +22,8 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "data/index.h"
-#include "data/pack.h"
+#include "data/format/index.h"
+#include "data/pack/pack.h"
 
 namespace ftrain::data {
 

@@ -8,13 +8,13 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "data/documents.h"
-#include "data/file_slice.h"
-#include "data/index.h"
-#include "data/pack.h"
-#include "data/pack_output.h"
-#include "data/progress.h"
-#include "data/tokenizer.h"
+#include "data/format/index.h"
+#include "data/pack/documents.h"
+#include "data/pack/file_slice.h"
+#include "data/pack/pack.h"
+#include "data/pack/pack_output.h"
+#include "data/pack/progress.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace ftrain::data {
 

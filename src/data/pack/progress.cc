@@ -1,5 +1,5 @@
 // ProgressMeter: "\r"-redrawn line on a tty, periodic FT_LOG lines elsewhere.
-#include "data/progress.h"
+#include "data/pack/progress.h"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 // UTF-8 validation by the table in RFC 3629 section 4; ASCII runs take a fast path.
-#include "data/utf8.h"
+#include "data/pack/utf8.h"
 
 #include <cstdint>
 

@@ -1,11 +1,11 @@
 // Cursor blob encoding: "key=value" fields after a magic and version, XXH3-64 last.
-#include "data/cursor.h"
+#include "data/read/cursor.h"
 
 #include <map>
 #include <sstream>
 
 #include "core/config.h"
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

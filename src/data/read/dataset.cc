@@ -1,8 +1,8 @@
 // Dataset: index parsing through a Source, lazy shard metadata, verified chunk reads.
-#include "data/dataset.h"
+#include "data/read/dataset.h"
 
 #include "core/log.h"
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/format.h"
-#include "data/index.h"
-#include "data/source.h"
+#include "data/format/format.h"
+#include "data/format/index.h"
+#include "data/source/source.h"
 
 namespace ftrain::data {
 

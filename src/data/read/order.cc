@@ -1,9 +1,9 @@
 // EpochOrder: chunk shuffle, windows, row shuffle within a window.
-#include "data/order.h"
+#include "data/read/order.h"
 
 #include <algorithm>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

@@ -1,5 +1,5 @@
 // RankStream: which rows a rank needs, window by window, and reading them.
-#include "data/rank_stream.h"
+#include "data/read/rank_stream.h"
 
 #include <algorithm>
 #include <cstring>

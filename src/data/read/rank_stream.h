@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/dataset.h"
-#include "data/order.h"
+#include "data/read/dataset.h"
+#include "data/read/order.h"
 
 namespace ftrain::data {
 

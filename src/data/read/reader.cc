@@ -1,10 +1,10 @@
 // TokenReader: option and cursor validation, the prefetch thread, the cursor.
-#include "data/reader.h"
+#include "data/read/reader.h"
 
 #include <chrono>
 
 #include "core/log.h"
-#include "data/cursor.h"
+#include "data/read/cursor.h"
 
 namespace ftrain::data {
 

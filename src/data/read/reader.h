@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/dataset.h"
-#include "data/rank_stream.h"
-#include "data/source.h"
+#include "data/read/dataset.h"
+#include "data/read/rank_stream.h"
+#include "data/source/source.h"
 
 namespace ftrain::data {
 

@@ -1,5 +1,5 @@
 // VerifyDataset: sequential full read of each shard, every checksum compared.
-#include "data/verify.h"
+#include "data/read/verify_dataset.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/dataset.h"
+#include "data/read/dataset.h"
 
 namespace ftrain::data {
 

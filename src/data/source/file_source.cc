@@ -8,8 +8,8 @@
 #include <map>
 #include <mutex>
 
-#include "data/s3.h"
-#include "data/source.h"
+#include "data/source/s3.h"
+#include "data/source/source.h"
 
 namespace ftrain::data {
 namespace {

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "core/log.h"
-#include "data/http_fetch.h"
-#include "data/source.h"
+#include "data/source/http_fetch.h"
+#include "data/source/source.h"
 
 namespace ftrain::data {
 namespace {

@@ -1,6 +1,6 @@
 // S3 over libcurl: configuration from the environment, URLs (path-style for custom endpoints),
 // SigV4 by libcurl, ListObjectsV2 with continuation tokens, and the Source over a bucket prefix.
-#include "data/s3.h"
+#include "data/source/s3.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "data/http_fetch.h"
+#include "data/source/http_fetch.h"
 
 namespace ftrain::data {
 namespace {

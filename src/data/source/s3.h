@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/source.h"
+#include "data/source/source.h"
 
 namespace ftrain::data {
 

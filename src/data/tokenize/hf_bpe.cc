@@ -1,13 +1,13 @@
 // BPE encoding as tokenizers' models/bpe (model.rs merge_word, word.rs merge_all).
-#include "data/hf_bpe.h"
+#include "data/tokenize/hf_bpe.h"
 
 #include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "data/hf_pipeline.h"
-#include "data/hf_text.h"
+#include "data/tokenize/hf_pipeline.h"
+#include "data/tokenize/hf_text.h"
 
 namespace ftrain::data::hf {
 

@@ -1,12 +1,12 @@
 // Normalizers, pre-tokenizers and decoders of tokenizer.json (see hf_pipeline.h).
-#include "data/hf_pipeline.h"
+#include "data/tokenize/hf_pipeline.h"
 
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
-#include "data/hf_text.h"
+#include "data/tokenize/hf_text.h"
 
 namespace ftrain::data::hf {
 

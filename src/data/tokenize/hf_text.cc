@@ -1,5 +1,5 @@
 // Patterns over PCRE2 (8-bit, UTF + UCP, JIT) and normalization over ICU's Normalizer2.
-#include "data/hf_text.h"
+#include "data/tokenize/hf_text.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -1,15 +1,15 @@
 // HfTokenizer: tokenizer.json's added tokens, normalizer, pre-tokenizer, BPE model and decoder
 // wired as tokenizers' Tokenizer::encode_single_sequence / decode do it.
-#include "data/hf_tokenizer.h"
+#include "data/tokenize/hf_tokenizer.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "data/format.h"
-#include "data/hash.h"
-#include "data/hf_bpe.h"
-#include "data/hf_pipeline.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
+#include "data/tokenize/hf_bpe.h"
+#include "data/tokenize/hf_pipeline.h"
 
 namespace ftrain::data {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace ftrain::data {
 

@@ -1,7 +1,7 @@
 // The tokenizer interface of `ftrain pack` and `ftrain data inspect`, with two implementations:
 // SentencePiece .model files (here) and Hugging Face tokenizer.json BPE (hf_tokenizer.h).
-// Load() picks one from a path; the model's bytes and hash go into the dataset. Also trains a
-// SentencePiece model from the packer's inputs. Library types and errors stop here.
+// Load() picks one from a path; the model's bytes and hash go into the dataset. Library types
+// and errors stop here. Training a SentencePiece model is the packer's (pack/train_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/documents.h"
-#include "data/input.h"
 
 namespace ftrain::data {
 
@@ -54,17 +52,5 @@ class Tokenizer {
 // The tokenizer file a --tokenizer path means: the path itself, or for a model directory its
 // tokenizer.json (preferred) or tokenizer.model. NotFound when a directory holds neither.
 StatusOr<std::string> ResolveTokenizerFile(const std::string& path);
-
-struct TrainTokenizerOptions {
-  int vocab_size = 8000;
-  std::string model_type = "unigram";  // unigram | bpe
-  int threads = 1;
-  uint64_t sample_bytes = 4 << 20;  // text fed to the trainer, sampled evenly over the inputs
-  DocOptions docs;
-};
-
-// Trains a SentencePiece model on a deterministic sample of the inputs' lines; returns the
-// serialized model. Errors from the inputs are the packer's errors (file:line).
-StatusOr<std::string> TrainTokenizer(const InputScan& inputs, const TrainTokenizerOptions& opts);
 
 }  // namespace ftrain::data
