@@ -1,5 +1,5 @@
 // Fetching a replica from a peer into a local slot.
-#include "peer_fetch.h"
+#include "daemon/peer_fetch.h"
 
 #include <dirent.h>
 
@@ -9,9 +9,9 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "peer_auth.h"
-#include "peer_server.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_server.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd {
 

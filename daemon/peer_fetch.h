@@ -22,8 +22,8 @@
 
 #include "ckpt/ckptd_protocol.h"
 #include "core/status.h"
-#include "peer_address.h"
-#include "shm_slots.h"
+#include "daemon/peer_address.h"
+#include "daemon/shm_slots.h"
 
 namespace ftrain::ckptd {
 

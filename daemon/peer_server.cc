@@ -1,5 +1,5 @@
 // The peer listener: accept, authenticate, one STORE or FETCH per connection.
-#include "peer_server.h"
+#include "daemon/peer_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <cstring>
 
 #include "core/log.h"
-#include "peer_address.h"
-#include "peer_auth.h"
+#include "daemon/peer_address.h"
+#include "daemon/peer_auth.h"
 
 namespace ftrain::ckptd {
 

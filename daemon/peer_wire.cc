@@ -1,5 +1,5 @@
 // Peer frames, messages and blocking frame I/O with deadlines.
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

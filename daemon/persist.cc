@@ -1,5 +1,5 @@
 // The persist worker.
-#include "persist.h"
+#include "daemon/persist.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>

@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
-#include "peer_auth.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_wire.h"
 #include "test_util.h"
 
 namespace ftrain::ckptd::peer {
