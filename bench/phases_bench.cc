@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
-#include "train/step_phases.h"
+#include "train/telemetry/metrics.h"
+#include "train/telemetry/step_phases.h"
 
 int main(int argc, char** argv) {
   using ftrain::train::RankPhases;

@@ -17,7 +17,7 @@
 #include "ckpt_fixture.h"
 #include "comm/collectives.h"
 #include "test_util.h"
-#include "train/checkpointer.h"
+#include "train/checkpoint/sink.h"
 
 namespace ftrain::testing {
 namespace {

@@ -21,7 +21,7 @@
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "test_util.h"
-#include "train/checkpointer.h"
+#include "train/checkpoint/sink.h"
 
 namespace ftrain::testing {
 namespace {

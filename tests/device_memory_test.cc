@@ -23,7 +23,7 @@
 #include "ckpt/ckptd_client.h"
 #include "ckpt/ckptd_protocol.h"
 #include "test_util.h"
-#include "train/dma_memory.h"
+#include "train/device/dma_memory.h"
 
 namespace ftrain::testing {
 namespace {

@@ -1,10 +1,10 @@
-// Unit tests of rank 0's view of the per-rank step phases (train/step_phases.h, no LibTorch):
-// median/max/slowest rank over the ranks, the full vector only every N steps, a straggler
-// named once (with its host and the phase that makes it slow) only after it stayed above the
-// median for a whole window, none in a balanced run, and the metrics.jsonl members parse as
+// Unit tests of rank 0's view of the per-rank step phases (train/telemetry/step_phases.h, no
+// LibTorch): median/max/slowest rank over the ranks, the full vector only every N steps, a
+// straggler named once (with its host and the phase that makes it slow) only after it stayed above
+// the median for a whole window, none in a balanced run, and the metrics.jsonl members parse as
 // JSON (nlohmann) inside the step's line; most of a node's ranks slow make one node group.
 // Label: unit; well under a second.
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
+#include "train/telemetry/metrics.h"
 
 namespace ftrain::train {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "core/config.h"
 #include "test_util.h"
-#include "train/lr_schedule.h"
-#include "train/metrics.h"
-#include "train/train_config.h"
+#include "train/config/lr_schedule.h"
+#include "train/config/train_config.h"
+#include "train/telemetry/metrics.h"
 
 namespace ftrain::train {
 namespace {

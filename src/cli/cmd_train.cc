@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "train/metrics.h"
+#include "train/telemetry/metrics.h"
 #include "train/trainer.h"
 
 namespace ftrain::cli {

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 namespace ftrain::report {
 
 // The "phases" of a metrics.jsonl line: every rank's step phases summarised by rank 0
-// (train/step_phases.h), in the order of kPhaseKeys.
+// (train/telemetry/step_phases.h), in the order of kPhaseKeys.
 constexpr int kPhaseCount = 7;
 extern const char* const kPhaseKeys[kPhaseCount];  // "data_wait_s", "compute_s", ...
 struct StepPhases {

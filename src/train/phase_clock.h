@@ -1,8 +1,9 @@
-// Every rank's clock for the phases of one step (train/step_phases.h), and the two collectives
-// that carry them to rank 0: the host names once at start, and the boundary's flag agreement,
-// an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On a GPU
-// the compute and optimizer spans are CUDA events on the current stream (read after the step's
-// last host synchronisation), not host timers around asynchronous work. Header without LibTorch.
+// Every rank's clock for the phases of one step (train/telemetry/step_phases.h), and the two
+// collectives that carry them to rank 0: the host names once at start, and the boundary's flag
+// agreement, an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On
+// a GPU the compute and optimizer spans are CUDA events on the current stream (read after the
+// step's last host synchronisation), not host timers around asynchronous work. Header without
+// LibTorch.
 #pragma once
 
 #include <chrono>
@@ -12,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 namespace ftrain::comm {
 class Comm;

@@ -29,17 +29,17 @@
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "train/base_model.h"
-#include "train/checkpointer.h"
-#include "train/checkpointing.h"
-#include "train/device.h"
-#include "train/device_memory.h"
-#include "train/eval_loop.h"
-#include "train/lr_schedule.h"
-#include "train/metrics.h"
-#include "train/metrics_sinks.h"
+#include "train/checkpoint/sink.h"
+#include "train/checkpoint/train_state.h"
+#include "train/config/lr_schedule.h"
+#include "train/device/device.h"
+#include "train/device/device_memory.h"
+#include "train/eval/eval_loop.h"
 #include "train/phase_clock.h"
 #include "train/profiler.h"
 #include "train/signals.h"
+#include "train/telemetry/metrics.h"
+#include "train/telemetry/metrics_sinks.h"
 
 namespace ftrain::train {
 namespace {
@@ -810,7 +810,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
     run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
     co.device = run->device_memory.get();
   }
-  // An aborted NCCL collective must never be checkpointed as good state (checkpointer.h).
+  // An aborted NCCL collective must never be checkpointed as good state (train/checkpoint/sink.h).
   co.comm_health = [&ctx] { return ctx.Health(); };
   // The data, and the Hugging Face files each checkpoint will carry (rank 0): known before the
   // daemon's slots are sized.

@@ -1,5 +1,5 @@
 // Daemon or synchronous checkpoint path, with a collective outcome.
-#include "train/checkpointer.h"
+#include "train/checkpoint/sink.h"
 
 #include <sys/mman.h>
 #include <torch/torch.h>

@@ -17,7 +17,7 @@
 #include "ckpt/shard_file.h"
 #include "ckpt/store.h"
 #include "core/status.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::comm {
 class Comm;

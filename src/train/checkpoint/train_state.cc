@@ -1,5 +1,5 @@
 // Engine/run state <-> checkpoint.
-#include "train/checkpointing.h"
+#include "train/checkpoint/train_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

@@ -1,7 +1,7 @@
 // The trainer's side of checkpoints: turns the FSDP engine's shards and the run's state
 // (optimizer step, schedule, data cursor, RNG, train counters) into a rank's shard contents,
 // and back from a checkpoint (or ckptd's in-memory snapshot), with resharding when the world
-// size changed. Where the contents go is train/checkpointer.h.
+// size changed. Where the contents go is train/checkpoint/sink.h.
 #pragma once
 
 #include <map>

@@ -1,5 +1,5 @@
 // Warm-up + cosine schedule.
-#include "train/lr_schedule.h"
+#include "train/config/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

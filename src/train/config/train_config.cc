@@ -1,5 +1,5 @@
 // TrainConfig loading and validation.
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 #include <xxhash.h>
 
@@ -274,7 +274,7 @@ std::string TrainConfig::ConfigHash() const {
   for (const auto& [key, entry] : raw.entries()) {
     // Where metrics go and what MFU is measured against: not a bit of the run changes.
     if (key.rfind("metrics.", 0) == 0) continue;
-    // The held-out loss reads the weights, never changes them (train/eval_loop.h).
+    // The held-out loss reads the weights, never changes them (train/eval/eval_loop.h).
     if (key.rfind("eval.", 0) == 0) continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||

@@ -95,7 +95,7 @@ struct MetricsSection {
   int64_t straggler_window = 20;     // ... averaged over this many steps names a straggler
 };
 
-// [eval]: the held-out loss during training (train/eval_loop.h), on the training engine.
+// [eval]: the held-out loss during training (train/eval/eval_loop.h), on the training engine.
 // Changes nothing a run computes (not in ConfigHash): the training bits are the same with it
 // on or off.
 struct EvalSection {

@@ -1,5 +1,5 @@
 // train.device: choice and checks (see device.h).
-#include "train/device.h"
+#include "train/device/device.h"
 
 #include <ATen/Context.h>
 #include <dlfcn.h>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::train {
 

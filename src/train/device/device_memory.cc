@@ -1,10 +1,10 @@
-// The CUDA runtime under DmaDeviceMemory (train/dma_memory.h), which keeps the bookkeeping.
+// The CUDA runtime under DmaDeviceMemory (train/device/dma_memory.h), which keeps the bookkeeping.
 // Built with CUDA only (FTRAIN_WITH_NCCL); CI compiles and links it and tests the bookkeeping
 // with a fake runtime (tests/device_memory_test.cc); scripts/gpu-check.sh measures it (stall
 // vs one D2H copy) and tests/gpu_test.cc checks it on a GPU.
-#include "train/device_memory.h"
+#include "train/device/device_memory.h"
 
-#include "train/dma_memory.h"
+#include "train/device/dma_memory.h"
 
 #ifdef FTRAIN_WITH_NCCL
 #include <c10/cuda/CUDAGuard.h>

@@ -1,5 +1,5 @@
 // DmaDeviceMemory (see dma_memory.h).
-#include "train/dma_memory.h"
+#include "train/device/dma_memory.h"
 
 #include <algorithm>
 #include <chrono>

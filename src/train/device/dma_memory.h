@@ -1,8 +1,8 @@
 // The bookkeeping of a GPU rank's ckpt::DeviceMemory, apart from the CUDA runtime it drives:
 // which host ranges are pinned, which copies go straight into a pinned destination (DMA) and
 // which through the pinned bounce buffer, chunk by chunk, and when the copy and compute
-// streams wait for each other. The CUDA calls are a DmaRuntime: train/device_memory.cc has the
-// real one, tests a fake on host memory. No LibTorch or CUDA here.
+// streams wait for each other. The CUDA calls are a DmaRuntime: train/device/device_memory.cc has
+// the real one, tests a fake on host memory. No LibTorch or CUDA here.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // RunEval: the device and the world (as `ftrain train` starts them), the FSDP engine over the
-// model, this rank's shards of the weights, then the held-out loss of train/eval_loop.h.
+// model, this rank's shards of the weights, then the held-out loss of train/eval/eval_loop.h.
 // The whole tensor set is checked against the model (names, shapes, dtypes) before anything is
 // read, so a wrong model config fails with one line naming the tensor.
-#include "train/eval.h"
+#include "train/eval/eval.h"
 
 #include <torch/torch.h>
 
@@ -19,8 +19,8 @@
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "model/weights_io.h"
-#include "train/device.h"
-#include "train/eval_loop.h"
+#include "train/device/device.h"
+#include "train/eval/eval_loop.h"
 
 namespace ftrain::train {
 namespace {

@@ -1,5 +1,5 @@
 // `ftrain eval`: mean token cross-entropy and perplexity of a model on packed data, on the
-// training engine (train/eval_loop.h): the FSDP forward with the run's sharding, on its device
+// training engine (train/eval/eval_loop.h): the FSDP forward with the run's sharding, on its device
 // (train.device) and in its compute dtype, distributed over every rank of the job (one
 // process, or `ftrain launch --nproc N`, or srun), each rank reading only its own shards of
 // the weights. Weights: Hugging Face safetensors (one file, an index.json or a model
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::train {
 

@@ -1,6 +1,6 @@
 // HeldOutLoss: open the held-out reader (vote), ceil(N / R) no-grad forwards, gather the
 // per-batch losses in batch order, average.
-#include "train/eval_loop.h"
+#include "train/eval/eval_loop.h"
 
 #include <torch/torch.h>
 

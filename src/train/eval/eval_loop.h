@@ -1,7 +1,7 @@
 // Held-out loss on the training engine: the FSDP forward of fsdp::FsdpEngine::Forward (no
 // gradients; the engine's compute dtype and device), every rank evaluating its share of N
 // micro-batches, reduced to one mean. Used by the trainer's [eval] section (every
-// eval.every_steps) and by `ftrain eval` (train/eval.h). LibTorch-free header.
+// eval.every_steps) and by `ftrain eval` (train/eval/eval.h). LibTorch-free header.
 //
 // Which rows: the held-out data read from its start in the order of `seed`, as a run of
 // dp_size ranks reads it: micro-batch i of the single-rank order is read by rank i % R in
@@ -16,8 +16,8 @@
 #include <string>
 
 #include "core/status.h"
-#include "train/metrics.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
+#include "train/telemetry/metrics.h"
 
 namespace ftrain::comm {
 class DistContext;

@@ -1,5 +1,5 @@
 // NVML through dlopen, the peak table, MFU and step-time percentiles.
-#include "train/gpu_health.h"
+#include "train/telemetry/gpu_health.h"
 
 #include <dlfcn.h>
 

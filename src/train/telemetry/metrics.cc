@@ -1,5 +1,5 @@
 // metrics.jsonl writing.
-#include "train/metrics.h"
+#include "train/telemetry/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 
 #include "core/env.h"
 #include "core/run_layout.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 namespace ftrain::train {
 

@@ -14,7 +14,7 @@
 
 namespace ftrain::train {
 
-struct PhaseSummary;  // train/step_phases.h
+struct PhaseSummary;  // train/telemetry/step_phases.h
 
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed after this one (1 for the first)
@@ -29,12 +29,12 @@ struct StepMetrics {
   int64_t restart_count = 0;
   int64_t tokens = 0;  // tokens consumed so far (global)
   double unix_time = 0;
-  // Written only when known (train/metrics_sinks.h): CPU runs have no gpu_* fields, mfu needs
-  // a peak, scaling_efficiency a baseline. Like the timings above, they are not part of what
+  // Written only when known (train/telemetry/metrics_sinks.h): CPU runs have no gpu_* fields, mfu
+  // needs a peak, scaling_efficiency a baseline. Like the timings above, they are not part of what
   // bit-exact resume compares (the losses and the checkpoint's training state).
   std::optional<double> gpu_util;    // 0-100, this rank's GPU (NVML)
   std::optional<double> gpu_mem_gb;  // GiB in use on that GPU
-  // The CUDA caching allocator's peaks over this step (train/device.h) and its cumulative
+  // The CUDA caching allocator's peaks over this step (train/device/device.h) and its cumulative
   // free-and-retry count: the memory the plan must cover, and its slow edge.
   std::optional<double> gpu_alloc_peak_gb;
   std::optional<double> gpu_reserved_peak_gb;
@@ -42,7 +42,7 @@ struct StepMetrics {
   std::optional<double> tokens_per_s_per_gpu;
   std::optional<double> mfu;                 // 0-1
   std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...
-  // Steps that ran the held-out evaluation ([eval], train/eval_loop.h): its mean loss (a
+  // Steps that ran the held-out evaluation ([eval], train/eval/eval_loop.h): its mean loss (a
   // float32, printed %.9g) and its wall time, which step_time_s includes (like ckpt_stall_s).
   std::optional<double> eval_loss;
   std::optional<double> eval_s;

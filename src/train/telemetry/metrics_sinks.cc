@@ -1,5 +1,5 @@
 // Health fields, TensorBoard and Prometheus publishing of rank 0's steps.
-#include "train/metrics_sinks.h"
+#include "train/telemetry/metrics_sinks.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 namespace ftrain::train {
 namespace {
@@ -199,7 +199,7 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
     for (const auto& [key, x] : PhaseScalars(*m.phases)) {
       std::string name = "ftrain_phase_" + key;
       if (name.size() > 2 && name.compare(name.size() - 2, 2, "_s") == 0) name += "econds";
-      v.push_back({name, "Step phases over the ranks (train/step_phases.h).", false, x});
+      v.push_back({name, "Step phases over the ranks (train/telemetry/step_phases.h).", false, x});
     }
   }
   v.push_back({"ftrain_metrics_updated_timestamp_seconds", "When this file was written.", false,

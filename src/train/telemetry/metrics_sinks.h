@@ -2,7 +2,7 @@
 // and memory via NVML, tokens/s per GPU, MFU, scaling efficiency) added to each StepMetrics,
 // and the same step published to TensorBoard event files and a Prometheus textfile. A sink
 // that fails mid-run is logged and dropped (TensorBoard) or retried next step (Prometheus):
-// metrics never stop training. metrics.jsonl itself stays in train/metrics.h.
+// metrics never stop training. metrics.jsonl itself stays in train/telemetry/metrics.h.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,10 @@
 
 #include "core/prom_textfile.h"
 #include "core/status.h"
-#include "train/gpu_health.h"
-#include "train/metrics.h"
-#include "train/tensorboard.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
+#include "train/telemetry/gpu_health.h"
+#include "train/telemetry/metrics.h"
+#include "train/telemetry/tensorboard.h"
 
 namespace ftrain::train {
 

@@ -1,5 +1,5 @@
 // Rank 0's summary of the per-rank step phases, and the straggler rule.
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // TensorBoard event file writing. Plain stdio, not Env, like metrics.jsonl: event files are
 // not crash-sensitive state, and counting their writes would move the crash tests' crash
 // points (FTRAIN_CRASH_AT).
-#include "train/tensorboard.h"
+#include "train/telemetry/tensorboard.h"
 
 #include <unistd.h>
 
