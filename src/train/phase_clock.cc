@@ -1,4 +1,4 @@
-// Per-rank phase timing and the boundary all-gather that carries it.
+// Per-rank phase timing, and the host names rank 0 labels the phases with.
 #include "train/phase_clock.h"
 
 #include <c10/core/Event.h>
@@ -97,34 +97,6 @@ StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::s
     }
   }
   return hosts;
-}
-
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all) {
-  const int64_t f = static_cast<int64_t>(flags.size());
-  const int64_t k = f + kNumPhases + 1;  // flags, phases, bytes read
-  const int n = control.size();
-  torch::Tensor in = torch::empty({k}, torch::kFloat64);
-  double* p = in.data_ptr<double>();
-  for (int64_t i = 0; i < f; ++i) p[i] = flags[static_cast<size_t>(i)];
-  for (int i = 0; i < kNumPhases; ++i) p[f + i] = mine.s[i];
-  p[f + kNumPhases] = mine.read_bytes;
-  torch::Tensor out = torch::empty({k * n}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(control.AllGather(out, in)->Wait());
-  const double* v = out.data_ptr<double>();
-  flags_max->assign(flags.size(), 0.0);
-  all->assign(static_cast<size_t>(n), RankPhases());
-  for (int r = 0; r < n; ++r) {
-    const double* row = v + r * k;
-    for (int64_t i = 0; i < f; ++i) {
-      (*flags_max)[static_cast<size_t>(i)] =
-          r == 0 ? row[i] : std::max((*flags_max)[static_cast<size_t>(i)], row[i]);
-    }
-    for (int i = 0; i < kNumPhases; ++i) (*all)[static_cast<size_t>(r)].s[i] = row[f + i];
-    (*all)[static_cast<size_t>(r)].read_bytes = row[f + kNumPhases];
-  }
-  return Status::Ok();
 }
 
 }  // namespace ftrain::train

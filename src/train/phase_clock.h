@@ -53,11 +53,4 @@ class PhaseClock {
 // (collective on `control`).
 StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::string& mine);
 
-// The boundary's agreement (collective): all-gathers [flags..., phases] of every rank.
-// `*flags_max` gets the maximum of each flag over the ranks (exactly what an all-reduce of
-// the flags with max gives: the decision does not change), `*all` every rank's phases.
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all);
-
 }  // namespace ftrain::train

@@ -25,6 +25,7 @@
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "train/base_model.h"
+#include "train/boundary_agreement.h"
 #include "train/checkpoint/resume.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
@@ -157,42 +158,6 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
     out.loss_sum += loss;
   }
   return out;
-}
-
-// What every rank must agree on at a step boundary, so that all checkpoint and stop at the
-// same step: two small collectives on the control group, an all-reduce of the global loss
-// (average) and an all-gather of the checkpoint/stop flags (max over the gathered rows; the
-// time trigger is rank 0's clock, a stop any rank's signal) that carries every rank's step
-// phases along (train/phase_clock.h), timed by the loss all-reduce's wait.
-struct BoundaryDecision {
-  double loss = 0;
-  bool checkpoint = false;
-  bool stop = false;
-  bool final_step = false;
-  std::vector<RankPhases> phases;  // every rank's, this step
-};
-StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistContext& ctx,
-                                            int64_t step, double local_loss, bool time_due,
-                                            PhaseClock& clock) {
-  const bool leader = ctx.world().rank == 0;
-  torch::Tensor loss_t = torch::tensor({local_loss}, torch::kFloat64);
-  const auto tw = Clock::now();
-  {
-    TraceRange range("ftrain/boundary all-reduce");
-    FT_RETURN_IF_ERROR(ctx.control().AllReduce(loss_t, comm::ReduceOp::kAvg)->Wait());
-  }
-  const RankPhases mine = clock.Take(Seconds(tw, Clock::now()));
-  std::vector<double> flags;
-  BoundaryDecision d;
-  FT_RETURN_IF_ERROR(GatherAtBoundary(
-      ctx.control(), {leader && time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0}, mine,
-      &flags, &d.phases));
-  d.loss = loss_t.item<double>();
-  d.stop = flags[1] != 0;
-  d.final_step = step == cfg.train.steps;
-  const bool step_due = cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0;
-  d.checkpoint = flags[0] != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
-  return d;
 }
 
 // The step's record for metrics.jsonl (ckpt_stall_s and the final step time are set after
