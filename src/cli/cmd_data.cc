@@ -2,7 +2,7 @@
 //   inspect SRC  counts, tokens, tokenizer, a decoded sample row
 //   verify SRC   every checksum; exit 1 naming each bad shard
 //   batches SRC  the batches one rank would get (debugging, and the resume tests)
-// Runs inside the torch-free `ftrain-data` binary (see data_exec.cc for why).
+// Runs inside the torch-free `ftrain-data` binary (see sibling_exec.cc for why).
 #include <fstream>
 #include <iostream>
 #include <sstream>

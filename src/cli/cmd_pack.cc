@@ -1,5 +1,5 @@
 // `ftrain pack`: flags only; the packer lives in data/pack. Runs inside the torch-free
-// `ftrain-data` binary (see data_exec.cc for why).
+// `ftrain-data` binary (see sibling_exec.cc for why).
 #include <iostream>
 
 #include "cli/cli_util.h"
