@@ -238,7 +238,7 @@ TEST(DmaMemory, TeardownUnpinsEveryRangeStillRegistered) {
   Mapping x(4096), y(8192);
   mem->RegisterHost(x.p, x.n);
   mem->RegisterHost(y.p, y.n);
-  mem.reset();  // before the mappings go (the order Checkpointer and CkptdClient keep)
+  mem.reset();  // before the mappings go (the order CheckpointSink and CkptdClient keep)
   EXPECT_EQ(j.pins, 2);
   EXPECT_EQ(j.unpins, 2);
   EXPECT_TRUE(j.pinned.empty());

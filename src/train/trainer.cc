@@ -103,9 +103,9 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
 
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
 // synchronously through the library.
-StatusOr<CheckpointerOptions> CheckpointerOptionsFor(const TrainConfig& cfg,
-                                                     const comm::WorldInfo& world) {
-  CheckpointerOptions co;
+StatusOr<CheckpointSinkOptions> SinkOptionsFor(const TrainConfig& cfg,
+                                               const comm::WorldInfo& world) {
+  CheckpointSinkOptions co;
   co.daemon = cfg.ckpt.daemon;
   co.run_dir = cfg.run_dir;
   co.node = ckpt::proto::DefaultNodeId();
@@ -203,7 +203,7 @@ void LogProgress(const TrainConfig& cfg, const StepMetrics& m, double elapsed_s,
 }
 
 // Everything one start of the trainer holds, in the order it is built (and destroyed in
-// reverse: the checkpointer before the device memory its copies use).
+// reverse: the checkpoint sink before the device memory its copies use).
 struct Run {
   explicit Run(const TrainConfig& c) : cfg(c) {}
   const TrainConfig& cfg;
@@ -214,7 +214,7 @@ struct Run {
   nlohmann::json hardware = nlohmann::json::object();  // recorded in every checkpoint
   std::unique_ptr<fsdp::FsdpEngine> engine;
   std::unique_ptr<ckpt::DeviceMemory> device_memory;  // GPU: D2H into ckptd's slots
-  std::unique_ptr<Checkpointer> checkpointer;
+  std::unique_ptr<CheckpointSink> ckpt_sink;
   std::string data_version;
   std::string generation;
   RunState state;
@@ -411,7 +411,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   // Checkpoint path: this node's ckptd if there is one (ckpt.daemon), else synchronous.
   // Start() waits until the daemon has persisted what an earlier trainer of this job handed
   // over, so that the recovery below sees no live writer.
-  FT_ASSIGN_OR_RETURN(CheckpointerOptions co, CheckpointerOptionsFor(cfg, world));
+  FT_ASSIGN_OR_RETURN(CheckpointSinkOptions co, SinkOptionsFor(cfg, world));
   if (run->dev.device.is_cuda()) {
     run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
     co.device = run->device_memory.get();
@@ -431,9 +431,9 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   RunState sizing;
   sizing.hf_files = hf.bytes;
   // Its outcome votes are control collectives: CPU tensors on the Gloo control group.
-  run->checkpointer = std::make_unique<Checkpointer>(co, &ctx.control());
+  run->ckpt_sink = std::make_unique<CheckpointSink>(co, &ctx.control());
   FT_RETURN_IF_ERROR(
-      run->checkpointer->Start(ckpt::SlotBytesFor(BuildShardContents(*run->engine, sizing, "{}"))));
+      run->ckpt_sink->Start(ckpt::SlotBytesFor(BuildShardContents(*run->engine, sizing, "{}"))));
 
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
   // This start's generation: every shard this run writes carries it, so that a writer of an
@@ -442,7 +442,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
-                      Resume(cfg, ctx, *run->checkpointer, run->data_version, run->hardware,
+                      Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
                              *run->engine, &run->state, &resume_dir));
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
@@ -483,8 +483,8 @@ StatusOr<SaveOutcome> SaveCheckpoint(Run& run, bool durable) {
   meta.layout_json = run.layout.dump();
   meta.generation = run.generation;
   run.state.data_cursor = run.reader->SaveCursor();
-  return run.checkpointer->Save(meta, BuildShardContents(*run.engine, run.state, run.schedule_json),
-                                durable);
+  return run.ckpt_sink->Save(meta, BuildShardContents(*run.engine, run.state, run.schedule_json),
+                             durable);
 }
 
 // The boundary's checkpoint: saved (the stall it cost), or failed loudly (nullopt) and retried
@@ -549,12 +549,12 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     run->clock->ComputeEnd(mb.data_wait_s, run->engine->comm_wait_so_far());
     const double lr = run->sched.At(step);
     const auto tc = Clock::now();
-    run->checkpointer->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
+    run->ckpt_sink->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
     run->clock->AddStall(Seconds(tc, Clock::now()));
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
     run->clock->OptimizerEnd(stats.comm_wait_s);
     run->clock->NoteBytesRead(run->reader->stats().bytes_read);
-    run->checkpointer->FinishPending();
+    run->ckpt_sink->FinishPending();
     state.step = step + 1;
     state.tokens += tokens_per_step;
 

@@ -182,11 +182,11 @@ struct RestoreSources {
 // Restore from a peer: when this node's daemon has no snapshot of `step` for this rank (a
 // replacement node after a node failure), it may pull one from the memory of a peer daemon
 // that holds a replica (buddy replication). Any failure just means: read from disk.
-void FetchFromPeerIfMissing(const comm::WorldInfo& world, Checkpointer& checkpointer, int64_t step,
+void FetchFromPeerIfMissing(const comm::WorldInfo& world, CheckpointSink& sink, int64_t step,
                             std::optional<ckpt::CkptdClient::MemorySnapshot>* snap,
                             RestoreSources* src) {
   if (snap->has_value() && (*snap)->submit.meta.step == step) return;
-  auto f = checkpointer.FetchFromPeer(step);
+  auto f = sink.FetchFromPeer(step);
   if (!f.ok()) {
     FT_LOG(Debug) << "resume: no fetch from a peer: " << f.status().message();
     return;
@@ -199,7 +199,7 @@ void FetchFromPeerIfMissing(const comm::WorldInfo& world, Checkpointer& checkpoi
   FT_LOG(Info) << "resume: rank " << world.rank << " fetched step " << step << " from " << f->source
                << ": " << f->bytes << " bytes in " << f->seconds << " s (" << f->mb_per_s()
                << " MB/s)";
-  auto again = checkpointer.MemorySnapshot(step);
+  auto again = sink.MemorySnapshot(step);
   if (!again.ok() || !again->has_value()) return;
   *snap = std::move(*again);
   src->from_peer = f->bytes;
@@ -210,7 +210,7 @@ void FetchFromPeerIfMissing(const comm::WorldInfo& world, Checkpointer& checkpoi
 // ckptd memory where it provably holds the same bytes, the rest from disk; every byte is
 // checked against the manifest's hashes as it is read. `*src`: where this rank's bytes came
 // from (all zero: all from disk).
-Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointer& checkpointer,
+Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, CheckpointSink& sink,
                const std::string& data_version, const nlohmann::json& hardware,
                const std::string& dir, int64_t step, fsdp::FsdpEngine& engine, RunState* state,
                RestoreSources* src) {
@@ -226,14 +226,14 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, Checkpointe
   std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
   MemorySource memory;
   if (cfg.ckpt.restore_from_memory) {
-    auto s = checkpointer.MemorySnapshot(step);
+    auto s = sink.MemorySnapshot(step);
     if (!s.ok()) {
       FT_LOG(Warning) << "resume: cannot ask ckptd for its in-memory snapshot: "
                       << s.status().message() << "; reading from disk";
     } else if (s->has_value()) {
       snap = std::move(*s);
     }
-    FetchFromPeerIfMissing(world, checkpointer, step, &snap, src);
+    FetchFromPeerIfMissing(world, sink, step, &snap, src);
     if (snap.has_value()) {
       const auto& meta = snap->submit.meta;
       if (meta.step == step && meta.world_size == world.world_size &&
@@ -320,7 +320,7 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
 
 }  // namespace
 
-StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpointer& checkpointer,
+StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
                          fsdp::FsdpEngine& engine, RunState* state, std::string* dir) {
   const comm::WorldInfo& world = ctx.world();
@@ -330,7 +330,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
     if (step < 0) return step;
     RestoreSources src;
     Status loaded =
-        LoadOne(cfg, world, checkpointer, data_version, hardware, *dir, step, engine, state, &src);
+        LoadOne(cfg, world, sink, data_version, hardware, *dir, step, engine, state, &src);
     if (!loaded.ok()) {
       FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
                     << loaded.message();

@@ -28,7 +28,7 @@ namespace ftrain::train {
 // to starting fresh; training is deterministic, so the run still ends bit-identical.
 // `hardware` is this run's fingerprint (a checkpoint written elsewhere resumes with a
 // warning). Returns the resumed step (`*dir` its directory), or -1 for a fresh start.
-StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpointer& checkpointer,
+StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
                          fsdp::FsdpEngine& engine, RunState* state, std::string* dir);
 

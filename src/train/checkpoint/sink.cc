@@ -40,23 +40,23 @@ double Since(Clock::time_point t) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(CheckpointerOptions options, comm::Comm* world)
+CheckpointSink::CheckpointSink(CheckpointSinkOptions options, comm::Comm* world)
     : options_(std::move(options)), world_(world), store_(options_.root) {}
 
-void Checkpointer::WaitForDeviceCopies() {
+void CheckpointSink::WaitForDeviceCopies() {
   if (!pending_ || options_.device == nullptr) return;
   Status s = options_.device->WaitForCopies();
   if (!s.ok()) FT_LOG(Error) << "checkpoint: " << s.message();
 }
 
-Checkpointer::~Checkpointer() {
+CheckpointSink::~CheckpointSink() {
   FinishPending();        // a snapshot begun at the last step boundary still reaches ckptd
   WaitForDeviceCopies();  // (if finishing failed) before the slots are unmapped
   client_.reset();        // unregisters its slots with the device first
   ReleaseSyncStaging();
 }
 
-void Checkpointer::ReleaseSyncStaging() {
+void CheckpointSink::ReleaseSyncStaging() {
   if (sync_staging_ == nullptr) return;
   options_.device->UnregisterHost(sync_staging_);
   ::munmap(sync_staging_, sync_staging_bytes_);
@@ -64,14 +64,14 @@ void Checkpointer::ReleaseSyncStaging() {
   sync_staging_bytes_ = 0;
 }
 
-Status Checkpointer::ReduceMax(double* v, int n) {
+Status CheckpointSink::ReduceMax(double* v, int n) {
   torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
   FT_RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kMax)->Wait());
   for (int i = 0; i < n; ++i) v[i] = t[i].item<double>();
   return Status::Ok();
 }
 
-bool Checkpointer::TryConnect(bool quiet) {
+bool CheckpointSink::TryConnect(bool quiet) {
   const std::string sock = ckpt::proto::SocketPath(options_.run_dir, options_.node);
   // A trainer that was just killed may still be registered for this rank for a moment.
   const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -103,7 +103,7 @@ bool Checkpointer::TryConnect(bool quiet) {
   }
 }
 
-void Checkpointer::DropDaemon(const std::string& why) {
+void CheckpointSink::DropDaemon(const std::string& why) {
   WaitForDeviceCopies();  // never unmap a slot that a device copy still writes into
   pending_.reset();
   FT_LOG(Error) << "ckptd: the checkpoint daemon of node '" << options_.node << "' FAILED: " << why
@@ -112,7 +112,7 @@ void Checkpointer::DropDaemon(const std::string& why) {
   client_.reset();
 }
 
-std::optional<Checkpointer::DaemonState> Checkpointer::QueryDaemon() {
+std::optional<CheckpointSink::DaemonState> CheckpointSink::QueryDaemon() {
   if (client_ == nullptr) return std::nullopt;
   auto text = client_->StatusJson();
   if (!text.ok()) {
@@ -136,7 +136,7 @@ std::optional<Checkpointer::DaemonState> Checkpointer::QueryDaemon() {
   return st;
 }
 
-void Checkpointer::CheckDaemonRoot() {
+void CheckpointSink::CheckDaemonRoot() {
   auto text = client_->StatusJson();
   nlohmann::json j = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
   const std::string theirs = j.is_object() ? j.value("root", std::string()) : std::string();
@@ -159,7 +159,7 @@ void Checkpointer::CheckDaemonRoot() {
   }
 }
 
-Status Checkpointer::Start(uint64_t slot_bytes) {
+Status CheckpointSink::Start(uint64_t slot_bytes) {
   // Room for the blobs to grow (cursor, metrics line) without reconnecting.
   slot_bytes_ = slot_bytes + slot_bytes / 64 + (1u << 20);
   if (options_.daemon != DaemonMode::kOff) {
@@ -209,8 +209,8 @@ Status Checkpointer::Start(uint64_t slot_bytes) {
   return Status::Ok();
 }
 
-Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents,
-                              bool* committed) {
+Status CheckpointSink::SaveSync(const ckpt::CheckpointMeta& meta,
+                                const ckpt::ShardContents& contents, bool* committed) {
   *committed = false;
   // The file writer reads host memory: device tensors go through a host copy first (one
   // buffer, reused across checkpoints; pinned by the device where it can).
@@ -218,7 +218,8 @@ Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::Shar
   ckpt::ShardContents staged;
   if (ckpt::HasDeviceTensors(contents)) {
     if (options_.device == nullptr) {
-      return Status::Internal("device tensors in a snapshot, but the checkpointer has no device");
+      return Status::Internal(
+          "device tensors in a snapshot, but the checkpoint sink has no device");
     }
     staged = contents;
     uint64_t total = 0;
@@ -267,7 +268,7 @@ Status Checkpointer::SaveSync(const ckpt::CheckpointMeta& meta, const ckpt::Shar
   return Status::Ok();
 }
 
-void Checkpointer::BeforeStateChanges() {
+void CheckpointSink::BeforeStateChanges() {
   if (!pending_ || options_.device == nullptr) return;
   Status s = options_.device->OrderBeforeStateChanges();
   if (!s.ok()) {
@@ -278,11 +279,11 @@ void Checkpointer::BeforeStateChanges() {
   }
 }
 
-Status Checkpointer::CommHealth() const {
+Status CheckpointSink::CommHealth() const {
   return options_.comm_health ? options_.comm_health() : Status::Ok();
 }
 
-void Checkpointer::DropPending(const Status& why) {
+void CheckpointSink::DropPending(const Status& why) {
   WaitForDeviceCopies();  // the copy may still write into the slot; let it end first
   pending_.reset();
   FT_LOG(Error) << "CHECKPOINT DROPPED at step " << pending_step_
@@ -290,7 +291,7 @@ void Checkpointer::DropPending(const Status& why) {
                 << "); the state may hold partially reduced values";
 }
 
-void Checkpointer::FinishPending() {
+void CheckpointSink::FinishPending() {
   if (!pending_) return;
   // The snapshot was begun at a step boundary that passed its own check, but a communicator
   // that failed since (this step's, or any later) leaves the run without a trustworthy
@@ -317,8 +318,8 @@ void Checkpointer::FinishPending() {
 }
 
 // Waits until the step is committed; rewrites synchronously what a daemon failed to persist.
-Status Checkpointer::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
-                                        const ckpt::ShardContents& contents, bool via_daemon) {
+Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
+                                          const ckpt::ShardContents& contents, bool via_daemon) {
   const std::string step_s = std::to_string(meta.step);
   const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
   const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
@@ -367,8 +368,8 @@ Status Checkpointer::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
   }
 }
 
-StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
-                                         const ckpt::ShardContents& contents, bool durable) {
+StatusOr<SaveOutcome> CheckpointSink::Save(const ckpt::CheckpointMeta& meta,
+                                           const ckpt::ShardContents& contents, bool durable) {
   const auto t0 = Clock::now();
   const std::string step_s = std::to_string(meta.step);
   // Before any snapshot begins: the host has synchronised with the device since the last
@@ -454,12 +455,12 @@ StatusOr<SaveOutcome> Checkpointer::Save(const ckpt::CheckpointMeta& meta,
   return out;
 }
 
-StatusOr<ckpt::CkptdClient::PeerFetch> Checkpointer::FetchFromPeer(int64_t step) {
+StatusOr<ckpt::CkptdClient::PeerFetch> CheckpointSink::FetchFromPeer(int64_t step) {
   if (client_ == nullptr) return ckpt::CkptdClient::PeerFetch();
   return client_->FetchFromPeer(step, "", options_.flush_timeout_s);
 }
 
-StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> Checkpointer::MemorySnapshot(
+StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> CheckpointSink::MemorySnapshot(
     int64_t step) {
   if (client_ == nullptr) return std::optional<ckpt::CkptdClient::MemorySnapshot>();
   return client_->Restore(step);

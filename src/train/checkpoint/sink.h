@@ -25,7 +25,7 @@ class Comm;
 
 namespace ftrain::train {
 
-struct CheckpointerOptions {
+struct CheckpointSinkOptions {
   DaemonMode daemon = DaemonMode::kAuto;
   std::string run_dir;  // the daemon's socket is RUN/ckptd-<node>/sock
   std::string node;     // ckpt::proto::DefaultNodeId() unless a test says otherwise
@@ -37,7 +37,7 @@ struct CheckpointerOptions {
   int keep_every = 0;
   double flush_timeout_s = 600;  // waiting for the daemons to commit a step that must be durable
   // GPU ranks: copies device tensors into the daemon's slots (or a host buffer for the
-  // synchronous path). Not owned; outlives the Checkpointer. Null on CPU.
+  // synchronous path). Not owned; outlives the CheckpointSink. Null on CPU.
   ckpt::DeviceMemory* device = nullptr;
   // The health of every communicator this rank computes with (comm::DistContext::Health):
   // a failed one (an aborted NCCL collective) may have left partially reduced state behind,
@@ -55,10 +55,10 @@ struct SaveOutcome {
                             // FinishPending after it
 };
 
-class Checkpointer {
+class CheckpointSink {
  public:
-  Checkpointer(CheckpointerOptions options, comm::Comm* world);
-  ~Checkpointer();
+  CheckpointSink(CheckpointSinkOptions options, comm::Comm* world);
+  ~CheckpointSink();
 
   // Connects to this node's daemon (ckpt.daemon = auto | require) with slots of `slot_bytes`,
   // then waits until it has persisted whatever an earlier trainer of this job handed over, so
@@ -111,7 +111,7 @@ class Checkpointer {
   // Max-reduces `v` (size n) over the world.
   Status ReduceMax(double* v, int n);
 
-  CheckpointerOptions options_;
+  CheckpointSinkOptions options_;
   comm::Comm* world_;
   ckpt::CheckpointStore store_;
   std::unique_ptr<ckpt::CkptdClient> client_;

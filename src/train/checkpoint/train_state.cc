@@ -102,7 +102,7 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
     r.shape = p.shape;
     r.offset = p.offset;
     r.length = p.data.numel();
-    // Device memory stays where it is: the checkpointer's DeviceMemory copies it straight
+    // Device memory stays where it is: the checkpoint sink's DeviceMemory copies it straight
     // into the daemon's slot (or a host buffer for a synchronous save).
     r.data = p.data.data_ptr();
     r.on_device = !p.data.is_cpu();
