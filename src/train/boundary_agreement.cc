@@ -22,10 +22,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistContext& ctx,
-                                            int64_t step, double local_loss, bool time_due,
-                                            PhaseClock& clock) {
-  const bool leader = ctx.world().rank == 0;
+StatusOr<BoundaryDecision> DecideAtBoundary(comm::DistContext& ctx, double local_loss,
+                                            bool time_due, PhaseClock& clock) {
   torch::Tensor loss_t = torch::tensor({local_loss}, torch::kFloat64);
   const auto tw = Clock::now();
   {
@@ -35,14 +33,12 @@ StatusOr<BoundaryDecision> DecideAtBoundary(const TrainConfig& cfg, comm::DistCo
   const RankPhases mine = clock.Take(Seconds(tw, Clock::now()));
   std::vector<double> flags;
   BoundaryDecision d;
-  FT_RETURN_IF_ERROR(GatherAtBoundary(
-      ctx.control(), {leader && time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0}, mine,
-      &flags, &d.phases));
+  FT_RETURN_IF_ERROR(GatherAtBoundary(ctx.control(),
+                                      {time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0},
+                                      mine, &flags, &d.phases));
   d.loss = loss_t.item<double>();
+  d.time_due = flags[0] != 0;
   d.stop = flags[1] != 0;
-  d.final_step = step == cfg.train.steps;
-  const bool step_due = cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0;
-  d.checkpoint = flags[0] != 0 || step_due || d.stop || (d.final_step && cfg.ckpt.save_final);
   return d;
 }
 

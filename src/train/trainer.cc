@@ -26,6 +26,7 @@
 #include "model/llama.h"
 #include "train/base_model.h"
 #include "train/boundary_agreement.h"
+#include "train/checkpoint/coordinator.h"
 #include "train/checkpoint/resume.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
@@ -235,6 +236,8 @@ struct Run {
   // train/base_model.h), for the layout; the files themselves are in state.hf_files (rank 0).
   nlohmann::json hf_sources = nlohmann::json::object();
   std::string attention;  // the SDPA backend the model's layers run
+  // When, what, where: over the sink, engine, state, reader and clock above (so it goes first).
+  std::unique_ptr<CheckpointCoordinator> checkpoints;
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -379,6 +382,30 @@ Status StartPhases(Run* run) {
   return Status::Ok();
 }
 
+// The loop's checkpoints from here on: this run's identity in every checkpoint's meta, and
+// the due rule's clock starting now.
+void StartCheckpoints(Run* run) {
+  CheckpointCoordinator::Parts p;
+  p.sink = run->ckpt_sink.get();
+  p.engine = run->engine.get();
+  p.state = &run->state;
+  p.reader = run->reader.get();
+  ckpt::CheckpointMeta& meta = p.identity.meta;
+  meta.world_size = run->ctx->world().world_size;
+  meta.config_hash = run->cfg.ConfigHash();
+  meta.code_version = CodeVersion();
+  meta.data_version = run->data_version;
+  meta.layout_json = run->layout.dump();
+  meta.generation = run->generation;
+  p.identity.schedule_json = run->schedule_json;
+  p.leader = run->leader;
+  p.resumed_step = run->resume_step;
+  PhaseClock* clock = run->clock.get();
+  p.on_stall = [clock](double s) { clock->AddStall(s); };
+  run->checkpoints = std::make_unique<CheckpointCoordinator>(
+      CheckpointSchedule(run->cfg.ckpt, run->cfg.train.steps, Env::Default()), std::move(p));
+}
+
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
@@ -467,55 +494,14 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   if (run->leader) FT_LOG(Info) << "attention: scaled_dot_product_attention, " << run->attention;
   run->layout = LayoutJson(*run);
   FT_RETURN_IF_ERROR(StartPhases(run.get()));
+  StartCheckpoints(run.get());
   return run;
 }
 
-// A collective: every rank gets the same outcome. `durable`: return only once the step is
-// committed (stop signal, final step), whatever path the shards took.
-StatusOr<SaveOutcome> SaveCheckpoint(Run& run, bool durable) {
-  TraceRange range("ftrain/checkpoint save");
-  ckpt::CheckpointMeta meta;
-  meta.step = run.state.step;
-  meta.world_size = run.ctx->world().world_size;
-  meta.config_hash = run.cfg.ConfigHash();
-  meta.code_version = CodeVersion();
-  meta.data_version = run.data_version;
-  meta.layout_json = run.layout.dump();
-  meta.generation = run.generation;
-  run.state.data_cursor = run.reader->SaveCursor();
-  return run.ckpt_sink->Save(meta, BuildShardContents(*run.engine, run.state, run.schedule_json),
-                             durable);
-}
-
-// The boundary's checkpoint: saved (the stall it cost), or failed loudly (nullopt) and retried
-// at the next interval; a failure of a checkpoint that must be durable (stop, final step) ends
-// the run.
-StatusOr<std::optional<double>> CheckpointAtBoundary(Run& run, const BoundaryDecision& at,
-                                                     const StepMetrics& m) {
-  const int64_t step = run.state.step;
-  run.state.metrics_line = run.leader ? FormatMetricsLine(m) : "";
-  auto saved = SaveCheckpoint(run, at.stop || at.final_step);
-  if (!saved.ok()) {
-    // Never silently skip: log loudly; the next interval tries again.
-    FT_LOG(Error) << "CHECKPOINT FAILED at step " << step << ": " << saved.status().message()
-                  << " (training continues; will retry)";
-    if (at.stop || at.final_step) return saved.status();
-    return std::optional<double>();
-  }
-  if (run.leader) {
-    FT_LOG(Info) << "checkpoint step " << step << ": "
-                 << (saved->via_daemon ? (saved->deferred ? "copying to ckptd" : "handed to ckptd")
-                                       : "written synchronously")
-                 << (saved->durable ? ", committed" : ", persisting in the background")
-                 << ", stall " << std::setprecision(3) << saved->stall_s << " s";
-    run.sinks->NoteCheckpoint(step, saved->durable);
-  }
-  return std::optional<double>(saved->stall_s);
-}
-
 // Rank 0's record of a finished step: metrics.jsonl, the sinks, the progress line.
-Status RecordStep(Run& run, StepMetrics& m, Clock::time_point t0, double stall) {
-  m.ckpt_stall_s = stall;
+Status RecordStep(Run& run, StepMetrics& m, Clock::time_point t0, const BoundarySave& saved) {
+  if (saved.saved) run.sinks->NoteCheckpoint(m.step, saved.durable);
+  m.ckpt_stall_s = saved.stall_s;
   m.step_time_s = Seconds(t0, Clock::now());
   // The record's time is the step's end, checkpoint included, so time - step_time_s is its
   // start (ftrain report's goodput adds step times up against wall time).
@@ -534,10 +520,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   RunState& state = run->state;
   const int64_t K = cfg.train.grad_accum;
   const int64_t tokens_per_step = run->effective_batch * run->seq_len;
+  CheckpointCoordinator& ckpt = *run->checkpoints;
   const auto run_start = Clock::now();
-  auto last_ckpt = Clock::now();
   const int64_t start_step = state.step;
-  int64_t last_saved = run->resume_step;
   // The loop: micro-batches, optimizer step, then the boundary work (decisions, metrics,
   // checkpoint, progress, stop).
   for (int64_t step = state.step; step < cfg.train.steps; ++step) {
@@ -548,21 +533,17 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
                         RunMicroBatches(*run->reader, *run->engine, K, run->dev.device));
     run->clock->ComputeEnd(mb.data_wait_s, run->engine->comm_wait_so_far());
     const double lr = run->sched.At(step);
-    const auto tc = Clock::now();
-    run->ckpt_sink->BeforeStateChanges();  // a snapshot still copying off the GPU goes first
-    run->clock->AddStall(Seconds(tc, Clock::now()));
+    ckpt.BeforeOptimizerStep();  // a snapshot still copying off the GPU goes first
     FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
     run->clock->OptimizerEnd(stats.comm_wait_s);
     run->clock->NoteBytesRead(run->reader->stats().bytes_read);
-    run->ckpt_sink->FinishPending();
+    const bool time_due = ckpt.AfterOptimizerStep();  // the snapshot goes to ckptd
     state.step = step + 1;
     state.tokens += tokens_per_step;
 
-    const bool time_due = cfg.ckpt.every_minutes > 0 &&
-                          Seconds(last_ckpt, Clock::now()) >= cfg.ckpt.every_minutes * 60;
-    FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(cfg, *run->ctx, state.step,
-                                                              mb.loss_sum / static_cast<double>(K),
-                                                              time_due, *run->clock));
+    FT_ASSIGN_OR_RETURN(
+        BoundaryDecision at,
+        DecideAtBoundary(*run->ctx, mb.loss_sum / static_cast<double>(K), time_due, *run->clock));
     StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
@@ -574,25 +555,17 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     }
     // Before the checkpoint, so that the line it carries has the held-out loss too.
     FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
-    double stall = 0;
-    if (at.checkpoint) {
-      FT_ASSIGN_OR_RETURN(std::optional<double> saved, CheckpointAtBoundary(*run, at, m));
-      if (saved) {
-        stall = *saved;
-        run->clock->AddStall(stall);
-        last_saved = state.step;
-        last_ckpt = Clock::now();
-      }
-    }
+    FT_ASSIGN_OR_RETURN(BoundarySave saved, ckpt.AtBoundary(state.step, at.time_due, at.stop, m));
     if (run->leader) {
-      FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, stall));
-      if (state.step % cfg.train.log_every == 0 || at.final_step || at.stop) {
-        LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step, stall > 0);
+      FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, saved));
+      if (state.step % cfg.train.log_every == 0 || state.step == cfg.train.steps || at.stop) {
+        LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step,
+                    saved.stall_s > 0);
       }
     }
     run->profiler->EndStep(state.step);
     if (at.stop) {
-      FT_LOG(Warning) << "stop requested by signal: checkpointed step " << last_saved
+      FT_LOG(Warning) << "stop requested by signal: checkpointed step " << ckpt.last_saved()
                       << "; exiting with " << kExitRequeue << " (requeue me)";
       *exit_code = kExitRequeue;
       return Status::Ok();
