@@ -29,6 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using records::FormatMetricsLine;
+using records::StepMetrics;
 using testing::RunCommand;
 
 std::string ReadAll(const std::string& path) {

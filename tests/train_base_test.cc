@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/config.h"
+#include "records/json_lines.h"
+#include "records/metrics_record.h"
 #include "test_util.h"
 #include "train/config/lr_schedule.h"
 #include "train/config/train_config.h"
@@ -19,6 +21,9 @@
 namespace ftrain::train {
 namespace {
 
+using ::ftrain::records::AppendJsonLine;
+using ::ftrain::records::FormatMetricsLine;
+using ::ftrain::records::StepMetrics;
 using ::ftrain::testing::Contains;
 using ::ftrain::testing::TempDir;
 

@@ -24,10 +24,10 @@ namespace ftrain::train {
 // What every rank leaves the boundary knowing, identical on all of them. Whether that makes
 // a checkpoint is the checkpoint coordinator's rule (train/checkpoint/coordinator.h).
 struct BoundaryDecision {
-  double loss = 0;                 // the global mean loss of the step
-  bool time_due = false;           // rank 0's checkpoint interval has passed
-  bool stop = false;               // a stop signal reached some rank: checkpoint and exit
-  std::vector<RankPhases> phases;  // every rank's, this step
+  double loss = 0;                          // the global mean loss of the step
+  bool time_due = false;                    // rank 0's checkpoint interval has passed
+  bool stop = false;                        // a stop signal reached some rank: checkpoint and exit
+  std::vector<records::RankPhases> phases;  // every rank's, this step
 };
 
 // The agreement at the end of an optimizer step (collective). `time_due`: this rank's
@@ -39,7 +39,7 @@ StatusOr<BoundaryDecision> DecideAtBoundary(comm::DistContext& ctx, double local
 // `*flags_max` gets the maximum of each flag over the ranks (exactly what an all-reduce of
 // the flags with max gives: the decision does not change), `*all` every rank's phases.
 Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all);
+                        const records::RankPhases& mine, std::vector<double>* flags_max,
+                        std::vector<records::RankPhases>* all);
 
 }  // namespace ftrain::train

@@ -53,7 +53,7 @@ void PhaseClock::OptimizerEnd(double comm_wait_total_s) {
   if (events_) events_->optimizer.record(events_->Current());
 }
 
-RankPhases PhaseClock::Take(double boundary_wait_s) {
+records::RankPhases PhaseClock::Take(double boundary_wait_s) {
   double fb_s = Since(t0_, t1_), opt_s = Since(t1_, t2_);
   if (events_) {
     // The device's own spans: the host returns from asynchronous kernels early. The wait is
@@ -62,17 +62,17 @@ RankPhases PhaseClock::Take(double boundary_wait_s) {
     fb_s = events_->start.elapsedTime(events_->compute) / 1e3;
     opt_s = events_->compute.elapsedTime(events_->optimizer) / 1e3;
   }
-  RankPhases p;
-  p.s[kDataWait] = data_wait_s_;
-  p.s[kCommWait] = comm_total_s_;
-  p.s[kCompute] = std::max(0.0, fb_s - data_wait_s_ - comm_fb_s_);
-  p.s[kOptimizer] = std::max(0.0, opt_s - (comm_total_s_ - comm_fb_s_));
-  p.s[kBoundaryWait] = boundary_wait_s;
-  p.s[kCkptStall] = stall_s_;
+  records::RankPhases p;
+  p.s[records::kDataWait] = data_wait_s_;
+  p.s[records::kCommWait] = comm_total_s_;
+  p.s[records::kCompute] = std::max(0.0, fb_s - data_wait_s_ - comm_fb_s_);
+  p.s[records::kOptimizer] = std::max(0.0, opt_s - (comm_total_s_ - comm_fb_s_));
+  p.s[records::kBoundaryWait] = boundary_wait_s;
+  p.s[records::kCkptStall] = stall_s_;
   stall_s_ = 0;
   double accounted = 0;
-  for (int i = 0; i < kOther; ++i) accounted += p.s[i];
-  p.s[kOther] = std::max(0.0, Since(t0_, Clock::now()) - accounted);
+  for (int i = 0; i < records::kOther; ++i) accounted += p.s[i];
+  p.s[records::kOther] = std::max(0.0, Since(t0_, Clock::now()) - accounted);
   p.read_bytes = static_cast<double>(read_total_ - std::min(read_total_, read_reported_));
   read_reported_ = read_total_;
   return p;

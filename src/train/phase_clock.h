@@ -38,7 +38,7 @@ class PhaseClock {
   // what was read since the previous step.
   void NoteBytesRead(uint64_t total) { read_total_ = total; }
   // This step's phases (the boundary wait measured by the caller); resets the stall.
-  RankPhases Take(double boundary_wait_s);
+  records::RankPhases Take(double boundary_wait_s);
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -163,9 +163,10 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
 
 // The step's record for metrics.jsonl (ckpt_stall_s and the final step time are set after
 // the checkpoint).
-StepMetrics MeasureStep(const RunState& state, double loss, double lr, const fsdp::StepStats& stats,
-                        double data_wait_s, Clock::time_point t0, int64_t tokens_per_step) {
-  StepMetrics m;
+records::StepMetrics MeasureStep(const RunState& state, double loss, double lr,
+                                 const fsdp::StepStats& stats, double data_wait_s,
+                                 Clock::time_point t0, int64_t tokens_per_step) {
+  records::StepMetrics m;
   m.step = state.step;
   m.loss = static_cast<float>(loss);
   m.lr = lr;
@@ -182,7 +183,7 @@ StepMetrics MeasureStep(const RunState& state, double loss, double lr, const fsd
 }
 
 // The caching allocator's peaks over the step just recorded (a GPU run; rank 0's device).
-void AddAllocatorStats(int cuda_index, StepMetrics* m) {
+void AddAllocatorStats(int cuda_index, records::StepMetrics* m) {
   if (std::optional<AllocatorStats> a = TakeAllocatorStats(cuda_index)) {
     m->gpu_alloc_peak_gb = a->allocated_peak_gib;
     m->gpu_reserved_peak_gb = a->reserved_peak_gib;
@@ -191,7 +192,7 @@ void AddAllocatorStats(int cuda_index, StepMetrics* m) {
 }
 
 // Rank 0's progress line, every train.log_every steps and at the last one.
-void LogProgress(const TrainConfig& cfg, const StepMetrics& m, double elapsed_s,
+void LogProgress(const TrainConfig& cfg, const records::StepMetrics& m, double elapsed_s,
                  int64_t steps_done_here, bool checkpointed) {
   const double eta = elapsed_s / static_cast<double>(steps_done_here) *
                      static_cast<double>(cfg.train.steps - m.step);
@@ -499,7 +500,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
 }
 
 // Rank 0's record of a finished step: metrics.jsonl, the sinks, the progress line.
-Status RecordStep(Run& run, StepMetrics& m, Clock::time_point t0, const BoundarySave& saved) {
+Status RecordStep(Run& run, records::StepMetrics& m, Clock::time_point t0,
+                  const BoundarySave& saved) {
   if (saved.saved) run.sinks->NoteCheckpoint(m.step, saved.durable);
   m.ckpt_stall_s = saved.stall_s;
   m.step_time_s = Seconds(t0, Clock::now());
@@ -544,12 +546,14 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     FT_ASSIGN_OR_RETURN(
         BoundaryDecision at,
         DecideAtBoundary(*run->ctx, mb.loss_sum / static_cast<double>(K), time_due, *run->clock));
-    StepMetrics m = MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
+    records::StepMetrics m =
+        MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
       run->sinks->AddHealth(&m);
       AddAllocatorStats(run->dev.cuda_index, &m);
       SetReadLatency(run->reader->TakeReadLatencies(), &m);
-      auto phases = std::make_shared<PhaseSummary>(run->phases->Observe(state.step, at.phases));
+      auto phases =
+          std::make_shared<records::PhaseSummary>(run->phases->Observe(state.step, at.phases));
       phases->comm_bytes = static_cast<double>(stats.comm_bytes);
       m.phases = std::move(phases);
     }

@@ -8,9 +8,9 @@
 #include "data/read/reader.h"
 #include "fsdp/engine.h"
 #include "fsdp/trace_range.h"
+#include "records/metrics_record.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
-#include "train/telemetry/metrics.h"
 
 namespace ftrain::train {
 
@@ -48,12 +48,12 @@ bool CheckpointCoordinator::AfterOptimizerStep() {
 }
 
 StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time_due, bool stop,
-                                                         const StepMetrics& m) {
+                                                         const records::StepMetrics& m) {
   BoundarySave out;
   if (!schedule_.Due(step, time_due, stop)) return out;
   const bool durable = schedule_.MustBeDurable(step, stop);
   RunState& state = *parts_.state;
-  state.metrics_line = parts_.leader ? FormatMetricsLine(m) : "";
+  state.metrics_line = parts_.leader ? records::FormatMetricsLine(m) : "";
   StatusOr<SaveOutcome> saved = [&]() -> StatusOr<SaveOutcome> {
     TraceRange range("ftrain/checkpoint save");
     ckpt::CheckpointMeta meta = parts_.identity.meta;

@@ -17,6 +17,7 @@
 #include "ckpt/manifest.h"
 #include "core/env.h"
 #include "core/status.h"
+#include "records/metrics_record.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::data {
@@ -30,7 +31,6 @@ namespace ftrain::train {
 
 class CheckpointSink;
 struct RunState;
-struct StepMetrics;
 
 // When a checkpoint is due. Time comes from `env` (Env::NowMicros), so tests drive the rule
 // with a fake clock. Torch-free.
@@ -88,7 +88,8 @@ class CheckpointCoordinator {
   // `m`: the step's metrics record, carried in the checkpoint (rank 0) so that a crash
   // between the commit and the metrics append leaves no hole in metrics.jsonl. A failed save
   // is logged loudly and retried at the next interval; a failed durable one ends the run.
-  StatusOr<BoundarySave> AtBoundary(int64_t step, bool time_due, bool stop, const StepMetrics& m);
+  StatusOr<BoundarySave> AtBoundary(int64_t step, bool time_due, bool stop,
+                                    const records::StepMetrics& m);
 
   // The newest step this start saved (or resumed from); -1 when none.
   int64_t last_saved() const { return last_saved_; }

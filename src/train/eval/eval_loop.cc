@@ -130,7 +130,7 @@ Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx) {
 }
 
 Status EvalAtBoundary(const TrainConfig& cfg, fsdp::FsdpEngine& engine, comm::DistContext& ctx,
-                      int64_t step, bool stop, StepMetrics* m) {
+                      int64_t step, bool stop, records::StepMetrics* m) {
   const EvalSection& e = cfg.eval;
   if (e.every_steps <= 0 || stop) return Status::Ok();
   if (step % e.every_steps != 0 && step != cfg.train.steps) return Status::Ok();

@@ -69,6 +69,6 @@ Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx);
 // step). Sets m->eval_loss and m->eval_s; rank 0 logs the loss. Collective; a no-op (no
 // collective) when it is not due, decided from values every rank shares.
 Status EvalAtBoundary(const TrainConfig& cfg, fsdp::FsdpEngine& engine, comm::DistContext& ctx,
-                      int64_t step, bool stop, StepMetrics* m);
+                      int64_t step, bool stop, records::StepMetrics* m);
 
 }  // namespace ftrain::train

@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cf
   return s;
 }
 
-void MetricsSinks::AddHealth(StepMetrics* m) {
+void MetricsSinks::AddHealth(records::StepMetrics* m) {
   if (gpu_ != nullptr) {
     if (std::optional<GpuSample> g = gpu_->Sample()) {
       m->gpu_util = g->util_percent;
@@ -107,7 +107,7 @@ void MetricsSinks::PollCommitted() {
 }
 
 std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
-    const StepMetrics& m) const {
+    const records::StepMetrics& m) const {
   std::vector<std::pair<std::string, float>> v = {
       {"train/loss", m.loss},
       {"train/lr", static_cast<float>(m.lr)},
@@ -140,7 +140,7 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   return v;
 }
 
-std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
+std::vector<PromSample> MetricsSinks::PromSamples(const records::StepMetrics& m) const {
   std::vector<PromSample> v = {
       {"ftrain_step", "Optimizer steps completed.", false, static_cast<double>(m.step)},
       {"ftrain_tokens_total", "Tokens consumed by the run (global).", true,
@@ -207,7 +207,7 @@ std::vector<PromSample> MetricsSinks::PromSamples(const StepMetrics& m) const {
   return v;
 }
 
-void MetricsSinks::Publish(const StepMetrics& m) {
+void MetricsSinks::Publish(const records::StepMetrics& m) {
   window_.Add(m.step_time_s - m.ckpt_stall_s - m.eval_s.value_or(0));
   if (m.eval_loss) {
     eval_step_ = m.step;

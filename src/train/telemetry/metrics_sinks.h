@@ -41,18 +41,19 @@ class MetricsSinks {
   static StatusOr<std::unique_ptr<MetricsSinks>> Open(const TrainConfig& cfg,
                                                       const SinkContext& ctx);
   // Fills m's optional health fields from m->tokens_per_s and NVML (only what is known).
-  void AddHealth(StepMetrics* m);
+  void AddHealth(records::StepMetrics* m);
   // A checkpoint of `step` was saved; `committed`: it is durable now (else ckptd is
   // persisting it, and Publish looks for its step directory until it appears).
   void NoteCheckpoint(int64_t step, bool committed);
   // Publishes the finished step (after its checkpoint stall is known): a TensorBoard event
   // every step; the Prometheus file at most once a second (replacing a file costs about a
   // millisecond or two on ext4, too much for every short step) and at destruction.
-  void Publish(const StepMetrics& m);
+  void Publish(const records::StepMetrics& m);
 
   // The TensorBoard scalars and Prometheus samples of one step (for tests).
-  std::vector<std::pair<std::string, float>> TensorBoardScalars(const StepMetrics& m) const;
-  std::vector<PromSample> PromSamples(const StepMetrics& m) const;
+  std::vector<std::pair<std::string, float>> TensorBoardScalars(
+      const records::StepMetrics& m) const;
+  std::vector<PromSample> PromSamples(const records::StepMetrics& m) const;
   int64_t last_committed_step() const { return last_committed_; }
 
  private:
@@ -67,10 +68,10 @@ class MetricsSinks {
   std::unique_ptr<NvmlGpu> gpu_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<PromTextfile> prom_;
-  std::string prom_error_;        // the last Prometheus write error logged (logged once per kind)
-  StepMetrics prom_step_;         // the newest published step
-  bool prom_pending_ = false;     // prom_step_ is not in the file yet
-  double prom_written_unix_ = 0;  // when the file was last replaced
+  std::string prom_error_;          // the last Prometheus write error logged (logged once per kind)
+  records::StepMetrics prom_step_;  // the newest published step
+  bool prom_pending_ = false;       // prom_step_ is not in the file yet
+  double prom_written_unix_ = 0;    // when the file was last replaced
   StepTimeWindow window_{100};
   int64_t last_committed_ = -1;
   int64_t pending_step_ = -1;  // handed to ckptd, not yet seen committed

@@ -8,55 +8,17 @@
 #include "core/log.h"
 
 namespace ftrain::train {
-namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6f", v);
-  return buf;
-}
-
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
-std::string PhaseObject(const double* v) {
-  std::string out = "{";
-  for (int p = 0; p < kNumPhases; ++p) {
-    out += std::string(p > 0 ? "," : "") + Quote(PhaseKey(p)) + ":" + Num(v[p]);
-  }
-  return out + "}";
-}
-
-std::string RanksObject(const PhaseSummary& s) {
-  std::string out = "{\"host\":[";
-  for (size_t r = 0; r < s.hosts.size(); ++r) out += (r > 0 ? "," : "") + Quote(s.hosts[r]);
-  out += "]";
-  for (int p = 0; p < kNumPhases; ++p) {
-    out += std::string(",") + Quote(PhaseKey(p)) + ":[";
-    for (size_t r = 0; r < s.ranks.size(); ++r) out += (r > 0 ? "," : "") + Num(s.ranks[r].s[p]);
-    out += "]";
-  }
-  out += ",\"read_bytes\":[";
-  for (size_t r = 0; r < s.ranks.size(); ++r) {
-    out += (r > 0 ? "," : "") + std::to_string(static_cast<int64_t>(s.ranks[r].read_bytes));
-  }
-  return out + "]}";
-}
-
-}  // namespace
-
-const char* PhaseKey(int phase) {
-  static const char* const kKeys[kNumPhases] = {"data_wait_s", "compute_s",       "comm_wait_s",
-                                                "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
-                                                "other_s"};
-  return phase >= 0 && phase < kNumPhases ? kKeys[phase] : "?";
-}
+using records::kCompute;
+using records::kDataWait;
+using records::kNumPhases;
+using records::kOptimizer;
+using records::kOther;
+using records::PhaseKey;
+using records::PhaseSummary;
+using records::RankPhases;
+using records::Straggler;
+using records::StragglerGroup;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -67,29 +29,6 @@ double Median(std::vector<double> v) {
     m = (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
   }
   return m;
-}
-
-std::string PhaseSummaryJson(const PhaseSummary& s) {
-  std::string out =
-      ",\"phases\":{\"median\":" + PhaseObject(s.median) + ",\"max\":" + PhaseObject(s.max) +
-      ",\"busy_median_s\":" + Num(s.busy_median_s) + ",\"busy_max_s\":" + Num(s.busy_max_s) +
-      ",\"slowest_rank\":" + std::to_string(s.slowest_rank) +
-      ",\"slowest_host\":" + Quote(s.slowest_host) +
-      ",\"comm_bytes\":" + std::to_string(static_cast<int64_t>(s.comm_bytes)) +
-      ",\"read_bytes\":" + std::to_string(static_cast<int64_t>(s.read_bytes)) +
-      ",\"nodes\":" + std::to_string(s.nodes) + "}";
-  if (!s.ranks.empty()) out += ",\"ranks\":" + RanksObject(s);
-  if (!s.named.empty()) {
-    out += ",\"stragglers\":[";
-    for (size_t i = 0; i < s.named.size(); ++i) {
-      const Straggler& g = s.named[i];
-      out += std::string(i > 0 ? "," : "") + "{\"rank\":" + std::to_string(g.rank) +
-             ",\"host\":" + Quote(g.host) + ",\"busy_s\":" + Num(g.busy_s) +
-             ",\"median_s\":" + Num(g.median_s) + ",\"cause\":" + Quote(g.cause) + "}";
-    }
-    out += "]";
-  }
-  return out;
 }
 
 std::vector<std::pair<std::string, double>> PhaseScalars(const PhaseSummary& s) {
@@ -163,82 +102,17 @@ void PhaseRecorder::NameStragglers(int64_t step, size_t n, PhaseSummary* s) {
   for (const Straggler& g : s->named) fresh.insert(g.rank);
   const long long w = static_cast<long long>(window_.size());
   char line[320];
-  for (const StragglerGroup& g : GroupStragglers(named_list_, hosts_)) {
+  for (const StragglerGroup& g : records::GroupStragglers(named_list_, hosts_)) {
     const bool any_fresh =
         std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return fresh.count(r) != 0; });
     if (!any_fresh || (g.node && !named_nodes_.insert(g.host).second)) continue;
     std::snprintf(line, sizeof(line),
                   "straggler: %s: busy %.3f s per step against a median of %.3f s (+%.0f %%) "
                   "over the last %lld steps, mostly %s",
-                  StragglerGroupTitle(g).c_str(), g.busy_s, g.median_s, g.ExcessPct(), w,
+                  records::StragglerGroupTitle(g).c_str(), g.busy_s, g.median_s, g.ExcessPct(), w,
                   g.cause.c_str());
     FT_LOG(Warning) << line;
   }
-}
-
-std::string RankList(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-std::string StragglerGroupTitle(const StragglerGroup& g) {
-  if (!g.node) return "rank " + std::to_string(g.ranks.front()) + " on " + g.host;
-  std::string of = std::to_string(g.ranks.size());
-  if (g.host_ranks > 0) of += " of its " + std::to_string(g.host_ranks);
-  return "node " + g.host + ": ranks " + RankList(g.ranks) + " (" + of + ")";
-}
-
-std::vector<StragglerGroup> GroupStragglers(const std::vector<Straggler>& named,
-                                            const std::vector<std::string>& rank_hosts) {
-  std::vector<std::string> order;  // hosts in the order their first straggler was named
-  for (const Straggler& g : named) {
-    if (std::find(order.begin(), order.end(), g.host) == order.end()) order.push_back(g.host);
-  }
-  std::vector<StragglerGroup> out;
-  for (const std::string& host : order) {
-    std::vector<const Straggler*> on;
-    for (const Straggler& g : named) {
-      if (g.host == host) on.push_back(&g);
-    }
-    const int host_ranks = static_cast<int>(std::count(rank_hosts.begin(), rank_hosts.end(), host));
-    const int total = host_ranks > 0 ? host_ranks : static_cast<int>(on.size());
-    const bool node = on.size() >= 2 && 2 * static_cast<int>(on.size()) > total;
-    auto group_of = [&](const std::vector<const Straggler*>& members) {
-      StragglerGroup grp;
-      grp.host = host;
-      grp.host_ranks = host_ranks;
-      grp.node = node;
-      grp.step = members.front()->step;
-      std::vector<std::string> causes;
-      for (const Straggler* m : members) {
-        grp.ranks.push_back(m->rank);
-        grp.busy_s += m->busy_s / static_cast<double>(members.size());
-        grp.median_s += m->median_s / static_cast<double>(members.size());
-        grp.step = std::min(grp.step, m->step);
-        causes.push_back(m->cause);
-      }
-      std::sort(grp.ranks.begin(), grp.ranks.end());
-      size_t best = 0;
-      for (const std::string& c : causes) {
-        const size_t k = static_cast<size_t>(std::count(causes.begin(), causes.end(), c));
-        if (k > best) best = k, grp.cause = c;
-      }
-      return grp;
-    };
-    if (node) {
-      out.push_back(group_of(on));
-    } else {
-      for (const Straggler* m : on) out.push_back(group_of({m}));
-    }
-  }
-  return out;
 }
 
 // Rank r over the full window: a straggler when its busy time over the step's median busy time,

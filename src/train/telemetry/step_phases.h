@@ -1,10 +1,9 @@
 // Per-rank step phases and stragglers (rank 0's side; no LibTorch). Every rank splits its
-// step into data wait, forward+backward compute, exposed collective wait, optimizer, the wait
-// at the step boundary and checkpoint stall (train/phase_clock.h measures them); the vectors
-// ride on the boundary's flag agreement (an all-gather instead of an all-reduce of the same
-// flags), so rank 0 sees every rank's phases each step without a new round trip. Here rank 0
-// summarises them (median, max, slowest rank), names stragglers once, and formats the
-// metrics.jsonl members, TensorBoard scalars and Prometheus samples.
+// step into the phases of records/phases.h (train/phase_clock.h measures them); the vectors
+// ride on the boundary's flag agreement (train/boundary_agreement.h), so rank 0 sees every
+// rank's phases each step without a new round trip. Here rank 0 summarises them (median, max,
+// slowest rank), names stragglers once (logged by node), and gives the TensorBoard scalars and
+// Prometheus samples; the metrics.jsonl members are records/phases.h's.
 #pragma once
 
 #include <cstdint>
@@ -14,84 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "records/phases.h"
+
 namespace ftrain::train {
 
-enum Phase : int {
-  kDataWait = 0,  // waiting for the reader
-  kCompute,       // forward + backward, less data and collective waits
-  kCommWait,      // exposed collective wait inside forward/backward/optimizer (the engine's)
-  kOptimizer,     // clip + AdamW, less its collective wait
-  kBoundaryWait,  // the step boundary's loss all-reduce: waiting for the slowest rank
-  kCkptStall,     // checkpoint stall (the previous boundary's save + snapshot copy waits)
-  kOther,         // the rest of the rank's step (its wall time less all the above): host work
-                  // between the phases, or time the rank did not run at all (descheduled)
-  kNumPhases
-};
-// "data_wait_s", "compute_s", "comm_wait_s", "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
-// "other_s".
-const char* PhaseKey(int phase);
-
-struct RankPhases {
-  double s[kNumPhases] = {};
-  double read_bytes = 0;  // bytes this rank's reader read from its source during the step
-  // The time a rank spends on its own (what the others wait for): its step less the waits for
-  // the others (collectives, the boundary) and the checkpoint stall.
-  double Busy() const { return s[kDataWait] + s[kCompute] + s[kOptimizer] + s[kOther]; }
-};
-
-// A rank named as a straggler: its busy time stayed above the median by more than the
-// threshold over the window.
-struct Straggler {
-  int rank = 0;
-  std::string host;
-  double busy_s = 0;    // its mean busy time per step over the window
-  double median_s = 0;  // the mean of the per-step median busy time over the window
-  std::string cause;    // the phase that exceeds the median most ("compute_s", "data_wait_s")
-  int64_t step = 0;     // when it was named
-};
-
-// Stragglers by node: when at least 2 and more than half of a node's ranks are named, the node
-// is the suspect (its power, cooling, network or another job), named once with its ranks rather
-// than as one line per rank; every other straggler stays a group of its own.
-struct StragglerGroup {
-  std::string host;
-  std::vector<int> ranks;           // ascending
-  int host_ranks = 0;               // the ranks on that host (0: not known)
-  double busy_s = 0, median_s = 0;  // means over its ranks
-  std::string cause;                // the most common cause among them
-  int64_t step = 0;                 // the first of them was named at this step
-  bool node = false;                // the whole node (else one rank)
-  double ExcessPct() const { return median_s > 0 ? 100 * (busy_s / median_s - 1) : 0; }
-};
-// `rank_hosts`: the host of every rank (empty when not known: then 2 named ranks on one host
-// make it a node).
-std::vector<StragglerGroup> GroupStragglers(const std::vector<Straggler>& named,
-                                            const std::vector<std::string>& rank_hosts);
-// "2-3,5": ascending ranks with runs folded.
-std::string RankList(const std::vector<int>& ranks);
-// "node n2: ranks 2-3 (2 of its 2)" or "rank 3 on n2".
-std::string StragglerGroupTitle(const StragglerGroup& g);
-
-// What rank 0 records for one step.
-struct PhaseSummary {
-  double median[kNumPhases] = {};
-  double max[kNumPhases] = {};
-  int slowest_rank = 0;  // by busy time
-  std::string slowest_host;
-  double busy_median_s = 0, busy_max_s = 0;
-  std::vector<RankPhases> ranks;   // the full vector: only on every-N steps (else empty)
-  std::vector<std::string> hosts;  // with `ranks`
-  std::vector<Straggler> named;    // stragglers first named at this step
-  double comm_bytes = 0;           // bytes rank 0 sent in collectives this step (estimate)
-  double read_bytes = 0;           // bytes all ranks' readers read this step
-  int nodes = 1;                   // distinct hosts among the ranks
-};
-
-// Members for metrics.jsonl (',"phases":{...}' and, when present, ',"ranks":{...}' and
-// ',"stragglers":[...]'), to append inside the step's JSON object.
-std::string PhaseSummaryJson(const PhaseSummary& p);
 // TensorBoard tags / Prometheus names with their values.
-std::vector<std::pair<std::string, double>> PhaseScalars(const PhaseSummary& p);
+std::vector<std::pair<std::string, double>> PhaseScalars(const records::PhaseSummary& p);
 
 struct StragglerOptions {
   int64_t window = 20;          // steps
@@ -103,25 +30,25 @@ struct StragglerOptions {
 class PhaseRecorder {
  public:
   PhaseRecorder(std::vector<std::string> hosts, int64_t full_every, StragglerOptions opts);
-  PhaseSummary Observe(int64_t step, const std::vector<RankPhases>& ranks);
-  const std::vector<Straggler>& stragglers() const { return named_list_; }
+  records::PhaseSummary Observe(int64_t step, const std::vector<records::RankPhases>& ranks);
+  const std::vector<records::Straggler>& stragglers() const { return named_list_; }
 
  private:
-  std::optional<Straggler> Judge(size_t rank, int64_t step) const;
+  std::optional<records::Straggler> Judge(size_t rank, int64_t step) const;
   // Names the ranks whose window says so into s->named, and logs them once: by node when most
   // of a node's ranks are named (a node line), else one line per rank.
-  void NameStragglers(int64_t step, size_t ranks, PhaseSummary* s);
+  void NameStragglers(int64_t step, size_t ranks, records::PhaseSummary* s);
   std::vector<std::string> hosts_;  // per rank
   int nodes_;                       // distinct hosts
   int64_t full_every_;
   StragglerOptions opts_;
   // The window: per step, every rank's phases and the median busy time.
-  std::vector<std::vector<RankPhases>> window_;
+  std::vector<std::vector<records::RankPhases>> window_;
   std::vector<double> window_median_;
   size_t next_ = 0;  // ring position
   std::set<int> named_;
   std::set<std::string> named_nodes_;  // nodes logged as a whole
-  std::vector<Straggler> named_list_;
+  std::vector<records::Straggler> named_list_;
 };
 
 double Median(std::vector<double> v);
