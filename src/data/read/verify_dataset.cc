@@ -1,12 +1,7 @@
 // VerifyDataset: sequential full read of each shard, every checksum compared.
 #include "data/read/verify_dataset.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
+#include "core/env.h"
 #include "data/format/hash.h"
 
 namespace ftrain::data {
@@ -86,32 +81,6 @@ Status CheckShard(Dataset* ds, uint32_t s, std::string* problem, uint64_t* bytes
 
 }  // namespace
 
-StatusOr<uint64_t> HashFile(const std::string& path, uint64_t* bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::IOError("open " + path + ": " + std::strerror(errno));
-  }
-  Hash64Stream h;
-  std::vector<char> buf(1 << 20);
-  uint64_t total = 0;
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::IOError("read " + path + ": " + std::strerror(err));
-    }
-    if (n == 0) break;
-    h.Update(buf.data(), static_cast<size_t>(n));
-    total += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  if (bytes != nullptr) *bytes = total;
-  return h.Digest();
-}
-
 Status VerifyDataset(Dataset* ds, const std::string& tokenizer_path, VerifyReport* report,
                      const std::function<void(const std::string&, bool)>& on_shard) {
   const DatasetIndex& x = ds->index();
@@ -126,7 +95,11 @@ Status VerifyDataset(Dataset* ds, const std::string& tokenizer_path, VerifyRepor
         " does not match index.json's tokenizer hash " + Hex64(x.tokenizer_xxh3));
   }
   if (!tokenizer_path.empty()) {
-    FT_ASSIGN_OR_RETURN(uint64_t h, HashFile(tokenizer_path));
+    std::string bytes;
+    Status read = Env::Default()->ReadFile(tokenizer_path, &bytes);
+    if (read.IsNotFound()) return Status::NotFound(tokenizer_path + ": no such file");
+    FT_RETURN_IF_ERROR(read);
+    const uint64_t h = Hash64(bytes.data(), bytes.size());
     if (h != x.tokenizer_xxh3) {
       report->problems.push_back(tokenizer_path + ": tokenizer hash " + Hex64(h) +
                                  " does not match index.json's tokenizer hash " +

@@ -27,7 +27,4 @@ struct VerifyReport {
 Status VerifyDataset(Dataset* dataset, const std::string& tokenizer_path, VerifyReport* report,
                      const std::function<void(const std::string& shard, bool ok)>& on_shard = {});
 
-// The XXH3-64 of a local file, reading it sequentially.
-StatusOr<uint64_t> HashFile(const std::string& path, uint64_t* bytes = nullptr);
-
 }  // namespace ftrain::data

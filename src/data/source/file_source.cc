@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/env.h"
 #include "data/source/s3.h"
 #include "data/source/source.h"
 
@@ -27,22 +28,10 @@ class FileSource : public Source {
 
   StatusOr<std::string> ReadFile(const std::string& name) override {
     const std::string path = Where(name);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return OpenError(path, errno);
     std::string out;
-    char buf[1 << 16];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int err = errno;
-        ::close(fd);
-        return Status::IOError("read " + path + ": " + std::strerror(err));
-      }
-      if (n == 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
+    Status s = Env::Default()->ReadFile(path, &out);
+    if (s.IsNotFound()) return Status::NotFound(path + ": no such file");
+    if (!s.ok()) return s;
     return out;
   }
 

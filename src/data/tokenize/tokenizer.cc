@@ -3,13 +3,10 @@
 #include "data/tokenize/tokenizer.h"
 
 #include <sentencepiece_processor.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "data/format/format.h"
 #include "data/format/hash.h"
@@ -61,29 +58,12 @@ class SentencePieceTokenizer : public Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
 
+// A tokenizer named but not readable is not there to use (NotFound: exit 1).
 StatusOr<std::string> ReadWhole(const std::string& path, const std::string& what) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return Status::NotFound(path + ": cannot open the " + what + ": " + std::strerror(errno));
-  }
   std::string bytes;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
-  bool err = std::ferror(f) != 0;
-  std::fclose(f);
-  if (err) return Status::IOError("read " + path + " failed");
+  Status s = Env::Default()->ReadFile(path, &bytes);
+  if (!s.ok()) return Status::NotFound("cannot read the " + what + ": " + s.message());
   return bytes;
-}
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 bool LooksLikeJson(const std::string& bytes) {
@@ -94,9 +74,10 @@ bool LooksLikeJson(const std::string& bytes) {
 }  // namespace
 
 StatusOr<std::string> ResolveTokenizerFile(const std::string& path) {
-  if (!IsDir(path)) return path;
+  Env* env = Env::Default();
+  if (!env->IsDirectory(path)) return path;
   for (const char* name : {kHfTokenizerFileName, kTokenizerFileName}) {
-    if (IsFile(path + "/" + name)) return path + "/" + name;
+    if (env->IsRegularFile(path + "/" + name)) return path + "/" + name;
   }
   return Status::NotFound(path + ": the directory holds neither " + kHfTokenizerFileName + " nor " +
                           kTokenizerFileName + "; give the tokenizer file itself");
@@ -108,7 +89,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
   FT_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(file, "tokenizer"));
   std::string config;
-  if (LooksLikeJson(bytes) && IsFile(dir + "/" + kHfTokenizerConfigFileName)) {
+  if (LooksLikeJson(bytes) &&
+      Env::Default()->IsRegularFile(dir + "/" + kHfTokenizerConfigFileName)) {
     FT_ASSIGN_OR_RETURN(config,
                         ReadWhole(dir + "/" + kHfTokenizerConfigFileName, "tokenizer config"));
   }

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "ckpt/reader.h"
@@ -24,14 +23,6 @@
 
 namespace ftrain::train {
 namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
 
 // NotFound means "the path the user gave is not there": a usage error (exit 2).
 Status AsUsage(const Status& s, const std::string& what) {
@@ -55,8 +46,8 @@ Status CheckCheckpointTensors(const ckpt::Manifest& m, const std::string& dir,
     }
     if (t->shape != shape) {
       return Status::InvalidArgument("checkpoint '" + dir + "': " + kind + " tensor " + name +
-                                     " has shape " + ShapeText(t->shape) +
-                                     " but the model config wants " + ShapeText(shape));
+                                     " has shape " + model::ShapeString(t->shape) +
+                                     " but the model config wants " + model::ShapeString(shape));
     }
     if (t->dtype != ckpt::DType::kFloat32 && t->dtype != ckpt::DType::kBFloat16) {
       return Status::InvalidArgument("checkpoint '" + dir + "': " + kind + " tensor " + name +
