@@ -15,7 +15,7 @@
 #include "ckpt_fixture.h"
 #include "cli/commands.h"
 #include "core/config.h"
-#include "data/synthetic.h"
+#include "data/format/synthetic.h"
 #include "model/llama_config.h"
 #include "plan/planner.h"
 #include "plan/sources.h"

@@ -126,8 +126,8 @@ TEST(FakeGpuPhaseClock, DeviceSpansAreReadOneStepLateAndNeverWait) {
   clock.ComputeEnd(0.25);
   gpu->now = 2.5;  // optimizer: 0.5 s
   clock.OptimizerEnd(0.125, 0.0625);
-  train::RankPhases first = clock.Take(0);
-  EXPECT_LT(first.s[train::kCompute], 0.5) << "step 1 reports its (short) host times";
+  records::RankPhases first = clock.Take(0);
+  EXPECT_LT(first.s[records::kCompute], 0.5) << "step 1 reports its (short) host times";
   // Step 2 reports step 1's device spans and its waits, not step 2's.
   clock.StepStart();
   gpu->now = 12.5;
@@ -135,12 +135,12 @@ TEST(FakeGpuPhaseClock, DeviceSpansAreReadOneStepLateAndNeverWait) {
   gpu->now = 13.0;
   clock.OptimizerEnd(3.0, 1.0);
   const int live_before = gpu->live;
-  train::RankPhases second = clock.Take(0.001);
-  EXPECT_DOUBLE_EQ(second.s[train::kDataWait], 0.25);
-  EXPECT_DOUBLE_EQ(second.s[train::kCommWait], 0.125);
-  EXPECT_DOUBLE_EQ(second.s[train::kCompute], 2.0 - 0.25 - 0.0625);
-  EXPECT_DOUBLE_EQ(second.s[train::kOptimizer], 0.5 - (0.125 - 0.0625));
-  EXPECT_DOUBLE_EQ(second.s[train::kBoundaryWait], 0.001);
+  records::RankPhases second = clock.Take(0.001);
+  EXPECT_DOUBLE_EQ(second.s[records::kDataWait], 0.25);
+  EXPECT_DOUBLE_EQ(second.s[records::kCommWait], 0.125);
+  EXPECT_DOUBLE_EQ(second.s[records::kCompute], 2.0 - 0.25 - 0.0625);
+  EXPECT_DOUBLE_EQ(second.s[records::kOptimizer], 0.5 - (0.125 - 0.0625));
+  EXPECT_DOUBLE_EQ(second.s[records::kBoundaryWait], 0.001);
   ASSERT_EQ(gpu->synced.size(), 1u);
   EXPECT_EQ(gpu->synced[0], 2.5) << "only step 1's optimizer end, long passed";
   // Ten more steps: the six handles of the two samples are reused.

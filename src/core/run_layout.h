@@ -2,7 +2,7 @@
 // ckpt/filename.h knows checkpoint names. Every C++ reader and writer asks it; the shell scripts
 // ask `ftrain paths RUN_DIR` (src/cli/cmd_paths.cc) instead of keeping their own copies.
 //
-//   RUN/metrics.jsonl         one line per step (rank 0; src/train/metrics.h)
+//   RUN/metrics.jsonl         one line per step (rank 0; src/train/telemetry/metrics.h)
 //   RUN/restarts.jsonl        starts, restarts, stops (slurm/train.sh and the trainer)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)

@@ -1,4 +1,4 @@
-// Per-rank phase timing and the boundary all-gather that carries it.
+// Per-rank phase timing, and the host names rank 0 labels the phases with.
 #include "train/phase_clock.h"
 
 #include <torch/torch.h>
@@ -66,7 +66,7 @@ void PhaseClock::OptimizerEnd(double comm_wait_total_s, double comm_wait_fb_s) {
   s.complete = true;
 }
 
-RankPhases PhaseClock::Take(double boundary_wait_s) {
+records::RankPhases PhaseClock::Take(double boundary_wait_s) {
   // On a GPU the compute and optimizer spans are the device's own, from the previous step,
   // whose events its successor's host synchronisation has long passed: reading them never
   // waits (the host returns from asynchronous kernels early, so host times say nothing).
@@ -84,17 +84,17 @@ RankPhases PhaseClock::Take(double boundary_wait_s) {
     }
     current_ = 1 - current_;
   }
-  RankPhases p;
-  p.s[kDataWait] = src->data_wait_s;
-  p.s[kCommWait] = src->comm_total_s;
-  p.s[kCompute] = std::max(0.0, fb_s - src->data_wait_s - src->comm_fb_s);
-  p.s[kOptimizer] = std::max(0.0, opt_s - (src->comm_total_s - src->comm_fb_s));
-  p.s[kBoundaryWait] = boundary_wait_s;
-  p.s[kCkptStall] = stall_s_;
+  records::RankPhases p;
+  p.s[records::kDataWait] = src->data_wait_s;
+  p.s[records::kCommWait] = src->comm_total_s;
+  p.s[records::kCompute] = std::max(0.0, fb_s - src->data_wait_s - src->comm_fb_s);
+  p.s[records::kOptimizer] = std::max(0.0, opt_s - (src->comm_total_s - src->comm_fb_s));
+  p.s[records::kBoundaryWait] = boundary_wait_s;
+  p.s[records::kCkptStall] = stall_s_;
   stall_s_ = 0;
   double accounted = 0;
-  for (int i = 0; i < kOther; ++i) accounted += p.s[i];
-  p.s[kOther] = std::max(0.0, Since(now.t0, Clock::now()) - accounted);
+  for (int i = 0; i < records::kOther; ++i) accounted += p.s[i];
+  p.s[records::kOther] = std::max(0.0, Since(now.t0, Clock::now()) - accounted);
   p.read_bytes = static_cast<double>(read_total_ - std::min(read_total_, read_reported_));
   read_reported_ = read_total_;
   return p;
@@ -119,34 +119,6 @@ StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::s
     }
   }
   return hosts;
-}
-
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all) {
-  const int64_t f = static_cast<int64_t>(flags.size());
-  const int64_t k = f + kNumPhases + 1;  // flags, phases, bytes read
-  const int n = control.size();
-  torch::Tensor in = torch::empty({k}, torch::kFloat64);
-  double* p = in.data_ptr<double>();
-  for (int64_t i = 0; i < f; ++i) p[i] = flags[static_cast<size_t>(i)];
-  for (int i = 0; i < kNumPhases; ++i) p[f + i] = mine.s[i];
-  p[f + kNumPhases] = mine.read_bytes;
-  torch::Tensor out = torch::empty({k * n}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(control.AllGather(out, in)->Wait());
-  const double* v = out.data_ptr<double>();
-  flags_max->assign(flags.size(), 0.0);
-  all->assign(static_cast<size_t>(n), RankPhases());
-  for (int r = 0; r < n; ++r) {
-    const double* row = v + r * k;
-    for (int64_t i = 0; i < f; ++i) {
-      (*flags_max)[static_cast<size_t>(i)] =
-          r == 0 ? row[i] : std::max((*flags_max)[static_cast<size_t>(i)], row[i]);
-    }
-    for (int i = 0; i < kNumPhases; ++i) (*all)[static_cast<size_t>(r)].s[i] = row[f + i];
-    (*all)[static_cast<size_t>(r)].read_bytes = row[f + kNumPhases];
-  }
-  return Status::Ok();
 }
 
 }  // namespace ftrain::train

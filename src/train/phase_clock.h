@@ -1,4 +1,4 @@
-// Every rank's clock for the phases of one step (train/step_phases.h), and the two collectives
+// Every rank's clock for the phases of one step (train/telemetry/step_phases.h), and the two collectives
 // that carry them to rank 0: the host names once at start, and the boundary's flag agreement,
 // an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On a GPU
 // the compute and optimizer spans are CUDA events on the current stream, not host timers
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
 
 namespace ftrain::fsdp {
 class StreamEvents;  // fsdp/stream_waits.h
@@ -46,7 +46,7 @@ class PhaseClock {
   // what was read since the previous step.
   void NoteBytesRead(uint64_t total) { read_total_ = total; }
   // This step's phases (the boundary wait measured by the caller); resets the stall.
-  RankPhases Take(double boundary_wait_s);
+  records::RankPhases Take(double boundary_wait_s);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -62,12 +62,5 @@ class PhaseClock {
 // Every rank's host (ckptd's node id: SLURMD_NODENAME, else the host name), once at start
 // (collective on `control`).
 StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::string& mine);
-
-// The boundary's agreement (collective): all-gathers [flags..., phases] of every rank.
-// `*flags_max` gets the maximum of each flag over the ranks (exactly what an all-reduce of
-// the flags with max gives: the decision does not change), `*all` every rank's phases.
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all);
 
 }  // namespace ftrain::train
