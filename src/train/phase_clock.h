@@ -1,7 +1,7 @@
-// Every rank's clock for the phases of one step (train/telemetry/step_phases.h), and the two collectives
-// that carry them to rank 0: the host names once at start, and the boundary's flag agreement,
-// an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On a GPU
-// the compute and optimizer spans are CUDA events on the current stream, not host timers
+// Every rank's clock for the phases of one step (train/telemetry/step_phases.h), and the two
+// collectives that carry them to rank 0: the host names once at start, and the boundary's flag
+// agreement, an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On
+// a GPU the compute and optimizer spans are CUDA events on the current stream, not host timers
 // around asynchronous work, and they are read one step late (a step's record carries the
 // previous step's compute, optimizer, data-wait and exposed-communication figures), so that
 // reading them never makes the host wait for the device. Header without LibTorch.

@@ -551,9 +551,9 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     state.step = step + 1;
     state.tokens += tokens_per_step;
 
-    FT_ASSIGN_OR_RETURN(
-        BoundaryDecision at,
-        DecideAtBoundary(*run->ctx, stats.loss_sum / static_cast<double>(K), time_due, *run->clock));
+    FT_ASSIGN_OR_RETURN(BoundaryDecision at,
+                        DecideAtBoundary(*run->ctx, stats.loss_sum / static_cast<double>(K),
+                                         time_due, *run->clock));
     records::StepMetrics m =
         MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
     if (run->leader) {
