@@ -69,19 +69,15 @@ class LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntropy
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const torch::Tensor g = grad_out[0];
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    torch::Tensor grad_h = ctx->saved_data["grad_h"].toTensor() * g;
-    torch::Tensor grad_w = (ctx->saved_data["grad_w"].toTensor() * g).to(w_dtype);
+    // Scaled in place: the saved gradients are this backward's alone (no retain_graph).
+    torch::Tensor grad_h = ctx->saved_data["grad_h"].toTensor().mul_(g);
+    torch::Tensor grad_w = ctx->saved_data["grad_w"].toTensor().mul_(g).to(w_dtype);
+    ctx->saved_data.clear();
     return {grad_h, grad_w, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
-
-int64_t LossChunkTokens(int64_t vocab) {
-  const int64_t budget = int64_t{256} << 20;  // bytes of float32 logits per chunk
-  const int64_t tokens = budget / (4 * std::max<int64_t>(vocab, 1));
-  return std::max<int64_t>(128, tokens / 128 * 128);
-}
 
 torch::Tensor LinearCrossEntropy(const torch::Tensor& h, const torch::Tensor& weight,
                                  const torch::Tensor& targets, int64_t chunk_tokens) {

@@ -13,12 +13,9 @@
 
 #include <cstdint>
 
-namespace ftrain::model {
+#include "model/llama_config.h"  // LossChunkTokens
 
-// Tokens per chunk for a vocabulary of `vocab`: about 256 MiB of float32 logits, a multiple of
-// 128 tokens, at least 128 (4096 tokens for a 16K vocabulary, 2048 for 32K, 512 for 128K).
-// A function of the vocabulary alone, so the same config gives the same chunks, hence bits.
-int64_t LossChunkTokens(int64_t vocab);
+namespace ftrain::model {
 
 // h [N, H] (the final-normed hidden states, compute dtype), weight [V, H] (same dtype and
 // device), targets [N] int64 in [0, V). Returns the mean loss, a float32 scalar; differentiable
