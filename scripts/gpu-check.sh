@@ -103,7 +103,7 @@ build_gpu() {
     -DPKG_CONFIG_EXECUTABLE="${DEB_PREFIX}/usr/bin/pkg-config" \
     -DProtobuf_PROTOC_EXECUTABLE="${DEB_PREFIX}/usr/bin/protoc" \
     -DProtobuf_INCLUDE_DIR="${DEB_PREFIX}/usr/include" \
-    -DHDF5_ROOT="${lib}/hdf5/serial" >"${WORK}/cmake.log" 2>&1 ||
+    -DHDF5_ROOT="${lib}/hdf5/serial" -DFTRAIN_WITH_NCCL=ON >"${WORK}/cmake.log" 2>&1 ||
     { tail -n 30 "${WORK}/cmake.log" >&2; log "configure failed (${WORK}/cmake.log)"; exit 2; }
   log "configured in $((SECONDS - t0)) s"
   ((!CONFIGURE_ONLY)) || return 0
@@ -138,6 +138,9 @@ else
   fi
   if ((BUILD_ONLY)); then PASSED=1; exit 0; fi
   BIN="${PREBUILT_BIN:-${BUILD_DIR}/bin}"
+  # A build without NCCL would fail minutes later, in the first NCCL step: say so now.
+  ldd "${BIN}/ftrain-torch" 2>/dev/null | grep -q 'libnccl' ||
+    { log "${BIN}/ftrain-torch is not linked with NCCL (configure found none: see cmake.log)"; exit 2; }
   CONFIG="${ROOT}/configs/gpu-check.cfg"
   CKPT_EVERY=10
   DEVICE_ARGS=(--ckpt.every_steps="${CKPT_EVERY}")
