@@ -217,9 +217,9 @@ TEST_F(MetricsTest, StandInNvmlGivesUtilisationMemoryAndName) {
 
 TEST_F(MetricsTest, MfuPeaksAndPercentiles) {
   // 7B parameters at 3000 tokens/s on 8 GPUs of 989 TFLOP/s.
-  EXPECT_DOUBLE_EQ(Mfu(7e9, 3000, 8, 989), 6.0 * 7e9 * 3000 / (8 * 989e12));
-  EXPECT_NEAR(Mfu(7e9, 3000, 8, 989), 0.01592, 1e-5);
-  EXPECT_EQ(Mfu(7e9, 3000, 8, 0), 0);  // unknown peak: no MFU
+  EXPECT_DOUBLE_EQ(Mfu(6 * 7e9, 3000, 8, 989), 6.0 * 7e9 * 3000 / (8 * 989e12));
+  EXPECT_NEAR(Mfu(6 * 7e9, 3000, 8, 989), 0.01592, 1e-5);
+  EXPECT_EQ(Mfu(6 * 7e9, 3000, 8, 0), 0);  // unknown peak: no MFU
   EXPECT_EQ(PeakBf16Tflops("NVIDIA H100 80GB HBM3"), 989);
   EXPECT_EQ(PeakBf16Tflops("NVIDIA H100 PCIe"), 756);
   EXPECT_EQ(PeakBf16Tflops("NVIDIA H200"), 989);
@@ -372,6 +372,7 @@ TEST_F(MetricsTest, SinksOnAGpuAddUtilisationMemoryMfuAndPerGpuThroughput) {
   ctx.world_size = 8;
   ctx.cuda_index = 0;
   ctx.num_params = 7000000000;
+  ctx.attention_flops_per_token = 12.0 * 32 * 4096 * 4096;  // Llama-2 7B at seq 4096
   ctx.nvml_library = FTRAIN_FAKE_NVML;
   auto sinks = MetricsSinks::Open(*cfg, ctx);
   ASSERT_TRUE(sinks.ok()) << sinks.status().ToString();
@@ -383,12 +384,15 @@ TEST_F(MetricsTest, SinksOnAGpuAddUtilisationMemoryMfuAndPerGpuThroughput) {
   EXPECT_EQ(*m.gpu_mem_gb, 12.5);
   EXPECT_EQ(*m.tokens_per_s_per_gpu, 375);
   EXPECT_DOUBLE_EQ(*m.mfu, 6.0 * 7e9 * 3000 / (8 * 989e12));  // the H100's peak from the table
-  EXPECT_FALSE(m.scaling_efficiency.has_value());             // no baseline given
+  ASSERT_TRUE(m.mfu_attn.has_value());  // attention adds 6.44e9 FLOPs per token to 4.2e10
+  EXPECT_DOUBLE_EQ(*m.mfu_attn, (6.0 * 7e9 + 12.0 * 32 * 4096 * 4096) * 3000 / (8 * 989e12));
+  EXPECT_FALSE(m.scaling_efficiency.has_value());  // no baseline given
   const json line = json::parse(FormatMetricsLine(m));
   EXPECT_EQ(line["gpu_util"], 37);
   EXPECT_EQ(line["gpu_mem_gb"], 12.5);
   EXPECT_EQ(line["tokens_per_s_per_gpu"], 375.0);
   EXPECT_EQ(line["mfu"], 0.0159);
+  EXPECT_EQ(line["mfu_attn"], 0.0184);
   EXPECT_EQ(line["loss"], 3.25);
   EXPECT_FALSE(fs::exists(dir_ + "/tensorboard"));
   EXPECT_FALSE(fs::exists(dir_ + "/prometheus"));

@@ -32,6 +32,7 @@ std::string FormatMetricsLine(const StepMetrics& m) {
   optional("gpu_alloc_retries", m.gpu_alloc_retries, "%.0f");
   optional("tokens_per_s_per_gpu", m.tokens_per_s_per_gpu, "%.1f");
   optional("mfu", m.mfu, "%.4f");
+  optional("mfu_attn", m.mfu_attn, "%.4f");
   optional("scaling_efficiency", m.scaling_efficiency, "%.4f");
   optional("eval_loss", m.eval_loss, "%.9g");
   optional("eval_s", m.eval_s, "%.6f");
@@ -66,6 +67,7 @@ StatusOr<StepMetrics> ParseMetricsRecord(const nlohmann::json& j, const std::str
         {"gpu_alloc_retries", &s.gpu_alloc_retries},
         {"tokens_per_s_per_gpu", &s.tokens_per_s_per_gpu},
         {"mfu", &s.mfu},
+        {"mfu_attn", &s.mfu_attn},
         {"scaling_efficiency", &s.scaling_efficiency},
         {"eval_loss", &s.eval_loss},
         {"eval_s", &s.eval_s},

@@ -43,7 +43,8 @@ struct StepMetrics {
   std::optional<double> gpu_reserved_peak_gb;
   std::optional<double> gpu_alloc_retries;
   std::optional<double> tokens_per_s_per_gpu;
-  std::optional<double> mfu;                 // 0-1
+  std::optional<double> mfu;                 // 0-1, 6 * P FLOPs per token
+  std::optional<double> mfu_attn;            // 0-1, 6 * P + 12 * L * H * T (torchtitan's)
   std::optional<double> scaling_efficiency;  // per-GPU throughput / metrics.baseline_...
   // Steps that ran the held-out evaluation ([eval], train/eval/eval_loop.h): its mean loss (a
   // float32, printed %.9g) and its wall time, which step_time_s includes (like ckpt_stall_s).

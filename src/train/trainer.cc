@@ -492,9 +492,12 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
     FT_ASSIGN_OR_RETURN(run->metrics,
                         MetricsWriter::Open(RunLayout(cfg.run_dir).metrics(), run->state.step,
                                             run->state.metrics_line));
-    FT_ASSIGN_OR_RETURN(run->sinks,
-                        MetricsSinks::Open(cfg, {world.world_size, run->dev.cuda_index,
-                                                 run->engine->NumParameters(), run->resume_step}));
+    SinkContext sink{world.world_size, run->dev.cuda_index, run->engine->NumParameters(),
+                     run->resume_step};
+    sink.attention_flops_per_token = 12.0 * static_cast<double>(cfg.model.num_layers) *
+                                     static_cast<double>(cfg.model.hidden_size) *
+                                     static_cast<double>(run->seq_len);
+    FT_ASSIGN_OR_RETURN(run->sinks, MetricsSinks::Open(cfg, sink));
   }
   const auto param_dtype =
       cfg.train.param_dtype == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;

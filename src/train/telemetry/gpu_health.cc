@@ -151,9 +151,9 @@ double PeakBf16Tflops(const std::string& gpu_name) {
   return 0;
 }
 
-double Mfu(double params, double tokens_per_s, int devices, double peak_tflops) {
-  if (params <= 0 || tokens_per_s <= 0 || devices <= 0 || peak_tflops <= 0) return 0;
-  return 6.0 * params * tokens_per_s / (static_cast<double>(devices) * peak_tflops * 1e12);
+double Mfu(double flops_per_token, double tokens_per_s, int devices, double peak_tflops) {
+  if (flops_per_token <= 0 || tokens_per_s <= 0 || devices <= 0 || peak_tflops <= 0) return 0;
+  return flops_per_token * tokens_per_s / (static_cast<double>(devices) * peak_tflops * 1e12);
 }
 
 void StepTimeWindow::Add(double seconds) {

@@ -47,7 +47,9 @@ double PeakBf16Tflops(const std::string& gpu_name);
 
 // Model FLOPs utilisation: 6 * params * tokens_per_s / (devices * peak), the usual 6P FLOPs
 // per token for forward + backward (attention's extra FLOPs not counted). 0 if unknown.
-double Mfu(double params, double tokens_per_s, int devices, double peak_tflops);
+// flops_per_token * tokens/s over devices * peak: 6 * P for the dense count (attention left
+// out), 6 * P + 12 * L * H * T with attention (torchtitan's).
+double Mfu(double flops_per_token, double tokens_per_s, int devices, double peak_tflops);
 
 // The last `capacity` step times; nearest-rank percentiles.
 class StepTimeWindow {

@@ -83,8 +83,12 @@ void MetricsSinks::AddHealth(records::StepMetrics* m) {
   const double per_device = m->tokens_per_s / std::max(ctx_.world_size, 1);
   if (ctx_.cuda_index >= 0) m->tokens_per_s_per_gpu = per_device;
   if (peak_tflops_ > 0) {
-    m->mfu =
-        Mfu(static_cast<double>(ctx_.num_params), m->tokens_per_s, ctx_.world_size, peak_tflops_);
+    const double dense = 6.0 * static_cast<double>(ctx_.num_params);
+    m->mfu = Mfu(dense, m->tokens_per_s, ctx_.world_size, peak_tflops_);
+    if (ctx_.attention_flops_per_token > 0) {
+      m->mfu_attn = Mfu(dense + ctx_.attention_flops_per_token, m->tokens_per_s, ctx_.world_size,
+                        peak_tflops_);
+    }
   }
   if (baseline_ > 0) m->scaling_efficiency = per_device / baseline_;
 }
@@ -127,6 +131,7 @@ std::vector<std::pair<std::string, float>> MetricsSinks::TensorBoardScalars(
   optional("gpu/mem_gb", m.gpu_mem_gb);
   optional("perf/tokens_per_s_per_gpu", m.tokens_per_s_per_gpu);
   optional("perf/mfu", m.mfu);
+  optional("perf/mfu_attn", m.mfu_attn);
   optional("perf/scaling_efficiency", m.scaling_efficiency);
   optional("eval/loss", m.eval_loss);
   optional("perf/eval_s", m.eval_s);
@@ -179,6 +184,10 @@ std::vector<PromSample> MetricsSinks::PromSamples(const records::StepMetrics& m)
   optional("ftrain_tokens_per_second_per_gpu", "Throughput per GPU.", m.tokens_per_s_per_gpu, 1);
   optional("ftrain_mfu_ratio", "Model FLOPs utilisation (6 * params * tokens/s / peak), 0-1.",
            m.mfu, 1);
+  optional("ftrain_mfu_attn_ratio",
+           "MFU counting attention too ((6 * params + 12 * layers * hidden * seq) * tokens/s / "
+           "peak), 0-1.",
+           m.mfu_attn, 1);
   optional("ftrain_data_read_seconds_p50",
            "Median latency of rank 0's http/s3 range reads since the previous step.",
            m.data_read_p50_s, 1);

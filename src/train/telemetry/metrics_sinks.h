@@ -24,9 +24,12 @@ struct SinkContext {
   SinkContext() = default;
   SinkContext(int world, int cuda, int64_t params, int64_t resumed)
       : world_size(world), cuda_index(cuda), num_params(params), resume_step(resumed) {}
-  int world_size = 1;        // devices the throughput is spread over
-  int cuda_index = -1;       // this rank's CUDA ordinal; -1: a CPU run (no NVML, no gpu_*)
-  int64_t num_params = 0;    // P in MFU's 6 * P * tokens/s
+  int world_size = 1;      // devices the throughput is spread over
+  int cuda_index = -1;     // this rank's CUDA ordinal; -1: a CPU run (no NVML, no gpu_*)
+  int64_t num_params = 0;  // P in MFU's 6 * P * tokens/s
+  // Attention's own FLOPs per token, 12 * layers * hidden * seq_len (torchtitan's count, as
+  // in PaLM app. B): mfu_attn counts 6 * P + this; 0 leaves mfu_attn out.
+  double attention_flops_per_token = 0;
   int64_t resume_step = -1;  // the committed step this run resumed from, -1 for none
   std::string nvml_library = NvmlGpu::kLibrary;  // tests: a stand-in NVML
   std::string node;                              // default ckpt::proto::DefaultNodeId()
