@@ -77,6 +77,16 @@ int Fail(const Status& s) {
 
 }  // namespace
 
+// The engine's own accounting, under the names of `ftrain plan --json`'s strategy rows.
+std::string MemoryJson(const fsdp::MemoryAccount& m) {
+  std::ostringstream o;
+  o << "{\"weights_bytes\":" << m.weights_bytes << ",\"grads_bytes\":" << m.grads_bytes
+    << ",\"master_bytes\":" << m.master_bytes << ",\"moments_bytes\":" << m.moments_bytes
+    << ",\"gathered_bytes\":" << m.gathered_bytes
+    << ",\"grad_buffer_bytes\":" << m.grad_buffer_bytes << "}";
+  return o.str();
+}
+
 int main(int argc, char** argv) {
   std::map<std::string, std::string> a = {
       {"--config", std::string(FTRAIN_SOURCE_DIR) + "/configs/tiny.cfg"},
@@ -188,7 +198,8 @@ int main(int argc, char** argv) {
        << JoinNumbers(comm_waits) << "],\"comm_bytes\":[" << JoinNumbers(comm_bytes)
        << "],\"peak_rss_steps_bytes\":[" << JoinNumbers(*peak_steps)
        << "],\"peak_rss_startup_bytes\":[" << JoinNumbers(*peak_startup)
-       << "],\"rss_before_model_bytes\":[" << JoinNumbers(*before_model) << "]}\n";
+       << "],\"rss_before_model_bytes\":[" << JoinNumbers(*before_model)
+       << "],\"memory\":" << MemoryJson((*engine)->Memory()) << "}\n";
   }
   return 0;
 }

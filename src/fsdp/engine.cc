@@ -13,6 +13,7 @@
 // live as shards between micro-batches (FSDP2's schedule).
 #include "fsdp/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -230,6 +231,8 @@ Status FsdpEngine::Gather(Unit& u) {
   }
   gather_limit_.BeforeGather();  // a GPU host too far ahead waits for a freed unit's last use
   u.full = torch::empty({u.numel}, Opts(config_.param_dtype));
+  gathered_live_ += u.full.nbytes();
+  gathered_peak_ = std::max(gathered_peak_, gathered_live_);
   u.gather_work = groups_.shard->AllGather(u.full, u.param_shard);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.param_dtype);
   return Status::Ok();
@@ -260,7 +263,10 @@ Status FsdpEngine::ReadyUnit(Unit& u, Unit* next) {
 void FsdpEngine::Release(Unit& u) {
   if (KeepsFullParams()) return;
   for (auto& p : u.params) p.param.set_data(torch::empty({0}, Opts(config_.param_dtype)));
-  if (u.full.defined() && !u.full.is_same(u.param_shard)) gather_limit_.Released();
+  if (u.full.defined() && !u.full.is_same(u.param_shard)) {
+    gather_limit_.Released();
+    gathered_live_ -= u.full.nbytes();
+  }
   u.full = torch::Tensor();
   u.attached = false;
 }
@@ -272,6 +278,7 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
   u.grad_fresh = false;
   if (s == 1) {
     // The shard is the whole unit: add the gradients in place (no collective, no copy).
+    NoteGradBuffers(u, 0);
     for (auto& p : u.params) {
       torch::Tensor g = p.param.grad();
       torch::Tensor dst = u.grad_shard.narrow(0, p.offset, p.numel);
@@ -292,6 +299,8 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
   Reduction r;
   r.unit = &u;
   r.flat = torch::empty({u.numel}, Opts(config_.reduce_dtype));
+  r.out = fresh ? u.grad_shard : torch::empty({u.span.length}, Opts(config_.reduce_dtype));
+  NoteGradBuffers(u, r.flat.nbytes() + (fresh ? 0 : r.out.nbytes()));
   for (auto& p : u.params) {
     torch::Tensor g = p.param.grad();
     torch::Tensor dst = r.flat.narrow(0, p.offset, p.numel);
@@ -302,11 +311,27 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
     }
     p.param.mutable_grad() = torch::Tensor();
   }
-  r.out = fresh ? u.grad_shard : torch::empty({u.span.length}, Opts(config_.reduce_dtype));
   comm::Comm* reduce = groups_.shard_reduce != nullptr ? groups_.shard_reduce : groups_.shard;
   r.work = reduce->ReduceScatter(r.out, r.flat, comm::ReduceOp::kSum);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
   reductions_.push_back(std::move(r));
+}
+
+void FsdpEngine::NoteGradBuffers(const Unit& u, uint64_t flat_bytes) {
+  auto grads = [](const Unit& v) {
+    uint64_t b = 0;
+    for (const auto& p : v.params) {
+      const torch::Tensor& g = p.param.grad();
+      if (g.defined()) b += g.nbytes();
+    }
+    return b;
+  };
+  uint64_t live = grads(u) + flat_bytes + (&u == units_[0].get() ? 0 : grads(*units_[0]));
+  for (const auto& r : reductions_) {
+    live += r.flat.nbytes();
+    if (!r.out.is_same(r.unit->grad_shard)) live += r.out.nbytes();
+  }
+  grad_buffer_peak_ = std::max(grad_buffer_peak_, live);
 }
 
 Status FsdpEngine::FinishReductions(size_t keep, bool last_micro_batch) {
@@ -596,6 +621,19 @@ uint64_t FsdpEngine::PersistentBytes() const {
     if (!u->param_shard.is_same(u->master)) b += u->param_shard.nbytes();
   }
   return b;
+}
+
+MemoryAccount FsdpEngine::Memory() const {
+  MemoryAccount m;
+  for (const auto& u : units_) {
+    if (!u->param_shard.is_same(u->master)) m.weights_bytes += u->param_shard.nbytes();
+    m.grads_bytes += u->grad_shard.nbytes();
+    m.master_bytes += u->master.nbytes();
+    m.moments_bytes += u->exp_avg.nbytes() + u->exp_avg_sq.nbytes();
+  }
+  m.gathered_bytes = gathered_peak_;
+  m.grad_buffer_bytes = grad_buffer_peak_;
+  return m;
 }
 
 int64_t FsdpEngine::NumParameters() const {

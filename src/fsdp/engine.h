@@ -101,6 +101,21 @@ struct StepStats {
   uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
 };
 
+// What the engine holds per rank, in bytes, under the names of `ftrain plan --json`'s strategy
+// rows: the sharded state exactly, and the peaks of the buffers a step comes and goes through
+// since the last ResetMemoryPeaks (the gathered units; the gradients on their way to the
+// shards: the unit's and the root's parameter gradients and the flattened reduce-scatter
+// buffers in flight). Activations and the head + loss live in autograd's graph: not counted
+// here (the process's peak memory shows them).
+struct MemoryAccount {
+  uint64_t weights_bytes = 0;      // compute-dtype shards (0 when they alias fp32 master shards)
+  uint64_t grads_bytes = 0;        // gradient shards (reduce dtype)
+  uint64_t master_bytes = 0;       // fp32 master shards
+  uint64_t moments_bytes = 0;      // AdamW exp_avg + exp_avg_sq shards
+  uint64_t gathered_bytes = 0;     // peak of gathered units alive at once
+  uint64_t grad_buffer_bytes = 0;  // peak of gradients between backward and their shard
+};
+
 // One contiguous piece of a parameter held by this rank, for checkpointing.
 struct ShardPiece {
   std::string kind;            // "master", "optim/exp_avg", "optim/exp_avg_sq", "model" (bf16 only)
@@ -167,6 +182,11 @@ class FsdpEngine {
 
   // Bytes of persistent state per rank: parameter, gradient, master and moment shards.
   uint64_t PersistentBytes() const;
+  MemoryAccount Memory() const;
+  void ResetMemoryPeaks() {
+    gathered_peak_ = gathered_live_;
+    grad_buffer_peak_ = 0;
+  }
   int64_t NumParameters() const;
   const FsdpConfig& config() const { return config_; }
 
@@ -186,6 +206,9 @@ class FsdpEngine {
   // place; else flattened and reduce-scattered, queued in reductions_). The last
   // micro-batch's complete shard is then all-reduced across the replicas.
   void ReduceUnitGrads(Unit& u, bool last_micro_batch);
+  // The gradient bytes alive as u's are about to be flattened: u's and the root's parameter
+  // gradients, the new flat buffer and the reductions in flight; raises the peak.
+  void NoteGradBuffers(const Unit& u, uint64_t flat_bytes);
   // Waits for the oldest reductions until at most `keep` are in flight, adding each result
   // into its unit's shard (and, on the last micro-batch, starting its all-reduce).
   Status FinishReductions(size_t keep, bool last_micro_batch);
@@ -225,6 +248,7 @@ class FsdpEngine {
   int64_t optimizer_step_ = 0;
   int micro_batches_ = 0;  // since the last Step
   uint64_t comm_bytes_ = 0;
+  uint64_t gathered_live_ = 0, gathered_peak_ = 0, grad_buffer_peak_ = 0;
 };
 
 }  // namespace ftrain::fsdp

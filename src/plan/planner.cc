@@ -192,11 +192,14 @@ StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
   if (w > 1) s.gathered_bytes = kWeightBytes * (root + kGatherCopies * layer);
   // Gradients on their way to the shards: lm_head's from the loss on, one layer's in bf16 and
   // flattened (plus the one before still being reduce-scattered), then the root's at the end.
-  // Unsharded gradients are added into the shard in place: no flattened copies.
+  // Each flattened unit has a shard-sized result beside it (after the first micro-batch of a
+  // step: with grad_accum > 1). Unsharded gradients are added into the shard in place: no
+  // flattened copies.
+  const double flat = gr > 1 ? gb * (1 + 1 / gr) : 0;  // per parameter of a flattened unit
   const double flats = gr > 1 ? 1 + kReductionsInFlight : 0;
-  s.grad_buffer_bytes = std::max(kWeightBytes * head + (kWeightBytes + flats * gb) * layer,
-                                 (kWeightBytes + (gr > 1 ? gb : 0)) * root +
-                                     (flats > 0 ? kReductionsInFlight * gb * layer : 0));
+  s.grad_buffer_bytes =
+      std::max(kWeightBytes * head + (kWeightBytes * layer + flats * flat * layer),
+               (kWeightBytes + flat) * root + (flats > 0 ? kReductionsInFlight * flat * layer : 0));
   s.loss_bytes = r.loss_bytes;
   s.activation_bytes = r.activation_bytes;
   s.state_bytes = s.weights_bytes + s.grads_bytes + s.master_bytes + s.moments_bytes;
