@@ -56,9 +56,9 @@ TEST(Ring, WatchersAreChosenApartFromTheBatchHost) {
     const int r = WatcherRank(ring, "n0", n);
     if (r > 0) watchers[r] = n;
   }
-  EXPECT_EQ(watchers[1], "n22");  // 63 others: o[21] = n22
-  EXPECT_EQ(watchers[2], "n43");  // o[42] = n43
-  EXPECT_EQ(WatcherRank(ring, "n0", "n1"), 0);   // not the neighbours
+  EXPECT_EQ(watchers[1], "n22");                // 63 others: o[21] = n22
+  EXPECT_EQ(watchers[2], "n43");                // o[42] = n43
+  EXPECT_EQ(WatcherRank(ring, "n0", "n1"), 0);  // not the neighbours
   EXPECT_EQ(WatcherRank(ring, "n0", "n63"), 0);
   // Small jobs: every other node watches (3 nodes), the only other one (2 nodes).
   EXPECT_EQ(WatcherRank({"n1", "n2", "n3"}, "n1", "n2"), 1);
@@ -93,18 +93,42 @@ std::string Kinds(const std::vector<WatcherAct>& acts) {
   std::string s;
   for (const auto& a : acts) {
     switch (a.kind) {
-      case WatcherAct::Kind::kLog: s += "log "; break;
-      case WatcherAct::Kind::kRecord: s += "record:" + a.record.event + " "; break;
-      case WatcherAct::Kind::kClaim: s += "claim "; break;
-      case WatcherAct::Kind::kWatchClaim: s += "watch_claim "; break;
-      case WatcherAct::Kind::kTakeOverClaim: s += "take_over "; break;
-      case WatcherAct::Kind::kTakeLease: s += "lease "; break;
-      case WatcherAct::Kind::kSubmit: s += "submit "; break;
-      case WatcherAct::Kind::kCancelNewJob: s += "cancel_new "; break;
-      case WatcherAct::Kind::kMarkReplaced: s += "mark "; break;
-      case WatcherAct::Kind::kNotifyAndCancel: s += "notify_cancel "; break;
-      case WatcherAct::Kind::kQueryRestarts: s += "restarts "; break;
-      case WatcherAct::Kind::kRequeue: s += "requeue "; break;
+      case WatcherAct::Kind::kLog:
+        s += "log ";
+        break;
+      case WatcherAct::Kind::kRecord:
+        s += "record:" + a.record.event + " ";
+        break;
+      case WatcherAct::Kind::kClaim:
+        s += "claim ";
+        break;
+      case WatcherAct::Kind::kWatchClaim:
+        s += "watch_claim ";
+        break;
+      case WatcherAct::Kind::kTakeOverClaim:
+        s += "take_over ";
+        break;
+      case WatcherAct::Kind::kTakeLease:
+        s += "lease ";
+        break;
+      case WatcherAct::Kind::kSubmit:
+        s += "submit ";
+        break;
+      case WatcherAct::Kind::kCancelNewJob:
+        s += "cancel_new ";
+        break;
+      case WatcherAct::Kind::kMarkReplaced:
+        s += "mark ";
+        break;
+      case WatcherAct::Kind::kNotifyAndCancel:
+        s += "notify_cancel ";
+        break;
+      case WatcherAct::Kind::kQueryRestarts:
+        s += "restarts ";
+        break;
+      case WatcherAct::Kind::kRequeue:
+        s += "requeue ";
+        break;
     }
   }
   return s;
@@ -140,8 +164,9 @@ TEST(WatcherPolicy, TheFirstWatcherClaimsLeasesRecordsSubmitsAndCancels) {
   acts = w.On(sub);
   // The marker before the record, the record before the cancel.
   EXPECT_EQ(Kinds(acts), "mark record:resubmitted notify_cancel ");
-  EXPECT_NE(records::EncodeLine(acts[1].record).find("\"new_job\":\"4242\",\"excluded\":\"n1\","
-                                                     "\"resubmits\":1"),
+  EXPECT_NE(records::EncodeLine(acts[1].record)
+                .find("\"new_job\":\"4242\",\"excluded\":\"n1\","
+                      "\"resubmits\":1"),
             std::string::npos);
   EXPECT_TRUE(w.done());
 }
@@ -167,7 +192,8 @@ TEST(WatcherPolicy, AClaimIsTakenOverOnlyFromADeadClaimant) {
   dead.dead = true;
   auto acts = w.On(dead);
   EXPECT_EQ(Kinds(acts), "log take_over ");
-  EXPECT_EQ(acts[0].text, "the other watcher n3 claimed job 42's resubmission and died: taking it over");
+  EXPECT_EQ(acts[0].text,
+            "the other watcher n3 claimed job 42's resubmission and died: taking it over");
   WatcherObs ok = Obs(WatcherObs::Kind::kClaim);
   ok.ok = true;
   EXPECT_EQ(Kinds(w.On(ok)), "lease ");

@@ -71,21 +71,21 @@ TEST(Judge, TheVerdictRules) {
   e.tcp = "refused";
   EXPECT_EQ(Judge(s, e), Verdict::kAlive);  // not silent long enough to look
   e.silent_s = 3;
-  EXPECT_EQ(Judge(s, e), Verdict::kDead);   // its kernel: nothing listens
+  EXPECT_EQ(Judge(s, e), Verdict::kDead);  // its kernel: nothing listens
   e.tcp = "timeout";
-  EXPECT_EQ(Judge(s, e), Verdict::kLate);   // hole 4: a 7 s blip convicts nobody
+  EXPECT_EQ(Judge(s, e), Verdict::kLate);  // hole 4: a 7 s blip convicts nobody
   e.silent_s = 7;
   EXPECT_EQ(Judge(s, e), Verdict::kLate);
   e.silent_s = 10;
   EXPECT_TRUE(NeedsOthersProbe(s, e));
-  EXPECT_EQ(Judge(s, e), Verdict::kDead);   // past the blip window, others answer
+  EXPECT_EQ(Judge(s, e), Verdict::kDead);  // past the blip window, others answer
   e.others_answer = false;
-  EXPECT_EQ(Judge(s, e), Verdict::kLate);   // this watcher is the one cut off
+  EXPECT_EQ(Judge(s, e), Verdict::kLate);  // this watcher is the one cut off
   e = Evidence{};
   e.tcp = "open";
   e.silent_s = 59;
   EXPECT_FALSE(NeedsTaskProbe(s, e));
-  EXPECT_EQ(Judge(s, e), Verdict::kLate);   // paused, not dead
+  EXPECT_EQ(Judge(s, e), Verdict::kLate);  // paused, not dead
   e.silent_s = 60;
   EXPECT_TRUE(NeedsTaskProbe(s, e));
   e.task_started = true;

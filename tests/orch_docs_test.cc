@@ -38,7 +38,8 @@ TEST(Scripts, TheJobScriptsHoldNoDecisions) {
       ++no;
       const std::string code = line.substr(0, line.find('#'));
       const std::regex decision(
-          "(^|[^A-Za-z0-9_])(if|then|elif|else|fi|case|esac|while|until|for|select)($|[^A-Za-z0-9_])"
+          "(^|[^A-Za-z0-9_])(if|then|elif|else|fi|case|esac|while|until|for|select)($|[^A-Za-z0-9_]"
+          ")"
           "|&&|\\|\\||\\[\\[|\\btest\\b");
       EXPECT_FALSE(std::regex_search(code, decision)) << script << ":" << no << ": " << line;
     }
@@ -93,9 +94,10 @@ TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
 }
 
 TEST(Settings, ABadValueNamesTheVariable) {
-  std::map<std::string, std::string> env = {
-      {"FTRAIN_CONFIG", "c"}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"},
-      {"FTRAIN_STOP_TIMEOUT_S", "ninety"}};
+  std::map<std::string, std::string> env = {{"FTRAIN_CONFIG", "c"},
+                                            {"FTRAIN_RUN_DIR", "r"},
+                                            {"FTRAIN_DATA", "d"},
+                                            {"FTRAIN_STOP_TIMEOUT_S", "ninety"}};
   auto s = LoadJobSettings(MapEnv(env));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("FTRAIN_STOP_TIMEOUT_S='ninety'"), std::string::npos);

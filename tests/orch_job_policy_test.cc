@@ -62,9 +62,7 @@ class Sim {
     for (const auto& a : last.actions) s += ToText(a) + "\n";
     return s;
   }
-  bool LastHas(const std::string& needle) const {
-    return Text().find(needle) != std::string::npos;
-  }
+  bool LastHas(const std::string& needle) const { return Text().find(needle) != std::string::npos; }
   const JobState& state() const { return policy_->state(); }
   const JobPolicy& policy() const { return *policy_; }
 
@@ -208,8 +206,9 @@ TEST(JobPolicyStart, AReplacedJobsStartEndsAtOnce) {
   st.nodes = {"n1"};
   sim.On(st);
   EXPECT_EQ(sim.last.rule, "start.replaced");
-  EXPECT_TRUE(sim.LastHas("job 42 was submitted again as job 4242 when its batch host died: "
-                          "this start of it ends here"));
+  EXPECT_TRUE(
+      sim.LastHas("job 42 was submitted again as job 4242 when its batch host died: "
+                  "this start of it ends here"));
   EXPECT_TRUE(sim.LastHas("record superseded/replaced {new_job=\"4242\"}"));
   EXPECT_EQ(sim.ExitCode(), 0);
   EXPECT_FALSE(sim.Did(Action::Kind::kAcquireLease));
@@ -279,8 +278,8 @@ TEST(JobPolicyStart, AResubmittedStartCancelsTheOldJobIfPending) {
   lease.lease_ok = true;
   sim.On(lease);
   EXPECT_EQ(sim.last.rule, "start.resubmitted+agents.start");
-  EXPECT_TRUE(sim.LastHas(
-      "record requeued/node_failure {resubmitted_from=\"42\",resubmits=1,@LOST@=}"));
+  EXPECT_TRUE(
+      sim.LastHas("record requeued/node_failure {resubmitted_from=\"42\",resubmits=1,@LOST@=}"));
   EXPECT_TRUE(sim.LastHas("this is job 42 submitted again"));
   EXPECT_TRUE(sim.LastHas("cancel_pending 42"));
 }
@@ -321,10 +320,11 @@ TEST(JobPolicyPreflight, AnUnwritableRecordNamesTheFileNotTheNetwork) {
   pre.rc = 3;
   fail.On(pre);
   EXPECT_EQ(fail.last.rule, "preflight.record_error");
-  EXPECT_TRUE(fail.LastHas("pre-flight: cannot write /runs/r/commcheck.json: see rank 0's "
-                           "commcheck error line above; not starting the training"));
-  EXPECT_TRUE(fail.LastHas(
-      "record preflight_failed/commcheck_record {file=\"/runs/r/commcheck.json\"}"));
+  EXPECT_TRUE(
+      fail.LastHas("pre-flight: cannot write /runs/r/commcheck.json: see rank 0's "
+                   "commcheck error line above; not starting the training"));
+  EXPECT_TRUE(
+      fail.LastHas("record preflight_failed/commcheck_record {file=\"/runs/r/commcheck.json\"}"));
   EXPECT_EQ(fail.ExitCode(), 1);
 }
 
@@ -341,8 +341,9 @@ TEST(JobPolicyPreflight, AFailedCheckOnOneNodeBlamesTheNodesOrTheNetwork) {
   pre.rc = 137;
   sim.On(pre);
   EXPECT_EQ(sim.last.rule, "preflight.failed");
-  EXPECT_TRUE(sim.LastHas("pre-flight commcheck FAILED: not starting the training (fix the "
-                          "nodes or the network)"));
+  EXPECT_TRUE(
+      sim.LastHas("pre-flight commcheck FAILED: not starting the training (fix the "
+                  "nodes or the network)"));
   EXPECT_TRUE(sim.LastHas("record preflight_failed/commcheck\n"));
   EXPECT_EQ(sim.ExitCode(), 1);
 }
@@ -463,8 +464,7 @@ TEST(JobPolicyAgents, Usr1DuringAgentStartUpRequeuesOnceTheyAnswer) {
   sim.On(ready);
   EXPECT_EQ(sim.last.rule, "stop.requeue_now");
   EXPECT_TRUE(sim.LastHas("log ckptd: 2 of 2 nodes serving"));
-  EXPECT_TRUE(
-      sim.LastHas("record stopped/preempted {during=\"pre-flight or agent start-up\"}"));
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"pre-flight or agent start-up\"}"));
   EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
 }
 
@@ -638,8 +638,9 @@ TEST(JobPolicyTraining, ADeadNodeWithoutASpareRequeuesExcludingIt) {
   EXPECT_FALSE(sim.LastHas("release"));  // no spare: released on the requeue path
   sim.StepExit(0);  // srun may even end 0: a declared node means the step did not finish
   EXPECT_EQ(sim.last.rule, "step.dead_requeue");
-  EXPECT_TRUE(sim.LastHas("record step_failed/node_failure {node=\"n2\",@LOST@=,exit=1,"
-                          "detected=1700000000.000000,detected_by=\"ftrain\",verdict=\"dead\"}"))
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/node_failure {node=\"n2\",@LOST@=,exit=1,"
+                  "detected=1700000000.000000,detected_by=\"ftrain\",verdict=\"dead\"}"))
       << sim.Text();
   EXPECT_TRUE(sim.LastHas("release [n2]"));
   Observation rel = Obs(K::kReleased);
@@ -684,8 +685,9 @@ TEST(JobPolicySpares, ASpareTakesTheDeadNodesRanksAndSurvivorsKeepTheirs) {
   EXPECT_EQ(sim.last.rule, "step.find_dead");
   sim.NodesInJob({"n1", "n2"});
   EXPECT_EQ(sim.last.rule, "step.dead_replaced");
-  EXPECT_TRUE(sim.LastHas("record restarted/node_failure {node=\"n3\",spare=\"n1\","
-                          "spares_left=0,replacement=1,detected="));
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/node_failure {node=\"n3\",spare=\"n1\","
+                  "spares_left=0,replacement=1,detected="));
   EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n2]"));
   EXPECT_TRUE(sim.LastHas("launching /bin/ftrain train on 4 ranks: n2 n2 n1 n1"));
   EXPECT_TRUE(sim.LastHas("launch nodes=[n2 n1] hosts=[n2 n2 n1 n1] overlap"));
@@ -772,8 +774,8 @@ TEST(JobPolicyRankFailure, RestartsInTheJobWithADoublingBackoffThenCountsAFailed
     const std::string backoff = i == 1 ? "5" : "10";
     EXPECT_TRUE(sim.LastHas("with healthy nodes: in-job restart " + std::to_string(i) + "/2 in " +
                             backoff + " s"));
-    EXPECT_TRUE(sim.LastHas("record restarted/rank_failure {@LOST@=,exit=1,injob=" +
-                            std::to_string(i) + "}"));
+    EXPECT_TRUE(sim.LastHas(
+        "record restarted/rank_failure {@LOST@=,exit=1,injob=" + std::to_string(i) + "}"));
     sim.t += std::stod(backoff) - 0.5;
     sim.Tick();
     EXPECT_TRUE(sim.last.actions.empty());
@@ -789,9 +791,10 @@ TEST(JobPolicyRankFailure, RestartsInTheJobWithADoublingBackoffThenCountsAFailed
   counted.checkpoint = "step-00000020";
   sim.On(counted);
   EXPECT_EQ(sim.last.rule, "failed_start.requeue");
-  EXPECT_TRUE(sim.LastHas("training step failed (exit 1) 2 times with healthy nodes: requeueing "
-                          "(failed start 1 of at most 3 with no newer checkpoint than "
-                          "step-00000020)"));
+  EXPECT_TRUE(
+      sim.LastHas("training step failed (exit 1) 2 times with healthy nodes: requeueing "
+                  "(failed start 1 of at most 3 with no newer checkpoint than "
+                  "step-00000020)"));
   EXPECT_TRUE(sim.LastHas("record step_failed/rank_failure_requeue"));
 }
 
@@ -805,10 +808,12 @@ TEST(JobPolicyRankFailure, AFailureEveryStartRepeatsFailsTheJob) {
   counted.checkpoint = "step-00000020";
   sim.On(counted);
   EXPECT_EQ(sim.last.rule, "failed_start.fail");
-  EXPECT_TRUE(sim.LastHas("FAILED: the training step failed (exit 1) on healthy nodes in 3 starts "
-                          "in a row (1 tries each) with no checkpoint newer than step-00000020"));
-  EXPECT_TRUE(sim.LastHas("record failed/rank_failure_repeated {@LOST@=,exit=1,failed_starts=3,"
-                          "checkpoint=\"step-00000020\"}"));
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: the training step failed (exit 1) on healthy nodes in 3 starts "
+                  "in a row (1 tries each) with no checkpoint newer than step-00000020"));
+  EXPECT_TRUE(
+      sim.LastHas("record failed/rank_failure_repeated {@LOST@=,exit=1,failed_starts=3,"
+                  "checkpoint=\"step-00000020\"}"));
   sim.On(Obs(K::kAgentsStopped));
   EXPECT_EQ(sim.ExitCode(), 1);
 }
@@ -822,8 +827,9 @@ TEST(JobPolicyRankFailure, Usr1DuringTheBackoffRequeuesAtOnce) {
   sim.t += 1;
   sim.Signal("USR1");
   EXPECT_EQ(sim.last.rule, "stop.requeue_now");
-  EXPECT_TRUE(sim.LastHas("USR1 arrived during the restart back-off: nothing new to checkpoint; "
-                          "requeueing job 42"));
+  EXPECT_TRUE(
+      sim.LastHas("USR1 arrived during the restart back-off: nothing new to checkpoint; "
+                  "requeueing job 42"));
   EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"the restart back-off\"}"));
   EXPECT_TRUE(sim.LastHas("requeue"));
 }
@@ -833,8 +839,9 @@ TEST(JobPolicyRankFailure, AConfigurationErrorFailsWithoutARestart) {
   sim.StartTraining();
   sim.StepExit(2, "dist.sharding: 'zero9' is not a sharding strategy");
   EXPECT_EQ(sim.last.rule, "step.config_error");
-  EXPECT_TRUE(sim.LastHas("FAILED: the trainer refused its configuration or input (exit 2): "
-                          "dist.sharding: 'zero9'"));
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: the trainer refused its configuration or input (exit 2): "
+                  "dist.sharding: 'zero9'"));
   EXPECT_TRUE(sim.LastHas("record failed/config_error {exit=2}"));
   EXPECT_FALSE(sim.LastHas("in-job restart"));
   sim.On(Obs(K::kAgentsStopped));

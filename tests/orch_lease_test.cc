@@ -29,9 +29,8 @@ LeaseHolder Job(const std::string& job, int restart = 0, const std::string& from
 }
 
 JobAlive Running(std::set<std::string> running) {
-  return [running](const std::string& job) -> std::optional<bool> {
-    return running.count(job) > 0;
-  };
+  return
+      [running](const std::string& job) -> std::optional<bool> { return running.count(job) > 0; };
 }
 
 class Lease : public ::testing::Test {
@@ -58,7 +57,7 @@ TEST_F(Lease, ADeadHolderOrAnEarlierStartOfTheSameJobIsTakenOver) {
   auto requeued = lease_.Acquire(Job("42", 1), Running({"42"}));
   ASSERT_TRUE(requeued.ok() && requeued->ok);
   EXPECT_EQ(requeued->holder.epoch, 2);
-  EXPECT_FALSE(*lease_.Holds(a->holder));  // the old start is fenced out
+  EXPECT_FALSE(*lease_.Holds(a->holder));               // the old start is fenced out
   auto other = lease_.Acquire(Job("43"), Running({}));  // 42 pending or ended
   ASSERT_TRUE(other.ok() && other->ok);
   EXPECT_EQ(other->holder.epoch, 3);
@@ -141,7 +140,7 @@ TEST(Fence, GenerationsFollowTheLeaseEpochNotAClock) {
   const std::string clock = ckpt::NewGeneration();  // outside a job: the old clock-made form
   EXPECT_EQ(seven.substr(0, 16), "e000000000000007");
   EXPECT_LT(seven, twelve);
-  EXPECT_LT(clock, seven);  // a fenced start always wins over an unfenced one
+  EXPECT_LT(clock, seven);   // a fenced start always wins over an unfenced one
   EXPECT_NE(clock[0], 'e');  // (its random hex part may hold an e)
 }
 

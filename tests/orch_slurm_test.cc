@@ -109,9 +109,10 @@ TEST_F(StandIns, AnSbatchThatTimesOutAfterCreatingTheJobIsFoundNotRepeated) {
   setenv("SBATCH_HANG", "1", 1);
   SlurmCli slurm;
   slurm.set_submit_timeout(1);
-  Submitted s = slurm.Submit({"--nodes=2"}, "/r/.submit/script", {"PATH=" + bin_ + ":/usr/bin:/bin",
-                             "STUB_STATE=" + state_, "SBATCH_HANG=1"},
-                             tmp_.path(), "ftrain-resubmit-42.0");
+  Submitted s =
+      slurm.Submit({"--nodes=2"}, "/r/.submit/script",
+                   {"PATH=" + bin_ + ":/usr/bin:/bin", "STUB_STATE=" + state_, "SBATCH_HANG=1"},
+                   tmp_.path(), "ftrain-resubmit-42.0");
   EXPECT_EQ(s.job, "4241") << s.error;
   EXPECT_EQ(Count("sbatch_calls"), 1);
 }

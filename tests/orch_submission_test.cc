@@ -62,10 +62,18 @@ TEST(ShowJob, PathsKeepTheirSpaces) {
 LoadedSubmission Loaded() {
   LoadedSubmission s;
   s.job = ParseShowJob(kShowJob);
-  s.env = {"SLURM_JOB_NUM_NODES=3", "SLURM_NTASKS_PER_NODE=8", "SLURM_CPUS_PER_TASK=2",
-           "SLURM_JOB_NAME=ftrain llama", "SLURM_JOB_ID=42", "SLURM_CONF=/etc/slurm/slurm.conf",
-           "SLURM_SUBMIT_DIR=/home/alice/my runs", "FTRAIN_SPARE_NODES=1", "FTRAIN_KEEP=me",
-           "FTRAIN_RESUBMITS=1", "SLURMD_NODENAME=n1", "ENVIRONMENT=BATCH"};
+  s.env = {"SLURM_JOB_NUM_NODES=3",
+           "SLURM_NTASKS_PER_NODE=8",
+           "SLURM_CPUS_PER_TASK=2",
+           "SLURM_JOB_NAME=ftrain llama",
+           "SLURM_JOB_ID=42",
+           "SLURM_CONF=/etc/slurm/slurm.conf",
+           "SLURM_SUBMIT_DIR=/home/alice/my runs",
+           "FTRAIN_SPARE_NODES=1",
+           "FTRAIN_KEEP=me",
+           "FTRAIN_RESUBMITS=1",
+           "SLURMD_NODENAME=n1",
+           "ENVIRONMENT=BATCH"};
   for (const auto& kv : s.env) s.vars[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   s.withheld = {"AWS_SECRET_ACCESS_KEY"};
   s.script = "/runs/r/.submit/script";
@@ -86,9 +94,9 @@ TEST(Resubmit, ReplaysEveryOptionWithPathsAndTheUsersExclusions) {
        {"--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=2", "--job-name=ftrain llama",
         "--partition=gpu", "--account=proj", "--qos=normal", "--time=1-00:00:00",
         "--chdir=/home/alice/my runs", "--output=/home/alice/my runs/logs/ftrain-%j.out",
-        "--error=/home/alice/my runs/logs/ftrain-%j.err", "--constraint=a100",
-        "--mem-per-cpu=4G", "--gpus=24", "--gpus-per-task=1", "--exclusive",
-        "--mail-user=alice@example.org", "--mail-type=END,FAIL", "--exclude=n9,n1"}) {
+        "--error=/home/alice/my runs/logs/ftrain-%j.err", "--constraint=a100", "--mem-per-cpu=4G",
+        "--gpus=24", "--gpus-per-task=1", "--exclusive", "--mail-user=alice@example.org",
+        "--mail-type=END,FAIL", "--exclude=n9,n1"}) {
     EXPECT_TRUE(Has(o, want)) << want << " missing from the options";
   }
   EXPECT_FALSE(Has(o, "--no-kill"));  // the one spare took the dead host's place: none left
@@ -100,8 +108,8 @@ TEST(Resubmit, ReplaysEveryOptionWithPathsAndTheUsersExclusions) {
         "AWS_SECRET_ACCESS_KEY=s3cr3t", "FTRAIN_HOME=/opt/ftrain"}) {
     EXPECT_TRUE(Has(e, want)) << want << " missing from the environment";
   }
-  for (const std::string gone : {"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "ENVIRONMENT=BATCH",
-                                 "FTRAIN_RESUBMITS=1"}) {
+  for (const std::string gone :
+       {"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "ENVIRONMENT=BATCH", "FTRAIN_RESUBMITS=1"}) {
     EXPECT_FALSE(Has(e, gone)) << gone << " leaked into the new job";
   }
   // Same size: the node count and the spares stay.
@@ -148,10 +156,9 @@ class Capture : public ::testing::Test {
     std::ofstream(script_) << "#!/bin/bash\n#SBATCH --requeue\n";
   }
   Status Write() {
-    return CaptureSubmission(dir_, kShowJob,
-                             {"SLURM_JOB_NUM_NODES=3", "AWS_SECRET_ACCESS_KEY=s3cr3t",
-                              "FTRAIN_CONFIG=/c.cfg"},
-                             script_);
+    return CaptureSubmission(
+        dir_, kShowJob,
+        {"SLURM_JOB_NUM_NODES=3", "AWS_SECRET_ACCESS_KEY=s3cr3t", "FTRAIN_CONFIG=/c.cfg"}, script_);
   }
   TempDir tmp_;
   std::string dir_, script_;

@@ -28,10 +28,10 @@ RestartRecord Rec(double time, const std::string& event, std::vector<Field> f = 
 }
 
 TEST(Encode, TheFormerLayoutWithEveryValueEscaped) {
-  RestartRecord r = Rec(1700000000.25, "step_failed",
-                        {Str("node", "n1"), Bool("batch_host", true), Int("exit", 137),
-                         Num("lost_s", 12.3456, 3), Raw("probe_s", "0.01"),
-                         Str("evidence", "said \"no\"\\ at\nonce\x01")});
+  RestartRecord r =
+      Rec(1700000000.25, "step_failed",
+          {Str("node", "n1"), Bool("batch_host", true), Int("exit", 137), Num("lost_s", 12.3456, 3),
+           Raw("probe_s", "0.01"), Str("evidence", "said \"no\"\\ at\nonce\x01")});
   const std::string line = EncodeLine(r);
   EXPECT_EQ(line,
             "{\"time\":1700000000.250000,\"job\":\"42\",\"restart_count\":0,"
@@ -78,7 +78,8 @@ TEST_F(Spools, ATornOrMalformedLineIsSkippedAndReported) {
   ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started"))).ok());
   {
     std::ofstream out(layout_.restarts_spool("n1"), std::ios::app);
-    out << "{\"time\":2,\"event\":\"step_fai\n" << EncodeLine(Rec(3, "restarted")) << "\n"
+    out << "{\"time\":2,\"event\":\"step_fai\n"
+        << EncodeLine(Rec(3, "restarted")) << "\n"
         << "{\"time\":4,\"eve";  // cut mid-append
   }
   auto m = ReadMerged(layout_);

@@ -50,7 +50,8 @@ int RunJob(int argc, char** argv) {
       text << std::cin.rdbuf();
     } else {
       std::ifstream in(dry_run);
-      if (!in) return Fail(program, Status::InvalidArgument("--dry-run: cannot read '" + dry_run + "'"));
+      if (!in)
+        return Fail(program, Status::InvalidArgument("--dry-run: cannot read '" + dry_run + "'"));
       text << in.rdbuf();
     }
     s = orch::DryRun(text.str(), std::cout);

@@ -164,13 +164,13 @@ std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
       recorded_ = true;
       if (s_.resubmits >= s_.max_resubmits) {
         acts.push_back(Log("not submitting job " + job_ + " again: it is resubmission " +
-                           std::to_string(s_.resubmits) + " of FTRAIN_MAX_RESUBMITS=" +
-                           std::to_string(s_.max_resubmits) + "; Slurm requeues it once it marks " +
-                           s_.batch_host + " DOWN"));
-        acts.push_back(Record("not_resubmitted", "node_failure",
-                              {records::Str("why", "FTRAIN_MAX_RESUBMITS=" +
-                                                       std::to_string(s_.max_resubmits) +
-                                                       " reached")}));
+                           std::to_string(s_.resubmits) +
+                           " of FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) +
+                           "; Slurm requeues it once it marks " + s_.batch_host + " DOWN"));
+        acts.push_back(Record(
+            "not_resubmitted", "node_failure",
+            {records::Str(
+                "why", "FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) + " reached")}));
         hb_watch_ = false;
         state_ = State::kWatching;
         return acts;
@@ -197,12 +197,11 @@ std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
         if (!recorded_) {
           acts.push_back(Log("the batch host " + s_.batch_host + " left job " + job_ +
                              " (node failure): requeueing the job"));
-          acts.push_back(Record("step_failed", "node_failure",
-                                {records::Str("node", s_.batch_host),
-                                 records::Bool("batch_host", true),
-                                 records::Str("watcher", s_.node),
-                                 records::Num("detected", o.wall, 6),
-                                 records::Str("detected_by", "slurm")}));
+          acts.push_back(
+              Record("step_failed", "node_failure",
+                     {records::Str("node", s_.batch_host), records::Bool("batch_host", true),
+                      records::Str("watcher", s_.node), records::Num("detected", o.wall, 6),
+                      records::Str("detected_by", "slurm")}));
           recorded_ = true;
         }
         acts.push_back(Log("requeueing job " + job_));
@@ -213,7 +212,9 @@ std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
       if (state_ != State::kRequeueing) return {};
       state_ = o.ok ? State::kDone : State::kWatching;
       if (!o.ok) absent_ = 0;  // look twice again before the next try
-      return o.ok ? std::vector<WatcherAct>{} : std::vector<WatcherAct>{Log("the requeue failed (" + o.error + "); trying again")};
+      return o.ok ? std::vector<WatcherAct>{}
+                  : std::vector<WatcherAct>{
+                        Log("the requeue failed (" + o.error + "); trying again")};
   }
   return {};
 }
@@ -240,8 +241,10 @@ std::vector<WatcherAct> WatcherPolicy::Claimed() {
 std::vector<WatcherAct> WatcherPolicy::NotResubmitted(const std::string& why) {
   hb_watch_ = false;  // Slurm decides now (its view here, or its own requeue)
   state_ = State::kWatching;
-  return {Log("could not submit job " + job_ + " again (" + why + "); Slurm requeues it once it "
-              "marks " + s_.batch_host + " DOWN"),
+  return {Log("could not submit job " + job_ + " again (" + why +
+              "); Slurm requeues it once it "
+              "marks " +
+              s_.batch_host + " DOWN"),
           Record("not_resubmitted", "node_failure", {records::Str("why", why)})};
 }
 

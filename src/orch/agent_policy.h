@@ -22,7 +22,7 @@ struct DaemonDecision {
   enum class Kind { kStopped, kRefused, kGiveUp, kRestart } kind;
   double backoff_s = 0;
   std::string log;
-  int exit_code = 0;  // of the agent, for the three that end it
+  int exit_code = 0;     // of the agent, for the three that end it
   bool cleanup = false;  // a daemon that died leaves its shared-memory slots: ckptd --cleanup
 };
 // The daemon exited with `rc`; `stopping`: the agent was told to stop; `restarts` so far.
@@ -43,15 +43,15 @@ std::vector<std::string> RingOf(const std::string& job_nodes_text, const std::st
 struct WatcherObs {
   enum class Kind {
     kTick,
-    kHostView,       // left: Slurm took the batch host out (spares; --no-kill), known
-    kDeclared,       // the batch host declared dead or hung: fields, log
-    kLate,           // its heartbeat is late, its slurmd answers: fields, log
-    kClaim,          // ok: this watcher holds the claim; else by: who does
-    kClaimWatch,     // the claim's holder: outcome recorded (done) or declared dead (dead)
-    kLease,          // ok: this watcher took the run lease
-    kSubmitted,      // job: the new job ("" : failed, error), can_run
-    kRestarts,       // count (-1: slurmctld did not answer)
-    kRequeued,       // ok
+    kHostView,    // left: Slurm took the batch host out (spares; --no-kill), known
+    kDeclared,    // the batch host declared dead or hung: fields, log
+    kLate,        // its heartbeat is late, its slurmd answers: fields, log
+    kClaim,       // ok: this watcher holds the claim; else by: who does
+    kClaimWatch,  // the claim's holder: outcome recorded (done) or declared dead (dead)
+    kLease,       // ok: this watcher took the run lease
+    kSubmitted,   // job: the new job ("" : failed, error), can_run
+    kRestarts,    // count (-1: slurmctld did not answer)
+    kRequeued,    // ok
   };
   Kind kind = Kind::kTick;
   double now = 0;
@@ -64,10 +64,18 @@ struct WatcherObs {
 
 struct WatcherAct {
   enum class Kind {
-    kLog, kRecord, kClaim, kWatchClaim, kTakeOverClaim, kTakeLease, kSubmit, kCancelNewJob,
+    kLog,
+    kRecord,
+    kClaim,
+    kWatchClaim,
+    kTakeOverClaim,
+    kTakeLease,
+    kSubmit,
+    kCancelNewJob,
     kMarkReplaced,     // text: the new job: RUN/.submit/replaced-<job>, the lease handed off
     kNotifyAndCancel,  // text: the new job: the old job's output, dependents, scancel (verified)
-    kQueryRestarts, kRequeue
+    kQueryRestarts,
+    kRequeue
   };
   Kind kind;
   std::string text;
@@ -87,8 +95,17 @@ class WatcherPolicy {
   static constexpr double kSecondWatcherDelayS = 5;
 
  private:
-  enum class State { kWatching, kDelay, kClaiming, kWaitingClaim, kLeasing, kSubmitting,
-                     kRequeueDelay, kRequeueing, kDone };
+  enum class State {
+    kWatching,
+    kDelay,
+    kClaiming,
+    kWaitingClaim,
+    kLeasing,
+    kSubmitting,
+    kRequeueDelay,
+    kRequeueing,
+    kDone
+  };
   std::vector<WatcherAct> Declared(const WatcherObs& o);
   std::vector<WatcherAct> Claimed();
   std::vector<WatcherAct> Submitted(const WatcherObs& o);
@@ -102,10 +119,10 @@ class WatcherPolicy {
   int restart_count_;
   int rank_ = 0;
   State state_ = State::kWatching;
-  bool hb_watch_ = true;       // the heartbeat watch; off once a resubmission failed
-  int absent_ = 0;             // looks in a row without the batch host (Slurm's view)
-  double act_at_ = 0;          // the second watcher's delay
-  bool recorded_ = false;      // the batch host's failure was recorded by this watcher
+  bool hb_watch_ = true;   // the heartbeat watch; off once a resubmission failed
+  int absent_ = 0;         // looks in a row without the batch host (Slurm's view)
+  double act_at_ = 0;      // the second watcher's delay
+  bool recorded_ = false;  // the batch host's failure was recorded by this watcher
   std::vector<records::Field> evidence_;
   std::string evidence_words_;
 };

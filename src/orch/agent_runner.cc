@@ -119,8 +119,9 @@ std::vector<std::string> AgentRunner::PeerArgs() {
   std::string host = s_.peer_host.empty() ? FullHost() : s_.peer_host;
   // An advertised address must be one the listener is bound to: all of them, by default.
   if (!s_.peer_advertise.empty() && s_.peer_host.empty()) host = "*";
-  a = {"--peer-listen", host + ":" + s_.peer_port, "--buddy-file",
-       layout_.daemon_buddy_addr(s_.node), "--job-secret-file", layout_.replication_secret(),
+  a = {"--peer-listen",       host + ":" + s_.peer_port,
+       "--buddy-file",        layout_.daemon_buddy_addr(s_.node),
+       "--job-secret-file",   layout_.replication_secret(),
        "--replica-memory-gb", s_.replica_memory_gb};
   if (!s_.peer_advertise.empty()) {
     a.push_back("--peer-advertise");
@@ -158,11 +159,12 @@ int AgentRunner::Run() {
   if (!s_.batch_host.empty() || s_.replication) {
     follow = std::thread([this] { FollowLoop(); });
     Log(std::string("following the job's live nodes") +
-        (s_.batch_host.empty() ? "" : " (the batch host " + s_.batch_host +
-                                          " is watched by two others, apart from it)"));
+        (s_.batch_host.empty()
+             ? ""
+             : " (the batch host " + s_.batch_host + " is watched by two others, apart from it)"));
   }
-  std::vector<std::string> argv = {s_.ckptd_bin, "--root", ckpt_root_, "--run-dir", s_.run_dir,
-                                   "--node", s_.node};
+  std::vector<std::string> argv = {s_.ckptd_bin, "--root", ckpt_root_, "--run-dir",
+                                   s_.run_dir,   "--node", s_.node};
   argv.insert(argv.end(), peer.begin(), peer.end());
   for (const auto& w : SplitWords(s_.ckptd_args)) argv.push_back(w);
   const std::string log = layout_.daemon_log(s_.node);
@@ -194,8 +196,8 @@ int AgentRunner::Run() {
     if (d.cleanup) {
       SpawnOptions c;
       c.stdout_path = log;
-      auto cpid = Spawn({s_.ckptd_bin, "--cleanup", "--root", ckpt_root_, "--run-dir",
-                         s_.run_dir, "--node", s_.node},
+      auto cpid = Spawn({s_.ckptd_bin, "--cleanup", "--root", ckpt_root_, "--run-dir", s_.run_dir,
+                         "--node", s_.node},
                         c);
       // Best effort: a slot left behind is found and removed by the next daemon on the node.
       if (cpid.ok() && !WaitFor(*cpid, 60)) kill(*cpid, SIGKILL);

@@ -99,7 +99,8 @@ void AgentRunner::FollowLoop() {
         WatcherObs v = Answer(WatcherObs::Kind::kHostView);
         auto in_job = slurm.NodesOfJob(job_);
         v.known = in_job.has_value();
-        v.left = in_job && std::find(in_job->begin(), in_job->end(), s_.batch_host) == in_job->end();
+        v.left =
+            in_job && std::find(in_job->begin(), in_job->end(), s_.batch_host) == in_job->end();
         obs.push_back(v);
       }
     }
@@ -135,8 +136,12 @@ void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
   const std::string claim = dir + "/claim-" + job_ + "." + std::to_string(restart_count_);
   RunLease lease(layout_.lease(), layout_.lease_dir());
   switch (a.kind) {
-    case K::kLog: Log(a.text); break;
-    case K::kRecord: Record(a.record); break;
+    case K::kLog:
+      Log(a.text);
+      break;
+    case K::kRecord:
+      Record(a.record);
+      break;
     case K::kClaim:
     case K::kTakeOverClaim: {
       // An atomic mkdir names one claimant; a take-over is one more (claim-...takeover).
@@ -212,7 +217,8 @@ void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
       if (!sub.ok()) {
         o.error = "no usable submission in " + dir + ": " + sub.status().message();
       } else if (sub->job.Get("JobId") != job_) {
-        o.error = dir + " holds job " + sub->job.Get("JobId") + "'s submission, not job " + job_ + "'s";
+        o.error =
+            dir + " holds job " + sub->job.Get("JobId") + "'s submission, not job " + job_ + "'s";
       } else {
         std::vector<std::string> exc, drop;
         if (auto h = slurm->Hostnames(sub->job.Get("ExcNodeList")); h.ok()) exc = *h;
@@ -232,8 +238,9 @@ void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
         } else if (!holds.ok() || !*holds) {
           o.error = "this watcher no longer holds the run lease";
         } else {
-          Submitted s = slurm->Submit(nj->options, sub->script, nj->env, nj->cwd,
-                                      "ftrain-resubmit-" + job_ + "." + std::to_string(restart_count_));
+          Submitted s =
+              slurm->Submit(nj->options, sub->script, nj->env, nj->cwd,
+                            "ftrain-resubmit-" + job_ + "." + std::to_string(restart_count_));
           o.job = s.job;
           o.error = s.error;
           std::string opts = Join(nj->options, " ");
@@ -250,7 +257,9 @@ void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
       answers_.push_back(o);
       break;
     }
-    case K::kCancelNewJob: (void)slurm->Cancel(a.text, false); break;
+    case K::kCancelNewJob:
+      (void)slurm->Cancel(a.text, false);
+      break;
     case K::kMarkReplaced: {
       // Should Slurm requeue this job before its cancel, that start ends at once (the marker).
       (void)WriteFileDurably(Env::Default(), dir + "/replaced-" + job_, a.text + "\n");

@@ -70,10 +70,14 @@ void HeartbeatMonitor::SetNoted(const std::string& node) { seen_[node].noted = t
 
 const char* VerdictName(Verdict v) {
   switch (v) {
-    case Verdict::kAlive: return "alive";
-    case Verdict::kLate: return "late";
-    case Verdict::kDead: return "dead";
-    case Verdict::kHung: return "hung";
+    case Verdict::kAlive:
+      return "alive";
+    case Verdict::kLate:
+      return "late";
+    case Verdict::kDead:
+      return "dead";
+    case Verdict::kHung:
+      return "hung";
   }
   return "?";
 }
@@ -95,8 +99,7 @@ Verdict Judge(const DetectSettings& s, const Evidence& e) {
     if (NeedsOthersProbe(s, e) && e.others_answer) return Verdict::kDead;
     return Verdict::kLate;
   }
-  if (e.tcp == "open" && NeedsTaskProbe(s, e) && e.task_started.has_value() &&
-      !*e.task_started) {
+  if (e.tcp == "open" && NeedsTaskProbe(s, e) && e.task_started.has_value() && !*e.task_started) {
     return Verdict::kHung;
   }
   return Verdict::kLate;
@@ -149,14 +152,15 @@ std::vector<Finding> Detector::Look(const std::vector<std::string>& nodes) {
     f.verdict = Verdict::kLate;
     const std::string silent = OneDecimal(e.silent_s);
     if (e.tcp == "timeout") {
-      f.log = "node " + n + ": heartbeat silent " + silent + " s and its slurmd does not answer "
+      f.log = "node " + n + ": heartbeat silent " + silent +
+              " s and its slurmd does not answer "
               "(timeout): a network or file-system blip, or a death; declared dead once silent "
-              "for " + Secs(std::max(s_.blip_s, s_.heartbeat_timeout_s)) +
-              " s if other nodes still answer";
+              "for " +
+              Secs(std::max(s_.blip_s, s_.heartbeat_timeout_s)) + " s if other nodes still answer";
     } else {
-      f.log = "node " + n + ": heartbeat silent " + silent + " s but its slurmd answers (" +
-              e.tcp + "): slow or paused, not dead; declared lost after " +
-              Secs(s_.hung_after_s) + " s of silence if its slurmd stops answering too";
+      f.log = "node " + n + ": heartbeat silent " + silent + " s but its slurmd answers (" + e.tcp +
+              "): slow or paused, not dead; declared lost after " + Secs(s_.hung_after_s) +
+              " s of silence if its slurmd stops answering too";
     }
     f.fields = {records::Str("node", n), records::Raw("silent_s", silent),
                 records::Str("slurmd", e.tcp)};
@@ -178,7 +182,8 @@ std::optional<Finding> Detector::ConfirmAfterFailure(
   if (suspects.empty()) return std::nullopt;
   std::string names;
   for (const auto& n : suspects) names += (names.empty() ? "" : " ") + n;
-  log("training step failed and the slurmd of " + names + " does not answer: confirming by "
+  log("training step failed and the slurmd of " + names +
+      " does not answer: confirming by "
       "heartbeat");
   const double window =
       (timeouts ? std::max(s_.blip_s, s_.heartbeat_timeout_s) : s_.heartbeat_timeout_s) + 2;

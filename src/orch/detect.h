@@ -70,8 +70,8 @@ const char* VerdictName(Verdict v);
 // What the probes said about one silent node.
 struct Evidence {
   double silent_s = 0;
-  std::string tcp;            // open | refused | timeout | unknown (no address)
-  bool others_answer = true;  // another node's slurmd (or slurmctld) answers from here
+  std::string tcp;                   // open | refused | timeout | unknown (no address)
+  bool others_answer = true;         // another node's slurmd (or slurmctld) answers from here
   std::optional<bool> task_started;  // asked only once silent past hung_after_s with tcp open
 };
 Verdict Judge(const DetectSettings& s, const Evidence& e);
@@ -88,7 +88,7 @@ class Prober {
   virtual bool HeartbeatExists(const std::string& node) = 0;
   virtual std::string ProbeTcp(const std::string& node) = 0;  // open | refused | timeout | unknown
   virtual std::string SlurmdAddress(const std::string& node) = 0;  // "addr:port" for evidence
-  virtual bool ProbeTask(const std::string& node) = 0;        // a task started in time
+  virtual bool ProbeTask(const std::string& node) = 0;             // a task started in time
   // Another of `nodes` (not `except`) answers, or slurmctld does: this watcher is not cut off.
   virtual bool OthersAnswer(const std::vector<std::string>& nodes, const std::string& except) = 0;
 };

@@ -36,34 +36,59 @@ Status Set(Observation* o, const std::string& key, const std::string& v) {
   auto num = [&](int* out) -> Status {
     char* end = nullptr;
     const long n = std::strtol(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0') return Status::InvalidArgument(key + "='" + v + "' is not a number");
+    if (end == v.c_str() || *end != '\0')
+      return Status::InvalidArgument(key + "='" + v + "' is not a number");
     *out = static_cast<int>(n);
     return Status::Ok();
   };
-  if (key == "job") o->job = v;
-  else if (key == "restart_count") return num(&o->restart_count);
-  else if (key == "resubmitted_from") o->resubmitted_from = v;
-  else if (key == "replaced_by") o->replaced_by = v;
-  else if (key == "last_stop") o->last_stop = v;
-  else if (key == "batch_host") o->batch_host = v;
-  else if (key == "nodes") o->nodes = Split(v, ',');
-  else if (key == "spare_list") o->spare_list = Split(v, ',');
-  else if (key == "known") o->known = v == "1" || v == "true";
-  else if (key == "count") return num(&o->count);
-  else if (key == "ok") o->ok = o->lease_ok = v == "1" || v == "true";
-  else if (key == "epoch") o->epoch = std::atoll(v.c_str());
-  else if (key == "holder") o->holder = v;
-  else if (key == "rc") return num(&o->rc);
-  else if (key == "record_error") o->record_error = v;
-  else if (key == "config_error") o->config_error = v;
-  else if (key == "signal") o->signal = v;
-  else if (key == "node") o->node = v;
-  else if (key == "verdict") o->verdict = v;
-  else if (key == "state") o->job_state = v;
-  else if (key == "reason") o->reason = v;
-  else if (key == "checkpoint") o->checkpoint = v;
-  else if (key == "detail") o->detail = v;
-  else return Status::InvalidArgument("unknown key '" + key + "'");
+  if (key == "job")
+    o->job = v;
+  else if (key == "restart_count")
+    return num(&o->restart_count);
+  else if (key == "resubmitted_from")
+    o->resubmitted_from = v;
+  else if (key == "replaced_by")
+    o->replaced_by = v;
+  else if (key == "last_stop")
+    o->last_stop = v;
+  else if (key == "batch_host")
+    o->batch_host = v;
+  else if (key == "nodes")
+    o->nodes = Split(v, ',');
+  else if (key == "spare_list")
+    o->spare_list = Split(v, ',');
+  else if (key == "known")
+    o->known = v == "1" || v == "true";
+  else if (key == "count")
+    return num(&o->count);
+  else if (key == "ok")
+    o->ok = o->lease_ok = v == "1" || v == "true";
+  else if (key == "epoch")
+    o->epoch = std::atoll(v.c_str());
+  else if (key == "holder")
+    o->holder = v;
+  else if (key == "rc")
+    return num(&o->rc);
+  else if (key == "record_error")
+    o->record_error = v;
+  else if (key == "config_error")
+    o->config_error = v;
+  else if (key == "signal")
+    o->signal = v;
+  else if (key == "node")
+    o->node = v;
+  else if (key == "verdict")
+    o->verdict = v;
+  else if (key == "state")
+    o->job_state = v;
+  else if (key == "reason")
+    o->reason = v;
+  else if (key == "checkpoint")
+    o->checkpoint = v;
+  else if (key == "detail")
+    o->detail = v;
+  else
+    return Status::InvalidArgument("unknown key '" + key + "'");
   return Status::Ok();
 }
 
@@ -83,7 +108,8 @@ StatusOr<std::optional<Observation>> ParseObservationLine(const std::string& raw
   }
   o.wall = 1.7e9 + o.now;
   auto it = Kinds().find(kind);
-  if (it == Kinds().end()) return Status::InvalidArgument("'" + raw + "': unknown kind '" + kind + "'");
+  if (it == Kinds().end())
+    return Status::InvalidArgument("'" + raw + "': unknown kind '" + kind + "'");
   o.kind = it->second;
   for (std::string kv; in >> kv;) {
     const size_t eq = kv.find('=');
@@ -114,12 +140,16 @@ Status DryRun(const std::string& text, std::ostream& out) {
     std::string first;
     words >> first;
     if (first == "env") {
-      if (policy) return Status::InvalidArgument("line " + std::to_string(no) + ": env after the first observation");
-      for (std::string kv; words >> kv;) env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+      if (policy)
+        return Status::InvalidArgument("line " + std::to_string(no) +
+                                       ": env after the first observation");
+      for (std::string kv; words >> kv;)
+        env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
       continue;
     }
     auto o = ParseObservationLine(line);
-    if (!o.ok()) return Status::InvalidArgument("line " + std::to_string(no) + ": " + o.status().message());
+    if (!o.ok())
+      return Status::InvalidArgument("line " + std::to_string(no) + ": " + o.status().message());
     if (!o->has_value()) continue;
     if (!policy) {
       auto s = LoadJobSettings(MapEnv(env));
@@ -128,8 +158,8 @@ Status DryRun(const std::string& text, std::ostream& out) {
     }
     const Decision d = policy->On(**o);
     out << ToText(**o) << "\n";
-    out << "  -> " << (d.rule.empty() ? "(nothing)" : d.rule) << " [" << PhaseName(policy->state().phase)
-        << "]\n";
+    out << "  -> " << (d.rule.empty() ? "(nothing)" : d.rule) << " ["
+        << PhaseName(policy->state().phase) << "]\n";
     for (const auto& a : d.actions) out << "     " << ToText(a) << "\n";
   }
   return Status::Ok();

@@ -14,7 +14,6 @@
 
 namespace ftrain::orch {
 
-
 // then rename (which replaces a link named `path`, never its target).
 Status WritePrivate(const std::string& path, const std::string& data) {
   std::random_device rd;

@@ -4,10 +4,10 @@
 // kRules (job_rules.cc).
 #include "orch/job_policy.h"
 
-#include "core/run_layout.h"
-
 #include <algorithm>
 #include <cstdio>
+
+#include "core/run_layout.h"
 
 namespace ftrain::orch {
 namespace {
@@ -40,26 +40,46 @@ Action Act(Action::Kind k) {
 
 const char* PhaseName(Phase p) {
   switch (p) {
-    case Phase::kStart: return "start";
-    case Phase::kLease: return "lease";
-    case Phase::kPreflight: return "preflight";
-    case Phase::kLocalising: return "localising";
-    case Phase::kAgents: return "agents";
-    case Phase::kTraining: return "training";
-    case Phase::kStopping: return "stopping";
-    case Phase::kConfirming: return "confirming";
-    case Phase::kFindingDead: return "finding_dead";
-    case Phase::kHealthPoll: return "health_poll";
-    case Phase::kProbing: return "probing";
-    case Phase::kHealthWait: return "health_wait";
-    case Phase::kCounting: return "counting";
-    case Phase::kBackoff: return "backoff";
-    case Phase::kAskingJob: return "asking_job";
-    case Phase::kReleasing: return "releasing";
-    case Phase::kWaitingFlag: return "waiting_flag";
-    case Phase::kRequeueing: return "requeueing";
-    case Phase::kDraining: return "draining";
-    case Phase::kDone: return "done";
+    case Phase::kStart:
+      return "start";
+    case Phase::kLease:
+      return "lease";
+    case Phase::kPreflight:
+      return "preflight";
+    case Phase::kLocalising:
+      return "localising";
+    case Phase::kAgents:
+      return "agents";
+    case Phase::kTraining:
+      return "training";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kConfirming:
+      return "confirming";
+    case Phase::kFindingDead:
+      return "finding_dead";
+    case Phase::kHealthPoll:
+      return "health_poll";
+    case Phase::kProbing:
+      return "probing";
+    case Phase::kHealthWait:
+      return "health_wait";
+    case Phase::kCounting:
+      return "counting";
+    case Phase::kBackoff:
+      return "backoff";
+    case Phase::kAskingJob:
+      return "asking_job";
+    case Phase::kReleasing:
+      return "releasing";
+    case Phase::kWaitingFlag:
+      return "waiting_flag";
+    case Phase::kRequeueing:
+      return "requeueing";
+    case Phase::kDraining:
+      return "draining";
+    case Phase::kDone:
+      return "done";
   }
   return "?";
 }
@@ -168,16 +188,14 @@ Decision JobPolicy::Start(const Observation& o) {
     return {"start.replaced",
             {Log("job " + st_.job + " was submitted again as job " + o.replaced_by +
                  " when its batch host died: this start of it ends here"),
-             Record("superseded", "replaced", {records::Str("new_job", o.replaced_by)}),
-             [] {
+             Record("superseded", "replaced", {records::Str("new_job", o.replaced_by)}), [] {
                Action a = Act(Action::Kind::kExit);
                a.code = 0;
                return a;
              }()}};
   }
   st_.spares = s_.spare_nodes != "0";
-  st_.watch_batch_host =
-      st_.spares || (s_.ckptd && s_.detect.on && st_.all_nodes.size() > 1);
+  st_.watch_batch_host = st_.spares || (s_.ckptd && s_.detect.on && st_.all_nodes.size() > 1);
   st_.nodelist = o.nodelist;
   st_.last_stop = o.last_stop;
   st_.resubmits = o.resubmits;
@@ -291,11 +309,11 @@ Decision JobPolicy::ChooseSpares(std::vector<Action>* acts) {
                     st_.train_nodes.size() + want == st_.all_nodes.size() &&
                     !st_.train_nodes.empty();
   if (!fits) {
-    acts->push_back(Log("FAILED: FTRAIN_SPARE_NODES=" + s_.spare_nodes +
-                        " (FTRAIN_SPARE_NODELIST=" +
-                        (s_.spare_nodelist.empty() ? "unset" : s_.spare_nodelist) +
-                        ") does not fit the job's nodes " + Join(st_.all_nodes, " ") +
-                        ": submit with --nodes=N+S and name spares among them"));
+    acts->push_back(
+        Log("FAILED: FTRAIN_SPARE_NODES=" + s_.spare_nodes +
+            " (FTRAIN_SPARE_NODELIST=" + (s_.spare_nodelist.empty() ? "unset" : s_.spare_nodelist) +
+            ") does not fit the job's nodes " + Join(st_.all_nodes, " ") +
+            ": submit with --nodes=N+S and name spares among them"));
     Action last = Act(Action::Kind::kWriteLastStop);
     last.text = "config_error";
     acts->push_back(last);
@@ -408,12 +426,11 @@ Decision JobPolicy::Launch(std::string rule, std::vector<Action> before) {
                          " ranks: " + Join(st_.rank_hosts, " ")));
   } else {
     l.nodes = st_.all_nodes;
-    before.push_back(
-        Log("launching " + s_.bin + " train on " + std::to_string(ranks) + " ranks"));
+    before.push_back(Log("launching " + s_.bin + " train on " + std::to_string(ranks) + " ranks"));
   }
   const bool detecting = s_.detect.on && s_.ckptd && st_.agents;
-  st_.watch = detecting ? (st_.spares ? st_.train_nodes : st_.all_nodes)
-                        : std::vector<std::string>{};
+  st_.watch =
+      detecting ? (st_.spares ? st_.train_nodes : st_.all_nodes) : std::vector<std::string>{};
   l.watch = st_.watch;
   st_.detect_node.clear();
   st_.detect_fields.clear();
@@ -481,8 +498,8 @@ void JobPolicy::DropLostSpares(const std::vector<std::string>& in_job, const std
   }
   st_.spare_nodes = left;
   if (lost) {
-    acts->push_back(Log(std::to_string(left.size()) + " spare(s) left: " +
-                        (left.empty() ? "none" : Join(left, " "))));
+    acts->push_back(Log(std::to_string(left.size()) +
+                        " spare(s) left: " + (left.empty() ? "none" : Join(left, " "))));
     Action jn = Act(Action::Kind::kWriteJobNodes);
     jn.nodes = LiveNodes();
     acts->push_back(jn);
@@ -518,9 +535,10 @@ Decision JobPolicy::OnSignal(const Observation& o) {
       st_.phase != Phase::kAskingJob) {
     st_.asked_from = st_.phase;
     st_.phase = Phase::kAskingJob;
-    return {"term.ask", {Log("TERM: asking slurmctld whether job " + st_.job +
-                             " is cancelled, at its time limit or still running"),
-                         Act(Action::Kind::kQueryJobState)}};
+    return {"term.ask",
+            {Log("TERM: asking slurmctld whether job " + st_.job +
+                 " is cancelled, at its time limit or still running"),
+             Act(Action::Kind::kQueryJobState)}};
   }
   if (o.signal != "USR1") return {"", {}};
   return StopRequest("USR1", o.now);
@@ -591,8 +609,8 @@ Decision JobPolicy::JobStateKnown(const Observation& o) {
       acts.push_back(fwd);
     }
     st_.stop_requested = true;
-    acts.push_back(Log("TERM at the time limit or a preemption (" + o.job_state + ", " +
-                       o.reason + "): requeueing job " + st_.job +
+    acts.push_back(Log("TERM at the time limit or a preemption (" + o.job_state + ", " + o.reason +
+                       "): requeueing job " + st_.job +
                        " now, before Slurm's KillWait ends this script"));
     Action last = Act(Action::Kind::kWriteLastStop);
     last.text = "preempted";
@@ -601,10 +619,10 @@ Decision JobPolicy::JobStateKnown(const Observation& o) {
         Record("stopped", "preempted", {records::Str("during", "the time limit (TERM)")}));
     return Requeue("term.time_limit", acts, {});
   }
-  std::vector<Action> acts{
-      Log("TERM: job " + st_.job + " is ending (" + (o.job_state.empty() ? "?" : o.job_state) +
-          (o.reason.empty() ? "" : ", " + o.reason) +
-          "): not requeueing it (a cancelled job stays cancelled); stopping")};
+  std::vector<Action> acts{Log("TERM: job " + st_.job + " is ending (" +
+                               (o.job_state.empty() ? "?" : o.job_state) +
+                               (o.reason.empty() ? "" : ", " + o.reason) +
+                               "): not requeueing it (a cancelled job stays cancelled); stopping")};
   if (st_.phase == Phase::kTraining || st_.phase == Phase::kStopping ||
       st_.phase == Phase::kPreflight) {
     Action fwd = Act(Action::Kind::kSignalStep);

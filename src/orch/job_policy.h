@@ -17,25 +17,25 @@
 namespace ftrain::orch {
 
 enum class Phase {
-  kStart,         // waiting for the start's facts
-  kLease,         // asked for the run lease
-  kPreflight,     // the pre-flight commcheck runs
-  kLocalising,    // per-node checks: which node fails
-  kAgents,        // the node agents start, their daemons must answer
-  kTraining,      // the training step runs (detection and spare checks on ticks)
-  kStopping,      // USR1/TERM forwarded: the ranks checkpoint and stop
-  kConfirming,    // the step failed: a node whose slurmd does not answer is confirmed or not
-  kFindingDead,   // the step failed (spares): which training nodes left the job
-  kHealthPoll,    // spares: a node does not answer; polling until Slurm takes it out
-  kProbing,       // does every training node run a task?
-  kHealthWait,    // no spares: a node does not answer; waiting for Slurm's requeue
-  kCounting,      // counting a failed start
-  kBackoff,       // before an in-job restart
-  kAskingJob,     // a TERM came: is the job cancelled, timed out, or still running?
-  kReleasing,     // requeue excluding: releasing the dead nodes
-  kWaitingFlag,   // requeue excluding: waiting for slurmctld to flag them not responding
-  kRequeueing,    // the requeue is issued and verified
-  kDraining,      // waiting for the agents, then exit
+  kStart,        // waiting for the start's facts
+  kLease,        // asked for the run lease
+  kPreflight,    // the pre-flight commcheck runs
+  kLocalising,   // per-node checks: which node fails
+  kAgents,       // the node agents start, their daemons must answer
+  kTraining,     // the training step runs (detection and spare checks on ticks)
+  kStopping,     // USR1/TERM forwarded: the ranks checkpoint and stop
+  kConfirming,   // the step failed: a node whose slurmd does not answer is confirmed or not
+  kFindingDead,  // the step failed (spares): which training nodes left the job
+  kHealthPoll,   // spares: a node does not answer; polling until Slurm takes it out
+  kProbing,      // does every training node run a task?
+  kHealthWait,   // no spares: a node does not answer; waiting for Slurm's requeue
+  kCounting,     // counting a failed start
+  kBackoff,      // before an in-job restart
+  kAskingJob,    // a TERM came: is the job cancelled, timed out, or still running?
+  kReleasing,    // requeue excluding: releasing the dead nodes
+  kWaitingFlag,  // requeue excluding: waiting for slurmctld to flag them not responding
+  kRequeueing,   // the requeue is issued and verified
+  kDraining,     // waiting for the agents, then exit
   kDone,
 };
 const char* PhaseName(Phase p);
@@ -56,9 +56,9 @@ struct JobState {
   std::string job, batch_host, resubmitted_from;
   int restart_count = 0;
   std::vector<std::string> all_nodes, train_nodes, spare_nodes, rank_hosts;
-  bool spares = false;        // a spare job (FTRAIN_SPARE_NODES > 0)
+  bool spares = false;  // a spare job (FTRAIN_SPARE_NODES > 0)
   int replacements = 0;
-  bool agents = false;        // node agents were started (and not yet stopped)
+  bool agents = false;  // node agents were started (and not yet stopped)
   bool watch_batch_host = false;
   bool stop_requested = false;
   double stop_deadline = -1, kill_at = -1;
@@ -69,23 +69,23 @@ struct JobState {
   std::vector<std::string> declared;  // declared dead/hung in this start
   std::string detect_node;            // declared during the current step
   std::vector<records::Field> detect_fields;
-  int rc = 0;                         // of the step that ended
-  bool localised = false;             // the current failure was localised already
-  std::vector<std::string> exclude;   // the requeue's exclusion
-  int exit_code = 0;                  // of the job's end
+  int rc = 0;                        // of the step that ended
+  bool localised = false;            // the current failure was localised already
+  std::vector<std::string> exclude;  // the requeue's exclusion
+  int exit_code = 0;                 // of the job's end
   // Facts of the start (kStarted).
   std::string nodelist, last_stop;
   int resubmits = 0;
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
   // Where things stand.
-  std::string localise_after;  // "preflight" or "rank_failure": what a localisation follows
+  std::string localise_after;        // "preflight" or "rank_failure": what a localisation follows
   Phase asked_from = Phase::kStart;  // the phase a TERM's question interrupted
   std::string stop_signal = "USR1";
-  double step_end_wall = 0;    // when the step ended (unix s): Slurm-view detection records
-  bool released = false;       // requeue excluding: the dead nodes left the job
+  double step_end_wall = 0;  // when the step ended (unix s): Slurm-view detection records
+  bool released = false;     // requeue excluding: the dead nodes left the job
   bool probe_for_spares = false;
-  std::string config_error;          // RUN/.config_error of the step that ended
-  std::vector<std::string> faulty;   // alive nodes that failed the localisation: excluded
+  std::string config_error;         // RUN/.config_error of the step that ended
+  std::vector<std::string> faulty;  // alive nodes that failed the localisation: excluded
 };
 
 // Pure helpers of the policy's questions, executed by the runner.
@@ -108,8 +108,8 @@ class JobPolicy {
   // The stop timeout actually used: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks'
   // stop, the kill grace and the requeue's budget end inside the USR1 lead.
   double StopTimeout() const;
-  static constexpr int kExitRequeue = 75;  // ftrain train: checkpointed on request
-  static constexpr int kExitConfig = 2;    // ftrain train: configuration or input error
+  static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
+  static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit

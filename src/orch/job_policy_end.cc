@@ -132,22 +132,22 @@ Decision JobPolicy::Decide(double now) {
                 0);
   }
   if (rc == kExitRequeue || st_.stop_requested) {
-    return Requeue("step.stopped",
-                   {Log("ranks checkpointed and stopped (exit " + exit + "); requeueing job " +
-                        st_.job),
-                    LastStop("preempted"), Record("stopped", "preempted", {Lost()})},
-                   {});
+    return Requeue(
+        "step.stopped",
+        {Log("ranks checkpointed and stopped (exit " + exit + "); requeueing job " + st_.job),
+         LastStop("preempted"), Record("stopped", "preempted", {Lost()})},
+        {});
   }
   if (rc == kExitConfig || !st_.config_error.empty()) {
-    const std::string why =
-        st_.config_error.empty() ? "see the ranks' messages above" : st_.config_error.substr(0, 2000);
-    return Fail("step.config_error",
-                {Log("FAILED: the trainer refused its configuration or input (exit " + exit +
-                     "): " + why),
-                 Log("not restarting (a restart cannot fix this); fix the settings and submit "
-                     "again"),
-                 LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
-                2);
+    const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
+                                                     : st_.config_error.substr(0, 2000);
+    return Fail(
+        "step.config_error",
+        {Log("FAILED: the trainer refused its configuration or input (exit " + exit + "): " + why),
+         Log("not restarting (a restart cannot fix this); fix the settings and submit "
+             "again"),
+         LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
+        2);
   }
   if (!st_.detect_node.empty() && !st_.spares) {
     std::vector<Field> f{records::Str("node", st_.detect_node), Lost(), records::Int("exit", rc)};
@@ -199,13 +199,17 @@ Decision JobPolicy::Probed(const Observation& o) {
     st_.phase = Phase::kHealthPoll;
     st_.next_poll = o.now + 1;
     return {"step.unhealthy_spares",
-            {Log("training step failed (exit " + exit + ") and a node does not answer: waiting "
-                 "up to " + Fmt(s_.health_wait_s) + " s for Slurm to take it out of the job")}};
+            {Log("training step failed (exit " + exit +
+                 ") and a node does not answer: waiting "
+                 "up to " +
+                 Fmt(s_.health_wait_s) + " s for Slurm to take it out of the job")}};
   }
   st_.phase = Phase::kHealthWait;
   return {"step.unhealthy",
-          {Log("training step failed (exit " + exit + ") and a node does not answer: leaving it "
-               "to Slurm's node-failure requeue for up to " + Fmt(s_.health_wait_s) + " s"),
+          {Log("training step failed (exit " + exit +
+               ") and a node does not answer: leaving it "
+               "to Slurm's node-failure requeue for up to " +
+               Fmt(s_.health_wait_s) + " s"),
            Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true)}};
 }
 
@@ -227,8 +231,8 @@ Decision JobPolicy::HealthPoll(const Observation& o) {
   if (o.now < st_.wait_until) return {acts.empty() ? "" : "healthpoll.spare_lost", acts};
   acts.push_back(Log("no node was taken out of the job within " + Fmt(s_.health_wait_s) +
                      " s: requeueing job " + st_.job));
-  acts.push_back(Record("step_failed", "node_failure",
-                        {Lost(), records::Int("exit", st_.rc)}, true));
+  acts.push_back(
+      Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true));
   return Requeue("healthpoll.timeout", acts, {});
 }
 
@@ -252,7 +256,8 @@ Decision JobPolicy::RankFailure(double now) {
     st_.localise_after = "rank_failure";
     st_.phase = Phase::kLocalising;
     return {"step.localise",
-            {Log("training step failed again (exit " + exit + ") with every node answering: "
+            {Log("training step failed again (exit " + exit +
+                 ") with every node answering: "
                  "checking the nodes alone and in pairs for a bad GPU or port"),
              WithNodes(Action::Kind::kLocalise, nodes)}};
   }
@@ -283,7 +288,8 @@ Decision JobPolicy::Counted(const Observation& o) {
              " tries each) with no checkpoint newer than " + o.checkpoint +
              " in between: not requeueing (FTRAIN_MAX_FAILED_STARTS=" + k +
              "); find the cause in the ranks' errors above, fix it, then submit again (it "
-             "resumes from " + o.checkpoint + ")"),
+             "resumes from " +
+             o.checkpoint + ")"),
          LastStop("rank_failure"),
          Record("failed", "rank_failure_repeated",
                 {Lost(), records::Int("exit", st_.rc), records::Int("failed_starts", o.count),
@@ -291,15 +297,14 @@ Decision JobPolicy::Counted(const Observation& o) {
                 true)},
         1);
   }
-  return Requeue("failed_start.requeue",
-                 {Log("training step failed (exit " + exit + ") " +
-                      std::to_string(st_.injob_restarts) +
-                      " times with healthy nodes: requeueing (failed start " + n +
-                      " of at most " + k + " with no newer checkpoint than " + o.checkpoint + ")"),
-                  LastStop("rank_failure"),
-                  Record("step_failed", "rank_failure_requeue",
-                         {Lost(), records::Int("exit", st_.rc)}, true)},
-                 {});
+  return Requeue(
+      "failed_start.requeue",
+      {Log("training step failed (exit " + exit + ") " + std::to_string(st_.injob_restarts) +
+           " times with healthy nodes: requeueing (failed start " + n + " of at most " + k +
+           " with no newer checkpoint than " + o.checkpoint + ")"),
+       LastStop("rank_failure"),
+       Record("step_failed", "rank_failure_requeue", {Lost(), records::Int("exit", st_.rc)}, true)},
+      {});
 }
 
 Decision JobPolicy::Backoff(const Observation& o) {
@@ -364,9 +369,9 @@ Decision JobPolicy::Localised(const Observation& o) {
   if (!st_.spares || bad_train.size() > st_.spare_nodes.size()) {
     st_.faulty = o.nodes;
     acts.push_back(LastStop("node_fault"));
-    acts.push_back(Record(after_preflight ? "preflight_failed" : "step_failed", "node_fault",
-                          {records::Str("nodes", Join(o.nodes, ",")),
-                           records::Str("after", st_.localise_after)}));
+    acts.push_back(Record(
+        after_preflight ? "preflight_failed" : "step_failed", "node_fault",
+        {records::Str("nodes", Join(o.nodes, ",")), records::Str("after", st_.localise_after)}));
     acts.push_back(Log("requeueing job " + st_.job + " excluding " + Join(o.nodes, ",")));
     return Requeue("localise.exclude", acts, {});
   }
@@ -378,11 +383,11 @@ Decision JobPolicy::Localised(const Observation& o) {
     st_.replacements += 1;
     acts.push_back(Log("its ranks move from " + n + " to spare " + spare + " (" +
                        std::to_string(st_.spare_nodes.size()) + " spare(s) left)"));
-    acts.push_back(Record("restarted", "node_fault",
-                          {records::Str("node", n), records::Str("spare", spare),
-                           records::Int("spares_left",
-                                        static_cast<int64_t>(st_.spare_nodes.size())),
-                           records::Int("replacement", st_.replacements)}));
+    acts.push_back(
+        Record("restarted", "node_fault",
+               {records::Str("node", n), records::Str("spare", spare),
+                records::Int("spares_left", static_cast<int64_t>(st_.spare_nodes.size())),
+                records::Int("replacement", st_.replacements)}));
   }
   acts.push_back(WithNodes(Action::Kind::kRelease, o.nodes));  // out of the job: not used again
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
@@ -424,12 +429,12 @@ Decision JobPolicy::Requeue(std::string rule, std::vector<Action> acts,
 }
 
 Decision JobPolicy::RequeueStopped(const std::string& during) {
-  return Requeue("stop.requeue_now",
-                 {Log(st_.stop_signal + " arrived during " + during +
-                      ": nothing new to checkpoint; requeueing job " + st_.job),
-                  LastStop("preempted"),
-                  Record("stopped", "preempted", {records::Str("during", during)})},
-                 {});
+  return Requeue(
+      "stop.requeue_now",
+      {Log(st_.stop_signal + " arrived during " + during +
+           ": nothing new to checkpoint; requeueing job " + st_.job),
+       LastStop("preempted"), Record("stopped", "preempted", {records::Str("during", during)})},
+      {});
 }
 
 Decision JobPolicy::Fail(std::string rule, std::vector<Action> acts, int code) {
@@ -457,14 +462,14 @@ Decision JobPolicy::Ending(const Observation& o) {
     return {"end.released", {w}};
   }
   if (st_.phase == Phase::kWaitingFlag && o.kind == K::kNotRespondingWaited) {
-    return Requeue("end.requeue_excluding",
-                   {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
-                        " (released: " + (st_.released ? "1" : "0") +
-                        "; Slurm sees: " + o.detail + ")"),
-                    Record("requeue_excluding", "node_failure",
-                           {records::Str("nodes", Join(st_.declared, ",")),
-                            records::Int("released", st_.released ? 1 : 0)})},
-                   st_.declared);
+    return Requeue(
+        "end.requeue_excluding",
+        {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
+             " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + o.detail + ")"),
+         Record("requeue_excluding", "node_failure",
+                {records::Str("nodes", Join(st_.declared, ",")),
+                 records::Int("released", st_.released ? 1 : 0)})},
+        st_.declared);
   }
   if (st_.phase == Phase::kRequeueing && o.kind == K::kRequeued) {
     std::vector<Action> acts;

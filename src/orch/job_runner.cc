@@ -329,7 +329,8 @@ void JobRunner::Record(const Action& a) {
 void JobRunner::MergeRecords() {
   if (!mine_) return;  // only the lease holder writes restarts.jsonl
   auto m = merger_.MaybeMerge();
-  if (!m.ok()) Log("WARNING: could not merge the records into restarts.jsonl: " + m.status().message());
+  if (!m.ok())
+    Log("WARNING: could not merge the records into restarts.jsonl: " + m.status().message());
 }
 
 void JobRunner::AcquireLease() {
@@ -357,7 +358,8 @@ void JobRunner::AcquireLease() {
     }
     o.lease_ok = r->ok;
     o.epoch = r->holder.epoch;
-    o.holder = r->holder.Describe() + (r->unknown ? " (slurmctld could not say whether it runs)" : "");
+    o.holder =
+        r->holder.Describe() + (r->unknown ? " (slurmctld could not say whether it runs)" : "");
     o.superseded = r->superseded;
     if (r->ok) mine_ = r->holder;
     if (!r->unknown) break;
@@ -412,9 +414,9 @@ void JobRunner::Launch(const Action& a) {
     argv = {"srun", "--ntasks-per-node=" + std::to_string(s_.ranks_per_node)};
   }
   for (const char* x : {"--mpi=pmix", "--kill-on-bad-exit=1"}) argv.push_back(x);
-  for (const auto& x : std::vector<std::string>{s_.bin, "train", "--config", s_.config,
-                                                "--data.path=" + s_.data, "--run.dir=" + s_.run_dir,
-                                                "--train.resume=auto"}) {
+  for (const auto& x :
+       std::vector<std::string>{s_.bin, "train", "--config", s_.config, "--data.path=" + s_.data,
+                                "--run.dir=" + s_.run_dir, "--train.resume=auto"}) {
     argv.push_back(x);
   }
   if (!s_.ckpt_root_override.empty()) argv.push_back("--ckpt.root=" + s_.ckpt_root_override);
@@ -476,31 +478,59 @@ std::vector<std::string> JobRunner::SrunEnv() const {
 void JobRunner::Execute(const Action& a) {
   using K = Action::Kind;
   switch (a.kind) {
-    case K::kLog: Log(a.text); break;
-    case K::kRecord: Record(a); break;
+    case K::kLog:
+      Log(a.text);
+      break;
+    case K::kRecord:
+      Record(a);
+      break;
     case K::kWriteLastStop: {
       Status w = WriteFileDurably(Env::Default(), layout_.last_stop(), a.text + "\n");
       if (!w.ok()) Log("WARNING: " + w.message());
       break;
     }
-    case K::kResetFailedStarts: std::remove(layout_.failed_starts().c_str()); break;
-    case K::kCountFailedStart: CountFailedStart(); break;
-    case K::kAcquireLease: AcquireLease(); break;
-    case K::kCaptureSubmission: CaptureSubmission(); break;
-    case K::kCancelPending: (void)slurm_->Cancel(a.text, true); break;
-    case K::kRunPreflight: RunPreflight(); break;
-    case K::kLocalise: Localise(a.nodes); break;
-    case K::kMakeSecret: MakeSecret(); break;
-    case K::kWriteJobNodes: WriteJobNodes(a.nodes); break;
-    case K::kStartAgents: StartAgents(a.nodes); break;
-    case K::kLaunch: Launch(a); break;
+    case K::kResetFailedStarts:
+      std::remove(layout_.failed_starts().c_str());
+      break;
+    case K::kCountFailedStart:
+      CountFailedStart();
+      break;
+    case K::kAcquireLease:
+      AcquireLease();
+      break;
+    case K::kCaptureSubmission:
+      CaptureSubmission();
+      break;
+    case K::kCancelPending:
+      (void)slurm_->Cancel(a.text, true);
+      break;
+    case K::kRunPreflight:
+      RunPreflight();
+      break;
+    case K::kLocalise:
+      Localise(a.nodes);
+      break;
+    case K::kMakeSecret:
+      MakeSecret();
+      break;
+    case K::kWriteJobNodes:
+      WriteJobNodes(a.nodes);
+      break;
+    case K::kStartAgents:
+      StartAgents(a.nodes);
+      break;
+    case K::kLaunch:
+      Launch(a);
+      break;
     case K::kSignalStep: {
       const int sig = a.text == "USR1" ? SIGUSR1 : a.text == "TERM" ? SIGTERM : SIGKILL;
       if (step_ > 0) kill(step_, sig);
       if (preflight_ > 0) kill(preflight_, sig);
       break;
     }
-    case K::kEndStep: EndStep(); break;
+    case K::kEndStep:
+      EndStep();
+      break;
     case K::kQueryNodesInJob: {
       Observation o = Obs(Observation::Kind::kNodesInJob);
       auto n = slurm_->NodesOfJob(ctx_.job);
@@ -519,11 +549,21 @@ void JobRunner::Execute(const Action& a) {
       answers_.push_back(o);
       break;
     }
-    case K::kProbeHealth: ProbeHealth(a.nodes); break;
-    case K::kConfirmDeath: ConfirmDeath(a.nodes); break;
-    case K::kRelease: Release(a.nodes); break;
-    case K::kWaitNotResponding: WaitNotResponding(a.nodes, a.seconds); break;
-    case K::kSignalAgents: SignalAgents(a.text); break;
+    case K::kProbeHealth:
+      ProbeHealth(a.nodes);
+      break;
+    case K::kConfirmDeath:
+      ConfirmDeath(a.nodes);
+      break;
+    case K::kRelease:
+      Release(a.nodes);
+      break;
+    case K::kWaitNotResponding:
+      WaitNotResponding(a.nodes, a.seconds);
+      break;
+    case K::kSignalAgents:
+      SignalAgents(a.text);
+      break;
     case K::kRequeue: {
       MergeRecords();  // Slurm ends this script soon after: the records first
       Observation o = Obs(Observation::Kind::kRequeued);
@@ -533,8 +573,12 @@ void JobRunner::Execute(const Action& a) {
       answers_.push_back(o);
       break;
     }
-    case K::kExclude: Exclude(a); break;
-    case K::kWaitAgents: WaitAgents(a.seconds); break;
+    case K::kExclude:
+      Exclude(a);
+      break;
+    case K::kWaitAgents:
+      WaitAgents(a.seconds);
+      break;
     case K::kStopAgents:
       StopAgents();
       answers_.push_back(Obs(Observation::Kind::kAgentsStopped));

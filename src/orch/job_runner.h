@@ -102,9 +102,9 @@ class JobRunner {
   std::string hostfile_;
   bool watch_batch_host_ = false;
   bool agents_signalled_ = false;
-  std::vector<std::string> declared_;  // nodes declared dead (their sruns wait for ever)
+  std::vector<std::string> declared_;            // nodes declared dead (their sruns wait for ever)
   std::map<std::string, std::string> node_env_;  // SLURM_JOB_NODELIST & co after a release
-  std::string metrics_at_failure_;     // metrics.jsonl's last line when the step ended
+  std::string metrics_at_failure_;               // metrics.jsonl's last line when the step ended
   // Detection.
   std::unique_ptr<Prober> prober_;
   std::unique_ptr<Detector> detector_;

@@ -3,9 +3,8 @@
 // release and exclusion of nodes, the failed-start count and the submission's capture.
 #include <signal.h>
 #include <sys/signalfd.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -68,11 +67,11 @@ void JobRunner::RunPreflight() {
   // step's bytes against.
   SpawnOptions o;
   o.add_env = SrunEnv();
-  auto pid = Spawn({"srun", "--mpi=pmix", "--kill-on-bad-exit=1",
-                    "--ntasks-per-node=" + std::to_string(s_.ranks_per_node), s_.bin, "commcheck",
-                    "--sizes", "64K,16M", "--iters", "2", "--warmup", "0", "--record",
-                    layout_.commcheck()},
-                   o);
+  auto pid = Spawn(
+      {"srun", "--mpi=pmix", "--kill-on-bad-exit=1",
+       "--ntasks-per-node=" + std::to_string(s_.ranks_per_node), s_.bin, "commcheck", "--sizes",
+       "64K,16M", "--iters", "2", "--warmup", "0", "--record", layout_.commcheck()},
+      o);
   if (!pid.ok()) {
     Log("cannot start the pre-flight check: " + pid.status().message());
     Observation ex = Obs(Observation::Kind::kPreflightExited);
@@ -86,11 +85,21 @@ void JobRunner::RunPreflight() {
 
 void JobRunner::Localise(const std::vector<std::string>& nodes) {
   auto check = [this](const std::vector<std::string>& on) {
-    return std::vector<std::string>{
-        "srun", "--overlap", "--mpi=pmix", "--kill-on-bad-exit=1", "--nodelist=" + Join(on, ","),
-        "--nodes=" + std::to_string(on.size()),
-        "--ntasks-per-node=" + std::to_string(s_.ranks_per_node), s_.bin, "commcheck", "--sizes",
-        "64K,16M", "--iters", "2", "--warmup", "0"};
+    return std::vector<std::string>{"srun",
+                                    "--overlap",
+                                    "--mpi=pmix",
+                                    "--kill-on-bad-exit=1",
+                                    "--nodelist=" + Join(on, ","),
+                                    "--nodes=" + std::to_string(on.size()),
+                                    "--ntasks-per-node=" + std::to_string(s_.ranks_per_node),
+                                    s_.bin,
+                                    "commcheck",
+                                    "--sizes",
+                                    "64K,16M",
+                                    "--iters",
+                                    "2",
+                                    "--warmup",
+                                    "0"};
   };
   std::vector<std::vector<std::string>> singles, pairs;
   for (const auto& n : nodes) singles.push_back(check({n}));
@@ -139,7 +148,8 @@ void JobRunner::StartAgent(const std::string& node) {
   // rank. One step per node: an srun that aborts its step takes only its own node's agent.
   SpawnOptions o;
   o.add_env = SrunEnv();
-  const bool replication = s_.replication == "1" || (s_.replication == "auto" && s_.spare_nodes != "0");
+  const bool replication =
+      s_.replication == "1" || (s_.replication == "auto" && s_.spare_nodes != "0");
   o.add_env.push_back("FTRAIN_RUN_DIR=" + s_.run_dir);
   o.add_env.push_back("FTRAIN_HOME=" + s_.home);
   o.add_env.push_back("FTRAIN_BIN=" + s_.bin);
@@ -147,10 +157,10 @@ void JobRunner::StartAgent(const std::string& node) {
   o.add_env.push_back(std::string("FTRAIN_REPLICATION=") + (replication ? "1" : "0"));
   if (s_.spare_nodes != "0") o.add_env.push_back("FTRAIN_SPARE_NODES=" + s_.spare_nodes);
   if (watch_batch_host_) o.add_env.push_back("FTRAIN_BATCH_HOST=" + ctx_.node);
-  auto pid = Spawn({"srun", "--overlap", "--mpi=none", "--nodes=1", "--ntasks=1",
-                    "--ntasks-per-node=1", "--nodelist=" + node, "--kill-on-bad-exit=0",
-                    "--job-name=ftrain-agents", s_.bin, "agent"},
-                   o);
+  auto pid = Spawn(
+      {"srun", "--overlap", "--mpi=none", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+       "--nodelist=" + node, "--kill-on-bad-exit=0", "--job-name=ftrain-agents", s_.bin, "agent"},
+      o);
   agents_[node] = pid.ok() ? *pid : 0;
 }
 
@@ -348,10 +358,10 @@ void JobRunner::ProbeHealth(const std::vector<std::string>& nodes) {
   o.timeout_s = s_.health_timeout_s;
   o.add_env = SrunEnv();
   const std::string n = std::to_string(nodes.size());
-  RunResult r = RunCommand({"srun", "--overlap", "--mpi=none", "--nodelist=" + Join(nodes, ","),
-                            "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1",
-                            "--kill-on-bad-exit=1", "true"},
-                           o);
+  RunResult r = RunCommand(
+      {"srun", "--overlap", "--mpi=none", "--nodelist=" + Join(nodes, ","), "--nodes=" + n,
+       "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1", "true"},
+      o);
   Observation obs = Obs(Observation::Kind::kHealth);
   obs.ok = r.ok();
   answers_.push_back(obs);
@@ -408,7 +418,8 @@ void JobRunner::WaitNotResponding(const std::vector<std::string>& nodes, double 
     }
   }
   Observation o = Obs(Observation::Kind::kNotRespondingWaited);
-  for (const auto& n : nodes) o.detail += (o.detail.empty() ? "" : " ") + n + "=" + slurm_->NodeState(n);
+  for (const auto& n : nodes)
+    o.detail += (o.detail.empty() ? "" : " ") + n + "=" + slurm_->NodeState(n);
   answers_.push_back(o);
 }
 
@@ -417,7 +428,8 @@ void JobRunner::Exclude(const Action& a) {
   if (a.released && !slurm_->Config().slurmdbd) {
     // Slurm 22.05 gives a resized job a new accounting record and refuses every later update
     // until slurmdbd indexed it: without slurmdbd that never happens.
-    Log("not setting ExcNodeList=" + dead + ": Slurm refuses updates of a resized job without "
+    Log("not setting ExcNodeList=" + dead +
+        ": Slurm refuses updates of a resized job without "
         "slurmdbd; the scheduler skips the node while Slurm flags it not responding");
     return;
   }
@@ -466,7 +478,8 @@ void JobRunner::CountFailedStart() {
   const int count = NextFailedStartCount(prev.ok() ? *prev : "", newest);
   Status w = WriteFileDurably(Env::Default(), layout_.failed_starts(),
                               newest + " " + std::to_string(count) + "\n");
-  if (!w.ok()) Log("WARNING: cannot write " + layout_.failed_starts() + ": failed starts are not counted");
+  if (!w.ok())
+    Log("WARNING: cannot write " + layout_.failed_starts() + ": failed starts are not counted");
   Observation o = Obs(Observation::Kind::kFailedStartCounted);
   o.count = count;
   o.checkpoint = newest;

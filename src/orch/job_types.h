@@ -14,48 +14,48 @@ namespace ftrain::orch {
 // What the policy is told. `now` is the controller's monotonic clock (seconds).
 struct Observation {
   enum class Kind {
-    kStarted,          // the start's facts (below); the first observation
-    kLease,            // AcquireLease's answer: lease_ok, else lease_holder (live) / superseded
-    kPreflightExited,  // rc; record_error ("" when the commcheck record could be written)
-    kLocalised,        // nodes: those that failed a check alone or with both neighbours
-    kAgentsReady,      // count of nodes whose daemon answers, of nodes.size()
-    kStepExited,       // rc of the training step's srun; config_error: RUN/.config_error text
-    kSignal,           // signal: "USR1" or "TERM"
-    kTick,             // time passes (the runner ticks every 0.5 s)
-    kNodesInJob,       // nodes (known) or unknown: Slurm's view of the allocation
-    kJobState,         // job_state, reason: slurmctld's view of this job (asked after a TERM)
-    kNodeDeclared,     // node declared dead/hung by the detector; fields: the evidence
-    kHeartbeatLate,    // node silent but its slurmd answers: fields for the record
-    kConfirmed,        // ConfirmDeath's answer: node ("" : nobody) + fields
-    kHealth,           // ProbeHealth's answer: ok
+    kStarted,             // the start's facts (below); the first observation
+    kLease,               // AcquireLease's answer: lease_ok, else lease_holder (live) / superseded
+    kPreflightExited,     // rc; record_error ("" when the commcheck record could be written)
+    kLocalised,           // nodes: those that failed a check alone or with both neighbours
+    kAgentsReady,         // count of nodes whose daemon answers, of nodes.size()
+    kStepExited,          // rc of the training step's srun; config_error: RUN/.config_error text
+    kSignal,              // signal: "USR1" or "TERM"
+    kTick,                // time passes (the runner ticks every 0.5 s)
+    kNodesInJob,          // nodes (known) or unknown: Slurm's view of the allocation
+    kJobState,            // job_state, reason: slurmctld's view of this job (asked after a TERM)
+    kNodeDeclared,        // node declared dead/hung by the detector; fields: the evidence
+    kHeartbeatLate,       // node silent but its slurmd answers: fields for the record
+    kConfirmed,           // ConfirmDeath's answer: node ("" : nobody) + fields
+    kHealth,              // ProbeHealth's answer: ok
     kFailedStartCounted,  // count, checkpoint (the newest complete one, "none")
-    kReleased,         // Release's answer: ok
+    kReleased,            // Release's answer: ok
     kNotRespondingWaited,
-    kRequeued,         // Requeue's answer: ok (verified), detail
+    kRequeued,  // Requeue's answer: ok (verified), detail
     kAgentsStopped,
   };
   Kind kind = Kind::kTick;
   double now = 0;
   double wall = 0;  // unix seconds when it was seen (records about it; never compared)
   // kStarted
-  std::string job;                 // SLURM_JOB_ID
-  int restart_count = 0;           // SLURM_RESTART_COUNT
-  std::string resubmitted_from;    // FTRAIN_RESUBMITTED_FROM
-  int resubmits = 0;               // FTRAIN_RESUBMITS
-  std::string replaced_by;         // RUN/.submit/replaced-<job>: the job that replaced this one
-  std::string last_stop;           // RUN/.last_stop of the previous start ("" : none)
-  std::string batch_host;          // this host (SLURMD_NODENAME)
-  std::string nodelist;            // SLURM_JOB_NODELIST as given (for the log)
+  std::string job;               // SLURM_JOB_ID
+  int restart_count = 0;         // SLURM_RESTART_COUNT
+  std::string resubmitted_from;  // FTRAIN_RESUBMITTED_FROM
+  int resubmits = 0;             // FTRAIN_RESUBMITS
+  std::string replaced_by;       // RUN/.submit/replaced-<job>: the job that replaced this one
+  std::string last_stop;         // RUN/.last_stop of the previous start ("" : none)
+  std::string batch_host;        // this host (SLURMD_NODENAME)
+  std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;
-  bool known = true;               // kNodesInJob: false when slurmctld did not answer
-  int count = 0;                   // kAgentsReady, kFailedStartCounted
+  bool known = true;  // kNodesInJob: false when slurmctld did not answer
+  int count = 0;      // kAgentsReady, kFailedStartCounted
   // kLease
   bool lease_ok = false;
   int64_t epoch = 0;
-  std::string holder;              // who holds it, in words
-  bool superseded = false;         // the holder is this job's resubmission
+  std::string holder;       // who holds it, in words
+  bool superseded = false;  // the holder is this job's resubmission
   // kPreflightExited, kStepExited
   int rc = 0;
   std::string record_error, config_error;
@@ -111,12 +111,12 @@ struct Action {
   // line as it was when the step ended (lost_at_failure) or now.
   bool lost_at_failure = false;
   std::vector<std::string> nodes;
-  std::vector<std::string> hosts;  // kLaunch: the node of every rank (-m arbitrary)
-  bool overlap = false;            // kLaunch
-  bool released = false;           // kExclude: the dead nodes were released from the job
-  std::vector<std::string> faulty; // kExclude: alive but failing nodes: excluded whatever
-                                   // Slurm sees of them
-  std::vector<std::string> watch;  // kLaunch: the nodes whose heartbeats the detector reads
+  std::vector<std::string> hosts;   // kLaunch: the node of every rank (-m arbitrary)
+  bool overlap = false;             // kLaunch
+  bool released = false;            // kExclude: the dead nodes were released from the job
+  std::vector<std::string> faulty;  // kExclude: alive but failing nodes: excluded whatever
+                                    // Slurm sees of them
+  std::vector<std::string> watch;   // kLaunch: the nodes whose heartbeats the detector reads
   double seconds = 0;
   int code = 0;
 };

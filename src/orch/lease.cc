@@ -40,8 +40,8 @@ StatusOr<std::string> ReadSmall(const std::string& path) {
 Status WriteNew(const std::string& path, const std::string& text) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IOError("cannot create '" + path + "': " + strerror(errno));
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  fsync(fd) == 0;
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
   close(fd);
   if (!ok) {
     unlink(path.c_str());
@@ -70,9 +70,9 @@ std::string LeaseHolder::Describe() const {
 
 std::string FormatHolder(const LeaseHolder& h) {
   std::ostringstream o;
-  o << "epoch=" << h.epoch << "\njob=" << h.job << "\nrestart=" << h.restart
-    << "\nhost=" << h.host << "\nrole=" << h.role << "\nhandoff=" << h.handoff
-    << "\nfrom=" << h.from << "\ntoken=" << h.token << "\n";
+  o << "epoch=" << h.epoch << "\njob=" << h.job << "\nrestart=" << h.restart << "\nhost=" << h.host
+    << "\nrole=" << h.role << "\nhandoff=" << h.handoff << "\nfrom=" << h.from
+    << "\ntoken=" << h.token << "\n";
   return o.str();
 }
 
@@ -208,7 +208,8 @@ StatusOr<LeaseHolder> RunLease::Renew(const LeaseHolder& mine) {
   next.epoch = mine.epoch + 1;
   next.handoff.clear();
   FT_ASSIGN_OR_RETURN(bool made, Create(next));
-  if (!made) return Status::Aborted("the run lease was taken over at epoch " + std::to_string(next.epoch));
+  if (!made)
+    return Status::Aborted("the run lease was taken over at epoch " + std::to_string(next.epoch));
   return next;
 }
 

@@ -27,13 +27,13 @@ namespace ftrain::orch {
 
 struct LeaseHolder {
   int64_t epoch = 0;
-  std::string job;          // SLURM_JOB_ID of the holder
-  int restart = 0;          // its restart count when it took the lease
-  std::string host;         // where it runs
-  std::string role = "job";  // "job" (a controller) or "watcher" (an agent taking over)
-  std::string handoff;      // the job a watcher handed the run to
-  std::string from;         // the job this one was submitted again from
-  std::string token;        // random: tells our own entry from another's
+  std::string job;               // SLURM_JOB_ID of the holder
+  int restart = 0;               // its restart count when it took the lease
+  std::string host;              // where it runs
+  std::string role = "job";      // "job" (a controller) or "watcher" (an agent taking over)
+  std::string handoff;           // the job a watcher handed the run to
+  std::string from;              // the job this one was submitted again from
+  std::string token;             // random: tells our own entry from another's
   std::string Describe() const;  // "job 42 (epoch 7, on node1)" for logs
 };
 std::string FormatHolder(const LeaseHolder& h);

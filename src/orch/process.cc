@@ -21,8 +21,7 @@ namespace ftrain::orch {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int CodeOf(int status) {
@@ -53,8 +52,8 @@ std::vector<std::string> EnvOf(const std::optional<std::vector<std::string>>& en
 
 // In the child, after fork: clean signals, cwd, stdio, then exec. Never returns.
 [[noreturn]] void ExecChild(const std::vector<std::string>& argv,
-                            const std::vector<std::string>& env, const std::string& cwd,
-                            int out_fd, int err_fd, bool new_group) {
+                            const std::vector<std::string>& env, const std::string& cwd, int out_fd,
+                            int err_fd, bool new_group) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -15,9 +15,9 @@
 namespace ftrain::orch {
 
 struct RunOptions {
-  double timeout_s = 30;    // then SIGTERM; SIGKILL kill_after_s later
+  double timeout_s = 30;  // then SIGTERM; SIGKILL kill_after_s later
   double kill_after_s = 1;
-  std::string cwd;          // "" : the caller's
+  std::string cwd;  // "" : the caller's
   // The child's whole environment ("NAME=VALUE"), as `env -i` would give it; unset: the
   // caller's, plus `add_env`.
   std::optional<std::vector<std::string>> env;
@@ -33,9 +33,9 @@ inline RunOptions Bounded(double timeout_s) {
 }
 
 struct RunResult {
-  int exit_code = -1;     // 128+N for a signal N
+  int exit_code = -1;  // 128+N for a signal N
   bool timed_out = false;
-  bool started = true;    // false: it could not be executed (errno in `out`)
+  bool started = true;  // false: it could not be executed (errno in `out`)
   std::string out, err;
   bool ok() const { return started && !timed_out && exit_code == 0; }
   // "exit 1: <first line of stderr>" / "timed out after 10 s" / "could not run: ..." (logs).

@@ -15,19 +15,19 @@ namespace ftrain::orch {
 
 // Reads a variable; the default is used when it is unset or empty.
 using Getenv = std::function<std::string(const std::string&)>;
-Getenv ProcessEnv();  // std::getenv
+Getenv ProcessEnv();                                     // std::getenv
 Getenv MapEnv(std::map<std::string, std::string> vars);  // for tests and --dry-run
 
 // Detection (shared by the controller's watch of the training nodes and the agents' watch of
 // the batch host): see orch/detect.h.
 struct DetectSettings {
-  bool on = true;                     // FTRAIN_DETECT
-  double heartbeat_timeout_s = 3;     // FTRAIN_HEARTBEAT_TIMEOUT_S: silence before a probe
-  double probe_timeout_s = 2;         // FTRAIN_PROBE_TIMEOUT_S: TCP connect to slurmd
-  double hung_after_s = 60;           // FTRAIN_HUNG_AFTER_S: silence before a paused node is lost
-  double blip_s = 10;                 // FTRAIN_BLIP_S: silence a probe *timeout* must outlast
-  double heartbeat_period_s = 1;      // FTRAIN_HEARTBEAT_PERIOD_S (agents)
-  double detect_period_s = 0.5;       // FTRAIN_DETECT_PERIOD_S (watchers)
+  bool on = true;                  // FTRAIN_DETECT
+  double heartbeat_timeout_s = 3;  // FTRAIN_HEARTBEAT_TIMEOUT_S: silence before a probe
+  double probe_timeout_s = 2;      // FTRAIN_PROBE_TIMEOUT_S: TCP connect to slurmd
+  double hung_after_s = 60;        // FTRAIN_HUNG_AFTER_S: silence before a paused node is lost
+  double blip_s = 10;              // FTRAIN_BLIP_S: silence a probe *timeout* must outlast
+  double heartbeat_period_s = 1;   // FTRAIN_HEARTBEAT_PERIOD_S (agents)
+  double detect_period_s = 0.5;    // FTRAIN_DETECT_PERIOD_S (watchers)
 };
 
 struct JobSettings {
@@ -61,11 +61,11 @@ struct AgentSettings {
   std::string batch_host;  // FTRAIN_BATCH_HOST: watched by two agents ("" : nobody watches)
   int spare_nodes = 0;
   bool replication = false;
-  int max_restarts = 3;      // FTRAIN_CKPTD_MAX_RESTARTS
-  double watch_period_s = 2;  // FTRAIN_AGENT_PERIOD_S
+  int max_restarts = 3;          // FTRAIN_CKPTD_MAX_RESTARTS
+  double watch_period_s = 2;     // FTRAIN_AGENT_PERIOD_S
   double sbatch_timeout_s = 60;  // FTRAIN_SBATCH_TIMEOUT_S: the bound of the resubmission
   int max_resubmits = 3;
-  int resubmits = 0;  // FTRAIN_RESUBMITS: resubmissions so far of this job
+  int resubmits = 0;       // FTRAIN_RESUBMITS: resubmissions so far of this job
   bool same_size = false;  // FTRAIN_RESUBMIT_SAME_SIZE
   std::string peer_host, peer_port = "0", peer_advertise;
   std::string replica_memory_gb = "8";

@@ -17,9 +17,9 @@
 namespace ftrain::orch {
 namespace {
 
-const std::set<std::string> kWholeLineKeys = {"Command", "WorkDir",       "StdErr", "StdIn",
-                                              "StdOut",  "Comment",       "AdminComment",
-                                              "Power",   "SystemComment", "Reason"};
+const std::set<std::string> kWholeLineKeys = {"Command",       "WorkDir", "StdErr",       "StdIn",
+                                              "StdOut",        "Comment", "AdminComment", "Power",
+                                              "SystemComment", "Reason"};
 
 std::string Trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
@@ -44,8 +44,7 @@ std::string Join(const std::vector<std::string>& v, const std::string& sep) {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
@@ -115,7 +114,8 @@ RunResult SlurmCli::Query(const std::vector<std::string>& argv, double timeout_s
 StatusOr<std::vector<std::string>> SlurmCli::Hostnames(const std::string& hostlist) {
   if (hostlist.empty()) return std::vector<std::string>{};
   RunResult r = Query({"scontrol", "show", "hostnames", hostlist});
-  if (!r.ok()) return Status::Unavailable("scontrol show hostnames " + hostlist + ": " + r.Describe(10));
+  if (!r.ok())
+    return Status::Unavailable("scontrol show hostnames " + hostlist + ": " + r.Describe(10));
   return Lines(r.out);  // read whole: never a pipe closed early under pipefail
 }
 
@@ -206,7 +206,8 @@ Status SlurmCli::Release(const std::string& job, const std::vector<std::string>&
   RunOptions o;
   o.timeout_s = 15;
   o.cwd = TmpDir();  // scontrol writes slurm_job_J_resize.{sh,csh} where it runs
-  RunResult r = RunCommand({"scontrol", "update", "JobId=" + job, "NodeList=" + Join(keep, ",")}, o);
+  RunResult r =
+      RunCommand({"scontrol", "update", "JobId=" + job, "NodeList=" + Join(keep, ",")}, o);
   for (const char* ext : {".sh", ".csh"}) {
     std::remove((TmpDir() + "/slurm_job_" + job + "_resize" + ext).c_str());
   }
@@ -240,8 +241,7 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
 Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist) {
   RunResult r;
   for (int i = 0; i < 2; ++i) {
-    r = RunCommand({"scontrol", "update", "JobId=" + job, "ExcNodeList=" + hostlist},
-                   Bounded(10));
+    r = RunCommand({"scontrol", "update", "JobId=" + job, "ExcNodeList=" + hostlist}, Bounded(10));
     if (r.ok()) return Status::Ok();
   }
   return Status::Unavailable(r.Describe(10));
@@ -325,8 +325,8 @@ std::vector<std::pair<std::string, std::string>> SlurmCli::PendingJobsOfUser() {
 }
 
 Status SlurmCli::SetDependency(const std::string& job, const std::string& dependency) {
-  RunResult r = RunCommand({"scontrol", "update", "JobId=" + job, "Dependency=" + dependency},
-                           Bounded(10));
+  RunResult r =
+      RunCommand({"scontrol", "update", "JobId=" + job, "Dependency=" + dependency}, Bounded(10));
   return r.ok() ? Status::Ok() : Status::Unavailable(r.Describe(10));
 }
 

@@ -1,8 +1,6 @@
 // orch/submission.cc - capture, checked load, and the replayed options of a job (submission.h).
 #include "orch/submission.h"
 
-#include "orch/files.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +11,8 @@
 #include <random>
 #include <regex>
 #include <set>
+
+#include "orch/files.h"
 
 namespace ftrain::orch {
 namespace {
@@ -48,13 +48,14 @@ void TresOptions(const JobInfo& j, std::vector<std::string>* o) {
   size_t pos = 0;
   while (pos <= per_task.size() && !per_task.empty()) {
     const size_t comma = per_task.find(',', pos);
-    const std::string e = per_task.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                           : comma - pos);
+    const std::string e =
+        per_task.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (std::string v = GpuCount(e); !v.empty()) o->push_back("--gpus-per-task=" + v);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  if (std::string v = GpuCount(j.Get("CpusPerTres")); !v.empty()) o->push_back("--cpus-per-gpu=" + v);
+  if (std::string v = GpuCount(j.Get("CpusPerTres")); !v.empty())
+    o->push_back("--cpus-per-gpu=" + v);
   if (std::string v = GpuCount(j.Get("MemPerTres")); !v.empty()) o->push_back("--mem-per-gpu=" + v);
 }
 
@@ -87,7 +88,9 @@ Status CaptureSubmission(const std::string& dir, const std::string& show_job_tex
     }
   }
   int fd = open(script_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError("cannot read the batch script '" + script_path + "': " + strerror(errno));
+  if (fd < 0)
+    return Status::IOError("cannot read the batch script '" + script_path +
+                           "': " + strerror(errno));
   std::string script;
   char buf[65536];
   for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) script.append(buf, static_cast<size_t>(n));
@@ -106,7 +109,8 @@ StatusOr<LoadedSubmission> LoadSubmission(const std::string& dir) {
   FT_ASSIGN_OR_RETURN(std::string env, ReadPrivate(dir + "/env"));
   for (size_t pos = 0; pos < env.size();) {
     const size_t end = env.find('\0', pos);
-    const std::string kv = env.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    const std::string kv =
+        env.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
     if (!kv.empty()) {
       s.env.push_back(kv);
       s.vars[NameOf(kv)] = kv.substr(std::min(kv.size(), NameOf(kv).size() + 1));
@@ -118,7 +122,8 @@ StatusOr<LoadedSubmission> LoadSubmission(const std::string& dir) {
   if (withheld.ok()) {
     for (size_t pos = 0; pos < withheld->size();) {
       const size_t nl = withheld->find('\n', pos);
-      const std::string n = withheld->substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      const std::string n =
+          withheld->substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
       if (!n.empty()) s.withheld.push_back(n);
       if (nl == std::string::npos) break;
       pos = nl + 1;
@@ -160,7 +165,8 @@ StatusOr<NewJob> NewJobOf(const LoadedSubmission& s, const std::string& dead,
   std::string nodes_s = var("SLURM_JOB_NUM_NODES");
   if (nodes_s.empty()) nodes_s = var("SLURM_NNODES");
   if (nodes_s.empty() || nodes_s.find_first_not_of("0123456789") != std::string::npos) {
-    return Status::FailedPrecondition("the saved environment has no node count (SLURM_JOB_NUM_NODES)");
+    return Status::FailedPrecondition(
+        "the saved environment has no node count (SLURM_JOB_NUM_NODES)");
   }
   int nodes = std::stoi(nodes_s);
   const std::string spares_s = var("FTRAIN_SPARE_NODES");
@@ -180,7 +186,8 @@ StatusOr<NewJob> NewJobOf(const LoadedSubmission& s, const std::string& dead,
   } else if (!var("SLURM_NTASKS").empty()) {
     o.push_back("--ntasks=" + var("SLURM_NTASKS"));
   }
-  if (!var("SLURM_CPUS_PER_TASK").empty()) o.push_back("--cpus-per-task=" + var("SLURM_CPUS_PER_TASK"));
+  if (!var("SLURM_CPUS_PER_TASK").empty())
+    o.push_back("--cpus-per-task=" + var("SLURM_CPUS_PER_TASK"));
   if (!var("SLURM_JOB_NAME").empty()) o.push_back("--job-name=" + var("SLURM_JOB_NAME"));
   const JobInfo& f = s.job;
   for (const auto& [key, flag] : std::vector<std::pair<std::string, std::string>>{
@@ -209,9 +216,10 @@ StatusOr<NewJob> NewJobOf(const LoadedSubmission& s, const std::string& dead,
   // resubmission variables, then those set anew, then the withheld credentials from here.
   for (const auto& kv : s.env) {
     const std::string n = NameOf(kv);
-    const bool slurm = (n.rfind("SLURM_", 0) == 0 && n != "SLURM_CONF") || n.rfind("SLURMD_", 0) == 0 ||
-                       n == "ENVIRONMENT";
-    if (slurm || n.rfind("FTRAIN_RESUBMIT", 0) == 0 || n.rfind("FTRAIN_SPARE_NODE", 0) == 0) continue;
+    const bool slurm = (n.rfind("SLURM_", 0) == 0 && n != "SLURM_CONF") ||
+                       n.rfind("SLURMD_", 0) == 0 || n == "ENVIRONMENT";
+    if (slurm || n.rfind("FTRAIN_RESUBMIT", 0) == 0 || n.rfind("FTRAIN_SPARE_NODE", 0) == 0)
+      continue;
     j.env.push_back(kv);
   }
   if (var("FTRAIN_HOME").empty()) j.env.push_back("FTRAIN_HOME=" + home);
@@ -249,9 +257,9 @@ std::optional<std::string> RepointDependency(const std::string& dep, const std::
 
 bool CanRun(const JobInfo& j) {
   static const std::set<std::string> kNever = {
-      "BadConstraints",    "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
-      "InvalidAccount",    "InvalidQOS",      "AccountNotAllowed",  "QOSNotAllowed",
-      "PartitionDown",     "JobHeldAdmin",    "DependencyNeverSatisfied"};
+      "BadConstraints", "PartitionConfig", "PartitionNodeLimit",      "PartitionTimeLimit",
+      "InvalidAccount", "InvalidQOS",      "AccountNotAllowed",       "QOSNotAllowed",
+      "PartitionDown",  "JobHeldAdmin",    "DependencyNeverSatisfied"};
   const std::string st = j.State();
   if (st.empty()) return true;  // nothing known: sbatch accepted it
   if (st != "PENDING" && st != "RUNNING" && st != "CONFIGURING") return false;

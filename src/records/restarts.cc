@@ -80,8 +80,8 @@ Status AppendLine(const std::string& path, const std::string& line) {
   int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     const int err = errno;
-    return Status::IOError("cannot open '" + path + "' to append a record: " +
-                           std::strerror(err) + (err == ELOOP ? " (a symbolic link)" : ""));
+    return Status::IOError("cannot open '" + path + "' to append a record: " + std::strerror(err) +
+                           (err == ELOOP ? " (a symbolic link)" : ""));
   }
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = errno;
@@ -162,8 +162,8 @@ StatusOr<std::vector<std::string>> Spools(const RunLayout& layout) {
   FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(layout.records_dir()));
   std::sort(names.begin(), names.end());
   for (const auto& n : names) {
-    const bool spool = n.rfind("restarts-", 0) == 0 && n.size() > 15 &&
-                       n.compare(n.size() - 6, 6, ".jsonl") == 0;
+    const bool spool =
+        n.rfind("restarts-", 0) == 0 && n.size() > 15 && n.compare(n.size() - 6, 6, ".jsonl") == 0;
     if (spool) out.push_back(JoinPath(layout.records_dir(), n));
   }
   return out;

@@ -13,6 +13,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "records/restarts.h"
 #include "report/time_breakdown.h"
 
 namespace ftrain::report {
@@ -436,7 +437,8 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   const RunLayout layout(run_dir);
   const std::string metrics = layout.metrics();
   const std::string restarts = layout.restarts();
-  if (!env->FileExists(metrics) && !env->FileExists(restarts)) {
+  if (!env->FileExists(metrics) && !env->FileExists(restarts) &&
+      !env->IsDirectory(layout.records_dir())) {
     return Status::InvalidArgument("'" + run_dir +
                                    "' has neither metrics.jsonl nor restarts.jsonl: not an "
                                    "ftrain run directory (give the run.dir of a training run)");
@@ -449,11 +451,17 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     r.steps.push_back(s);
   }
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
-  lines.clear();
-  FT_RETURN_IF_ERROR(ReadJsonLines(restarts, &lines, &r.warnings));
-  for (const auto& [no, j] : lines) {
-    FT_ASSIGN_OR_RETURN(RunEvent e, ParseEvent(j, restarts + ":" + std::to_string(no)));
-    r.events.push_back(std::move(e));
+  // restarts.jsonl and its per-host spools, merged (records/restarts.h): a torn or malformed
+  // record is skipped and named in the warnings, never fatal.
+  FT_ASSIGN_OR_RETURN(records::Merged merged, records::ReadMerged(layout));
+  for (auto& w : merged.warnings) r.warnings.push_back(std::move(w));
+  for (const auto& l : merged.lines) {
+    auto e = ParseEvent(l.json, l.where);
+    if (!e.ok()) {
+      r.warnings.push_back(e.status().message() + " (record skipped)");
+      continue;
+    }
+    r.events.push_back(std::move(*e));
   }
   std::stable_sort(r.events.begin(), r.events.end(),
                    [](const RunEvent& a, const RunEvent& b) { return a.time < b.time; });

@@ -28,6 +28,7 @@
 #include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
+#include "records/restarts.h"
 #include "train/base_model.h"
 #include "train/checkpointer.h"
 #include "train/checkpointing.h"
@@ -356,7 +357,7 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"peer_fetch_s", slowest[1].item<double>()},
       {"restore_s", slowest[0].item<double>()}};
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
@@ -421,7 +422,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                               {"moved_to", *moved},
                               {"problem", why}};
         if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-        Status w = AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+        Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
         if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
       }
     }
