@@ -192,6 +192,18 @@ int AgentRunner::Run() {
     }
     daemon_pid_ = 0;
     daemon_up_ = false;
+    // A TERM to the whole step (scancel --signal) reaches the daemon too: it may have ended of
+    // it before this loop read the signal. A stop is a stop, not a death.
+    // ckptd ends 0 only when told to stop: then the agent's own TERM is on its way.
+    for (int i = 0; i < (*rc == 0 ? 10 : 1) && !stopping; ++i) {
+      signalfd_siginfo pending{};
+      if (read(sigfd, &pending, sizeof(pending)) == sizeof(pending)) {
+        stopping = true;
+        stop_ = true;
+      } else if (*rc == 0) {
+        SleepS(0.05);
+      }
+    }
     const DaemonDecision d = OnDaemonExit(*rc, stopping, restarts, s_.max_restarts, backoff);
     if (d.cleanup) {
       SpawnOptions c;
