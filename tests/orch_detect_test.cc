@@ -50,6 +50,17 @@ TEST(Heartbeat, ParsesOldAndNewLinesAndFormatsBack) {
   EXPECT_FALSE(ParseHeartbeat("garbage"));
 }
 
+// Hole 3: the controller learns that a node's daemon serves from that node's agent (a plain
+// file), only for this start: a stale file of the previous start of the same job says nothing.
+TEST(Heartbeat, ReadinessIsThisStartsAgentSayingItsDaemonAnswers) {
+  EXPECT_TRUE(DaemonReady("9 77 42 start=1 ckptd=up", "42", 1));
+  EXPECT_FALSE(DaemonReady("9 77 42 start=0 ckptd=up", "42", 1));  // the previous start's
+  EXPECT_FALSE(DaemonReady("9 77 41 start=1 ckptd=up", "42", 1));  // another job's
+  EXPECT_FALSE(DaemonReady("9 77 42 start=1 ckptd=starting", "42", 1));
+  EXPECT_FALSE(DaemonReady("5 1 42", "42", 0));  // an agent that says nothing
+  EXPECT_FALSE(DaemonReady("", "42", 0));
+}
+
 TEST(HeartbeatMonitor, SilenceIsMonotonicAndAnyChangeIsLife) {
   FakeClock clock;
   HeartbeatMonitor m;

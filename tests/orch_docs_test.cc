@@ -49,6 +49,23 @@ TEST(Scripts, TheJobScriptsHoldNoDecisions) {
   EXPECT_TRUE(ReadFile(kRoot + "/slurm/resubmit.sh").empty());
 }
 
+// Hole 3: nothing crosses hosts through a socket file. The job scripts never ask `ckptctl status`
+// (a Unix socket is local to one kernel: on a real cluster the batch host cannot reach the other
+// nodes' daemons), and in src/orch only the agent, on its own node, connects to its daemon.
+TEST(Scripts, NoSocketFileIsReachedAcrossHosts) {
+  for (const std::string script : {"slurm/train.sh", "slurm/agent.sh"}) {
+    EXPECT_EQ(ReadFile(kRoot + "/" + script).find("ckptctl"), std::string::npos) << script;
+  }
+  for (const std::string f : {"job_runner.cc", "job_runner_nodes.cc", "agent_watch.cc", "probe.cc",
+                              "slurm.cc", "lease.cc", "detect.cc"}) {
+    const std::string text = ReadFile(kRoot + "/src/orch/" + f);
+    ASSERT_FALSE(text.empty()) << f;
+    EXPECT_EQ(text.find("SocketPath("), std::string::npos) << f << " reaches a daemon's socket";
+  }
+  const std::string agent = ReadFile(kRoot + "/src/orch/agent_runner.cc");
+  EXPECT_NE(agent.find("ckpt::proto::SocketPath(s_.run_dir, s_.node)"), std::string::npos);
+}
+
 // train.sh's `export FTRAIN_X="${FTRAIN_X:-default}"` lines are what the controller assumes.
 TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
   const std::string text = ReadFile(kRoot + "/slurm/train.sh");

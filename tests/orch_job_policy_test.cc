@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "orch/dry_run.h"
 #include "orch/job_policy.h"
 
 namespace ftrain::orch {
@@ -916,6 +917,35 @@ TEST(JobPolicyFinish, AFinishedStepStopsTheAgentsAndExitsZero) {
   sim.On(Obs(K::kAgentsStopped));
   EXPECT_EQ(sim.last.rule, "end.exit");
   EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+// ---- the dry run ----------------------------------------------------------------------------
+
+TEST(JobPolicyDryRun, ARecordedSequencePrintsEveryDecision) {
+  std::ifstream in(std::string(FTRAIN_SOURCE_DIR) + "/tests/fixtures/job_dry_run.txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_FALSE(text.str().empty());
+  std::ostringstream out;
+  Status s = DryRun(text.str(), out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const std::string o = out.str();
+  for (const std::string want :
+       {"-> start.lease [lease]", "-> agents.ready [training]",
+        "launch nodes=[node2 node3] hosts=[node2 node2 node3 node3] watch=[node2 node3]",
+        "-> train.declared [training]", "-> step.find_dead [finding_dead]",
+        "-> step.dead_replaced [training]",
+        "launch nodes=[node2 node1] hosts=[node2 node2 node1 node1] overlap",
+        "-> train.usr1 [stopping]", "-> step.stopped [requeueing]", "-> end.requeued [draining]",
+        "-> end.exit [done]", "exit 0"}) {
+    EXPECT_NE(o.find(want), std::string::npos) << want << "\n" << o;
+  }
+  std::ostringstream bad;
+  Status b = DryRun("0 started job=42\n1 teleport node=x\n", bad);
+  EXPECT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("line 2: '1 teleport node=x': unknown kind 'teleport'"),
+            std::string::npos)
+      << b.message();
 }
 
 // ---- the table ------------------------------------------------------------------------------

@@ -41,6 +41,11 @@ std::string FormatHeartbeat(const HeartbeatLine& h) {
   return s;
 }
 
+bool DaemonReady(const std::string& text, const std::string& job, int restart_count) {
+  auto h = ParseHeartbeat(text);
+  return h && h->job == job && h->start == std::to_string(restart_count) && h->ckptd == "up";
+}
+
 void HeartbeatMonitor::Reset(const std::vector<std::string>& nodes, double now) {
   for (const auto& n : nodes) {
     Seen& s = seen_[n];

@@ -43,6 +43,9 @@ struct HeartbeatLine {
 };
 std::optional<HeartbeatLine> ParseHeartbeat(const std::string& text);
 std::string FormatHeartbeat(const HeartbeatLine& h);
+// Does this heartbeat say that the daemon of this start (job, restart count) answers on its
+// node? (A file left by an earlier start or another job says nothing.)
+bool DaemonReady(const std::string& heartbeat_text, const std::string& job, int restart_count);
 
 // Silence per node on the monotonic clock: a change of any kind of the file's text is life.
 class HeartbeatMonitor {
