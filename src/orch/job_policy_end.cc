@@ -1,4 +1,4 @@
-// orch/job_policy_end.cc - JobPolicy, part 2: what a training step's end means (finished,
+// orch/job_policy_end.cc - JobPolicy, part 4: what a training step's end means (finished,
 // stopped, a configuration error, a dead node, an unhealthy node, a rank failure), the spare
 // swap, the localisation of a bad node, and the job's end: a requeue (issued before the
 // agents are drained, retried and verified by the runner), a failure or the finish.
@@ -7,45 +7,18 @@
 #include <sstream>
 
 #include "orch/job_policy.h"
+#include "orch/job_policy_util.h"
 
 namespace ftrain::orch {
 namespace {
 
+using policy_util::Act;
+using policy_util::Contains;
+using policy_util::Fmt;
+using policy_util::Join;
+using policy_util::LastStop;
+using policy_util::WithNodes;
 using records::Field;
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
-
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
-bool Contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-Action Act(Action::Kind k) {
-  Action a;
-  a.kind = k;
-  return a;
-}
-
-Action WithNodes(Action::Kind k, std::vector<std::string> nodes) {
-  Action a = Act(k);
-  a.nodes = std::move(nodes);
-  return a;
-}
-
-Action LastStop(const std::string& why) {
-  Action a = Act(Action::Kind::kWriteLastStop);
-  a.text = why;
-  return a;
-}
 
 Field Lost() { return records::Raw("@LOST@", ""); }
 

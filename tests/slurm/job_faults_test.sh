@@ -115,5 +115,7 @@ grep -q "FAILED: run .* is trained by job 42" "${WORK}/second/out" || fail "twoj
 grep -q '"job":"43",.*"event":"refused","cause":"lease_held"' <<<"$(records twojobs)" ||
   fail "twojobs: no refused/lease_held record: $(records twojobs)"
 kill -TERM "${first}" 2>/dev/null || true
+wait "${first}" 2>/dev/null || true  # it writes its stop record: before the work dir goes
+BG=()
 log "twojobs: a second job on a run held by a running one refused to train"
 log "PASS"
