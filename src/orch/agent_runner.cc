@@ -81,9 +81,9 @@ void AgentRunner::HeartbeatLoop() {
   }
   long seq = 0;
   while (!stop_) {
+    const std::string state = daemon_up_ ? "up" : (daemon_pid_ > 0 ? "starting" : "down");
     HeartbeatLine h{std::to_string(++seq), std::to_string(getpid()), job_,
-                    std::to_string(restart_count_),
-                    daemon_up_ ? "up" : (daemon_pid_ > 0 ? "starting" : "down")};
+                    std::to_string(restart_count_), state};
     const std::string tmp = f + ".tmp";
     FILE* out = std::fopen(tmp.c_str(), "w");
     if (out != nullptr) {
@@ -91,7 +91,12 @@ void AgentRunner::HeartbeatLoop() {
       std::fclose(out);
       std::rename(tmp.c_str(), f.c_str());  // a failed beat is a late beat; the next tries again
     }
-    for (double t = 0; t < s_.detect.heartbeat_period_s && !stop_; t += 0.05) SleepS(0.05);
+    // The next beat after a period, or at once when the daemon's state changed: the
+    // controller waits for `ckptd=up` before it launches the ranks.
+    for (double t = 0; t < s_.detect.heartbeat_period_s && !stop_; t += 0.02) {
+      if ((daemon_up_ ? "up" : (daemon_pid_ > 0 ? "starting" : "down")) != state) break;
+      SleepS(0.02);
+    }
   }
 }
 
