@@ -16,6 +16,9 @@
 #            and the batch-host watchers must be re-chosen among the live nodes;
 #   paused:  the batch host's heartbeat stops but its "slurmd" (a local listener) accepts: a
 #            heartbeat_late record, no resubmission;
+#   blip:    its heartbeat stops and its "slurmd" does not answer (a listener whose queue is
+#            full: connects time out), as in a network or file-system blip that this watcher
+#            sees too: noted late ("slurmd":"timeout"), no resubmission within the blip window;
 #   dead:    the heartbeat stops and the slurmd port refuses; both watchers run: exactly one
 #            sbatch (the submission train.sh saved, replayed: one node fewer, the dead node
 #            excluded, the environment with FTRAIN_RESUBMITTED_FROM, no SLURM_JOB_ID, no
@@ -213,11 +216,17 @@ stop_agent
 log "ring: the buddy link followed .job-nodes (host0004, then host0005); the watchers too"
 
 # ---- the batch host's heartbeat: paused, dead, the resubmission limit -----------------------
-port() {  # port open|closed: a local TCP port that accepts (listening until killed) or refuses
+port() {  # port open|closed|blackhole: a local TCP port that accepts (listening until
+  # killed), refuses, or lets connects time out (its accept queue full, nobody accepting)
   exec python3 -c 'import socket,sys,time
 s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1], flush=True)
 if sys.argv[1]=="open":
-  s.listen(); time.sleep(600)' "$1"
+  s.listen(); time.sleep(600)
+if sys.argv[1]=="blackhole":
+  s.listen(0); held=[]
+  for i in range(4):
+    c=socket.socket(); c.setblocking(False); c.connect_ex(("127.0.0.1", s.getsockname()[1])); held.append(c)
+  time.sleep(600)' "$1"
 }
 # silent_host NAME [SPARES]: a run dir whose batch host host0001 beat once, long ago, and the
 # submission the controller saved (2 + SPARES nodes, SPARES spares, default 1) as it saves it
@@ -265,6 +274,21 @@ if [[ -e "${WORK}/paused/state/sbatch_args" ]] || grep -q step_failed <<<"$(reco
   fail "paused: a batch host whose slurmd answers was taken for dead: $(records paused)"
 fi
 log "paused: heartbeat silent, slurmd accepting: heartbeat_late, nothing resubmitted"
+
+silent_host blip
+coproc BLACKHOLE { port blackhole; }
+read -r blackhole_port <&"${BLACKHOLE[0]}"
+run_agent blip host0201 "${FAST[@]}" STUB_SLURMD_PORT="${blackhole_port}"
+wait_record blip heartbeat_late
+sleep 4  # past the old rule's conviction (heartbeat timeout + two probe timeouts), inside 10 s
+stop_agent
+kill "${BLACKHOLE_PID}" 2>/dev/null || true
+grep -q '"event":"heartbeat_late".*"slurmd":"timeout"' <<<"$(records blip)" ||
+  fail "blip: the timeout was not noted as a late heartbeat: $(records blip)"
+if [[ -e "${WORK}/blip/state/sbatch_args" ]] || grep -q step_failed <<<"$(records blip)"; then
+  fail "blip: a batch host whose slurmd timed out for a few seconds was taken for dead: $(records blip)"
+fi
+log "blip: heartbeat silent, slurmd timing out for seconds: heartbeat_late, nothing resubmitted"
 
 silent_host dead
 closed_port="$(port closed)"
