@@ -229,6 +229,9 @@ void JobRunner::WaitForEvents(double max_s) {
     for (auto& [node, pid] : agents_) {
       if (pid > 0 && TryReap(pid)) pid = -pid;  // ended: reaped, remembered negative
     }
+    for (auto it = helpers_.begin(); it != helpers_.end();) {  // background scancels
+      it = TryReap(*it) ? helpers_.erase(it) : it + 1;
+    }
     if (!pending_.empty()) return;
     if (clock_->Monotonic() >= next_tick_) {
       next_tick_ = clock_->Monotonic() + kTickS;
@@ -296,22 +299,19 @@ void JobRunner::Launch(const Action& a) {
   if (mine_) env.push_back("FTRAIN_FENCE_EPOCH=" + std::to_string(mine_->epoch));
   if (!a.hosts.empty()) {
     if (hostfile_.empty()) {
-      char tmpl[] = "/tmp/ftrain-hosts.XXXXXX";
-      const std::string dir = EnvOr("TMPDIR", "/tmp");
-      std::string path = dir + "/ftrain-" + ctx_.job + "-hosts.XXXXXX";
+      // Rank r runs on hosts[r] (Slurm would number the nodes by host name): the host file
+      // of `srun -m arbitrary`, private to this job, removed at exit.
+      std::string path = EnvOr("TMPDIR", "/tmp") + "/ftrain-" + ctx_.job + "-hosts.XXXXXX";
       std::vector<char> buf(path.begin(), path.end());
       buf.push_back('\0');
       const int fd = mkstemp(buf.data());
-      if (fd >= 0) {
-        close(fd);
-        hostfile_ = buf.data();
-      } else {
-        hostfile_ = tmpl;
-      }
+      if (fd >= 0) close(fd);
+      hostfile_ = fd >= 0 ? buf.data() : layout_.run_dir() + "/.hosts-" + ctx_.job;
     }
     std::string text;
     for (const auto& h : a.hosts) text += h + "\n";
-    (void)WritePrivate(hostfile_, text);
+    Status w = WritePrivate(hostfile_, text);
+    if (!w.ok()) Log("WARNING: cannot write the host file: " + w.message());
     env.push_back("SLURM_HOSTFILE=" + hostfile_);
     argv = {"srun", "--distribution=arbitrary", "--nodes=" + std::to_string(a.nodes.size()),
             "--ntasks=" + std::to_string(a.hosts.size())};
@@ -362,7 +362,9 @@ void JobRunner::EndStep() {
       const bool ours = st.name != "ftrain-agents" && st.name != "ftrain-probe" &&
                         st.id.find(".batch") == std::string::npos &&
                         st.id.find(".extern") == std::string::npos;
-      if (ours) (void)Spawn({"timeout", "30", "scancel", "--signal=KILL", st.id});
+      if (!ours) continue;
+      auto pid = Spawn({"timeout", "30", "scancel", "--signal=KILL", st.id});
+      if (pid.ok()) helpers_.push_back(*pid);
     }
   }
   for (int i = 0; i < 5 && Alive(step_); ++i) {

@@ -99,6 +99,7 @@ class JobRunner {
   pid_t preflight_ = -1, step_ = -1;
   double preflight_deadline_ = 0;
   std::map<std::string, pid_t> agents_;  // node -> its agent's srun here
+  std::vector<pid_t> helpers_;           // background scancels, reaped on the way
   std::string hostfile_;
   bool watch_batch_host_ = false;
   bool agents_signalled_ = false;

@@ -141,7 +141,8 @@ void JobRunner::SignalAgents(const std::string& sig) {
   // (SIGKILL: an srun forwards nothing then); Slurm's TERM to the batch step after the requeue
   // would make every srun forward SIGKILL to its agent, mid-drain.
   for (const auto& step : AgentSteps()) {
-    (void)Spawn({"timeout", "30", "scancel", "--signal=" + sig, step});
+    auto pid = Spawn({"timeout", "30", "scancel", "--signal=" + sig, step});
+    if (pid.ok()) helpers_.push_back(*pid);
   }
   SleepS(0.2);  // the signals on their way before the sruns go
   for (auto& [node, pid] : agents_) {
