@@ -242,6 +242,9 @@ TEST(Localise, BlamesTheNodeThatFailsAloneOrWithBothNeighbours) {
   EXPECT_TRUE(BlameNodes(n, {true, true, true, true}, {false, false, false, false}).empty());
   // Two nodes: the pair is the job; no node to blame.
   EXPECT_TRUE(BlameNodes({"n1", "n2"}, {true, true}, {}).empty());
+  // Every node fails alone: the software or a setting, never "exclude the allocation".
+  EXPECT_TRUE(BlameNodes(n, {false, false, false, false}, {}).empty());
+  EXPECT_TRUE(BlameNodes({"n1"}, {false}, {}).empty());
 }
 
 }  // namespace

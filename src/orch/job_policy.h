@@ -93,9 +93,10 @@ struct JobState {
 // the count starts again at 1 whenever a newer checkpoint was committed since (the crash-loop
 // budget resets on progress).
 int NextFailedStartCount(const std::string& failed_starts_text, const std::string& newest);
-// Which nodes a localisation blames: those that failed a check alone; if none did and there
-// are 3 or more, those that failed with both ring neighbours while another pair passed. None:
-// no single node is to blame (the network between them, or nothing).
+// Which nodes a localisation blames: those that failed a check alone (unless every node did:
+// then it is no node's fault); if none did and there are 3 or more, those that failed with
+// both ring neighbours while another pair passed. None: no single node is to blame (the
+// network between them, the software, or nothing).
 std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
                                     const std::vector<bool>& alone_ok,
                                     const std::vector<bool>& pair_ok);

@@ -43,6 +43,9 @@ std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
   for (size_t i = 0; i < nodes.size() && i < alone_ok.size(); ++i) {
     if (!alone_ok[i]) bad.push_back(nodes[i]);
   }
+  // Every node failing alone is no node's fault (the software, a setting, a timeout): blaming
+  // them all would exclude the whole allocation.
+  if (!bad.empty() && bad.size() == nodes.size()) return {};
   const size_t n = nodes.size();
   if (!bad.empty() || n < 3 || pair_ok.size() != n) return bad;
   // pair i is (nodes[i], nodes[i+1 mod n]).
