@@ -149,65 +149,15 @@ std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
       state_ = State::kDone;
       return {Log("job " + job_ + " is being submitted again by the other watcher" +
                   (o.by.empty() ? "" : " (" + o.by + ")"))};
-    case K::kLease: {
+    case K::kLease:
       if (state_ != State::kLeasing) return {};
-      if (!o.ok) {
-        hb_watch_ = false;
-        state_ = State::kWatching;
-        return {Log("not submitting job " + job_ + " again: " + o.error)};
-      }
-      std::vector<records::Field> f{records::Str("node", s_.batch_host),
-                                    records::Bool("batch_host", true),
-                                    records::Str("watcher", s_.node)};
-      f.insert(f.end(), evidence_.begin(), evidence_.end());
-      std::vector<WatcherAct> acts{Record("step_failed", "node_failure", f)};
-      recorded_ = true;
-      if (s_.resubmits >= s_.max_resubmits) {
-        acts.push_back(Log("not submitting job " + job_ + " again: it is resubmission " +
-                           std::to_string(s_.resubmits) +
-                           " of FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) +
-                           "; Slurm requeues it once it marks " + s_.batch_host + " DOWN"));
-        acts.push_back(Record(
-            "not_resubmitted", "node_failure",
-            {records::Str(
-                "why", "FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) + " reached")}));
-        hb_watch_ = false;
-        state_ = State::kWatching;
-        return acts;
-      }
-      state_ = State::kSubmitting;
-      acts.push_back({WatcherAct::Kind::kSubmit, "", {}});
-      return acts;
-    }
+      return Leased(o);
     case K::kSubmitted:
       if (state_ != State::kSubmitting) return {};
       return Submitted(o);
     case K::kRestarts:
       if (state_ != State::kRequeueing) return {};
-      if (o.count < 0) {  // slurmctld did not answer: look again later
-        state_ = State::kWatching;
-        return {};
-      }
-      if (o.count != restart_count_) {  // requeued already
-        state_ = State::kDone;
-        return {};
-      }
-      {
-        std::vector<WatcherAct> acts;
-        if (!recorded_) {
-          acts.push_back(Log("the batch host " + s_.batch_host + " left job " + job_ +
-                             " (node failure): requeueing the job"));
-          acts.push_back(
-              Record("step_failed", "node_failure",
-                     {records::Str("node", s_.batch_host), records::Bool("batch_host", true),
-                      records::Str("watcher", s_.node), records::Num("detected", o.wall, 6),
-                      records::Str("detected_by", "slurm")}));
-          recorded_ = true;
-        }
-        acts.push_back(Log("requeueing job " + job_));
-        acts.push_back({WatcherAct::Kind::kRequeue, "", {}});
-        return acts;
-      }
+      return Restarts(o);
     case K::kRequeued:
       if (state_ != State::kRequeueing) return {};
       state_ = o.ok ? State::kDone : State::kWatching;
@@ -217,6 +167,60 @@ std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
                         Log("the requeue failed (" + o.error + "); trying again")};
   }
   return {};
+}
+
+std::vector<WatcherAct> WatcherPolicy::Leased(const WatcherObs& o) {
+  if (!o.ok) {
+    hb_watch_ = false;
+    state_ = State::kWatching;
+    return {Log("not submitting job " + job_ + " again: " + o.error)};
+  }
+  std::vector<records::Field> f{records::Str("node", s_.batch_host),
+                                records::Bool("batch_host", true),
+                                records::Str("watcher", s_.node)};
+  f.insert(f.end(), evidence_.begin(), evidence_.end());
+  std::vector<WatcherAct> acts{Record("step_failed", "node_failure", f)};
+  recorded_ = true;
+  if (s_.resubmits >= s_.max_resubmits) {
+    acts.push_back(Log("not submitting job " + job_ + " again: it is resubmission " +
+                       std::to_string(s_.resubmits) +
+                       " of FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) +
+                       "; Slurm requeues it once it marks " + s_.batch_host + " DOWN"));
+    acts.push_back(Record(
+        "not_resubmitted", "node_failure",
+        {records::Str("why",
+                      "FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) + " reached")}));
+    hb_watch_ = false;
+    state_ = State::kWatching;
+    return acts;
+  }
+  state_ = State::kSubmitting;
+  acts.push_back({WatcherAct::Kind::kSubmit, "", {}});
+  return acts;
+}
+
+std::vector<WatcherAct> WatcherPolicy::Restarts(const WatcherObs& o) {
+  if (o.count < 0) {  // slurmctld did not answer: look again later
+    state_ = State::kWatching;
+    return {};
+  }
+  if (o.count != restart_count_) {  // requeued already
+    state_ = State::kDone;
+    return {};
+  }
+  std::vector<WatcherAct> acts;
+  if (!recorded_) {
+    acts.push_back(Log("the batch host " + s_.batch_host + " left job " + job_ +
+                       " (node failure): requeueing the job"));
+    acts.push_back(Record("step_failed", "node_failure",
+                          {records::Str("node", s_.batch_host), records::Bool("batch_host", true),
+                           records::Str("watcher", s_.node), records::Num("detected", o.wall, 6),
+                           records::Str("detected_by", "slurm")}));
+    recorded_ = true;
+  }
+  acts.push_back(Log("requeueing job " + job_));
+  acts.push_back({WatcherAct::Kind::kRequeue, "", {}});
+  return acts;
 }
 
 std::vector<WatcherAct> WatcherPolicy::Declared(const WatcherObs& o) {

@@ -107,6 +107,8 @@ class WatcherPolicy {
     kDone
   };
   std::vector<WatcherAct> Declared(const WatcherObs& o);
+  std::vector<WatcherAct> Leased(const WatcherObs& o);
+  std::vector<WatcherAct> Restarts(const WatcherObs& o);
   std::vector<WatcherAct> Claimed();
   std::vector<WatcherAct> Submitted(const WatcherObs& o);
   std::vector<WatcherAct> NotResubmitted(const std::string& why);

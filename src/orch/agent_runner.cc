@@ -135,43 +135,8 @@ std::vector<std::string> AgentRunner::PeerArgs() {
   return a;
 }
 
-int AgentRunner::Run() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-  const int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  ckpt_root_ = s_.ckpt_root;
-  if (ckpt_root_.empty()) {
-    auto root = layout_.CheckpointRoot();
-    if (!root.ok()) {
-      Log(root.status().message());
-      return 1;
-    }
-    ckpt_root_ = *root;
-  }
-  SlurmCli slurm;
-  auto nodes = slurm.Hostnames(EnvOr("SLURM_JOB_NODELIST", s_.node));
-  job_nodelist_ = nodes.ok() ? *nodes : std::vector<std::string>{s_.node};
-  const std::vector<std::string> ring =
-      RingOf(ReadTextOr(layout_.job_nodes()), job_, job_nodelist_);
-  if (s_.replication) PointBuddy(ring);
-  const std::vector<std::string> peer = PeerArgs();
-  (void)CreateDirs(Env::Default(), layout_.logs());
-  std::thread hb([this] { HeartbeatLoop(); });
-  std::thread follow;
-  if (!s_.batch_host.empty() || s_.replication) {
-    follow = std::thread([this] { FollowLoop(); });
-    Log(std::string("following the job's live nodes") +
-        (s_.batch_host.empty()
-             ? ""
-             : " (the batch host " + s_.batch_host + " is watched by two others, apart from it)"));
-  }
-  std::vector<std::string> argv = {s_.ckptd_bin, "--root", ckpt_root_, "--run-dir",
-                                   s_.run_dir,   "--node", s_.node};
-  argv.insert(argv.end(), peer.begin(), peer.end());
-  for (const auto& w : SplitWords(s_.ckptd_args)) argv.push_back(w);
+// Runs the daemon and keeps it running (OnDaemonExit decides); returns the agent's exit code.
+int AgentRunner::Supervise(int sigfd, const std::vector<std::string>& argv) {
   const std::string log = layout_.daemon_log(s_.node);
   int restarts = 0, code = 0;
   double backoff = 1;
@@ -233,6 +198,47 @@ int AgentRunner::Run() {
     }
     if (stopping) break;
   }
+  return code;
+}
+
+int AgentRunner::Run() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  const int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  ckpt_root_ = s_.ckpt_root;
+  if (ckpt_root_.empty()) {
+    auto root = layout_.CheckpointRoot();
+    if (!root.ok()) {
+      Log(root.status().message());
+      return 1;
+    }
+    ckpt_root_ = *root;
+  }
+  SlurmCli slurm;
+  auto nodes = slurm.Hostnames(EnvOr("SLURM_JOB_NODELIST", s_.node));
+  job_nodelist_ = nodes.ok() ? *nodes : std::vector<std::string>{s_.node};
+  const std::vector<std::string> ring =
+      RingOf(ReadTextOr(layout_.job_nodes()), job_, job_nodelist_);
+  if (s_.replication) PointBuddy(ring);
+  const std::vector<std::string> peer = PeerArgs();
+  (void)CreateDirs(Env::Default(), layout_.logs());
+  std::thread hb([this] { HeartbeatLoop(); });
+  std::thread follow;
+  if (!s_.batch_host.empty() || s_.replication) {
+    follow = std::thread([this] { FollowLoop(); });
+    Log(std::string("following the job's live nodes") +
+        (s_.batch_host.empty()
+             ? ""
+             : " (the batch host " + s_.batch_host + " is watched by two others, apart from it)"));
+  }
+  std::vector<std::string> argv = {s_.ckptd_bin, "--root", ckpt_root_, "--run-dir",
+                                   s_.run_dir,   "--node", s_.node};
+  argv.insert(argv.end(), peer.begin(), peer.end());
+  for (const auto& w : SplitWords(s_.ckptd_args)) argv.push_back(w);
+  const int code = Supervise(sigfd, argv);
   stop_ = true;
   if (follow.joinable()) follow.join();
   hb.join();

@@ -39,7 +39,14 @@ class AgentRunner {
   bool DaemonAnswers() const;
   std::vector<std::string> PeerArgs();
   // The watcher's actions; answers go back to the policy at once.
-  void Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm);
+  void Execute(const WatcherAct& a, Slurm* slurm);
+  std::string ClaimPath() const;
+  WatcherObs Claim(bool takeover);
+  WatcherObs WatchClaim(Slurm* slurm);
+  WatcherObs TakeLease(Slurm* slurm);
+  WatcherObs Submit(Slurm* slurm);
+  void NotifyAndCancel(const std::string& new_job, Slurm* slurm);
+  int Supervise(int sigfd, const std::vector<std::string>& argv);
   WatcherObs Answer(WatcherObs::Kind k) const;
   bool ResubmissionDone() const;
   void Record(const records::RestartRecord& r);
@@ -58,7 +65,6 @@ class AgentRunner {
   // The watcher's state (follower thread only).
   std::vector<WatcherObs> answers_;
   std::optional<LeaseHolder> lease_;
-  std::string claim_by_;
   std::vector<records::Field> evidence_;
   std::string out_file_;  // the old job's output file (from the saved submission)
 };

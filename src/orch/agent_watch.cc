@@ -117,7 +117,7 @@ void AgentRunner::FollowLoop() {
     obs.push_back(Answer(WatcherObs::Kind::kTick));
     for (size_t i = 0; i < obs.size() && !stop_; ++i) {
       for (const auto& a : w.On(obs[i])) {
-        Execute(&w, a, &slurm);
+        Execute(a, &slurm);
         // Answers come back at once, before anything else.
         obs.insert(obs.begin() + static_cast<long>(i) + 1, answers_.begin(), answers_.end());
         answers_.clear();
@@ -130,171 +130,200 @@ void AgentRunner::FollowLoop() {
   }
 }
 
-void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
-  using K = WatcherAct::Kind;
+std::string AgentRunner::ClaimPath() const {
+  return layout_.submit() + "/claim-" + job_ + "." + std::to_string(restart_count_);
+}
+
+// An atomic mkdir names one claimant; a take-over is one more (claim-...takeover).
+WatcherObs AgentRunner::Claim(bool takeover) {
+  WatcherObs o = Answer(WatcherObs::Kind::kClaim);
+  (void)mkdir(layout_.submit().c_str(), 0700);
+  const std::string path = takeover ? ClaimPath() + ".takeover" : ClaimPath();
+  o.ok = mkdir(path.c_str(), 0700) == 0;
+  if (o.ok) {
+    (void)WriteFileDurably(Env::Default(), path + "/by", s_.node + "\n");
+  } else {
+    auto by = ReadText(ClaimPath() + "/by");
+    o.by = by.ok() ? by->substr(0, by->find('\n')) : "";
+  }
+  return o;
+}
+
+// The other watcher holds the claim: its outcome, or its own death (the same rule as the batch
+// host's), never a timeout alone (a live claimant keeps its claim).
+WatcherObs AgentRunner::WatchClaim(Slurm* slurm) {
+  SlurmProber prober(layout_.heartbeats(), slurm, s_.detect.probe_timeout_s);
+  Detector claimant(s_.detect, &prober, clock_);
+  WatcherObs o = Answer(WatcherObs::Kind::kClaimWatch);
+  while (!stop_) {
+    if (ResubmissionDone()) {
+      o.done = true;
+      break;
+    }
+    if (o.by.empty()) {
+      auto by = ReadText(ClaimPath() + "/by");
+      if (by.ok()) o.by = by->substr(0, by->find('\n'));
+    }
+    if (!o.by.empty() && o.by != s_.node && prober.HeartbeatExists(o.by)) {
+      bool dead = false;
+      for (const auto& f : claimant.Look({o.by})) dead = dead || f.verdict != Verdict::kLate;
+      if (dead) {
+        o.dead = true;
+        break;
+      }
+    }
+    SleepS(std::min(s_.watch_period_s, s_.detect.detect_period_s));
+  }
+  o.now = clock_->Monotonic();
+  return o;
+}
+
+// The run lease, taken over from the batch host's controller (same job): it is fenced out.
+WatcherObs AgentRunner::TakeLease(Slurm* slurm) {
+  WatcherObs o = Answer(WatcherObs::Kind::kLease);
+  LeaseHolder me;
+  me.job = job_;
+  me.restart = restart_count_;
+  me.host = s_.node;
+  me.role = "watcher";
+  auto alive = [slurm](const std::string& job) -> std::optional<bool> {
+    auto info = slurm->ShowJob(job);
+    if (!info.ok()) return std::nullopt;
+    const std::string st = info->State();
+    return st == "RUNNING" || st == "CONFIGURING" || st == "SUSPENDED";
+  };
+  auto r = RunLease(layout_.lease(), layout_.lease_dir()).Acquire(me, alive);
+  o.ok = r.ok() && r->ok;
+  if (o.ok) {
+    lease_ = r->holder;
+  } else {
+    o.error = r.ok() ? "the run is held by " + r->holder.Describe() : r.status().message();
+  }
+  return o;
+}
+
+// The saved submission, replayed without the dead batch host (orch/submission.h).
+WatcherObs AgentRunner::Submit(Slurm* slurm) {
+  WatcherObs o = Answer(WatcherObs::Kind::kSubmitted);
   const std::string dir = layout_.submit();
-  const std::string claim = dir + "/claim-" + job_ + "." + std::to_string(restart_count_);
+  auto sub = LoadSubmission(dir);
+  if (!sub.ok()) {
+    o.error = "no usable submission in " + dir + ": " + sub.status().message();
+    return o;
+  }
+  if (sub->job.Get("JobId") != job_) {
+    o.error = dir + " holds job " + sub->job.Get("JobId") + "'s submission, not job " + job_ + "'s";
+    return o;
+  }
+  std::vector<std::string> exc, drop;
+  if (auto h = slurm->Hostnames(sub->job.Get("ExcNodeList")); h.ok()) exc = *h;
+  auto it = sub->vars.find("FTRAIN_RESUBMIT_EXCLUDED");
+  if (it != sub->vars.end()) {
+    if (auto h = slurm->Hostnames(it->second); h.ok()) drop = *h;
+  }
+  std::map<std::string, std::string> own;
+  for (const auto& kv : CurrentEnvironment()) {
+    own[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  }
+  auto nj = NewJobOf(*sub, s_.batch_host, job_, ResubmitExclusions(exc, drop, s_.batch_host),
+                     s_.same_size, s_.home, own);
+  if (!nj.ok()) {
+    o.error = nj.status().message();
+    return o;
+  }
   RunLease lease(layout_.lease(), layout_.lease_dir());
+  auto holds = lease_ ? lease.Holds(*lease_) : StatusOr<bool>(false);
+  if (!holds.ok() || !*holds) {  // the fence: a watcher that lost the run submits nothing
+    o.error = "this watcher no longer holds the run lease";
+    return o;
+  }
+  Submitted s = slurm->Submit(nj->options, sub->script, nj->env, nj->cwd,
+                              "ftrain-resubmit-" + job_ + "." + std::to_string(restart_count_));
+  o.job = s.job;
+  o.error = s.error;
+  std::string opts = Join(nj->options, " ");
+  opts.erase(std::remove(opts.begin(), opts.end(), '"'), opts.end());
+  o.options = opts;
+  if (!s.job.empty()) {
+    auto info = slurm->ShowJob(s.job);
+    o.can_run = !info.ok() || CanRun(*info);  // unknown: trust sbatch's acceptance
+    if (info.ok() && !o.can_run) o.error = info->State() + ", " + info->Get("Reason");
+  }
+  out_file_ = sub->job.Get("StdOut");
+  return o;
+}
+
+// Says so in the old job's output, points its dependents at the new job, cancels it.
+void AgentRunner::NotifyAndCancel(const std::string& new_job, Slurm* slurm) {
+  const std::string msg = "the batch host " + s_.batch_host + " died (" + EvidenceWords(evidence_) +
+                          "): this job continues as job " + new_job + " (see " +
+                          layout_.restarts() + "); cancelling job " + job_;
+  Log(msg);
+  // This step's output went to srun on the dead batch host: the job's output file directly.
+  if (!out_file_.empty()) {
+    std::ofstream out(out_file_, std::ios::app);
+    const std::time_t t = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    out << "[" << when << "] agent.sh " << s_.node << ": " << msg << "\n";
+  }
+  // A cancelled job never satisfies afterok, and afterany would fire now.
+  for (const auto& [id, dep] : slurm->PendingJobsOfUser()) {
+    auto repointed = RepointDependency(dep, job_, new_job);
+    if (!repointed) continue;
+    if (slurm->SetDependency(id, *repointed).ok()) {
+      Log("job " + id + " now waits on job " + new_job + " (Dependency=" + *repointed + ")");
+    } else {
+      Log("WARNING: could not point job " + id + "'s dependency at job " + new_job +
+          "; it still names job " + job_);
+    }
+  }
+  Status c = slurm->Cancel(job_, false);
+  if (!c.ok()) Log("WARNING: " + c.message() + ": cancel job " + job_ + " yourself");
+}
+
+void AgentRunner::Execute(const WatcherAct& a, Slurm* slurm) {
+  using K = WatcherAct::Kind;
   switch (a.kind) {
     case K::kLog:
       Log(a.text);
       break;
     case K::kRecord:
       Record(a.record);
+      // The batch host's death and its evidence, for the old job's output (NotifyAndCancel);
+      // a record without evidence (Slurm's own view) keeps what was there.
+      if (a.record.event == "step_failed") {
+        for (const auto& f : a.record.fields) {
+          if (f.key == "evidence") evidence_ = a.record.fields;
+        }
+      }
       break;
     case K::kClaim:
-    case K::kTakeOverClaim: {
-      // An atomic mkdir names one claimant; a take-over is one more (claim-...takeover).
-      WatcherObs o = Answer(WatcherObs::Kind::kClaim);
-      (void)mkdir(dir.c_str(), 0700);
-      const std::string path = a.kind == K::kClaim ? claim : claim + ".takeover";
-      o.ok = mkdir(path.c_str(), 0700) == 0;
-      if (o.ok) {
-        (void)WriteFileDurably(Env::Default(), path + "/by", s_.node + "\n");
-      } else {
-        auto by = ReadText(claim + "/by");
-        o.by = by.ok() ? by->substr(0, by->find('\n')) : "";
-      }
-      claim_by_ = o.by;
-      answers_.push_back(o);
+    case K::kTakeOverClaim:
+      answers_.push_back(Claim(a.kind == K::kTakeOverClaim));
       break;
-    }
-    case K::kWatchClaim: {
-      // The other watcher holds the claim: its outcome, or its own death (the two-sign rule),
-      // never a timeout alone (a live claimant keeps its claim).
-      SlurmProber prober(layout_.heartbeats(), slurm, s_.detect.probe_timeout_s);
-      Detector claimant(s_.detect, &prober, clock_);
-      WatcherObs o = Answer(WatcherObs::Kind::kClaimWatch);
-      while (!stop_) {
-        if (ResubmissionDone()) {
-          o.done = true;
-          break;
-        }
-        if (o.by.empty()) {
-          auto by = ReadText(claim + "/by");
-          if (by.ok()) o.by = by->substr(0, by->find('\n'));
-        }
-        if (!o.by.empty() && o.by != s_.node && prober.HeartbeatExists(o.by)) {
-          bool dead = false;
-          for (const auto& f : claimant.Look({o.by})) dead = dead || f.verdict != Verdict::kLate;
-          if (dead) {
-            o.dead = true;
-            break;
-          }
-        }
-        SleepS(std::min(s_.watch_period_s, s_.detect.detect_period_s));
-      }
-      o.now = clock_->Monotonic();
-      answers_.push_back(o);
+    case K::kWatchClaim:
+      answers_.push_back(WatchClaim(slurm));
       break;
-    }
-    case K::kTakeLease: {
-      WatcherObs o = Answer(WatcherObs::Kind::kLease);
-      LeaseHolder me;
-      me.job = job_;
-      me.restart = restart_count_;
-      me.host = s_.node;
-      me.role = "watcher";
-      auto alive = [slurm](const std::string& job) -> std::optional<bool> {
-        auto info = slurm->ShowJob(job);
-        if (!info.ok()) return std::nullopt;
-        const std::string st = info->State();
-        return st == "RUNNING" || st == "CONFIGURING" || st == "SUSPENDED";
-      };
-      auto r = lease.Acquire(me, alive);
-      o.ok = r.ok() && r->ok;
-      if (o.ok) {
-        lease_ = r->holder;
-      } else {
-        o.error = r.ok() ? "the run is held by " + r->holder.Describe() : r.status().message();
-      }
-      answers_.push_back(o);
+    case K::kTakeLease:
+      answers_.push_back(TakeLease(slurm));
       break;
-    }
-    case K::kSubmit: {
-      WatcherObs o = Answer(WatcherObs::Kind::kSubmitted);
-      auto sub = LoadSubmission(dir);
-      if (!sub.ok()) {
-        o.error = "no usable submission in " + dir + ": " + sub.status().message();
-      } else if (sub->job.Get("JobId") != job_) {
-        o.error =
-            dir + " holds job " + sub->job.Get("JobId") + "'s submission, not job " + job_ + "'s";
-      } else {
-        std::vector<std::string> exc, drop;
-        if (auto h = slurm->Hostnames(sub->job.Get("ExcNodeList")); h.ok()) exc = *h;
-        auto it = sub->vars.find("FTRAIN_RESUBMIT_EXCLUDED");
-        if (it != sub->vars.end()) {
-          if (auto h = slurm->Hostnames(it->second); h.ok()) drop = *h;
-        }
-        std::map<std::string, std::string> own;
-        for (const auto& kv : CurrentEnvironment()) {
-          own[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
-        }
-        auto nj = NewJobOf(*sub, s_.batch_host, job_, ResubmitExclusions(exc, drop, s_.batch_host),
-                           s_.same_size, s_.home, own);
-        auto holds = lease_ ? lease.Holds(*lease_) : StatusOr<bool>(false);
-        if (!nj.ok()) {
-          o.error = nj.status().message();
-        } else if (!holds.ok() || !*holds) {
-          o.error = "this watcher no longer holds the run lease";
-        } else {
-          Submitted s =
-              slurm->Submit(nj->options, sub->script, nj->env, nj->cwd,
-                            "ftrain-resubmit-" + job_ + "." + std::to_string(restart_count_));
-          o.job = s.job;
-          o.error = s.error;
-          std::string opts = Join(nj->options, " ");
-          opts.erase(std::remove(opts.begin(), opts.end(), '"'), opts.end());
-          o.options = opts;
-          if (!s.job.empty()) {
-            auto info = slurm->ShowJob(s.job);
-            o.can_run = !info.ok() || CanRun(*info);  // unknown: trust sbatch's acceptance
-            if (info.ok() && !o.can_run) o.error = info->State() + ", " + info->Get("Reason");
-          }
-          out_file_ = sub->job.Get("StdOut");
-        }
-      }
-      answers_.push_back(o);
+    case K::kSubmit:
+      answers_.push_back(Submit(slurm));
       break;
-    }
     case K::kCancelNewJob:
       (void)slurm->Cancel(a.text, false);
       break;
     case K::kMarkReplaced: {
       // Should Slurm requeue this job before its cancel, that start ends at once (the marker).
-      (void)WriteFileDurably(Env::Default(), dir + "/replaced-" + job_, a.text + "\n");
+      (void)WriteFileDurably(Env::Default(), layout_.submit() + "/replaced-" + job_, a.text + "\n");
+      RunLease lease(layout_.lease(), layout_.lease_dir());
       if (lease_) (void)lease.HandOff(*lease_, a.text);
       break;
     }
-    case K::kNotifyAndCancel: {
-      const std::string msg = "the batch host " + s_.batch_host + " died (" +
-                              EvidenceWords(evidence_) + "): this job continues as job " + a.text +
-                              " (see " + layout_.restarts() + "); cancelling job " + job_;
-      Log(msg);
-      // This step's output went to srun on the dead batch host: the job's output file directly.
-      if (!out_file_.empty()) {
-        std::ofstream out(out_file_, std::ios::app);
-        const std::time_t t = std::time(nullptr);
-        char when[32];
-        std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-        out << "[" << when << "] agent.sh " << s_.node << ": " << msg << "\n";
-      }
-      // Pending jobs that wait on the old job wait on the new one: a cancelled job never
-      // satisfies afterok, and afterany would fire now.
-      for (const auto& [id, dep] : slurm->PendingJobsOfUser()) {
-        auto repointed = RepointDependency(dep, job_, a.text);
-        if (!repointed) continue;
-        if (slurm->SetDependency(id, *repointed).ok()) {
-          Log("job " + id + " now waits on job " + a.text + " (Dependency=" + *repointed + ")");
-        } else {
-          Log("WARNING: could not point job " + id + "'s dependency at job " + a.text +
-              "; it still names job " + job_);
-        }
-      }
-      Status c = slurm->Cancel(job_, false);
-      if (!c.ok()) Log("WARNING: " + c.message() + ": cancel job " + job_ + " yourself");
+    case K::kNotifyAndCancel:
+      NotifyAndCancel(a.text, slurm);
       break;
-    }
     case K::kQueryRestarts: {
       WatcherObs o = Answer(WatcherObs::Kind::kRestarts);
       auto info = slurm->ShowJob(job_);
@@ -311,12 +340,6 @@ void AgentRunner::Execute(WatcherPolicy* w, const WatcherAct& a, Slurm* slurm) {
       break;
     }
   }
-  if (a.kind == K::kRecord && a.record.event == "step_failed") {
-    for (const auto& f : a.record.fields) {
-      if (f.key == "evidence") evidence_ = a.record.fields;
-    }
-  }
-  (void)w;
 }
 
 }  // namespace ftrain::orch

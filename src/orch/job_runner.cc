@@ -383,6 +383,33 @@ std::vector<std::string> JobRunner::SrunEnv() const {
   return env;
 }
 
+void JobRunner::QueryNodesInJob() {
+  Observation o = Obs(Observation::Kind::kNodesInJob);
+  auto n = slurm_->NodesOfJob(ctx_.job);
+  o.known = n.has_value();
+  if (n) o.nodes = *n;
+  answers_.push_back(o);
+}
+
+void JobRunner::QueryJobState() {
+  Observation o = Obs(Observation::Kind::kJobState);
+  auto info = slurm_->ShowJob(ctx_.job);
+  if (info.ok()) {
+    o.job_state = info->State();
+    o.reason = info->Get("Reason");
+  }
+  answers_.push_back(o);
+}
+
+void JobRunner::Requeue(double budget_s) {
+  MergeRecords();  // Slurm ends this script soon after: the records first
+  Observation o = Obs(Observation::Kind::kRequeued);
+  Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, budget_s);
+  o.ok = r.ok();
+  o.detail = r.message();
+  answers_.push_back(o);
+}
+
 void JobRunner::Execute(const Action& a) {
   using K = Action::Kind;
   switch (a.kind) {
@@ -439,24 +466,12 @@ void JobRunner::Execute(const Action& a) {
     case K::kEndStep:
       EndStep();
       break;
-    case K::kQueryNodesInJob: {
-      Observation o = Obs(Observation::Kind::kNodesInJob);
-      auto n = slurm_->NodesOfJob(ctx_.job);
-      o.known = n.has_value();
-      if (n) o.nodes = *n;
-      answers_.push_back(o);
+    case K::kQueryNodesInJob:
+      QueryNodesInJob();
       break;
-    }
-    case K::kQueryJobState: {
-      Observation o = Obs(Observation::Kind::kJobState);
-      auto info = slurm_->ShowJob(ctx_.job);
-      if (info.ok()) {
-        o.job_state = info->State();
-        o.reason = info->Get("Reason");
-      }
-      answers_.push_back(o);
+    case K::kQueryJobState:
+      QueryJobState();
       break;
-    }
     case K::kProbeHealth:
       ProbeHealth(a.nodes);
       break;
@@ -472,15 +487,9 @@ void JobRunner::Execute(const Action& a) {
     case K::kSignalAgents:
       SignalAgents(a.text);
       break;
-    case K::kRequeue: {
-      MergeRecords();  // Slurm ends this script soon after: the records first
-      Observation o = Obs(Observation::Kind::kRequeued);
-      Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, a.seconds);
-      o.ok = r.ok();
-      o.detail = r.message();
-      answers_.push_back(o);
+    case K::kRequeue:
+      Requeue(a.seconds);
       break;
-    }
     case K::kExclude:
       Exclude(a);
       break;

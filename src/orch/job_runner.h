@@ -62,6 +62,9 @@ class JobRunner {
   void StartAgent(const std::string& node);
   void Launch(const Action& a);
   void EndStep();
+  void QueryNodesInJob();
+  void QueryJobState();
+  void Requeue(double budget_s);
   void CountFailedStart();
   void ProbeHealth(const std::vector<std::string>& nodes);
   void ConfirmDeath(const std::vector<std::string>& nodes);
