@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/reader.h"
-#include "data/synthetic.h"
+#include "data/format/synthetic.h"
+#include "data/read/dataset.h"
+#include "data/read/reader.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Held-out evaluation cost ([eval], train/eval_loop.h) against a training step (printed, never
+# Held-out evaluation cost ([eval], train/eval/eval_loop.h) against a training step (printed, never
 # pass/fail): `ftrain train` of configs/small.cfg under `ftrain launch --nproc N` with
 # eval.every_steps = EVERY and eval.batches = FORWARDS x N (each rank runs FORWARDS no-grad
 # forwards of one micro-batch per evaluation), read back from metrics.jsonl: the median

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
-#include "train/step_phases.h"
+#include "train/telemetry/metrics.h"
+#include "train/telemetry/step_phases.h"
 
 int main(int argc, char** argv) {
-  using ftrain::train::RankPhases;
+  using ftrain::records::RankPhases;
   const int steps = argc > 1 ? std::atoi(argv[1]) : 2000;
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
@@ -33,11 +33,11 @@ int main(int argc, char** argv) {
       size_t bytes = 0;
       const auto t0 = std::chrono::steady_clock::now();
       for (int s = 1; s <= steps; ++s) {
-        ftrain::train::StepMetrics m;
+        ftrain::records::StepMetrics m;
         m.step = s;
-        m.phases = std::make_shared<ftrain::train::PhaseSummary>(
+        m.phases = std::make_shared<ftrain::records::PhaseSummary>(
             rec.Observe(s, input[static_cast<size_t>(s) % input.size()]));
-        bytes += ftrain::train::FormatMetricsLine(m).size();
+        bytes += ftrain::records::FormatMetricsLine(m).size();
       }
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenize/tokenizer.h"
 
 int main(int argc, char** argv) {
   std::string tok_path, text_path;

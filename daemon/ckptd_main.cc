@@ -14,10 +14,10 @@
 #include "cli/cli_util.h"
 #include "core/env.h"
 #include "core/log.h"
-#include "peer_auth.h"
-#include "peer_wire.h"
-#include "server.h"
-#include "shm_slots.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_wire.h"
+#include "daemon/server.h"
+#include "daemon/shm_slots.h"
 
 namespace {
 

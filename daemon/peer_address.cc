@@ -1,5 +1,5 @@
 // peer-addr files and the choice of the address a daemon publishes.
-#include "peer_address.h"
+#include "daemon/peer_address.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd {
 

@@ -1,5 +1,5 @@
 // Secret loading and the peer handshake (OpenSSL libcrypto: RAND_bytes, HMAC, CRYPTO_memcmp).
-#include "peer_auth.h"
+#include "daemon/peer_auth.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd::peer {
 

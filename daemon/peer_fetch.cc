@@ -1,5 +1,5 @@
 // Fetching a replica from a peer into a local slot.
-#include "peer_fetch.h"
+#include "daemon/peer_fetch.h"
 
 #include <dirent.h>
 
@@ -9,37 +9,35 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "peer_auth.h"
-#include "peer_server.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_server.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd {
 
 using peer::PeerMsg;
 
 PeerFetcher::PeerFetcher(FetcherOptions options, std::function<void(FetchResult)> on_done)
-    : options_(std::move(options)), on_done_(std::move(on_done)) {
-  worker_ = std::thread([this] { Run(); });
+    : options_(std::move(options)),
+      queue_([this](const FetchJob& job) { return Fetch(job); }, std::move(on_done)) {}
+
+double SteadyNowS() { return NowSeconds(Env::Default()); }
+
+UnreachablePeers::UnreachablePeers(Env* env, double remember_s)
+    : env_(env), remember_s_(remember_s) {}
+
+double UnreachablePeers::Now() const { return NowSeconds(env_); }
+
+bool UnreachablePeers::Skip(const std::string& address, double now) const {
+  auto it = dead_since_.find(address);
+  return it != dead_since_.end() && now - it->second < remember_s_;
 }
 
-PeerFetcher::~PeerFetcher() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
+void UnreachablePeers::MarkDead(const std::string& address, double now) {
+  dead_since_[address] = now;
 }
 
-void PeerFetcher::Enqueue(FetchJob job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back(std::move(job));
-  cv_.notify_all();
-}
-
-double SteadyNowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+void UnreachablePeers::MarkAlive(const std::string& address) { dead_since_.erase(address); }
 
 std::vector<std::pair<std::string, PeerAddress>> PeerFetcher::PeerFiles(
     const std::string& run_dir) {
@@ -82,12 +80,10 @@ std::vector<std::string> PeerFetcher::PeersOf(const std::string& run_dir, const 
 
 std::vector<std::string> PeerFetcher::Reachable(const std::vector<std::string>& peers,
                                                 std::string* tried) {
-  const double now = SteadyNowS();
-  constexpr double kRememberS = 60;  // a dead node stays dead; a restarted daemon moves port
+  const double now = unreachable_.Now();
   std::vector<std::string> ask;
   for (const auto& a : peers) {
-    auto it = unreachable_.find(a);
-    if (it != unreachable_.end() && now - it->second < kRememberS) {
+    if (unreachable_.Skip(a, now)) {
       *tried += (tried->empty() ? "" : "; ") + a + ": did not answer a moment ago (skipped)";
     } else {
       ask.push_back(a);
@@ -103,30 +99,16 @@ std::vector<std::string> PeerFetcher::Reachable(const std::vector<std::string>& 
   std::vector<std::string> out;
   for (size_t i = 0; i < ask.size(); ++i) {
     if (st[i].ok()) {
-      unreachable_.erase(ask[i]);
+      unreachable_.MarkAlive(ask[i]);
       out.push_back(ask[i]);
       continue;
     }
-    unreachable_[ask[i]] = now;
+    unreachable_.MarkDead(ask[i], now);
     FT_LOG(Info) << "ckptd: peer " << ask[i] << " does not answer (" << st[i].message()
-                 << "); not asked for replicas for " << kRememberS << " s";
+                 << "); not asked for replicas for " << unreachable_.remember_s() << " s";
     *tried += (tried->empty() ? "" : "; ") + ask[i] + ": " + st[i].message();
   }
   return out;
-}
-
-void PeerFetcher::Run() {
-  for (;;) {
-    FetchJob job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    on_done_(Fetch(job));
-  }
 }
 
 Status PeerFetcher::FetchFrom(const std::string& address, const FetchJob& job, FetchResult* out) {

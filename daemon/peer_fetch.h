@@ -8,22 +8,20 @@
 // never waits for it.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
+#include "core/env.h"
 #include "core/status.h"
-#include "peer_address.h"
-#include "shm_slots.h"
+#include "daemon/peer_address.h"
+#include "daemon/shm_slots.h"
+#include "daemon/work_queue.h"
 
 namespace ftrain::ckptd {
 
@@ -34,7 +32,7 @@ struct FetchJob {
   uint32_t slot = 0;
   std::shared_ptr<ShmSegment> seg;  // the slot to fill
   std::string address;              // "" = every peer of the run dir
-  double deadline_s = 0;            // steady-clock seconds; no new peer is tried after it
+  double deadline_s = 0;            // SteadyNowS() seconds; no new peer is tried after it
 };
 
 struct FetchResult {
@@ -55,14 +53,31 @@ struct FetcherOptions {
   double timeout_s = 10;
 };
 
-// steady_clock now, in seconds (the unit of FetchJob::deadline_s).
+// Env::Default()'s monotonic clock in seconds (the unit of FetchJob::deadline_s).
 double SteadyNowS();
+
+// Peers that did not answer a probe are left out of the next fetches for `remember_s` (a dead
+// node stays dead; a restarted daemon moves port), then asked again. Time is `env`'s clock,
+// so the rule is tested with a fake one.
+class UnreachablePeers {
+ public:
+  explicit UnreachablePeers(Env* env, double remember_s = 60);
+  double Now() const;
+  bool Skip(const std::string& address, double now) const;
+  void MarkDead(const std::string& address, double now);
+  void MarkAlive(const std::string& address);
+  double remember_s() const { return remember_s_; }
+
+ private:
+  Env* env_;
+  const double remember_s_;
+  std::map<std::string, double> dead_since_;  // address -> when found dead
+};
 
 class PeerFetcher {
  public:
   PeerFetcher(FetcherOptions options, std::function<void(FetchResult)> on_done);
-  ~PeerFetcher();
-  void Enqueue(FetchJob job);
+  void Enqueue(FetchJob job) { queue_.Enqueue(std::move(job)); }
   // Every RUN/ckptd-*/peer-addr that parses, by node name.
   static std::vector<std::pair<std::string, PeerAddress>> PeerFiles(const std::string& run_dir);
   // The peer addresses under the run dir (RUN/ckptd-*/peer-addr) of start `start`: this
@@ -74,7 +89,6 @@ class PeerFetcher {
                                           std::string* own = nullptr);
 
  private:
-  void Run();
   FetchResult Fetch(const FetchJob& job);
   Status FetchFrom(const std::string& address, const FetchJob& job, FetchResult* out);
   // Connects to every address at once (then hangs up); those that did not answer are
@@ -82,13 +96,8 @@ class PeerFetcher {
   std::vector<std::string> Reachable(const std::vector<std::string>& peers, std::string* tried);
 
   const FetcherOptions options_;
-  std::function<void(FetchResult)> on_done_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<FetchJob> queue_;                 // guarded by mu_
-  bool stop_ = false;                          // guarded by mu_
-  std::map<std::string, double> unreachable_;  // worker only: address -> when found dead
-  std::thread worker_;
+  UnreachablePeers unreachable_{Env::Default()};  // worker only
+  WorkQueue<FetchJob, FetchResult> queue_;        // last: its worker uses the members above
 };
 
 }  // namespace ftrain::ckptd

@@ -1,5 +1,5 @@
 // The peer listener: accept, authenticate, one STORE or FETCH per connection.
-#include "peer_server.h"
+#include "daemon/peer_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,9 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/log.h"
-#include "peer_address.h"
-#include "peer_auth.h"
+#include "daemon/peer_address.h"
+#include "daemon/peer_auth.h"
 
 namespace ftrain::ckptd {
 
@@ -42,10 +43,6 @@ std::string AddrOf(const sockaddr_storage& a) {
 }
 
 std::string HostOf(const std::string& who) { return who.substr(0, who.rfind(':')); }
-
-double NowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string WithPort(const std::string& host, const std::string& port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
@@ -239,7 +236,7 @@ std::string PeerServer::AdmitLocked(const std::string& host) {
 
 void PeerServer::LogLimitedLocked(const std::string& line) {
   uint64_t dropped = 0;
-  if (!log_budget_.Allow(NowS(), &dropped)) return;
+  if (!log_budget_.Allow(NowSeconds(Env::Default()), &dropped)) return;
   FT_LOG(Warning) << line
                   << (dropped > 0 ? " (" + std::to_string(dropped) +
                                         " more peer warnings were not logged: rate limit)"

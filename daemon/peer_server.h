@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "peer_address.h"
-#include "replica_store.h"
+#include "daemon/peer_address.h"
+#include "daemon/replica_store.h"
 
 namespace ftrain::ckptd {
 

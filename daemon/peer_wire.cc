@@ -1,5 +1,5 @@
 // Peer frames, messages and blocking frame I/O with deadlines.
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -9,22 +9,18 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "ckpt/filename.h"
 #include "ckpt/shard_file.h"
 #include "ckpt/wire_codec.h"
+#include "core/env.h"
 
 namespace ftrain::ckptd::peer {
 namespace proto = ckpt::proto;
 using ckpt::WireReader;
 using ckpt::WireWriter;
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Status Bad(const std::string& what) { return Status::InvalidArgument("peer protocol: " + what); }
 
@@ -232,11 +228,11 @@ PeerConn::~PeerConn() {
 }
 
 Status PeerConn::WriteAll(const void* p, size_t n) {
-  const double deadline = Now() + timeout_s_;
+  const double deadline = NowSeconds(Env::Default()) + timeout_s_;
   const auto* b = static_cast<const uint8_t*>(p);
   size_t done = 0;
   while (done < n) {
-    const int left_ms = static_cast<int>((deadline - Now()) * 1000);
+    const int left_ms = static_cast<int>((deadline - NowSeconds(Env::Default())) * 1000);
     if (left_ms <= 0) return Status::DeadlineExceeded("peer " + peer_ + " does not read (send)");
     pollfd pf{fd_, POLLOUT, 0};
     int pr = ::poll(&pf, 1, left_ms);
@@ -254,7 +250,7 @@ Status PeerConn::ReadAll(void* p, size_t n, double deadline) {
   auto* b = static_cast<uint8_t*>(p);
   size_t got = 0;
   while (got < n) {
-    const int left_ms = static_cast<int>((deadline - Now()) * 1000);
+    const int left_ms = static_cast<int>((deadline - NowSeconds(Env::Default())) * 1000);
     if (left_ms <= 0) {
       return Status::DeadlineExceeded("peer " + peer_ + " sent " + std::to_string(got) + " of " +
                                       std::to_string(n) + " bytes within " +
@@ -291,7 +287,7 @@ Status PeerConn::SendData(const uint8_t* data, uint32_t n) {
 }
 
 StatusOr<PeerMsg> PeerConn::Receive(std::string* payload) {
-  const double deadline = Now() + timeout_s_;
+  const double deadline = NowSeconds(Env::Default()) + timeout_s_;
   uint8_t h[kHeaderBytes];
   const uint64_t seen = bytes_in_;
   Status s = ReadAll(h, sizeof(h), deadline);
@@ -336,7 +332,7 @@ Status PeerConn::SendImage(const uint8_t* image, uint64_t extent, const std::ato
 Status PeerConn::ReceiveImage(uint8_t* dst, uint64_t extent) {
   uint64_t pos = 0;
   for (;;) {
-    const double deadline = Now() + timeout_s_;
+    const double deadline = NowSeconds(Env::Default()) + timeout_s_;
     uint8_t h[kHeaderBytes];
     FT_RETURN_IF_ERROR(ReadAll(h, sizeof(h), deadline));
     FT_ASSIGN_OR_RETURN(FrameHeader fh, DecodeFrameHeader(h));

@@ -1,9 +1,5 @@
 // The persist worker.
-#include "persist.h"
-
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "daemon/persist.h"
 
 #include <chrono>
 
@@ -13,62 +9,10 @@ namespace ftrain::ckptd {
 
 Persister::Persister(ckpt::CheckpointStore* store, PersistOptions options,
                      std::function<void(PersistResult)> on_done)
-    : store_(store), options_(options), on_done_(std::move(on_done)) {
-  worker_ = std::thread([this] { Run(); });
-}
-
-Persister::~Persister() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
-}
-
-void Persister::Enqueue(PersistJob job) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-}
-
-size_t Persister::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size();
-}
-
-bool Persister::busy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return busy_;
-}
-
-void Persister::Run() {
-  // Linux nice values are per thread and inherited by threads created later (the
-  // compression threads of WriteShardFile).
-  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), options_.nice) != 0) {
-    FT_LOG(Warning) << "ckptd: could not set nice " << options_.nice << " on the persist thread";
-  }
-  for (;;) {
-    PersistJob job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // Drains the queue before stopping: a submitted snapshot is the daemon's promise.
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    PersistResult r = Persist(job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-    }
-    on_done_(std::move(r));
-  }
-}
+    : store_(store),
+      options_(options),
+      queue_([this](const PersistJob& job) { return Persist(job); }, std::move(on_done),
+             options.nice, "persist thread") {}
 
 PersistResult Persister::Persist(const PersistJob& job) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -5,17 +5,15 @@
 // there) and rotates. It never touches sockets; results go back through a callback.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/store.h"
+#include "daemon/work_queue.h"
 
 namespace ftrain::ckptd {
 
@@ -52,25 +50,18 @@ class Persister {
  public:
   Persister(ckpt::CheckpointStore* store, PersistOptions options,
             std::function<void(PersistResult)> on_done);
-  ~Persister();  // drains the queue, then joins
+  // The queue drains, then the worker joins (queue_'s destructor, before the members it uses).
 
-  void Enqueue(PersistJob job);
-  size_t queued() const;  // waiting, not yet started
-  bool busy() const;      // a job is being written
+  void Enqueue(PersistJob job) { queue_.Enqueue(std::move(job)); }
+  size_t queued() const { return queue_.queued(); }  // waiting, not yet started
+  bool busy() const { return queue_.busy(); }        // a job is being written
 
  private:
-  void Run();
   PersistResult Persist(const PersistJob& job);
 
   ckpt::CheckpointStore* store_;
   PersistOptions options_;
-  std::function<void(PersistResult)> on_done_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<PersistJob> queue_;  // guarded by mu_
-  bool busy_ = false;             // guarded by mu_
-  bool stop_ = false;             // guarded by mu_
-  std::thread worker_;
+  WorkQueue<PersistJob, PersistResult> queue_;  // last: its worker uses the members above
 };
 
 }  // namespace ftrain::ckptd

@@ -1,5 +1,5 @@
 // Replica memory and its budget.
-#include "replica_store.h"
+#include "daemon/replica_store.h"
 
 #include <sys/mman.h>
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd {
 

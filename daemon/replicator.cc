@@ -1,5 +1,5 @@
 // The replication thread.
-#include "replicator.h"
+#include "daemon/replicator.h"
 
 #include <netdb.h>
 #include <sys/resource.h>
@@ -9,9 +9,9 @@
 #include <chrono>
 
 #include "core/log.h"
-#include "peer_auth.h"
-#include "peer_server.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_server.h"
+#include "daemon/peer_wire.h"
 
 namespace ftrain::ckptd {
 

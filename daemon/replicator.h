@@ -23,7 +23,7 @@
 
 #include "ckpt/ckptd_protocol.h"
 #include "core/status.h"
-#include "shm_slots.h"
+#include "daemon/shm_slots.h"
 
 namespace ftrain::ckptd {
 

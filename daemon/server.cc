@@ -1,5 +1,5 @@
 // ckptd server loop.
-#include "server.h"
+#include "daemon/server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/log.h"
-#include "peer_fetch.h"  // the peer members: complete types for ~Server
-#include "peer_server.h"
-#include "replica_store.h"
-#include "replicator.h"
+#include "daemon/peer_fetch.h"  // the peer members: complete types for ~Server
+#include "daemon/peer_server.h"
+#include "daemon/replica_store.h"
+#include "daemon/replicator.h"
 
 namespace ftrain::ckptd {
 

@@ -19,9 +19,9 @@
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/store.h"
 #include "core/prom_textfile.h"
-#include "peer_options.h"
-#include "persist.h"
-#include "shm_slots.h"
+#include "daemon/peer_options.h"
+#include "daemon/persist.h"
+#include "daemon/shm_slots.h"
 
 namespace ftrain::ckptd {
 

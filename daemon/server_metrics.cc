@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
-#include "server.h"
+#include "daemon/server.h"
 
 namespace ftrain::ckptd {
 namespace {

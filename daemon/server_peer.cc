@@ -10,12 +10,12 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "peer_auth.h"
-#include "peer_fetch.h"
-#include "peer_server.h"
-#include "replica_store.h"
-#include "replicator.h"
-#include "server.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_fetch.h"
+#include "daemon/peer_server.h"
+#include "daemon/replica_store.h"
+#include "daemon/replicator.h"
+#include "daemon/server.h"
 
 namespace ftrain::ckptd {
 

@@ -1,5 +1,5 @@
 // Shared-memory segments for ckptd slots.
-#include "shm_slots.h"
+#include "daemon/shm_slots.h"
 
 #include <dirent.h>
 #include <fcntl.h>

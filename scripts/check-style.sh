@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Style gate (STYLE.md 4 and 10): fails when a tracked C++ file differs from what clang-format
 # makes of it (.clang-format: Google style, 100 columns) or when ShellCheck has a finding in a
-# tracked shell script. Registered as the ctest test `style` (label unit), so scripts/test.sh
-# and CI fail on either. Fix formatting with: clang-format -i FILE. Changes nothing itself.
+# tracked shell script, or when docs/design.md's code map and the source folders disagree
+# (scripts/check-layout.sh). Registered as the ctest test `style`, so scripts/test.sh and CI
+# fail on any of them. Fix formatting with: clang-format -i FILE. Changes nothing itself.
 # usage: scripts/check-style.sh        (exit 0 clean, 1 findings, 2 a tool is missing)
 set -euo pipefail
 
@@ -49,6 +50,12 @@ done)
 echo "check-style: shellcheck over ${#shells[@]} shell scripts"
 if [ "${#shells[@]}" -gt 0 ] && ! "${SHELLCHECK}" "${shells[@]}"; then
   echo "check-style: shellcheck findings above" >&2
+  failed=1
+fi
+
+# The code map: every source folder named in docs/design.md, and every folder it names there.
+if ! bash "${ROOT}/scripts/check-layout.sh"; then
+  echo "check-style: docs/design.md's code map and the source folders disagree (above)" >&2
   failed=1
 fi
 

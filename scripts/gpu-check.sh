@@ -329,7 +329,7 @@ if stalls:
     print("checkpoint stalls by step: " + ", ".join(f"{k}: {t:.3f} s" for k, t in ckpts) +
           " (the last: the final durable commit)")
     print(f"checkpoint hand-over stall (least of {len(stalls)} before the last): {s:.4f} s; state ~{state / 1e9:.2f} GB")
-    # The device -> host copy itself (train/device_memory.cc logs each one); goal: stall <= 1.5 x.
+    # The device -> host copy itself (train/device/device_memory.cc logs each one); goal: stall <= 1.5 x.
     d2h = [(int(b), float(t)) for b, t in
            re.findall(r'checkpoint: (\d+) bytes device -> host in ([0-9.e+-]+) s', log)]
     if d2h:

@@ -13,7 +13,7 @@
 #   sbatch --nodes=N --ntasks-per-node=R --export=ALL slurm/train.sh           (no spares)
 #   sbatch --nodes=N+S --no-kill ... with FTRAIN_SPARE_NODES=S                  (hot spares)
 # Every setting comes from the environment (sbatch --export or the caller's environment); the
-# defaults below are the controller's own (tests/orch_settings_test.cc checks that they agree).
+# defaults below are the controller's own (tests/orch_docs_test.cc checks that they agree).
 set -euo pipefail
 
 # ---- where ftrain is -------------------------------------------------------------------------

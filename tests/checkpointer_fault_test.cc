@@ -17,7 +17,7 @@
 #include "ckpt_fixture.h"
 #include "comm/collectives.h"
 #include "test_util.h"
-#include "train/checkpointer.h"
+#include "train/checkpoint/sink.h"
 
 namespace ftrain::testing {
 namespace {
@@ -109,7 +109,7 @@ class PendingSnapshotTest : public ::testing::Test {
   // communicator's health `health`.
   void SaveDeferredThenExit(int64_t step, const Status& health) {
     Status current;
-    train::CheckpointerOptions o;
+    train::CheckpointSinkOptions o;
     o.daemon = train::DaemonMode::kRequire;
     o.run_dir = run_;
     o.node = "n0";
@@ -119,7 +119,7 @@ class PendingSnapshotTest : public ::testing::Test {
     RankState state(step, 0, 1);
     ckpt::ShardContents on_device = state.contents();
     for (auto& t : on_device.tensors) t.on_device = true;
-    train::Checkpointer ckpt(o, &control_);
+    train::CheckpointSink ckpt(o, &control_);
     ASSERT_TRUE(ckpt.Start(ckpt::SlotBytesFor(state.contents())).ok());
     auto saved = ckpt.Save(FixtureMeta(step, 1), on_device, /*durable=*/false);
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();

@@ -34,8 +34,8 @@
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/store.h"
 #include "ckpt_fixture.h"
-#include "peer_auth.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_wire.h"
 #include "test_util.h"
 
 namespace ftrain {

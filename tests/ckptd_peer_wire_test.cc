@@ -1,6 +1,7 @@
 // The peer wire format against hostile input (every truncation, random bytes, lengths over
 // each type's bound, images longer or shorter than announced, over a real socketpair), the
-// handshake proofs, and the job-secret file checks. Label: unit.
+// handshake proofs, the job-secret file checks, and how long an unreachable peer is left out
+// of fetches (on a fake clock). Label: unit.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,8 +13,10 @@
 #include <string>
 #include <thread>
 
-#include "peer_auth.h"
-#include "peer_wire.h"
+#include "daemon/peer_auth.h"
+#include "daemon/peer_fetch.h"
+#include "daemon/peer_wire.h"
+#include "fake_clock_env.h"
 #include "test_util.h"
 
 namespace ftrain::ckptd::peer {
@@ -244,6 +247,24 @@ TEST(PeerWire, HostPortParsing) {
   EXPECT_EQ(host, "::1");
   for (const char* bad : {"", "host", ":80", "h:", "h:99999", "h:8x", "h:-1"})
     EXPECT_FALSE(ParseHostPort(bad, true, &host, &port).ok()) << bad;
+}
+
+// A peer that did not answer is skipped for a minute, then asked again; one that answers is
+// asked at once.
+TEST(UnreachablePeers, ADeadPeerIsSkippedForAMinuteThenAskedAgain) {
+  testing::FakeClockEnv env;
+  UnreachablePeers dead(&env, 60);
+  EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
+  dead.MarkDead("n1:7000", dead.Now());
+  EXPECT_TRUE(dead.Skip("n1:7000", dead.Now()));
+  EXPECT_FALSE(dead.Skip("n2:7000", dead.Now()));
+  env.AdvanceSeconds(59.9);
+  EXPECT_TRUE(dead.Skip("n1:7000", dead.Now()));
+  env.AdvanceSeconds(0.2);
+  EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
+  dead.MarkDead("n1:7000", dead.Now());
+  dead.MarkAlive("n1:7000");  // it answered a later probe
+  EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
 }
 
 }  // namespace

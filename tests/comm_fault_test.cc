@@ -21,7 +21,7 @@
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "test_util.h"
-#include "train/checkpointer.h"
+#include "train/checkpoint/sink.h"
 
 namespace ftrain::testing {
 namespace {
@@ -127,12 +127,12 @@ TEST(FakeNccl, SaveBeginsNoSnapshotAfterACommunicatorFailed) {
   TempDir tmp;
   FakeNcclComm control;  // the Gloo control group of the votes: healthy
   Status nccl_health;
-  train::CheckpointerOptions o;
+  train::CheckpointSinkOptions o;
   o.daemon = train::DaemonMode::kOff;
   o.run_dir = tmp.path();
   o.root = tmp / "checkpoints";
   o.comm_health = [&] { return nccl_health; };
-  train::Checkpointer ckpt(o, &control);
+  train::CheckpointSink ckpt(o, &control);
   ASSERT_TRUE(ckpt.Start(1 << 20).ok());
   RankState good(1, 0, 1);
   auto saved = ckpt.Save(FixtureMeta(1, 1), good.contents(), /*durable=*/false);

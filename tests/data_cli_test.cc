@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

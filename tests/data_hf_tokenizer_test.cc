@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "data/dataset.h"
-#include "data/hash.h"
-#include "data/pack.h"
-#include "data/tokenizer.h"
+#include "data/format/hash.h"
+#include "data/pack/pack.h"
+#include "data/read/dataset.h"
+#include "data/tokenize/tokenizer.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

@@ -3,10 +3,10 @@
 // bodies are retried and logged; corrupted bytes are caught by the chunk checksums.
 #include <gtest/gtest.h>
 
-#include "data/dataset.h"
-#include "data/reader.h"
-#include "data/synthetic.h"
-#include "data/verify.h"
+#include "data/format/synthetic.h"
+#include "data/read/dataset.h"
+#include "data/read/reader.h"
+#include "data/read/verify_dataset.h"
 #include "data_http_server.h"
 #include "data_test_util.h"
 #include "test_util.h"

@@ -6,10 +6,11 @@
 #include <cerrno>
 
 #include "core/env.h"
-#include "data/documents.h"
-#include "data/format.h"
-#include "data/pack.h"
-#include "data/utf8.h"
+#include "data/format/format.h"
+#include "data/pack/documents.h"
+#include "data/pack/pack.h"
+#include "data/pack/train_tokenizer.h"
+#include "data/pack/utf8.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "data/hash.h"
+#include "data/format/hash.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <set>
 
-#include "data/cursor.h"
-#include "data/format.h"
-#include "data/order.h"
-#include "data/reader.h"
-#include "data/synthetic.h"
-#include "data/verify.h"
+#include "data/format/format.h"
+#include "data/format/synthetic.h"
+#include "data/read/cursor.h"
+#include "data/read/order.h"
+#include "data/read/reader.h"
+#include "data/read/verify_dataset.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

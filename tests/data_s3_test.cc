@@ -14,13 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/input.h"
-#include "data/pack.h"
-#include "data/reader.h"
-#include "data/s3.h"
-#include "data/synthetic.h"
-#include "data/tokenizer.h"
+#include "data/format/synthetic.h"
+#include "data/pack/input_files.h"
+#include "data/pack/pack.h"
+#include "data/pack/train_tokenizer.h"
+#include "data/read/dataset.h"
+#include "data/read/reader.h"
+#include "data/source/s3.h"
+#include "data/tokenize/tokenizer.h"
 #include "data_test_util.h"
 #include "test_util.h"
 

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/hash.h"
-#include "data/synthetic.h"
+#include "data/format/hash.h"
+#include "data/format/synthetic.h"
 
 namespace ftrain::data::testing {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/reader.h"
+#include "data/read/reader.h"
 #include "test_util.h"
 
 namespace ftrain::data::testing {

@@ -23,7 +23,7 @@
 #include "ckpt/ckptd_client.h"
 #include "ckpt/ckptd_protocol.h"
 #include "test_util.h"
-#include "train/dma_memory.h"
+#include "train/device/dma_memory.h"
 
 namespace ftrain::testing {
 namespace {
@@ -238,7 +238,7 @@ TEST(DmaMemory, TeardownUnpinsEveryRangeStillRegistered) {
   Mapping x(4096), y(8192);
   mem->RegisterHost(x.p, x.n);
   mem->RegisterHost(y.p, y.n);
-  mem.reset();  // before the mappings go (the order Checkpointer and CkptdClient keep)
+  mem.reset();  // before the mappings go (the order CheckpointSink and CkptdClient keep)
   EXPECT_EQ(j.pins, 2);
   EXPECT_EQ(j.unpins, 2);
   EXPECT_TRUE(j.pinned.empty());

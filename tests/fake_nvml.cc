@@ -1,6 +1,6 @@
-// A stand-in libnvidia-ml for the metrics tests (dlopened by train/gpu_health.cc in place of
-// the driver's): one "NVIDIA H100 80GB HBM3" at 37 % utilisation with 12.5 GiB in use.
-// Same C ABI as nvml.h for the functions ftrain calls; nothing else.
+// A stand-in libnvidia-ml for the metrics tests (dlopened by train/telemetry/gpu_health.cc in place
+// of the driver's): one "NVIDIA H100 80GB HBM3" at 37 % utilisation with 12.5 GiB in use. Same C
+// ABI as nvml.h for the functions ftrain calls; nothing else.
 #include <cstring>
 
 namespace {

@@ -139,16 +139,15 @@ int main(int argc, char** argv) {
   std::vector<double> step_times, comm_waits, comm_bytes;
   for (int64_t s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t first = ((s * K + k) * w.world_size + w.rank) * B;
       auto loss =
           (*engine)->ForwardBackward(Batch(first, B, T1, mcfg->vocab_size), 1.0 / K, k == K - 1);
       if (!loss.ok()) return Fail(loss.status());
-      loss_sum += *loss;
     }
     auto stats = (*engine)->Step(adamw, lr, clip);
     if (!stats.ok()) return Fail(stats.status());
+    const double loss_sum = stats->loss_sum;
     step_times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     comm_waits.push_back(stats->comm_wait_s);

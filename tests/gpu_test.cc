@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "test_util.h"
-#include "train/device_memory.h"
+#include "train/device/device_memory.h"
 
 #ifdef FTRAIN_WITH_NCCL
 #include <ATen/cuda/Sleep.h>

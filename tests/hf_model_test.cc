@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "data/synthetic.h"
+#include "data/format/synthetic.h"
 #include "test_util.h"
 
 namespace ftrain::testing {

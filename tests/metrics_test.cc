@@ -4,7 +4,7 @@
 // replaced atomically under a concurrent reader; NVML absent (fields omitted) and a stand-in
 // NVML (fields present); MFU arithmetic, the peak table and step-time percentiles; the
 // metrics.jsonl line with and without the optional fields; the metrics.* config keys.
-#include "train/metrics.h"
+#include "train/telemetry/metrics.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,16 +19,18 @@
 #include "core/config.h"
 #include "core/prom_textfile.h"
 #include "test_util.h"
-#include "train/gpu_health.h"
-#include "train/metrics_sinks.h"
-#include "train/tensorboard.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
+#include "train/telemetry/gpu_health.h"
+#include "train/telemetry/metrics_sinks.h"
+#include "train/telemetry/tensorboard.h"
 
 namespace ftrain::train {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using records::FormatMetricsLine;
+using records::StepMetrics;
 using testing::RunCommand;
 
 std::string ReadAll(const std::string& path) {

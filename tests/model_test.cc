@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "model/linear_cross_entropy.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "model/weights_io.h"
@@ -852,6 +853,71 @@ TEST(CrossEntropy, MatchesDefinition) {
   EXPECT_EQ(CrossEntropyLoss(logits.to(torch::kBFloat16), targets).scalar_type(), torch::kFloat32);
   Status s = CaughtStatus([&] { CrossEntropyLoss(logits, targets.view({2})); });
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+}
+
+// The chunked head + loss against the plain path (logits, then CrossEntropyLoss, through
+// autograd): the loss and both gradients agree within float32 rounding over several chunks
+// (one of them short), the runs are bit-identical, a backward scale (1/K) scales both
+// gradients, and without gradients only the loss is computed.
+struct PlainAndChunked {
+  torch::Tensor loss_plain, loss_chunked, gh_plain, gh_chunked, gw_plain, gw_chunked;
+};
+PlainAndChunked HeadLossBothWays(torch::ScalarType dtype, int64_t chunk, double scale) {
+  torch::manual_seed(11);
+  const int64_t n = 300, hidden = 48, vocab = 517;
+  torch::Tensor h0 = torch::randn({n, hidden}).to(dtype),
+                w0 = (0.1 * torch::randn({vocab, hidden})).to(dtype);
+  torch::Tensor t = torch::randint(0, vocab, {n}, torch::kInt64);
+  PlainAndChunked r;
+  torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  r.loss_plain = CrossEntropyLoss(at::linear(h, w).to(torch::kFloat).unsqueeze(0), t.unsqueeze(0));
+  (r.loss_plain * scale).backward();
+  r.gh_plain = h.grad().to(torch::kFloat);
+  r.gw_plain = w.grad().to(torch::kFloat);
+  torch::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+  r.loss_chunked = LinearCrossEntropy(h2, w2, t, chunk);
+  (r.loss_chunked * scale).backward();
+  r.gh_chunked = h2.grad().to(torch::kFloat);
+  r.gw_chunked = w2.grad().to(torch::kFloat);
+  return r;
+}
+
+TEST(LinearCrossEntropy, EqualsThePlainPathWithinFloat32Rounding) {
+  for (int64_t chunk : {128, 64, 1000}) {  // 300 tokens: 3 chunks (the last short), 5, 1
+    const PlainAndChunked r = HeadLossBothWays(torch::kFloat32, chunk, 0.25);
+    EXPECT_LT(RelErr(r.loss_chunked, r.loss_plain), 1e-6) << chunk;
+    EXPECT_LT(RelErr(r.gh_chunked, r.gh_plain), 1e-5) << chunk;
+    EXPECT_LT(RelErr(r.gw_chunked, r.gw_plain), 1e-5) << chunk;
+    EXPECT_GT(r.gw_plain.abs().max().item<double>(), 1e-4) << "gradients must not be zero";
+  }
+  // bf16 compute: the products in bf16, the softmax and sums in float32, as the plain path.
+  const PlainAndChunked b = HeadLossBothWays(torch::kBFloat16, 128, 1.0);
+  EXPECT_LT(RelErr(b.loss_chunked, b.loss_plain), 1e-3);
+  EXPECT_LT(RelErr(b.gh_chunked, b.gh_plain), 2e-2);
+  EXPECT_LT(RelErr(b.gw_chunked, b.gw_plain), 2e-2);
+}
+
+TEST(LinearCrossEntropy, IsBitDeterministicAndLossOnlyWithoutGradients) {
+  const PlainAndChunked a = HeadLossBothWays(torch::kFloat32, 128, 1.0);
+  const PlainAndChunked b = HeadLossBothWays(torch::kFloat32, 128, 1.0);
+  EXPECT_TRUE(torch::equal(a.loss_chunked, b.loss_chunked));
+  EXPECT_TRUE(torch::equal(a.gh_chunked, b.gh_chunked));
+  EXPECT_TRUE(torch::equal(a.gw_chunked, b.gw_chunked));
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(11);
+  torch::Tensor h = torch::randn({300, 48}), w = 0.1 * torch::randn({517, 48});
+  torch::Tensor t = torch::randint(0, 517, {300}, torch::kInt64);
+  torch::Tensor loss = LinearCrossEntropy(h, w, t, 128);
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
+  EXPECT_FALSE(loss.requires_grad());
+  EXPECT_TRUE(torch::equal(loss, a.loss_chunked));
+}
+
+TEST(LinearCrossEntropy, ChunksFollowTheVocabulary) {
+  EXPECT_EQ(LossChunkTokens(32000), 2048);
+  EXPECT_EQ(LossChunkTokens(128256), 512);
+  EXPECT_EQ(LossChunkTokens(16384), 4096);
+  EXPECT_EQ(LossChunkTokens(1 << 30), 128);
 }
 
 }  // namespace

@@ -45,10 +45,13 @@ TEST(Optim, AdamWUpdateMatchesTorchOptimAdamW) {
     opt.step();
     ASSERT_LE(Excess(ours, ref.detach(), 1e-6), 1e-9) << "after step " << step;
   }
-  // The moments too (they are checkpointed).
+  // The moments too (they are checkpointed). PyTorch's fused kernel, which AdamWUpdate runs,
+  // updates exp_avg as a lerp (m + (1 - beta1)(g - m)) where torch::optim::AdamW multiplies
+  // and adds: the same value up to float32 rounding of (1 - beta1) g, about 1e-9 here, which
+  // shows where m is near zero (seen: 2.8e-9 after ten steps).
   auto& state =
       static_cast<torch::optim::AdamWParamState&>(*opt.state().at(ref.unsafeGetTensorImpl()));
-  EXPECT_LE(Excess(m, state.exp_avg(), 1e-6), 1e-12);
+  EXPECT_LE(Excess(m, state.exp_avg(), 1e-6), 1e-8);
   EXPECT_LE(Excess(v, state.exp_avg_sq(), 1e-6), 1e-15);
 }
 
@@ -126,7 +129,8 @@ TEST(Optim, OneProcessEngineStepMatchesPlainAutogradAndTorchAdamW) {
       ASSERT_TRUE(ours_loss.ok()) << ours_loss.status().message();
       torch::Tensor loss = model::CrossEntropyLoss(ref->forward(t.narrow(1, 0, mc.max_seq_len)),
                                                    t.narrow(1, 1, mc.max_seq_len));
-      EXPECT_NEAR(*ours_loss, loss.item<float>(), 1e-5) << "step " << step << " micro " << k;
+      EXPECT_NEAR(ours_loss->item<float>(), loss.item<float>(), 1e-5)
+          << "step " << step << " micro " << k;
       (loss / kAccum).backward();
     }
     const double ref_norm = torch::nn::utils::clip_grad_norm_(ref_params, clip);

@@ -15,7 +15,7 @@
 #include "ckpt_fixture.h"
 #include "cli/commands.h"
 #include "core/config.h"
-#include "data/synthetic.h"
+#include "data/format/synthetic.h"
 #include "model/llama_config.h"
 #include "plan/planner.h"
 #include "plan/sources.h"
@@ -226,8 +226,12 @@ TEST(PlanTest, TrafficFollowsTheRingFormulas) {
   const auto& hybrid = Find(*r, "hybrid_shard");
   EXPECT_DOUBLE_EQ(hybrid.inter_node_bytes_per_step, 2.0 * 7 / 8 * p2 / 8);
   EXPECT_DOUBLE_EQ(hybrid.intra_node_bytes_per_step, 1.5 * 2.0 * 7 / 8 * p2);
-  // Gathered: the largest unit (7e9 / 32 layers) in bf16, twice.
-  EXPECT_DOUBLE_EQ(hybrid.gathered_bytes, 2 * 2 * (7e9 / 32));
+  // Gathered in bf16: the root unit (an assumed untied 32000-token embedding and head, the
+  // final norm) for the whole micro-batch, plus the layer computed and the one prefetched.
+  const double root = 2.0 * 32000 * 4096 + 4096;
+  const double layer = std::floor((7e9 - root) / 32);
+  EXPECT_DOUBLE_EQ(hybrid.gathered_bytes, 2 * (root + 2 * layer));
+  EXPECT_TRUE(r->vocab_assumed);
   EXPECT_DOUBLE_EQ(Find(*r, "ddp").gathered_bytes, 0);
 }
 

@@ -1,10 +1,10 @@
-// Unit tests of rank 0's view of the per-rank step phases (train/step_phases.h, no LibTorch):
-// median/max/slowest rank over the ranks, the full vector only every N steps, a straggler
-// named once (with its host and the phase that makes it slow) only after it stayed above the
-// median for a whole window, none in a balanced run, and the metrics.jsonl members parse as
-// JSON (nlohmann) inside the step's line; most of a node's ranks slow make one node group.
-// Label: unit; well under a second.
-#include "train/step_phases.h"
+// Unit tests of rank 0's view of the per-rank step phases (train/telemetry/step_phases.h and
+// the record's records/phases.h, no LibTorch): median/max/slowest rank over the ranks, the full
+// vector only every N steps, a straggler named once (with its host and the phase that makes it
+// slow) only after it stayed above the median for a whole window, none in a balanced run, and the
+// metrics.jsonl members parse as JSON (nlohmann) inside the step's line; most of a node's ranks
+// slow make one node group. Label: unit; well under a second.
+#include "train/telemetry/step_phases.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,26 @@
 #include <string>
 #include <vector>
 
-#include "train/metrics.h"
+#include "records/metrics_record.h"
+#include "records/phases.h"
 
 namespace ftrain::train {
 namespace {
+
+using records::FormatMetricsLine;
+using records::GroupStragglers;
+using records::kBoundaryWait;
+using records::kCommWait;
+using records::kCompute;
+using records::kDataWait;
+using records::kOptimizer;
+using records::Phase;
+using records::PhaseSummary;
+using records::RankList;
+using records::RankPhases;
+using records::StepMetrics;
+using records::Straggler;
+using records::StragglerGroupTitle;
 
 // Four ranks on two hosts; `slow` gets `extra` seconds more of `phase` per step (-1: none).
 std::vector<RankPhases> Step(int slow, Phase phase, double extra, double jitter = 0) {

@@ -11,14 +11,19 @@
 #include <vector>
 
 #include "core/config.h"
+#include "records/json_lines.h"
+#include "records/metrics_record.h"
 #include "test_util.h"
-#include "train/lr_schedule.h"
-#include "train/metrics.h"
-#include "train/train_config.h"
+#include "train/config/lr_schedule.h"
+#include "train/config/train_config.h"
+#include "train/telemetry/metrics.h"
 
 namespace ftrain::train {
 namespace {
 
+using ::ftrain::records::AppendJsonLine;
+using ::ftrain::records::FormatMetricsLine;
+using ::ftrain::records::StepMetrics;
 using ::ftrain::testing::Contains;
 using ::ftrain::testing::TempDir;
 

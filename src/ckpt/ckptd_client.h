@@ -39,7 +39,7 @@ struct DeviceCopy {
 };
 
 // Device memory as the checkpoint library sees it: it has no device code, so a GPU trainer
-// hands it an implementation (train/device_memory.h). Host ranges it registers are where
+// hands it an implementation (train/device/device_memory.h). Host ranges it registers are where
 // snapshots land (the daemon's slots), so the device can copy into them directly.
 class DeviceMemory {
  public:

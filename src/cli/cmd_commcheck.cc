@@ -9,7 +9,7 @@
 #include "comm/commcheck.h"
 #include "comm/context.h"
 #include "core/log.h"
-#include "train/device.h"
+#include "train/device/device.h"
 
 namespace ftrain::cli {
 
@@ -90,7 +90,7 @@ int RunCommcheck(int argc, char** argv) {
   if (backend == "nccl") {
     // The GPU Slurm bound to this task: with --gpus-per-task=1 (or CUDA_VISIBLE_DEVICES set per
     // rank) the only visible device is 0 whatever the local rank; otherwise the local rank's,
-    // as the trainer chooses (train/device.cc).
+    // as the trainer chooses (train/device/device.cc).
     auto gpu = train::ChooseDevice(train::Device::kCuda, 0);
     if (!gpu.ok()) return Fail(program, gpu.status());
     dopts->cuda_device = gpu->cuda_index;

@@ -2,20 +2,20 @@
 //   inspect SRC  counts, tokens, tokenizer, a decoded sample row
 //   verify SRC   every checksum; exit 1 naming each bad shard
 //   batches SRC  the batches one rank would get (debugging, and the resume tests)
-// Runs inside the torch-free `ftrain-data` binary (see data_exec.cc for why).
+// Runs inside the torch-free `ftrain-data` binary (see sibling_exec.cc for why).
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
-#include "data/dataset.h"
-#include "data/format.h"
-#include "data/hash.h"
-#include "data/pack.h"
-#include "data/reader.h"
-#include "data/tokenizer.h"
-#include "data/verify.h"
+#include "data/format/format.h"
+#include "data/format/hash.h"
+#include "data/pack/pack.h"
+#include "data/read/dataset.h"
+#include "data/read/reader.h"
+#include "data/read/verify_dataset.h"
+#include "data/tokenize/tokenizer.h"
 
 namespace ftrain::cli {
 

@@ -10,8 +10,8 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/config.h"
-#include "train/eval.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
+#include "train/eval/eval.h"
 
 namespace ftrain::cli {
 

@@ -1,12 +1,12 @@
 // `ftrain pack`: flags only; the packer lives in data/pack. Runs inside the torch-free
-// `ftrain-data` binary (see data_exec.cc for why).
+// `ftrain-data` binary (see sibling_exec.cc for why).
 #include <iostream>
 
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
 #include "core/log.h"
-#include "data/pack.h"
-#include "data/pack_parts.h"
+#include "data/pack/pack.h"
+#include "data/pack/pack_parts.h"
 
 namespace ftrain::cli {
 

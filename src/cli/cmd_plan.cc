@@ -141,6 +141,12 @@ StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
     return Status::InvalidArgument("--attention '" + attention + "' must be fused or eager");
   }
   in.fused_attention = attention == "fused";
+  const std::string reduce = vm["reduce-dtype"].as<std::string>();
+  if (reduce != "bf16" && reduce != "bfloat16" && reduce != "fp32" && reduce != "float32") {
+    return Status::InvalidArgument("--reduce-dtype '" + reduce +
+                                   "' must be bf16 or fp32 (train.reduce_dtype)");
+  }
+  in.grad_bytes = reduce == "fp32" || reduce == "float32" ? 4 : 2;
   in.gpu_mem_given = vm.count("gpu-mem-gb") > 0;
 
   FT_RETURN_IF_ERROR(IntFlag(vm, "lora-rank", &in.lora_rank));
@@ -231,6 +237,8 @@ int RunPlan(int argc, char** argv) {
       ("seq-len", po::value<std::string>(), "tokens per sequence (default: model max, or 4096)")
       ("micro-batch", po::value<std::string>(), "sequences per GPU per pass (default 1)")
       ("act-ckpt", po::bool_switch(), "activation checkpointing (recompute layers)")
+      ("reduce-dtype", po::value<std::string>()->default_value("bf16"),
+       "gradient shards and their reduction: bf16 or fp32 (train.reduce_dtype)")
       ("attention", po::value<std::string>()->default_value("fused"),
        "fused (no s x s scores stored: what ftrain train runs, scaled_dot_product_attention) "
        "or eager")

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "train/metrics.h"
+#include "records/config_error.h"
 #include "train/trainer.h"
 
 namespace ftrain::cli {
@@ -59,7 +59,7 @@ int RunTrain(int argc, char** argv) {
     if (o.rfind("--run.dir=", 0) == 0) cli_run_dir = o.substr(10);
   }
   auto config_error = [&](const Status& s) {
-    Status w = train::RecordConfigError(cli_run_dir, s.message());
+    Status w = records::RecordConfigError(cli_run_dir, s.message());
     (void)w;  // best effort: the message is on stderr either way
     return Fail(program, s);
   };
@@ -93,7 +93,7 @@ int RunTrain(int argc, char** argv) {
     }
     const int code = ExitCodeFor(s);
     if (code == kExitUsage) {
-      Status w = train::RecordConfigError(tc->run_dir, s.message());
+      Status w = records::RecordConfigError(tc->run_dir, s.message());
       if (!w.ok()) FT_LOG(Warning) << "cannot record the error: " << w.message();
     }
     return code;

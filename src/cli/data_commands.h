@@ -1,5 +1,5 @@
 // The data subcommands as they run inside `ftrain-data` (the torch-free helper binary that
-// `ftrain pack` and `ftrain data` exec; see data_exec.cc). Same flags, same exit codes.
+// `ftrain pack` and `ftrain data` exec; see sibling_exec.cc). Same flags, same exit codes.
 #pragma once
 
 namespace ftrain::cli {

@@ -1,5 +1,5 @@
 // `ftrain-data`: the torch-free binary behind `ftrain pack` and `ftrain data` (see
-// data_exec.cc). Usable directly: `ftrain-data pack ...`, `ftrain-data data verify DIR`.
+// sibling_exec.cc). Usable directly: `ftrain-data pack ...`, `ftrain-data data verify DIR`.
 #include <iostream>
 #include <string>
 

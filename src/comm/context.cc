@@ -197,6 +197,7 @@ struct DistContext::Impl {
   std::unique_ptr<Comm> world_comm;
   std::unique_ptr<Comm> intra;
   std::unique_ptr<Comm> inter;
+  std::unique_ptr<Comm> world_reduce, intra_reduce;  // nccl only: the reduce-scatters' streams
   std::unique_ptr<Comm> control;  // Gloo world group for CPU control tensors (nccl only)
   std::string rdzv;
   std::string collective_settings;  // nccl: version and the pinned reduction-order settings
@@ -286,7 +287,7 @@ StatusOr<std::vector<RankRecord>> AgreeAndNumberNodes(c10d::Store& store, WorldI
 
 // The communicators of this rank.
 struct Groups {
-  std::unique_ptr<Comm> world, control, intra, inter;
+  std::unique_ptr<Comm> world, control, intra, inter, world_reduce, intra_reduce;
 };
 using GroupFactory =
     std::function<StatusOr<std::unique_ptr<Comm>>(const std::string& name, int rank, int size)>;
@@ -318,6 +319,11 @@ Status BuildNodeGroups(const WorldInfo& w, const std::vector<RankRecord>& layout
                         SplitNcclComm(*g->world, w.node_rank, index_of(intra), intra_name));
     FT_ASSIGN_OR_RETURN(g->inter,
                         SplitNcclComm(*g->world, w.local_rank, index_of(inter), inter_name));
+    // The reduce-scatters' own communicators (DistContext::world_reduce): every rank splits
+    // twice more, in this order.
+    FT_ASSIGN_OR_RETURN(g->world_reduce, SplitNcclComm(*g->world, 0, w.rank, "world-reduce"));
+    FT_ASSIGN_OR_RETURN(g->intra_reduce, SplitNcclComm(*g->world, w.node_rank, index_of(intra),
+                                                       intra_name + "-reduce"));
     return Status::Ok();
   }
 #else
@@ -400,6 +406,8 @@ StatusOr<std::unique_ptr<DistContext>> DistContext::Init(const DistOptions& opti
   im.control = std::move(g.control);
   im.intra = std::move(g.intra);
   im.inter = std::move(g.inter);
+  im.world_reduce = std::move(g.world_reduce);
+  im.intra_reduce = std::move(g.intra_reduce);
   FT_LOG(Info) << "dist: " << DescribeWorld(im.world) << " via " << im.rdzv;
   return ctx;
 }
@@ -409,9 +417,15 @@ Comm& DistContext::world_comm() { return *impl_->world_comm; }
 Comm& DistContext::control() { return impl_->control ? *impl_->control : *impl_->world_comm; }
 Comm& DistContext::intra_node() { return *impl_->intra; }
 Comm& DistContext::inter_node() { return *impl_->inter; }
+Comm& DistContext::world_reduce() {
+  return impl_->world_reduce ? *impl_->world_reduce : *impl_->world_comm;
+}
+Comm& DistContext::intra_node_reduce() {
+  return impl_->intra_reduce ? *impl_->intra_reduce : *impl_->intra;
+}
 Status DistContext::Health() {
-  for (Comm* c :
-       {impl_->world_comm.get(), impl_->intra.get(), impl_->inter.get(), impl_->control.get()}) {
+  for (Comm* c : {impl_->world_comm.get(), impl_->intra.get(), impl_->inter.get(),
+                  impl_->world_reduce.get(), impl_->intra_reduce.get(), impl_->control.get()}) {
     if (c == nullptr) continue;
     Status s = c->Health();
     if (!s.ok()) return s.Annotate("group " + c->name());

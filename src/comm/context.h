@@ -42,6 +42,12 @@ class DistContext {
   Comm& intra_node();
   // Ranks with the same local rank on every node, ordered by node.
   Comm& inter_node();
+  // With nccl: a second communicator over the same ranks as world_comm() / intra_node(), for
+  // the gradient reduce-scatters, so that they run on a stream of their own next to the
+  // parameter all-gathers (one NCCL communicator serialises its collectives on one stream).
+  // With gloo: world_comm() / intra_node() themselves.
+  Comm& world_reduce();
+  Comm& intra_node_reduce();
   // The first failed group of this process (Comm::Health of the world, node and control
   // groups): every NCCL group's asynchronous error, checked before a snapshot begins.
   Status Health();

@@ -20,6 +20,8 @@ Status CreateDirs(Env* env, const std::string& dir) {
   return env->CreateDir(dir);
 }
 
+double NowSeconds(Env* env) { return static_cast<double>(env->NowMicros()) / 1e6; }
+
 std::string Dirname(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";

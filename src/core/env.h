@@ -1,7 +1,9 @@
-// Env: the small file-system interface that every crash-sensitive write goes through
-// (leveldb style), so tests can fail the Nth operation (ENOSPC, EIO) or kill the process at
-// it. PosixEnv is the real one; FaultInjectionEnv wraps any Env. Bulk data that HDF5 writes
-// itself does not pass here; the sync/rename/marker steps around it do.
+// Env: the small interface to the operating system that every crash-sensitive write and every
+// timing rule goes through (leveldb style): the file system, so tests can fail the Nth
+// operation (ENOSPC, EIO) or kill the process at it, and a monotonic clock with sleep, so tests
+// of "due after N seconds" rules move a fake clock instead of waiting. PosixEnv is the real
+// one; EnvWrapper forwards to another (FaultInjectionEnv, tests' fake clocks). Bulk data that
+// HDF5 writes itself does not pass here; the sync/rename/marker steps around it do.
 #pragma once
 
 #include <atomic>
@@ -47,8 +49,59 @@ class Env {
   virtual StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual StatusOr<uint64_t> FileSize(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
-  virtual bool IsDirectory(const std::string& path) = 0;  // follows links
-  virtual bool IsSymlink(const std::string& path) = 0;    // lstat: the entry itself
+  virtual bool IsDirectory(const std::string& path) = 0;    // follows links
+  virtual bool IsRegularFile(const std::string& path) = 0;  // follows links
+  virtual bool IsSymlink(const std::string& path) = 0;      // lstat: the entry itself
+
+  // Time. A monotonic clock (steady_clock; its epoch is arbitrary, so only differences mean
+  // anything) in microseconds, and a sleep on the same clock. Wall-clock timestamps for
+  // records (unix time) are not this: they are data, not a rule.
+  virtual uint64_t NowMicros() = 0;
+  virtual void SleepForMicroseconds(int64_t micros) = 0;
+};
+
+// Seconds on env's monotonic clock (NowMicros / 1e6), for rules written in seconds.
+double NowSeconds(Env* env);
+
+// Forwards every call to another Env; a subclass overrides what it changes (leveldb's
+// EnvWrapper).
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+  Env* target() const { return target_; }
+
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return target_->NewWritableFile(path);
+  }
+  Status CreateExclusive(const std::string& path, const std::string& contents) override {
+    return target_->CreateExclusive(path, contents);
+  }
+  Status ReadFile(const std::string& path, std::string* contents) override {
+    return target_->ReadFile(path, contents);
+  }
+  Status SyncFile(const std::string& path) override { return target_->SyncFile(path); }
+  Status SyncDir(const std::string& path) override { return target_->SyncDir(path); }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return target_->Rename(from, to);
+  }
+  Status RemoveFile(const std::string& path) override { return target_->RemoveFile(path); }
+  Status RemoveDirRecursive(const std::string& path) override {
+    return target_->RemoveDirRecursive(path);
+  }
+  Status CreateDir(const std::string& path) override { return target_->CreateDir(path); }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return target_->ListDir(path);
+  }
+  StatusOr<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
+  bool FileExists(const std::string& path) override { return target_->FileExists(path); }
+  bool IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
+  bool IsRegularFile(const std::string& path) override { return target_->IsRegularFile(path); }
+  bool IsSymlink(const std::string& path) override { return target_->IsSymlink(path); }
+  uint64_t NowMicros() override { return target_->NowMicros(); }
+  void SleepForMicroseconds(int64_t micros) override { target_->SleepForMicroseconds(micros); }
+
+ private:
+  Env* target_;
 };
 
 // Writes `contents` to `path` so that after return either the old or the new contents are
@@ -66,9 +119,9 @@ std::string JoinPath(const std::string& a, const std::string& b);
 // remove, mkdir): counting from 1, operation number `fail_at` fails with `error` (an errno
 // value such as ENOSPC or EIO), or with `crash_at` the process SIGKILLs itself right before
 // that operation. Reads are never counted.
-class FaultInjectionEnv : public Env {
+class FaultInjectionEnv : public EnvWrapper {
  public:
-  explicit FaultInjectionEnv(Env* base) : base_(base) {}
+  explicit FaultInjectionEnv(Env* base) : EnvWrapper(base), base_(base) {}
 
   void FailAt(int64_t op, int error) {
     fail_at_ = op;
@@ -92,22 +145,13 @@ class FaultInjectionEnv : public Env {
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   Status CreateExclusive(const std::string& path, const std::string& contents) override;
-  Status ReadFile(const std::string& path, std::string* contents) override {
-    return base_->ReadFile(path, contents);
-  }
   Status SyncFile(const std::string& path) override;
   Status SyncDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status RemoveFile(const std::string& path) override;
   Status RemoveDirRecursive(const std::string& path) override;
   Status CreateDir(const std::string& path) override;
-  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
-    return base_->ListDir(path);
-  }
-  StatusOr<uint64_t> FileSize(const std::string& path) override { return base_->FileSize(path); }
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  bool IsSymlink(const std::string& path) override { return base_->IsSymlink(path); }
+  // Reads, queries and time are not counted: EnvWrapper forwards them.
 
   // Counts one op; returns the injected failure, if any. Used by the wrapped file too.
   Status Tick(const std::string& what);

@@ -2,7 +2,7 @@
 // ckpt/filename.h knows checkpoint names. Every C++ reader and writer asks it; the shell scripts
 // ask `ftrain paths RUN_DIR` (src/cli/cmd_paths.cc) instead of keeping their own copies.
 //
-//   RUN/metrics.jsonl         one line per step (rank 0; src/train/metrics.h)
+//   RUN/metrics.jsonl         one line per step (rank 0; src/train/telemetry/metrics.h)
 //   RUN/restarts.jsonl        starts, restarts, stops: written by one writer, the holder of the
 //                             run lease (records/restarts.h), merged from the spools below
 //   RUN/.records/             restarts-<node>.jsonl: one spool per writer host (the trainer's

@@ -5,18 +5,25 @@
 
 namespace ftrain::fsdp {
 
+void AdamWStep(const AdamWConfig& cfg, int64_t step, double lr, std::vector<torch::Tensor>& params,
+               std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avgs,
+               std::vector<torch::Tensor>& exp_avg_sqs) {
+  torch::NoGradGuard no_grad;
+  if (params.empty()) return;
+  // The kernel reads the step count from a tensor on the shards' device (PyTorch's
+  // state['step']); filling it is a device kernel, not a host synchronisation.
+  const torch::Tensor step_t = torch::full({}, static_cast<double>(step), params[0].options());
+  const std::vector<torch::Tensor> steps(params.size(), step_t);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
+                    cfg.beta1, cfg.beta2, cfg.weight_decay, cfg.eps, /*amsgrad=*/false,
+                    /*maximize=*/false);
+}
+
 void AdamWUpdate(const AdamWConfig& cfg, int64_t step, double lr, torch::Tensor& param,
                  const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq) {
-  torch::NoGradGuard no_grad;
   if (param.numel() == 0) return;
-  param.mul_(1.0 - lr * cfg.weight_decay);
-  exp_avg.mul_(cfg.beta1).add_(grad, 1.0 - cfg.beta1);
-  exp_avg_sq.mul_(cfg.beta2).addcmul_(grad, grad, 1.0 - cfg.beta2);
-  const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
-  const double step_size = lr / bc1;
-  auto denom = (exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(cfg.eps);
-  param.addcdiv_(exp_avg, denom, -step_size);
+  std::vector<torch::Tensor> p{param}, g{grad}, m{exp_avg}, v{exp_avg_sq};
+  AdamWStep(cfg, step, lr, p, g, m, v);
 }
 
 double ClipCoefficient(double total_norm, double max_norm) {

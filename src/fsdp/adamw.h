@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace ftrain::fsdp {
 
 struct AdamWConfig {
@@ -13,6 +15,13 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
 };
+
+// One AdamW step over lists of shards (same lengths, fp32, one device): PyTorch's fused
+// kernel (at::_fused_adamw_: one pass over each shard on a GPU, vectorised on the CPU).
+// `step` is the optimizer step count after this update (1 for the first).
+void AdamWStep(const AdamWConfig& cfg, int64_t step, double lr, std::vector<torch::Tensor>& params,
+               std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avgs,
+               std::vector<torch::Tensor>& exp_avg_sqs);
 
 // One AdamW step for one shard. `step` is the optimizer step count after this update (1 for
 // the first). All tensors fp32, same length; param/exp_avg/exp_avg_sq are updated in place.

@@ -4,14 +4,20 @@
 //   for each layer i: wait gather i; gather i+1; forward i (saving its input); free i
 //   head + loss; backward of head
 //   for each layer i from last: re-gather i (and prefetch i-1); recompute + backward i;
-//       accumulate grads; free i; (last micro-batch) reduce-scatter i's grads
-//   backward of embed; accumulate root grads; free root; reduce-scatter root grads
+//       flatten i's gradients into one buffer and reduce-scatter it into i's gradient shard
+//       (added to the micro-batches before); free i; at most two reductions in flight
+//   backward of embed; reduce-scatter root's gradients; wait for the reductions
+// On the last micro-batch of a step each unit's gradient shard, once complete, is all-reduced
+// across the replicas (hybrid_shard, no_shard) right away, overlapping the rest of the
+// backward. So no rank ever holds more than the unit being computed at full size: gradients
+// live as shards between micro-batches (FSDP2's schedule).
 #include "fsdp/engine.h"
 
 #include <chrono>
 #include <cmath>
 
 #include "core/log.h"
+#include "fsdp/stream_waits.h"
 #include "fsdp/trace_range.h"
 
 namespace ftrain::fsdp {
@@ -22,7 +28,21 @@ using Clock = std::chrono::steady_clock;
 
 size_t ElemSize(torch::ScalarType t) { return torch::elementSize(t); }
 
+// A CPU buffer every element of which is written before it is read.
+torch::Tensor EmptyToOverwrite(at::IntArrayRef shape, torch::ScalarType dtype) {
+  NoUninitializedFill no_fill;
+  return torch::empty(shape, dtype);
+}
+
 }  // namespace
+
+NoUninitializedFill::NoUninitializedFill()
+    : fill_(at::globalContext().deterministicFillUninitializedMemory()) {
+  at::globalContext().setDeterministicFillUninitializedMemory(false);
+}
+NoUninitializedFill::~NoUninitializedFill() {
+  at::globalContext().setDeterministicFillUninitializedMemory(fill_);
+}
 
 StatusOr<Sharding> ParseSharding(const std::string& name) {
   if (name == "full_shard") return Sharding::kFullShard;
@@ -34,20 +54,22 @@ StatusOr<Sharding> ParseSharding(const std::string& name) {
                                  "hybrid_shard");
 }
 
-FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node,
-                     comm::Comm& inter_node) {
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node,
+                     comm::Comm* world_reduce, comm::Comm* intra_reduce) {
   FsdpGroups g;
   g.world_size = world.size();
   switch (s) {
     case Sharding::kFullShard:
     case Sharding::kShardGradOp:
       g.shard = &world;
+      g.shard_reduce = world_reduce;
       break;
     case Sharding::kNoShard:
       g.replicate = &world;
       break;
     case Sharding::kHybridShard:
       g.shard = &intra_node;
+      g.shard_reduce = intra_reduce;
       g.replicate = &inter_node;
       break;
   }
@@ -69,24 +91,35 @@ struct FsdpEngine::Unit {
   comm::ShardSpan span;
   torch::Tensor master, exp_avg, exp_avg_sq;  // fp32 [span.length]
   torch::Tensor param_shard;                  // param dtype [span.length]; aliases master in fp32
-  torch::Tensor grad_shard;                   // reduce dtype [span.length], reduced and averaged
-  torch::Tensor full;                         // gathered params, param dtype [numel]
-  torch::Tensor full_grad;                    // local gradient sum over micro-batches [numel]
-  torch::Tensor reduced;                      // reduce-scatter output in flight
+  // Reduce dtype [span.length]: this rank's shard of the gradient summed over the step's
+  // micro-batches (and, after Step's reductions, over the replicas, divided by the world).
+  torch::Tensor grad_shard;
+  bool grad_fresh = true;  // grad_shard not yet written this step
+  torch::Tensor full;      // gathered params, param dtype [numel]
   std::unique_ptr<comm::Work> gather_work;
-  std::unique_ptr<comm::Work> reduce_work;
   bool attached = false;
   // Saved between forward and backward of a micro-batch.
   torch::Tensor saved_input;   // act. checkpointing: the block input (no graph)
   torch::Tensor saved_output;  // no act. checkpointing: output with its graph
 };
 
+// A gradient reduction in flight: the unit's flattened gradient (kept alive until the
+// collective is done with it) reduce-scattered into `out` (the unit's shard itself on its
+// first micro-batch of the step, else a buffer added to it once done).
+struct FsdpEngine::Reduction {
+  Unit* unit = nullptr;
+  torch::Tensor flat;
+  torch::Tensor out;
+  std::unique_ptr<comm::Work> work;
+};
+
 FsdpEngine::~FsdpEngine() {
   // Drain collectives in flight so their worker never touches freed tensors.
   for (auto& u : units_) {
     if (u->gather_work) (void)u->gather_work->Wait();  // errors were or will be reported
-    if (u->reduce_work) (void)u->reduce_work->Wait();
   }
+  for (auto& r : reductions_) (void)r.work->Wait();
+  for (auto& w : all_reduces_) (void)w->Wait();
 }
 
 StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model,
@@ -102,6 +135,8 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
   e->model_ = model;
   e->config_ = config;
   e->groups_ = groups;
+  e->waits_ = CommWaits(MakeStreamEvents(config.device));
+  e->gather_limit_ = GatherLimit(MakeStreamEvents(config.device), kReleasesPending);
   const int shard_size = groups.shard ? groups.shard->size() : 1;
   const int shard_rank = groups.shard ? groups.shard->rank() : 0;
   torch::NoGradGuard no_grad;
@@ -146,7 +181,7 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
     // identical on every rank); the full unit lives only for this iteration.
     if (!flat_buffer.defined() || flat_buffer.numel() < u->numel) {
       flat_buffer = torch::Tensor();  // freed before the larger one is allocated
-      flat_buffer = torch::empty({u->numel}, torch::kFloat32);
+      flat_buffer = EmptyToOverwrite({u->numel}, torch::kFloat32);
     }
     torch::Tensor flat = flat_buffer.narrow(0, 0, u->numel);
     for (auto& p : u->params) {
@@ -193,6 +228,7 @@ Status FsdpEngine::Gather(Unit& u) {
     u.full = u.param_shard;  // the whole unit; views of it stay valid across steps
     return Status::Ok();
   }
+  gather_limit_.BeforeGather();  // a GPU host too far ahead waits for a freed unit's last use
   u.full = torch::empty({u.numel}, Opts(config_.param_dtype));
   u.gather_work = groups_.shard->AllGather(u.full, u.param_shard);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.param_dtype);
@@ -202,9 +238,7 @@ Status FsdpEngine::Gather(Unit& u) {
 Status FsdpEngine::WaitGather(Unit& u) {
   if (!u.gather_work) return Status::Ok();
   TraceRange range("fsdp/wait all-gather " + u.name);
-  auto t0 = Clock::now();
-  Status s = u.gather_work->Wait();
-  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  Status s = waits_.Wait([&] { return u.gather_work->Wait(); });
   u.gather_work.reset();
   return s.Annotate("all-gather of " + u.name);
 }
@@ -226,32 +260,77 @@ Status FsdpEngine::ReadyUnit(Unit& u, Unit* next) {
 void FsdpEngine::Release(Unit& u) {
   if (KeepsFullParams()) return;
   for (auto& p : u.params) p.param.set_data(torch::empty({0}, Opts(config_.param_dtype)));
+  if (u.full.defined() && !u.full.is_same(u.param_shard)) gather_limit_.Released();
   u.full = torch::Tensor();
   u.attached = false;
 }
 
-void FsdpEngine::AccumulateGrads(Unit& u, bool first_micro_batch) {
+void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
   torch::NoGradGuard no_grad;
-  if (first_micro_batch || !u.full_grad.defined()) {
-    u.full_grad = torch::zeros({u.numel}, Opts(config_.reduce_dtype));
+  const int s = groups_.shard ? groups_.shard->size() : 1;
+  const bool fresh = u.grad_fresh;
+  u.grad_fresh = false;
+  if (s == 1) {
+    // The shard is the whole unit: add the gradients in place (no collective, no copy).
+    for (auto& p : u.params) {
+      torch::Tensor g = p.param.grad();
+      torch::Tensor dst = u.grad_shard.narrow(0, p.offset, p.numel);
+      if (!g.defined()) {
+        if (fresh) dst.zero_();
+      } else if (fresh) {
+        dst.copy_(g.reshape(-1));
+      } else {
+        dst.add_(g.reshape(-1).to(config_.reduce_dtype));
+      }
+      p.param.mutable_grad() = torch::Tensor();
+    }
+    if (last_micro_batch) StartAllReduce(u);
+    return;
   }
+  // One flat buffer in the reduce dtype, filled parameter by parameter (the dtype conversion
+  // happens in the copy), reduce-scattered into the shard or into a buffer added to it.
+  Reduction r;
+  r.unit = &u;
+  r.flat = torch::empty({u.numel}, Opts(config_.reduce_dtype));
   for (auto& p : u.params) {
     torch::Tensor g = p.param.grad();
-    if (!g.defined()) continue;
-    u.full_grad.narrow(0, p.offset, p.numel).add_(g.reshape(-1).to(config_.reduce_dtype));
+    torch::Tensor dst = r.flat.narrow(0, p.offset, p.numel);
+    if (g.defined()) {
+      dst.copy_(g.reshape(-1));
+    } else {
+      dst.zero_();
+    }
     p.param.mutable_grad() = torch::Tensor();
   }
+  r.out = fresh ? u.grad_shard : torch::empty({u.span.length}, Opts(config_.reduce_dtype));
+  comm::Comm* reduce = groups_.shard_reduce != nullptr ? groups_.shard_reduce : groups_.shard;
+  r.work = reduce->ReduceScatter(r.out, r.flat, comm::ReduceOp::kSum);
+  comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
+  reductions_.push_back(std::move(r));
 }
 
-void FsdpEngine::StartReduce(Unit& u) {
-  const int s = groups_.shard ? groups_.shard->size() : 1;
-  if (s > 1) {
-    u.reduced = torch::empty({u.span.length}, Opts(config_.reduce_dtype));
-    u.reduce_work = groups_.shard->ReduceScatter(u.reduced, u.full_grad, comm::ReduceOp::kSum);
-    comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
-  } else {
-    u.reduced = u.full_grad;
+Status FsdpEngine::FinishReductions(size_t keep, bool last_micro_batch) {
+  while (reductions_.size() > keep) {
+    Reduction r = std::move(reductions_.front());
+    reductions_.pop_front();
+    {
+      TraceRange range("fsdp/wait reduce-scatter " + r.unit->name);
+      FT_RETURN_IF_ERROR(waits_.Wait([&] { return r.work->Wait(); })
+                             .Annotate("reduce-scatter of " + r.unit->name));
+    }
+    torch::NoGradGuard no_grad;
+    if (!r.out.is_same(r.unit->grad_shard)) r.unit->grad_shard.add_(r.out);
+    if (last_micro_batch) StartAllReduce(*r.unit);
   }
+  return Status::Ok();
+}
+
+void FsdpEngine::StartAllReduce(Unit& u) {
+  if (!groups_.replicate || groups_.replicate->size() <= 1) return;
+  all_reduces_.push_back(groups_.replicate->AllReduce(u.grad_shard, comm::ReduceOp::kSum));
+  const int r = groups_.replicate->size();
+  comm_bytes_ +=
+      static_cast<uint64_t>(2 * u.span.length * (r - 1) / r) * ElemSize(config_.reduce_dtype);
 }
 
 StatusOr<FsdpEngine::ForwardStart> FsdpEngine::BeginForward(const torch::Tensor& tokens) {
@@ -263,12 +342,11 @@ StatusOr<FsdpEngine::ForwardStart> FsdpEngine::BeginForward(const torch::Tensor&
   return start;
 }
 
-StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
-                                            bool last_micro_batch) {
+StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
+                                                    bool last_micro_batch) {
   if (tokens.dim() != 2 || tokens.size(1) < 2) {
     return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
   }
-  const bool first = micro_batches_ == 0;
   ++micro_batches_;
   FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
@@ -293,11 +371,11 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     if (ReshardAfterForward()) Release(u);
   }
   torch::Tensor z = h.detach().requires_grad_(true);
-  torch::Tensor logits = model_->Head(z);
-  torch::Tensor loss = model::CrossEntropyLoss(logits, start.targets);
-  const float loss_value = loss.item<float>();
+  torch::Tensor loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
   (loss * loss_scale).backward();
-  logits = torch::Tensor();
+  loss = loss.detach();  // read by the caller, or with the step's one host synchronisation
+  // Summed in float64, as the host summed the float32 values before.
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
   torch::Tensor grad = z.grad();
   if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(L)]));
   for (int i = L - 1; i >= 0; --i) {
@@ -316,19 +394,16 @@ StatusOr<float> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double 
     grad = x.grad();
     u.saved_input = torch::Tensor();
     u.saved_output = torch::Tensor();
-    AccumulateGrads(u, first);
+    // This unit's reduction overlaps the backward of the blocks below; at most two in flight.
+    ReduceUnitGrads(u, last_micro_batch);
     Release(u);
-    // Start this unit's reduction now; it overlaps the backward of the blocks below.
-    if (last_micro_batch) StartReduce(u);
+    FT_RETURN_IF_ERROR(FinishReductions(kReductionsInFlight, last_micro_batch));
   }
   h0.backward(grad);
-  AccumulateGrads(root, first);
+  ReduceUnitGrads(root, last_micro_batch);
   Release(root);
-  if (last_micro_batch) {
-    StartReduce(root);
-    FT_RETURN_IF_ERROR(ReduceGrads());
-  }
-  return loss_value;
+  FT_RETURN_IF_ERROR(FinishReductions(0, last_micro_batch));
+  return loss;
 }
 
 StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
@@ -336,8 +411,8 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
     return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
   }
   torch::NoGradGuard no_grad;
-  // The counters belong to the training step's StepStats: restored below.
-  const double wait_before = comm_wait_s_;
+  // The counters belong to the training step's StepStats: not counted here.
+  waits_.set_counting(false);
   const uint64_t bytes_before = comm_bytes_;
   FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
@@ -350,94 +425,94 @@ StatusOr<float> FsdpEngine::Forward(const torch::Tensor& tokens) {
     h = model_->Layer(i, h);
     Release(u);
   }
-  const float loss = model::CrossEntropyLoss(model_->Head(h), start.targets).item<float>();
+  const float loss = model_->HeadLoss(h, start.targets).item<float>();
   Release(root);
-  comm_wait_s_ = wait_before;
+  waits_.set_counting(true);
   comm_bytes_ = bytes_before;
   return loss;
 }
 
-Status FsdpEngine::ReduceGrads() {
-  // Order: layers from the last (the order their reduce-scatters were issued), then root.
-  std::vector<Unit*> order;
-  for (size_t i = units_.size() - 1; i >= 1; --i) order.push_back(units_[i].get());
-  order.push_back(units_[0].get());
-  std::vector<std::unique_ptr<comm::Work>> all_reduces;
-  for (Unit* u : order) {
-    if (u->reduce_work) {
-      TraceRange range("fsdp/wait reduce-scatter " + u->name);
-      auto t0 = Clock::now();
-      Status s = u->reduce_work->Wait();
-      comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-      u->reduce_work.reset();
-      FT_RETURN_IF_ERROR(s.Annotate("reduce-scatter of " + u->name));
-    }
-    if (groups_.replicate && groups_.replicate->size() > 1) {
-      all_reduces.push_back(groups_.replicate->AllReduce(u->reduced, comm::ReduceOp::kSum));
-      const int r = groups_.replicate->size();
-      comm_bytes_ +=
-          static_cast<uint64_t>(2 * u->span.length * (r - 1) / r) * ElemSize(config_.reduce_dtype);
-    }
-  }
+Status FsdpEngine::WaitAllReduces() {
   TraceRange range("fsdp/wait gradient all-reduce");
-  auto t0 = Clock::now();
-  for (auto& w : all_reduces) FT_RETURN_IF_ERROR(w->Wait().Annotate("gradient all-reduce"));
-  comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-  torch::NoGradGuard no_grad;
-  const double world = static_cast<double>(groups_.world_size);
-  for (Unit* u : order) {
-    u->grad_shard.copy_(u->reduced).div_(world);
-    u->reduced = torch::Tensor();
-    u->full_grad = torch::Tensor();
+  Status st;
+  for (auto& w : all_reduces_) {
+    Status one = waits_.Wait([&] { return w->Wait(); });
+    if (st.ok() && !one.ok()) st = one.Annotate("gradient all-reduce");
   }
-  return Status::Ok();
+  all_reduces_.clear();
+  return st;
 }
 
 StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double max_norm) {
   torch::NoGradGuard no_grad;
   if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
   TraceRange range("fsdp/optimizer");
-  // Global gradient norm: squares summed per shard in float64, then across the shard group
-  // (replicas hold identical shards, so the shard group covers every parameter once).
-  // Summed on the device in unit order (the same float64 additions as on the host), read
-  // back once per step: no per-unit host synchronisation.
-  torch::Tensor acc = torch::zeros({1}, Opts(torch::kFloat64));
-  for (const auto& u : units_) {
-    if (u->span.length > 0) acc.add_(u->grad_shard.to(torch::kFloat64).pow(2).sum());
+  waits_.set_forward_backward(false);
+  FT_RETURN_IF_ERROR(WaitAllReduces());
+  // The gradient of the mean loss over the data-parallel world, as fp32 shards (the shards
+  // themselves when the reduce dtype is fp32), in unit order.
+  std::vector<torch::Tensor> grads, masters, avgs, avg_sqs, params;
+  for (auto& u : units_) {
+    if (u->span.length == 0) continue;
+    grads.push_back(u->grad_shard.scalar_type() == torch::kFloat32
+                        ? u->grad_shard
+                        : u->grad_shard.to(torch::kFloat32));
+    masters.push_back(u->master);
+    avgs.push_back(u->exp_avg);
+    avg_sqs.push_back(u->exp_avg_sq);
+    if (!u->param_shard.is_same(u->master)) params.push_back(u->param_shard);
   }
-  if (groups_.shard && groups_.shard->size() > 1) {
-    TraceRange wait("fsdp/wait grad-norm all-reduce");
-    auto t0 = Clock::now();
-    FT_RETURN_IF_ERROR(groups_.shard->AllReduce(acc, comm::ReduceOp::kSum)->Wait());
-    comm_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  const double sumsq = acc.item<double>();
+  if (!grads.empty()) at::_foreach_div_(grads, static_cast<double>(groups_.world_size));
+  FT_ASSIGN_OR_RETURN(const double sumsq, GlobalSquaredNorm(grads));
+  StepStats stats;
+  stats.loss_sum = last_loss_sum_;
+  stats.micro_batches = micro_batches_;
   // The host has now waited for every collective of this step. One that was aborted
   // meanwhile (an NCCL Wait() does not block the host) left partially reduced gradients:
   // they must not reach the optimizer state, which the next checkpoint would then save.
   FT_RETURN_IF_ERROR(CommHealth().Annotate("optimizer step " + std::to_string(optimizer_step_ + 1) +
                                            " not applied"));
-  StepStats stats;
   stats.grad_norm = std::sqrt(sumsq);
   const double coef = ClipCoefficient(stats.grad_norm, max_norm);
   ++optimizer_step_;
-  for (auto& u : units_) {
-    torch::Tensor g = u->grad_shard.to(torch::kFloat32);
-    if (coef < 1.0) g.mul_(coef);
-    AdamWUpdate(adamw, optimizer_step_, lr, u->master, g, u->exp_avg, u->exp_avg_sq);
-    if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
-    u->grad_shard.zero_();
-  }
+  if (coef < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coef);
+  AdamWStep(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
+  if (!params.empty()) at::_foreach_copy_(params, masters);
+  for (auto& u : units_) u->grad_fresh = true;
   micro_batches_ = 0;
-  stats.comm_wait_s = comm_wait_s_;
+  const CommWaits::Seconds waited = waits_.Take();  // complete: the host synchronised above
+  stats.comm_wait_s = waited.total;
+  stats.comm_wait_fb_s = waited.forward_backward;
   stats.comm_bytes = comm_bytes_;
-  comm_wait_s_ = 0;
   comm_bytes_ = 0;
+  waits_.set_forward_backward(true);
   return stats;
 }
 
+// The squared global gradient norm: fp32 norms per shard (one fused kernel on a GPU), their
+// squares summed in float64 in unit order, then across the shard group (replicas hold
+// identical shards, so the shard group covers every parameter once). Read back together with
+// the step's summed loss: the step's one host synchronisation.
+StatusOr<double> FsdpEngine::GlobalSquaredNorm(const std::vector<torch::Tensor>& grads) {
+  torch::Tensor acc = torch::zeros({1}, Opts(torch::kFloat64));
+  if (!grads.empty()) {
+    acc.add_(torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum());
+  }
+  if (groups_.shard && groups_.shard->size() > 1) {
+    TraceRange wait("fsdp/wait grad-norm all-reduce");
+    std::unique_ptr<comm::Work> w = groups_.shard->AllReduce(acc, comm::ReduceOp::kSum);
+    FT_RETURN_IF_ERROR(waits_.Wait([&] { return w->Wait(); }));
+  }
+  torch::Tensor loss =
+      loss_sum_.defined() ? loss_sum_.reshape({1}) : torch::zeros({1}, Opts(torch::kFloat64));
+  const torch::Tensor host = torch::cat({acc, loss}).to(torch::kCPU);
+  loss_sum_ = torch::Tensor();
+  last_loss_sum_ = host[1].item<double>();
+  return host[0].item<double>();
+}
+
 Status FsdpEngine::CommHealth() const {
-  for (comm::Comm* c : {groups_.shard, groups_.replicate}) {
+  for (comm::Comm* c : {groups_.shard, groups_.shard_reduce, groups_.replicate}) {
     if (c == nullptr) continue;
     Status s = c->Health();
     if (!s.ok()) return s.Annotate("group " + c->name());
@@ -480,9 +555,10 @@ Status FsdpEngine::LoadState(const std::function<Status(const std::string&, cons
       }
     }
     if (!u->param_shard.is_same(u->master)) u->param_shard.copy_(u->master);
-    u->grad_shard.zero_();
+    u->grad_fresh = true;
   }
   micro_batches_ = 0;
+  loss_sum_ = torch::Tensor();
   return Status::Ok();
 }
 

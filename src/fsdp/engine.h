@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,9 +28,25 @@
 #include "comm/collectives.h"
 #include "core/status.h"
 #include "fsdp/adamw.h"
+#include "fsdp/stream_waits.h"
 #include "model/llama.h"
 
 namespace ftrain::fsdp {
+
+// While alive, torch::empty does not fill what it allocates even in deterministic mode (a GPU
+// run): for buffers every element of which is written before it is read, and for tensors
+// that are allocated only for their shapes and never touched (their pages never become
+// resident). Process-wide: hold it only around such allocations on the training thread.
+class NoUninitializedFill {
+ public:
+  NoUninitializedFill();
+  ~NoUninitializedFill();
+  NoUninitializedFill(const NoUninitializedFill&) = delete;
+  NoUninitializedFill& operator=(const NoUninitializedFill&) = delete;
+
+ private:
+  bool fill_;
+};
 
 enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 StatusOr<Sharding> ParseSharding(const std::string& name);
@@ -59,17 +76,28 @@ struct FsdpConfig {
 // `replicate` may be null (no replication). The engine does not own them.
 struct FsdpGroups {
   comm::Comm* shard = nullptr;
+  // The same ranks as `shard` on a communicator of their own for the gradient
+  // reduce-scatters (its own stream on a GPU); null: `shard`.
+  comm::Comm* shard_reduce = nullptr;
   comm::Comm* replicate = nullptr;
   int world_size = 1;  // shard size x replicate size: the data-parallel degree
 };
 
 // The groups a sharding strategy uses, from the job's world group and its node groups
-// (intra-node: this node's ranks; inter-node: the same local rank on every node).
-FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node);
+// (intra-node: this node's ranks; inter-node: the same local rank on every node), and the
+// reduce-scatter communicators over world and intra-node (null: the groups themselves).
+FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm::Comm& inter_node,
+                     comm::Comm* world_reduce = nullptr, comm::Comm* intra_reduce = nullptr);
 
 struct StepStats {
-  double grad_norm = 0;     // before clipping
-  double comm_wait_s = 0;   // time the compute thread waited on collectives this step
+  double grad_norm = 0;   // before clipping
+  double loss_sum = 0;    // this rank's micro-batch losses (unscaled means), summed
+  int micro_batches = 0;  // how many
+  // Exposed communication this step: how long the compute stream stood still waiting for
+  // collectives (CUDA events on a GPU; the host's waits on the CPU), and its part during the
+  // micro-batches (the rest: the optimizer's all-reduces).
+  double comm_wait_s = 0;
+  double comm_wait_fb_s = 0;
   uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
 };
 
@@ -90,11 +118,15 @@ class FsdpEngine {
   ~FsdpEngine();
 
   // Forward and backward of one micro-batch: tokens [B, T+1] int64 (inputs are [:, :-1],
-  // targets [:, 1:]). The loss is multiplied by loss_scale (1/K for K accumulation steps)
-  // before backward. On the last micro-batch of a step the gradients are reduced.
-  // Returns the unscaled mean loss of this micro-batch.
-  StatusOr<float> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
-                                  bool last_micro_batch);
+  // targets [:, 1:]; on a GPU already on the device, their range checked by the caller on the
+  // host). The loss is multiplied by loss_scale (1/K for K accumulation steps) before
+  // backward. Each unit's gradient is reduce-scattered into its shard as its backward ends;
+  // on the last micro-batch of a step the complete shards are all-reduced across replicas.
+  // Returns the unscaled mean loss of this micro-batch as a detached float32 scalar on the
+  // engine's device: reading it synchronises the host with the device, so the trainer does
+  // not (Step() returns the sum with its one synchronisation).
+  StatusOr<torch::Tensor> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
+                                          bool last_micro_batch);
 
   // Loss of one micro-batch without gradients (held-out evaluation): tokens [B, T+1] as for
   // ForwardBackward, the same gathers and the same compute dtype and device, each unit
@@ -103,12 +135,12 @@ class FsdpEngine {
   // counters of the next StepStats. Returns the mean token loss (float32).
   StatusOr<float> Forward(const torch::Tensor& tokens);
 
-  // Clips by the global gradient norm (max_norm <= 0: no clipping), applies AdamW with
-  // learning rate `lr`, refreshes the compute-dtype parameter shards, zeroes gradients.
+  // Waits for the step's gradient reductions, clips by the global gradient norm (max_norm <=
+  // 0: no clipping), applies AdamW (fused) with learning rate `lr`, refreshes the
+  // compute-dtype parameter shards and starts the next step's gradients afresh. The host
+  // synchronises with the device once: for the norm and the step's summed loss together.
   StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
 
-  // The collective wait of the current step so far (Step() returns and resets the total).
-  double comm_wait_so_far() const { return comm_wait_s_; }
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
 
@@ -140,6 +172,8 @@ class FsdpEngine {
 
  private:
   struct Unit;
+  // Unit gathers the host may run ahead of the compute stream by (stream_waits.h).
+  static constexpr size_t kReleasesPending = 2;
   FsdpEngine() = default;
   Status Gather(Unit& u);
   Status WaitGather(Unit& u);
@@ -148,11 +182,16 @@ class FsdpEngine {
   // `next` (nullptr: none) so that it overlaps u's compute.
   Status ReadyUnit(Unit& u, Unit* next);
   void Release(Unit& u);
-  void AccumulateGrads(Unit& u, bool first_micro_batch);
-  // After the last micro-batch's backward of u: start reduce-scattering its gradient sum
-  // (one shard rank: the sum is already this rank's whole gradient).
-  void StartReduce(Unit& u);
-  Status ReduceGrads();
+  // After u's backward: its parameters' gradients into its shard (one shard rank: added in
+  // place; else flattened and reduce-scattered, queued in reductions_). The last
+  // micro-batch's complete shard is then all-reduced across the replicas.
+  void ReduceUnitGrads(Unit& u, bool last_micro_batch);
+  // Waits for the oldest reductions until at most `keep` are in flight, adding each result
+  // into its unit's shard (and, on the last micro-batch, starting its all-reduce).
+  Status FinishReductions(size_t keep, bool last_micro_batch);
+  void StartAllReduce(Unit& u);
+  Status WaitAllReduces();
+  StatusOr<double> GlobalSquaredNorm(const std::vector<torch::Tensor>& grads);
   // The start of both forwards (training and eval): a [B, T+1] batch split into inputs
   // [:, :-1] and targets [:, 1:], the root unit gathered and attached (with prefetch, layer
   // 0's gather started), the inputs embedded under the caller's grad mode.
@@ -170,12 +209,21 @@ class FsdpEngine {
   }
 
   model::LlamaModel model_{nullptr};
+  CommWaits waits_;  // on the engine's device's stream (set by Create)
+  GatherLimit gather_limit_{nullptr, kReleasesPending};
   FsdpConfig config_;
   FsdpGroups groups_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1..L] layers
+  // Reduce-scatters in flight: FSDP2's bound, so that at most this many flattened unit
+  // gradients are alive next to the one being computed.
+  static constexpr size_t kReductionsInFlight = 1;
+  struct Reduction;
+  std::deque<Reduction> reductions_;
+  std::vector<std::unique_ptr<comm::Work>> all_reduces_;  // the step's, across replicas
+  torch::Tensor loss_sum_;    // the step's micro-batch losses so far, on the device
+  double last_loss_sum_ = 0;  // read back by GlobalSquaredNorm
   int64_t optimizer_step_ = 0;
   int micro_batches_ = 0;  // since the last Step
-  double comm_wait_s_ = 0;
   uint64_t comm_bytes_ = 0;
 };
 

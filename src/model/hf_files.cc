@@ -2,11 +2,9 @@
 // made config.json for a run without a base, the dtype patch at export.
 #include "model/hf_files.h"
 
-#include <sys/stat.h>
-
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "core/env.h"
 
 namespace ftrain::model {
 namespace {
@@ -15,28 +13,22 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxCarriedBytes = 64u << 20;  // a Llama 3 tokenizer.json is ~9 MB
 
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
+bool IsDir(const std::string& p) { return Env::Default()->IsDirectory(p); }
+bool IsFile(const std::string& p) { return Env::Default()->IsRegularFile(p); }
 
 StatusOr<std::string> ReadCarried(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::InvalidArgument("cannot stat '" + path + "'");
-  if (static_cast<uint64_t>(st.st_size) > kMaxCarriedBytes) {
-    return Status::InvalidArgument("'" + path + "' is " + std::to_string(st.st_size) +
+  Env* env = Env::Default();
+  StatusOr<uint64_t> size = env->FileSize(path);
+  if (!size.ok()) return Status::InvalidArgument("cannot stat '" + path + "'");
+  if (*size > kMaxCarriedBytes) {
+    return Status::InvalidArgument("'" + path + "' is " + std::to_string(*size) +
                                    " bytes, more than the 64 MiB carried with checkpoints");
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) return Status::InvalidArgument("cannot read '" + path + "'");
-  return ss.str();
+  std::string bytes;
+  if (!env->ReadFile(path, &bytes).ok()) {
+    return Status::InvalidArgument("cannot read '" + path + "'");
+  }
+  return bytes;
 }
 
 bool IsTokenizerFile(const std::string& name) {

@@ -10,6 +10,7 @@
 #include <ATen/SDPBackend.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -17,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/linear_cross_entropy.h"
 #include "model/weights_io.h"
 
 namespace ftrain::model {
@@ -187,7 +189,7 @@ torch::Tensor LlamaModelImpl::Embed(const torch::Tensor& tokens) {
         "Embed: sequence length " + std::to_string(tokens.size(1)) +
         " exceeds model.max_seq_len = " + std::to_string(cfg_.max_seq_len)));
   }
-  if (tokens.numel() > 0) {
+  if (tokens.numel() > 0 && tokens.is_cpu()) {  // on a GPU: CheckTokenIds on the host first
     auto [lo, hi] = at::aminmax(tokens);
     const int64_t min = lo.item<int64_t>(), max = hi.item<int64_t>();
     if (min < 0 || max >= cfg_.vocab_size) {
@@ -311,10 +313,38 @@ torch::Tensor LlamaModelImpl::Head(const torch::Tensor& h) {
   return at::linear(RmsNorm(h, norm_, cfg_.rms_norm_eps), lm_head_).to(at::kFloat);
 }
 
+torch::Tensor LlamaModelImpl::HeadLoss(const torch::Tensor& h, const torch::Tensor& targets) {
+  CheckHidden(h, cfg_.hidden_size, "HeadLoss");
+  CheckParam(norm_, "model.norm.weight", {cfg_.hidden_size}, h);
+  CheckParam(lm_head_,
+             cfg_.tie_embeddings ? "model.embed_tokens.weight (tied lm_head)" : "lm_head.weight",
+             {cfg_.vocab_size, cfg_.hidden_size}, h);
+  if (targets.dim() != 2 || targets.scalar_type() != at::kLong || targets.size(0) != h.size(0) ||
+      targets.size(1) != h.size(1)) {
+    Fail(Status::InvalidArgument(
+        "HeadLoss: need int64 targets [B, T] for hidden states " + ShapeText(h.sizes()) + ", got " +
+        c10::toString(targets.scalar_type()) + " " + ShapeText(targets.sizes())));
+  }
+  const torch::Tensor x = RmsNorm(h, norm_, cfg_.rms_norm_eps);
+  return LinearCrossEntropy(x.reshape({-1, cfg_.hidden_size}), lm_head_,
+                            targets.reshape({-1}).to(x.device()));
+}
+
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor h = Embed(tokens);
   for (int i = 0; i < cfg_.num_layers; ++i) h = Layer(i, h);
   return Head(h);
+}
+
+Status CheckTokenIds(const int32_t* tokens, size_t n, int64_t vocab) {
+  if (n == 0) return Status::Ok();
+  const auto [lo, hi] = std::minmax_element(tokens, tokens + n);
+  if (*lo < 0 || *hi >= vocab) {
+    return Status::InvalidArgument(
+        "token ids must lie in [0, " + std::to_string(vocab) + "), got min " + std::to_string(*lo) +
+        " max " + std::to_string(*hi) + "; check the tokenizer against model.vocab_size");
+  }
+  return Status::Ok();
 }
 
 torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

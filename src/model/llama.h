@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "model/llama_config.h"
 
 namespace ftrain::model {
@@ -32,13 +33,19 @@ class LlamaModelImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return cfg_; }
 
   // tokens [B, T] int64 with 0 <= token < vocab_size and T <= max_seq_len
-  // -> hidden [B, T, H] in the embedding weight's dtype.
+  // -> hidden [B, T, H] in the embedding weight's dtype. The range is checked here for CPU
+  // tokens; on a GPU that check would synchronise the host, so callers there check the ids on
+  // the host first (CheckTokenIds).
   torch::Tensor Embed(const torch::Tensor& tokens);
   // Decoder block i: h + Attn(RMSNorm(h)), then h + MLP(RMSNorm(h)). h [B, T, H]; the
   // block's parameters must have h's dtype and device. Returns [B, T, H] in h's dtype.
   torch::Tensor Layer(int i, const torch::Tensor& h);
   // Final RMSNorm + lm_head (the embedding matrix when tied) -> logits [B, T, V] float32.
   torch::Tensor Head(const torch::Tensor& h);
+  // The mean token cross-entropy of Head(h) against targets [B, T] int64 in [0, V), without
+  // the [B, T, V] float32 logits: LinearCrossEntropy over chunks of the tokens (its gradients
+  // computed chunk by chunk in the forward). A float32 scalar.
+  torch::Tensor HeadLoss(const torch::Tensor& h, const torch::Tensor& targets);
   // Head(Layer(L-1, ... Layer(0, Embed(tokens)))).
   torch::Tensor forward(const torch::Tensor& tokens);
 
@@ -91,6 +98,9 @@ class LlamaModelImpl : public torch::nn::Module {
   RopeCache rope_;  // guarded by rope_mu_
 };
 TORCH_MODULE(LlamaModel);
+
+// InvalidArgument naming the range unless every id of tokens[0, n) lies in [0, vocab).
+Status CheckTokenIds(const int32_t* tokens, size_t n, int64_t vocab);
 
 // Mean token cross-entropy in float32. logits [B, T, V] (any float dtype; computed in float32),
 // targets [B, T] int64 in [0, V). Returns a float32 scalar.

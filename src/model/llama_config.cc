@@ -250,4 +250,14 @@ int64_t LlamaConfig::LargestUnitParameters() const {
   return std::max({LayerParameters(), EmbeddingParameters(), HeadParameters()});
 }
 
+int64_t LlamaConfig::RootUnitParameters() const {
+  return EmbeddingParameters() + hidden_size + HeadParameters();
+}
+
+int64_t LossChunkTokens(int64_t vocab) {
+  const int64_t budget = int64_t{256} << 20;  // bytes of float32 logits per chunk
+  const int64_t tokens = budget / (4 * std::max<int64_t>(vocab, 1));
+  return std::max<int64_t>(128, tokens / 128 * 128);
+}
+
 }  // namespace ftrain

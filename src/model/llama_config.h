@@ -84,6 +84,14 @@ struct LlamaConfig {
   int64_t NumParameters() const;
   // The largest unit an FSDP wrapper gathers at once: max(one layer, embedding, lm_head).
   int64_t LargestUnitParameters() const;
+  // ftrain's root sharding unit: embeddings, final norm and (untied) lm_head.
+  int64_t RootUnitParameters() const;
 };
+
+// Tokens per chunk of the head + loss (model::LinearCrossEntropy) for a vocabulary of `vocab`:
+// about 256 MiB of float32 logits, a multiple of 128 tokens, at least 128 (4096 tokens for a
+// 16K vocabulary, 2048 for 32K, 512 for 128K). A function of the vocabulary alone, so the
+// same config gives the same chunks, hence bits; `ftrain plan` counts the same chunk.
+int64_t LossChunkTokens(int64_t vocab);
 
 }  // namespace ftrain

@@ -26,14 +26,6 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxIndexBytes = 64u << 20;  // HF indexes are a few hundred KB
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -82,6 +74,14 @@ StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes)
 }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
 
 std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, kv = c.num_kv_heads * c.HeadDim(),
@@ -217,14 +217,14 @@ Status SafetensorsCheckpoint::Check(const std::vector<TensorSpec>& expected) con
       if (spec.name == "lm_head.weight") {
         hint = "; if the checkpoint ties lm_head to the embedding, set model.tie_embeddings = true";
       }
-      return Status::NotFound("tensor '" + spec.name + "' (shape " + ShapeText(spec.shape) +
+      return Status::NotFound("tensor '" + spec.name + "' (shape " + ShapeString(spec.shape) +
                               ") is missing from '" + path_ + "'" + hint);
     }
     const SafetensorsEntry& e = it->second.entry;
     if (e.shape != spec.shape) {
       return Status::InvalidArgument("tensor '" + spec.name + "' in '" + it->second.file +
-                                     "' has shape " + ShapeText(e.shape) + " but the model needs " +
-                                     ShapeText(spec.shape) +
+                                     "' has shape " + ShapeString(e.shape) +
+                                     " but the model needs " + ShapeString(spec.shape) +
                                      "; check the model.* sizes in the config");
     }
     if (SourceType(e.dtype) == at::ScalarType::Undefined) {
@@ -254,8 +254,8 @@ Status SafetensorsCheckpoint::Read(const std::string& name, const at::Tensor& ds
   const Located& loc = it->second;
   if (dst.sizes().vec() != loc.entry.shape) {
     return Status::InvalidArgument("tensor '" + name + "' in '" + loc.file + "' has shape " +
-                                   ShapeText(loc.entry.shape) + ", destination has " +
-                                   ShapeText(dst.sizes().vec()));
+                                   ShapeString(loc.entry.shape) + ", destination has " +
+                                   ShapeString(dst.sizes().vec()));
   }
   const at::ScalarType src_type = SourceType(loc.entry.dtype);
   if (src_type == at::ScalarType::Undefined) {
@@ -342,20 +342,34 @@ std::vector<std::string> SafetensorsCheckpoint::Names() const {
 
 // --- model-level load/save -------------------------------------------------------------------
 
+namespace {
+
+// Every spec is a parameter of the model with the spec's shape (not a shard of it); `fix`
+// ends the message when one is not.
+template <typename Params>  // LlamaModel's named_parameters()
+Status CheckParamsMatchSpecs(const Params& params, const std::vector<TensorSpec>& specs,
+                             const std::string& fix) {
+  for (const TensorSpec& spec : specs) {
+    const at::Tensor* p = params.find(spec.name);
+    if (p == nullptr) return Status::Internal("model has no parameter " + spec.name);
+    if (p->sizes().vec() != spec.shape) {
+      return Status::FailedPrecondition("parameter " + spec.name + " has shape " +
+                                        ShapeString(p->sizes().vec()) + ", expected " +
+                                        ShapeString(spec.shape) + "; " + fix);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status LoadSafetensors(LlamaModel& model, const std::string& path) {
   FT_ASSIGN_OR_RETURN(auto ck, SafetensorsCheckpoint::Open(path));
   const std::vector<TensorSpec> specs = LlamaParamSpecs(model->config());
   FT_RETURN_IF_ERROR(ck->Check(specs));
   auto params = model->named_parameters();
-  for (const TensorSpec& spec : specs) {
-    const at::Tensor* p = params.find(spec.name);
-    if (p == nullptr) return Status::Internal("model has no parameter " + spec.name);
-    if (p->sizes().vec() != spec.shape) {
-      return Status::FailedPrecondition(
-          "parameter " + spec.name + " has shape " + ShapeText(p->sizes().vec()) + ", expected " +
-          ShapeText(spec.shape) + "; load weights before an engine shards the model");
-    }
-  }
+  FT_RETURN_IF_ERROR(
+      CheckParamsMatchSpecs(params, specs, "load weights before an engine shards the model"));
   for (const TensorSpec& spec : specs) {
     FT_RETURN_IF_ERROR(ck->Read(spec.name, *params.find(spec.name)));
   }
@@ -373,15 +387,10 @@ Status SaveSafetensors(const LlamaModel& model, const std::string& path, Weights
   const std::string st_dtype = dtype == WeightsDType::kBF16 ? "BF16" : "F32";
   const std::vector<TensorSpec> specs = LlamaParamSpecs(model->config());
   auto params = model->named_parameters();
+  FT_RETURN_IF_ERROR(
+      CheckParamsMatchSpecs(params, specs, "save from a model whose parameters are materialized"));
   std::vector<SafetensorsEntry> entries;
   for (const TensorSpec& spec : specs) {
-    const at::Tensor* p = params.find(spec.name);
-    if (p == nullptr) return Status::Internal("model has no parameter " + spec.name);
-    if (p->sizes().vec() != spec.shape) {
-      return Status::FailedPrecondition(
-          "parameter " + spec.name + " has shape " + ShapeText(p->sizes().vec()) + ", expected " +
-          ShapeText(spec.shape) + "; save from a model whose parameters are materialized");
-    }
     SafetensorsEntry e;
     e.name = spec.name;
     e.dtype = st_dtype;

@@ -38,6 +38,9 @@ struct TensorSpec {
 // (untied only). LlamaModel registers exactly these.
 std::vector<TensorSpec> LlamaParamSpecs(const LlamaConfig& cfg);
 
+// "[4096, 11008]": a shape as every error message about one prints it.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 // A validated safetensors checkpoint: every header read and checked (see safetensors.h), and
 // for an index every file name checked (a plain name in the index's directory) and every
 // tensor found in the file the index names. Old HF exports' "*.rotary_emb.inv_freq" buffers

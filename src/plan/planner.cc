@@ -65,7 +65,11 @@ constexpr double kWeightBytes = 2;   // bf16 weights
 constexpr double kGradBytes = 2;     // bf16 gradients
 constexpr double kMasterBytes = 4;   // fp32 master copy
 constexpr double kMomentBytes = 8;   // fp32 Adam m and v
-constexpr double kGatherCopies = 2;  // the unit being computed + the prefetched next one
+constexpr double kGatherCopies = 2;  // the layer being computed + the prefetched next one
+// Flattened unit gradients being reduce-scattered besides the one just filled (the engine's
+// kReductionsInFlight).
+constexpr double kReductionsInFlight = 1;
+constexpr int64_t kAssumedVocab = 32000;  // Llama 2's, when no --model gives one
 
 // Standard Llama shapes used when neither flags nor a model config give layers/hidden.
 struct StandardShape {
@@ -175,18 +179,29 @@ StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
     case kNumStrategies:
       break;
   }
+  const double gb = r.input.grad_bytes;
   s.weights_bytes = kWeightBytes * p / w;
-  s.grads_bytes = kGradBytes * p / gr;
+  s.grads_bytes = gb * p / gr;
   s.master_bytes = kMasterBytes * p / opt;
   s.moments_bytes = kMomentBytes * p / opt;
-  // Sharded weights must be gathered unit by unit; nothing to gather when not split.
-  if (w > 1) {
-    s.gathered_bytes =
-        kGatherCopies * kWeightBytes * static_cast<double>(r.largest_unit_parameters);
-  }
+  const double root = static_cast<double>(r.root_unit_parameters);
+  const double layer = static_cast<double>(r.layer_unit_parameters);
+  const double head = static_cast<double>(r.head_parameters);
+  // Sharded weights are gathered unit by unit: the root for the whole micro-batch, the layer
+  // being computed and the prefetched one; nothing to gather when not split.
+  if (w > 1) s.gathered_bytes = kWeightBytes * (root + kGatherCopies * layer);
+  // Gradients on their way to the shards: lm_head's from the loss on, one layer's in bf16 and
+  // flattened (plus the one before still being reduce-scattered), then the root's at the end.
+  // Unsharded gradients are added into the shard in place: no flattened copies.
+  const double flats = gr > 1 ? 1 + kReductionsInFlight : 0;
+  s.grad_buffer_bytes = std::max(kWeightBytes * head + (kWeightBytes + flats * gb) * layer,
+                                 (kWeightBytes + (gr > 1 ? gb : 0)) * root +
+                                     (flats > 0 ? kReductionsInFlight * gb * layer : 0));
+  s.loss_bytes = r.loss_bytes;
   s.activation_bytes = r.activation_bytes;
   s.state_bytes = s.weights_bytes + s.grads_bytes + s.master_bytes + s.moments_bytes;
-  s.total_bytes = s.state_bytes + s.gathered_bytes + s.activation_bytes;
+  s.total_bytes =
+      s.state_bytes + s.gathered_bytes + s.grad_buffer_bytes + s.loss_bytes + s.activation_bytes;
   s.headroom_bytes = r.usable_bytes - s.total_bytes;
   s.fits = s.headroom_bytes >= 0;
 
@@ -305,22 +320,23 @@ std::vector<std::string> Suggest(const PlanResult& r) {
         "stored");
   }
   // The smallest footprint data parallelism can reach: full_shard on many GPUs still holds
-  // the gathered units and the activations; the rest (16P/N) shrinks with N.
-  const double gathered =
-      kGatherCopies * kWeightBytes * static_cast<double>(r.largest_unit_parameters);
-  const double state = 16.0 * static_cast<double>(r.parameters);
+  // the gathered units, the gradients on their way to the shards, the head + loss and the
+  // activations; the state (16P/N) shrinks with N.
+  const StrategyPlan& fs = r.strategies[kFullShard];
+  const double fixed = fs.gathered_bytes + fs.grad_buffer_bytes + fs.loss_bytes;
+  const double state = (14.0 + r.input.grad_bytes) * static_cast<double>(r.parameters);
   double activations = r.activation_bytes;
   std::string with_ckpt;
-  if (gathered + activations >= r.usable_bytes && !r.input.act_ckpt) {
+  if (fixed + activations >= r.usable_bytes && !r.input.act_ckpt) {
     PlanInput in = r.input;
     in.act_ckpt = true;
     auto p = Compute(in, false);
     if (p.ok()) activations = p->activation_bytes;
     with_ckpt = "with --act-ckpt, ";
   }
-  if (gathered + activations < r.usable_bytes) {
+  if (fixed + activations < r.usable_bytes) {
     // (When the current GPUs would do once --act-ckpt is on, the first suggestion says so.)
-    const double needed = state / (r.usable_bytes - gathered - activations);
+    const double needed = state / (r.usable_bytes - fixed - activations);
     const double gpus = std::max(2.0, std::ceil(needed));
     const double per_node = static_cast<double>(r.input.gpus_per_node);
     if (gpus > r.num_gpus) {
@@ -329,11 +345,13 @@ std::vector<std::string> Suggest(const PlanResult& r) {
                     Num(per_node, 0) + " per node)");
     }
   } else {
-    out.push_back("sharding alone cannot help: one unit's gathered parameters (" + Gb(gathered) +
-                  " GB) plus the activations (" + Gb(activations) + " GB) exceed " +
-                  Gb(r.usable_bytes) +
-                  " GB; shorten --seq-len, or split layers across GPUs with tensor or pipeline "
-                  "parallelism (not in ftrain)");
+    out.push_back(
+        "sharding alone cannot help: the gathered units, the gradients on their way "
+        "to the shards and the head + loss (" +
+        Gb(fixed) + " GB) plus the activations (" + Gb(activations) + " GB) exceed " +
+        Gb(r.usable_bytes) +
+        " GB; shorten --seq-len, or split layers across GPUs with tensor or pipeline "
+        "parallelism (not in ftrain)");
   }
   std::string adapters;
   for (const auto& a : r.adapters) {
@@ -363,6 +381,11 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
     r.intermediate = model->intermediate_size;
     r.kv_dim = model->num_kv_heads * model->HeadDim();
     r.largest_unit_parameters = model->LargestUnitParameters();
+    r.vocab = model->vocab_size;
+    r.root_unit_parameters = model->RootUnitParameters();
+    r.head_parameters =
+        model->tie_embeddings ? model->EmbeddingParameters() : model->HeadParameters();
+    r.layer_unit_parameters = model->LayerParameters();
   } else {
     r.parameters = std::llround(*input.parameters);
     r.parameters_source = "--params";
@@ -380,6 +403,13 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
     // Every parameter assigned to some layer: a slight over-estimate of the largest unit.
     r.largest_unit_parameters = std::max<int64_t>(1, r.parameters / r.layers);
     r.largest_unit_estimated = true;
+    // The units as a Llama of this shape has them: an untied 32000-token embedding and head.
+    r.vocab = kAssumedVocab;
+    r.vocab_assumed = true;
+    r.head_parameters = r.vocab * r.hidden;
+    r.root_unit_parameters = std::min(r.parameters, 2 * r.head_parameters + r.hidden);
+    r.layer_unit_parameters =
+        std::max<int64_t>(1, (r.parameters - r.root_unit_parameters) / r.layers);
   }
   if (!r.input.seq_len) {
     r.input.seq_len = model ? model->max_seq_len : static_cast<int64_t>(kDefaultSeqLen);
@@ -394,6 +424,14 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   r.activation_bytes_per_layer = s * b * h * (34.0 + attention_scores);
   r.activation_bytes = input.act_ckpt ? plan_internal::CheckpointedActivationBytes(r)
                                       : l * r.activation_bytes_per_layer;
+  // The head + loss: a chunk's float32 logits (softmax in place) and bf16 d logits, lm_head's
+  // float32 gradient, then scaled and cast to bf16, and the normed hidden states [N, H] and
+  // their gradient in bf16.
+  const double n_tokens = s * b;
+  const double v = static_cast<double>(r.vocab);
+  const double chunk = std::min(n_tokens, static_cast<double>(LossChunkTokens(r.vocab)));
+  r.loss_bytes =
+      chunk * v * (4 + kWeightBytes) + v * h * (4 + kWeightBytes) + 2 * kWeightBytes * n_tokens * h;
 
   r.num_gpus = static_cast<double>(input.nodes) * static_cast<double>(input.gpus_per_node);
   if (!input.gpu_mem_given && !input.gpu.empty()) {
@@ -473,13 +511,15 @@ std::string FormatPlanText(const PlanResult& r) {
     << ", activation checkpointing " << (in.act_ckpt ? "on" : "off") << ", "
     << (in.fused_attention ? "fused" : "eager") << " attention: " << Gb(r.activation_bytes)
     << " GB per GPU\n";
-  o << "state: mixed-precision AdamW, 16 bytes/parameter = bf16 weights 2 + bf16 grads 2 + fp32 "
-       "master 4 + Adam m,v 8\n\n";
+  o << "state: mixed-precision AdamW, " << Num(14 + in.grad_bytes, 0)
+    << " bytes/parameter = bf16 weights 2 + " << (in.grad_bytes == 4 ? "fp32" : "bf16") << " grads "
+    << Num(in.grad_bytes, 0) << " + fp32 master 4 + Adam m,v 8\n\n";
 
   o << "memory per GPU in GB (1 GB = 1e9 bytes); traffic in GB sent per GPU per step\n";
   const size_t kName = 15, kCol = 8;
-  const char* headers[] = {"weights", "grads", "master", "adam",     "gather",    "activ",
-                           "state",   "total", "fits",   "headroom", "internode", "intranode"};
+  const char* headers[] = {"weights", "grads",    "master",    "adam",     "gather",
+                           "gradbuf", "loss",     "activ",     "state",    "total",
+                           "fits",    "headroom", "internode", "intranode"};
   o << Pad("strategy", kName, true);
   for (const char* hdr : headers) o << Pad(hdr, std::max(kCol, std::string(hdr).size() + 1));
   o << "\n";
@@ -488,15 +528,23 @@ std::string FormatPlanText(const PlanResult& r) {
     std::string name = s.name + (static_cast<int>(i) == r.recommended ? " *" : "");
     o << Pad(name, kName, true) << Pad(Gb(s.weights_bytes), kCol) << Pad(Gb(s.grads_bytes), kCol)
       << Pad(Gb(s.master_bytes), kCol) << Pad(Gb(s.moments_bytes), kCol)
-      << Pad(Gb(s.gathered_bytes), kCol) << Pad(Gb(s.activation_bytes), kCol)
+      << Pad(Gb(s.gathered_bytes), kCol) << Pad(Gb(s.grad_buffer_bytes), kCol)
+      << Pad(Gb(s.loss_bytes), kCol) << Pad(Gb(s.activation_bytes), kCol)
       << Pad(Gb(s.state_bytes), kCol) << Pad(Gb(s.total_bytes), kCol)
       << Pad(s.fits ? "yes" : "no", kCol) << Pad(Gb(s.headroom_bytes), 9)
       << Pad(Gb(s.inter_node_bytes_per_step), 10) << Pad(Gb(s.intra_node_bytes_per_step), 10)
       << "\n";
   }
-  o << "  gather: bf16 parameters of the largest unit (" << r.largest_unit_parameters
-    << (r.largest_unit_estimated ? ", estimated as parameters / layers" : "")
-    << ") x2 for prefetch; only sharded-weight strategies gather\n\n";
+  o << "  gather: bf16 parameters of the root unit (" << r.root_unit_parameters
+    << ", embeddings + final norm + lm_head) + 2 layers (" << r.layer_unit_parameters
+    << " each: computed + prefetched)"
+    << (r.vocab_assumed ? ", assuming a 32000-token vocabulary" : "")
+    << "; only sharded-weight strategies gather\n"
+    << "  gradbuf: gradients on their way to the shards (lm_head's, one unit's in bf16 and "
+       "flattened, and the one before it being reduce-scattered)\n"
+    << "  loss: the head + loss in chunks of "
+    << std::min<int64_t>(LossChunkTokens(r.vocab), *in.seq_len * in.micro_batch)
+    << " tokens (no [tokens, vocab] logits kept), lm_head's float32 gradient\n\n";
 
   if (r.recommended >= 0) {
     o << "recommended: " << r.strategies[r.recommended].name << "\n  why: " << r.reason << "\n";
@@ -531,6 +579,8 @@ std::string FormatPlanJson(const PlanResult& r) {
         {"master_bytes", Bytes(s.master_bytes)},
         {"moments_bytes", Bytes(s.moments_bytes)},
         {"gathered_bytes", Bytes(s.gathered_bytes)},
+        {"grad_buffer_bytes", Bytes(s.grad_buffer_bytes)},
+        {"loss_bytes", Bytes(s.loss_bytes)},
         {"activation_bytes", Bytes(s.activation_bytes)},
         {"state_bytes_per_gpu", Bytes(s.state_bytes)},
         {"total_bytes_per_gpu", Bytes(s.total_bytes)},
@@ -561,6 +611,11 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"hidden_assumed", r.hidden_assumed},
       {"assumed_shape", r.assumed_shape.empty() ? json(nullptr) : json(r.assumed_shape)},
       {"largest_unit_parameters", r.largest_unit_parameters},
+      {"root_unit_parameters", r.root_unit_parameters},
+      {"layer_unit_parameters", r.layer_unit_parameters},
+      {"vocab", r.vocab},
+      {"vocab_assumed", r.vocab_assumed},
+      {"grad_bytes_per_parameter", in.grad_bytes},
       {"nodes", in.nodes},
       {"gpus_per_node", in.gpus_per_node},
       {"gpu", in.gpu.empty() ? json(nullptr) : json(in.gpu)},
@@ -572,6 +627,7 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"act_ckpt", in.act_ckpt},
       {"attention", in.fused_attention ? "fused" : "eager"},
       {"activation_bytes_per_gpu", Bytes(r.activation_bytes)},
+      {"loss_bytes_per_gpu", Bytes(r.loss_bytes)},
       {"strategies", strategies},
       {"adapters", plan_internal::AdaptersJson(r)},
       {"time", plan_internal::TimeJson(r)},

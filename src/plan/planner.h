@@ -71,6 +71,7 @@ struct PlanInput {
   double mtbf_hours = 24.0;          // --mtbf-hours: mean time between failures of the job
   double ckpt_stall_s = 13.0;        // --ckpt-stall-s: training time lost per checkpoint
   double reserve_fraction = 0.10;    // --reserve: GPU memory kept free (allocator, CUDA, NCCL)
+  double grad_bytes = 2;             // --reduce-dtype: gradient shards in bf16 (2) or fp32 (4)
   bool gpu_mem_given = true;         // false: --gpu-mem-gb absent, take --gpu's memory
 
   // Adapters (docs/plan.md, "LoRA and QLoRA").
@@ -150,12 +151,18 @@ struct TimePlan {
 
 // Bytes per GPU for one strategy; state = weights + grads + master + moments.
 struct StrategyPlan {
-  std::string name;             // ddp, zero1, zero2, full_shard, hybrid_shard
-  double weights_bytes = 0;     // bf16 parameters (2 bytes each, or their shard)
-  double grads_bytes = 0;       // bf16 gradients
-  double master_bytes = 0;      // fp32 master weights
-  double moments_bytes = 0;     // AdamW m and v in fp32
-  double gathered_bytes = 0;    // bf16 units gathered for compute (current + prefetched)
+  std::string name;          // ddp, zero1, zero2, full_shard, hybrid_shard
+  double weights_bytes = 0;  // bf16 parameters (2 bytes each, or their shard)
+  double grads_bytes = 0;    // bf16 gradients
+  double master_bytes = 0;   // fp32 master weights
+  double moments_bytes = 0;  // AdamW m and v in fp32
+  // bf16 units gathered for compute: the root unit (embeddings, final norm, lm_head; held for
+  // the whole micro-batch) + the layer being computed + the prefetched next one.
+  double gathered_bytes = 0;
+  // Gradients between the backward and their shard: the lm_head's (from the loss on), one
+  // unit's in the compute dtype, its flattened copy being reduce-scattered and the one before.
+  double grad_buffer_bytes = 0;
+  double loss_bytes = 0;        // the head + loss in chunks (PlanResult::loss_bytes)
   double activation_bytes = 0;  // saved for the backward pass
   double state_bytes = 0;
   double total_bytes = 0;
@@ -180,6 +187,17 @@ struct PlanResult {
   std::string assumed_shape;  // "7B" when layers or hidden came from the standard table
   int64_t largest_unit_parameters = 0;
   bool largest_unit_estimated = false;  // parameters / layers when no --model
+  // The engine's sharding units: the root (embeddings, final norm, untied lm_head) and one
+  // decoder layer; without --model from the assumed shape and a 32000-token vocabulary.
+  int64_t vocab = 0;
+  bool vocab_assumed = false;
+  int64_t root_unit_parameters = 0;
+  int64_t head_parameters = 0;  // lm_head (the embedding when tied)
+  int64_t layer_unit_parameters = 0;
+  // The head + loss (model::LinearCrossEntropy): one chunk's float32 logits and compute-dtype
+  // d logits, lm_head's float32 gradient and its compute-dtype copy, the normed hidden states
+  // and their gradient.
+  double loss_bytes = 0;
 
   double num_gpus = 0;
   double usable_bytes = 0;                // per GPU, after the reserve

@@ -11,7 +11,7 @@
 #include "core/config.h"
 #include "core/env.h"
 #include "core/run_layout.h"
-#include "data/dataset.h"
+#include "data/read/dataset.h"
 
 namespace ftrain {
 

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "core/env.h"
+#include "records/json_lines.h"
 
 namespace ftrain::records {
 
@@ -75,32 +76,14 @@ std::string EncodeLine(const RestartRecord& r) {
   return s + "}";
 }
 
-Status AppendLine(const std::string& path, const std::string& line) {
-  const std::string text = line + "\n";
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    return Status::IOError("cannot open '" + path + "' to append a record: " + std::strerror(err) +
-                           (err == ELOOP ? " (a symbolic link)" : ""));
-  }
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    return Status::IOError("cannot append a record to '" + path +
-                           "': " + (n < 0 ? std::strerror(err) : "short write"));
-  }
-  return Status::Ok();
-}
-
 Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line) {
   FT_RETURN_IF_ERROR(CreateDirs(Env::Default(), layout.records_dir()));
-  return AppendLine(layout.restarts_spool(node), line);
+  return AppendJsonLine(layout.restarts_spool(node), line);
 }
 
 Status AppendForThisProcess(const RunLayout& layout, const std::string& line) {
   const char* spool = std::getenv("FTRAIN_RECORDS_SPOOL");
-  if (spool == nullptr || *spool == '\0') return AppendLine(layout.restarts(), line);
+  if (spool == nullptr || *spool == '\0') return AppendJsonLine(layout.restarts(), line);
   // The spool of the node this process runs on (a rank of a step: SLURMD_NODENAME).
   std::string node;
   if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') {

@@ -51,8 +51,8 @@ std::string EscapeJson(const std::string& s);
 // One JSON object, no newline: {"time":T,"job":"J","restart_count":N,"event":"E","cause":"C",...}.
 std::string EncodeLine(const RestartRecord& r);
 
-// Appends `line` + '\n' with one write(2) (O_APPEND; a symbolic link as the file is refused).
-Status AppendLine(const std::string& path, const std::string& line);
+// Lines are appended with AppendJsonLine (json_lines.h): one write(2), O_APPEND, a symbolic link
+// as the file refused.
 // The spool of `node` (RUN/.records/restarts-<node>.jsonl), created as needed.
 Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line);
 // Where a process that is not the job controller writes: under `ftrain job`

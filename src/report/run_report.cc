@@ -1,18 +1,17 @@
 // Run report, part 1: reading a run directory's records and working out what happened
-// (interruptions, goodput, hours lost, percentiles). Text/JSON output lives in
-// report_text.cc, the SVG timeline in report_svg.cc.
+// (interruptions, goodput, hours lost, percentiles). The records' fields are records/; text
+// and JSON output live in text.cc, the SVG timeline in svg.cc.
 #include "report/run_report.h"
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "core/run_layout.h"
+#include "records/json_lines.h"
 #include "records/restarts.h"
 #include "report/time_breakdown.h"
 
@@ -21,143 +20,36 @@ namespace {
 
 using nlohmann::json;
 
-// One JSONL file, line by line. A line that is not a JSON object is Corruption naming
-// file:line, except the last line when the file does not end in a newline: that is what a
-// crash in the middle of an append leaves, so it is skipped with a warning. Empty lines are
-// skipped with a warning (no writer produces them; they change nothing).
-Status ReadJsonLines(const std::string& path, std::vector<std::pair<int, json>>* out,
-                     std::vector<std::string>* warnings) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    // No file: nothing recorded (yet). A file that cannot be read is an error, not silence.
-    if (!Env::Default()->FileExists(path)) return Status::Ok();
-    return Status::IOError("cannot read '" + path + "': check its permissions");
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
-  size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    const bool torn = nl == std::string::npos;
-    if (torn) nl = text.size();
-    const std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    const std::string where = path + ":" + std::to_string(line_no);
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      warnings->push_back(where + ": empty line (skipped)");
-      continue;
-    }
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      if (torn) {
-        warnings->push_back(where + ": incomplete last line (a crash mid-append?), skipped");
-        continue;
-      }
-      return Status::Corruption(where + ": not a JSON object (" +
-                                line.substr(0, std::min<size_t>(line.size(), 60)) +
-                                "); fix or remove that line and run the report again");
-    }
-    out->emplace_back(line_no, std::move(j));
-  }
-  return Status::Ok();
-}
-
-// Typed field access naming file:line and the field; absent optional fields keep `*v`.
-template <typename T>
-Status Field(const json& j, const char* key, bool required, const std::string& where, T* v) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (!required) return Status::Ok();
-    return Status::Corruption(where + ": field '" + key + "' is missing");
-  }
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (it->is_string()) {
-      *v = it->template get<std::string>();
-    } else if (it->is_number()) {
-      *v = it->dump();  // a job id written as a number
-    } else {
-      return Status::Corruption(where + ": field '" + key + "' is not a string");
-    }
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer() && !it->is_number_unsigned()) {
-      return Status::Corruption(where + ": field '" + key + "' is not an integer");
-    }
-    *v = it->template get<T>();
-  } else {
-    if (!it->is_number())
-      return Status::Corruption(where + ": field '" + key + "' is not a number");
-    *v = it->template get<double>();
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Status OptField(const json& j, const char* key, const std::string& where, std::optional<T>* v) {
-  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
-  T x{};
-  FT_RETURN_IF_ERROR(Field(j, key, true, where, &x));
-  *v = x;
-  return Status::Ok();
-}
-
-StatusOr<StepRecord> ParseStep(const json& j, const std::string& where) {
-  StepRecord s;
-  FT_RETURN_IF_ERROR(Field(j, "step", true, where, &s.step));
-  // "time" is what the trainer writes; "unix_time" is accepted for records from other tools.
-  FT_RETURN_IF_ERROR(Field(j, j.contains("time") ? "time" : "unix_time", true, where, &s.time));
-  FT_RETURN_IF_ERROR(Field(j, "step_time_s", true, where, &s.step_time_s));
-  FT_RETURN_IF_ERROR(Field(j, "loss", false, where, &s.loss));
-  FT_RETURN_IF_ERROR(Field(j, "tokens_per_s", false, where, &s.tokens_per_s));
-  FT_RETURN_IF_ERROR(Field(j, "data_wait_s", false, where, &s.data_wait_s));
-  FT_RETURN_IF_ERROR(Field(j, "comm_s", false, where, &s.comm_s));
-  FT_RETURN_IF_ERROR(Field(j, "ckpt_stall_s", false, where, &s.ckpt_stall_s));
-  FT_RETURN_IF_ERROR(Field(j, "restart_count", false, where, &s.restart_count));
-  FT_RETURN_IF_ERROR(Field(j, "tokens", false, where, &s.tokens));
-  FT_RETURN_IF_ERROR(OptField(j, "mfu", where, &s.mfu));
-  FT_RETURN_IF_ERROR(OptField(j, "gpu_util", where, &s.gpu_util));
-  FT_RETURN_IF_ERROR(OptField(j, "gpu_mem_gb", where, &s.gpu_mem_gb));
-  FT_RETURN_IF_ERROR(OptField(j, "tokens_per_s_per_gpu", where, &s.tokens_per_s_per_gpu));
-  FT_RETURN_IF_ERROR(OptField(j, "eval_loss", where, &s.eval_loss));
-  FT_RETURN_IF_ERROR(OptField(j, "eval_s", where, &s.eval_s));
-  FT_RETURN_IF_ERROR(OptField(j, "data_reads", where, &s.data_reads));
-  FT_RETURN_IF_ERROR(OptField(j, "data_read_p50_s", where, &s.data_read_p50_s));
-  FT_RETURN_IF_ERROR(OptField(j, "data_read_p95_s", where, &s.data_read_p95_s));
-  if (s.step_time_s < 0 || !std::isfinite(s.time)) {
-    return Status::Corruption(where + ": negative step_time_s or a time that is not finite");
-  }
-  return s;
-}
+using records::ReadField;
+using records::ReadOptField;
 
 StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
   RunEvent e;
   e.json = j.dump();
-  FT_RETURN_IF_ERROR(Field(j, "time", true, where, &e.time));
-  FT_RETURN_IF_ERROR(Field(j, "event", true, where, &e.event));
-  FT_RETURN_IF_ERROR(Field(j, "cause", false, where, &e.cause));
-  FT_RETURN_IF_ERROR(Field(j, "job", false, where, &e.job));
-  FT_RETURN_IF_ERROR(OptField(j, "lost_s", where, &e.lost_s));
-  FT_RETURN_IF_ERROR(OptField(j, "last_step", where, &e.last_step));
-  FT_RETURN_IF_ERROR(OptField(j, "last_step_time", where, &e.last_step_time));
-  FT_RETURN_IF_ERROR(OptField(j, "step", where, &e.step));
-  FT_RETURN_IF_ERROR(OptField(j, "detected", where, &e.detected));
-  FT_RETURN_IF_ERROR(Field(j, "detected_by", false, where, &e.detected_by));
-  FT_RETURN_IF_ERROR(Field(j, "evidence", false, where, &e.evidence));
+  FT_RETURN_IF_ERROR(ReadField(j, "time", true, where, &e.time));
+  FT_RETURN_IF_ERROR(ReadField(j, "event", true, where, &e.event));
+  FT_RETURN_IF_ERROR(ReadField(j, "cause", false, where, &e.cause));
+  FT_RETURN_IF_ERROR(ReadField(j, "job", false, where, &e.job));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "lost_s", where, &e.lost_s));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "last_step", where, &e.last_step));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "last_step_time", where, &e.last_step_time));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "step", where, &e.step));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "detected", where, &e.detected));
+  FT_RETURN_IF_ERROR(ReadField(j, "detected_by", false, where, &e.detected_by));
+  FT_RETURN_IF_ERROR(ReadField(j, "evidence", false, where, &e.evidence));
   std::string a, b;
   if (e.event == "fell_back") {
-    FT_RETURN_IF_ERROR(Field(j, "moved_to", false, where, &a));
-    FT_RETURN_IF_ERROR(Field(j, "problem", false, where, &b));
+    FT_RETURN_IF_ERROR(ReadField(j, "moved_to", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "problem", false, where, &b));
     e.detail = "moved to " + a + " (" + b + ")";
   } else if (e.event == "resumed") {
-    FT_RETURN_IF_ERROR(Field(j, "source", false, where, &a));
-    FT_RETURN_IF_ERROR(Field(j, "dir", false, where, &b));
+    FT_RETURN_IF_ERROR(ReadField(j, "source", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "dir", false, where, &b));
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
     // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).
-    FT_RETURN_IF_ERROR(Field(j, "new_job", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "new_job", false, where, &a));
     if (!a.empty()) e.detail = "the job continues as job " + a;
   }
   return e;
@@ -183,9 +75,9 @@ bool IsRestart(const std::string& ev) {
 // several failures (an attempt that failed again before its first checkpoint): then `begin`
 // is when the attempt that failed began, and `next` (not the last in the gap) the time of
 // the next failure's first record.
-Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord* q,
-                     const std::vector<int>& evs, double median_step_s, double begin,
-                     std::optional<double> next) {
+Interruption Explain(const RunSummary& r, const records::StepMetrics* p,
+                     const records::StepMetrics* q, const std::vector<int>& evs,
+                     double median_step_s, double begin, std::optional<double> next) {
   Interruption in;
   in.events = evs;
   in.resumed_step = p != nullptr ? p->step : 0;
@@ -262,7 +154,7 @@ Interruption Explain(const RunSummary& r, const StepRecord* p, const StepRecord*
   if (q != nullptr && !next) {
     in.next_record = static_cast<int>(q - r.steps.data());
     in.first_step_start = q->Start();
-    in.first_step_end = q->time;
+    in.first_step_end = q->unix_time;
   }
   in.down_s = in.down_until - in.failed_at;
   in.lost_s = in.redone_s + in.down_s;
@@ -295,7 +187,7 @@ std::vector<std::vector<int>> SplitFailures(const RunSummary& r, const std::vect
 }
 
 // The held-out loss of step `s` into the run's eval summary (first, best, last, time).
-void AddEval(const StepRecord& s, RunSummary* r) {
+void AddEval(const records::StepMetrics& s, RunSummary* r) {
   EvalSummary& e = r->eval ? *r->eval : r->eval.emplace();
   if (e.count++ == 0) {
     e.first_step = s.step;
@@ -318,11 +210,11 @@ void FindInterruptions(RunSummary* r) {
   const size_t n = r->steps.size();
   size_t ev = 0;
   for (size_t i = 0; i <= n; ++i) {
-    const StepRecord* p = i > 0 ? &r->steps[i - 1] : nullptr;
-    const StepRecord* q = i < n ? &r->steps[i] : nullptr;
+    const records::StepMetrics* p = i > 0 ? &r->steps[i - 1] : nullptr;
+    const records::StepMetrics* q = i < n ? &r->steps[i] : nullptr;
     std::vector<int> gap;
     bool interrupted = p != nullptr && q != nullptr && q->restart_count > p->restart_count;
-    while (ev < r->events.size() && (q == nullptr || r->events[ev].time <= q->time)) {
+    while (ev < r->events.size() && (q == nullptr || r->events[ev].time <= q->unix_time)) {
       const RunEvent& e = r->events[ev];
       gap.push_back(static_cast<int>(ev));
       if (IsFailureEvent(e.event) || (e.event == "started" && p != nullptr)) interrupted = true;
@@ -341,7 +233,7 @@ void FindInterruptions(RunSummary* r) {
       if (failure) failures.push_back(std::move(g));
     }
     if (failures.empty()) failures.push_back(gap);  // only the restart count (or a resume) tells
-    double begin = p != nullptr ? p->time : r->start;
+    double begin = p != nullptr ? p->unix_time : r->start;
     for (size_t k = 0; k < failures.size(); ++k) {
       std::optional<double> next;
       if (k + 1 < failures.size()) next = r->events[failures[k + 1].front()].time;
@@ -357,7 +249,7 @@ void Analyze(RunSummary* r) {
   r->end = -inf;
   for (const auto& s : r->steps) {
     r->start = std::min(r->start, s.Start());
-    r->end = std::max(r->end, s.time);
+    r->end = std::max(r->end, s.unix_time);
   }
   for (const auto& e : r->events) {
     r->start = std::min(r->start, e.time);
@@ -444,10 +336,11 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
                                    "ftrain run directory (give the run.dir of a training run)");
   }
   std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(ReadJsonLines(metrics, &lines, &r.warnings));
+  FT_RETURN_IF_ERROR(records::ReadJsonLines(metrics, &lines, &r.warnings));
   for (const auto& [no, j] : lines) {
-    FT_ASSIGN_OR_RETURN(StepRecord s, ParseStep(j, metrics + ":" + std::to_string(no)));
-    FT_RETURN_IF_ERROR(ParseStepPhases(j, metrics + ":" + std::to_string(no), &s, &r));
+    FT_ASSIGN_OR_RETURN(
+        records::StepMetrics s,
+        records::ParseMetricsRecord(j, metrics + ":" + std::to_string(no), &r.stragglers));
     r.steps.push_back(s);
   }
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");

@@ -14,29 +14,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/step_phases.h"
+#include "records/metrics_record.h"
+#include "records/phases.h"
 
 namespace ftrain::report {
-
-// The "phases" of a metrics.jsonl line: every rank's step phases summarised by rank 0
-// (train/step_phases.h), in the order of kPhaseKeys.
-constexpr int kPhaseCount = 7;
-extern const char* const kPhaseKeys[kPhaseCount];  // "data_wait_s", "compute_s", ...
-struct StepPhases {
-  std::array<double, kPhaseCount> median{}, max{};
-  double busy_median_s = 0, busy_max_s = 0;  // busy: the step less the waits for others
-  double comm_bytes = 0;                     // rank 0 sent in collectives (estimate)
-  double read_bytes = 0;                     // all ranks' readers read this step
-  int nodes = 1;
-  int slowest_rank = 0;
-  std::string slowest_host;
-  std::vector<std::string> hosts;                         // with per_rank:
-  std::vector<std::array<double, kPhaseCount>> per_rank;  // every rank_phases_every steps
-};
-
-// A rank the trainer named as a straggler ("stragglers" in metrics.jsonl): step, rank, host,
-// cause, busy_s, median_s.
-using StragglerNote = train::Straggler;
 
 // RUN/commcheck.json (`ftrain commcheck --record`, slurm/train.sh's pre-flight): the link the
 // step's collective bytes are held against.
@@ -64,26 +45,8 @@ struct BreakdownItem {
   std::string advice;
 };
 
-// One line of metrics.jsonl (the steps that count: a resumed trainer rewrites the lines of
-// the steps it re-does, so the file never holds a step twice).
-struct StepRecord {
-  int64_t step = 0;
-  double time = 0;  // unix seconds at the end of the step ("time")
-  double step_time_s = 0;
-  double loss = 0;
-  double tokens_per_s = 0;
-  double data_wait_s = 0;
-  double comm_s = 0;
-  double ckpt_stall_s = 0;
-  int64_t restart_count = 0;
-  int64_t tokens = 0;
-  std::optional<double> mfu, gpu_util, gpu_mem_gb, tokens_per_s_per_gpu;
-  std::shared_ptr<const StepPhases> phases;  // absent in records of older trainers
-  std::optional<double> eval_loss, eval_s;   // steps that ran the held-out evaluation ([eval])
-  // Over http/s3, steps whose reader finished range requests: how many, latency p50/p95.
-  std::optional<double> data_reads, data_read_p50_s, data_read_p95_s;
-  double Start() const { return time - step_time_s; }
-};
+// The steps that count are metrics.jsonl's records (records/metrics_record.h): a resumed
+// trainer rewrites the lines of the steps it re-does, so the file never holds a step twice.
 
 // One line of restarts.jsonl (slurm/train.sh and the trainer's fell_back / resumed records).
 struct RunEvent {
@@ -142,7 +105,7 @@ struct EvalSummary {
 
 struct RunSummary {
   std::string run_dir, ckpt_root;
-  std::vector<StepRecord> steps;
+  std::vector<records::StepMetrics> steps;
   std::vector<RunEvent> events;  // sorted by time
   std::vector<Interruption> interruptions;
   std::vector<std::string> warnings;  // skipped lines, guesses: shown, never silent
@@ -160,7 +123,7 @@ struct RunSummary {
   int checkpoints_in_root = 0, corrupt_in_root = 0;
   std::optional<int64_t> latest_in_root;
   // Where the time goes (report/time_breakdown.cc), in the order to look.
-  std::vector<StragglerNote> stragglers;
+  std::vector<records::Straggler> stragglers;  // as named, in step order
   std::vector<BreakdownItem> breakdown;
   LinkRecord link;
   bool data_bound = false, comm_bound = false;

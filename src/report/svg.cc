@@ -212,8 +212,8 @@ Scales MakeScales(const RunSummary& r) {
   if (!r.steps.empty()) {
     sc.lmin = sc.lmax = r.steps.front().loss;
     for (const auto& s : r.steps) {
-      sc.lmin = std::min(sc.lmin, s.loss);
-      sc.lmax = std::max(sc.lmax, s.loss);
+      sc.lmin = std::min(sc.lmin, static_cast<double>(s.loss));
+      sc.lmax = std::max(sc.lmax, static_cast<double>(s.loss));
     }
   }
   for (const auto& s : r.steps) max_step = std::max(max_step, s.step);
@@ -301,8 +301,9 @@ void DrawCurves(Svg& svg, const Scales& sc) {
   const RunSummary& r = sc.r;
   for (const auto& s : r.steps) {
     if (s.ckpt_stall_s <= 0) continue;
-    o << "<line x1='" << Num(sc.X(s.time)) << "' y1='" << kP1B << "' x2='" << Num(sc.X(s.time))
-      << "' y2='" << kP1B - 12 << "' stroke='#1e8449' stroke-width='2'/>\n";
+    o << "<line x1='" << Num(sc.X(s.unix_time)) << "' y1='" << kP1B << "' x2='"
+      << Num(sc.X(s.unix_time)) << "' y2='" << kP1B - 12
+      << "' stroke='#1e8449' stroke-width='2'/>\n";
   }
   std::vector<size_t> cuts = {0};
   for (const auto& in : r.interruptions) {
@@ -312,12 +313,12 @@ void DrawCurves(Svg& svg, const Scales& sc) {
   std::sort(cuts.begin(), cuts.end());
   for (size_t c = 0; c + 1 < cuts.size(); ++c) {
     if (cuts[c] >= cuts[c + 1]) continue;
-    const StepRecord& first = r.steps[cuts[c]];
+    const records::StepMetrics& first = r.steps[cuts[c]];
     std::ostringstream prog, loss;
     prog << Num(sc.X(first.Start())) << "," << Num(sc.YS(static_cast<double>(first.step - 1)));
     double last_x = -1;
     for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-      const double x = sc.X(r.steps[i].time);
+      const double x = sc.X(r.steps[i].unix_time);
       if (x - last_x < 0.7 && i + 1 != cuts[c + 1]) continue;
       last_x = x;
       prog << " " << Num(x) << "," << Num(sc.YS(static_cast<double>(r.steps[i].step)));

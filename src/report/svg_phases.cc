@@ -21,9 +21,9 @@ constexpr double kPanelH = 270;
 constexpr double kStackT = 40, kStackB = 160;  // stacked phases (relative to top)
 constexpr double kHeatT = 186, kHeatMaxH = 48;
 constexpr double kFont = 11;
-const char* const kColors[kPhaseCount] = {"#e67e22", "#2e86c1", "#8e44ad", "#27ae60",
-                                          "#c0392b", "#7f8c8d", "#d5d8dc"};
-const char* const kLabels[kPhaseCount] = {
+const char* const kColors[records::kNumPhases] = {"#e67e22", "#2e86c1", "#8e44ad", "#27ae60",
+                                                  "#c0392b", "#7f8c8d", "#d5d8dc"};
+const char* const kLabels[records::kNumPhases] = {
     "data wait", "compute", "exposed comm", "optimizer", "boundary wait", "ckpt stall", "other"};
 
 std::string Num(double v, const char* fmt = "%.1f") {
@@ -78,21 +78,22 @@ struct StepAxis {
   }
 };
 
-void DrawStack(std::ostream& o, const std::vector<const StepRecord*>& steps, const StepAxis& ax,
-               double top) {
+void DrawStack(std::ostream& o, const std::vector<const records::StepMetrics*>& steps,
+               const StepAxis& ax, double top) {
   // Bins of about two pixels: each bar is the mean of its steps' median phases.
   const size_t bins = std::min<size_t>(steps.size(), static_cast<size_t>((kR - kL) / 2));
-  std::vector<std::array<double, kPhaseCount>> mean(bins);
+  std::vector<std::array<double, records::kNumPhases>> mean(bins);
   std::vector<int64_t> from(bins), to(bins);
   double ymax = 0;
   for (size_t b = 0; b < bins; ++b) {
     const size_t i0 = b * steps.size() / bins, i1 = (b + 1) * steps.size() / bins;
     mean[b].fill(0);
     for (size_t i = i0; i < i1; ++i) {
-      for (int p = 0; p < kPhaseCount; ++p) mean[b][p] += steps[i]->phases->median[p];
+      for (int p = 0; p < records::kNumPhases; ++p) mean[b][p] += steps[i]->phases->median[p];
     }
     double total = 0;
-    for (int p = 0; p < kPhaseCount; ++p) total += mean[b][p] /= static_cast<double>(i1 - i0);
+    for (int p = 0; p < records::kNumPhases; ++p)
+      total += mean[b][p] /= static_cast<double>(i1 - i0);
     ymax = std::max(ymax, total);
     from[b] = steps[i0]->step - 1;
     to[b] = steps[i1 - 1]->step;
@@ -102,7 +103,7 @@ void DrawStack(std::ostream& o, const std::vector<const StepRecord*>& steps, con
   for (size_t b = 0; b < bins; ++b) {
     const double x0 = ax.X(from[b]), x1 = std::max(ax.X(to[b]), x0 + 0.8);
     double acc = 0;
-    for (int p = 0; p < kPhaseCount; ++p) {
+    for (int p = 0; p < records::kNumPhases; ++p) {
       if (mean[b][p] <= 0) continue;
       const double ya = y0 - (acc + mean[b][p]) / ymax * h, yb = y0 - acc / ymax * h;
       o << "<rect x='" << Num(x0) << "' y='" << Num(ya) << "' width='" << Num(x1 - x0)
@@ -116,8 +117,8 @@ void DrawStack(std::ostream& o, const std::vector<const StepRecord*>& steps, con
   Text(o, kL - 6, y0, "0", "end");
 }
 
-void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const StepAxis& ax,
-              double top) {
+void DrawHeat(std::ostream& o, const std::vector<const records::StepMetrics*>& full,
+              const StepAxis& ax, double top) {
   const double y0 = top + kHeatT;
   if (full.empty()) {
     Text(o, kL, y0 + 14,
@@ -126,14 +127,14 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
          "start", kFont, "#888");
     return;
   }
-  const size_t ranks = full.back()->phases->per_rank.size();
+  const size_t ranks = full.back()->phases->ranks.size();
   const double row = std::min(12.0, kHeatMaxH / static_cast<double>(std::max<size_t>(1, ranks)));
   for (size_t c = 0; c < full.size(); ++c) {
-    const StepPhases& ph = *full[c]->phases;
+    const records::PhaseSummary& ph = *full[c]->phases;
     const int64_t prev = c > 0 ? full[c - 1]->step : ax.first;
     const double x0 = ax.X(prev), x1 = std::max(ax.X(full[c]->step), x0 + 2);
-    for (size_t r = 0; r < ph.per_rank.size() && r < ranks; ++r) {
-      const auto& v = ph.per_rank[r];
+    for (size_t r = 0; r < ph.ranks.size() && r < ranks; ++r) {
+      const auto& v = ph.ranks[r].s;
       const double busy = v[0] + v[1] + v[3] + v[6];
       const double ratio = ph.busy_median_s > 0 ? busy / ph.busy_median_s : 1;
       o << "<rect x='" << Num(x0) << "' y='" << Num(y0 + static_cast<double>(r) * row)
@@ -157,7 +158,7 @@ void DrawHeat(std::ostream& o, const std::vector<const StepRecord*>& full, const
 
 void DrawLegend(std::ostream& o, double y) {
   double x = kL;
-  for (int p = 0; p < kPhaseCount; ++p) {
+  for (int p = 0; p < records::kNumPhases; ++p) {
     o << "<rect x='" << Num(x) << "' y='" << Num(y - 9) << "' width='12' height='10' fill='"
       << kColors[p] << "'/>\n";
     Text(o, x + 16, y, kLabels[p]);
@@ -178,11 +179,11 @@ double PhasesPanelHeight(const RunSummary& r) {
 }
 
 std::string RenderPhasesPanel(const RunSummary& r, double top) {
-  std::vector<const StepRecord*> steps, full;
+  std::vector<const records::StepMetrics*> steps, full;
   for (const auto& s : r.steps) {
     if (!s.phases) continue;
     steps.push_back(&s);
-    if (!s.phases->per_rank.empty()) full.push_back(&s);
+    if (!s.phases->ranks.empty()) full.push_back(&s);
   }
   std::ostringstream o;
   if (steps.empty()) return "";

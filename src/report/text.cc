@@ -144,7 +144,7 @@ std::string HumanDuration(double seconds) {
 }
 
 void PrintReport(const RunSummary& r, std::ostream& out) {
-  const StepRecord* last = r.steps.empty() ? nullptr : &r.steps.back();
+  const records::StepMetrics* last = r.steps.empty() ? nullptr : &r.steps.back();
   out << "run            " << r.run_dir << "\n";
   out << "time (UTC)     " << IsoTime(r.start) << " to " << IsoTime(r.end) << ", wall "
       << HumanDuration(r.wall_s) << "\n";
@@ -238,7 +238,7 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
 
 void PrintReportJson(const RunSummary& r, std::ostream& out) {
   ojson j;
-  const StepRecord* last = r.steps.empty() ? nullptr : &r.steps.back();
+  const records::StepMetrics* last = r.steps.empty() ? nullptr : &r.steps.back();
   j["run_dir"] = r.run_dir;
   j["start"] = TimeJson(r, r.start);
   j["end"] = TimeJson(r, r.end);

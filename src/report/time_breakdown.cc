@@ -8,10 +8,6 @@
 
 namespace ftrain::report {
 
-const char* const kPhaseKeys[kPhaseCount] = {"data_wait_s", "compute_s",       "comm_wait_s",
-                                             "optimizer_s", "boundary_wait_s", "ckpt_stall_s",
-                                             "other_s"};
-
 namespace {
 
 using json = nlohmann::json;
@@ -49,41 +45,10 @@ void Judge(BreakdownItem* it, bool flagged, const std::string& verdict, const st
   it->advice = flagged ? advice : "";
 }
 
-Status PhaseArray(const json& obj, const std::string& where, std::array<double, kPhaseCount>* v) {
-  if (!obj.is_object()) return Status::Corruption(where + ": 'phases' members must be objects");
-  for (int p = 0; p < kPhaseCount; ++p) {
-    auto it = obj.find(kPhaseKeys[p]);
-    if (it != obj.end() && it->is_number()) (*v)[p] = it->get<double>();
-  }
-  return Status::Ok();
-}
-
-Status ParseRanks(const json& ranks, const std::string& where, StepPhases* ph) {
-  if (!ranks.is_object() || !ranks.contains("host") || !ranks["host"].is_array()) {
-    return Status::Corruption(where + ": 'ranks' must be an object with a 'host' array");
-  }
-  const size_t n = ranks["host"].size();
-  ph->per_rank.assign(n, {});
-  for (const auto& h : ranks["host"])
-    ph->hosts.push_back(h.is_string() ? h.get<std::string>() : "?");
-  for (int p = 0; p < kPhaseCount; ++p) {
-    auto it = ranks.find(kPhaseKeys[p]);
-    if (it == ranks.end()) continue;
-    if (!it->is_array() || it->size() != n) {
-      return Status::Corruption(where + ": 'ranks." + kPhaseKeys[p] + "' must hold " +
-                                std::to_string(n) + " numbers (one per host)");
-    }
-    for (size_t r = 0; r < n; ++r) {
-      ph->per_rank[r][p] = (*it)[r].is_number() ? (*it)[r].get<double>() : 0;
-    }
-  }
-  return Status::Ok();
-}
-
 // Sums over the steps with phases (seconds), and the step time they cover.
 struct Totals {
   double step_s = 0;  // step time without checkpoint stalls
-  double phase[kPhaseCount] = {};
+  double phase[records::kNumPhases] = {};
   double comm_bytes = 0;
   double read_bytes = 0, wall_step_s = 0, tokens = 0;  // data throughput
   int nodes = 1;
@@ -96,7 +61,7 @@ Totals Sum(const RunSummary& r) {
     if (!s.phases) continue;
     ++t.steps;
     t.step_s += std::max(0.0, s.step_time_s - s.ckpt_stall_s);
-    for (int p = 0; p < kPhaseCount; ++p) t.phase[p] += s.phases->median[p];
+    for (int p = 0; p < records::kNumPhases; ++p) t.phase[p] += s.phases->median[p];
     t.comm_bytes += s.phases->comm_bytes;
     t.read_bytes += s.phases->read_bytes;
     t.wall_step_s += s.step_time_s;
@@ -226,8 +191,8 @@ BreakdownItem StragglerItem(const RunSummary& r, const Totals& t) {
   it.share = t.step_s > 0 ? t.phase[4] / t.step_s : 0;
   it.figure = Pct(it.share) + " of step time the median rank waits at the step boundary";
   if (t.steps == 0) it.figure = "no per-rank phases recorded (a trainer older than them)";
-  for (const train::StragglerGroup& g : train::GroupStragglers(r.stragglers, RankHosts(r))) {
-    it.figure += "; " + train::StragglerGroupTitle(g) + " at +" + F("%.0f", g.ExcessPct()) +
+  for (const records::StragglerGroup& g : records::GroupStragglers(r.stragglers, RankHosts(r))) {
+    it.figure += "; " + records::StragglerGroupTitle(g) + " at +" + F("%.0f", g.ExcessPct()) +
                  " % (from step " + std::to_string(g.step) + ": busy " + F("%.3f", g.busy_s) +
                  " s/step against a median of " + F("%.3f", g.median_s) + " s, mostly " + g.cause +
                  ")";
@@ -288,40 +253,6 @@ BreakdownItem FailureItem(const RunSummary& r) {
 
 }  // namespace
 
-Status ParseStepPhases(const json& j, const std::string& where, StepRecord* s, RunSummary* r) {
-  auto it = j.find("phases");
-  if (it != j.end()) {
-    if (!it->is_object()) return Status::Corruption(where + ": 'phases' is not an object");
-    auto ph = std::make_shared<StepPhases>();
-    if (it->contains("median")) FT_RETURN_IF_ERROR(PhaseArray((*it)["median"], where, &ph->median));
-    if (it->contains("max")) FT_RETURN_IF_ERROR(PhaseArray((*it)["max"], where, &ph->max));
-    ph->busy_median_s = it->value("busy_median_s", 0.0);
-    ph->busy_max_s = it->value("busy_max_s", 0.0);
-    ph->comm_bytes = it->value("comm_bytes", 0.0);
-    ph->read_bytes = it->value("read_bytes", 0.0);
-    ph->nodes = std::max(1, it->value("nodes", 1));
-    ph->slowest_rank = it->value("slowest_rank", 0);
-    ph->slowest_host = it->value("slowest_host", std::string());
-    if (j.contains("ranks")) FT_RETURN_IF_ERROR(ParseRanks(j["ranks"], where, ph.get()));
-    s->phases = std::move(ph);
-  }
-  auto st = j.find("stragglers");
-  if (st != j.end() && st->is_array()) {
-    for (const auto& g : *st) {
-      if (!g.is_object()) continue;
-      StragglerNote n;
-      n.step = s->step;
-      n.rank = g.value("rank", -1);
-      n.host = g.value("host", std::string("?"));
-      n.cause = g.value("cause", std::string());
-      n.busy_s = g.value("busy_s", 0.0);
-      n.median_s = g.value("median_s", 0.0);
-      r->stragglers.push_back(n);
-    }
-  }
-  return Status::Ok();
-}
-
 namespace {
 
 // The link figure of a commcheck record: the world group's rows at its largest size, the lower
@@ -372,7 +303,7 @@ std::string RanksOnNodes(int ranks, int nodes) {
 // fewer nodes may not have crossed the network the run's collectives cross.
 void CheckLinkAgainstRun(RunSummary* r) {
   LinkRecord& k = r->link;
-  const StepPhases* newest = nullptr;
+  const records::PhaseSummary* newest = nullptr;
   for (auto s = r->steps.rbegin(); s != r->steps.rend() && !newest; ++s) newest = s->phases.get();
   if (newest == nullptr) return;  // a trainer without phases: nothing to hold it against
   const std::vector<std::string> hosts = RankHosts(*r);
@@ -455,7 +386,7 @@ ojson TimeBreakdownJson(const RunSummary& r) {
   }
   j["stragglers"] = g;
   ojson groups = ojson::array();
-  for (const train::StragglerGroup& s : train::GroupStragglers(r.stragglers, RankHosts(r))) {
+  for (const records::StragglerGroup& s : records::GroupStragglers(r.stragglers, RankHosts(r))) {
     groups.push_back({{"host", s.host},
                       {"node", s.node},
                       {"ranks", s.ranks},

@@ -15,10 +15,6 @@
 
 namespace ftrain::report {
 
-// Reads the phase members of one metrics.jsonl record into s->phases and r->stragglers
-// (records without them are fine: older trainers).
-Status ParseStepPhases(const nlohmann::json& j, const std::string& where, StepRecord* s,
-                       RunSummary* r);
 // Reads RUN/commcheck.json into r->link; a missing file leaves it absent, a bad one adds one
 // warning naming the file (the rest of the report does not depend on it).
 void ReadLinkRecord(const std::string& path, RunSummary* r);

@@ -11,7 +11,7 @@
 #include "core/status.h"
 #include "fsdp/engine.h"
 #include "model/hf_files.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::train {
 

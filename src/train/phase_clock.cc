@@ -1,13 +1,12 @@
-// Per-rank phase timing and the boundary all-gather that carries it.
+// Per-rank phase timing, and the host names rank 0 labels the phases with.
 #include "train/phase_clock.h"
 
-#include <c10/core/Event.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 
 #include "comm/collectives.h"
+#include "fsdp/stream_waits.h"
 
 namespace ftrain::train {
 namespace {
@@ -16,63 +15,86 @@ double Since(std::chrono::steady_clock::time_point a, std::chrono::steady_clock:
 }
 }  // namespace
 
-// Three timing events on the current stream: step start, compute end, optimizer end.
-struct PhaseClock::Events {
-  explicit Events(int index)
-      : device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)),
-        start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT),
-        compute(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT),
-        optimizer(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT) {}
-  c10::Stream Current() const {
-    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
-  }
-  c10::Device device;
-  c10::Event start, compute, optimizer;
+// One step's timing: three events on the current stream (step start, compute end, optimizer
+// end; handles of events_, -1 on the CPU) and what the host knew of the step. Two alternate on
+// a GPU.
+struct PhaseClock::Sample {
+  int start = -1, compute = -1, optimizer = -1;
+  Clock::time_point t0, t1, t2;
+  double data_wait_s = 0, comm_fb_s = 0, comm_total_s = 0;
+  bool complete = false;  // OptimizerEnd was called for it
 };
 
-PhaseClock::PhaseClock(int cuda_index) {
-  if (cuda_index >= 0) events_ = std::make_unique<Events>(cuda_index);
+PhaseClock::PhaseClock(int cuda_index)
+    : PhaseClock(cuda_index >= 0
+                     ? fsdp::MakeStreamEvents(c10::Device(
+                           c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_index)))
+                     : nullptr) {}
+
+PhaseClock::PhaseClock(std::unique_ptr<fsdp::StreamEvents> events) : events_(std::move(events)) {
+  samples_[0] = std::make_unique<Sample>();
+  samples_[1] = std::make_unique<Sample>();
 }
 PhaseClock::~PhaseClock() = default;
 
+void PhaseClock::Record(int* event) {
+  if (!events_) return;
+  if (*event >= 0) events_->Release(*event);
+  *event = events_->Record();
+}
+
 void PhaseClock::StepStart() {
-  t0_ = Clock::now();
-  if (events_) events_->start.record(events_->Current());
+  Sample& s = *samples_[current_];
+  s.complete = false;
+  s.t0 = Clock::now();
+  Record(&s.start);
 }
 
-void PhaseClock::ComputeEnd(double data_wait_s, double comm_wait_s) {
-  t1_ = Clock::now();
-  data_wait_s_ = data_wait_s;
-  comm_fb_s_ = comm_wait_s;
-  if (events_) events_->compute.record(events_->Current());
+void PhaseClock::ComputeEnd(double data_wait_s) {
+  Sample& s = *samples_[current_];
+  s.t1 = Clock::now();
+  s.data_wait_s = data_wait_s;
+  Record(&s.compute);
 }
 
-void PhaseClock::OptimizerEnd(double comm_wait_total_s) {
-  t2_ = Clock::now();
-  comm_total_s_ = comm_wait_total_s;
-  if (events_) events_->optimizer.record(events_->Current());
+void PhaseClock::OptimizerEnd(double comm_wait_total_s, double comm_wait_fb_s) {
+  Sample& s = *samples_[current_];
+  s.t2 = Clock::now();
+  s.comm_total_s = comm_wait_total_s;
+  s.comm_fb_s = comm_wait_fb_s;
+  Record(&s.optimizer);
+  s.complete = true;
 }
 
-RankPhases PhaseClock::Take(double boundary_wait_s) {
-  double fb_s = Since(t0_, t1_), opt_s = Since(t1_, t2_);
+records::RankPhases PhaseClock::Take(double boundary_wait_s) {
+  // On a GPU the compute and optimizer spans are the device's own, from the previous step,
+  // whose events its successor's host synchronisation has long passed: reading them never
+  // waits (the host returns from asynchronous kernels early, so host times say nothing).
+  // The first step reports its host times. On the CPU: this step's host times.
+  const Sample& now = *samples_[current_];
+  const Sample* src = &now;
+  double fb_s = Since(now.t0, now.t1), opt_s = Since(now.t1, now.t2);
   if (events_) {
-    // The device's own spans: the host returns from asynchronous kernels early. The wait is
-    // for work the step queued anyway (the optimizer's kernels), read after the boundary.
-    events_->optimizer.synchronize();
-    fb_s = events_->start.elapsedTime(events_->compute) / 1e3;
-    opt_s = events_->compute.elapsedTime(events_->optimizer) / 1e3;
+    const Sample& prev = *samples_[1 - current_];
+    if (prev.complete) {
+      src = &prev;
+      events_->Synchronize(prev.optimizer);  // complete already; a guard, not a wait
+      fb_s = events_->Elapsed(prev.start, prev.compute);
+      opt_s = events_->Elapsed(prev.compute, prev.optimizer);
+    }
+    current_ = 1 - current_;
   }
-  RankPhases p;
-  p.s[kDataWait] = data_wait_s_;
-  p.s[kCommWait] = comm_total_s_;
-  p.s[kCompute] = std::max(0.0, fb_s - data_wait_s_ - comm_fb_s_);
-  p.s[kOptimizer] = std::max(0.0, opt_s - (comm_total_s_ - comm_fb_s_));
-  p.s[kBoundaryWait] = boundary_wait_s;
-  p.s[kCkptStall] = stall_s_;
+  records::RankPhases p;
+  p.s[records::kDataWait] = src->data_wait_s;
+  p.s[records::kCommWait] = src->comm_total_s;
+  p.s[records::kCompute] = std::max(0.0, fb_s - src->data_wait_s - src->comm_fb_s);
+  p.s[records::kOptimizer] = std::max(0.0, opt_s - (src->comm_total_s - src->comm_fb_s));
+  p.s[records::kBoundaryWait] = boundary_wait_s;
+  p.s[records::kCkptStall] = stall_s_;
   stall_s_ = 0;
   double accounted = 0;
-  for (int i = 0; i < kOther; ++i) accounted += p.s[i];
-  p.s[kOther] = std::max(0.0, Since(t0_, Clock::now()) - accounted);
+  for (int i = 0; i < records::kOther; ++i) accounted += p.s[i];
+  p.s[records::kOther] = std::max(0.0, Since(now.t0, Clock::now()) - accounted);
   p.read_bytes = static_cast<double>(read_total_ - std::min(read_total_, read_reported_));
   read_reported_ = read_total_;
   return p;
@@ -97,34 +119,6 @@ StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::s
     }
   }
   return hosts;
-}
-
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all) {
-  const int64_t f = static_cast<int64_t>(flags.size());
-  const int64_t k = f + kNumPhases + 1;  // flags, phases, bytes read
-  const int n = control.size();
-  torch::Tensor in = torch::empty({k}, torch::kFloat64);
-  double* p = in.data_ptr<double>();
-  for (int64_t i = 0; i < f; ++i) p[i] = flags[static_cast<size_t>(i)];
-  for (int i = 0; i < kNumPhases; ++i) p[f + i] = mine.s[i];
-  p[f + kNumPhases] = mine.read_bytes;
-  torch::Tensor out = torch::empty({k * n}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(control.AllGather(out, in)->Wait());
-  const double* v = out.data_ptr<double>();
-  flags_max->assign(flags.size(), 0.0);
-  all->assign(static_cast<size_t>(n), RankPhases());
-  for (int r = 0; r < n; ++r) {
-    const double* row = v + r * k;
-    for (int64_t i = 0; i < f; ++i) {
-      (*flags_max)[static_cast<size_t>(i)] =
-          r == 0 ? row[i] : std::max((*flags_max)[static_cast<size_t>(i)], row[i]);
-    }
-    for (int i = 0; i < kNumPhases; ++i) (*all)[static_cast<size_t>(r)].s[i] = row[f + i];
-    (*all)[static_cast<size_t>(r)].read_bytes = row[f + kNumPhases];
-  }
-  return Status::Ok();
 }
 
 }  // namespace ftrain::train

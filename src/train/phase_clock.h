@@ -1,8 +1,10 @@
-// Every rank's clock for the phases of one step (train/step_phases.h), and the two collectives
-// that carry them to rank 0: the host names once at start, and the boundary's flag agreement,
-// an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On a GPU
-// the compute and optimizer spans are CUDA events on the current stream (read after the step's
-// last host synchronisation), not host timers around asynchronous work. Header without LibTorch.
+// Every rank's clock for the phases of one step (train/telemetry/step_phases.h), and the two
+// collectives that carry them to rank 0: the host names once at start, and the boundary's flag
+// agreement, an all-gather of [flags, phases] where an all-reduce (max) of the flags ran before. On
+// a GPU the compute and optimizer spans are CUDA events on the current stream, not host timers
+// around asynchronous work, and they are read one step late (a step's record carries the
+// previous step's compute, optimizer, data-wait and exposed-communication figures), so that
+// reading them never makes the host wait for the device. Header without LibTorch.
 #pragma once
 
 #include <chrono>
@@ -12,7 +14,11 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/step_phases.h"
+#include "train/telemetry/step_phases.h"
+
+namespace ftrain::fsdp {
+class StreamEvents;  // fsdp/stream_waits.h
+}
 
 namespace ftrain::comm {
 class Comm;
@@ -24,12 +30,15 @@ class PhaseClock {
  public:
   // cuda_index >= 0: time compute and optimizer with CUDA events on that device.
   explicit PhaseClock(int cuda_index);
+  // With these events (a fake in tests; null: host times).
+  explicit PhaseClock(std::unique_ptr<fsdp::StreamEvents> events);
   ~PhaseClock();
   void StepStart();
-  // After the micro-batches: the data wait and the engine's collective wait so far.
-  void ComputeEnd(double data_wait_s, double comm_wait_s);
-  // After the optimizer: the engine's collective wait of the whole step.
-  void OptimizerEnd(double comm_wait_total_s);
+  // After the micro-batches: the time spent waiting for the reader.
+  void ComputeEnd(double data_wait_s);
+  // After the optimizer: the step's exposed communication (fsdp::StepStats::comm_wait_s) and
+  // its part during the micro-batches (comm_wait_fb_s).
+  void OptimizerEnd(double comm_wait_total_s, double comm_wait_fb_s);
   // Checkpoint stall (a snapshot copy waited for, a save at the boundary): counted in the
   // next vector Take() returns.
   void AddStall(double s) { stall_s_ += s; }
@@ -37,26 +46,21 @@ class PhaseClock {
   // what was read since the previous step.
   void NoteBytesRead(uint64_t total) { read_total_ = total; }
   // This step's phases (the boundary wait measured by the caller); resets the stall.
-  RankPhases Take(double boundary_wait_s);
+  records::RankPhases Take(double boundary_wait_s);
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Events;
-  std::unique_ptr<Events> events_;  // null on CPU
-  Clock::time_point t0_, t1_, t2_;
-  double data_wait_s_ = 0, comm_fb_s_ = 0, comm_total_s_ = 0, stall_s_ = 0;
+  struct Sample;
+  void Record(int* event);
+  std::unique_ptr<fsdp::StreamEvents> events_;  // null on the CPU
+  std::unique_ptr<Sample> samples_[2];          // alternating on a GPU
+  int current_ = 0;
+  double stall_s_ = 0;
   uint64_t read_total_ = 0, read_reported_ = 0;
 };
 
 // Every rank's host (ckptd's node id: SLURMD_NODENAME, else the host name), once at start
 // (collective on `control`).
 StatusOr<std::vector<std::string>> GatherHosts(comm::Comm& control, const std::string& mine);
-
-// The boundary's agreement (collective): all-gathers [flags..., phases] of every rank.
-// `*flags_max` gets the maximum of each flag over the ranks (exactly what an all-reduce of
-// the flags with max gives: the decision does not change), `*all` every rank's phases.
-Status GatherAtBoundary(comm::Comm& control, const std::vector<double>& flags,
-                        const RankPhases& mine, std::vector<double>* flags_max,
-                        std::vector<RankPhases>* all);
 
 }  // namespace ftrain::train

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "core/status.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::train {
 

@@ -33,7 +33,7 @@
 #include "ckpt/store.h"
 #include "ckpt/verify.h"
 #include "core/log.h"
-#include "peer_wire.h"
+#include "daemon/peer_wire.h"
 #include "test_util.h"
 
 namespace {

@@ -1,0 +1,88 @@
+// The checkpoint coordinator (coordinator.h): the due rule, and the three calls of the loop.
+#include "train/checkpoint/coordinator.h"
+
+#include <iomanip>
+#include <utility>
+
+#include "core/log.h"
+#include "data/read/reader.h"
+#include "fsdp/engine.h"
+#include "fsdp/trace_range.h"
+#include "records/metrics_record.h"
+#include "train/checkpoint/sink.h"
+#include "train/checkpoint/train_state.h"
+
+namespace ftrain::train {
+
+CheckpointSchedule::CheckpointSchedule(const CkptSection& ckpt, int64_t final_step, Env* env)
+    : ckpt_(ckpt), final_step_(final_step), env_(env), last_micros_(env->NowMicros()) {}
+
+bool CheckpointSchedule::TimeDue() const {
+  return ckpt_.every_minutes > 0 &&
+         static_cast<double>(env_->NowMicros() - last_micros_) / 1e6 >= ckpt_.every_minutes * 60;
+}
+
+bool CheckpointSchedule::Due(int64_t step, bool time_due, bool stop) const {
+  const bool step_due = ckpt_.every_steps > 0 && step % ckpt_.every_steps == 0;
+  return time_due || step_due || stop || (step == final_step_ && ckpt_.save_final);
+}
+
+bool CheckpointSchedule::MustBeDurable(int64_t step, bool stop) const {
+  return stop || step == final_step_;
+}
+
+void CheckpointSchedule::Saved() { last_micros_ = env_->NowMicros(); }
+
+CheckpointCoordinator::CheckpointCoordinator(CheckpointSchedule schedule, Parts parts)
+    : schedule_(std::move(schedule)), parts_(std::move(parts)), last_saved_(parts_.resumed_step) {}
+
+void CheckpointCoordinator::BeforeOptimizerStep() {
+  const double t0 = NowSeconds(schedule_.env());
+  parts_.sink->BeforeStateChanges();
+  if (parts_.on_stall) parts_.on_stall(NowSeconds(schedule_.env()) - t0);
+}
+
+bool CheckpointCoordinator::AfterOptimizerStep() {
+  parts_.sink->FinishPending();
+  return parts_.leader && schedule_.TimeDue();
+}
+
+StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time_due, bool stop,
+                                                         const records::StepMetrics& m) {
+  BoundarySave out;
+  if (!schedule_.Due(step, time_due, stop)) return out;
+  const bool durable = schedule_.MustBeDurable(step, stop);
+  RunState& state = *parts_.state;
+  state.metrics_line = parts_.leader ? records::FormatMetricsLine(m) : "";
+  StatusOr<SaveOutcome> saved = [&]() -> StatusOr<SaveOutcome> {
+    TraceRange range("ftrain/checkpoint save");
+    ckpt::CheckpointMeta meta = parts_.identity.meta;
+    meta.step = state.step;
+    state.data_cursor = parts_.reader->SaveCursor();
+    return parts_.sink->Save(
+        meta, BuildShardContents(*parts_.engine, state, parts_.identity.schedule_json), durable);
+  }();
+  if (!saved.ok()) {
+    // Never silently skip: log loudly; the next interval tries again.
+    FT_LOG(Error) << "CHECKPOINT FAILED at step " << step << ": " << saved.status().message()
+                  << " (training continues; will retry)";
+    if (durable) return saved.status();
+    return out;
+  }
+  if (parts_.leader) {
+    FT_LOG(Info) << "checkpoint step " << step << ": "
+                 << (saved->via_daemon ? (saved->deferred ? "copying to ckptd" : "handed to ckptd")
+                                       : "written synchronously")
+                 << (saved->durable ? ", committed" : ", persisting in the background")
+                 << ", stall " << std::setprecision(3) << saved->stall_s << " s";
+  }
+  out.saved = true;
+  out.durable = saved->durable;
+  out.stall_s = saved->stall_s;
+  if (parts_.on_stall) parts_.on_stall(out.stall_s);
+  last_saved_ = step;
+  schedule_.Saved();
+  return out;
+}
+
+}  // namespace ftrain::train

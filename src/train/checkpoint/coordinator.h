@@ -1,0 +1,103 @@
+// The one owner of the training loop's checkpoints: when one is due (CheckpointSchedule:
+// the wall-clock and step intervals, a stop, the final step), whether it must be durable,
+// what goes in (train_state.h), where it goes (sink.h), the training time it stalls, and the
+// GPU snapshot copy that must end before the next optimizer step changes the state. The loop
+// calls it at three points of every step:
+//   BeforeOptimizerStep()  a snapshot still copying off the GPU finishes first (a stall)
+//   AfterOptimizerStep()   that snapshot goes to ckptd; returns this rank's vote for the
+//                          boundary agreement (boundary_agreement.h): the interval passed
+//   AtBoundary()           once the ranks agreed: saves when due (collective)
+// Which checkpoint a start resumes from is resume.h, before the loop. No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "ckpt/manifest.h"
+#include "core/env.h"
+#include "core/status.h"
+#include "records/metrics_record.h"
+#include "train/config/train_config.h"
+
+namespace ftrain::data {
+class TokenReader;
+}
+namespace ftrain::fsdp {
+class FsdpEngine;
+}
+
+namespace ftrain::train {
+
+class CheckpointSink;
+struct RunState;
+
+// When a checkpoint is due. Time comes from `env` (Env::NowMicros), so tests drive the rule
+// with a fake clock. Torch-free.
+class CheckpointSchedule {
+ public:
+  // The wall-clock interval starts now.
+  CheckpointSchedule(const CkptSection& ckpt, int64_t final_step, Env* env);
+  // ckpt.every_minutes have passed since the start or the last saved checkpoint.
+  bool TimeDue() const;
+  // Whether the boundary after optimizer step `step` checkpoints, given the agreed flags
+  // (`time_due`: rank 0's TimeDue; `stop`: a stop signal on any rank).
+  bool Due(int64_t step, bool time_due, bool stop) const;
+  // A stop and the final step must be committed before the run goes on (or ends).
+  bool MustBeDurable(int64_t step, bool stop) const;
+  // A checkpoint was saved: the wall-clock interval starts again.
+  void Saved();
+  Env* env() const { return env_; }
+
+ private:
+  CkptSection ckpt_;
+  int64_t final_step_;
+  Env* env_;
+  uint64_t last_micros_;
+};
+
+// What a checkpoint of this run carries besides the engine's shards and the run state.
+struct CheckpointIdentity {
+  ckpt::CheckpointMeta meta;  // all but the step, which each save sets
+  std::string schedule_json;  // the LR schedule, for LoadCheckpoint's check
+};
+
+// The outcome of AtBoundary.
+struct BoundarySave {
+  bool saved = false;    // a checkpoint of this step was saved (committed or handed over)
+  bool durable = false;  // ... and it is committed on disk
+  double stall_s = 0;    // what the save cost the training thread (0 when none)
+};
+
+class CheckpointCoordinator {
+ public:
+  struct Parts {
+    CheckpointSink* sink = nullptr;                // where (not owned)
+    const fsdp::FsdpEngine* engine = nullptr;      // what: the shards (not owned)
+    RunState* state = nullptr;                     // what: the run state (not owned)
+    data::TokenReader* reader = nullptr;           // what: the data cursor (not owned)
+    CheckpointIdentity identity;                   // what: the meta
+    bool leader = false;                           // rank 0 logs and keeps the metrics line
+    int64_t resumed_step = -1;                     // the checkpoint this start resumed, or -1
+    std::function<void(double seconds)> on_stall;  // the step's phase clock takes every stall
+  };
+  CheckpointCoordinator(CheckpointSchedule schedule, Parts parts);
+
+  void BeforeOptimizerStep();
+  bool AfterOptimizerStep();
+  // `m`: the step's metrics record, carried in the checkpoint (rank 0) so that a crash
+  // between the commit and the metrics append leaves no hole in metrics.jsonl. A failed save
+  // is logged loudly and retried at the next interval; a failed durable one ends the run.
+  StatusOr<BoundarySave> AtBoundary(int64_t step, bool time_due, bool stop,
+                                    const records::StepMetrics& m);
+
+  // The newest step this start saved (or resumed from); -1 when none.
+  int64_t last_saved() const { return last_saved_; }
+
+ private:
+  CheckpointSchedule schedule_;
+  Parts parts_;
+  int64_t last_saved_;
+};
+
+}  // namespace ftrain::train

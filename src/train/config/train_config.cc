@@ -1,0 +1,299 @@
+// TrainConfig loading and validation.
+#include "train/config/train_config.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+#include "core/run_layout.h"
+
+namespace ftrain::train {
+namespace {
+
+Status Positive(const Config& c, const char* key, int64_t v) {
+  if (v > 0) return Status::Ok();
+  std::string where = c.Has(key) ? c.entries().at(key).origin + ": " : "";
+  return Status::InvalidArgument(where + key + " must be > 0, got " + std::to_string(v));
+}
+
+Status OneOf(const Config& c, const char* key, const std::string& v,
+             std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  std::string where = c.Has(key) ? c.entries().at(key).origin + ": " : "";
+  return Status::InvalidArgument(where + key + " = '" + v + "' is not one of " + list);
+}
+
+// Reads `key` (absent: *out stays) and maps its spelling to the enum, or names the choices.
+template <typename E>
+Status GetChoice(const Config& c, const char* key,
+                 std::initializer_list<std::pair<const char*, E>> choices, E* out) {
+  if (!c.Has(key)) return Status::Ok();
+  std::string v;
+  FT_RETURN_IF_ERROR(c.GetString(key, &v));
+  std::string list;
+  for (const auto& [name, value] : choices) {
+    if (v == name) {
+      *out = value;
+      return Status::Ok();
+    }
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  return Status::InvalidArgument(c.entries().at(key).origin + ": " + key + " = '" + v +
+                                 "' is not one of " + list);
+}
+
+}  // namespace
+
+namespace {
+
+// [train]: steps, batch, the optimizer, device and precision, resume and init.
+Status LoadOptim(const Config& c, OptimSection* out) {
+  OptimSection& o = *out;
+  FT_RETURN_IF_ERROR(c.GetInt("train.steps", &o.steps));
+  if (!c.Has("train.steps")) return Status::InvalidArgument("config key 'train.steps' is required");
+  FT_RETURN_IF_ERROR(Positive(c, "train.steps", o.steps));
+  FT_RETURN_IF_ERROR(c.GetInt("train.micro_batch", &o.micro_batch));
+  FT_RETURN_IF_ERROR(Positive(c, "train.micro_batch", o.micro_batch));
+  FT_RETURN_IF_ERROR(c.GetInt("train.grad_accum", &o.grad_accum));
+  FT_RETURN_IF_ERROR(Positive(c, "train.grad_accum", o.grad_accum));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.lr", &o.lr));
+  if (o.lr <= 0) return Status::InvalidArgument("train.lr must be > 0");
+  FT_RETURN_IF_ERROR(c.GetDouble("train.min_lr", &o.min_lr));
+  if (o.min_lr < 0) o.min_lr = o.lr / 10;
+  FT_RETURN_IF_ERROR(c.GetInt("train.warmup_steps", &o.warmup_steps));
+  if (o.warmup_steps < 0) return Status::InvalidArgument("train.warmup_steps must be >= 0");
+  FT_RETURN_IF_ERROR(c.GetBool("train.lr_scale_with_batch", &o.lr_scale_with_batch));
+  FT_RETURN_IF_ERROR(c.GetInt("train.base_batch", &o.base_batch));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.weight_decay", &o.weight_decay));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.beta1", &o.beta1));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.beta2", &o.beta2));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.eps", &o.eps));
+  FT_RETURN_IF_ERROR(c.GetDouble("train.clip", &o.clip));
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.eps <= 0 ||
+      o.weight_decay < 0 || o.clip < 0) {
+    return Status::InvalidArgument(
+        "train.beta1/beta2 must be in [0, 1), train.eps > 0, train.weight_decay >= 0, "
+        "train.clip >= 0");
+  }
+  FT_RETURN_IF_ERROR(c.GetInt("train.seed", &o.seed));
+  FT_RETURN_IF_ERROR(c.GetInt("train.threads", &o.threads));
+  FT_RETURN_IF_ERROR(Positive(c, "train.threads", o.threads));
+  FT_RETURN_IF_ERROR(
+      GetChoice(c, "train.device", {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}}, &o.device));
+  const std::initializer_list<std::pair<const char*, Precision>> precisions = {
+      {"float32", Precision::kFloat32}, {"bfloat16", Precision::kBFloat16}};
+  FT_RETURN_IF_ERROR(GetChoice(c, "train.param_dtype", precisions, &o.param_dtype));
+  FT_RETURN_IF_ERROR(GetChoice(c, "train.reduce_dtype", precisions, &o.reduce_dtype));
+  FT_RETURN_IF_ERROR(c.GetBool("train.activation_checkpointing", &o.activation_checkpointing));
+  FT_RETURN_IF_ERROR(c.GetBool("train.prefetch", &o.prefetch));
+  FT_RETURN_IF_ERROR(c.GetString("train.resume", &o.resume));
+  if (o.resume.empty()) return Status::InvalidArgument("train.resume must be auto, none or a path");
+  FT_RETURN_IF_ERROR(c.GetBool("train.allow_resume_mismatch", &o.allow_resume_mismatch));
+  FT_RETURN_IF_ERROR(c.GetString("train.init", &o.init));
+  FT_RETURN_IF_ERROR(c.GetInt("train.log_every", &o.log_every));
+  FT_RETURN_IF_ERROR(Positive(c, "train.log_every", o.log_every));
+  FT_RETURN_IF_ERROR(c.GetString("train.profile_steps", &o.profile_steps));
+  if (!o.profile_steps.empty()) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    if (std::sscanf(o.profile_steps.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < a) {
+      return Status::InvalidArgument("train.profile_steps = '" + o.profile_steps +
+                                     "': give A:B, the first and last step to profile (1 <= A "
+                                     "<= B), e.g. 10:12");
+    }
+    o.profile_first = a;
+    o.profile_last = b;
+  }
+  return Status::Ok();
+}
+
+// [data] and [dist], and the device/backend pairing.
+Status LoadDataAndDist(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
+  const OptimSection& o = t.train;
+  FT_RETURN_IF_ERROR(c.RequireString("data.path", &t.data.path));
+  FT_RETURN_IF_ERROR(c.GetInt("data.prefetch_depth", &t.data.prefetch_depth));
+  if (t.data.prefetch_depth < 0) return Status::InvalidArgument("data.prefetch_depth must be >= 0");
+
+  FT_RETURN_IF_ERROR(c.GetString("dist.sharding", &t.dist.sharding));
+  FT_RETURN_IF_ERROR(OneOf(c, "dist.sharding", t.dist.sharding,
+                           {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}));
+  FT_RETURN_IF_ERROR(c.GetString("dist.backend", &t.dist.backend));
+  FT_RETURN_IF_ERROR(OneOf(c, "dist.backend", t.dist.backend, {"gloo", "nccl"}));
+  FT_RETURN_IF_ERROR(c.GetInt("dist.rdzv_timeout_s", &t.dist.rdzv_timeout_s));
+  FT_RETURN_IF_ERROR(Positive(c, "dist.rdzv_timeout_s", t.dist.rdzv_timeout_s));
+  FT_RETURN_IF_ERROR(c.GetInt("dist.timeout_s", &t.dist.timeout_s));
+  FT_RETURN_IF_ERROR(Positive(c, "dist.timeout_s", t.dist.timeout_s));
+  if (o.device == Device::kCuda && t.dist.backend != "nccl") {
+    return Status::InvalidArgument(
+        "train.device = cuda needs dist.backend = nccl (gloo moves CPU tensors only); set "
+        "--dist.backend=nccl");
+  }
+  if (o.device == Device::kCpu && t.dist.backend == "nccl") {
+    return Status::InvalidArgument(
+        "dist.backend = nccl needs train.device = cuda (NCCL moves GPU tensors only); set "
+        "--train.device=cuda, or use dist.backend = gloo on CPUs");
+  }
+
+  return Status::Ok();
+}
+
+// run.dir and [ckpt].
+Status LoadCheckpointing(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
+  FT_RETURN_IF_ERROR(c.RequireString("run.dir", &t.run_dir));
+  t.ckpt.root = RunLayout(t.run_dir).default_checkpoint_root();
+  FT_RETURN_IF_ERROR(c.GetString("ckpt.root", &t.ckpt.root));
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.every_minutes", &t.ckpt.every_minutes));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.every_steps", &t.ckpt.every_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.keep", &t.ckpt.keep));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.keep_every", &t.ckpt.keep_every));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.zstd_level", &t.ckpt.zstd_level));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.shuffle", &t.ckpt.shuffle));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.threads", &t.ckpt.threads));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.save_final", &t.ckpt.save_final));
+  FT_RETURN_IF_ERROR(GetChoice(
+      c, "ckpt.daemon",
+      {{"off", DaemonMode::kOff}, {"auto", DaemonMode::kAuto}, {"require", DaemonMode::kRequire}},
+      &t.ckpt.daemon));
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.flush_timeout_s", &t.ckpt.flush_timeout_s));
+  FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
+  if (t.ckpt.flush_timeout_s <= 0) {
+    std::string where =
+        c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";
+    return Status::InvalidArgument(where + "ckpt.flush_timeout_s must be > 0 seconds");
+  }
+  if (t.ckpt.every_minutes < 0 || t.ckpt.every_steps < 0 || t.ckpt.keep < 1 ||
+      t.ckpt.keep_every < 0 || t.ckpt.zstd_level < 0 || t.ckpt.zstd_level > 22 ||
+      t.ckpt.threads < 0) {
+    return Status::InvalidArgument(
+        "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
+        "[0, 22], threads >= 0");
+  }
+  return Status::Ok();
+}
+
+// [metrics].
+Status LoadMetrics(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
+  MetricsSection& m = t.metrics;
+  FT_RETURN_IF_ERROR(c.GetBool("metrics.tensorboard", &m.tensorboard));
+  m.prometheus_dir = RunLayout(t.run_dir).default_prometheus_dir();
+  FT_RETURN_IF_ERROR(c.GetString("metrics.prometheus_dir", &m.prometheus_dir));
+  if (m.prometheus_dir.empty()) {
+    return Status::InvalidArgument(
+        "metrics.prometheus_dir is empty: give a directory (node_exporter's textfile "
+        "directory) or 'off'");
+  }
+  FT_RETURN_IF_ERROR(c.GetDouble("metrics.peak_tflops", &m.peak_tflops));
+  FT_RETURN_IF_ERROR(
+      c.GetDouble("metrics.baseline_tokens_per_s_per_gpu", &m.baseline_tokens_per_s_per_gpu));
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.step_time_window", &m.step_time_window));
+  if (m.peak_tflops < 0 || m.peak_tflops > 1e6 || m.baseline_tokens_per_s_per_gpu < 0) {
+    return Status::InvalidArgument(
+        "metrics.peak_tflops must be in [0, 1e6] (TFLOP/s per device; 0 = from the GPU "
+        "model) and metrics.baseline_tokens_per_s_per_gpu >= 0 (0 = no scaling efficiency)");
+  }
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.rank_phases_every", &m.rank_phases_every));
+  FT_RETURN_IF_ERROR(c.GetDouble("metrics.straggler_threshold", &m.straggler_threshold));
+  FT_RETURN_IF_ERROR(c.GetInt("metrics.straggler_window", &m.straggler_window));
+  if (m.rank_phases_every < 0 || m.straggler_threshold <= 0 || m.straggler_window < 1 ||
+      m.straggler_window > 100000) {
+    return Status::InvalidArgument(
+        "metrics.rank_phases_every must be >= 0 (0 = never), metrics.straggler_threshold > 0 "
+        "(a share of the median, 0.2 = 20 %) and metrics.straggler_window in [1, 100000] steps");
+  }
+  if (m.step_time_window < 1 || m.step_time_window > 100000) {
+    return Status::InvalidArgument("metrics.step_time_window must be in [1, 100000] steps, got " +
+                                   std::to_string(m.step_time_window));
+  }
+  return Status::Ok();
+}
+
+// [eval].
+Status LoadEval(const Config& c, EvalSection* e) {
+  FT_RETURN_IF_ERROR(c.GetString("eval.path", &e->path));
+  FT_RETURN_IF_ERROR(c.GetInt("eval.every_steps", &e->every_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("eval.batches", &e->batches));
+  auto where = [&c](const char* key) {
+    return c.Has(key) ? c.entries().at(key).origin + ": " : std::string();
+  };
+  if (e->every_steps < 0) {
+    return Status::InvalidArgument(where("eval.every_steps") +
+                                   "eval.every_steps must be >= 0 (0 = no evaluation)");
+  }
+  if (e->batches < 1) {
+    return Status::InvalidArgument(where("eval.batches") + "eval.batches must be >= 1, got " +
+                                   std::to_string(e->batches));
+  }
+  if (e->every_steps > 0 && e->path.empty()) {
+    return Status::InvalidArgument(where("eval.every_steps") +
+                                   "eval.every_steps is set but eval.path is not: give the "
+                                   "held-out packed directory or URL (--eval.path=DIR)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
+  TrainConfig t;
+  t.raw = c;
+  FT_ASSIGN_OR_RETURN(t.model, LlamaConfig::FromConfig(c));
+  FT_RETURN_IF_ERROR(LoadOptim(c, &t.train));
+  FT_RETURN_IF_ERROR(LoadDataAndDist(c, &t));
+  FT_RETURN_IF_ERROR(LoadCheckpointing(c, &t));
+  FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
+  FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
+  FT_RETURN_IF_ERROR(c.CheckAllConsumed());
+  return t;
+}
+
+const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+const char* PrecisionName(Precision p) {
+  return p == Precision::kBFloat16 ? "bfloat16" : "float32";
+}
+const char* DaemonModeName(DaemonMode m) {
+  switch (m) {
+    case DaemonMode::kOff:
+      return "off";
+    case DaemonMode::kRequire:
+      return "require";
+    case DaemonMode::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::string TrainConfig::ConfigHash() const {
+  std::string canon;
+  for (const auto& [key, entry] : raw.entries()) {
+    // Where metrics go and what MFU is measured against: not a bit of the run changes.
+    if (key.rfind("metrics.", 0) == 0) continue;
+    // The held-out loss reads the weights, never changes them (train/eval/eval_loop.h).
+    if (key.rfind("eval.", 0) == 0) continue;
+    const bool irrelevant =
+        key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
+        key == "train.allow_resume_mismatch" || key == "train.log_every" ||
+        key == "train.profile_steps" || key == "data.path" || key == "data.prefetch_depth" ||
+        key == "dist.rdzv_timeout_s" || key == "train.init" || key == "dist.timeout_s" ||
+        // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
+        // (the trainer says that bits are not promised across devices).
+        key == "train.device" || key == "dist.backend" ||
+        // Where config.json was, not what it says: its contents are hashed below, so a base
+        // directory that moved does not change the hash.
+        key == "model.hf";
+    if (!irrelevant) canon += key + "=" + entry.value + "\n";
+  }
+  if (!model.hf_config_path.empty()) canon += "model.hf.resolved=" + model.Canonical() + "\n";
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(canon.data(), canon.size())));
+  return buf;
+}
+
+}  // namespace ftrain::train
