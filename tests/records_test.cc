@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "records/json_lines.h"
 #include "records/restarts.h"
 #include "test_util.h"
 
@@ -112,6 +113,18 @@ TEST_F(Spools, ALinkInPlaceOfASpoolIsNotFollowed) {
   ASSERT_EQ(symlink(victim.c_str(), layout_.restarts_spool("n1").c_str()), 0);
   Status s = AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "restarted")));
   EXPECT_FALSE(s.ok());
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+// metrics.jsonl and restarts.jsonl are appended by the same call: a link someone put in the
+// shared run directory in place of either is refused, not written through (hole 8).
+TEST_F(Spools, ALinkInPlaceOfARecordFileIsNotFollowed) {
+  const std::string victim = tmp_.path() + "/victim";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_EQ(symlink(victim.c_str(), layout_.metrics().c_str()), 0);
+  Status s = AppendJsonLine(layout_.metrics(), "{\"step\":1}");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
   EXPECT_EQ(ReadFile(victim), "keep\n");
 }
 
