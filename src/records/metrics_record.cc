@@ -46,19 +46,19 @@ std::string FormatMetricsLine(const StepMetrics& m) {
 StatusOr<StepMetrics> ParseMetricsRecord(const nlohmann::json& j, const std::string& where,
                                          std::vector<Straggler>* named) {
   StepMetrics s;
-  FT_RETURN_IF_ERROR(Field(j, "step", true, where, &s.step));
+  FT_RETURN_IF_ERROR(ReadField(j, "step", true, where, &s.step));
   FT_RETURN_IF_ERROR(
-      Field(j, j.contains("time") ? "time" : "unix_time", true, where, &s.unix_time));
-  FT_RETURN_IF_ERROR(Field(j, "step_time_s", true, where, &s.step_time_s));
-  FT_RETURN_IF_ERROR(Field(j, "loss", false, where, &s.loss));
-  FT_RETURN_IF_ERROR(Field(j, "lr", false, where, &s.lr));
-  FT_RETURN_IF_ERROR(Field(j, "grad_norm", false, where, &s.grad_norm));
-  FT_RETURN_IF_ERROR(Field(j, "tokens_per_s", false, where, &s.tokens_per_s));
-  FT_RETURN_IF_ERROR(Field(j, "data_wait_s", false, where, &s.data_wait_s));
-  FT_RETURN_IF_ERROR(Field(j, "comm_s", false, where, &s.comm_s));
-  FT_RETURN_IF_ERROR(Field(j, "ckpt_stall_s", false, where, &s.ckpt_stall_s));
-  FT_RETURN_IF_ERROR(Field(j, "restart_count", false, where, &s.restart_count));
-  FT_RETURN_IF_ERROR(Field(j, "tokens", false, where, &s.tokens));
+      ReadField(j, j.contains("time") ? "time" : "unix_time", true, where, &s.unix_time));
+  FT_RETURN_IF_ERROR(ReadField(j, "step_time_s", true, where, &s.step_time_s));
+  FT_RETURN_IF_ERROR(ReadField(j, "loss", false, where, &s.loss));
+  FT_RETURN_IF_ERROR(ReadField(j, "lr", false, where, &s.lr));
+  FT_RETURN_IF_ERROR(ReadField(j, "grad_norm", false, where, &s.grad_norm));
+  FT_RETURN_IF_ERROR(ReadField(j, "tokens_per_s", false, where, &s.tokens_per_s));
+  FT_RETURN_IF_ERROR(ReadField(j, "data_wait_s", false, where, &s.data_wait_s));
+  FT_RETURN_IF_ERROR(ReadField(j, "comm_s", false, where, &s.comm_s));
+  FT_RETURN_IF_ERROR(ReadField(j, "ckpt_stall_s", false, where, &s.ckpt_stall_s));
+  FT_RETURN_IF_ERROR(ReadField(j, "restart_count", false, where, &s.restart_count));
+  FT_RETURN_IF_ERROR(ReadField(j, "tokens", false, where, &s.tokens));
   for (const auto& [key, field] :
        {std::pair<const char*, std::optional<double>*>{"gpu_util", &s.gpu_util},
         {"gpu_mem_gb", &s.gpu_mem_gb},
@@ -74,7 +74,7 @@ StatusOr<StepMetrics> ParseMetricsRecord(const nlohmann::json& j, const std::str
         {"data_reads", &s.data_reads},
         {"data_read_p50_s", &s.data_read_p50_s},
         {"data_read_p95_s", &s.data_read_p95_s}}) {
-    FT_RETURN_IF_ERROR(OptField(j, key, where, field));
+    FT_RETURN_IF_ERROR(ReadOptField(j, key, where, field));
   }
   if (s.step_time_s < 0 || !std::isfinite(s.unix_time)) {
     return Status::Corruption(where + ": negative step_time_s or a time that is not finite");

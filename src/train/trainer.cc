@@ -24,6 +24,7 @@
 #include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
+#include "records/restarts.h"
 #include "train/base_model.h"
 #include "train/boundary_agreement.h"
 #include "train/checkpoint/coordinator.h"
@@ -56,19 +57,23 @@ std::string FormatEta(double s) {
   return buf;
 }
 
-// Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>": two doubles carry
-// it exactly through the world's broadcast).
+// Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>", or under the job
+// controller "e<15-digit lease epoch>-<8 hex>", sent negated: two doubles carry it exactly
+// through the world's broadcast).
 StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx) {
   double ms = 0, rnd = 0;
   if (ctx.world().rank == 0) {
     const std::string g = ckpt::NewGeneration();
-    ms = static_cast<double>(std::stoll(g.substr(0, 15)));
-    rnd = static_cast<double>(std::stoul(g.substr(16), nullptr, 16));
+    const size_t at = g[0] == 'e' ? 1 : 0;
+    ms = static_cast<double>(std::stoll(g.substr(at, 15))) * (at == 1 ? -1 : 1);
+    rnd = static_cast<double>(std::stoul(g.substr(at + 16), nullptr, 16));
   }
   torch::Tensor t = torch::tensor({ms, rnd}, torch::kFloat64);
   FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
+  const double first = t[0].item<double>();
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(t[0].item<double>()),
+  std::snprintf(buf, sizeof(buf), first < 0 ? "e%015lld-%08x" : "%015lld-%08x",
+                static_cast<long long>(first < 0 ? -first : first),
                 static_cast<unsigned>(t[1].item<double>()));
   return std::string(buf);
 }

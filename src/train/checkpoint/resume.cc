@@ -21,6 +21,7 @@
 #include "core/run_layout.h"
 #include "core/version.h"
 #include "records/json_lines.h"
+#include "records/restarts.h"
 
 namespace ftrain::train {
 namespace {
@@ -312,7 +313,7 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"peer_fetch_s", slowest[1].item<double>()},
       {"restore_s", slowest[0].item<double>()}};
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = records::AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
@@ -374,7 +375,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                               {"moved_to", *moved},
                               {"problem", why}};
         if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-        Status w = records::AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+        Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
         if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
       }
     }
