@@ -92,7 +92,9 @@ TEST_F(GuardRunTest, NanLossOnOneRankIsSkippedEverywhereLikeTheSkipListAndResume
   EXPECT_EQ(rb[7]["skipped"], "listed");
   for (int s = 1; s <= 20; ++s) {
     EXPECT_EQ(ra[s]["loss"], rb[s]["loss"]) << "step " << s;
-    if (s != 7) EXPECT_FALSE(ra[s].contains("skipped")) << "step " << s;
+    if (s != 7) {
+      EXPECT_FALSE(ra[s].contains("skipped")) << "step " << s;
+    }
   }
   EXPECT_EQ(Losses(clean).at(6), Losses(faulty).at(6));
   EXPECT_NE(Losses(clean).at(8), Losses(faulty).at(8));
@@ -130,7 +132,9 @@ TEST_F(GuardRunTest, NanGradientAndSpikeAreSkippedLikeTheSkipList) {
   EXPECT_GT(ra[12]["grad_norm"].get<double>(), 100 * ra[11]["grad_norm"].get<double>());
   auto la = Losses(faulty), lb = Losses(listed);
   for (int s = 1; s <= 20; ++s) {
-    if (s != 4 && s != 12) EXPECT_EQ(la[s], lb[s]) << "step " << s;
+    if (s != 4 && s != 12) {
+      EXPECT_EQ(la[s], lb[s]) << "step " << s;
+    }
   }
   ExpectAllVerify(faulty);
 }
