@@ -375,9 +375,11 @@ StatusOr<SaveOutcome> CheckpointSink::Save(const ckpt::CheckpointMeta& meta,
   // Before any snapshot begins: the host has synchronised with the device since the last
   // collective (the optimizer step read the gradient norm), so a failed group shows here.
   // It is also this rank's vote below: with one failed group anywhere, no rank saves.
-  const Status health = CommHealth();
+  Status health = CommHealth();
+  const bool comm_failed = !health.ok();
+  if (!comm_failed && options_.state_check) health = options_.state_check();
   if (!health.ok()) {
-    if (pending_) DropPending(health);
+    if (pending_ && comm_failed) DropPending(health);
     double v[5] = {0, 0, 0, 0, 1.0};
     FT_RETURN_IF_ERROR(ReduceMax(v, 5));
     return health.Annotate("checkpoint of step " + step_s + " refused");

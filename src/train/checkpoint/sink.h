@@ -44,6 +44,9 @@ struct CheckpointSinkOptions {
   // so no snapshot begins, none that is pending is finished, and the save vote fails on
   // every rank. Unset: always healthy.
   std::function<Status()> comm_health;
+  // Checked like comm_health before every save, and refused the same way on every rank
+  // (state that must not be committed, e.g. a non-finite value: [guard]). Unset: none.
+  std::function<Status()> state_check;
 };
 
 struct SaveOutcome {

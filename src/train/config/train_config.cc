@@ -249,6 +249,8 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(LoadCheckpointing(c, &t));
   FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
   FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
+  FT_RETURN_IF_ERROR(LoadGuard(c, &t.guard));
+  FT_RETURN_IF_ERROR(ParseSkipList(c, t.train.steps, &t.data.skip));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
 }
@@ -276,6 +278,9 @@ std::string TrainConfig::ConfigHash() const {
     if (key.rfind("metrics.", 0) == 0) continue;
     // The held-out loss reads the weights, never changes them (train/eval/eval_loop.h).
     if (key.rfind("eval.", 0) == 0) continue;
+    // The guard and the skip list change a run's bits only where they skip a step, and every
+    // skip is recorded in the checkpoints: a resume may turn them on (train/config/guard.h).
+    if (key.rfind("guard.", 0) == 0 || key == "data.skip") continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" ||

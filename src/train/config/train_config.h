@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "core/config.h"
 #include "core/status.h"
 #include "model/llama_config.h"
+#include "train/config/guard.h"
 
 namespace ftrain::train {
 
@@ -56,6 +58,8 @@ struct OptimSection {
 struct DataSection {
   std::string path;  // packed directory or http(s):// URL (required)
   int64_t prefetch_depth = 4;
+  // data.skip: optimizer steps whose batches are read and not trained on (train/config/guard.h).
+  std::set<int64_t> skip;
 };
 
 struct DistSection {
@@ -112,6 +116,7 @@ struct TrainConfig {
   CkptSection ckpt;
   MetricsSection metrics;
   EvalSection eval;
+  GuardSection guard;
   std::string run_dir;
   Config raw;  // what was read, for the resolved copy in the run directory
 
