@@ -24,6 +24,7 @@ cleanup() {
   rm -rf "${WORK}"
 }
 trap cleanup EXIT
+[ -n "${FTRAIN_MEMTIER_KEEP:-}" ] && trap - EXIT
 
 echo "== memory_tier_bench: $(basename "${CONFIG}"), 2 ranks on 2 simulated nodes, ${STEPS} steps," \
   "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -69,11 +70,10 @@ def params(e):
     return int(m.group(1).replace(",", "")) if m else 0
 def status(e):
     p = os.path.join(work, f"run-{e}", "status.json")
-    try:
-        j = json.load(open(p))
+    try:  # one JSON object per node and line
+        nodes = [json.loads(l) for l in open(p) if l.strip()]
     except Exception:
         return 0, 0
-    nodes = j if isinstance(j, list) else j.get("nodes", [j])
     sent = sum(n.get("replication", {}).get("to_buddy_bytes", 0) for n in nodes)
     taken = sum(n.get("memory_snapshots_taken", 0) for n in nodes)
     return sent, taken

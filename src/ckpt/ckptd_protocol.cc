@@ -244,7 +244,7 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
   }
   uint8_t memory_only = 0;
   if (!r.Done() && (!r.Get(&memory_only) || memory_only > 1)) {
-    return Bad("malformed memory-tier flag in SUBMIT");
+    return Bad("trailing bytes in SUBMIT (or a memory-tier flag other than 0 or 1)");
   }
   m.memory_only = memory_only != 0;
   if (!r.Done()) return Bad("trailing bytes in SUBMIT");
