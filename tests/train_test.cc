@@ -518,6 +518,32 @@ TEST_F(TrainTest, MemoryTierKilledRankRestoresFromMemoryBitExactly) {
       << report.output;
 }
 
+// The memory tier's record outlives the daemons' memory (a requeue onto new nodes, or daemons
+// restarted): MEMORY_TIER.json names a step no daemon holds any more, every rank finds that
+// out (its own daemon, then the peers), nothing is written, and the resume takes the disk
+// tier, says so, and still ends bit-identical.
+TEST_F(TrainTest, MemoryTierWithItsMemoryGoneFallsBackToDiskBitExactly) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/memtier-gone";
+  const std::string extra =
+      "--ckpt.daemon=require --ckpt.every_steps=20 --ckpt.memory_every_steps=3";
+  {
+    Daemons daemons(run, "", /*ring=*/true);
+    const int rc = LaunchAndKillAt(TrainCmd(run, 4, 2, extra), run, 30, 2, "memgone");
+    EXPECT_NE(rc, 0) << "the kill did not stop the job";
+    ASSERT_EQ(::access((run + "/checkpoints/MEMORY_TIER.json").c_str(), F_OK), 0);
+  }  // the daemons stop: their memory is gone
+  Daemons fresh(run, "", /*ring=*/true);
+  const std::string out = FinishRun(run, extra, 2);
+  ExpectSameAsReference(run, ref);
+  EXPECT_TRUE(Contains(out, "FALLING BACK to the disk tier")) << out;
+  const std::string records = ReadFile(run + "/restarts.jsonl");
+  EXPECT_TRUE(Contains(records, "\"tier\":\"disk\"")) << records;
+  EXPECT_TRUE(Contains(records, "\"memory_fallback\"")) << records;
+  auto report = RunCommand(Ftrain() + " report " + run, 30);
+  EXPECT_TRUE(Contains(report.output, "memory tier fell back to disk")) << report.output;
+}
+
 TEST_F(TrainTest, WithCkptdKilledMidRunTheTrainerFallsBackToSynchronousSaves) {
   const std::string& ref = Reference("");
   const std::string run = root_ + "/daemon-dies";

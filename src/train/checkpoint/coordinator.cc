@@ -92,7 +92,7 @@ StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time
   if (memory_) {
     // Snapshots of earlier steps that their buddies now hold become restorable (collective
     // while any await it; the same on every rank). A failure only delays the record.
-    Status c = memory_->Confirm(parts_.identity.meta);
+    Status c = memory_->Confirm(parts_.identity.meta, step);
     if (!c.ok()) FT_LOG(Error) << "memory tier: confirming snapshots: " << c.message();
   }
   if (!schedule_.Due(step, time_due, stop)) {

@@ -55,8 +55,10 @@ void MemoryTier::Forget(int64_t step, const std::string& why) {
   }
 }
 
-Status MemoryTier::Confirm(const ckpt::CheckpointMeta& identity) {
+Status MemoryTier::Confirm(const ckpt::CheckpointMeta& identity, int64_t step) {
   if (pending_.empty()) return Status::Ok();
+  const int64_t since = step - pending_.back();
+  if (since <= 0 || (since & (since - 1)) != 0) return Status::Ok();  // 1, 2, 4, 8, ...
   const std::map<int64_t, uint64_t> held = sink_->MemoryHeldTwice();
   // Per pending step: [missing ranks, then each rank's digest as two exact 32-bit halves].
   const int w = options_.world;

@@ -40,8 +40,10 @@ class MemoryTier {
   double Take(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents);
   // Collective whenever snapshots await confirmation (the same on every rank): asks each
   // daemon which are held twice, agrees on the newest step held twice on every rank, and
-  // rank 0 records it in the memory manifest. Errors: the collective failed.
-  Status Confirm(const ckpt::CheckpointMeta& identity);
+  // rank 0 records it in the memory manifest. Asks 1, 2, 4, 8... steps after the newest
+  // snapshot (a slow or missing buddy costs a few queries per interval, not one per step).
+  // Errors: the collective failed.
+  Status Confirm(const ckpt::CheckpointMeta& identity, int64_t step);
   // The newest step recorded as restorable from memory by this start (-1: none).
   int64_t restorable_step() const { return restorable_step_; }
 
