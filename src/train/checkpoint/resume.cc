@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -284,7 +285,10 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
   FT_RETURN_IF_ERROR(ctx.control().AllReduce(slowest, comm::ReduceOp::kMax)->Wait());
   if (ctx.world().rank != 0) return Status::Ok();
   const int64_t ranks = static_cast<int64_t>(sum[1].item<double>());
-  const int64_t peer_ranks = static_cast<int64_t>(sum[3].item<double>());
+  // A memory-tier restore fetched from the peers before the load (memory_restore.h): the load
+  // then found those snapshots in this node's daemon.
+  const int64_t peer_ranks = std::max<int64_t>(static_cast<int64_t>(sum[3].item<double>()),
+                                               mem.step == step ? mem.ranks_from_peer : 0);
   std::string source = "disk";
   if (ranks > 0) {
     char buf[240];
