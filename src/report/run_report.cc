@@ -46,6 +46,10 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     FT_RETURN_IF_ERROR(ReadField(j, "source", false, where, &a));
     FT_RETURN_IF_ERROR(ReadField(j, "dir", false, where, &b));
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
+    // The memory tier recorded a newer step that could not be restored (issue 35).
+    std::string why;
+    FT_RETURN_IF_ERROR(Field(j, "memory_fallback", false, where, &why));
+    if (!why.empty()) e.detail += "; memory tier fell back to disk: " + why;
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
     // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).

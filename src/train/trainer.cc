@@ -434,6 +434,7 @@ void StartCheckpoints(Run* run) {
   meta.generation = run->generation;
   p.identity.schedule_json = run->schedule_json;
   p.leader = run->leader;
+  p.rank = run->ctx->world().rank;
   p.resumed_step = run->resume_step;
   PhaseClock* clock = run->clock.get();
   p.on_stall = [clock](double s) { clock->AddStall(s); };
@@ -510,7 +511,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
-                             *run->engine, &run->state, &resume_dir));
+                             *run->engine, &run->state, &resume_dir, run->generation));
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
     FT_RETURN_IF_ERROR(LoadBaseWeights(cfg.train.init, ctx, *run->engine));

@@ -162,6 +162,16 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
       &t.ckpt.daemon));
   FT_RETURN_IF_ERROR(c.GetDouble("ckpt.flush_timeout_s", &t.ckpt.flush_timeout_s));
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.memory_every_steps", &t.ckpt.memory_every_steps));
+  if (t.ckpt.memory_every_steps < 0 || t.ckpt.memory_every_steps > 100000000) {
+    std::string where = c.Has("ckpt.memory_every_steps")
+                            ? c.entries().at("ckpt.memory_every_steps").origin + ": "
+                            : "";
+    return Status::InvalidArgument(
+        where +
+        "ckpt.memory_every_steps must be in [0, 100000000] steps (0 = no memory tier), got " +
+        std::to_string(t.ckpt.memory_every_steps));
+  }
   if (t.ckpt.flush_timeout_s <= 0) {
     std::string where =
         c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";

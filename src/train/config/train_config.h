@@ -84,6 +84,9 @@ struct CkptSection {
   DaemonMode daemon = DaemonMode::kAuto;
   double flush_timeout_s = 600;     // max wait for the daemons at a stop / final checkpoint
   bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
+  // Memory tier (train/checkpoint/memory_tier.h): every N steps a snapshot goes to this node's
+  // ckptd and its buddy's memory, never to disk; 0 = off. Operational: not in ConfigHash.
+  int64_t memory_every_steps = 0;
 };
 
 // Where the per-step metrics go besides RUN_DIR/metrics.jsonl, and what the derived ones
