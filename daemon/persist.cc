@@ -11,8 +11,39 @@ Persister::Persister(ckpt::CheckpointStore* store, PersistOptions options,
                      std::function<void(PersistResult)> on_done)
     : store_(store),
       options_(options),
-      queue_([this](const PersistJob& job) { return Persist(job); }, std::move(on_done),
-             options.nice, "persist thread") {}
+      // Two workers, one callback (thread-safe: the server's takes a lock); declaration
+      // order copies it first, then moves it.
+      queue_([this](const PersistJob& job) { return Persist(job); }, on_done, options.nice,
+             "persist thread"),
+      memory_queue_([](const PersistJob& job) { return HashOnly(job); }, std::move(on_done),
+                    options.nice, "memory-tier thread") {}
+
+// A memory-tier snapshot: each piece's XXH3 (what a shard file would record, and what the
+// buddy checks), nothing written.
+PersistResult Persister::HashOnly(const PersistJob& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PersistResult r;
+  r.rank = job.rank;
+  r.slot = job.slot;
+  r.step = job.submit.step;
+  r.memory_only = true;
+  const std::vector<uint64_t> hashes = ckpt::proto::PieceHashes(job.submit, job.base);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const auto& p = job.submit.pieces[i];
+    ckpt::DatasetRecord d;
+    d.is_blob = p.is_blob;
+    d.kind = p.kind;
+    d.name = p.name;
+    d.offset = p.offset;
+    d.length = p.length;
+    d.xxh3 = hashes[i];
+    r.raw_bytes += static_cast<uint64_t>(p.length) * (p.is_blob ? 1 : ckpt::DTypeSize(p.dtype));
+    r.datasets.push_back(std::move(d));
+  }
+  r.digest = ckpt::proto::SnapshotDigest(hashes);
+  r.persist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
 
 PersistResult Persister::Persist(const PersistJob& job) {
   const auto t0 = std::chrono::steady_clock::now();

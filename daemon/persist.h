@@ -35,6 +35,8 @@ struct PersistResult {
   uint64_t stored_bytes = 0;
   double persist_s = 0;
   std::vector<ckpt::DatasetRecord> datasets;  // what was written, with each piece's XXH3
+  bool memory_only = false;                   // memory tier: hashed, not written
+  uint64_t digest = 0;                        // memory tier: proto::SnapshotDigest
 };
 
 struct PersistOptions {
@@ -52,16 +54,26 @@ class Persister {
             std::function<void(PersistResult)> on_done);
   // The queue drains, then the worker joins (queue_'s destructor, before the members it uses).
 
-  void Enqueue(PersistJob job) { queue_.Enqueue(std::move(job)); }
-  size_t queued() const { return queue_.queued(); }  // waiting, not yet started
-  bool busy() const { return queue_.busy(); }        // a job is being written
+  void Enqueue(PersistJob job) {
+    if (job.submit.memory_only) {
+      memory_queue_.Enqueue(std::move(job));
+    } else {
+      queue_.Enqueue(std::move(job));
+    }
+  }
+  // Waiting, not yet started.
+  size_t queued() const { return queue_.queued() + memory_queue_.queued(); }
+  // A job is being written (or hashed).
+  bool busy() const { return queue_.busy() || memory_queue_.busy(); }
 
  private:
   PersistResult Persist(const PersistJob& job);
+  static PersistResult HashOnly(const PersistJob& job);
 
   ckpt::CheckpointStore* store_;
   PersistOptions options_;
-  WorkQueue<PersistJob, PersistResult> queue_;  // last: its worker uses the members above
+  WorkQueue<PersistJob, PersistResult> queue_;  // after the members its worker uses
+  WorkQueue<PersistJob, PersistResult> memory_queue_;
 };
 
 }  // namespace ftrain::ckptd

@@ -189,7 +189,10 @@ void Replicator::Run() {
     if (st.pending_step == job.submit.step && pending_.count(job.rank) == 0) st.pending_step = -1;
     if (s.ok()) {
       backoff_s = 0;
-      st.newest_step = std::max(st.newest_step, job.submit.step);
+      if (job.submit.step > st.newest_step) {
+        st.previous_step = st.newest_step;
+        st.newest_step = job.submit.step;
+      }
       st.bytes += bytes;
       FT_LOG(Info) << "ckptd: replicated step=" << job.submit.step << " rank=" << job.rank
                    << " to buddy " << address << " bytes=" << bytes << " seconds=" << secs

@@ -36,7 +36,8 @@ struct ReplicationJob {
 };
 
 struct RankReplication {
-  int64_t newest_step = -1;  // newest step the buddy confirmed whole and verified
+  int64_t newest_step = -1;    // newest step the buddy confirmed whole and verified
+  int64_t previous_step = -1;  // the one confirmed before it (the buddy keeps it as previous)
   int64_t pending_step = -1;
   uint64_t bytes = 0;  // sent and confirmed
   uint64_t failures = 0;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -370,8 +371,13 @@ bool Server::OnSubmit(int fd, Conn& c, const std::string& payload) {
   slot.step = sub->step;
   slot.submit = *sub;  // a copy of the descriptor (small): RESTORE answers from it
   rs.last_step = sub->step;
-  FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank << " slot=" << sub->slot
-               << " stall_s=" << static_cast<double>(sub->stall_ns) * 1e-9 << " queued";
+  if (sub->memory_only) {
+    FT_LOG(Debug) << "ckptd: memory snapshot step=" << sub->step << " rank=" << c.rank
+                  << " slot=" << sub->slot << " queued";
+  } else {
+    FT_LOG(Info) << "ckptd: save step=" << sub->step << " rank=" << c.rank << " slot=" << sub->slot
+                 << " stall_s=" << static_cast<double>(sub->stall_ns) * 1e-9 << " queued";
+  }
   PersistJob job;
   job.rank = c.rank;
   job.slot = sub->slot;
@@ -464,6 +470,10 @@ void Server::DrainResults() {
     results.swap(results_);
   }
   for (auto& r : results) {
+    if (r.memory_only) {
+      OnMemorySnapshot(r);
+      continue;
+    }
     auto& rs = ranks_[r.rank];
     if (r.slot < rs.slots.size()) {
       // A persisted snapshot stays in memory as the rank's newest; the older retained one
@@ -505,6 +515,45 @@ void Server::DrainResults() {
   DrainPeerResults();
 }
 
+void Server::OnMemorySnapshot(const PersistResult& r) {
+  auto& rs = ranks_[r.rank];
+  if (r.slot >= rs.slots.size()) return;
+  // Like a persisted snapshot (DrainResults): the newest is retained, a retained one of this
+  // step or later is stale; older ones stay until ACQUIRE needs their slot.
+  for (auto& s : rs.slots) {
+    if (s.state == SlotState::kRetained && s.step >= r.step) s.state = SlotState::kFree;
+  }
+  Slot& slot = rs.slots[r.slot];
+  slot.state = SlotState::kRetained;
+  slot.digest = r.digest;
+  ++memory_snapshots_;
+  FT_LOG(Debug) << "ckptd: memory snapshot step=" << r.step << " rank=" << r.rank
+                << " bytes=" << r.raw_bytes << " hash_s=" << r.persist_s;
+  OfferReplica(r, slot);
+}
+
+nlohmann::json Server::MemorySnapshotsJson(int rank, const RankSlots& rs) const {
+  int64_t newest = -1, previous = -1;
+  if (replicator_) {
+    const auto stats = replicator_->Stats();
+    const auto it = stats.find(rank);
+    if (it != stats.end()) {
+      newest = it->second.newest_step;
+      previous = it->second.previous_step;
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : rs.slots) {
+    if (s.state != SlotState::kRetained || !s.submit.memory_only) continue;
+    char digest[17];
+    std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(s.digest));
+    out.push_back({{"step", s.step},
+                   {"digest", digest},
+                   {"at_buddy", s.step == newest || s.step == previous}});
+  }
+  return out;
+}
+
 std::string Server::StatusJson() {
   int held = 0, persisting = 0;
   for (const auto& [r, rs] : ranks_) {
@@ -529,7 +578,8 @@ std::string Server::StatusJson() {
                      {"last_persisted_step", rs.last_persisted_step},
                      {"last_failed_step", rs.last_failed_step},
                      {"in_memory_step", steps.empty() ? int64_t{-1} : steps.back()},
-                     {"in_memory_steps", steps}});
+                     {"in_memory_steps", steps},
+                     {"memory_snapshots", MemorySnapshotsJson(r, rs)}});
   }
   nlohmann::json j = {
       {"node", options_.node},
@@ -540,6 +590,7 @@ std::string Server::StatusJson() {
       {"uptime_s", NowUnix() - start_unix_},
       {"world_size", world_},
       {"ranks", ranks},
+      {"memory_snapshots_taken", memory_snapshots_},
       {"snapshots_in_flight", persisting},
       {"slots_held_by_trainers", held},
       {"queue_depth", persister_ ? persister_->queued() : 0},

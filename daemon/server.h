@@ -68,6 +68,7 @@ class Server {
     SlotState state = SlotState::kFree;
     int64_t step = -1;
     ckpt::proto::Submit submit;  // descriptor of what the slot holds (persisting/retained)
+    uint64_t digest = 0;         // memory tier (submit.memory_only): proto::SnapshotDigest
   };
   struct RankSlots {
     std::vector<Slot> slots;
@@ -117,6 +118,11 @@ class Server {
   void Disconnect(int fd, const std::string& why);
   void ServeAcquires();
   void DrainResults();
+  // A memory-tier snapshot was hashed: retained, offered to the buddy, counted.
+  void OnMemorySnapshot(const PersistResult& r);
+  // Per rank: the memory-tier snapshots held, with their digest and whether the buddy holds
+  // them too (the restorable rule's two places; train/checkpoint/memory_tier.h).
+  nlohmann::json MemorySnapshotsJson(int rank, const RankSlots& rs) const;
   std::string StatusJson();
   uint64_t SlotBytesInUse() const;
   // No trainer connected and no snapshot held or being written.
@@ -144,6 +150,7 @@ class Server {
   int64_t last_failed_step_ = -1;
   int64_t last_committed_step_ = -1;
   uint64_t saves_ = 0, commits_ = 0, failures_ = 0;
+  uint64_t memory_snapshots_ = 0;  // memory tier: hashed and retained, never written
   uint64_t raw_bytes_ = 0, stored_bytes_ = 0;
   double persist_s_ = 0;
   std::string last_error_;

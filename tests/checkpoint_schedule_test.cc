@@ -5,6 +5,7 @@
 
 #include "fake_clock_env.h"
 #include "train/checkpoint/coordinator.h"
+#include "train/checkpoint/memory_tier.h"
 
 namespace ftrain::train {
 namespace {
@@ -66,3 +67,21 @@ TEST(CheckpointSchedule, AStopAndTheFinalStepMustBeDurableIntervalsNot) {
 
 }  // namespace
 }  // namespace ftrain::train
+
+// The memory tier's due rule (issue 35): every N optimizer steps, off at 0; the coordinator
+// takes a disk checkpoint instead where both are due.
+TEST(MemoryTierSchedule, DueEveryNStepsAndOffAtZero) {
+  ftrain::train::MemoryTierOptions o;
+  o.every_steps = 3;
+  ftrain::train::MemoryTier tier(o, nullptr);
+  EXPECT_TRUE(tier.enabled());
+  std::vector<int64_t> due;
+  for (int64_t s = 0; s <= 10; ++s) {
+    if (tier.Due(s)) due.push_back(s);
+  }
+  EXPECT_EQ(due, (std::vector<int64_t>{3, 6, 9}));
+  o.every_steps = 0;
+  ftrain::train::MemoryTier off(o, nullptr);
+  EXPECT_FALSE(off.enabled());
+  for (int64_t s = 0; s <= 10; ++s) EXPECT_FALSE(off.Due(s));
+}

@@ -1,7 +1,9 @@
 // A torch-free stand-in for a trainer rank that checkpoints through ckptd: fills slots with
 // the synthetic state of ckpt_fixture.h and submits the given steps. Used by ckptd_test.
 //   ckptd_fake_trainer RUN_DIR NODE RANK WORLD STEPS [--scale S] [--kill-after-submit]
-//                      [--restore] [--fake-gpu]
+//                      [--restore] [--fake-gpu] [--memory]
+// --memory submits the steps as memory-tier snapshots (kept and replicated, never persisted);
+// a restore also prints "digest=<hex>" (proto::SnapshotDigest of the restored bytes).
 // STEPS is a comma-separated list (may be "-": none). Exit 0 when every submit was accepted,
 // 1 otherwise. --restore first asks for the rank's newest in-memory snapshot and checks every
 // byte against the fixture state of that step: prints "restored step N", exit 3 when the
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
     if (t != "-") steps.push_back(std::atoll(t.c_str()));
   }
   int64_t scale = 1;
-  bool kill_after = false, restore = false, fake_gpu = false;
+  bool kill_after = false, restore = false, fake_gpu = false, memory = false;
   int64_t fetch_step = -1, restore_step = -1;
   std::string peer, manifest_root;
   for (int i = 6; i < argc; ++i) {
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kill-after-submit") == 0) kill_after = true;
     if (std::strcmp(argv[i], "--fake-gpu") == 0) fake_gpu = true;
+    if (std::strcmp(argv[i], "--memory") == 0) memory = true;
     if (std::strcmp(argv[i], "--fetch-peer") == 0 && i + 1 < argc)
       fetch_step = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--peer") == 0 && i + 1 < argc) peer = argv[++i];
@@ -169,8 +172,10 @@ int main(int argc, char** argv) {
                   contents.blobs.size());
       return 4;
     }
-    std::printf("restored step %lld (%zu pieces)\n", static_cast<long long>(sub.step),
-                sub.pieces.size());
+    std::printf("restored step %lld (%zu pieces) digest=%016llx\n",
+                static_cast<long long>(sub.step), sub.pieces.size(),
+                static_cast<unsigned long long>(ftrain::ckpt::proto::SnapshotDigest(
+                    ftrain::ckpt::proto::PieceHashes(sub, (*snap)->base))));
     std::fflush(stdout);
     if (!manifest_root.empty()) {
       // What resume does with an in-memory snapshot: each tensor piece only if its XXH3 is
@@ -205,7 +210,12 @@ int main(int argc, char** argv) {
     RankState state(step, rank, world, scale);
     ftrain::ckpt::ShardContents contents = state.contents();
     for (auto& t : contents.tensors) t.on_device = fake_gpu;
-    auto st = (*client)->Submit(ftrain::testing::FixtureMeta(step, world), contents);
+    auto st = [&]() -> ftrain::StatusOr<ftrain::ckpt::SubmitStats> {
+      auto p = (*client)->BeginSubmit(ftrain::testing::FixtureMeta(step, world), contents);
+      if (!p.ok()) return p.status();
+      p->submit.memory_only = memory;
+      return (*client)->FinishSubmit(std::move(*p));
+    }();
     if (!st.ok()) {
       std::fprintf(stderr, "fake trainer rank %d step %lld: %s\n", rank,
                    static_cast<long long>(step), st.status().ToString().c_str());

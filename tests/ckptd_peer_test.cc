@@ -159,6 +159,11 @@ class CkptdPeerTest : public ::testing::Test {
     if (!st.ok()) return nlohmann::json::object();
     return nlohmann::json::parse(*st)["replication"];
   }
+  nlohmann::json DaemonStatus(const std::string& node) {
+    auto st = ckpt::QueryCkptdStatus(proto::SocketPath(run_, node));
+    if (!st.ok()) return nlohmann::json::object();
+    return nlohmann::json::parse(*st);
+  }
   // The step of the replica of (job, rank) that `node` holds, -1 for none.
   int64_t HeldStep(const std::string& node, int rank) {
     for (const auto& h : Replication(node).value("replicas_held", nlohmann::json::array())) {
@@ -259,6 +264,49 @@ TEST_F(CkptdPeerTest, RingReplicatesAndAReplacementNodeRestoresFromPeerMemory) {
   // Named peer address.
   auto named = Trainer("c", 0, 1, "-", "--fetch-peer 2 --peer " + Addr("b") + " --restore");
   EXPECT_EQ(named.exit_code, 0) << named.output;
+}
+
+// Memory tier (issue 35): a memory-only snapshot is never written to disk, but it is
+// retained, hashed, replicated, and reported as held twice (own daemon + buddy) with its
+// digest; a replacement node fetches it from the buddy and its digest matches.
+TEST_F(CkptdPeerTest, MemoryTierSnapshotIsHeldTwiceNeverPersistedAndFetchable) {
+  StartDaemon("a", "b");
+  StartDaemon("b", "a");
+  ASSERT_EQ(Trainer("a", 0, 1, "1").exit_code, 0);  // a disk checkpoint first
+  ASSERT_TRUE(WaitFor([&] { return Latest() == 1; })) << ReadLog("a");
+  auto m = Trainer("a", 0, 1, "2,3", "--memory");
+  ASSERT_EQ(m.exit_code, 0) << m.output << ReadLog("a");
+  std::string digest;
+  auto held_twice = [&](int64_t step) {
+    for (const auto& r : DaemonStatus("a").value("ranks", nlohmann::json::array())) {
+      for (const auto& x : r.value("memory_snapshots", nlohmann::json::array())) {
+        if (x["step"] == step && x["at_buddy"] == true) {
+          digest = x["digest"].get<std::string>();
+          return true;
+        }
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor([&] { return held_twice(3); })) << DaemonStatus("a").dump() << ReadLog("a");
+  EXPECT_EQ(digest.size(), 16u);
+  // Never on disk: the newest checkpoint is still step 1 and no partial of 2 or 3 exists.
+  EXPECT_EQ(Latest(), 1);
+  EXPECT_FALSE(fs::exists(root_ + "/step-00000003.partial"));
+  EXPECT_FALSE(fs::exists(root_ + "/step-00000003"));
+  EXPECT_EQ(DaemonStatus("a")["last_persisted_step"], 1);
+  EXPECT_EQ(DaemonStatus("a")["memory_snapshots_taken"], 2);
+  EXPECT_EQ(HeldStep("b", 0), 3);
+  // The own daemon restores it with the same digest...
+  auto own = Trainer("a", 0, 1, "-", "--restore-step 3");
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_NE(own.output.find("digest=" + digest), std::string::npos) << own.output << digest;
+  // ... and so does a replacement node, from the buddy's memory.
+  StartDaemon("c");
+  auto c = Trainer("c", 0, 1, "-", "--fetch-peer 3 --restore-step 3");
+  ASSERT_EQ(c.exit_code, 0) << c.output << ReadLog("c");
+  EXPECT_NE(c.output.find("fetched step 3 from peer " + Addr("b")), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("digest=" + digest), std::string::npos) << c.output << digest;
 }
 
 TEST_F(CkptdPeerTest, ReplicaThatDoesNotFitKeepsTheOlderCompleteOne) {

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "fsdp/engine.h"
@@ -76,6 +79,98 @@ TEST(FsdpEngineMemory, AModelAllocatedForItsShapesIsNeverResident) {
   EXPECT_GE(grew_filled, 0.8 * model_bytes);
   EXPECT_LE(grew_guarded, 0.05 * model_bytes)
       << "the guarded allocation made " << grew_guarded / 1e6 << " MB resident";
+}
+
+// The step guard on one rank (fsdp::FsdpEngine::Step with the non-finite guard on): a step
+// with an injected fault changes no state, and the run goes on as if the step had not been.
+LlamaConfig TinyModel() {
+  LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 16;
+  c.intermediate_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.num_kv_heads = 2;
+  c.max_seq_len = 16;
+  return c;
+}
+
+std::unique_ptr<fsdp::FsdpEngine> TinyEngine(bool guard) {
+  fsdp::FsdpConfig fc;
+  fc.init_seed = 7;
+  auto e = fsdp::FsdpEngine::Create(model::LlamaModel(TinyModel()), fc, fsdp::FsdpGroups{});
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  (*e)->set_guard_nonfinite(guard);
+  return std::move(*e);
+}
+
+torch::Tensor Batch(int64_t seed) {
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  return torch::randint(0, 64, {2, 9}, torch::kInt64);
+}
+
+fsdp::StepStats TrainOn(fsdp::FsdpEngine& e, int64_t seed, const fsdp::InjectedFault& f = {},
+                        const std::function<bool(double)>& skip_if = {}) {
+  e.InjectFault(f);
+  EXPECT_TRUE(e.ForwardBackward(Batch(seed), 1.0, true).ok());
+  auto s = e.Step({0.9, 0.95, 1e-8, 0.1}, 1e-2, 1.0, skip_if);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return *s;
+}
+
+// Every piece of state, concatenated (bit comparisons).
+torch::Tensor State(const fsdp::FsdpEngine& e) {
+  std::vector<torch::Tensor> all;
+  for (const auto& p : e.StatePieces()) all.push_back(p.data.to(torch::kFloat32).clone());
+  return torch::cat(all);
+}
+
+TEST(EngineGuard, AFaultyStepIsSkippedAndTheRunContinuesAsIfItHadNotBeen) {
+  fsdp::InjectedFault nan_loss, nan_grad, spike;
+  nan_loss.nan_loss = true;
+  nan_grad.nan_grad = true;
+  spike.grad_factor = 1e4;
+  auto reference = TinyEngine(true);
+  TrainOn(*reference, 1);
+  TrainOn(*reference, 5);
+  const torch::Tensor want = State(*reference);
+  const auto spike_rule = [](double norm) { return norm > 1e3; };
+  for (const auto& fault : {nan_loss, nan_grad, spike}) {
+    auto e = TinyEngine(true);
+    TrainOn(*e, 1, {}, spike_rule);
+    const torch::Tensor before = State(*e);
+    const fsdp::StepStats s = TrainOn(*e, 2, fault, spike_rule);
+    EXPECT_TRUE(s.skipped);
+    EXPECT_EQ(e->optimizer_step(), 1) << "a skipped step is not counted";
+    EXPECT_TRUE(torch::equal(State(*e), before)) << "a skipped step changed the state";
+    EXPECT_EQ(fault.grad_factor != 1, std::isfinite(s.grad_norm));
+    EXPECT_FALSE(TrainOn(*e, 5, {}, spike_rule).skipped);
+    EXPECT_TRUE(torch::equal(State(*e), want)) << "the gradients of the skipped step leaked";
+    EXPECT_TRUE(e->CheckFinite().ok());
+  }
+}
+
+TEST(EngineGuard, WithTheGuardOffANanIsAppliedAndCheckFiniteNamesIt) {
+  fsdp::InjectedFault nan_loss;
+  nan_loss.nan_loss = true;
+  auto e = TinyEngine(false);
+  TrainOn(*e, 1);
+  const fsdp::StepStats s = TrainOn(*e, 2, nan_loss);
+  EXPECT_FALSE(s.skipped);
+  EXPECT_EQ(e->optimizer_step(), 2);
+  const Status finite = e->CheckFinite();
+  EXPECT_EQ(finite.code(), Status::Code::kCorruption);
+  EXPECT_NE(finite.message().find("non-finite value in the master of unit"), std::string::npos)
+      << finite.message();
+}
+
+TEST(EngineGuard, ACleanRunHasTheSameBitsWithTheGuardOnOrOff) {
+  auto on = TinyEngine(true), off = TinyEngine(false);
+  for (int64_t seed : {1, 2, 3}) {
+    TrainOn(*on, seed);
+    TrainOn(*off, seed);
+  }
+  EXPECT_TRUE(torch::equal(State(*on), State(*off)));
 }
 
 }  // namespace

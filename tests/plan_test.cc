@@ -188,6 +188,18 @@ TEST(PlanTest, SeedCase) {
   EXPECT_NEAR(r->checkpoint_interval_s, 1498.8, 0.05);
   EXPECT_EQ(std::lround(r->checkpoint_interval_s), 1499);
   EXPECT_NEAR(r->work_lost_s, 749.4, 0.05);
+  // The memory tier (issue 35), Young/Daly with its own stall: sqrt(2 x 0.5 s x 86400 s) =
+  // 293.9 s; a failure restorable from memory loses about 2.4 min instead of 12.5.
+  EXPECT_NEAR(r->memory_interval_s, 293.94, 0.01);
+  EXPECT_NEAR(r->memory_work_lost_s, 146.97, 0.01);
+  const std::string text = FormatPlanText(*r);
+  EXPECT_NE(text.find("memory tier every 294 s"), std::string::npos) << text;
+  EXPECT_NE(text.find("2.4 min instead of 12.5 min"), std::string::npos) << text;
+  PlanInput bad = SeedCase();
+  bad.memory_stall_s = 0;
+  auto refused = MakePlan(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--memory-stall-s"), std::string::npos);
 }
 
 TEST(PlanTest, ActivationFormulas) {

@@ -405,6 +405,26 @@ TEST(ReportCliTest, MalformedLineIsAnErrorNamingFileAndLine) {
       << r.err;
 }
 
+// restarts.jsonl has writers on several hosts (records/restarts.h): a torn or malformed record
+// in the middle, or one of a spool not merged yet, never fails the report (it used to exit 1).
+TEST(ReportCliTest, AMalformedRestartRecordIsSkippedAndSpoolsAreRead) {
+  const std::string dir = WriteSmallRun("torn_restart");
+  std::string r = ReadFile(dir + "/restarts.jsonl");
+  const size_t second = r.find('\n', r.find('\n') + 1);
+  WriteFile(
+      dir + "/restarts.jsonl",
+      r.substr(0, second + 1) + "{\"time\":17000,\"event\":\"step_fa\n" + r.substr(second + 1));
+  ASSERT_EQ(::mkdir((dir + "/.records").c_str(), 0755), 0);
+  WriteFile(dir + "/.records/restarts-n2.jsonl",
+            "{\"time\":" + std::to_string(kT0 + 396) +
+                ",\"job\":\"7\",\"restart_count\":0,\"event\":\"heartbeat_late\","
+                "\"cause\":\"none\",\"node\":\"n2\"}\n");
+  auto out = RunCli({dir, "--json"});
+  EXPECT_EQ(out.code, 0) << out.err;
+  EXPECT_NE(out.out.find("restarts.jsonl:3: not a record"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("heartbeat_late"), std::string::npos) << "the spool's record is read";
+}
+
 TEST(ReportCliTest, TornLastLineAndEmptyLinesAreSkippedWithAWarning) {
   const std::string dir = WriteSmallRun("torn");
   WriteFile(dir + "/metrics.jsonl",

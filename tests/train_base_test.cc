@@ -82,6 +82,15 @@ TEST(TrainConfigLoad, DefaultsOfAMinimalConfig) {
   EXPECT_EQ(t->data.path, "/data");
 }
 
+TEST(TrainConfigLoad, MemoryTierIsOffByDefaultAndReadsItsInterval) {
+  auto off = TrainConfig::Load(Minimal());
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->ckpt.memory_every_steps, 0);
+  auto on = TrainConfig::Load(Minimal({"--ckpt.memory_every_steps=5"}));
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->ckpt.memory_every_steps, 5);
+}
+
 TEST(TrainConfigLoad, OverridesWinAndCkptRootFollowsTheKey) {
   auto t = TrainConfig::Load(Minimal({"--train.min_lr=0.5", "--ckpt.root=/elsewhere"}));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -111,6 +120,9 @@ TEST(TrainConfigLoad, MessagesNameTheKeyAndItsOrigin) {
       {{"--ckpt.flush_timeout_s=0"}, {"command line", "ckpt.flush_timeout_s must be > 0 seconds"}},
       {{"--ckpt.keep=0"}, {"keep >= 1"}},
       {{"--ckpt.zstd_level=23"}, {"zstd_level in [0, 22]"}},
+      {{"--ckpt.memory_every_steps=-1"},
+       {"command line", "ckpt.memory_every_steps must be in [0, 100000000]", "got -1"}},
+      {{"--ckpt.memory_every_steps=x"}, {"ckpt.memory_every_steps"}},
       {{"--train.steps=x"}, {"train.steps"}},
       {{"--train.resume="}, {"train.resume must be auto, none or a path"}},
       {{"--data.prefetch_depth=-1"}, {"data.prefetch_depth must be >= 0"}},
@@ -173,7 +185,8 @@ TEST(TrainConfigHash, PathsPolicyAndDeviceAreExcluded) {
        {"--run.dir=/other", "--ckpt.keep=9", "--ckpt.every_steps=5", "--ckpt.root=/r2",
         "--train.resume=none", "--train.allow_resume_mismatch=true", "--train.log_every=7",
         "--data.path=/d2", "--data.prefetch_depth=1", "--dist.rdzv_timeout_s=9",
-        "--train.init=/w.safetensors"}) {
+        "--train.init=/w.safetensors", "--ckpt.memory_every_steps=5",
+        "--ckpt.memory_every_steps=0"}) {
     EXPECT_EQ(HashOf({o}), base) << o << " changed the config hash";
   }
 }

@@ -85,6 +85,19 @@ StatusOr<std::unique_ptr<CkptdClient>> CkptdClient::ConnectRaw(const std::string
     return Status::Unavailable("cannot connect to ckptd at '" + socket_path +
                                "': " + std::strerror(err) + " (is ckptd running on this node?)");
   }
+  // The run directory is shared: whoever can write it can plant a socket there. Checkpoints go
+  // only to a daemon of this user (the kernel says who listens; a file's owner could lie).
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != ::geteuid()) {
+    const std::string who = len == sizeof(peer) ? std::to_string(peer.uid) : "unknown";
+    ::close(fd);
+    return Status::FailedPrecondition(
+        "the process listening on '" + socket_path + "' runs as uid " + who +
+        ", not as this user (" + std::to_string(::geteuid()) +
+        "): refusing to hand checkpoints to it (another user's daemon, or a socket planted in "
+        "the run directory)");
+  }
   std::unique_ptr<CkptdClient> c(new CkptdClient());
   c->fd_ = fd;
   return c;

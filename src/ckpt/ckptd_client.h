@@ -125,6 +125,7 @@ class CkptdClient {
   StatusOr<std::string> StatusJson();
 
   uint64_t slot_bytes() const { return slot_bytes_; }
+  size_t slot_count() const { return maps_.size(); }  // this rank's slots in the daemon
   // Threads that copy a snapshot into the slot (default: the machine's cores, at most 4).
   void set_copy_threads(int n) { copy_threads_ = n < 1 ? 1 : n; }
   int fd() const { return fd_; }

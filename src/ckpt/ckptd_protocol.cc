@@ -2,6 +2,7 @@
 #include "ckpt/ckptd_protocol.h"
 
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -175,6 +176,7 @@ std::string EncodeSubmit(const Submit& m) {
   }
   // Trailer: the writer's generation (fencing of stale writers, see store.h).
   w.Str(m.meta.generation);
+  if (m.memory_only) w.Put<uint8_t>(1);  // trailer 2: the memory tier
   return w.Take();
 }
 
@@ -240,6 +242,11 @@ StatusOr<Submit> DecodeSubmit(const std::string& payload, uint64_t slot_bytes) {
   if (!r.Done() && !r.Str(&m.meta.generation, kMaxMetaBytes)) {
     return Bad("malformed generation in SUBMIT");
   }
+  uint8_t memory_only = 0;
+  if (!r.Done() && (!r.Get(&memory_only) || memory_only > 1)) {
+    return Bad("trailing bytes in SUBMIT (or a memory-tier flag other than 0 or 1)");
+  }
+  m.memory_only = memory_only != 0;
   if (!r.Done()) return Bad("trailing bytes in SUBMIT");
   return m;
 }
@@ -339,6 +346,24 @@ ShardContents ContentsOf(const Submit& m, const uint8_t* base) {
     }
   }
   return contents;
+}
+
+std::vector<uint64_t> PieceHashes(const Submit& m, const uint8_t* base) {
+  std::vector<uint64_t> out;
+  out.reserve(m.pieces.size());
+  for (const auto& p : m.pieces) {
+    const uint64_t bytes = static_cast<uint64_t>(p.length) * (p.is_blob ? 1 : DTypeSize(p.dtype));
+    out.push_back(XXH3_64bits(base + p.slot_offset, bytes));
+  }
+  return out;
+}
+
+uint64_t SnapshotDigest(const std::vector<uint64_t>& piece_hashes) {
+  std::string bytes;
+  for (uint64_t h : piece_hashes) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  }
+  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 }  // namespace ftrain::ckpt::proto

@@ -83,6 +83,9 @@ struct Submit {
   uint64_t stall_ns = 0;  // what the trainer waited for a slot + copied (for the save log)
   CheckpointMeta meta;
   std::vector<PieceDesc> pieces;
+  // Memory tier: the daemon keeps the snapshot in memory and replicates it to its buddy, but
+  // never persists it (optional trailer after the generation; absent = false).
+  bool memory_only = false;
 };
 
 std::string EncodeHello(const Hello& m);
@@ -95,6 +98,12 @@ std::string EncodeSubmit(const Submit& m);
 // The snapshot a SUBMIT describes, as the checkpoint library takes it: tensor pieces point
 // into the slot mapping at `base`, blobs are copied out of it.
 ShardContents ContentsOf(const Submit& m, const uint8_t* base);
+// XXH3 of each piece's bytes in the slot at `base`, in descriptor order (the hashes a shard
+// file records), and the memory tier's digest of a rank's snapshot: XXH3 over those hashes
+// (u64 little-endian, in order). The daemon computes them when it takes a memory snapshot;
+// a restore recomputes them and compares the digest with the memory manifest's.
+std::vector<uint64_t> PieceHashes(const Submit& m, const uint8_t* base);
+uint64_t SnapshotDigest(const std::vector<uint64_t>& piece_hashes);
 
 // RESTORE: empty (the newest snapshot the daemon holds for the rank) or one i64, the step
 // wanted (the newest committed checkpoint, which need not be the newest snapshot: ranks that

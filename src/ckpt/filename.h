@@ -5,6 +5,8 @@
 //   step-00000120.corrupt/    failed verification at resume, moved aside as evidence; never
 //                             chosen, never deleted by rotation (ckptctl prune --corrupt)
 //   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
+//   MEMORY_TIER.json          the newest step restorable from the daemons' memory
+//                             (memory_manifest.h), written temp + fsync + rename
 //   inside a checkpoint: manifest.json, shard-00003.h5, shard-00003.json (receipt), COMMIT
 #pragma once
 
@@ -40,6 +42,7 @@ int ParseShardFileName(const std::string& name);
 
 constexpr char kManifestName[] = "manifest.json";
 constexpr char kLatestName[] = "LATEST";
+constexpr char kMemoryManifestName[] = "MEMORY_TIER.json";
 constexpr char kCommitMarkerName[] = "COMMIT";
 // In step-N.partial/: the generation (job start) whose writers own it; see store.h.
 constexpr char kGenerationName[] = "GENERATION";

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -151,16 +152,26 @@ StatusOr<Receipt> CheckpointStore::WriteShard(const CheckpointMeta& meta, int ra
 }
 
 namespace {
-// Generations order by their "<unix ms>-<random>" text: zero-padded milliseconds first.
+// Generations order by their text: "e<epoch>-<random>" (the run lease's epoch, zero-padded) after
+// every "<unix ms>-<random>" ('e' sorts after the digits), each kind by its number.
 bool Older(const std::string& a, const std::string& b) { return a < b; }
 }  // namespace
 
 std::string NewGeneration() {
+  std::random_device rd;
+  char buf[64];
+  // Under `ftrain job` the fence is the run lease's epoch for this launch (orch/lease.h): no
+  // node's clock decides which writer is stale.
+  const char* epoch = std::getenv("FTRAIN_FENCE_EPOCH");
+  char* end = nullptr;
+  const long long e = epoch != nullptr ? std::strtoll(epoch, &end, 10) : 0;
+  if (epoch != nullptr && end != epoch && *end == '\0' && e > 0) {
+    std::snprintf(buf, sizeof(buf), "e%015lld-%08x", e, rd());
+    return buf;
+  }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  std::random_device rd;
-  char buf[64];
   std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(ms), rd());
   return buf;
 }

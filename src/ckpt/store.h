@@ -150,8 +150,10 @@ class CheckpointStore {
   int64_t verified_step_ = -1;  // newest step this store read back and verified
 };
 
-// A fresh generation id for a job start: "<unix ms, 15 digits>-<8 hex random>", ordered by
-// time (rank 0 makes it and hands it to every rank).
+// A fresh generation id for a job start (rank 0 makes it and hands it to every rank): under
+// `ftrain job`, "e<the run lease's epoch, 15 digits>-<8 hex random>" (FTRAIN_FENCE_EPOCH: the
+// epoch the controller took for this launch; no clock involved), else "<unix ms, 15
+// digits>-<8 hex random>". Text order is age: every epoch one is newer than every clock one.
 std::string NewGeneration();
 
 // Shared lock held by readers on a checkpoint directory (flock on its manifest), so rotation

@@ -31,6 +31,28 @@ struct DatasetCheck {
   int threads;
 };
 
+// How many values of a float32 or bfloat16 tensor are NaN or infinite, and the first's index
+// (all exponent bits set, in both formats).
+std::pair<int64_t, int64_t> CountNonFinite(const std::vector<uint8_t>& bytes, DType dtype) {
+  int64_t count = 0, first = -1;
+  if (dtype == DType::kFloat32) {
+    const size_t n = bytes.size() / 4;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      if ((v & 0x7f800000u) == 0x7f800000u && count++ == 0) first = static_cast<int64_t>(i);
+    }
+  } else if (dtype == DType::kBFloat16) {
+    const size_t n = bytes.size() / 2;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, bytes.data() + 2 * i, 2);
+      if ((v & 0x7f80u) == 0x7f80u && count++ == 0) first = static_cast<int64_t>(i);
+    }
+  }
+  return {count, first};
+}
+
 // Opens one shard and re-reads every dataset, appending what is wrong to rep.
 void CheckDatasets(const DatasetCheck& c, VerifyReport* rep) {
   auto problem = [&](const std::string& ds, const std::string& what) {
@@ -65,6 +87,18 @@ void CheckDatasets(const DatasetCheck& c, VerifyReport* rep) {
     if (!rs.ok()) {
       problem(h5, rs.message());
       continue;
+    }
+    // A NaN or infinity in the weights or moments: the state cannot train on ([guard]).
+    if (auto dt = c.dtypes.find(h5); dt != c.dtypes.end()) {
+      const auto [count, first] = CountNonFinite(bytes, dt->second);
+      if (count > 0) {
+        problem(h5, std::to_string(count) +
+                        " non-finite values (NaN or infinity; the first at "
+                        "element " +
+                        std::to_string(first) +
+                        " of this piece): the state is not "
+                        "trainable; resume from an older checkpoint");
+      }
     }
     auto want = c.expected.find(h5);
     if (want != c.expected.end()) {

@@ -134,6 +134,7 @@ StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "gpu-mem-gb", &in.gpu_mem_gb));
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "mtbf-hours", &in.mtbf_hours));
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "ckpt-stall-s", &in.ckpt_stall_s));
+  FT_RETURN_IF_ERROR(DoubleFlag(vm, "memory-stall-s", &in.memory_stall_s));
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "reserve", &in.reserve_fraction));
   in.act_ckpt = vm["act-ckpt"].as<bool>();
   const std::string attention = vm["attention"].as<std::string>();
@@ -244,6 +245,8 @@ int RunPlan(int argc, char** argv) {
        "or eager")
       ("mtbf-hours", po::value<std::string>(), "mean time between job failures (default 24)")
       ("ckpt-stall-s", po::value<std::string>(), "training stall per checkpoint (default 13)")
+      ("memory-stall-s", po::value<std::string>(),
+       "training stall per memory-tier snapshot (ckpt.memory_every_steps; default 0.5)")
       ("reserve", po::value<std::string>(),
        "fraction of GPU memory kept free for allocator, CUDA context, NCCL (default 0.1)")
       ("lora-rank", po::value<std::string>(), "LoRA/QLoRA adapter rank r (default 16)")

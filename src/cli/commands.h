@@ -13,6 +13,8 @@ int RunTrain(int argc, char** argv);      // cmd_train.cc
 int RunReport(int argc, char** argv);     // cmd_report.cc
 int RunPaths(int argc, char** argv);      // cmd_paths.cc
 int RunEval(int argc, char** argv);       // cmd_eval.cc
+int RunJob(int argc, char** argv);        // cmd_job.cc (the Slurm job controller)
+int RunAgent(int argc, char** argv);      // cmd_job.cc (the node agent)
 int RunPack(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data pack)
 int RunData(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data data)
 // sibling_exec.cc: exec `ftrain-torch SUBCOMMAND argv[1..]` with argv[0] = argv0.

@@ -1,6 +1,6 @@
 // `ftrain`: dispatches to a subcommand. Nothing else lives here. This binary does not link
-// LibTorch: report, paths and plan run in it directly (milliseconds, which the Slurm scripts
-// rely on during a recovery); train, eval, launch and commcheck exec `ftrain-torch`, pack and
+// LibTorch: report, paths, plan, job and agent run in it directly (milliseconds to start,
+// which a recovery relies on); train, eval, launch and commcheck exec `ftrain-torch`, pack and
 // data exec `ftrain-data` (sibling_exec.cc says why).
 #include <cstring>
 #include <iostream>
@@ -39,6 +39,8 @@ const Subcommand kSubcommands[] = {
     {"commcheck", Torch<kCommcheck>, "check collectives for correctness and print bus bandwidth"},
     {"pack", ftrain::cli::RunPack, "tokenize text into shards of fixed-length token rows"},
     {"data", ftrain::cli::RunData, "inspect | verify | batches of a packed dataset (dir or URL)"},
+    {"job", ftrain::cli::RunJob, "the Slurm job controller (slurm/train.sh execs it)"},
+    {"agent", ftrain::cli::RunAgent, "the node agent: ckptd, heartbeat, batch-host watch"},
 };
 
 void Usage(std::ostream& out) {

@@ -9,6 +9,12 @@ namespace ftrain {
 
 std::string RunLayout::metrics() const { return JoinPath(run_dir_, "metrics.jsonl"); }
 std::string RunLayout::restarts() const { return JoinPath(run_dir_, "restarts.jsonl"); }
+std::string RunLayout::records_dir() const { return JoinPath(run_dir_, ".records"); }
+std::string RunLayout::restarts_spool(const std::string& node) const {
+  return JoinPath(records_dir(), "restarts-" + node + ".jsonl");
+}
+std::string RunLayout::lease() const { return JoinPath(run_dir_, ".lease"); }
+std::string RunLayout::lease_dir() const { return JoinPath(run_dir_, ".lease.d"); }
 std::string RunLayout::resolved_config() const { return JoinPath(run_dir_, "config.resolved.cfg"); }
 std::string RunLayout::config_error() const { return JoinPath(run_dir_, ".config_error"); }
 std::string RunLayout::hf_config_copy() const {

@@ -3,7 +3,11 @@
 // ask `ftrain paths RUN_DIR` (src/cli/cmd_paths.cc) instead of keeping their own copies.
 //
 //   RUN/metrics.jsonl         one line per step (rank 0; src/train/telemetry/metrics.h)
-//   RUN/restarts.jsonl        starts, restarts, stops (slurm/train.sh and the trainer)
+//   RUN/restarts.jsonl        starts, restarts, stops: written by one writer, the holder of the
+//                             run lease (records/restarts.h), merged from the spools below
+//   RUN/.records/             restarts-<node>.jsonl: one spool per writer host (the trainer's
+//                             rank 0, the node agents); the lease holder merges them
+//   RUN/.lease, RUN/.lease.d/ the run lease: which job may train this run (orch/lease.h)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
@@ -37,6 +41,13 @@ class RunLayout {
   const std::string& run_dir() const { return run_dir_; }
   std::string metrics() const;
   std::string restarts() const;
+  // RUN/.records: the per-host spools of restarts.jsonl (records/restarts.h).
+  std::string records_dir() const;
+  std::string restarts_spool(const std::string& node) const;
+  // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
+  // epoch, created exclusively): the run lease (orch/lease.h).
+  std::string lease() const;
+  std::string lease_dir() const;
   std::string resolved_config() const;
   std::string config_error() const;
   std::string last_stop() const;

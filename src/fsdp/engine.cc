@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "core/log.h"
 #include "fsdp/stream_waits.h"
@@ -350,8 +351,56 @@ Status FsdpEngine::FinishReductions(size_t keep, bool last_micro_batch) {
   return Status::Ok();
 }
 
+void FsdpEngine::FoldLossInto(torch::Tensor t) const {
+  if (!loss_sum_.defined()) return;
+  t.masked_fill_(torch::isfinite(loss_sum_).logical_not(),
+                 std::numeric_limits<double>::quiet_NaN());
+}
+
+void FsdpEngine::InjectNanGrad(Unit& u) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : u.params) {
+    torch::Tensor g = p.param.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    g.view(-1).narrow(0, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+    fault_.nan_grad = false;  // one element, once
+    return;
+  }
+}
+
+Status FsdpEngine::CheckFinite() const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flags;
+  std::vector<std::string> names;
+  for (const auto& u : units_) {
+    if (u->span.length == 0) continue;
+    const std::pair<const char*, const torch::Tensor*> kinds[] = {
+        {"master", &u->master},
+        {"optim/exp_avg", &u->exp_avg},
+        {"optim/exp_avg_sq", &u->exp_avg_sq},
+        {"model", &u->param_shard}};
+    for (const auto& [kind, t] : kinds) {
+      if (!t->defined()) continue;
+      flags.push_back(torch::isfinite(*t).all().reshape({1}));
+      names.push_back(std::string(kind) + " of unit " + u->name);
+    }
+  }
+  if (flags.empty()) return Status::Ok();
+  const torch::Tensor host = torch::cat(flags).to(torch::kCPU);
+  const bool* ok = host.data_ptr<bool>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!ok[i]) return Status::Corruption("non-finite value in the " + names[i]);
+  }
+  return Status::Ok();
+}
+
 void FsdpEngine::StartAllReduce(Unit& u) {
   if (!groups_.replicate || groups_.replicate->size() <= 1) return;
+  // Replicas must learn of each other's non-finite loss: one element of one shard carries it.
+  if (guard_nonfinite_ && !loss_folded_ && u.span.length > 0) {
+    FoldLossInto(u.grad_shard.narrow(0, 0, 1));
+    loss_folded_ = true;
+  }
   all_reduces_.push_back(groups_.replicate->AllReduce(u.grad_shard, comm::ReduceOp::kSum));
   const int r = groups_.replicate->size();
   comm_bytes_ +=
@@ -397,7 +446,8 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
   }
   torch::Tensor z = h.detach().requires_grad_(true);
   torch::Tensor loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
-  (loss * loss_scale).backward();
+  if (fault_.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
+  (loss * (loss_scale * fault_.grad_factor)).backward();
   loss = loss.detach();  // read by the caller, or with the step's one host synchronisation
   // Summed in float64, as the host summed the float32 values before.
   loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
@@ -420,6 +470,7 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     u.saved_input = torch::Tensor();
     u.saved_output = torch::Tensor();
     // This unit's reduction overlaps the backward of the blocks below; at most two in flight.
+    if (fault_.nan_grad) InjectNanGrad(u);
     ReduceUnitGrads(u, last_micro_batch);
     Release(u);
     FT_RETURN_IF_ERROR(FinishReductions(kReductionsInFlight, last_micro_batch));
@@ -468,7 +519,8 @@ Status FsdpEngine::WaitAllReduces() {
   return st;
 }
 
-StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double max_norm) {
+StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double max_norm,
+                                     const std::function<bool(double)>& skip_if) {
   torch::NoGradGuard no_grad;
   if (micro_batches_ == 0) return Status::FailedPrecondition("Step() without ForwardBackward()");
   TraceRange range("fsdp/optimizer");
@@ -498,12 +550,19 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   FT_RETURN_IF_ERROR(CommHealth().Annotate("optimizer step " + std::to_string(optimizer_step_ + 1) +
                                            " not applied"));
   stats.grad_norm = std::sqrt(sumsq);
-  const double coef = ClipCoefficient(stats.grad_norm, max_norm);
-  ++optimizer_step_;
-  if (coef < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coef);
-  AdamWStep(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
-  if (!params.empty()) at::_foreach_copy_(params, masters);
-  for (auto& u : units_) u->grad_fresh = true;
+  fault_ = InjectedFault();
+  loss_folded_ = false;
+  // The norm is the same on every rank: every rank skips alike, with no exchange.
+  stats.skipped = (guard_nonfinite_ && !std::isfinite(stats.grad_norm)) ||
+                  (skip_if && skip_if(stats.grad_norm));
+  if (!stats.skipped) {
+    const double coef = ClipCoefficient(stats.grad_norm, max_norm);
+    ++optimizer_step_;
+    if (coef < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coef);
+    AdamWStep(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
+    if (!params.empty()) at::_foreach_copy_(params, masters);
+  }
+  for (auto& u : units_) u->grad_fresh = true;  // a skipped step's gradients are dropped
   micro_batches_ = 0;
   const CommWaits::Seconds waited = waits_.Take();  // complete: the host synchronised above
   stats.comm_wait_s = waited.total;
@@ -523,6 +582,7 @@ StatusOr<double> FsdpEngine::GlobalSquaredNorm(const std::vector<torch::Tensor>&
   if (!grads.empty()) {
     acc.add_(torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum());
   }
+  if (guard_nonfinite_) FoldLossInto(acc);  // a non-finite loss makes the norm NaN
   if (groups_.shard && groups_.shard->size() > 1) {
     TraceRange wait("fsdp/wait grad-norm all-reduce");
     std::unique_ptr<comm::Work> w = groups_.shard->AllReduce(acc, comm::ReduceOp::kSum);

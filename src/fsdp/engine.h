@@ -99,6 +99,17 @@ struct StepStats {
   double comm_wait_s = 0;
   double comm_wait_fb_s = 0;
   uint64_t comm_bytes = 0;  // bytes this rank sent in collectives this step (estimate)
+  // The update was not applied (see FsdpEngine::Step): master weights, moments and the
+  // optimizer step count are as before the step, its gradients are dropped.
+  bool skipped = false;
+};
+
+// A numeric fault armed for the next optimizer step (core/fault_inject.h; testing only).
+struct InjectedFault {
+  bool nan_loss = false;   // every micro-batch's loss (so every gradient) becomes NaN
+  bool nan_grad = false;   // one gradient element becomes NaN before the reductions
+  double grad_factor = 1;  // the backward runs on loss x factor: a gradient spike
+  bool any() const { return nan_loss || nan_grad || grad_factor != 1; }
 };
 
 // What the engine holds per rank, in bytes, under the names of `ftrain plan --json`'s strategy
@@ -154,7 +165,20 @@ class FsdpEngine {
   // 0: no clipping), applies AdamW (fused) with learning rate `lr`, refreshes the
   // compute-dtype parameter shards and starts the next step's gradients afresh. The host
   // synchronises with the device once: for the norm and the step's summed loss together.
-  StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm);
+  //
+  // With the non-finite guard on, a step whose global gradient norm is not finite, or
+  // whose norm `skip_if` rejects (the same value on every rank, so every rank decides
+  // alike), is skipped: StepStats::skipped, nothing of the optimizer state changes.
+  StatusOr<StepStats> Step(const AdamWConfig& adamw, double lr, double max_norm,
+                           const std::function<bool(double grad_norm)>& skip_if = {});
+
+  // The non-finite guard (off by default). On: a non-finite loss on any rank makes the
+  // step's global gradient norm NaN on every rank, folded on the device into the reductions
+  // the step already runs (the norm's all-reduce; across replicas, the gradient all-reduce),
+  // so it costs no collective and no host synchronisation; and Step skips such steps.
+  void set_guard_nonfinite(bool on) { guard_nonfinite_ = on; }
+  // Arms `f` for the next step (cleared by Step).
+  void InjectFault(const InjectedFault& f) { fault_ = f; }
 
   int64_t optimizer_step() const { return optimizer_step_; }
   void set_optimizer_step(int64_t s) { optimizer_step_ = s; }
@@ -163,6 +187,11 @@ class FsdpEngine {
   // after a host synchronisation, a non-OK status means some collective of this step was
   // aborted and its results are not to be trusted.
   Status CommHealth() const;
+
+  // Whether every value of this rank's persistent state (master weights, moments, compute-
+  // dtype shards) is finite: Corruption naming the first unit and kind that is not. One
+  // host synchronisation; for checkpoint time, not every step.
+  Status CheckFinite() const;
 
   // Every piece of persistent state this rank holds (views, not copies).
   std::vector<ShardPiece> StatePieces() const;
@@ -213,6 +242,10 @@ class FsdpEngine {
   // into its unit's shard (and, on the last micro-batch, starting its all-reduce).
   Status FinishReductions(size_t keep, bool last_micro_batch);
   void StartAllReduce(Unit& u);
+  // The guard's fold: `t` (one element) becomes NaN when the step's loss is not finite.
+  void FoldLossInto(torch::Tensor t) const;
+  // The armed nan_grad fault: one element of u's first gradient becomes NaN.
+  void InjectNanGrad(Unit& u);
   Status WaitAllReduces();
   StatusOr<double> GlobalSquaredNorm(const std::vector<torch::Tensor>& grads);
   // The start of both forwards (training and eval): a [B, T+1] batch split into inputs
@@ -249,6 +282,9 @@ class FsdpEngine {
   int micro_batches_ = 0;  // since the last Step
   uint64_t comm_bytes_ = 0;
   uint64_t gathered_live_ = 0, gathered_peak_ = 0, grad_buffer_peak_ = 0;
+  bool guard_nonfinite_ = false;
+  bool loss_folded_ = false;  // this step's loss already folded into a replicated gradient
+  InjectedFault fault_;       // armed for the current step (testing only)
 };
 
 }  // namespace ftrain::fsdp

@@ -132,6 +132,7 @@ Status ValidateInput(const PlanInput& in) {
   FT_RETURN_IF_ERROR(CheckPositive("--gpu-mem-gb", in.gpu_mem_gb));
   FT_RETURN_IF_ERROR(CheckPositive("--mtbf-hours", in.mtbf_hours));
   FT_RETURN_IF_ERROR(CheckPositive("--ckpt-stall-s", in.ckpt_stall_s));
+  FT_RETURN_IF_ERROR(CheckPositive("--memory-stall-s", in.memory_stall_s));
   if (!(in.reserve_fraction >= 0 && in.reserve_fraction < 1)) {
     return Status::InvalidArgument("--reserve must be a fraction in [0, 1), got " +
                                    Short(in.reserve_fraction));
@@ -472,6 +473,9 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   r.work_lost_s = r.checkpoint_interval_s / 2.0;
   r.stall_overhead = input.ckpt_stall_s / r.checkpoint_interval_s;
   r.rework_overhead = r.work_lost_s / mtbf_s;
+  r.memory_interval_s = std::sqrt(2.0 * input.memory_stall_s * mtbf_s);
+  r.memory_work_lost_s = r.memory_interval_s / 2.0;
+  r.memory_overhead = input.memory_stall_s / r.memory_interval_s + r.memory_work_lost_s / mtbf_s;
 
   FT_ASSIGN_OR_RETURN(r.time, plan_internal::ComputeTime(r));
   return r;
@@ -566,6 +570,12 @@ std::string FormatPlanText(const PlanResult& r) {
     << Num(100 * (r.stall_overhead + r.rework_overhead), 1) << "% ("
     << Num(100 * r.stall_overhead, 1) << "% checkpoint stalls + " << Num(100 * r.rework_overhead, 1)
     << "% rework after failures)\n";
+  o << "memory tier every " << Num(r.memory_interval_s, 0) << " s = sqrt(2 x "
+    << DurationText(in.memory_stall_s) << " x " << DurationText(in.mtbf_hours * 3600)
+    << ") (Young/Daly per tier; ckpt.memory_every_steps = that / the step time); expected work "
+    << "lost per failure restorable from memory " << Num(r.memory_work_lost_s / 60, 1)
+    << " min instead of " << Num(r.work_lost_s / 60, 1) << " min (a requeue onto new nodes "
+    << "still reads the disk); overhead " << Num(100 * r.memory_overhead, 1) << "%\n";
   plan_internal::AppendTimeText(r, o);
   return o.str();
 }
@@ -603,6 +613,10 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"checkpoint_overhead_fraction", r.stall_overhead + r.rework_overhead},
       {"mtbf_s", in.mtbf_hours * 3600.0},
       {"ckpt_stall_s", in.ckpt_stall_s},
+      {"memory_interval_s", r.memory_interval_s},
+      {"expected_work_lost_memory_s", r.memory_work_lost_s},
+      {"memory_overhead_fraction", r.memory_overhead},
+      {"memory_stall_s", in.memory_stall_s},
       {"parameters", r.parameters},
       {"parameters_source", r.parameters_source},
       {"layers", r.layers},

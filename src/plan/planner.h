@@ -70,9 +70,12 @@ struct PlanInput {
   bool fused_attention = true;       // --attention fused|eager (docs/plan.md, "Activations")
   double mtbf_hours = 24.0;          // --mtbf-hours: mean time between failures of the job
   double ckpt_stall_s = 13.0;        // --ckpt-stall-s: training time lost per checkpoint
-  double reserve_fraction = 0.10;    // --reserve: GPU memory kept free (allocator, CUDA, NCCL)
-  double grad_bytes = 2;             // --reduce-dtype: gradient shards in bf16 (2) or fp32 (4)
-  bool gpu_mem_given = true;         // false: --gpu-mem-gb absent, take --gpu's memory
+  // --memory-stall-s: what one memory-tier snapshot stalls (the hand-over to ckptd: about one
+  // memcpy of a rank's state on CPU, the exposed part of the device-to-host copy on GPU).
+  double memory_stall_s = 0.5;
+  double reserve_fraction = 0.10;  // --reserve: GPU memory kept free (allocator, CUDA, NCCL)
+  double grad_bytes = 2;           // --reduce-dtype: gradient shards in bf16 (2) or fp32 (4)
+  bool gpu_mem_given = true;       // false: --gpu-mem-gb absent, take --gpu's memory
 
   // Adapters (docs/plan.md, "LoRA and QLoRA").
   int64_t lora_rank = 16;  // --lora-rank
@@ -213,6 +216,12 @@ struct PlanResult {
   double work_lost_s = 0;            // expected work lost per failure: interval / 2
   double stall_overhead = 0;         // stall / interval
   double rework_overhead = 0;        // (interval / 2) / MTBF
+  // The memory tier (ckpt.memory_every_steps), Young/Daly with the memory snapshot's stall: a
+  // failure restorable from memory (a rank crash, a node failure with its buddy alive) loses
+  // memory_interval_s / 2 on average; a requeue onto new nodes still loses work_lost_s.
+  double memory_interval_s = 0;   // sqrt(2 * memory stall * MTBF)
+  double memory_work_lost_s = 0;  // memory_interval_s / 2
+  double memory_overhead = 0;     // memory stall / memory interval + rework
 
   std::vector<AdapterPlan> adapters;  // lora, qlora: beside the strategies, not ranked with them
   TimePlan time;

@@ -16,8 +16,14 @@ using nlohmann::json;
 
 Status AppendJsonLine(const std::string& path, const std::string& line) {
   const std::string text = line + "\n";
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError("cannot open '" + path + "': " + std::strerror(errno));
+  // O_NOFOLLOW: the run directory is shared, and a record is never written through a link
+  // someone else put in its place.
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    return Status::IOError("cannot open '" + path + "' to append a record: " + std::strerror(err) +
+                           (err == ELOOP ? " (a symbolic link)" : ""));
+  }
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = errno;
   ::close(fd);

@@ -18,7 +18,7 @@
 namespace ftrain::records {
 
 // Appends one line (a JSON object without its newline) to `path` with a single O_APPEND
-// write.
+// write; a symbolic link in place of the file is refused (IOError), never followed.
 Status AppendJsonLine(const std::string& path, const std::string& line);
 
 // Every line of `path` that is a JSON object, with its line number. A line that is not a JSON
@@ -31,8 +31,8 @@ Status ReadJsonLines(const std::string& path, std::vector<std::pair<int, nlohman
 // Typed field access naming `where` (file:line) and the field; an absent optional field keeps
 // `*v`. A string field also takes a number (a job id written as one).
 template <typename T>
-Status Field(const nlohmann::json& j, const char* key, bool required, const std::string& where,
-             T* v) {
+Status ReadField(const nlohmann::json& j, const char* key, bool required, const std::string& where,
+                 T* v) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (!required) return Status::Ok();
@@ -60,11 +60,11 @@ Status Field(const nlohmann::json& j, const char* key, bool required, const std:
 }
 
 template <typename T>
-Status OptField(const nlohmann::json& j, const char* key, const std::string& where,
-                std::optional<T>* v) {
+Status ReadOptField(const nlohmann::json& j, const char* key, const std::string& where,
+                    std::optional<T>* v) {
   if (!j.contains(key) || j[key].is_null()) return Status::Ok();
   T x{};
-  FT_RETURN_IF_ERROR(Field(j, key, true, where, &x));
+  FT_RETURN_IF_ERROR(ReadField(j, key, true, where, &x));
   *v = x;
   return Status::Ok();
 }

@@ -59,6 +59,10 @@ struct StepMetrics {
   // Every rank's step phases summarised by rank 0 ("phases", "ranks", "stragglers"); absent
   // in records of older trainers.
   std::shared_ptr<const PhaseSummary> phases;
+  // The step's update was not applied ([guard], train/guard.h): "nonfinite", "spike" or
+  // "listed" (data.skip); empty for an applied step. A non-finite loss or grad_norm is
+  // written as null.
+  std::string skipped;
 
   double Start() const { return unix_time - step_time_s; }
 };

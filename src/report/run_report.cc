@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/run_layout.h"
 #include "records/json_lines.h"
+#include "records/restarts.h"
 #include "report/time_breakdown.h"
 
 namespace ftrain::report {
@@ -19,36 +20,40 @@ namespace {
 
 using nlohmann::json;
 
-using records::Field;
-using records::OptField;
+using records::ReadField;
+using records::ReadOptField;
 
 StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
   RunEvent e;
   e.json = j.dump();
-  FT_RETURN_IF_ERROR(Field(j, "time", true, where, &e.time));
-  FT_RETURN_IF_ERROR(Field(j, "event", true, where, &e.event));
-  FT_RETURN_IF_ERROR(Field(j, "cause", false, where, &e.cause));
-  FT_RETURN_IF_ERROR(Field(j, "job", false, where, &e.job));
-  FT_RETURN_IF_ERROR(OptField(j, "lost_s", where, &e.lost_s));
-  FT_RETURN_IF_ERROR(OptField(j, "last_step", where, &e.last_step));
-  FT_RETURN_IF_ERROR(OptField(j, "last_step_time", where, &e.last_step_time));
-  FT_RETURN_IF_ERROR(OptField(j, "step", where, &e.step));
-  FT_RETURN_IF_ERROR(OptField(j, "detected", where, &e.detected));
-  FT_RETURN_IF_ERROR(Field(j, "detected_by", false, where, &e.detected_by));
-  FT_RETURN_IF_ERROR(Field(j, "evidence", false, where, &e.evidence));
+  FT_RETURN_IF_ERROR(ReadField(j, "time", true, where, &e.time));
+  FT_RETURN_IF_ERROR(ReadField(j, "event", true, where, &e.event));
+  FT_RETURN_IF_ERROR(ReadField(j, "cause", false, where, &e.cause));
+  FT_RETURN_IF_ERROR(ReadField(j, "job", false, where, &e.job));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "lost_s", where, &e.lost_s));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "last_step", where, &e.last_step));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "last_step_time", where, &e.last_step_time));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "step", where, &e.step));
+  FT_RETURN_IF_ERROR(ReadOptField(j, "detected", where, &e.detected));
+  FT_RETURN_IF_ERROR(ReadField(j, "detected_by", false, where, &e.detected_by));
+  FT_RETURN_IF_ERROR(ReadField(j, "evidence", false, where, &e.evidence));
   std::string a, b;
   if (e.event == "fell_back") {
-    FT_RETURN_IF_ERROR(Field(j, "moved_to", false, where, &a));
-    FT_RETURN_IF_ERROR(Field(j, "problem", false, where, &b));
+    FT_RETURN_IF_ERROR(ReadField(j, "moved_to", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "problem", false, where, &b));
     e.detail = "moved to " + a + " (" + b + ")";
   } else if (e.event == "resumed") {
-    FT_RETURN_IF_ERROR(Field(j, "source", false, where, &a));
-    FT_RETURN_IF_ERROR(Field(j, "dir", false, where, &b));
+    FT_RETURN_IF_ERROR(ReadField(j, "source", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "dir", false, where, &b));
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
+    // The memory tier recorded a newer step that could not be restored (issue 35).
+    std::string why;
+    FT_RETURN_IF_ERROR(Field(j, "memory_fallback", false, where, &why));
+    if (!why.empty()) e.detail += "; memory tier fell back to disk: " + why;
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
     // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).
-    FT_RETURN_IF_ERROR(Field(j, "new_job", false, where, &a));
+    FT_RETURN_IF_ERROR(ReadField(j, "new_job", false, where, &a));
     if (!a.empty()) e.detail = "the job continues as job " + a;
   }
   return e;
@@ -328,7 +333,8 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   const RunLayout layout(run_dir);
   const std::string metrics = layout.metrics();
   const std::string restarts = layout.restarts();
-  if (!env->FileExists(metrics) && !env->FileExists(restarts)) {
+  if (!env->FileExists(metrics) && !env->FileExists(restarts) &&
+      !env->IsDirectory(layout.records_dir())) {
     return Status::InvalidArgument("'" + run_dir +
                                    "' has neither metrics.jsonl nor restarts.jsonl: not an "
                                    "ftrain run directory (give the run.dir of a training run)");
@@ -342,11 +348,17 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     r.steps.push_back(s);
   }
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
-  lines.clear();
-  FT_RETURN_IF_ERROR(records::ReadJsonLines(restarts, &lines, &r.warnings));
-  for (const auto& [no, j] : lines) {
-    FT_ASSIGN_OR_RETURN(RunEvent e, ParseEvent(j, restarts + ":" + std::to_string(no)));
-    r.events.push_back(std::move(e));
+  // restarts.jsonl and its per-host spools, merged (records/restarts.h): a torn or malformed
+  // record is skipped and named in the warnings, never fatal.
+  FT_ASSIGN_OR_RETURN(records::Merged merged, records::ReadMerged(layout));
+  for (auto& w : merged.warnings) r.warnings.push_back(std::move(w));
+  for (const auto& l : merged.lines) {
+    auto e = ParseEvent(l.json, l.where);
+    if (!e.ok()) {
+      r.warnings.push_back(e.status().message() + " (record skipped)");
+      continue;
+    }
+    r.events.push_back(std::move(*e));
   }
   std::stable_sort(r.events.begin(), r.events.end(),
                    [](const RunEvent& a, const RunEvent& b) { return a.time < b.time; });

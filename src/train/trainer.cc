@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "ckpt/store.h"
 #include "comm/context.h"
 #include "core/env.h"
+#include "core/fault_inject.h"
 #include "core/log.h"
 #include "core/run_layout.h"
 #include "core/version.h"
@@ -24,12 +26,14 @@
 #include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
+#include "records/restarts.h"
 #include "train/base_model.h"
 #include "train/boundary_agreement.h"
 #include "train/checkpoint/coordinator.h"
 #include "train/checkpoint/resume.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
+#include "train/config/guard.h"
 #include "train/config/lr_schedule.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
@@ -56,19 +60,23 @@ std::string FormatEta(double s) {
   return buf;
 }
 
-// Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>": two doubles carry
-// it exactly through the world's broadcast).
+// Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>", or under the job
+// controller "e<15-digit lease epoch>-<8 hex>", sent negated: two doubles carry it exactly
+// through the world's broadcast).
 StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx) {
   double ms = 0, rnd = 0;
   if (ctx.world().rank == 0) {
     const std::string g = ckpt::NewGeneration();
-    ms = static_cast<double>(std::stoll(g.substr(0, 15)));
-    rnd = static_cast<double>(std::stoul(g.substr(16), nullptr, 16));
+    const size_t at = g[0] == 'e' ? 1 : 0;
+    ms = static_cast<double>(std::stoll(g.substr(at, 15))) * (at == 1 ? -1 : 1);
+    rnd = static_cast<double>(std::stoul(g.substr(at + 16), nullptr, 16));
   }
   torch::Tensor t = torch::tensor({ms, rnd}, torch::kFloat64);
   FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
+  const double first = t[0].item<double>();
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%015lld-%08x", static_cast<long long>(t[0].item<double>()),
+  std::snprintf(buf, sizeof(buf), first < 0 ? "e%015lld-%08x" : "%015lld-%08x",
+                static_cast<long long>(first < 0 ? -first : first),
                 static_cast<unsigned>(t[1].item<double>()));
   return std::string(buf);
 }
@@ -169,6 +177,18 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
   return out;
 }
 
+// A step data.skip names: its micro-batches are read (the data position moves on exactly as
+// if they had been trained on) and nothing else happens.
+StatusOr<MicroBatches> SkipMicroBatches(data::TokenReader& reader, int64_t K) {
+  MicroBatches out;
+  for (int64_t k = 0; k < K; ++k) {
+    auto td = Clock::now();
+    FT_RETURN_IF_ERROR(reader.Next().status());
+    out.data_wait_s += Seconds(td, Clock::now());
+  }
+  return out;
+}
+
 // The step's record for metrics.jsonl (ckpt_stall_s and the final step time are set after
 // the checkpoint).
 records::StepMetrics MeasureStep(const RunState& state, double loss, double lr,
@@ -247,6 +267,8 @@ struct Run {
   std::string attention;  // the SDPA backend the model's layers run
   // When, what, where: over the sink, engine, state, reader and clock above (so it goes first).
   std::unique_ptr<CheckpointCoordinator> checkpoints;
+  std::unique_ptr<StepGuard> guard;  // [guard] and data.skip
+  FaultPlan faults;                  // FTRAIN_FAULT (testing only; usually empty)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -370,7 +392,11 @@ nlohmann::json LayoutJson(const Run& run) {
           {"math_modes", run.math_modes},
           {"attention", run.attention},
           {"hardware", run.hardware},
-          {"hf_files", run.hf_sources}};
+          {"hf_files", run.hf_sources},
+          // Checked before every save with guard.policy != off: only finite state commits.
+          {"guard",
+           {{"policy", GuardPolicyName(run.cfg.guard.policy)},
+            {"finite", run.cfg.guard.policy != GuardPolicy::kOff}}}};
 }
 
 // Per-rank step phases: this rank's clock; rank 0 learns every rank's host once.
@@ -408,6 +434,7 @@ void StartCheckpoints(Run* run) {
   meta.generation = run->generation;
   p.identity.schedule_json = run->schedule_json;
   p.leader = run->leader;
+  p.rank = run->ctx->world().rank;
   p.resumed_step = run->resume_step;
   PhaseClock* clock = run->clock.get();
   p.on_stall = [clock](double s) { clock->AddStall(s); };
@@ -454,6 +481,11 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   }
   // An aborted NCCL collective must never be checkpointed as good state (train/checkpoint/sink.h).
   co.comm_health = [&ctx] { return ctx.Health(); };
+  // [guard]: a checkpoint is committed only if every rank's state is finite.
+  if (cfg.guard.policy != GuardPolicy::kOff) {
+    fsdp::FsdpEngine* engine = run->engine.get();
+    co.state_check = [engine] { return engine->CheckFinite(); };
+  }
   // The data, and the Hugging Face files each checkpoint will carry (rank 0): known before the
   // daemon's slots are sized.
   DataTokenizer data_tokenizer;
@@ -479,7 +511,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
-                             *run->engine, &run->state, &resume_dir));
+                             *run->engine, &run->state, &resume_dir, run->generation));
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
     FT_RETURN_IF_ERROR(LoadBaseWeights(cfg.train.init, ctx, *run->engine));
@@ -507,7 +539,80 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   run->layout = LayoutJson(*run);
   FT_RETURN_IF_ERROR(StartPhases(run.get()));
   StartCheckpoints(run.get());
+  FT_ASSIGN_OR_RETURN(run->faults, FaultPlanFromEnv());
+  run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
+  run->guard->Restore(run->state.guard_norms, run->state.skipped);
+  run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
+  if (run->leader && !cfg.data.skip.empty()) {
+    FT_LOG(Info) << "guard: data.skip lists " << cfg.data.skip.size()
+                 << " steps, read and not trained on";
+  }
   return run;
+}
+
+// The faults FTRAIN_FAULT arms for `step` on this rank (testing only).
+void ArmFaults(Run& run, int64_t step) {
+  if (run.faults.empty()) return;
+  fsdp::InjectedFault f;
+  for (const Fault& x : run.faults.At(step, run.ctx->world().rank)) {
+    f.nan_loss |= x.kind == FaultKind::kNanLoss;
+    f.nan_grad |= x.kind == FaultKind::kNanGrad;
+    if (x.kind == FaultKind::kSpike) f.grad_factor = run.faults.spike_factor;
+    FT_LOG(Warning) << "FTRAIN_FAULT: injecting " << FaultKindName(x.kind) << " into step " << step
+                    << " on rank " << run.ctx->world().rank;
+  }
+  if (f.any()) run.engine->InjectFault(f);
+}
+
+// One optimizer step up to the boundary: its micro-batches and the update, or, for a step
+// data.skip names, only its reads. The guard decides from the all-reduced gradient norm, the
+// same value on every rank; its record goes into the run state the checkpoints carry.
+struct StepResult {
+  fsdp::StepStats stats;
+  double data_wait_s = 0;
+  double loss = 0;      // this rank's mean micro-batch loss
+  std::string skipped;  // why the update was not applied; empty: applied
+  bool time_due = false;
+};
+StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
+  const TrainConfig& cfg = run.cfg;
+  const int64_t K = cfg.train.grad_accum;
+  StepResult out;
+  MicroBatches mb;
+  if (run.guard->Listed(step + 1)) {
+    FT_ASSIGN_OR_RETURN(mb, SkipMicroBatches(*run.reader, K));
+    out.stats.skipped = true;
+    out.stats.grad_norm = std::nan("");
+    out.loss = std::nan("");
+    out.skipped = "listed";
+  } else {
+    ArmFaults(run, step + 1);
+    FT_ASSIGN_OR_RETURN(
+        mb, RunMicroBatches(*run.reader, *run.engine, K, run.dev.device, cfg.model.vocab_size));
+  }
+  out.data_wait_s = mb.data_wait_s;
+  run.clock->ComputeEnd(mb.data_wait_s);
+  run.checkpoints->BeforeOptimizerStep();  // a snapshot still copying off the GPU goes first
+  if (out.skipped.empty()) {
+    StepGuard* guard = run.guard.get();
+    FT_ASSIGN_OR_RETURN(out.stats,
+                        run.engine->Step(run.adamw, lr, cfg.train.clip,
+                                         [guard](double norm) { return guard->IsSpike(norm); }));
+    out.loss = out.stats.loss_sum / static_cast<double>(K);
+    if (out.stats.skipped) out.skipped = run.guard->ReasonFor(out.stats.grad_norm);
+  }
+  run.clock->OptimizerEnd(out.stats.comm_wait_s, out.stats.comm_wait_fb_s);
+  run.clock->NoteBytesRead(run.reader->stats().bytes_read);
+  out.time_due = run.checkpoints->AfterOptimizerStep();  // the snapshot goes to ckptd
+  FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
+  run.state.guard_norms = run.guard->norms();
+  run.state.skipped = run.guard->skipped();
+  if (!out.skipped.empty() && run.leader) {
+    FT_LOG(Warning) << "guard: step " << step + 1 << " not applied (" << out.skipped
+                    << ", grad norm " << out.stats.grad_norm
+                    << "); a run given --data.skip=" << step + 1 << " reproduces it";
+  }
+  return out;
 }
 
 // Rank 0's record of a finished step: metrics.jsonl, the sinks, the progress line.
@@ -531,7 +636,6 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
   *exit_code = 0;
   FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg));
   RunState& state = run->state;
-  const int64_t K = cfg.train.grad_accum;
   const int64_t tokens_per_step = run->effective_batch * run->seq_len;
   CheckpointCoordinator& ckpt = *run->checkpoints;
   const auto run_start = Clock::now();
@@ -542,23 +646,17 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     const auto t0 = Clock::now();
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
-    FT_ASSIGN_OR_RETURN(MicroBatches mb, RunMicroBatches(*run->reader, *run->engine, K,
-                                                         run->dev.device, cfg.model.vocab_size));
-    run->clock->ComputeEnd(mb.data_wait_s);
     const double lr = run->sched.At(step);
-    ckpt.BeforeOptimizerStep();  // a snapshot still copying off the GPU goes first
-    FT_ASSIGN_OR_RETURN(fsdp::StepStats stats, run->engine->Step(run->adamw, lr, cfg.train.clip));
-    run->clock->OptimizerEnd(stats.comm_wait_s, stats.comm_wait_fb_s);
-    run->clock->NoteBytesRead(run->reader->stats().bytes_read);
-    const bool time_due = ckpt.AfterOptimizerStep();  // the snapshot goes to ckptd
+    FT_ASSIGN_OR_RETURN(StepResult r, TrainStep(*run, step, lr));
+    const fsdp::StepStats& stats = r.stats;
     state.step = step + 1;
     state.tokens += tokens_per_step;
 
     FT_ASSIGN_OR_RETURN(BoundaryDecision at,
-                        DecideAtBoundary(*run->ctx, stats.loss_sum / static_cast<double>(K),
-                                         time_due, *run->clock));
+                        DecideAtBoundary(*run->ctx, r.loss, r.time_due, *run->clock));
     records::StepMetrics m =
-        MeasureStep(state, at.loss, lr, stats, mb.data_wait_s, t0, tokens_per_step);
+        MeasureStep(state, at.loss, lr, stats, r.data_wait_s, t0, tokens_per_step);
+    m.skipped = r.skipped;
     if (run->leader) {
       run->sinks->AddHealth(&m);
       AddAllocatorStats(run->dev.cuda_index, &m);

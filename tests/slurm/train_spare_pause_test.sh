@@ -29,15 +29,17 @@ mapfile -t nodes < <(cluster_nodes)
 ((${#nodes[@]} >= 3)) || skip "needs a cluster of 3 nodes (FTRAIN_TEST_NODES=3), have ${#nodes[@]}"
 e2e_use_timeouts 300 10
 
-# The heartbeat (and follower) subshells of NODE's agent (bash, the agent's children other
-# than ckptd): stopped, a stalled agent.
+# The heartbeat (and follower) of NODE's agent, not its ckptd: stopped, a stalled agent. The
+# agent (`ftrain agent`) runs them as threads of its own process, so that process is stopped
+# (ckptd, its child, runs on); a bash agent ran them as subshells (its bash children).
 agent_subshells() {  # agent_subshells RUN NODE
-  local agent p
+  local agent p found=0
   agent="$(cut -d' ' -f2 "$1/.heartbeats/$2" 2>/dev/null)"
   [[ -n "${agent}" ]] || return 0
   for p in $(pgrep -P "${agent}" || true); do
-    [[ "$(cat "/proc/${p}/comm" 2>/dev/null)" == bash ]] && echo "${p}"  # not ckptd
+    [[ "$(cat "/proc/${p}/comm" 2>/dev/null)" == bash ]] && echo "${p}" && found=1  # not ckptd
   done
+  ((found)) || echo "${agent}"
   return 0
 }
 

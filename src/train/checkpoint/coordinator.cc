@@ -9,6 +9,7 @@
 #include "fsdp/engine.h"
 #include "fsdp/trace_range.h"
 #include "records/metrics_record.h"
+#include "train/checkpoint/memory_tier.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
 
@@ -34,7 +35,45 @@ bool CheckpointSchedule::MustBeDurable(int64_t step, bool stop) const {
 void CheckpointSchedule::Saved() { last_micros_ = env_->NowMicros(); }
 
 CheckpointCoordinator::CheckpointCoordinator(CheckpointSchedule schedule, Parts parts)
-    : schedule_(std::move(schedule)), parts_(std::move(parts)), last_saved_(parts_.resumed_step) {}
+    : schedule_(std::move(schedule)), parts_(std::move(parts)), last_saved_(parts_.resumed_step) {
+  const CkptSection& c = schedule_.ckpt();
+  if (c.memory_every_steps > 0) {
+    MemoryTierOptions o;
+    o.every_steps = c.memory_every_steps;
+    o.root = c.root;
+    o.rank = parts_.rank;
+    o.world = parts_.identity.meta.world_size;
+    o.leader = parts_.leader;
+    memory_ = std::make_unique<MemoryTier>(o, parts_.sink);
+  }
+}
+
+CheckpointCoordinator::~CheckpointCoordinator() = default;
+
+int64_t CheckpointCoordinator::memory_restorable() const {
+  return memory_ ? memory_->restorable_step() : -1;
+}
+
+ckpt::CheckpointMeta CheckpointCoordinator::MetaNow(const records::StepMetrics& m) {
+  RunState& state = *parts_.state;
+  state.metrics_line = parts_.leader ? records::FormatMetricsLine(m) : "";
+  state.data_cursor = parts_.reader->SaveCursor();
+  ckpt::CheckpointMeta meta = parts_.identity.meta;
+  meta.step = state.step;
+  return meta;
+}
+
+BoundarySave CheckpointCoordinator::TakeMemory(int64_t step, const records::StepMetrics& m) {
+  BoundarySave out;
+  TraceRange range("ftrain/checkpoint memory snapshot");
+  const ckpt::CheckpointMeta meta = MetaNow(m);
+  out.stall_s = memory_->Take(
+      meta, BuildShardContents(*parts_.engine, *parts_.state, parts_.identity.schedule_json));
+  out.memory = true;
+  if (parts_.on_stall) parts_.on_stall(out.stall_s);
+  (void)step;
+  return out;
+}
 
 void CheckpointCoordinator::BeforeOptimizerStep() {
   const double t0 = NowSeconds(schedule_.env());
@@ -50,15 +89,21 @@ bool CheckpointCoordinator::AfterOptimizerStep() {
 StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time_due, bool stop,
                                                          const records::StepMetrics& m) {
   BoundarySave out;
-  if (!schedule_.Due(step, time_due, stop)) return out;
+  if (memory_) {
+    // Snapshots of earlier steps that their buddies now hold become restorable (collective
+    // while any await it; the same on every rank). A failure only delays the record.
+    Status c = memory_->Confirm(parts_.identity.meta, step);
+    if (!c.ok()) FT_LOG(Error) << "memory tier: confirming snapshots: " << c.message();
+  }
+  if (!schedule_.Due(step, time_due, stop)) {
+    if (memory_ && memory_->Due(step)) return TakeMemory(step, m);
+    return out;
+  }
   const bool durable = schedule_.MustBeDurable(step, stop);
   RunState& state = *parts_.state;
-  state.metrics_line = parts_.leader ? records::FormatMetricsLine(m) : "";
   StatusOr<SaveOutcome> saved = [&]() -> StatusOr<SaveOutcome> {
     TraceRange range("ftrain/checkpoint save");
-    ckpt::CheckpointMeta meta = parts_.identity.meta;
-    meta.step = state.step;
-    state.data_cursor = parts_.reader->SaveCursor();
+    const ckpt::CheckpointMeta meta = MetaNow(m);
     return parts_.sink->Save(
         meta, BuildShardContents(*parts_.engine, state, parts_.identity.schedule_json), durable);
   }();

@@ -6,12 +6,14 @@
 //   BeforeOptimizerStep()  a snapshot still copying off the GPU finishes first (a stall)
 //   AfterOptimizerStep()   that snapshot goes to ckptd; returns this rank's vote for the
 //                          boundary agreement (boundary_agreement.h): the interval passed
-//   AtBoundary()           once the ranks agreed: saves when due (collective)
+//   AtBoundary()           once the ranks agreed: saves when due (collective); between disk
+//                          checkpoints, the memory tier's snapshots (memory_tier.h)
 // Which checkpoint a start resumes from is resume.h, before the loop. No LibTorch here.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "ckpt/manifest.h"
@@ -30,6 +32,7 @@ class FsdpEngine;
 namespace ftrain::train {
 
 class CheckpointSink;
+class MemoryTier;
 struct RunState;
 
 // When a checkpoint is due. Time comes from `env` (Env::NowMicros), so tests drive the rule
@@ -45,6 +48,8 @@ class CheckpointSchedule {
   bool Due(int64_t step, bool time_due, bool stop) const;
   // A stop and the final step must be committed before the run goes on (or ends).
   bool MustBeDurable(int64_t step, bool stop) const;
+  // ckpt.memory_every_steps: the memory tier (memory_tier.h); 0 = off.
+  const CkptSection& ckpt() const { return ckpt_; }
   // A checkpoint was saved: the wall-clock interval starts again.
   void Saved();
   Env* env() const { return env_; }
@@ -67,6 +72,7 @@ struct BoundarySave {
   bool saved = false;    // a checkpoint of this step was saved (committed or handed over)
   bool durable = false;  // ... and it is committed on disk
   double stall_s = 0;    // what the save cost the training thread (0 when none)
+  bool memory = false;   // a memory-tier snapshot of this step was handed over instead
 };
 
 class CheckpointCoordinator {
@@ -78,10 +84,12 @@ class CheckpointCoordinator {
     data::TokenReader* reader = nullptr;           // what: the data cursor (not owned)
     CheckpointIdentity identity;                   // what: the meta
     bool leader = false;                           // rank 0 logs and keeps the metrics line
+    int rank = 0;                                  // for the memory tier
     int64_t resumed_step = -1;                     // the checkpoint this start resumed, or -1
     std::function<void(double seconds)> on_stall;  // the step's phase clock takes every stall
   };
   CheckpointCoordinator(CheckpointSchedule schedule, Parts parts);
+  ~CheckpointCoordinator();
 
   void BeforeOptimizerStep();
   bool AfterOptimizerStep();
@@ -93,11 +101,18 @@ class CheckpointCoordinator {
 
   // The newest step this start saved (or resumed from); -1 when none.
   int64_t last_saved() const { return last_saved_; }
+  // The newest step this start recorded as restorable from memory; -1 when none.
+  int64_t memory_restorable() const;
 
  private:
+  // The state's meta and contents at this boundary, as every save takes them.
+  ckpt::CheckpointMeta MetaNow(const records::StepMetrics& m);
+  BoundarySave TakeMemory(int64_t step, const records::StepMetrics& m);
+
   CheckpointSchedule schedule_;
   Parts parts_;
   int64_t last_saved_;
+  std::unique_ptr<MemoryTier> memory_;  // null when ckpt.memory_every_steps = 0
 };
 
 }  // namespace ftrain::train

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,8 @@
 #include "core/run_layout.h"
 #include "core/version.h"
 #include "records/json_lines.h"
+#include "records/restarts.h"
+#include "train/checkpoint/memory_restore.h"
 
 namespace ftrain::train {
 namespace {
@@ -273,7 +276,7 @@ bool IsDamage(const Status& s) {
 // how many of those fetched their snapshot from a peer's memory first; restore_s is the
 // slowest rank's load.
 Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step,
-                    const std::string& dir, const RestoreSources& src) {
+                    const std::string& dir, const RestoreSources& src, const MemoryRestore& mem) {
   torch::Tensor sum =
       torch::tensor({static_cast<double>(src.from_memory), src.from_memory > 0 ? 1.0 : 0.0,
                      static_cast<double>(src.from_peer), src.from_peer > 0 ? 1.0 : 0.0},
@@ -283,7 +286,10 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
   FT_RETURN_IF_ERROR(ctx.control().AllReduce(slowest, comm::ReduceOp::kMax)->Wait());
   if (ctx.world().rank != 0) return Status::Ok();
   const int64_t ranks = static_cast<int64_t>(sum[1].item<double>());
-  const int64_t peer_ranks = static_cast<int64_t>(sum[3].item<double>());
+  // A memory-tier restore fetched from the peers before the load (memory_restore.h): the load
+  // then found those snapshots in this node's daemon.
+  const int64_t peer_ranks = std::max<int64_t>(static_cast<int64_t>(sum[3].item<double>()),
+                                               mem.step == step ? mem.ranks_from_peer : 0);
   std::string source = "disk";
   if (ranks > 0) {
     char buf[240];
@@ -298,6 +304,10 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
     }
     source += "; the rest from disk)";
   }
+  // The tier: memory when the step was restorable only from the daemons' memory (recorded in
+  // MEMORY_TIER.json, newer than every disk checkpoint); else disk.
+  const bool memory_tier = mem.step >= 0 && mem.step == step;
+  if (memory_tier) source = "memory tier (step " + std::to_string(step) + "): " + source;
   nlohmann::json rec = {
       {"time",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
@@ -310,23 +320,51 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"ranks_from_peer", peer_ranks},
       {"bytes_from_peer", sum[2].item<double>()},
       {"peer_fetch_s", slowest[1].item<double>()},
-      {"restore_s", slowest[0].item<double>()}};
+      {"restore_s", slowest[0].item<double>()},
+      {"tier", memory_tier ? "memory" : "disk"}};
+  if (mem.recorded >= 0) rec["memory_recorded_step"] = mem.recorded;
+  if (!mem.why_not.empty()) rec["memory_fallback"] = mem.why_not;
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = records::AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
+}
+
+void LogMemoryTier(const comm::WorldInfo& world, const MemoryRestore& mem, int64_t disk_step) {
+  if (world.rank != 0 || mem.recorded < 0) return;
+  if (mem.step >= 0) {
+    FT_LOG(Info) << "resume: memory tier: step " << mem.step
+                 << " restored from the daemons' memory (the newest disk checkpoint is step "
+                 << disk_step << "; " << mem.ranks_from_peer << " ranks fetched from a peer; "
+                 << mem.seconds << " s, written out as a checkpoint)";
+  } else {
+    FT_LOG(Warning) << "resume: memory tier: step " << mem.recorded
+                    << " was restorable from memory, but " << mem.why_not
+                    << "; FALLING BACK to the disk tier (step " << disk_step << ")";
+  }
 }
 
 }  // namespace
 
 StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
-                         fsdp::FsdpEngine& engine, RunState* state, std::string* dir) {
+                         fsdp::FsdpEngine& engine, RunState* state, std::string* dir,
+                         const std::string& generation) {
   const comm::WorldInfo& world = ctx.world();
+  MemoryRestore mem;
+  bool memory_tried = cfg.train.resume != "auto" || !cfg.ckpt.restore_from_memory;
   for (;;) {
     *state = RunState();
     FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
+    if (!memory_tried) {
+      // Once per start, after rank 0's recovery: a newer step restorable from memory becomes
+      // a committed checkpoint, which the next choice then takes.
+      memory_tried = true;
+      FT_ASSIGN_OR_RETURN(mem, RestoreMemoryTier(cfg, ctx, sink, generation, step));
+      LogMemoryTier(world, mem, step);
+      if (mem.step > step) continue;
+    }
     if (step < 0) return step;
     RestoreSources src;
     Status loaded =
@@ -345,7 +383,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
       state->restarts += 1;
       FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
                    << state->restarts << ", every byte verified)";
-      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src));
+      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src, mem));
       return step;
     }
     if (any_config || (cfg.train.resume != "auto")) {
@@ -374,7 +412,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                               {"moved_to", *moved},
                               {"problem", why}};
         if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-        Status w = records::AppendJsonLine(RunLayout(cfg.run_dir).restarts(), rec.dump());
+        Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
         if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
       }
     }

@@ -28,8 +28,13 @@ namespace ftrain::train {
 // to starting fresh; training is deterministic, so the run still ends bit-identical.
 // `hardware` is this run's fingerprint (a checkpoint written elsewhere resumes with a
 // warning). Returns the resumed step (`*dir` its directory), or -1 for a fresh start.
+// The memory tier first (train.resume = auto): when ROOT/MEMORY_TIER.json records a step newer
+// than the newest disk checkpoint and every rank gets its snapshot of it from its daemon or a
+// peer's, matching the recorded digest, the ranks write it out as that step's checkpoint
+// (this start's `generation`) and resume it like any other; else the disk, as before.
 StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
-                         fsdp::FsdpEngine& engine, RunState* state, std::string* dir);
+                         fsdp::FsdpEngine& engine, RunState* state, std::string* dir,
+                         const std::string& generation = "");
 
 }  // namespace ftrain::train

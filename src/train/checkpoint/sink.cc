@@ -64,6 +64,13 @@ void CheckpointSink::ReleaseSyncStaging() {
   sync_staging_bytes_ = 0;
 }
 
+Status CheckpointSink::ReduceSum(double* v, int n) {
+  torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
+  FT_RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kSum)->Wait());
+  for (int i = 0; i < n; ++i) v[i] = t[i].item<double>();
+  return Status::Ok();
+}
+
 Status CheckpointSink::ReduceMax(double* v, int n) {
   torch::Tensor t = torch::from_blob(v, {n}, torch::kFloat64).clone();
   FT_RETURN_IF_ERROR(world_->AllReduce(t, comm::ReduceOp::kMax)->Wait());
@@ -375,9 +382,11 @@ StatusOr<SaveOutcome> CheckpointSink::Save(const ckpt::CheckpointMeta& meta,
   // Before any snapshot begins: the host has synchronised with the device since the last
   // collective (the optimizer step read the gradient norm), so a failed group shows here.
   // It is also this rank's vote below: with one failed group anywhere, no rank saves.
-  const Status health = CommHealth();
+  Status health = CommHealth();
+  const bool comm_failed = !health.ok();
+  if (!comm_failed && options_.state_check) health = options_.state_check();
   if (!health.ok()) {
-    if (pending_) DropPending(health);
+    if (pending_ && comm_failed) DropPending(health);
     double v[5] = {0, 0, 0, 0, 1.0};
     FT_RETURN_IF_ERROR(ReduceMax(v, 5));
     return health.Annotate("checkpoint of step " + step_s + " refused");
@@ -464,6 +473,68 @@ StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> CheckpointSink::Memor
     int64_t step) {
   if (client_ == nullptr) return std::optional<ckpt::CkptdClient::MemorySnapshot>();
   return client_->Restore(step);
+}
+
+std::string CheckpointSink::MemorySlotProblem() {
+  if (client_ == nullptr) return "no checkpoint daemon on this node";
+  auto st = QueryDaemon();  // drops the daemon if it does not answer
+  if (!st.has_value()) return "the checkpoint daemon does not answer";
+  if (st->in_flight >= static_cast<int64_t>(client_->slot_count())) {
+    return "all " + std::to_string(client_->slot_count()) +
+           " slots of this rank are still being written (raise ckptd --slots-per-rank)";
+  }
+  return "";
+}
+
+StatusOr<SaveOutcome> CheckpointSink::SaveMemory(const ckpt::CheckpointMeta& meta,
+                                                 const ckpt::ShardContents& contents) {
+  const auto t0 = Clock::now();
+  FT_RETURN_IF_ERROR(CommHealth());
+  FinishPending();  // an earlier snapshot goes to the daemon first
+  const std::string problem = MemorySlotProblem();
+  if (!problem.empty()) return Status::Unavailable(problem);
+  SaveOutcome out;
+  out.via_daemon = true;
+  auto begun = client_->BeginSubmit(meta, contents, options_.flush_timeout_s);
+  if (!begun.ok()) {
+    DropDaemon("memory snapshot of step " + std::to_string(meta.step) + ": " +
+               begun.status().message());
+    return begun.status();
+  }
+  begun->submit.memory_only = true;
+  if (options_.device != nullptr && ckpt::HasDeviceTensors(contents)) {
+    // GPU: as Save's deferred path; the copy overlaps the next forward and backward.
+    pending_ = std::move(*begun);
+    pending_step_ = meta.step;
+    out.deferred = true;
+  } else {
+    auto sub = client_->FinishSubmit(std::move(*begun));
+    if (!sub.ok()) {
+      DropDaemon("memory snapshot of step " + std::to_string(meta.step) + ": " +
+                 sub.status().message());
+      return sub.status();
+    }
+  }
+  out.stall_s = Since(t0);
+  return out;
+}
+
+std::map<int64_t, uint64_t> CheckpointSink::MemoryHeldTwice() {
+  std::map<int64_t, uint64_t> out;
+  if (client_ == nullptr) return out;
+  auto text = client_->StatusJson();
+  if (!text.ok()) return out;  // not held as far as we know; the next save drops the daemon
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object()) return out;
+  for (const auto& r : j.value("ranks", nlohmann::json::array())) {
+    if (r.value("rank", -1) != options_.rank) continue;
+    for (const auto& m : r.value("memory_snapshots", nlohmann::json::array())) {
+      if (!m.value("at_buddy", false)) continue;
+      out[m.value("step", int64_t{-1})] =
+          std::strtoull(m.value("digest", std::string("0")).c_str(), nullptr, 16);
+    }
+  }
+  return out;
 }
 
 }  // namespace ftrain::train

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,9 @@ struct CheckpointSinkOptions {
   // so no snapshot begins, none that is pending is finished, and the save vote fails on
   // every rank. Unset: always healthy.
   std::function<Status()> comm_health;
+  // Checked like comm_health before every save, and refused the same way on every rank
+  // (state that must not be committed, e.g. a non-finite value: [guard]). Unset: none.
+  std::function<Status()> state_check;
 };
 
 struct SaveOutcome {
@@ -86,6 +90,20 @@ class CheckpointSink {
   StatusOr<std::optional<ckpt::CkptdClient::MemorySnapshot>> MemorySnapshot(int64_t step);
 
   bool connected() const { return client_ != nullptr; }
+  const ckpt::WriteOptions& write_options() const { return options_.write; }
+
+  // Memory tier (memory_tier.h). Not collective: hands this rank's snapshot of meta.step to
+  // the daemon as memory-only (kept in memory and replicated to the buddy, never persisted),
+  // the same hand-over as Save's. Refuses (Unavailable, nothing waited for) when there is no
+  // daemon, a communicator failed, or every slot of the rank is still being written: the
+  // memory tier gets sparser, the training never waits and the disk tier loses nothing.
+  StatusOr<SaveOutcome> SaveMemory(const ckpt::CheckpointMeta& meta,
+                                   const ckpt::ShardContents& contents);
+  // The memory-tier snapshots this node's daemon holds of this rank that its buddy holds too:
+  // step -> digest (proto::SnapshotDigest). Empty without a daemon.
+  std::map<int64_t, uint64_t> MemoryHeldTwice();
+  // Sum-reduces `v` (size n) over the world (collective).
+  Status ReduceSum(double* v, int n);
 
  private:
   Status CommHealth() const;
@@ -110,6 +128,8 @@ class CheckpointSink {
                             bool via_daemon);
   // Max-reduces `v` (size n) over the world.
   Status ReduceMax(double* v, int n);
+  // Whether a memory-tier snapshot may start without waiting for a slot ("" = yes).
+  std::string MemorySlotProblem();
 
   CheckpointSinkOptions options_;
   comm::Comm* world_;

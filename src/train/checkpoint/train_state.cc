@@ -110,9 +110,11 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
   }
   json optim = {{"step", engine.optimizer_step()}};
   json train = {{"global_step", state.step}, {"tokens", state.tokens}};
+  if (!state.guard_norms.empty()) train["guard_norms"] = state.guard_norms;
   // Run history, not training state: `ckptctl diff` ignores the "history" group, so a run
   // that was interrupted compares bit-identical with one that was not.
   json history = {{"restarts", state.restarts}, {"metrics_line", state.metrics_line}};
+  if (!state.skipped.empty()) history["skipped"] = state.skipped;
   contents.blobs.push_back({"optim", "state", "replicated", optim.dump()});
   contents.blobs.push_back({"scheduler", "state", "replicated", schedule_json});
   contents.blobs.push_back({"train", "state", "replicated", train.dump()});
@@ -218,6 +220,12 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
   engine.set_optimizer_step(optim["step"].get<int64_t>());
   state->step = train["global_step"].get<int64_t>();
   state->tokens = train.value("tokens", int64_t{0});
+  state->guard_norms.clear();
+  if (train.contains("guard_norms") && train["guard_norms"].is_array()) {
+    for (const auto& v : train["guard_norms"]) {
+      if (v.is_number()) state->guard_norms.push_back(v.get<double>());
+    }
+  }
   if (reader.HasBlob("history", "run")) {
     // Rank 0's copy: it holds the metrics line (any world size may read it).
     FT_ASSIGN_OR_RETURN(std::vector<std::string> all, reader.ReadBlobAllRanks("history", "run"));
@@ -225,6 +233,12 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
     if (!hist.is_discarded()) {
       state->restarts = hist.value("restarts", int64_t{0});
       state->metrics_line = hist.value("metrics_line", std::string());
+      state->skipped.clear();
+      for (const auto& e : hist.value("skipped", json::array())) {
+        if (e.is_array() && e.size() == 2 && e[0].is_number_integer() && e[1].is_string()) {
+          state->skipped.emplace_back(e[0].get<int64_t>(), e[1].get<std::string>());
+        }
+      }
     }
   }
   if (m.meta.world_size == world_size) {

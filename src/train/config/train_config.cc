@@ -162,6 +162,16 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
       &t.ckpt.daemon));
   FT_RETURN_IF_ERROR(c.GetDouble("ckpt.flush_timeout_s", &t.ckpt.flush_timeout_s));
   FT_RETURN_IF_ERROR(c.GetBool("ckpt.restore_from_memory", &t.ckpt.restore_from_memory));
+  FT_RETURN_IF_ERROR(c.GetInt("ckpt.memory_every_steps", &t.ckpt.memory_every_steps));
+  if (t.ckpt.memory_every_steps < 0 || t.ckpt.memory_every_steps > 100000000) {
+    std::string where = c.Has("ckpt.memory_every_steps")
+                            ? c.entries().at("ckpt.memory_every_steps").origin + ": "
+                            : "";
+    return Status::InvalidArgument(
+        where +
+        "ckpt.memory_every_steps must be in [0, 100000000] steps (0 = no memory tier), got " +
+        std::to_string(t.ckpt.memory_every_steps));
+  }
   if (t.ckpt.flush_timeout_s <= 0) {
     std::string where =
         c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";
@@ -249,6 +259,8 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(LoadCheckpointing(c, &t));
   FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
   FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
+  FT_RETURN_IF_ERROR(LoadGuard(c, &t.guard));
+  FT_RETURN_IF_ERROR(ParseSkipList(c, t.train.steps, &t.data.skip));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
 }
@@ -276,6 +288,9 @@ std::string TrainConfig::ConfigHash() const {
     if (key.rfind("metrics.", 0) == 0) continue;
     // The held-out loss reads the weights, never changes them (train/eval/eval_loop.h).
     if (key.rfind("eval.", 0) == 0) continue;
+    // The guard and the skip list change a run's bits only where they skip a step, and every
+    // skip is recorded in the checkpoints: a resume may turn them on (train/config/guard.h).
+    if (key.rfind("guard.", 0) == 0 || key == "data.skip") continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
         key == "train.allow_resume_mismatch" || key == "train.log_every" ||

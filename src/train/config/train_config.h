@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "core/config.h"
 #include "core/status.h"
 #include "model/llama_config.h"
+#include "train/config/guard.h"
 
 namespace ftrain::train {
 
@@ -56,6 +58,8 @@ struct OptimSection {
 struct DataSection {
   std::string path;  // packed directory or http(s):// URL (required)
   int64_t prefetch_depth = 4;
+  // data.skip: optimizer steps whose batches are read and not trained on (train/config/guard.h).
+  std::set<int64_t> skip;
 };
 
 struct DistSection {
@@ -80,6 +84,9 @@ struct CkptSection {
   DaemonMode daemon = DaemonMode::kAuto;
   double flush_timeout_s = 600;     // max wait for the daemons at a stop / final checkpoint
   bool restore_from_memory = true;  // in-job restart: take ckptd's in-memory snapshot
+  // Memory tier (train/checkpoint/memory_tier.h): every N steps a snapshot goes to this node's
+  // ckptd and its buddy's memory, never to disk; 0 = off. Operational: not in ConfigHash.
+  int64_t memory_every_steps = 0;
 };
 
 // Where the per-step metrics go besides RUN_DIR/metrics.jsonl, and what the derived ones
@@ -112,6 +119,7 @@ struct TrainConfig {
   CkptSection ckpt;
   MetricsSection metrics;
   EvalSection eval;
+  GuardSection guard;
   std::string run_dir;
   Config raw;  // what was read, for the resolved copy in the run directory
 

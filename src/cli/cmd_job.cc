@@ -1,0 +1,88 @@
+// `ftrain job` and `ftrain agent`: the Slurm job controller that slurm/train.sh execs (same PID,
+// so `--signal=B:USR1` reaches it) and the node agent that runs on every node of the job (one
+// step each). Flags and settings only; the work is in src/orch (job_runner.h, agent_runner.h).
+// `ftrain job --dry-run FILE` prints the policy's decisions for recorded observations;
+// `ftrain job --table` the table of what the job script handles (docs/operations.md).
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "orch/agent_runner.h"
+#include "orch/dry_run.h"
+#include "orch/job_runner.h"
+#include "orch/settings.h"
+#include "orch/slurm.h"
+
+namespace ftrain::cli {
+
+namespace po = boost::program_options;
+
+int RunJob(int argc, char** argv) {
+  const std::string program = "ftrain job";
+  po::options_description opts(
+      "ftrain job [--script PATH] | --dry-run FILE | --table\n"
+      "The Slurm job controller (slurm/train.sh execs it; settings: FTRAIN_* variables, see\n"
+      "docs/operations.md)");
+  std::string script, dry_run;
+  bool table = false;
+  opts.add_options()("help,h", "show this help")(
+      "script", po::value<std::string>(&script),
+      "the batch script as Slurm runs it (saved for a resubmission if the batch host dies)")(
+      "dry-run", po::value<std::string>(&dry_run),
+      "print the decisions for the observations in FILE ('-': stdin); runs nothing")(
+      "table", po::bool_switch(&table), "print the table of what the job script handles");
+  po::variables_map vm;
+  Status s = ParseFlags(program, argc, argv, opts, {}, &vm);
+  if (!s.ok()) return Fail(program, s);
+  if (vm.count("help")) {
+    std::cout << opts;
+    return kExitOk;
+  }
+  if (table) {
+    std::cout << orch::HandledTable();
+    return kExitOk;
+  }
+  if (!dry_run.empty()) {
+    std::stringstream text;
+    if (dry_run == "-") {
+      text << std::cin.rdbuf();
+    } else {
+      std::ifstream in(dry_run);
+      if (!in)
+        return Fail(program, Status::InvalidArgument("--dry-run: cannot read '" + dry_run + "'"));
+      text << in.rdbuf();
+    }
+    s = orch::DryRun(text.str(), std::cout);
+    return s.ok() ? kExitOk : Fail(program, s);
+  }
+  auto settings = orch::LoadJobSettings(orch::ProcessEnv());
+  if (!settings.ok()) return Fail(program, settings.status());
+  orch::SlurmCli slurm;
+  orch::SystemClock clock;
+  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock);
+  return runner.Run();
+}
+
+int RunAgent(int argc, char** argv) {
+  const std::string program = "ftrain agent";
+  po::options_description opts(
+      "ftrain agent\nThe node agent: runs this node's ckptd, its heartbeat, and the batch-host "
+      "watch (started by `ftrain job`, one step per node; settings: FTRAIN_* variables)");
+  opts.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  Status s = ParseFlags(program, argc, argv, opts, {}, &vm);
+  if (!s.ok()) return Fail(program, s);
+  if (vm.count("help")) {
+    std::cout << opts;
+    return kExitOk;
+  }
+  auto settings = orch::LoadAgentSettings(orch::ProcessEnv());
+  if (!settings.ok()) return Fail(program, settings.status());
+  orch::SystemClock clock;
+  orch::AgentRunner runner(*settings, &clock);
+  return runner.Run();
+}
+
+}  // namespace ftrain::cli

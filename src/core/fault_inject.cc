@@ -1,0 +1,104 @@
+// FTRAIN_FAULT parsing (core/fault_inject.h).
+#include "core/fault_inject.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/log.h"
+
+namespace ftrain {
+
+const char* FaultKindName(FaultKind k) {
+  switch (k) {
+    case FaultKind::kNanGrad:
+      return "nan_grad";
+    case FaultKind::kSpike:
+      return "spike";
+    case FaultKind::kNanLoss:
+      break;
+  }
+  return "nan_loss";
+}
+
+std::vector<Fault> FaultPlan::At(int64_t step, int rank) const {
+  std::vector<Fault> out;
+  for (const Fault& f : faults) {
+    if (f.step == step && (f.rank < 0 || f.rank == rank)) out.push_back(f);
+  }
+  return out;
+}
+
+namespace {
+
+Status BadItem(const std::string& item, const std::string& why) {
+  return Status::InvalidArgument(std::string(kFaultEnv) + ": '" + item + "' " + why +
+                                 " (give KIND@STEP[:RANK],... with KIND nan_loss, nan_grad or "
+                                 "spike; testing only, see docs/operations.md)");
+}
+
+StatusOr<Fault> ParseItem(const std::string& item) {
+  const size_t at = item.find('@');
+  if (at == std::string::npos) return BadItem(item, "has no @STEP");
+  Fault f;
+  const std::string kind = item.substr(0, at);
+  if (kind == "nan_loss") {
+    f.kind = FaultKind::kNanLoss;
+  } else if (kind == "nan_grad") {
+    f.kind = FaultKind::kNanGrad;
+  } else if (kind == "spike") {
+    f.kind = FaultKind::kSpike;
+  } else {
+    return BadItem(item, "names no known fault");
+  }
+  std::string step = item.substr(at + 1), rank;
+  if (const size_t colon = step.find(':'); colon != std::string::npos) {
+    rank = step.substr(colon + 1);
+    step = step.substr(0, colon);
+  }
+  if (!ParseInt64(step, &f.step) || f.step < 1) return BadItem(item, "has no step >= 1");
+  if (!rank.empty()) {
+    int64_t r = 0;
+    if (!ParseInt64(rank, &r) || r < 0 || r > (1 << 30)) return BadItem(item, "has a bad rank");
+    f.rank = static_cast<int>(r);
+  }
+  return f;
+}
+
+}  // namespace
+
+StatusOr<FaultPlan> ParseFaultPlan(const std::string& spec, const std::string& factor) {
+  FaultPlan plan;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    FT_ASSIGN_OR_RETURN(Fault f, ParseItem(item));
+    plan.faults.push_back(f);
+  }
+  if (!factor.empty()) {
+    char* end = nullptr;
+    plan.spike_factor = std::strtod(factor.c_str(), &end);
+    if (end == factor.c_str() || *end != '\0' || !std::isfinite(plan.spike_factor) ||
+        plan.spike_factor == 0) {
+      return Status::InvalidArgument(std::string(kFaultFactorEnv) + " = '" + factor +
+                                     "' is not a finite non-zero number");
+    }
+  }
+  return plan;
+}
+
+StatusOr<FaultPlan> FaultPlanFromEnv() {
+  const char* spec = std::getenv(kFaultEnv);
+  if (spec == nullptr || *spec == '\0') return FaultPlan();
+  const char* factor = std::getenv(kFaultFactorEnv);
+  FT_ASSIGN_OR_RETURN(FaultPlan plan, ParseFaultPlan(spec, factor ? factor : ""));
+  // A stray variable in a production job would corrupt steps on purpose: say so up front.
+  FT_LOG(Warning) << kFaultEnv << "=" << spec
+                  << " is set: this run injects numeric faults (testing only; see "
+                     "docs/operations.md, Guardrails)";
+  return plan;
+}
+
+}  // namespace ftrain

@@ -1,0 +1,273 @@
+// orch/agent_policy.cc - the node agent's pure decisions (agent_policy.h).
+#include "orch/agent_policy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace ftrain::orch {
+namespace {
+
+std::string Secs(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+DaemonDecision OnDaemonExit(int rc, bool stopping, int restarts, int max_restarts,
+                            double backoff_s) {
+  DaemonDecision d;
+  d.cleanup = rc != 0;  // a daemon that died (SIGKILL, OOM) leaves its slots in /dev/shm
+  const std::string code = std::to_string(rc);
+  if (stopping) {
+    d.kind = DaemonDecision::Kind::kStopped;
+    d.log = "ckptd stopped (exit " + code + ")";
+    return d;
+  }
+  if (rc == 2) {
+    d.kind = DaemonDecision::Kind::kRefused;
+    d.exit_code = 2;
+    d.log = "ckptd refused to start (exit 2: bad settings, see its log); not restarting it";
+    return d;
+  }
+  if (restarts >= max_restarts) {
+    d.kind = DaemonDecision::Kind::kGiveUp;
+    d.exit_code = 1;
+    d.log = "ckptd died (exit " + code + ") " + std::to_string(restarts) +
+            " times; giving up: the trainer saves synchronously";
+    return d;
+  }
+  d.kind = DaemonDecision::Kind::kRestart;
+  d.backoff_s = backoff_s;
+  d.log = "ckptd died (exit " + code + "); restart " + std::to_string(restarts + 1) + "/" +
+          std::to_string(max_restarts) + " in " + Secs(backoff_s) + " s";
+  return d;
+}
+
+std::string BuddyOf(const std::vector<std::string>& ring, const std::string& node) {
+  for (size_t i = 0; i < ring.size(); ++i) {
+    if (ring[i] != node) continue;
+    const std::string& next = ring[(i + 1) % ring.size()];
+    return next == node ? "" : next;
+  }
+  return "";
+}
+
+// The others in ring order starting after the batch host: o[0..k-1]. The watchers are
+// o[k/3] and o[2k/3] (a third and two thirds of the way round), never the host's neighbours
+// when the ring allows; with k = 1 or 2 every other node watches.
+int WatcherRank(const std::vector<std::string>& ring, const std::string& batch_host,
+                const std::string& node) {
+  if (batch_host.empty() || node == batch_host) return 0;
+  std::vector<std::string> others;
+  auto at = std::find(ring.begin(), ring.end(), batch_host);
+  const size_t start = at == ring.end() ? 0 : static_cast<size_t>(at - ring.begin()) + 1;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const std::string& n = ring[(start + i) % ring.size()];
+    if (n != batch_host) others.push_back(n);
+  }
+  const size_t k = others.size();
+  if (k == 0) return 0;
+  const size_t first = k / 3, second = std::max(first + 1, (2 * k) / 3);
+  if (others[first] == node) return 1;
+  if (second < k && others[second] == node) return 2;
+  return 0;
+}
+
+std::vector<std::string> RingOf(const std::string& job_nodes_text, const std::string& job,
+                                const std::vector<std::string>& job_nodelist) {
+  std::istringstream in(job_nodes_text);
+  std::string owner;
+  if (in >> owner && owner == job) {
+    std::vector<std::string> ring;
+    for (std::string n; in >> n;) ring.push_back(n);
+    if (!ring.empty()) return ring;
+  }
+  return job_nodelist;
+}
+
+// ---- WatcherPolicy ----------------------------------------------------------------------------
+
+WatcherAct WatcherPolicy::Record(const std::string& event, const std::string& cause,
+                                 std::vector<records::Field> f) const {
+  WatcherAct a{WatcherAct::Kind::kRecord, "", {}};
+  a.record.job = job_;
+  a.record.restart_count = restart_count_;
+  a.record.event = event;
+  a.record.cause = cause;
+  a.record.fields = std::move(f);
+  return a;
+}
+
+WatcherAct WatcherPolicy::Log(const std::string& text) const {
+  return {WatcherAct::Kind::kLog, text, {}};
+}
+
+std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
+  using K = WatcherObs::Kind;
+  if (rank_ == 0 && state_ == State::kWatching) return {};  // not a watcher (now)
+  switch (o.kind) {
+    case K::kLate:
+      if (state_ != State::kWatching || !hb_watch_) return {};
+      return {Log(o.log), Record("heartbeat_late", "none", o.fields)};
+    case K::kDeclared:
+      if (state_ != State::kWatching || !hb_watch_) return {};
+      return Declared(o);
+    case K::kHostView:
+      if (state_ != State::kWatching || s_.spare_nodes == 0 || !o.known) return {};
+      absent_ = o.left ? absent_ + 1 : 0;
+      if (absent_ >= 2) {  // confirmed by a second look
+        state_ = State::kRequeueDelay;
+        act_at_ = o.now + (rank_ - 1) * kSecondWatcherDelayS;
+      }
+      return {};
+    case K::kTick:
+      if (state_ == State::kDelay && o.now >= act_at_) {
+        state_ = State::kClaiming;
+        return {{WatcherAct::Kind::kClaim, "", {}}};
+      }
+      if (state_ == State::kRequeueDelay && o.now >= act_at_) {
+        state_ = State::kRequeueing;
+        return {{WatcherAct::Kind::kQueryRestarts, "", {}}};
+      }
+      return {};
+    case K::kClaim:
+      if (state_ != State::kClaiming) return {};
+      if (o.ok) return Claimed();
+      state_ = State::kWaitingClaim;
+      return {{WatcherAct::Kind::kWatchClaim, o.by, {}}};
+    case K::kClaimWatch:
+      if (state_ != State::kWaitingClaim) return {};
+      if (o.dead) {
+        state_ = State::kClaiming;
+        return {Log("the other watcher " + (o.by.empty() ? "?" : o.by) + " claimed job " + job_ +
+                    "'s resubmission and died: taking it over"),
+                {WatcherAct::Kind::kTakeOverClaim, "", {}}};
+      }
+      state_ = State::kDone;
+      return {Log("job " + job_ + " is being submitted again by the other watcher" +
+                  (o.by.empty() ? "" : " (" + o.by + ")"))};
+    case K::kLease:
+      if (state_ != State::kLeasing) return {};
+      return Leased(o);
+    case K::kSubmitted:
+      if (state_ != State::kSubmitting) return {};
+      return Submitted(o);
+    case K::kRestarts:
+      if (state_ != State::kRequeueing) return {};
+      return Restarts(o);
+    case K::kRequeued:
+      if (state_ != State::kRequeueing) return {};
+      state_ = o.ok ? State::kDone : State::kWatching;
+      if (!o.ok) absent_ = 0;  // look twice again before the next try
+      return o.ok ? std::vector<WatcherAct>{}
+                  : std::vector<WatcherAct>{
+                        Log("the requeue failed (" + o.error + "); trying again")};
+  }
+  return {};
+}
+
+std::vector<WatcherAct> WatcherPolicy::Leased(const WatcherObs& o) {
+  if (!o.ok) {
+    hb_watch_ = false;
+    state_ = State::kWatching;
+    return {Log("not submitting job " + job_ + " again: " + o.error)};
+  }
+  std::vector<records::Field> f{records::Str("node", s_.batch_host),
+                                records::Bool("batch_host", true),
+                                records::Str("watcher", s_.node)};
+  f.insert(f.end(), evidence_.begin(), evidence_.end());
+  std::vector<WatcherAct> acts{Record("step_failed", "node_failure", f)};
+  recorded_ = true;
+  if (s_.resubmits >= s_.max_resubmits) {
+    acts.push_back(Log("not submitting job " + job_ + " again: it is resubmission " +
+                       std::to_string(s_.resubmits) +
+                       " of FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) +
+                       "; Slurm requeues it once it marks " + s_.batch_host + " DOWN"));
+    acts.push_back(Record(
+        "not_resubmitted", "node_failure",
+        {records::Str("why",
+                      "FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) + " reached")}));
+    hb_watch_ = false;
+    state_ = State::kWatching;
+    return acts;
+  }
+  state_ = State::kSubmitting;
+  acts.push_back({WatcherAct::Kind::kSubmit, "", {}});
+  return acts;
+}
+
+std::vector<WatcherAct> WatcherPolicy::Restarts(const WatcherObs& o) {
+  if (o.count < 0) {  // slurmctld did not answer: look again later
+    state_ = State::kWatching;
+    return {};
+  }
+  if (o.count != restart_count_) {  // requeued already
+    state_ = State::kDone;
+    return {};
+  }
+  std::vector<WatcherAct> acts;
+  if (!recorded_) {
+    acts.push_back(Log("the batch host " + s_.batch_host + " left job " + job_ +
+                       " (node failure): requeueing the job"));
+    acts.push_back(Record("step_failed", "node_failure",
+                          {records::Str("node", s_.batch_host), records::Bool("batch_host", true),
+                           records::Str("watcher", s_.node), records::Num("detected", o.wall, 6),
+                           records::Str("detected_by", "slurm")}));
+    recorded_ = true;
+  }
+  acts.push_back(Log("requeueing job " + job_));
+  acts.push_back({WatcherAct::Kind::kRequeue, "", {}});
+  return acts;
+}
+
+std::vector<WatcherAct> WatcherPolicy::Declared(const WatcherObs& o) {
+  evidence_ = o.fields;
+  evidence_words_ = o.log;
+  std::vector<WatcherAct> acts{Log(o.log)};
+  if (rank_ == 2) {
+    state_ = State::kDelay;
+    act_at_ = o.now + kSecondWatcherDelayS;
+    return acts;
+  }
+  state_ = State::kClaiming;
+  acts.push_back({WatcherAct::Kind::kClaim, "", {}});
+  return acts;
+}
+
+std::vector<WatcherAct> WatcherPolicy::Claimed() {
+  state_ = State::kLeasing;
+  return {{WatcherAct::Kind::kTakeLease, "", {}}};
+}
+
+std::vector<WatcherAct> WatcherPolicy::NotResubmitted(const std::string& why) {
+  hb_watch_ = false;  // Slurm decides now (its view here, or its own requeue)
+  state_ = State::kWatching;
+  return {Log("could not submit job " + job_ + " again (" + why +
+              "); Slurm requeues it once it "
+              "marks " +
+              s_.batch_host + " DOWN"),
+          Record("not_resubmitted", "node_failure", {records::Str("why", why)})};
+}
+
+std::vector<WatcherAct> WatcherPolicy::Submitted(const WatcherObs& o) {
+  if (o.job.empty()) return NotResubmitted(o.error);
+  if (!o.can_run) {
+    // Never cancel the old job for a new one that will not run.
+    std::vector<WatcherAct> acts{{WatcherAct::Kind::kCancelNewJob, o.job, {}}};
+    auto more = NotResubmitted("the new job " + o.job + " can never run: " + o.error);
+    acts.insert(acts.end(), more.begin(), more.end());
+    return acts;
+  }
+  state_ = State::kDone;
+  return {{WatcherAct::Kind::kMarkReplaced, o.job, {}},
+          Record("resubmitted", "node_failure",
+                 {records::Str("node", s_.batch_host), records::Str("new_job", o.job),
+                  records::Str("excluded", s_.batch_host),
+                  records::Int("resubmits", s_.resubmits + 1), records::Str("options", o.options)}),
+          {WatcherAct::Kind::kNotifyAndCancel, o.job, {}}};
+}
+
+}  // namespace ftrain::orch

@@ -1,0 +1,205 @@
+// orch/detect.cc - heartbeat silence, the verdict, and the looks of a watcher (detect.h).
+#include "orch/detect.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace ftrain::orch {
+namespace {
+
+std::string OneDecimal(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", s);
+  return buf;
+}
+
+std::string Secs(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::optional<HeartbeatLine> ParseHeartbeat(const std::string& text) {
+  std::istringstream in(text);
+  HeartbeatLine h;
+  if (!(in >> h.counter >> h.pid)) return std::nullopt;
+  in >> h.job;
+  std::string extra;
+  while (in >> extra) {
+    if (extra.rfind("ckptd=", 0) == 0) h.ckptd = extra.substr(6);
+    if (extra.rfind("start=", 0) == 0) h.start = extra.substr(6);
+  }
+  return h;
+}
+
+std::string FormatHeartbeat(const HeartbeatLine& h) {
+  std::string s = h.counter + " " + h.pid + " " + h.job;
+  if (!h.start.empty()) s += " start=" + h.start;
+  if (!h.ckptd.empty()) s += " ckptd=" + h.ckptd;
+  return s;
+}
+
+bool DaemonReady(const std::string& text, const std::string& job, int restart_count) {
+  auto h = ParseHeartbeat(text);
+  return h && h->job == job && h->start == std::to_string(restart_count) && h->ckptd == "up";
+}
+
+void HeartbeatMonitor::Reset(const std::vector<std::string>& nodes, double now) {
+  for (const auto& n : nodes) {
+    Seen& s = seen_[n];
+    s.since = now;
+    s.noted = false;
+  }
+}
+
+double HeartbeatMonitor::Observe(const std::string& node, const std::string& text, double now) {
+  auto it = seen_.find(node);
+  if (it == seen_.end() || it->second.text != text) {
+    Seen& s = seen_[node];
+    s.text = text;
+    s.since = now;
+    s.noted = false;  // alive again: a later silence is noted anew
+    return 0;
+  }
+  return now - it->second.since;
+}
+
+bool HeartbeatMonitor::Noted(const std::string& node) const {
+  auto it = seen_.find(node);
+  return it != seen_.end() && it->second.noted;
+}
+
+void HeartbeatMonitor::SetNoted(const std::string& node) { seen_[node].noted = true; }
+
+const char* VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kAlive:
+      return "alive";
+    case Verdict::kLate:
+      return "late";
+    case Verdict::kDead:
+      return "dead";
+    case Verdict::kHung:
+      return "hung";
+  }
+  return "?";
+}
+
+bool NeedsTaskProbe(const DetectSettings& s, const Evidence& e) {
+  return e.tcp == "open" && e.silent_s >= s.hung_after_s;
+}
+
+bool NeedsOthersProbe(const DetectSettings& s, const Evidence& e) {
+  return e.tcp == "timeout" && e.silent_s >= std::max(s.blip_s, s.heartbeat_timeout_s);
+}
+
+Verdict Judge(const DetectSettings& s, const Evidence& e) {
+  if (e.silent_s < s.heartbeat_timeout_s) return Verdict::kAlive;
+  if (e.tcp == "refused") return Verdict::kDead;  // the node's kernel: nothing listens there
+  if (e.tcp == "timeout") {
+    // A host that is gone and a network that is cut look the same from here: only a silence
+    // longer than a blip, while others still answer this watcher, convicts.
+    if (NeedsOthersProbe(s, e) && e.others_answer) return Verdict::kDead;
+    return Verdict::kLate;
+  }
+  if (e.tcp == "open" && NeedsTaskProbe(s, e) && e.task_started.has_value() && !*e.task_started) {
+    return Verdict::kHung;
+  }
+  return Verdict::kLate;
+}
+
+Finding Detector::Declare(const std::string& node, Verdict v, const Evidence& e,
+                          double probe_start) {
+  Finding f;
+  f.node = node;
+  f.verdict = v;
+  const std::string silent = OneDecimal(e.silent_s);
+  std::string why = "heartbeat silent " + silent + " s (limit " + Secs(s_.heartbeat_timeout_s) +
+                    " s); slurmd " + prober_->SlurmdAddress(node) + " " + e.tcp;
+  if (v == Verdict::kHung) {
+    why += "; a task on it did not start within " + Secs(s_.probe_timeout_s + 3) +
+           " s (silent over " + Secs(s_.hung_after_s) + " s)";
+  }
+  if (v == Verdict::kDead && e.tcp == "timeout") {
+    why += " past the " + Secs(s_.blip_s) + " s blip window, while other nodes answer";
+  }
+  char probe_s[32];
+  std::snprintf(probe_s, sizeof(probe_s), "%.2f", clock_->Monotonic() - probe_start);
+  f.fields = {records::Num("detected", clock_->Wall(), 6),
+              records::Str("detected_by", "ftrain"),
+              records::Str("verdict", VerdictName(v)),
+              records::Raw("heartbeat_silent_s", silent),
+              records::Str("slurmd", e.tcp),
+              records::Raw("probe_s", probe_s),
+              records::Str("evidence", why)};
+  f.log = "node " + node + " declared " + VerdictName(v) + ": " + why;
+  return f;
+}
+
+std::vector<Finding> Detector::Look(const std::vector<std::string>& nodes) {
+  std::vector<Finding> late;
+  for (const auto& n : nodes) {
+    Evidence e;
+    e.silent_s = monitor_.Observe(n, prober_->ReadHeartbeat(n), clock_->Monotonic());
+    if (e.silent_s < s_.heartbeat_timeout_s) continue;
+    const double t0 = clock_->Monotonic();
+    e.tcp = prober_->ProbeTcp(n);
+    if (NeedsOthersProbe(s_, e)) e.others_answer = prober_->OthersAnswer(nodes, n);
+    if (NeedsTaskProbe(s_, e)) e.task_started = prober_->ProbeTask(n);
+    const Verdict v = Judge(s_, e);
+    if (v == Verdict::kDead || v == Verdict::kHung) return {Declare(n, v, e, t0)};
+    if (v != Verdict::kLate || monitor_.Noted(n)) continue;
+    monitor_.SetNoted(n);
+    Finding f;
+    f.node = n;
+    f.verdict = Verdict::kLate;
+    const std::string silent = OneDecimal(e.silent_s);
+    if (e.tcp == "timeout") {
+      f.log = "node " + n + ": heartbeat silent " + silent +
+              " s and its slurmd does not answer "
+              "(timeout): a network or file-system blip, or a death; declared dead once silent "
+              "for " +
+              Secs(std::max(s_.blip_s, s_.heartbeat_timeout_s)) + " s if other nodes still answer";
+    } else {
+      f.log = "node " + n + ": heartbeat silent " + silent + " s but its slurmd answers (" + e.tcp +
+              "): slow or paused, not dead; declared lost after " + Secs(s_.hung_after_s) +
+              " s of silence if its slurmd stops answering too";
+    }
+    f.fields = {records::Str("node", n), records::Raw("silent_s", silent),
+                records::Str("slurmd", e.tcp)};
+    late.push_back(std::move(f));
+  }
+  return late;
+}
+
+std::optional<Finding> Detector::ConfirmAfterFailure(
+    const std::vector<std::string>& nodes, const std::function<void(double)>& sleep,
+    const std::function<void(const std::string&)>& log) {
+  std::vector<std::string> suspects;
+  bool timeouts = false;
+  for (const auto& n : nodes) {
+    const std::string tcp = prober_->ProbeTcp(n);
+    if (tcp != "open") suspects.push_back(n);
+    timeouts = timeouts || tcp == "timeout";
+  }
+  if (suspects.empty()) return std::nullopt;
+  std::string names;
+  for (const auto& n : suspects) names += (names.empty() ? "" : " ") + n;
+  log("training step failed and the slurmd of " + names +
+      " does not answer: confirming by "
+      "heartbeat");
+  const double window =
+      (timeouts ? std::max(s_.blip_s, s_.heartbeat_timeout_s) : s_.heartbeat_timeout_s) + 2;
+  const double deadline = clock_->Monotonic() + window;
+  while (clock_->Monotonic() < deadline) {
+    for (const auto& f : Look(suspects)) {
+      if (f.verdict == Verdict::kDead || f.verdict == Verdict::kHung) return f;
+    }
+    sleep(0.5);
+  }
+  return std::nullopt;
+}
+
+}  // namespace ftrain::orch

@@ -1,0 +1,24 @@
+// orch/dry_run.h - `ftrain job --dry-run FILE`: the job policy's decisions for a recorded
+// sequence of observations, printed, nothing run. One observation per line:
+//   SECONDS KIND key=value ...        e.g.  12.5 step_exited rc=137
+// Lists are comma-separated (nodes=n1,n2); `env NAME=VALUE` lines (before the first
+// observation) set FTRAIN_* settings; `#` starts a comment. --table prints the transition
+// table's rows that docs/operations.md lists.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "core/status.h"
+#include "orch/job_types.h"
+
+namespace ftrain::orch {
+
+// Parses one observation line ("" for a blank or comment line: nothing).
+StatusOr<std::optional<Observation>> ParseObservationLine(const std::string& line);
+// Runs the policy over `text`, writes each observation and its decision to `out`.
+Status DryRun(const std::string& text, std::ostream& out);
+// The table of what the job script handles (markdown), from kRules.
+std::string HandledTable();
+
+}  // namespace ftrain::orch

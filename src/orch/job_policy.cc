@@ -1,0 +1,249 @@
+// orch/job_policy.cc - JobPolicy, part 2: the dispatch of observations by phase, the records'
+// and actions' constructors, the launch and the training step (detection, spare checks). The
+// start is in job_policy_start.cc, stop requests and TERM in job_policy_stop.cc, a step's end
+// and the job's end in job_policy_end.cc. Each decision names its rule in kRules
+// (job_rules.cc).
+#include "orch/job_policy.h"
+
+#include "orch/job_policy_util.h"
+
+namespace ftrain::orch {
+
+using policy_util::Act;
+using policy_util::Contains;
+using policy_util::Fmt;
+using policy_util::Join;
+using policy_util::LastStop;
+using policy_util::WithNodes;
+using records::Field;
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kStart:
+      return "start";
+    case Phase::kLease:
+      return "lease";
+    case Phase::kPreflight:
+      return "preflight";
+    case Phase::kLocalising:
+      return "localising";
+    case Phase::kAgents:
+      return "agents";
+    case Phase::kTraining:
+      return "training";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kConfirming:
+      return "confirming";
+    case Phase::kFindingDead:
+      return "finding_dead";
+    case Phase::kHealthPoll:
+      return "health_poll";
+    case Phase::kProbing:
+      return "probing";
+    case Phase::kHealthWait:
+      return "health_wait";
+    case Phase::kCounting:
+      return "counting";
+    case Phase::kBackoff:
+      return "backoff";
+    case Phase::kAskingJob:
+      return "asking_job";
+    case Phase::kReleasing:
+      return "releasing";
+    case Phase::kWaitingFlag:
+      return "waiting_flag";
+    case Phase::kRequeueing:
+      return "requeueing";
+    case Phase::kDraining:
+      return "draining";
+    case Phase::kDone:
+      return "done";
+  }
+  return "?";
+}
+
+JobPolicy::JobPolicy(JobSettings settings) : s_(std::move(settings)) {
+  st_.backoff_s = s_.restart_backoff_s;
+}
+
+double JobPolicy::StopTimeout() const {
+  const double room = s_.usr1_lead_s - kKillGraceS - kRequeueBudgetS - kLeadMarginS;
+  return std::max(0.0, std::min(s_.stop_timeout_s, room));
+}
+
+Action JobPolicy::Log(const std::string& text) const {
+  Action a = Act(Action::Kind::kLog);
+  a.text = text;
+  return a;
+}
+
+Action JobPolicy::Record(const std::string& event, const std::string& cause,
+                         std::vector<Field> fields, bool lost_at_failure) const {
+  Action a = Act(Action::Kind::kRecord);
+  a.record.job = st_.job;
+  a.record.restart_count = st_.restart_count;
+  a.record.event = event;
+  a.record.cause = cause;
+  a.record.fields = std::move(fields);
+  a.lost_at_failure = lost_at_failure;
+  return a;
+}
+
+std::vector<std::string> JobPolicy::LiveNodes() const {
+  if (!st_.spares) return st_.all_nodes;
+  std::vector<std::string> live;
+  for (const auto& n : st_.all_nodes) {
+    if (Contains(st_.train_nodes, n) || Contains(st_.spare_nodes, n)) live.push_back(n);
+  }
+  return live;
+}
+
+Decision JobPolicy::On(const Observation& o) {
+  using K = Observation::Kind;
+  if (o.kind == K::kSignal) return OnSignal(o);
+  switch (st_.phase) {
+    case Phase::kStart:
+      if (o.kind == K::kStarted) return Start(o);
+      break;
+    case Phase::kLease:
+      if (o.kind == K::kLease) return Leased(o);
+      break;
+    case Phase::kPreflight:
+      if (o.kind == K::kPreflightExited) return Preflight(o);
+      break;
+    case Phase::kLocalising:
+      if (o.kind == K::kLocalised) return Localised(o);
+      break;
+    case Phase::kAgents:
+      if (o.kind == K::kAgentsReady) return Agents(o);
+      break;
+    case Phase::kTraining:
+      return Training(o);
+    case Phase::kStopping:
+      return Stopping(o);
+    case Phase::kConfirming:
+      if (o.kind == K::kConfirmed) return AfterConfirm(o);
+      break;
+    case Phase::kFindingDead:
+      if (o.kind == K::kNodesInJob) return FoundDead(o);
+      break;
+    case Phase::kHealthPoll:
+      return HealthPoll(o);
+    case Phase::kProbing:
+      if (o.kind == K::kHealth) return Probed(o);
+      break;
+    case Phase::kHealthWait:
+      return HealthWait(o);
+    case Phase::kCounting:
+      if (o.kind == K::kFailedStartCounted) return Counted(o);
+      break;
+    case Phase::kBackoff:
+      return Backoff(o);
+    case Phase::kAskingJob:
+      if (o.kind == K::kJobState) return JobStateKnown(o);
+      break;
+    case Phase::kReleasing:
+    case Phase::kWaitingFlag:
+    case Phase::kRequeueing:
+    case Phase::kDraining:
+      return Ending(o);
+    case Phase::kDone:
+      break;
+  }
+  return {"", {}};  // nothing to do (a tick, or an answer nobody waits for any more)
+}
+
+Decision JobPolicy::Launch(std::string rule, std::vector<Action> before) {
+  Action l = Act(Action::Kind::kLaunch);
+  const size_t ranks = st_.spares ? st_.rank_hosts.size()
+                                  : st_.all_nodes.size() * static_cast<size_t>(s_.ranks_per_node);
+  if (st_.spares) {
+    l.hosts = st_.rank_hosts;
+    l.nodes = st_.train_nodes;
+    // Slurm 22.05 may never end the failed step's record (its survivors exited before the
+    // node was taken out): it keeps their CPUs, and a new step waits for them forever.
+    l.overlap = st_.replacements > 0;
+    before.push_back(Log("launching " + s_.bin + " train on " + std::to_string(ranks) +
+                         " ranks: " + Join(st_.rank_hosts, " ")));
+  } else {
+    l.nodes = st_.all_nodes;
+    before.push_back(Log("launching " + s_.bin + " train on " + std::to_string(ranks) + " ranks"));
+  }
+  const bool detecting = s_.detect.on && s_.ckptd && st_.agents;
+  st_.watch =
+      detecting ? (st_.spares ? st_.train_nodes : st_.all_nodes) : std::vector<std::string>{};
+  l.watch = st_.watch;
+  st_.detect_node.clear();
+  st_.detect_fields.clear();
+  st_.next_spare_check = -1;
+  st_.phase = Phase::kTraining;
+  before.push_back(l);
+  return {std::move(rule), std::move(before)};
+}
+
+Decision JobPolicy::Training(const Observation& o) {
+  using K = Observation::Kind;
+  switch (o.kind) {
+    case K::kStepExited:
+      return StepExited(o);
+    case K::kNodeDeclared: {
+      if (std::find(st_.declared.begin(), st_.declared.end(), o.node) != st_.declared.end()) {
+        return {"", {}};  // declared already: the step is ending
+      }
+      st_.declared.push_back(o.node);
+      st_.detect_node = o.node;
+      st_.detect_fields = o.fields;
+      std::vector<Action> acts{Log(o.detail), Act(Action::Kind::kEndStep)};
+      // Released from the job, Slurm no longer waits for the node (best effort).
+      if (st_.spares && !st_.spare_nodes.empty()) {
+        Action rel = Act(Action::Kind::kRelease);
+        rel.nodes = st_.declared;
+        acts.push_back(rel);
+      }
+      return {"train.declared", acts};
+    }
+    case K::kHeartbeatLate:
+      return {"train.heartbeat_late", {Log(o.detail), Record("heartbeat_late", "none", o.fields)}};
+    case K::kTick:
+      if (st_.next_spare_check < 0) st_.next_spare_check = o.now + s_.spare_check_s;
+      if (st_.spares && !st_.spare_nodes.empty() && o.now >= st_.next_spare_check) {
+        st_.next_spare_check = o.now + s_.spare_check_s;
+        return {"train.spare_check", {Act(Action::Kind::kQueryNodesInJob)}};
+      }
+      return {"", {}};
+    case K::kNodesInJob: {
+      std::vector<Action> acts;
+      if (o.known) DropLostSpares(o.nodes, "while the ranks train", &acts);
+      return {acts.empty() ? "" : "train.spare_lost", acts};
+    }
+    default:
+      return {"", {}};
+  }
+}
+
+// Spares no longer in the job (Slurm took them out): dropped, recorded, the ring re-formed.
+void JobPolicy::DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,
+                               std::vector<Action>* acts) {
+  std::vector<std::string> left;
+  bool lost = false;
+  for (const auto& n : st_.spare_nodes) {
+    if (Contains(in_job, n)) {
+      left.push_back(n);
+      continue;
+    }
+    acts->push_back(Log("spare node " + n + " is gone" + (when.empty() ? "" : " (" + when + ")")));
+    acts->push_back(Record("spare_lost", "node_failure", {records::Str("node", n)}));
+    lost = true;
+  }
+  st_.spare_nodes = left;
+  if (lost) {
+    acts->push_back(Log(std::to_string(left.size()) +
+                        " spare(s) left: " + (left.empty() ? "none" : Join(left, " "))));
+    Action jn = Act(Action::Kind::kWriteJobNodes);
+    jn.nodes = LiveNodes();
+    acts->push_back(jn);
+  }
+}
+
+}  // namespace ftrain::orch

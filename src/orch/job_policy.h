@@ -1,0 +1,166 @@
+// orch/job_policy.h - the job controller's decisions as a pure, typed transition function:
+// JobPolicy::On(observation) -> the rule that fired and its actions. No I/O, no clock, no
+// Slurm in here: the runner (orch/job_runner.h) turns actions into processes and Slurm
+// commands and their outcomes into observations; the unit tests (tests/orch_job_policy_test.cc)
+// drive it with synthetic observations in milliseconds; `ftrain job --dry-run` prints the
+// decisions for a recorded sequence. kRules is the transition table: docs/design.md draws it,
+// docs/operations.md's table of what the job script handles is checked against it, and every
+// rule has a unit test (the test binary fails when one never fired).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "orch/job_types.h"
+#include "orch/settings.h"
+
+namespace ftrain::orch {
+
+enum class Phase {
+  kStart,        // waiting for the start's facts
+  kLease,        // asked for the run lease
+  kPreflight,    // the pre-flight commcheck runs
+  kLocalising,   // per-node checks: which node fails
+  kAgents,       // the node agents start, their daemons must answer
+  kTraining,     // the training step runs (detection and spare checks on ticks)
+  kStopping,     // USR1/TERM forwarded: the ranks checkpoint and stop
+  kConfirming,   // the step failed: a node whose slurmd does not answer is confirmed or not
+  kFindingDead,  // the step failed (spares): which training nodes left the job
+  kHealthPoll,   // spares: a node does not answer; polling until Slurm takes it out
+  kProbing,      // does every training node run a task?
+  kHealthWait,   // no spares: a node does not answer; waiting for Slurm's requeue
+  kCounting,     // counting a failed start
+  kBackoff,      // before an in-job restart
+  kAskingJob,    // a TERM came: is the job cancelled, timed out, or still running?
+  kReleasing,    // requeue excluding: releasing the dead nodes
+  kWaitingFlag,  // requeue excluding: waiting for slurmctld to flag them not responding
+  kRequeueing,   // the requeue is issued and verified
+  kDraining,     // waiting for the agents, then exit
+  kDone,
+};
+const char* PhaseName(Phase p);
+
+// One row of the transition table.
+struct Rule {
+  const char* id;
+  const char* phase;  // where it applies, in words
+  const char* when;   // the observation and the condition
+  const char* does;   // the actions, in words
+  const char* what;   // for docs/operations.md ("" : an internal step, not listed there)
+};
+extern const std::vector<Rule> kRules;
+
+// Everything the policy knows about the job, in one struct (no hidden state).
+struct JobState {
+  Phase phase = Phase::kStart;
+  std::string job, batch_host, resubmitted_from;
+  int restart_count = 0;
+  std::vector<std::string> all_nodes, train_nodes, spare_nodes, rank_hosts;
+  bool spares = false;  // a spare job (FTRAIN_SPARE_NODES > 0)
+  int replacements = 0;
+  bool agents = false;  // node agents were started (and not yet stopped)
+  bool watch_batch_host = false;
+  bool stop_requested = false;
+  double stop_deadline = -1, kill_at = -1;
+  int injob_restarts = 0;
+  double backoff_s = 0;
+  double wait_until = -1, next_poll = -1, next_spare_check = -1;
+  std::vector<std::string> watch;     // nodes whose heartbeats the detector reads
+  std::vector<std::string> declared;  // declared dead/hung in this start
+  std::string detect_node;            // declared during the current step
+  std::vector<records::Field> detect_fields;
+  int rc = 0;                        // of the step that ended
+  bool localised = false;            // the current failure was localised already
+  std::vector<std::string> exclude;  // the requeue's exclusion
+  int exit_code = 0;                 // of the job's end
+  // Facts of the start (kStarted).
+  std::string nodelist, last_stop;
+  int resubmits = 0;
+  std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
+  // Where things stand.
+  std::string localise_after;        // "preflight" or "rank_failure": what a localisation follows
+  Phase asked_from = Phase::kStart;  // the phase a TERM's question interrupted
+  std::string stop_signal = "USR1";
+  double step_end_wall = 0;  // when the step ended (unix s): Slurm-view detection records
+  bool released = false;     // requeue excluding: the dead nodes left the job
+  bool probe_for_spares = false;
+  std::string config_error;         // RUN/.config_error of the step that ended
+  std::vector<std::string> faulty;  // alive nodes that failed the localisation: excluded
+};
+
+// Pure helpers of the policy's questions, executed by the runner.
+// The failed-start count after one more failed start: RUN/.failed_starts holds "NEWEST COUNT";
+// the count starts again at 1 whenever a newer checkpoint was committed since (the crash-loop
+// budget resets on progress).
+int NextFailedStartCount(const std::string& failed_starts_text, const std::string& newest);
+// Which nodes a localisation blames: those that failed a check alone (unless every node did:
+// then it is no node's fault); if none did and there are 3 or more, those that failed with
+// both ring neighbours while another pair passed. None: no single node is to blame (the
+// network between them, the software, or nothing).
+std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
+                                    const std::vector<bool>& alone_ok,
+                                    const std::vector<bool>& pair_ok);
+
+class JobPolicy {
+ public:
+  explicit JobPolicy(JobSettings settings);
+  Decision On(const Observation& o);
+  const JobState& state() const { return st_; }
+  // The stop timeout actually used: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks'
+  // stop, the kill grace and the requeue's budget end inside the USR1 lead.
+  double StopTimeout() const;
+  static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
+  static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
+  static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
+  static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
+  static constexpr double kLeadMarginS = 5;      // left over before the time limit
+
+ private:
+  Decision Start(const Observation& o);
+  Decision Leased(const Observation& o);
+  Decision AfterLease();
+  Decision Preflight(const Observation& o);
+  Decision Localised(const Observation& o);
+  Decision Agents(const Observation& o);
+  Decision Training(const Observation& o);
+  Decision Stopping(const Observation& o);
+  Decision AfterConfirm(const Observation& o);
+  Decision FoundDead(const Observation& o);
+  Decision Decide(double now);
+  Decision HealthPoll(const Observation& o);
+  Decision Probed(const Observation& o);
+  Decision HealthWait(const Observation& o);
+  Decision Counted(const Observation& o);
+  Decision Backoff(const Observation& o);
+  Decision JobStateKnown(const Observation& o);
+  Decision Ending(const Observation& o);
+
+  Decision Launch(std::string rule, std::vector<Action> before = {});
+  Decision ChooseSpares(std::vector<Action>* acts);
+  Decision PreflightFailed();
+  Decision StartAgentsOrLaunch();
+  Decision StepExited(const Observation& o);
+  Decision RankFailure(double now);
+  Decision StopRequest(const std::string& sig, double now);
+  void DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,
+                      std::vector<Action>* acts);
+  std::vector<std::string> DeadOf(const Observation& nodes_in_job) const;
+  bool IsEnding() const;
+  Decision ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,
+                            std::vector<Action> acts);
+  Decision Requeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude);
+  Decision RequeueExcludingDead(std::string rule, std::vector<Action> acts);
+  Decision RequeueStopped(const std::string& during);
+  Decision Fail(std::string rule, std::vector<Action> acts, int code);
+  Decision OnSignal(const Observation& o);
+  std::vector<records::Field> DetectionFields(const std::string& node, double wall) const;
+  std::vector<std::string> LiveNodes() const;
+  Action Record(const std::string& event, const std::string& cause,
+                std::vector<records::Field> fields = {}, bool lost_at_failure = false) const;
+  Action Log(const std::string& text) const;
+
+  JobSettings s_;
+  JobState st_;
+};
+
+}  // namespace ftrain::orch

@@ -1,0 +1,487 @@
+// orch/job_policy_end.cc - JobPolicy, part 4: what a training step's end means (finished,
+// stopped, a configuration error, a dead node, an unhealthy node, a rank failure), the spare
+// swap, the localisation of a bad node, and the job's end: a requeue (issued before the
+// agents are drained, retried and verified by the runner), a failure or the finish.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "orch/job_policy.h"
+#include "orch/job_policy_util.h"
+
+namespace ftrain::orch {
+namespace {
+
+using policy_util::Act;
+using policy_util::Contains;
+using policy_util::Fmt;
+using policy_util::Join;
+using policy_util::LastStop;
+using policy_util::WithNodes;
+using records::Field;
+
+Field Lost() { return records::Raw("@LOST@", ""); }
+
+void Append(std::vector<Action>* to, const std::vector<Action>& from) {
+  to->insert(to->end(), from.begin(), from.end());
+}
+
+}  // namespace
+
+int NextFailedStartCount(const std::string& failed_starts_text, const std::string& newest) {
+  std::istringstream in(failed_starts_text);
+  std::string prev, count;
+  in >> prev >> count;
+  const bool numeric = !count.empty() && count.find_first_not_of("0123456789") == std::string::npos;
+  return prev == newest && numeric && count.size() < 9 ? std::stoi(count) + 1 : 1;
+}
+
+std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
+                                    const std::vector<bool>& alone_ok,
+                                    const std::vector<bool>& pair_ok) {
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < nodes.size() && i < alone_ok.size(); ++i) {
+    if (!alone_ok[i]) bad.push_back(nodes[i]);
+  }
+  // Every node failing alone is no node's fault (the software, a setting, a timeout): blaming
+  // them all would exclude the whole allocation.
+  if (!bad.empty() && bad.size() == nodes.size()) return {};
+  const size_t n = nodes.size();
+  if (!bad.empty() || n < 3 || pair_ok.size() != n) return bad;
+  // pair i is (nodes[i], nodes[i+1 mod n]).
+  bool some_pass = false;
+  for (bool ok : pair_ok) some_pass = some_pass || ok;
+  if (!some_pass) return bad;  // every pair fails: the network, not a node
+  for (size_t i = 0; i < n; ++i) {
+    if (!pair_ok[i] && !pair_ok[(i + n - 1) % n]) bad.push_back(nodes[i]);
+  }
+  return bad;
+}
+
+std::vector<Field> JobPolicy::DetectionFields(const std::string& node, double wall) const {
+  if (node == st_.detect_node && !st_.detect_fields.empty()) return st_.detect_fields;
+  return {records::Num("detected", wall, 6), records::Str("detected_by", "slurm")};
+}
+
+// ---- the step's end -------------------------------------------------------------------------
+
+Decision JobPolicy::StepExited(const Observation& o) {
+  st_.rc = o.rc;
+  st_.step_end_wall = o.wall;
+  st_.config_error = o.config_error;
+  st_.localised = false;
+  // A step that ended 0 after one of its nodes was declared dead did not finish.
+  if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
+  const bool failed = st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig;
+  if (failed && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
+    // A node whose slurmd refuses may have died a moment ago (its peers' collectives broke at
+    // once): its heartbeat gets the time to confirm it.
+    st_.phase = Phase::kConfirming;
+    return {"step.confirm", {WithNodes(Action::Kind::kConfirmDeath, st_.watch)}};
+  }
+  return Decide(o.now);
+}
+
+Decision JobPolicy::AfterConfirm(const Observation& o) {
+  std::vector<Action> acts;
+  if (!o.node.empty()) {
+    st_.declared.push_back(o.node);
+    st_.detect_node = o.node;
+    st_.detect_fields = o.fields;
+    acts.push_back(Log(o.detail));
+    if (st_.spares && !st_.spare_nodes.empty()) {
+      acts.push_back(WithNodes(Action::Kind::kRelease, st_.declared));
+    }
+  }
+  Decision d = Decide(o.now);
+  acts.insert(acts.end(), d.actions.begin(), d.actions.end());
+  return {o.node.empty() ? d.rule : "step.confirmed_dead", acts};
+}
+
+// rc is known, every sign looked at: finish, stop, fail, or find out more.
+Decision JobPolicy::Decide(double now) {
+  const int rc = st_.rc;
+  const std::string exit = std::to_string(rc);
+  if (rc == 0) {
+    return Fail("step.finished",
+                {Log("training finished"), Record("finished", "complete"), LastStop("complete")},
+                0);
+  }
+  if (rc == kExitRequeue || st_.stop_requested) {
+    return Requeue(
+        "step.stopped",
+        {Log("ranks checkpointed and stopped (exit " + exit + "); requeueing job " + st_.job),
+         LastStop("preempted"), Record("stopped", "preempted", {Lost()})},
+        {});
+  }
+  if (rc == kExitConfig || !st_.config_error.empty()) {
+    const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
+                                                     : st_.config_error.substr(0, 2000);
+    return Fail(
+        "step.config_error",
+        {Log("FAILED: the trainer refused its configuration or input (exit " + exit + "): " + why),
+         Log("not restarting (a restart cannot fix this); fix the settings and submit "
+             "again"),
+         LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
+        2);
+  }
+  if (!st_.detect_node.empty() && !st_.spares) {
+    std::vector<Field> f{records::Str("node", st_.detect_node), Lost(), records::Int("exit", rc)};
+    for (const auto& x : st_.detect_fields) f.push_back(x);
+    return RequeueExcludingDead(
+        "step.dead_requeue",
+        {LastStop("node_failure"), Record("step_failed", "node_failure", f, true)});
+  }
+  if (st_.spares) {
+    st_.phase = Phase::kFindingDead;
+    return {"step.find_dead", {Act(Action::Kind::kQueryNodesInJob)}};
+  }
+  st_.phase = Phase::kProbing;
+  st_.probe_for_spares = false;
+  (void)now;
+  return {"step.probe", {WithNodes(Action::Kind::kProbeHealth, st_.all_nodes)}};
+}
+
+// The training nodes no longer in the job (Slurm took them out) or declared dead. When
+// slurmctld did not answer, only the declared ones: an empty answer is never "all dead".
+std::vector<std::string> JobPolicy::DeadOf(const Observation& o) const {
+  std::vector<std::string> dead;
+  for (const auto& n : st_.train_nodes) {
+    const bool gone = o.known && !Contains(o.nodes, n);
+    if (gone || Contains(st_.declared, n)) dead.push_back(n);
+  }
+  return dead;
+}
+
+Decision JobPolicy::FoundDead(const Observation& o) {
+  std::vector<Action> acts;
+  if (o.known) DropLostSpares(o.nodes, "", &acts);
+  const std::vector<std::string> dead = DeadOf(o);
+  if (dead.empty()) {
+    // The training nodes only: an idle spare that does not answer costs nothing yet.
+    st_.phase = Phase::kProbing;
+    st_.probe_for_spares = true;
+    acts.push_back(WithNodes(Action::Kind::kProbeHealth, st_.train_nodes));
+    return {"step.probe", acts};
+  }
+  return ReplaceOrRequeue(dead, st_.step_end_wall, acts);
+}
+
+Decision JobPolicy::Probed(const Observation& o) {
+  const std::string exit = std::to_string(st_.rc);
+  if (o.ok) return RankFailure(o.now);
+  st_.wait_until = o.now + s_.health_wait_s;
+  if (st_.probe_for_spares) {
+    st_.phase = Phase::kHealthPoll;
+    st_.next_poll = o.now + 1;
+    return {"step.unhealthy_spares",
+            {Log("training step failed (exit " + exit +
+                 ") and a node does not answer: waiting "
+                 "up to " +
+                 Fmt(s_.health_wait_s) + " s for Slurm to take it out of the job")}};
+  }
+  st_.phase = Phase::kHealthWait;
+  return {"step.unhealthy",
+          {Log("training step failed (exit " + exit +
+               ") and a node does not answer: leaving it "
+               "to Slurm's node-failure requeue for up to " +
+               Fmt(s_.health_wait_s) + " s"),
+           Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true)}};
+}
+
+Decision JobPolicy::HealthPoll(const Observation& o) {
+  using K = Observation::Kind;
+  if (o.kind == K::kTick && o.now >= st_.next_poll) {
+    st_.next_poll = o.now + 1;
+    return {"healthpoll.look", {Act(Action::Kind::kQueryNodesInJob)}};
+  }
+  if (o.kind != K::kNodesInJob) return {"", {}};
+  std::vector<Action> acts;
+  if (o.known) DropLostSpares(o.nodes, "", &acts);
+  const std::vector<std::string> dead = DeadOf(o);
+  if (!dead.empty()) {
+    Decision d = ReplaceOrRequeue(dead, o.wall, acts);
+    d.rule = "healthpoll.found";
+    return d;
+  }
+  if (o.now < st_.wait_until) return {acts.empty() ? "" : "healthpoll.spare_lost", acts};
+  acts.push_back(Log("no node was taken out of the job within " + Fmt(s_.health_wait_s) +
+                     " s: requeueing job " + st_.job));
+  acts.push_back(
+      Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true));
+  return Requeue("healthpoll.timeout", acts, {});
+}
+
+Decision JobPolicy::HealthWait(const Observation& o) {
+  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  return Requeue("healthwait.timeout",
+                 {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
+                      " s: requeueing job " + st_.job),
+                  LastStop("node_failure")},
+                 {});
+}
+
+// A rank failed and every node answers.
+Decision JobPolicy::RankFailure(double now) {
+  const std::string exit = std::to_string(st_.rc);
+  // A failure that repeats in this start may be a bad GPU or port on a live node: with the
+  // pre-flight on, check each node alone (and in pairs) before restarting on the same nodes.
+  const std::vector<std::string>& nodes = st_.spares ? st_.train_nodes : st_.all_nodes;
+  if (st_.injob_restarts >= 1 && s_.preflight && !st_.localised && !nodes.empty()) {
+    st_.localised = true;
+    st_.localise_after = "rank_failure";
+    st_.phase = Phase::kLocalising;
+    return {"step.localise",
+            {Log("training step failed again (exit " + exit +
+                 ") with every node answering: "
+                 "checking the nodes alone and in pairs for a bad GPU or port"),
+             WithNodes(Action::Kind::kLocalise, nodes)}};
+  }
+  if (st_.injob_restarts >= s_.max_injob_restarts) {
+    st_.phase = Phase::kCounting;
+    return {"step.count_failed_start", {Act(Action::Kind::kCountFailedStart)}};
+  }
+  st_.injob_restarts += 1;
+  st_.phase = Phase::kBackoff;
+  st_.wait_until = now + st_.backoff_s;
+  return {"step.rank_failure_restart",
+          {Log("training step failed (exit " + exit + ") with healthy nodes: in-job restart " +
+               std::to_string(st_.injob_restarts) + "/" + std::to_string(s_.max_injob_restarts) +
+               " in " + Fmt(st_.backoff_s) + " s"),
+           Record("restarted", "rank_failure",
+                  {Lost(), records::Int("exit", st_.rc), records::Int("injob", st_.injob_restarts)},
+                  true)}};
+}
+
+Decision JobPolicy::Counted(const Observation& o) {
+  const std::string exit = std::to_string(st_.rc);
+  const std::string n = std::to_string(o.count), k = std::to_string(s_.max_failed_starts);
+  if (o.count >= s_.max_failed_starts) {
+    return Fail(
+        "failed_start.fail",
+        {Log("FAILED: the training step failed (exit " + exit + ") on healthy nodes in " + n +
+             " starts in a row (" + std::to_string(s_.max_injob_restarts + 1) +
+             " tries each) with no checkpoint newer than " + o.checkpoint +
+             " in between: not requeueing (FTRAIN_MAX_FAILED_STARTS=" + k +
+             "); find the cause in the ranks' errors above, fix it, then submit again (it "
+             "resumes from " +
+             o.checkpoint + ")"),
+         LastStop("rank_failure"),
+         Record("failed", "rank_failure_repeated",
+                {Lost(), records::Int("exit", st_.rc), records::Int("failed_starts", o.count),
+                 records::Str("checkpoint", o.checkpoint)},
+                true)},
+        1);
+  }
+  return Requeue(
+      "failed_start.requeue",
+      {Log("training step failed (exit " + exit + ") " + std::to_string(st_.injob_restarts) +
+           " times with healthy nodes: requeueing (failed start " + n + " of at most " + k +
+           " with no newer checkpoint than " + o.checkpoint + ")"),
+       LastStop("rank_failure"),
+       Record("step_failed", "rank_failure_requeue", {Lost(), records::Int("exit", st_.rc)}, true)},
+      {});
+}
+
+Decision JobPolicy::Backoff(const Observation& o) {
+  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  st_.backoff_s *= 2;
+  return Launch("backoff.relaunch");
+}
+
+// ---- nodes: replace by a spare, exclude, localise -------------------------------------------
+
+Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,
+                                     std::vector<Action> acts) {
+  const std::string exit = std::to_string(st_.rc);
+  for (const auto& d : dead) {
+    std::vector<Field> f{records::Str("node", d), Lost(), records::Int("exit", st_.rc)};
+    for (const auto& x : DetectionFields(d, wall)) f.push_back(x);
+    acts.push_back(Record("step_failed", "node_failure", f, true));
+    if (st_.spare_nodes.empty()) {
+      acts.push_back(Log("training node " + d + " failed (step exit " + exit +
+                         ") and no spare is left: requeueing job " + st_.job));
+      if (!st_.declared.empty()) return RequeueExcludingDead("step.dead_no_spare_left", acts);
+      return Requeue("step.dead_no_spare_left", acts, {});
+    }
+    const std::string spare = st_.spare_nodes.front();
+    st_.spare_nodes.erase(st_.spare_nodes.begin());
+    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), d, spare);
+    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), d, spare);
+    st_.replacements += 1;
+    acts.push_back(Log("training node " + d + " failed (step exit " + exit +
+                       "): its ranks move to spare " + spare + " (" +
+                       std::to_string(st_.spare_nodes.size()) +
+                       " spare(s) left); relaunching in this allocation"));
+    std::vector<Field> r{records::Str("node", d), records::Str("spare", spare),
+                         records::Int("spares_left", static_cast<int64_t>(st_.spare_nodes.size())),
+                         records::Int("replacement", st_.replacements)};
+    for (const auto& x : DetectionFields(d, wall)) r.push_back(x);
+    acts.push_back(Record("restarted", "node_failure", r));
+  }
+  // The agents re-form the replication ring and choose the batch-host watchers anew.
+  acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
+  return Launch("step.dead_replaced", acts);
+}
+
+Decision JobPolicy::Localised(const Observation& o) {
+  const bool after_preflight = st_.localise_after == "preflight";
+  if (o.nodes.empty()) {
+    if (after_preflight) return PreflightFailed();
+    return RankFailure(o.now);  // every node passes alone: not a node's fault
+  }
+  std::vector<Action> acts{Log("node(s) " + Join(o.nodes, " ") +
+                               " failed a check alone or with both neighbours: a bad GPU or "
+                               "network port on a live node")};
+  std::vector<std::string> bad_train;
+  for (const auto& n : o.nodes) {
+    if (Contains(st_.spare_nodes, n)) {  // a bad spare is dropped: it would fail a relaunch
+      st_.spare_nodes.erase(std::find(st_.spare_nodes.begin(), st_.spare_nodes.end(), n));
+      acts.push_back(Record("spare_lost", "node_fault", {records::Str("node", n)}));
+    } else {
+      bad_train.push_back(n);
+    }
+  }
+  if (!st_.spares || bad_train.size() > st_.spare_nodes.size()) {
+    st_.faulty = o.nodes;
+    acts.push_back(LastStop("node_fault"));
+    acts.push_back(Record(
+        after_preflight ? "preflight_failed" : "step_failed", "node_fault",
+        {records::Str("nodes", Join(o.nodes, ",")), records::Str("after", st_.localise_after)}));
+    acts.push_back(Log("requeueing job " + st_.job + " excluding " + Join(o.nodes, ",")));
+    return Requeue("localise.exclude", acts, {});
+  }
+  for (const auto& n : bad_train) {  // a spare takes each bad node's ranks
+    const std::string spare = st_.spare_nodes.front();
+    st_.spare_nodes.erase(st_.spare_nodes.begin());
+    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), n, spare);
+    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), n, spare);
+    st_.replacements += 1;
+    acts.push_back(Log("its ranks move from " + n + " to spare " + spare + " (" +
+                       std::to_string(st_.spare_nodes.size()) + " spare(s) left)"));
+    acts.push_back(
+        Record("restarted", "node_fault",
+               {records::Str("node", n), records::Str("spare", spare),
+                records::Int("spares_left", static_cast<int64_t>(st_.spare_nodes.size())),
+                records::Int("replacement", st_.replacements)}));
+  }
+  acts.push_back(WithNodes(Action::Kind::kRelease, o.nodes));  // out of the job: not used again
+  acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
+  if (after_preflight) {
+    Decision d = StartAgentsOrLaunch();
+    Append(&acts, d.actions);
+    return {"localise.replaced+" + d.rule, acts};
+  }
+  return Launch("localise.replaced", acts);
+}
+
+// ---- the job's end --------------------------------------------------------------------------
+
+// No spare: release the dead nodes (else the requeued job waits in COMPLETING for them), wait
+// until slurmctld flags them not responding (the scheduler then skips them), requeue, and
+// exclude them (ExcNodeList, settable while the job is pending).
+Decision JobPolicy::RequeueExcludingDead(std::string rule, std::vector<Action> acts) {
+  st_.exclude = st_.declared;
+  st_.phase = Phase::kReleasing;
+  acts.push_back(WithNodes(Action::Kind::kRelease, st_.declared));
+  return {std::move(rule), acts};
+}
+
+Decision JobPolicy::Requeue(std::string rule, std::vector<Action> acts,
+                            std::vector<std::string> exclude) {
+  if (!exclude.empty()) st_.exclude = exclude;
+  if (st_.agents) {
+    // TERM to the agents' steps and their sruns let go (SIGKILL): Slurm's TERM to the batch
+    // step after the requeue would make an srun forward SIGKILL to its agent mid-drain.
+    Action sig = Act(Action::Kind::kSignalAgents);
+    sig.text = "TERM";
+    acts.push_back(sig);
+  }
+  Action rq = Act(Action::Kind::kRequeue);
+  rq.seconds = kRequeueBudgetS;
+  acts.push_back(rq);
+  st_.phase = Phase::kRequeueing;
+  return {std::move(rule), acts};
+}
+
+Decision JobPolicy::RequeueStopped(const std::string& during) {
+  return Requeue(
+      "stop.requeue_now",
+      {Log(st_.stop_signal + " arrived during " + during +
+           ": nothing new to checkpoint; requeueing job " + st_.job),
+       LastStop("preempted"), Record("stopped", "preempted", {records::Str("during", during)})},
+      {});
+}
+
+Decision JobPolicy::Fail(std::string rule, std::vector<Action> acts, int code) {
+  st_.exit_code = code;
+  if (st_.agents) {
+    st_.phase = Phase::kDraining;
+    acts.push_back(Act(Action::Kind::kStopAgents));
+    return {std::move(rule), acts};
+  }
+  st_.phase = Phase::kDone;
+  Action e = Act(Action::Kind::kExit);
+  e.code = code;
+  acts.push_back(e);
+  return {std::move(rule), acts};
+}
+
+Decision JobPolicy::Ending(const Observation& o) {
+  using K = Observation::Kind;
+  Action exit = Act(Action::Kind::kExit);
+  if (st_.phase == Phase::kReleasing && o.kind == K::kReleased) {
+    st_.released = o.ok;
+    st_.phase = Phase::kWaitingFlag;
+    Action w = WithNodes(Action::Kind::kWaitNotResponding, st_.declared);
+    w.seconds = s_.norespond_wait_s;
+    return {"end.released", {w}};
+  }
+  if (st_.phase == Phase::kWaitingFlag && o.kind == K::kNotRespondingWaited) {
+    return Requeue(
+        "end.requeue_excluding",
+        {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
+             " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + o.detail + ")"),
+         Record("requeue_excluding", "node_failure",
+                {records::Str("nodes", Join(st_.declared, ",")),
+                 records::Int("released", st_.released ? 1 : 0)})},
+        st_.declared);
+  }
+  if (st_.phase == Phase::kRequeueing && o.kind == K::kRequeued) {
+    std::vector<Action> acts;
+    st_.exit_code = 0;
+    if (!o.ok) {
+      // Never COMPLETED (afterok dependents would start) and never "requeueing" in silence.
+      st_.exit_code = 1;
+      acts.push_back(Log("FAILED: could not requeue job " + st_.job + " (" + o.detail +
+                         "); the job ends FAILED, so that nothing waiting on it starts: submit "
+                         "it again (it resumes from the newest complete checkpoint)"));
+      acts.push_back(Record("failed", "requeue_failed", {records::Str("why", o.detail)}));
+    } else if (!st_.exclude.empty() || !st_.faulty.empty()) {
+      Action ex = WithNodes(Action::Kind::kExclude, st_.exclude);
+      ex.faulty = st_.faulty;
+      ex.released = st_.released;
+      acts.push_back(ex);
+    }
+    if (st_.agents) {
+      Action w = Act(Action::Kind::kWaitAgents);
+      w.seconds = 10;
+      acts.push_back(w);
+      st_.phase = Phase::kDraining;
+      return {o.ok ? "end.requeued" : "end.requeue_failed", acts};
+    }
+    st_.phase = Phase::kDone;
+    exit.code = st_.exit_code;
+    acts.push_back(exit);
+    return {o.ok ? "end.requeued" : "end.requeue_failed", acts};
+  }
+  if (st_.phase == Phase::kDraining && o.kind == K::kAgentsStopped) {
+    st_.phase = Phase::kDone;
+    st_.agents = false;
+    exit.code = st_.exit_code;
+    return {"end.exit", {exit}};
+  }
+  return {"", {}};  // a tick, or Slurm's TERM after the requeue: the end goes on
+}
+
+}  // namespace ftrain::orch

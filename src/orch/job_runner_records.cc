@@ -1,0 +1,106 @@
+// orch/job_runner_records.cc - JobRunner, part 3: the run lease and the records: the lost-work
+// fields (read in-process: the metrics' last line, the newest complete checkpoint), a record
+// into this node's spool, and the holder's merge into restarts.jsonl.
+#include <chrono>
+#include <thread>
+
+#include "ckpt/store.h"
+#include "orch/files.h"
+#include "orch/job_runner.h"
+
+namespace ftrain::orch {
+
+std::vector<records::Field> JobRunner::LostFields(bool at_failure) {
+  // Seconds of training since the newest complete checkpoint: the work a failure loses. The
+  // metrics' last line is taken when the step ended (a relaunched trainer drops the lines
+  // after its checkpoint: this record is the only trace of the work that is re-done).
+  const std::string line = at_failure ? metrics_at_failure_ : LastLine(layout_.metrics());
+  double last_time = 0;
+  std::optional<int64_t> last_step;
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_discarded() && j.is_object() && j.contains("time") && j["time"].is_number()) {
+    last_time = j["time"].get<double>();
+    if (j.contains("step") && j["step"].is_number_integer()) last_step = j["step"].get<int64_t>();
+  }
+  double newest = 0;
+  auto list = ckpt::CheckpointStore(ckpt_root_).List();
+  if (list.ok()) {
+    int64_t best = -1;
+    for (const auto& c : *list) {
+      if (c.status == ckpt::CheckpointStatus::kComplete && c.step > best) {
+        best = c.step;
+        newest = c.created_unix;
+      }
+    }
+  }
+  double lost = last_time - newest;
+  if (newest == 0 || lost < 0) lost = 0;
+  std::vector<records::Field> f{records::Num("lost_s", lost, 3)};
+  if (last_step) {
+    f.push_back(records::Int("last_step", *last_step));
+    f.push_back(records::Num("last_step_time", last_time, 3));
+  }
+  return f;
+}
+
+void JobRunner::Record(const Action& a) {
+  records::RestartRecord r = a.record;
+  r.time = clock_->Wall();
+  std::vector<records::Field> fields;
+  for (const auto& f : r.fields) {
+    if (f.key != "@LOST@") {
+      fields.push_back(f);
+      continue;
+    }
+    for (const auto& l : LostFields(a.lost_at_failure)) fields.push_back(l);
+  }
+  r.fields = fields;
+  Status w = records::AppendToSpool(layout_, ctx_.node, records::EncodeLine(r));
+  // The record only informs people and the report: the job goes on without it.
+  if (!w.ok()) Log("WARNING: " + w.message());
+  MergeRecords();
+}
+
+void JobRunner::MergeRecords() {
+  if (!mine_) return;  // only the lease holder writes restarts.jsonl
+  auto m = merger_.MaybeMerge();
+  if (!m.ok())
+    Log("WARNING: could not merge the records into restarts.jsonl: " + m.status().message());
+}
+
+void JobRunner::AcquireLease() {
+  LeaseHolder me;
+  me.job = ctx_.job;
+  me.restart = ctx_.restart_count;
+  me.host = ctx_.node;
+  me.from = ctx_.resubmitted_from;
+  auto alive = [this](const std::string& job) -> std::optional<bool> {
+    auto info = slurm_->ShowJob(job);
+    if (!info.ok()) {
+      // Gone from slurmctld's memory (ended long ago) is not running.
+      if (info.status().message().find("Invalid job id") != std::string::npos) return false;
+      return std::nullopt;
+    }
+    const std::string st = info->State();
+    return st == "RUNNING" || st == "CONFIGURING" || st == "SUSPENDED";
+  };
+  Observation o = Obs(Observation::Kind::kLease);
+  for (int tries = 0; tries < 12; ++tries) {  // slurmctld may be busy: up to ~1 min
+    auto r = lease_.Acquire(me, alive);
+    if (!r.ok()) {
+      o.holder = "nobody known (" + r.status().message() + ")";
+      break;
+    }
+    o.lease_ok = r->ok;
+    o.epoch = r->holder.epoch;
+    o.holder =
+        r->holder.Describe() + (r->unknown ? " (slurmctld could not say whether it runs)" : "");
+    o.superseded = r->superseded;
+    if (r->ok) mine_ = r->holder;
+    if (!r->unknown) break;
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+  }
+  answers_.push_back(o);
+}
+
+}  // namespace ftrain::orch

@@ -1,0 +1,188 @@
+// orch/job_types.cc - actions and observations in words: what `ftrain job --dry-run` prints
+// and what the unit tests compare.
+#include "orch/job_types.h"
+
+#include <cstdio>
+
+namespace ftrain::orch {
+namespace {
+
+std::string List(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + v[i];
+  return s + "]";
+}
+
+std::string Secs(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+std::string Fields(const std::vector<records::Field>& f) {
+  std::string s;
+  for (const auto& x : f) s += "," + x.key + "=" + x.json;
+  return s.empty() ? s : " {" + s.substr(1) + "}";
+}
+
+}  // namespace
+
+std::string ToText(const Action& a) {
+  using K = Action::Kind;
+  switch (a.kind) {
+    case K::kLog:
+      return "log " + a.text;
+    case K::kRecord:
+      return "record " + a.record.event + "/" + a.record.cause + Fields(a.record.fields) +
+             (a.lost_at_failure ? " (lost work at the failure)" : "");
+    case K::kWriteLastStop:
+      return "last_stop " + a.text;
+    case K::kResetFailedStarts:
+      return "reset_failed_starts";
+    case K::kCountFailedStart:
+      return "count_failed_start";
+    case K::kAcquireLease:
+      return "acquire_lease";
+    case K::kCaptureSubmission:
+      return "capture_submission";
+    case K::kCancelPending:
+      return "cancel_pending " + a.text;
+    case K::kRunPreflight:
+      return "run_preflight";
+    case K::kLocalise:
+      return "localise " + List(a.nodes);
+    case K::kMakeSecret:
+      return "make_secret";
+    case K::kWriteJobNodes:
+      return "write_job_nodes " + List(a.nodes);
+    case K::kStartAgents:
+      return "start_agents " + List(a.nodes);
+    case K::kLaunch:
+      return "launch nodes=" + List(a.nodes) + (a.hosts.empty() ? "" : " hosts=" + List(a.hosts)) +
+             (a.overlap ? " overlap" : "") + " watch=" + List(a.watch);
+    case K::kSignalStep:
+      return "signal_step " + a.text;
+    case K::kEndStep:
+      return "end_step";
+    case K::kQueryNodesInJob:
+      return "query_nodes_in_job";
+    case K::kQueryJobState:
+      return "query_job_state";
+    case K::kProbeHealth:
+      return "probe_health " + List(a.nodes);
+    case K::kConfirmDeath:
+      return "confirm_death " + List(a.nodes);
+    case K::kRelease:
+      return "release " + List(a.nodes);
+    case K::kWaitNotResponding:
+      return "wait_not_responding " + List(a.nodes) + " " + Secs(a.seconds) + "s";
+    case K::kSignalAgents:
+      return "signal_agents " + a.text;
+    case K::kRequeue:
+      return "requeue budget=" + Secs(a.seconds) + "s";
+    case K::kExclude:
+      return "exclude dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
+             (a.released ? " released" : "");
+    case K::kWaitAgents:
+      return "wait_agents " + Secs(a.seconds) + "s";
+    case K::kStopAgents:
+      return "stop_agents";
+    case K::kExit:
+      return "exit " + std::to_string(a.code);
+  }
+  return "?";
+}
+
+const char* KindName(Observation::Kind k) {
+  using K = Observation::Kind;
+  switch (k) {
+    case K::kStarted:
+      return "started";
+    case K::kLease:
+      return "lease";
+    case K::kPreflightExited:
+      return "preflight_exited";
+    case K::kLocalised:
+      return "localised";
+    case K::kAgentsReady:
+      return "agents_ready";
+    case K::kStepExited:
+      return "step_exited";
+    case K::kSignal:
+      return "signal";
+    case K::kTick:
+      return "tick";
+    case K::kNodesInJob:
+      return "nodes_in_job";
+    case K::kJobState:
+      return "job_state";
+    case K::kNodeDeclared:
+      return "node_declared";
+    case K::kHeartbeatLate:
+      return "heartbeat_late";
+    case K::kConfirmed:
+      return "confirmed";
+    case K::kHealth:
+      return "health";
+    case K::kFailedStartCounted:
+      return "failed_start_counted";
+    case K::kReleased:
+      return "released";
+    case K::kNotRespondingWaited:
+      return "not_responding_waited";
+    case K::kRequeued:
+      return "requeued";
+    case K::kAgentsStopped:
+      return "agents_stopped";
+  }
+  return "?";
+}
+
+std::string ToText(const Observation& o) {
+  using K = Observation::Kind;
+  std::string s = "t=" + Secs(o.now) + " " + KindName(o.kind);
+  switch (o.kind) {
+    case K::kStarted:
+      s += " job=" + o.job + " restart_count=" + std::to_string(o.restart_count) +
+           " nodes=" + List(o.nodes);
+      break;
+    case K::kLease:
+      s += o.lease_ok ? " ok epoch=" + std::to_string(o.epoch) : " held by " + o.holder;
+      break;
+    case K::kPreflightExited:
+    case K::kStepExited:
+      s += " rc=" + std::to_string(o.rc);
+      break;
+    case K::kSignal:
+      s += " " + o.signal;
+      break;
+    case K::kNodesInJob:
+      s += o.known ? " " + List(o.nodes) : " unknown";
+      break;
+    case K::kLocalised:
+      s += " bad=" + List(o.nodes);
+      break;
+    case K::kAgentsReady:
+    case K::kFailedStartCounted:
+      s += " count=" + std::to_string(o.count);
+      break;
+    case K::kJobState:
+      s += " " + o.job_state + " reason=" + o.reason;
+      break;
+    case K::kNodeDeclared:
+    case K::kHeartbeatLate:
+    case K::kConfirmed:
+      s += " node=" + (o.node.empty() ? std::string("-") : o.node);
+      break;
+    case K::kHealth:
+    case K::kReleased:
+    case K::kRequeued:
+      s += o.ok ? " ok" : " failed";
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+}  // namespace ftrain::orch

@@ -1,0 +1,136 @@
+// orch/job_types.h - what the job controller's policy (orch/job_policy.h) sees and does:
+// typed observations in, typed actions out. Plain data, no behaviour; `ToText` spells an
+// action the way `ftrain job --dry-run` prints it and the unit tests compare it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "records/restarts.h"
+
+namespace ftrain::orch {
+
+// What the policy is told. `now` is the controller's monotonic clock (seconds).
+struct Observation {
+  enum class Kind {
+    kStarted,             // the start's facts (below); the first observation
+    kLease,               // AcquireLease's answer: lease_ok, else lease_holder (live) / superseded
+    kPreflightExited,     // rc; record_error ("" when the commcheck record could be written)
+    kLocalised,           // nodes: those that failed a check alone or with both neighbours
+    kAgentsReady,         // count of nodes whose daemon answers, of nodes.size()
+    kStepExited,          // rc of the training step's srun; config_error: RUN/.config_error text
+    kSignal,              // signal: "USR1" or "TERM"
+    kTick,                // time passes (the runner ticks every 0.5 s)
+    kNodesInJob,          // nodes (known) or unknown: Slurm's view of the allocation
+    kJobState,            // job_state, reason: slurmctld's view of this job (asked after a TERM)
+    kNodeDeclared,        // node declared dead/hung by the detector; fields: the evidence
+    kHeartbeatLate,       // node silent but its slurmd answers: fields for the record
+    kConfirmed,           // ConfirmDeath's answer: node ("" : nobody) + fields
+    kHealth,              // ProbeHealth's answer: ok
+    kFailedStartCounted,  // count, checkpoint (the newest complete one, "none")
+    kReleased,            // Release's answer: ok
+    kNotRespondingWaited,
+    kRequeued,  // Requeue's answer: ok (verified), detail
+    kAgentsStopped,
+  };
+  Kind kind = Kind::kTick;
+  double now = 0;
+  double wall = 0;  // unix seconds when it was seen (records about it; never compared)
+  // kStarted
+  std::string job;               // SLURM_JOB_ID
+  int restart_count = 0;         // SLURM_RESTART_COUNT
+  std::string resubmitted_from;  // FTRAIN_RESUBMITTED_FROM
+  int resubmits = 0;             // FTRAIN_RESUBMITS
+  std::string replaced_by;       // RUN/.submit/replaced-<job>: the job that replaced this one
+  std::string last_stop;         // RUN/.last_stop of the previous start ("" : none)
+  std::string batch_host;        // this host (SLURMD_NODENAME)
+  std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
+  std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
+  // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
+  std::vector<std::string> nodes;
+  bool known = true;  // kNodesInJob: false when slurmctld did not answer
+  int count = 0;      // kAgentsReady, kFailedStartCounted
+  // kLease
+  bool lease_ok = false;
+  int64_t epoch = 0;
+  std::string holder;       // who holds it, in words
+  bool superseded = false;  // the holder is this job's resubmission
+  // kPreflightExited, kStepExited
+  int rc = 0;
+  std::string record_error, config_error;
+  // kSignal
+  std::string signal;
+  // kNodeDeclared, kHeartbeatLate, kConfirmed
+  std::string node, verdict;
+  std::vector<records::Field> fields;
+  // kHealth, kReleased, kRequeued
+  bool ok = false;
+  std::string detail, checkpoint;
+  // kJobState
+  std::string job_state, reason;
+};
+
+// What the policy asks the runner (orch/job_runner.h) to do, in order.
+struct Action {
+  enum class Kind {
+    kLog,                // text
+    kRecord,             // record (lost: with the lost-work fields, see below)
+    kWriteLastStop,      // text: RUN/.last_stop
+    kResetFailedStarts,  // a new submission: RUN/.failed_starts removed
+    kCountFailedStart,   // -> kFailedStartCounted
+    kAcquireLease,       // -> kLease
+    kCaptureSubmission,  // RUN/.submit for the watchers
+    kCancelPending,      // text: a job id (the old job of a resubmission, if still pending)
+    kRunPreflight,       // -> kPreflightExited
+    kLocalise,           // nodes -> kLocalised
+    kMakeSecret,         // a new replication secret (0600, no link followed)
+    kWriteJobNodes,      // nodes: RUN/.job-nodes (the live ones, in the job's order)
+    kStartAgents,        // nodes -> kAgentsReady
+    kLaunch,             // hosts (rank -> node; empty: plain srun), nodes, overlap, watch
+    kSignalStep,         // text: USR1 | TERM | KILL
+    kEndStep,            // scancel of the training step, then its srun
+    kQueryNodesInJob,    // -> kNodesInJob
+    kQueryJobState,      // -> kJobState
+    kProbeHealth,        // nodes -> kHealth
+    kConfirmDeath,       // nodes -> kConfirmed
+    kRelease,            // nodes -> kReleased
+    kWaitNotResponding,  // nodes, seconds -> kNotRespondingWaited
+    kSignalAgents,       // text: TERM (their steps) ; their sruns are then let go (SIGKILL)
+    kRequeue,            // seconds: the time budget -> kRequeued
+    kExclude,            // nodes: ExcNodeList of the requeued job (see orch/slurm.h)
+    kWaitAgents,         // seconds -> kAgentsStopped
+    kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped
+    kExit,               // code
+  };
+  Kind kind = Kind::kLog;
+  std::string text;
+  records::RestartRecord record;
+  // kRecord: where the lost-work fields go ("lost_s", "last_step", "last_step_time"): at the
+  // position of the field named "@LOST@" in record.fields, computed from the metrics' last
+  // line as it was when the step ended (lost_at_failure) or now.
+  bool lost_at_failure = false;
+  std::vector<std::string> nodes;
+  std::vector<std::string> hosts;   // kLaunch: the node of every rank (-m arbitrary)
+  bool overlap = false;             // kLaunch
+  bool released = false;            // kExclude: the dead nodes were released from the job
+  std::vector<std::string> faulty;  // kExclude: alive but failing nodes: excluded whatever
+                                    // Slurm sees of them
+  std::vector<std::string> watch;   // kLaunch: the nodes whose heartbeats the detector reads
+  double seconds = 0;
+  int code = 0;
+};
+
+// One decision: the rules of the transition table that fired ("a+b" when one observation
+// took two steps at once: a start without pre-flight goes on to start the agents) and what
+// they do.
+struct Decision {
+  std::string rule;
+  std::vector<Action> actions;
+};
+
+std::string ToText(const Action& a);
+std::string ToText(const Observation& o);
+const char* KindName(Observation::Kind k);
+
+}  // namespace ftrain::orch

@@ -1,0 +1,73 @@
+// orch/lease.h - the run lease: which job may train a run directory, so that two jobs never
+// train one run, whatever submitted them (a second `sbatch`, a watcher's resubmission racing
+// Slurm's requeue, a batch host that wakes up). No clock is involved anywhere: the lease is a
+// sequence of epochs on the shared file system.
+//   - RUN/.lease.d/<epoch, 12 digits>: one entry per epoch, made with link(2), which creates a
+//     name exclusively and atomically on NFS too (an EEXIST after a lost reply is resolved by
+//     reading the entry back: ours or not). Whoever makes epoch E+1 holds the run.
+//   - RUN/.lease: the current holder's text, replaced by rename (what readers read), with the
+//     hand-off a watcher writes after it submitted the job again.
+//   - Taking it over: from nobody, from an earlier start of the same job, from the job it was
+//     handed to, or from a job Slurm says is not running (pending, ended, cancelled). A
+//     running holder keeps it: the other job does not train.
+//   - The epoch is the fence: the controller takes a new epoch for every launch of the ranks
+//     and gives it to them (FTRAIN_FENCE_EPOCH); checkpoint generations are ordered by it
+//     (ckpt::NewGeneration), so a writer of an older epoch is refused by the store whatever
+//     any node's clock says.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+
+namespace ftrain::orch {
+
+struct LeaseHolder {
+  int64_t epoch = 0;
+  std::string job;               // SLURM_JOB_ID of the holder
+  int restart = 0;               // its restart count when it took the lease
+  std::string host;              // where it runs
+  std::string role = "job";      // "job" (a controller) or "watcher" (an agent taking over)
+  std::string handoff;           // the job a watcher handed the run to
+  std::string from;              // the job this one was submitted again from
+  std::string token;             // random: tells our own entry from another's
+  std::string Describe() const;  // "job 42 (epoch 7, on node1)" for logs
+};
+std::string FormatHolder(const LeaseHolder& h);
+std::optional<LeaseHolder> ParseHolder(const std::string& text);
+
+// Whether a job runs, as slurmctld says (nothing: it did not answer).
+using JobAlive = std::function<std::optional<bool>(const std::string& job)>;
+
+struct LeaseResult {
+  bool ok = false;
+  LeaseHolder holder;       // ok: ours; else who holds it
+  bool superseded = false;  // not ok: the holder was submitted again from this job
+  bool unknown = false;     // not ok: slurmctld could not say whether the holder runs
+};
+
+class RunLease {
+ public:
+  RunLease(std::string lease_file, std::string lease_dir)
+      : file_(std::move(lease_file)), dir_(std::move(lease_dir)) {}
+  // The holder now (the highest epoch), nothing when the run was never leased.
+  StatusOr<std::optional<LeaseHolder>> Current() const;
+  // Takes the lease for `me` (epoch and token are filled in) if the rules above allow.
+  StatusOr<LeaseResult> Acquire(LeaseHolder me, const JobAlive& alive);
+  // A new epoch for the holder `mine` (a launch); fails when someone else took the run.
+  StatusOr<LeaseHolder> Renew(const LeaseHolder& mine);
+  // Does `mine` still hold the run (no later epoch)?
+  StatusOr<bool> Holds(const LeaseHolder& mine) const;
+  // A watcher that took the run over names the job it handed it to.
+  Status HandOff(const LeaseHolder& mine, const std::string& new_job);
+
+ private:
+  // Makes entry `h.epoch`; false when another made it first.
+  StatusOr<bool> Create(const LeaseHolder& h);
+  std::string file_, dir_;
+};
+
+}  // namespace ftrain::orch

@@ -1,0 +1,81 @@
+// orch/settings.h - every FTRAIN_* setting of the job controller (`ftrain job`) and the node
+// agent (`ftrain agent`), read from the environment once, checked, with the defaults
+// slurm/train.sh documents. A value that is not a number where one is needed is an
+// InvalidArgument naming the variable (the command exits 2). Nothing here decides anything.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ftrain::orch {
+
+// Reads a variable; the default is used when it is unset or empty.
+using Getenv = std::function<std::string(const std::string&)>;
+Getenv ProcessEnv();                                     // std::getenv
+Getenv MapEnv(std::map<std::string, std::string> vars);  // for tests and --dry-run
+
+// Detection (shared by the controller's watch of the training nodes and the agents' watch of
+// the batch host): see orch/detect.h.
+struct DetectSettings {
+  bool on = true;                  // FTRAIN_DETECT
+  double heartbeat_timeout_s = 3;  // FTRAIN_HEARTBEAT_TIMEOUT_S: silence before a probe
+  double probe_timeout_s = 2;      // FTRAIN_PROBE_TIMEOUT_S: TCP connect to slurmd
+  double hung_after_s = 60;        // FTRAIN_HUNG_AFTER_S: silence before a paused node is lost
+  double blip_s = 10;              // FTRAIN_BLIP_S: silence a probe *timeout* must outlast
+  double heartbeat_period_s = 1;   // FTRAIN_HEARTBEAT_PERIOD_S (agents)
+  double detect_period_s = 0.5;    // FTRAIN_DETECT_PERIOD_S (watchers)
+};
+
+struct JobSettings {
+  std::string home, bin, config, run_dir, data;
+  std::vector<std::string> train_args;  // FTRAIN_ARGS, split on white space
+  std::string ckpt_root_override;       // FTRAIN_CKPT_ROOT
+  int ranks_per_node = 1;               // FTRAIN_RANKS_PER_NODE (else SLURM_NTASKS_PER_NODE)
+  bool preflight = true;
+  double preflight_timeout_s = 120;
+  int max_injob_restarts = 2;
+  int max_failed_starts = 3;
+  double restart_backoff_s = 5;
+  double health_timeout_s = 20;
+  double health_wait_s = 300;
+  double stop_timeout_s = 90;
+  bool ckptd = true;
+  double ckptd_start_timeout_s = 60;
+  std::string spare_nodes = "0";  // FTRAIN_SPARE_NODES: checked by the policy (a record)
+  std::string spare_nodelist;
+  double spare_check_s = 5;
+  std::string replication = "auto";  // auto | 1 | 0
+  double norespond_wait_s = 30;
+  double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
+  int max_resubmits = 3;
+  DetectSettings detect;
+};
+
+struct AgentSettings {
+  std::string home, bin, ckptd_bin, run_dir, ckpt_root, ckptd_args;
+  std::string node;        // SLURMD_NODENAME, else the short host name
+  std::string batch_host;  // FTRAIN_BATCH_HOST: watched by two agents ("" : nobody watches)
+  int spare_nodes = 0;
+  bool replication = false;
+  int max_restarts = 3;          // FTRAIN_CKPTD_MAX_RESTARTS
+  double watch_period_s = 2;     // FTRAIN_AGENT_PERIOD_S
+  double sbatch_timeout_s = 60;  // FTRAIN_SBATCH_TIMEOUT_S: the bound of the resubmission
+  int max_resubmits = 3;
+  int resubmits = 0;       // FTRAIN_RESUBMITS: resubmissions so far of this job
+  bool same_size = false;  // FTRAIN_RESUBMIT_SAME_SIZE
+  std::string peer_host, peer_port = "0", peer_advertise;
+  std::string replica_memory_gb = "8";
+  DetectSettings detect;
+};
+
+StatusOr<JobSettings> LoadJobSettings(const Getenv& env);
+StatusOr<AgentSettings> LoadAgentSettings(const Getenv& env);
+
+// Splits on white space (FTRAIN_ARGS, FTRAIN_CKPTD_ARGS: lists of flags, as the scripts did).
+std::vector<std::string> SplitWords(const std::string& s);
+
+}  // namespace ftrain::orch

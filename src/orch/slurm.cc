@@ -1,0 +1,357 @@
+// orch/slurm.cc - SlurmCli: the Slurm client commands, bounded, retried where that is safe,
+// verified where they change the job (see slurm.h for the 22.05 behaviour behind each choice).
+#include "orch/slurm.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace ftrain::orch {
+namespace {
+
+const std::set<std::string> kWholeLineKeys = {"Command",       "WorkDir", "StdErr",       "StdIn",
+                                              "StdOut",        "Comment", "AdminComment", "Power",
+                                              "SystemComment", "Reason"};
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) {
+    l = Trim(l);
+    if (!l.empty()) out.push_back(l);
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+std::string TmpDir() {
+  const char* t = std::getenv("TMPDIR");
+  return t != nullptr && *t != '\0' ? t : "/tmp";
+}
+
+// "MessageTimeout = 10 sec" -> 10.
+double ConfigSeconds(const std::string& text, const std::string& key, double def) {
+  std::regex re("(^|\\n)" + key + "\\s*=\\s*([0-9]+)");
+  std::smatch m;
+  if (std::regex_search(text, m, re)) return std::stod(m[2]);
+  return def;
+}
+
+}  // namespace
+
+std::string JobInfo::Get(const std::string& key) const {
+  auto it = fields.find(key);
+  if (it == fields.end()) return "";
+  const std::string& v = it->second;
+  if (v == "(null)" || v == "N/A" || v == "None") return "";
+  return v;
+}
+
+int JobInfo::Restarts() const {
+  const std::string v = Get("Restarts");
+  return v.empty() ? 0 : std::atoi(v.c_str());
+}
+
+JobInfo ParseShowJob(const std::string& text) {
+  JobInfo j;
+  for (const auto& line : Lines(text)) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string first = line.substr(0, eq);
+    if (kWholeLineKeys.count(first) && first != "Reason") {
+      j.fields[first] = line.substr(eq + 1);  // a path with spaces: the rest of the line
+      continue;
+    }
+    std::istringstream in(line);
+    for (std::string tok; in >> tok;) {
+      const size_t e = tok.find('=');
+      if (e == std::string::npos || e == 0) continue;
+      j.fields[tok.substr(0, e)] = tok.substr(e + 1);
+    }
+  }
+  return j;
+}
+
+SlurmCli::SlurmCli() {
+  const passwd* pw = getpwuid(getuid());
+  user_ = pw != nullptr ? pw->pw_name : std::to_string(getuid());
+}
+
+RunResult SlurmCli::Query(const std::vector<std::string>& argv, double timeout_s) {
+  RunOptions o;
+  o.timeout_s = timeout_s;
+  RunResult r = RunCommand(argv, o);
+  if (r.ok()) return r;
+  Sleep(0.5);  // slurmctld busy: one more try
+  return RunCommand(argv, o);
+}
+
+StatusOr<std::vector<std::string>> SlurmCli::Hostnames(const std::string& hostlist) {
+  if (hostlist.empty()) return std::vector<std::string>{};
+  RunResult r = Query({"scontrol", "show", "hostnames", hostlist});
+  if (!r.ok())
+    return Status::Unavailable("scontrol show hostnames " + hostlist + ": " + r.Describe(10));
+  return Lines(r.out);  // read whole: never a pipe closed early under pipefail
+}
+
+StatusOr<std::string> SlurmCli::Hostlist(const std::vector<std::string>& nodes) {
+  RunResult r = Query({"scontrol", "show", "hostlist", Join(nodes, ",")});
+  if (!r.ok()) return Status::Unavailable("scontrol show hostlist: " + r.Describe(10));
+  return Trim(r.out);
+}
+
+std::optional<std::vector<std::string>> SlurmCli::NodesOfJob(const std::string& job) {
+  RunResult r = Query({"squeue", "-h", "-j", job, "-o", "%N"});
+  const std::string list = Trim(r.out);
+  if (!r.ok() || list.empty()) return std::nullopt;  // no answer is not "no nodes"
+  auto names = Hostnames(list);
+  if (!names.ok() || names->empty()) return std::nullopt;
+  return *names;
+}
+
+StatusOr<JobInfo> SlurmCli::ShowJob(const std::string& job) {
+  RunResult r = Query({"scontrol", "-o", "show", "job", job});
+  if (!r.ok()) return Status::Unavailable("scontrol show job " + job + ": " + r.Describe(10));
+  JobInfo j = ParseShowJob(r.out);
+  if (j.fields.empty()) return Status::Unavailable("scontrol show job " + job + " said nothing");
+  return j;
+}
+
+StatusOr<std::vector<StepInfo>> SlurmCli::Steps(const std::string& job) {
+  RunResult r = Query({"squeue", "-h", "-s", "-j", job, "-o", "%i %j %N"});
+  if (!r.ok()) return Status::Unavailable("squeue -s -j " + job + ": " + r.Describe(10));
+  std::vector<StepInfo> out;
+  for (const auto& l : Lines(r.out)) {
+    std::istringstream in(l);
+    StepInfo s;
+    in >> s.id >> s.name >> s.nodes;
+    if (!s.id.empty()) out.push_back(s);
+  }
+  return out;
+}
+
+std::string SlurmCli::NodeState(const std::string& node) {
+  RunResult r = Query({"sinfo", "-h", "-N", "-n", node, "-o", "%t"});
+  auto lines = Lines(r.out);
+  return r.ok() && !lines.empty() ? lines[0] : "";
+}
+
+StatusOr<std::string> SlurmCli::SlurmdAddress(const std::string& node) {
+  auto it = address_cache_.find(node);
+  if (it != address_cache_.end()) return it->second;
+  RunResult r = Query({"scontrol", "-o", "show", "node", node});
+  if (!r.ok()) return Status::Unavailable("scontrol show node " + node + ": " + r.Describe(10));
+  JobInfo f = ParseShowJob(r.out);
+  const std::string addr = f.Get("NodeAddr");
+  if (addr.empty()) return Status::NotFound("no NodeAddr for node " + node);
+  std::string port = f.Get("Port");
+  if (port.empty() || port == "0") port = std::to_string(Config().slurmd_port);
+  return address_cache_[node] = addr + " " + port;
+}
+
+SlurmConfig SlurmCli::Config() {
+  if (config_) return *config_;
+  SlurmConfig c;
+  RunResult r = Query({"scontrol", "show", "config"});
+  if (!r.ok()) return c;  // the defaults: nothing cached, asked again next time
+  c.message_timeout_s = ConfigSeconds(r.out, "MessageTimeout", 10);
+  c.kill_wait_s = ConfigSeconds(r.out, "KillWait", 30);
+  c.slurmd_port = static_cast<int>(ConfigSeconds(r.out, "SlurmdPort", 6818));
+  std::smatch m;
+  if (std::regex_search(r.out, m, std::regex("cred_expire=([0-9]+)"))) {
+    c.cred_expire_s = std::stod(m[1]);
+  }
+  c.slurmdbd = std::regex_search(r.out, std::regex("AccountingStorageType\\s*=\\s*\\S*slurmdbd"));
+  config_ = c;
+  return c;
+}
+
+bool SlurmCli::Ping() {
+  RunResult r = RunCommand({"scontrol", "ping"}, Bounded(5));
+  return r.out.find("is UP") != std::string::npos;
+}
+
+bool SlurmCli::SignalStep(const std::string& step, const std::string& sig) {
+  // Its exit status says nothing (22.05 exits 225 after delivering): only a hang fails.
+  RunResult r = RunCommand({"scancel", "--signal=" + sig, step}, Bounded(30));
+  return !r.timed_out;
+}
+
+Status SlurmCli::Release(const std::string& job, const std::vector<std::string>& keep) {
+  RunOptions o;
+  o.timeout_s = 15;
+  o.cwd = TmpDir();  // scontrol writes slurm_job_J_resize.{sh,csh} where it runs
+  RunResult r =
+      RunCommand({"scontrol", "update", "JobId=" + job, "NodeList=" + Join(keep, ",")}, o);
+  for (const char* ext : {".sh", ".csh"}) {
+    std::remove((TmpDir() + "/slurm_job_" + job + "_resize" + ext).c_str());
+  }
+  if (!r.ok()) return Status::Unavailable(r.Describe(15));
+  return Status::Ok();
+}
+
+Status SlurmCli::Requeue(const std::string& job, int restarts_before, double budget_s) {
+  const double deadline = Now() + budget_s;
+  std::string last = "no try";
+  int tries = 0;
+  while (true) {
+    const double left = deadline - Now();
+    if (left <= 1 && tries > 0) break;
+    ++tries;
+    RunResult r = RunCommand({"scontrol", "requeue", job},
+                             Bounded(std::max(1.0, std::min(10.0, left - 0.5))));
+    last = r.ok() ? "verification failed" : r.Describe(10);
+    // Verify whatever the command said: it may have acted and failed, or failed after acting.
+    auto info = ShowJob(job);
+    if (info.ok() && info->Restarts() > restarts_before) return Status::Ok();
+    if (!info.ok()) last += "; " + info.status().message();
+    if (Now() + 1 >= deadline) break;
+    Sleep(1);
+  }
+  return Status::Unavailable("scontrol requeue " + job + ": " + last + " (" +
+                             std::to_string(tries) + " tries in " +
+                             std::to_string(static_cast<int>(budget_s)) + " s)");
+}
+
+Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist) {
+  RunResult r;
+  for (int i = 0; i < 2; ++i) {
+    r = RunCommand({"scontrol", "update", "JobId=" + job, "ExcNodeList=" + hostlist}, Bounded(10));
+    if (r.ok()) return Status::Ok();
+  }
+  return Status::Unavailable(r.Describe(10));
+}
+
+Status SlurmCli::Cancel(const std::string& job, bool pending_only) {
+  std::string last;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> argv = {"scancel"};
+    if (pending_only) argv.push_back("--state=PENDING");
+    argv.push_back(job);
+    RunResult r = RunCommand(argv, Bounded(30));
+    last = r.Describe(30);
+    auto info = ShowJob(job);
+    if (!info.ok()) {
+      if (r.ok()) return Status::Ok();  // gone from slurmctld's memory: ended long ago
+      continue;
+    }
+    const std::string st = info->State();
+    const bool live = st == "RUNNING" || st == "PENDING" || st == "SUSPENDED" ||
+                      st == "CONFIGURING" || st == "REQUEUED";
+    if (!live || (pending_only && st != "PENDING")) return Status::Ok();
+    Sleep(1);
+  }
+  return Status::Unavailable("scancel " + job + ": " + last + "; the job still runs");
+}
+
+Submitted SlurmCli::Submit(const std::vector<std::string>& options, const std::string& script,
+                           const std::vector<std::string>& env, const std::string& cwd,
+                           const std::string& token) {
+  auto find = [&]() -> std::vector<std::string> {
+    std::vector<std::string> ids;
+    RunResult q = Query({"squeue", "-h", "-u", user_, "-o", "%i|%k"});
+    for (const auto& l : Lines(q.out)) {
+      const size_t bar = l.find('|');
+      if (bar != std::string::npos && l.substr(bar + 1) == token) ids.push_back(l.substr(0, bar));
+    }
+    std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    return ids;
+  };
+  Submitted out;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<std::string> argv = {"sbatch", "--parsable", "--comment=" + token};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(script);
+    RunOptions o;
+    o.timeout_s = submit_timeout_s_;
+    o.env = env;
+    o.cwd = cwd;
+    RunResult r = RunCommand(argv, o);
+    const std::string id = Trim(r.out.substr(0, r.out.find(';')));
+    const bool numeric = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
+    if (r.ok() && numeric) {
+      out.job = id;
+      return out;
+    }
+    out.error = "sbatch " + Join(options, " ") + " failed (" + r.Describe(submit_timeout_s_) + ")";
+    // It may have created the job anyway (a reply lost, a timeout after the job was made).
+    std::vector<std::string> ids = find();
+    if (!ids.empty()) {
+      for (size_t i = 1; i < ids.size(); ++i) (void)Cancel(ids[i], false);  // never two
+      out.job = ids[0];
+      out.error.clear();
+      return out;
+    }
+    if (!r.timed_out) break;  // a refusal: the same options fail again
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> SlurmCli::PendingJobsOfUser() {
+  std::vector<std::pair<std::string, std::string>> out;
+  RunResult r = Query({"squeue", "-h", "-u", user_, "-t", "PD", "-o", "%i %E"});
+  for (const auto& l : Lines(r.out)) {
+    const size_t sp = l.find(' ');
+    if (sp != std::string::npos) out.emplace_back(l.substr(0, sp), Trim(l.substr(sp + 1)));
+  }
+  return out;
+}
+
+Status SlurmCli::SetDependency(const std::string& job, const std::string& dependency) {
+  RunResult r =
+      RunCommand({"scontrol", "update", "JobId=" + job, "Dependency=" + dependency}, Bounded(10));
+  return r.ok() ? Status::Ok() : Status::Unavailable(r.Describe(10));
+}
+
+double NorespondWaitS(const SlurmConfig& c, double cap_s) {
+  const double w = c.message_timeout_s + 5 - (c.cred_expire_s + 1);
+  return std::max(0.0, std::min(cap_s, w));
+}
+
+bool Responds(const std::string& st) {
+  static const std::set<std::string> kUp = {"idle", "mix", "alloc", "comp", "resv", "plnd"};
+  return kUp.count(st) > 0;
+}
+
+std::vector<std::string> Exclusions(const std::vector<std::string>& user_excluded,
+                                    const std::map<std::string, std::string>& dead_states,
+                                    const std::vector<std::string>& faulty) {
+  std::vector<std::string> out = user_excluded;
+  auto add = [&out](const std::string& n) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  for (const auto& [node, state] : dead_states) {
+    if (!Responds(state)) add(node);
+  }
+  for (const auto& n : faulty) add(n);
+  return out;
+}
+
+}  // namespace ftrain::orch

@@ -1,0 +1,64 @@
+// The memory tier: every ckpt.memory_every_steps a snapshot goes to this node's ckptd and its
+// buddy's memory, never to disk (the disk interval stays ckpt.every_minutes/every_steps). A
+// step counts as restorable from memory only when every rank's snapshot of it is held in two
+// places, its own daemon and that daemon's buddy; then rank 0 records it, with every rank's
+// snapshot digest, in ROOT/MEMORY_TIER.json (ckpt/memory_manifest.h), which survives the
+// node that died. Recovery (resume.h) takes the newest restorable step, memory or disk.
+// Degrades, never stalls: a snapshot that would wait for a slot, or a daemon that is gone, is
+// skipped with a warning. No LibTorch in this header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/manifest.h"
+#include "ckpt/shard_file.h"
+#include "core/status.h"
+
+namespace ftrain::train {
+
+class CheckpointSink;
+
+struct MemoryTierOptions {
+  int64_t every_steps = 0;  // 0: off
+  std::string root;         // ckpt.root: where MEMORY_TIER.json goes
+  int rank = 0;
+  int world = 1;
+  bool leader = false;  // rank 0 writes the manifest and logs
+};
+
+class MemoryTier {
+ public:
+  MemoryTier(MemoryTierOptions options, CheckpointSink* sink);
+
+  bool enabled() const { return options_.every_steps > 0; }
+  // A memory snapshot is due after optimizer step `step` (the caller skips it at disk steps).
+  bool Due(int64_t step) const;
+  // Hands this rank's snapshot over (not collective); returns the training thread's stall.
+  // A skipped snapshot is logged and leaves the step unrestorable from memory.
+  double Take(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents);
+  // Collective whenever snapshots await confirmation (the same on every rank): asks each
+  // daemon which are held twice, agrees on the newest step held twice on every rank, and
+  // rank 0 records it in the memory manifest. Asks 1, 2, 4, 8... steps after the newest
+  // snapshot (a slow or missing buddy costs a few queries per interval, not one per step).
+  // Errors: the collective failed.
+  Status Confirm(const ckpt::CheckpointMeta& identity, int64_t step);
+  // The newest step recorded as restorable from memory by this start (-1: none).
+  int64_t restorable_step() const { return restorable_step_; }
+
+  // Pending snapshots kept for confirmation: a daemon keeps a few per rank, the buddy two.
+  static constexpr size_t kMaxPending = 3;
+
+ private:
+  void Forget(int64_t step, const std::string& why);
+
+  MemoryTierOptions options_;
+  CheckpointSink* sink_;
+  std::vector<int64_t> pending_;  // taken, not yet confirmed; oldest first
+  int64_t restorable_step_ = -1;
+  int64_t skipped_ = 0;      // snapshots this rank could not hand over
+  int64_t unconfirmed_ = 0;  // steps that never became restorable
+};
+
+}  // namespace ftrain::train

@@ -1,0 +1,82 @@
+// [guard] and data.skip: which optimizer steps are not applied, decided the same way on
+// every rank from values every rank holds (the all-reduced gradient norm, the config), so
+// that the decision needs no exchange and a replay decides alike. What the engine does with
+// the decision is fsdp::FsdpEngine::Step; this file only decides and keeps the records.
+// No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace ftrain::train {
+
+// guard.policy: off (every update applied, as before), skip (a non-finite or spiking step is
+// not applied), rollback (not available yet: refused at start-up).
+enum class GuardPolicy { kOff, kSkip, kRollback };
+const char* GuardPolicyName(GuardPolicy p);
+
+struct GuardSection {
+  GuardPolicy policy = GuardPolicy::kSkip;
+  // Spike detection on the global gradient norm (before clipping): a step whose norm exceeds
+  // median + spike_threshold x 1.4826 x MAD of the last spike_window applied steps' norms
+  // (the MAD floored at 1 % of the median) is skipped. 0 = off; active once the window is
+  // full.
+  int64_t spike_window = 0;
+  double spike_threshold = 6;
+  // Budget: more than max_skips steps skipped by the guard (data.skip's not counted) within
+  // the last max_skips_window steps ends the run (exit 2, the job is not restarted).
+  int64_t max_skips = 5;
+  int64_t max_skips_window = 100;
+};
+
+// Reads [guard] (absent keys keep the defaults) and checks it against itself.
+Status LoadGuard(const Config& c, GuardSection* out);
+// Parses data.skip: "3,7,10-12" (optimizer steps, 1-based as metrics.jsonl's "step"); every
+// step must be in [1, total_steps].
+Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* out);
+
+// One skipped step: its number and why ("nonfinite", "spike", "listed").
+using SkippedStep = std::pair<int64_t, std::string>;
+
+// The guard of one run: the skip list, the spike window and the skips so far (restored from
+// the checkpoint on resume).
+class StepGuard {
+ public:
+  StepGuard(const GuardSection& cfg, std::set<int64_t> listed)
+      : cfg_(cfg), listed_(std::move(listed)) {}
+
+  bool nonfinite_on() const { return cfg_.policy != GuardPolicy::kOff; }
+  // data.skip names this step: it is not computed at all.
+  bool Listed(int64_t step) const { return listed_.count(step) > 0; }
+  // Whether `grad_norm` is a spike against the window (false while it is not full).
+  bool IsSpike(double grad_norm) const;
+  // The reason a step whose norm is `grad_norm` was skipped by the engine.
+  std::string ReasonFor(double grad_norm) const;
+  // Records the outcome of `step`: an applied step's norm enters the window; a skip is kept.
+  // FailedPrecondition when the skip budget is spent, naming the steps.
+  Status Record(int64_t step, double grad_norm, const std::string& skipped);
+
+  // Checkpointed state: the window (training state: it decides later steps) and the skips
+  // (run history).
+  std::vector<double> norms() const { return {window_.begin(), window_.end()}; }
+  const std::vector<SkippedStep>& skipped() const { return skipped_; }
+  void Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped);
+
+ private:
+  GuardSection cfg_;
+  std::set<int64_t> listed_;
+  std::deque<double> window_;  // the last spike_window applied steps' norms, oldest first
+  std::vector<SkippedStep> skipped_;
+};
+
+// The median of `v` (copied; the mean of the middle two for an even count).
+double MedianOf(std::vector<double> v);
+
+}  // namespace ftrain::train

@@ -1,0 +1,183 @@
+// The guard end to end through real processes: `ftrain launch` with 4 Gloo ranks on 2 "nodes"
+// trains the tiny model while FTRAIN_FAULT injects a NaN loss, a NaN gradient element or a
+// gradient spike at a chosen step and rank. The run must finish, no committed checkpoint may
+// hold a non-finite value (`ckptctl verify` scans every value), and the final checkpoint
+// must be bit-identical (`ckptctl diff`) to a clean run given the same data.skip list.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace ftrain::testing {
+namespace {
+
+class GuardRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<TempDir>("ftrain-guard-test");
+    data_ = dir_->path() + "/data";
+    auto r = PackLicenses(data_, "--shard-rows 256");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  // One launch of 4 ranks (2 nodes x 2), 20 steps, a checkpoint every 5 (all kept);
+  // `env` goes before the command (FTRAIN_FAULT=...).
+  static CommandResult Train(const std::string& run, const std::string& extra,
+                             const std::string& env = "") {
+    return RunCommand(
+        env + " " + Ftrain() + " launch --nproc 4 --nodes 2 --grace-s 2 -- train --config " +
+            FTRAIN_SOURCE_DIR + "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
+            " --train.steps=20 --ckpt.every_steps=5 --ckpt.every_minutes=0 "
+            "--ckpt.keep=10 --ckpt.daemon=off " +
+            extra,
+        600);
+  }
+
+  static std::string Path(const std::string& name) { return dir_->path() + "/" + name; }
+  static std::string Final(const std::string& run) { return run + "/checkpoints/step-00000020"; }
+
+  static int Diff(const std::string& a, const std::string& b) {
+    auto r = RunCommand(BinDir() + "/ckptctl diff " + a + " " + b, 120);
+    return r.exit_code;
+  }
+
+  // step -> the metrics.jsonl record.
+  static std::map<int, nlohmann::json> Records(const std::string& run) {
+    std::map<int, nlohmann::json> out;
+    std::istringstream in(ReadFile(run + "/metrics.jsonl"));
+    std::string line;
+    while (std::getline(in, line)) {
+      nlohmann::json j = nlohmann::json::parse(line);  // throws on a bare nan
+      out[j["step"].get<int>()] = j;
+    }
+    return out;
+  }
+
+  // Every committed checkpoint re-reads to its hashes and holds only finite values.
+  static void ExpectAllVerify(const std::string& run) {
+    auto v = RunCommand(BinDir() + "/ckptctl verify " + run + "/checkpoints --all", 300);
+    EXPECT_EQ(v.exit_code, 0) << v.output;
+  }
+
+  static std::unique_ptr<TempDir> dir_;
+  static std::string data_;
+};
+std::unique_ptr<TempDir> GuardRunTest::dir_;
+std::string GuardRunTest::data_;
+
+// Hybrid shard: the NaN is in rank 3's loss only, so ranks of the other node learn of it
+// through the gradient all-reduce across replicas and the norm all-reduce within the node.
+TEST_F(GuardRunTest, NanLossOnOneRankIsSkippedEverywhereLikeTheSkipListAndResumesAlike) {
+  const std::string hybrid = "--dist.sharding=hybrid_shard";
+  const std::string faulty = Path("nan_loss"), listed = Path("listed"), clean = Path("clean");
+  auto a = Train(faulty, hybrid, "FTRAIN_FAULT=nan_loss@7:3");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_TRUE(Contains(a.output, "guard: step 7 not applied (nonfinite")) << a.output;
+  auto b = Train(listed, hybrid + " --data.skip=7");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto c = Train(clean, hybrid);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+
+  EXPECT_EQ(Diff(Final(faulty), Final(listed)), 0) << "the skip differs from data.skip=7";
+  EXPECT_NE(Diff(Final(clean), Final(listed)), 0) << "skipping step 7 changed nothing?";
+  auto ra = Records(faulty), rb = Records(listed);
+  ASSERT_EQ(ra.size(), 20u);
+  EXPECT_EQ(ra[7]["skipped"], "nonfinite");
+  EXPECT_TRUE(ra[7]["loss"].is_null());
+  EXPECT_EQ(rb[7]["skipped"], "listed");
+  for (int s = 1; s <= 20; ++s) {
+    EXPECT_EQ(ra[s]["loss"], rb[s]["loss"]) << "step " << s;
+    if (s != 7) {
+      EXPECT_FALSE(ra[s].contains("skipped")) << "step " << s;
+    }
+  }
+  EXPECT_EQ(Losses(clean).at(6), Losses(faulty).at(6));
+  EXPECT_NE(Losses(clean).at(8), Losses(faulty).at(8));
+  ExpectAllVerify(faulty);
+
+  // A resume from before the fault replays the skip; one from after it carries it.
+  for (const char* from : {"step-00000005", "step-00000010"}) {
+    const std::string run = Path(std::string("resumed-") + from);
+    auto r = Train(run, hybrid + " --train.resume=" + faulty + "/checkpoints/" + from,
+                   "FTRAIN_FAULT=nan_loss@7:3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(Diff(Final(faulty), Final(run)), 0) << "resumed from " << from;
+    const auto all = Losses(faulty), resumed = Losses(run);
+    EXPECT_GE(resumed.size(), 10u) << "resumed from " << from;
+    for (const auto& [step, loss] : resumed) {
+      EXPECT_EQ(loss, all.at(step)) << "step " << step << ", resumed from " << from;
+    }
+  }
+}
+
+// No shard (every rank a replica): one NaN gradient element on rank 1 at step 4, and a
+// 10^4-times gradient on rank 2 at step 12 caught by the spike rule.
+TEST_F(GuardRunTest, NanGradientAndSpikeAreSkippedLikeTheSkipList) {
+  const std::string opts = "--dist.sharding=no_shard --guard.spike_window=5";
+  const std::string faulty = Path("grad_faults"), listed = Path("grad_listed");
+  auto a = Train(faulty, opts, "FTRAIN_FAULT=nan_grad@4:1,spike@12:2 FTRAIN_FAULT_FACTOR=1e4");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = Train(listed, opts + " --data.skip=4,12");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(Diff(Final(faulty), Final(listed)), 0);
+  auto ra = Records(faulty);
+  EXPECT_EQ(ra[4]["skipped"], "nonfinite");
+  EXPECT_TRUE(ra[4]["grad_norm"].is_null());
+  EXPECT_EQ(ra[12]["skipped"], "spike");
+  EXPECT_GT(ra[12]["grad_norm"].get<double>(), 100 * ra[11]["grad_norm"].get<double>());
+  auto la = Losses(faulty), lb = Losses(listed);
+  for (int s = 1; s <= 20; ++s) {
+    if (s != 4 && s != 12) {
+      EXPECT_EQ(la[s], lb[s]) << "step " << s;
+    }
+  }
+  ExpectAllVerify(faulty);
+}
+
+// The control: with the guard off the NaN is applied, and `ckptctl verify` finds it.
+TEST_F(GuardRunTest, WithTheGuardOffTheNanIsAppliedAndVerifyNamesIt) {
+  const std::string run = Path("guard_off");
+  auto a = Train(run, "--dist.sharding=full_shard --guard.policy=off --train.steps=10",
+                 "FTRAIN_FAULT=nan_loss@3:0");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto v = RunCommand(BinDir() + "/ckptctl verify " + run + "/checkpoints/step-00000005", 300);
+  EXPECT_EQ(v.exit_code, 1) << v.output;
+  EXPECT_TRUE(Contains(v.output, "non-finite values")) << v.output;
+}
+
+TEST_F(GuardRunTest, BadGuardInputExits2BeforeStep1NamingTheKey) {
+  struct Case {
+    std::string env, args, expect;
+  } cases[] = {
+      {"", "--data.skip=3,21", "data.skip: '21' names a step that does not exist"},
+      {"", "--guard.policy=off --guard.spike_window=5",
+       "guard.spike_window is set but guard.policy = off"},
+      {"", "--guard.policy=sometimes", "guard.policy = 'sometimes' is not one of"},
+      {"FTRAIN_FAULT=bitflip@3", "", "FTRAIN_FAULT: 'bitflip@3' names no known fault"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const std::string run = Path("bad" + std::to_string(i++));
+    auto r = Train(run, c.args, c.env);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_TRUE(Contains(r.output, c.expect)) << c.args << "\n" << r.output;
+    EXPECT_TRUE(ReadFile(run + "/metrics.jsonl").empty()) << "a step ran: " << c.args;
+  }
+}
+
+// More non-finite steps than guard.max_skips within the window: the run ends with exit 2
+// (slurm/train.sh does not restart it), naming the steps.
+TEST_F(GuardRunTest, TheSkipBudgetEndsTheRunWithTheSteps) {
+  const std::string run = Path("budget");
+  auto r = Train(run, "--guard.max_skips=1", "FTRAIN_FAULT=nan_loss@3,nan_loss@4:2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "2 steps skipped within the last 100 (steps 3,4")) << r.output;
+}
+
+}  // namespace
+}  // namespace ftrain::testing

@@ -1,0 +1,213 @@
+// The guard's decisions without processes (train/config/guard.h, core/fault_inject.h,
+// records/metrics_record.h): [guard] and data.skip validation, the spike rule on a rolling
+// median + MAD, the skip budget, FTRAIN_FAULT parsing and a skipped step's metrics line.
+// The end-to-end runs are in tests/guard_run_test.cc.
+#include "train/config/guard.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/fault_inject.h"
+#include "records/metrics_record.h"
+#include "train/config/train_config.h"
+
+namespace ftrain::train {
+namespace {
+
+StatusOr<TrainConfig> LoadWith(const std::string& extra) {
+  auto c = Config::Parse(
+      "[model]\nvocab_size = 64\nhidden_size = 16\nintermediate_size = 32\nnum_layers = 1\n"
+      "num_heads = 2\nmax_seq_len = 16\n[train]\nsteps = 10\n[data]\npath = /d\n[run]\n"
+      "dir = /r\n" +
+          extra,
+      "test.cfg");
+  if (!c.ok()) return c.status();
+  return TrainConfig::Load(*c);
+}
+
+TEST(GuardConfig, DefaultsSkipNonFiniteStepsWithoutSpikeDetection) {
+  auto t = LoadWith("");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->guard.policy, GuardPolicy::kSkip);
+  EXPECT_EQ(t->guard.spike_window, 0);
+  EXPECT_TRUE(t->data.skip.empty());
+}
+
+TEST(GuardConfig, SkipListTakesStepsAndRanges) {
+  auto t = LoadWith("[data]\nskip = 3,7-9,10\n");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->data.skip, (std::set<int64_t>{3, 7, 8, 9, 10}));
+}
+
+TEST(GuardConfig, BadInputNamesTheKeyAndTheReason) {
+  struct Case {
+    std::string extra, expect;
+  } cases[] = {
+      {"[data]\nskip = 11\n", "data.skip: '11' names a step that does not exist"},
+      {"[data]\nskip = 0\n", "data.skip: '0' names a step that does not exist"},
+      {"[data]\nskip = 5-3\n", "data.skip: '5-3' is not a step or a range"},
+      {"[data]\nskip = x\n", "data.skip: 'x'"},
+      {"[guard]\npolicy = maybe\n", "guard.policy = 'maybe' is not one of off, skip, rollback"},
+      {"[guard]\npolicy = rollback\n", "guard.policy = rollback is not available yet"},
+      {"[guard]\npolicy = off\nspike_window = 20\n",
+       "guard.spike_window is set but guard.policy = off"},
+      {"[guard]\nspike_window = 2\n", "guard.spike_window must be 0 (off) or in [3, 100000]"},
+      {"[guard]\nspike_threshold = 0\n", "guard.spike_threshold must be > 0"},
+      {"[guard]\nmax_skips = -1\n", "guard.max_skips must be >= 0"},
+      {"[guard]\nspike_windw = 5\n", "guard.spike_windw"},
+  };
+  for (const auto& c : cases) {
+    auto t = LoadWith(c.extra);
+    ASSERT_FALSE(t.ok()) << c.extra;
+    EXPECT_EQ(t.status().code(), Status::Code::kInvalidArgument) << c.extra;
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos)
+        << c.extra << " -> " << t.status().message();
+  }
+}
+
+TEST(GuardConfig, GuardAndSkipListStayOutOfTheConfigHash) {
+  auto a = LoadWith("");
+  auto b = LoadWith("[data]\nskip = 4\n[guard]\nspike_window = 10\n");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->ConfigHash(), b->ConfigHash());
+}
+
+TEST(MedianOf, OddEvenAndEmpty) {
+  EXPECT_EQ(MedianOf({3, 1, 2}), 2);
+  EXPECT_EQ(MedianOf({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(MedianOf({}), 0);
+}
+
+GuardSection Spikes(int64_t window, double threshold) {
+  GuardSection g;
+  g.spike_window = window;
+  g.spike_threshold = threshold;
+  g.max_skips = 100;
+  return g;
+}
+
+TEST(StepGuard, ASpikeIsFarAboveTheMedianInMadsOnceTheWindowIsFull) {
+  StepGuard g(Spikes(5, 6), {});
+  const double norms[] = {1.0, 1.1, 0.9, 1.05, 0.95};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(g.IsSpike(100)) << "the window is not full yet, step " << i;
+    ASSERT_TRUE(g.Record(i + 1, norms[i], "").ok());
+  }
+  // median 1.0, MAD 0.05 -> scale 0.0741, limit 1.0 + 6 x 0.0741 = 1.445.
+  EXPECT_FALSE(g.IsSpike(1.44));
+  EXPECT_TRUE(g.IsSpike(1.45));
+  EXPECT_FALSE(g.IsSpike(0.01)) << "only upward spikes";
+  // A skipped step's norm does not enter the window; an applied one pushes the oldest out.
+  ASSERT_TRUE(g.Record(6, 50, "spike").ok());
+  EXPECT_EQ(g.norms(), (std::vector<double>{1.0, 1.1, 0.9, 1.05, 0.95}));
+  ASSERT_TRUE(g.Record(7, 1.2, "").ok());
+  EXPECT_EQ(g.norms(), (std::vector<double>{1.1, 0.9, 1.05, 0.95, 1.2}));
+}
+
+TEST(StepGuard, AFlatWindowFloorsTheMadAtOnePercentOfTheMedian) {
+  StepGuard g(Spikes(3, 6), {});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(g.Record(i + 1, 2.0, "").ok());
+  EXPECT_FALSE(g.IsSpike(2.11));  // limit 2 + 6 x 0.02 = 2.12
+  EXPECT_TRUE(g.IsSpike(2.13));
+}
+
+TEST(StepGuard, SpikeDetectionOffOrPolicyOffNeverFires) {
+  StepGuard off(Spikes(0, 6), {});
+  GuardSection p = Spikes(3, 6);
+  p.policy = GuardPolicy::kOff;
+  StepGuard policy_off(p, {});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(off.Record(i + 1, 1.0, "").ok());
+    ASSERT_TRUE(policy_off.Record(i + 1, 1.0, "").ok());
+  }
+  EXPECT_FALSE(off.IsSpike(1e9));
+  EXPECT_FALSE(policy_off.IsSpike(1e9));
+  EXPECT_FALSE(policy_off.nonfinite_on());
+  EXPECT_TRUE(off.nonfinite_on());
+}
+
+TEST(StepGuard, TheBudgetEndsTheRunNamingTheStepsAndListedStepsDoNotCount) {
+  GuardSection c;
+  c.max_skips = 2;
+  c.max_skips_window = 10;
+  StepGuard g(c, {4});
+  EXPECT_TRUE(g.Listed(4));
+  EXPECT_FALSE(g.Listed(5));
+  ASSERT_TRUE(g.Record(4, std::nan(""), "listed").ok());
+  ASSERT_TRUE(g.Record(5, std::nan(""), "nonfinite").ok());
+  ASSERT_TRUE(g.Record(8, 99, "spike").ok());
+  ASSERT_TRUE(g.Record(16, 99, "spike").ok()) << "step 5 has left the window of 10";
+  Status s = g.Record(17, std::nan(""), "nonfinite");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);  // exit 2: the job is not restarted
+  EXPECT_NE(s.message().find("3 steps skipped within the last 10 (steps 8,16,17"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(g.skipped().size(), 5u);
+}
+
+TEST(StepGuard, RestoreBringsBackTheWindowAndTheSkips) {
+  StepGuard g(Spikes(3, 6), {});
+  g.Restore({1, 2, 3, 4}, {{2, "nonfinite"}});
+  EXPECT_EQ(g.norms(), (std::vector<double>{2, 3, 4}));
+  ASSERT_EQ(g.skipped().size(), 1u);
+  EXPECT_EQ(g.ReasonFor(std::nan("")), "nonfinite");
+  EXPECT_EQ(g.ReasonFor(5.0), "spike");
+}
+
+TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {
+  auto p = ParseFaultPlan("nan_loss@3,nan_grad@5:1,spike@7:2", "50");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->faults.size(), 3u);
+  EXPECT_EQ(p->spike_factor, 50);
+  EXPECT_EQ(p->At(3, 0).size(), 1u);  // no rank: every rank
+  EXPECT_EQ(p->At(3, 5).size(), 1u);
+  EXPECT_EQ(p->At(5, 0).size(), 0u);
+  ASSERT_EQ(p->At(5, 1).size(), 1u);
+  EXPECT_EQ(p->At(5, 1)[0].kind, FaultKind::kNanGrad);
+  EXPECT_EQ(p->At(7, 2)[0].kind, FaultKind::kSpike);
+  EXPECT_TRUE(p->At(4, 0).empty());
+  auto empty = ParseFaultPlan("", "");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(empty->spike_factor, 1000);
+}
+
+TEST(FaultPlan, BadSpecsNameTheVariableAndTheItem) {
+  for (const char* spec :
+       {"nan", "nan_loss", "nan_loss@0", "nan_loss@x", "bitflip@3", "spike@3:-1"}) {
+    auto p = ParseFaultPlan(spec, "");
+    ASSERT_FALSE(p.ok()) << spec;
+    EXPECT_NE(p.status().message().find("FTRAIN_FAULT"), std::string::npos) << spec;
+  }
+  EXPECT_FALSE(ParseFaultPlan("spike@3", "0").ok());
+  EXPECT_FALSE(ParseFaultPlan("spike@3", "abc").ok());
+}
+
+TEST(SkippedStepRecord, NonFiniteValuesAreNullAndTheReasonRoundTrips) {
+  records::StepMetrics m;
+  m.step = 4;
+  m.loss = std::nanf("");
+  m.grad_norm = std::nan("");
+  m.skipped = "nonfinite";
+  m.step_time_s = 0.5;
+  m.unix_time = 100;
+  const std::string line = records::FormatMetricsLine(m);
+  const nlohmann::json j = nlohmann::json::parse(line);  // valid JSON: no bare nan
+  EXPECT_TRUE(j["loss"].is_null()) << line;
+  EXPECT_TRUE(j["grad_norm"].is_null()) << line;
+  EXPECT_EQ(j["skipped"], "nonfinite");
+  auto back = records::ParseMetricsRecord(j, "x:1", nullptr);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(std::isnan(back->loss));
+  EXPECT_EQ(back->skipped, "nonfinite");
+  m.loss = 2.5f;
+  m.skipped.clear();
+  EXPECT_EQ(nlohmann::json::parse(records::FormatMetricsLine(m)).count("skipped"), 0u);
+}
+
+}  // namespace
+}  // namespace ftrain::train

@@ -1,0 +1,337 @@
+// The node agent's decisions (orch/agent_policy.h): the daemon's supervision (exit 2 is never
+// restarted), the ring and the watchers (chosen apart from the batch host: hole 5), and the
+// batch-host watcher's transitions (claim, lease, resubmission, the claim's take-over from a
+// dead claimant only, the Slurm-view requeue). Milliseconds, no processes.
+#include <gtest/gtest.h>
+
+#include "orch/agent_policy.h"
+
+namespace ftrain::orch {
+namespace {
+
+TEST(Daemon, Exit2IsNeverRestarted) {
+  const DaemonDecision d = OnDaemonExit(2, false, 0, 3, 1);
+  EXPECT_EQ(d.kind, DaemonDecision::Kind::kRefused);
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_NE(d.log.find("not restarting it"), std::string::npos);
+}
+
+TEST(Daemon, ADeadDaemonIsCleanedUpAndRestartedWithBackoffThenGivenUp) {
+  DaemonDecision d = OnDaemonExit(137, false, 0, 3, 1);
+  EXPECT_EQ(d.kind, DaemonDecision::Kind::kRestart);
+  EXPECT_TRUE(d.cleanup);  // its shared-memory slots are left behind
+  EXPECT_EQ(d.log, "ckptd died (exit 137); restart 1/3 in 1 s");
+  d = OnDaemonExit(137, false, 3, 3, 8);
+  EXPECT_EQ(d.kind, DaemonDecision::Kind::kGiveUp);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_NE(d.log.find("the trainer saves synchronously"), std::string::npos);
+}
+
+TEST(Daemon, AStopIsAStopWhateverTheExitCode) {
+  DaemonDecision d = OnDaemonExit(0, true, 0, 3, 1);
+  EXPECT_EQ(d.kind, DaemonDecision::Kind::kStopped);
+  EXPECT_EQ(d.exit_code, 0);
+  EXPECT_FALSE(d.cleanup);
+  d = OnDaemonExit(2, true, 0, 3, 1);
+  EXPECT_EQ(d.kind, DaemonDecision::Kind::kStopped);
+}
+
+TEST(Ring, TheBuddyIsTheNextLiveNode) {
+  EXPECT_EQ(BuddyOf({"n1", "n2", "n3"}, "n3"), "n1");
+  EXPECT_EQ(BuddyOf({"n1", "n2", "n3"}, "n1"), "n2");
+  EXPECT_EQ(BuddyOf({"n1"}, "n1"), "");
+  EXPECT_EQ(BuddyOf({"n1", "n2"}, "n9"), "");
+  EXPECT_EQ(RingOf("42 n1 n3", "42", {"n1", "n2", "n3"}), (std::vector<std::string>{"n1", "n3"}));
+  EXPECT_EQ(RingOf("41 n1 n3", "42", {"n1", "n2"}), (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(RingOf("", "42", {"n1"}), (std::vector<std::string>{"n1"}));
+}
+
+// Hole 5: the watchers are a third and two thirds of the ring away from the batch host, never
+// its neighbours (which usually share its rack) when the ring is large enough.
+TEST(Ring, WatchersAreChosenApartFromTheBatchHost) {
+  std::vector<std::string> ring;
+  for (int i = 0; i < 64; ++i) ring.push_back("n" + std::to_string(i));
+  std::vector<std::string> watchers(3);
+  for (const auto& n : ring) {
+    const int r = WatcherRank(ring, "n0", n);
+    if (r > 0) watchers[r] = n;
+  }
+  EXPECT_EQ(watchers[1], "n22");                // 63 others: o[21] = n22
+  EXPECT_EQ(watchers[2], "n43");                // o[42] = n43
+  EXPECT_EQ(WatcherRank(ring, "n0", "n1"), 0);  // not the neighbours
+  EXPECT_EQ(WatcherRank(ring, "n0", "n63"), 0);
+  // Small jobs: every other node watches (3 nodes), the only other one (2 nodes).
+  EXPECT_EQ(WatcherRank({"n1", "n2", "n3"}, "n1", "n2"), 1);
+  EXPECT_EQ(WatcherRank({"n1", "n2", "n3"}, "n1", "n3"), 2);
+  EXPECT_EQ(WatcherRank({"n1", "n4"}, "n1", "n4"), 1);
+  EXPECT_EQ(WatcherRank({"n1", "n2", "n3", "n4"}, "n1", "n3"), 1);
+  EXPECT_EQ(WatcherRank({"n1", "n2", "n3", "n4"}, "n1", "n4"), 2);
+  EXPECT_EQ(WatcherRank({"n1", "n2"}, "n1", "n1"), 0);
+  EXPECT_EQ(WatcherRank({"n1", "n2"}, "", "n2"), 0);
+}
+
+// ---- the watcher ----------------------------------------------------------------------------
+
+AgentSettings Watcher(const std::string& node, int spares = 1, int resubmits = 0) {
+  AgentSettings s;
+  s.node = node;
+  s.batch_host = "n1";
+  s.spare_nodes = spares;
+  s.resubmits = resubmits;
+  return s;
+}
+
+WatcherObs Obs(WatcherObs::Kind k, double now = 0) {
+  WatcherObs o;
+  o.kind = k;
+  o.now = now;
+  o.wall = 1.7e9 + now;
+  return o;
+}
+
+std::string Kinds(const std::vector<WatcherAct>& acts) {
+  std::string s;
+  for (const auto& a : acts) {
+    switch (a.kind) {
+      case WatcherAct::Kind::kLog:
+        s += "log ";
+        break;
+      case WatcherAct::Kind::kRecord:
+        s += "record:" + a.record.event + " ";
+        break;
+      case WatcherAct::Kind::kClaim:
+        s += "claim ";
+        break;
+      case WatcherAct::Kind::kWatchClaim:
+        s += "watch_claim ";
+        break;
+      case WatcherAct::Kind::kTakeOverClaim:
+        s += "take_over ";
+        break;
+      case WatcherAct::Kind::kTakeLease:
+        s += "lease ";
+        break;
+      case WatcherAct::Kind::kSubmit:
+        s += "submit ";
+        break;
+      case WatcherAct::Kind::kCancelNewJob:
+        s += "cancel_new ";
+        break;
+      case WatcherAct::Kind::kMarkReplaced:
+        s += "mark ";
+        break;
+      case WatcherAct::Kind::kNotifyAndCancel:
+        s += "notify_cancel ";
+        break;
+      case WatcherAct::Kind::kQueryRestarts:
+        s += "restarts ";
+        break;
+      case WatcherAct::Kind::kRequeue:
+        s += "requeue ";
+        break;
+    }
+  }
+  return s;
+}
+
+WatcherObs Declared() {
+  WatcherObs o = Obs(WatcherObs::Kind::kDeclared);
+  o.fields = {records::Str("detected_by", "ftrain"), records::Str("evidence", "heartbeat silent")};
+  o.log = "node n1 declared dead: heartbeat silent";
+  return o;
+}
+
+TEST(WatcherPolicy, TheFirstWatcherClaimsLeasesRecordsSubmitsAndCancels) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  EXPECT_EQ(Kinds(w.On(Declared())), "log claim ");
+  WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
+  claim.ok = true;
+  EXPECT_EQ(Kinds(w.On(claim)), "lease ");
+  WatcherObs lease = Obs(WatcherObs::Kind::kLease);
+  lease.ok = true;
+  auto acts = w.On(lease);
+  EXPECT_EQ(Kinds(acts), "record:step_failed submit ");
+  EXPECT_EQ(records::EncodeLine(acts[0].record).substr(0, 0), "");
+  std::string line = records::EncodeLine(acts[0].record);
+  EXPECT_NE(line.find("\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"n1\","
+                      "\"batch_host\":true,\"watcher\":\"n2\",\"detected_by\":\"ftrain\""),
+            std::string::npos)
+      << line;
+  WatcherObs sub = Obs(WatcherObs::Kind::kSubmitted);
+  sub.job = "4242";
+  sub.options = "--nodes=2 --exclude=n1";
+  acts = w.On(sub);
+  // The marker before the record, the record before the cancel.
+  EXPECT_EQ(Kinds(acts), "mark record:resubmitted notify_cancel ");
+  EXPECT_NE(records::EncodeLine(acts[1].record)
+                .find("\"new_job\":\"4242\",\"excluded\":\"n1\","
+                      "\"resubmits\":1"),
+            std::string::npos);
+  EXPECT_TRUE(w.done());
+}
+
+TEST(WatcherPolicy, TheSecondWatcherActsFiveSecondsLater) {
+  WatcherPolicy w(Watcher("n3"), "42", 0);
+  w.SetRank(2);
+  EXPECT_EQ(Kinds(w.On(Declared())), "log ");
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 4.9))), "");
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 5.0))), "claim ");
+}
+
+// The list: a watcher's claim dies and another takes it over; a live claimant keeps it.
+TEST(WatcherPolicy, AClaimIsTakenOverOnlyFromADeadClaimant) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  w.On(Declared());
+  WatcherObs held = Obs(WatcherObs::Kind::kClaim);
+  held.by = "n3";
+  EXPECT_EQ(Kinds(w.On(held)), "watch_claim ");
+  WatcherObs dead = Obs(WatcherObs::Kind::kClaimWatch);
+  dead.by = "n3";
+  dead.dead = true;
+  auto acts = w.On(dead);
+  EXPECT_EQ(Kinds(acts), "log take_over ");
+  EXPECT_EQ(acts[0].text,
+            "the other watcher n3 claimed job 42's resubmission and died: taking it over");
+  WatcherObs ok = Obs(WatcherObs::Kind::kClaim);
+  ok.ok = true;
+  EXPECT_EQ(Kinds(w.On(ok)), "lease ");
+
+  WatcherPolicy live(Watcher("n2"), "42", 0);
+  live.SetRank(1);
+  live.On(Declared());
+  live.On(held);
+  WatcherObs done = Obs(WatcherObs::Kind::kClaimWatch);
+  done.by = "n3";
+  done.done = true;
+  acts = live.On(done);
+  EXPECT_EQ(Kinds(acts), "log ");
+  EXPECT_NE(acts[0].text.find("is being submitted again by the other watcher (n3)"),
+            std::string::npos);
+  EXPECT_TRUE(live.done());
+}
+
+TEST(WatcherPolicy, NoResubmissionPastTheLimitOrWhenSbatchFails) {
+  WatcherPolicy w(Watcher("n2", 1, 3), "42", 0);
+  w.SetRank(1);
+  w.On(Declared());
+  WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
+  claim.ok = true;
+  w.On(claim);
+  WatcherObs lease = Obs(WatcherObs::Kind::kLease);
+  lease.ok = true;
+  auto acts = w.On(lease);
+  EXPECT_EQ(Kinds(acts), "record:step_failed log record:not_resubmitted ");
+  EXPECT_FALSE(w.watching_heartbeat());  // Slurm decides now
+
+  WatcherPolicy f(Watcher("n2"), "42", 0);
+  f.SetRank(1);
+  f.On(Declared());
+  f.On(claim);
+  f.On(lease);
+  WatcherObs failed = Obs(WatcherObs::Kind::kSubmitted);
+  failed.error = "sbatch --nodes=2 failed (exit 1: invalid partition)";
+  EXPECT_EQ(Kinds(f.On(failed)), "log record:not_resubmitted ");
+  EXPECT_FALSE(f.watching_heartbeat());
+}
+
+// Hole 6: the old job is not cancelled for a new one that can never run.
+TEST(WatcherPolicy, ANewJobThatCanNeverRunIsCancelledAndTheOldOneKept) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  w.On(Declared());
+  WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
+  claim.ok = true;
+  w.On(claim);
+  WatcherObs lease = Obs(WatcherObs::Kind::kLease);
+  lease.ok = true;
+  w.On(lease);
+  WatcherObs sub = Obs(WatcherObs::Kind::kSubmitted);
+  sub.job = "4242";
+  sub.can_run = false;
+  sub.error = "PENDING, BadConstraints";
+  auto acts = w.On(sub);
+  EXPECT_EQ(Kinds(acts), "cancel_new log record:not_resubmitted ");
+  EXPECT_EQ(acts[0].text, "4242");
+}
+
+TEST(WatcherPolicy, ALeaseHeldByAnotherJobStopsTheResubmission) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  w.On(Declared());
+  WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
+  claim.ok = true;
+  w.On(claim);
+  WatcherObs lease = Obs(WatcherObs::Kind::kLease);
+  lease.error = "the run is held by job 43";
+  EXPECT_EQ(Kinds(w.On(lease)), "log ");
+  EXPECT_FALSE(w.watching_heartbeat());
+}
+
+TEST(WatcherPolicy, SlurmsViewRequeuesOnceAfterTwoLooks) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
+  gone.left = true;
+  WatcherObs back = Obs(WatcherObs::Kind::kHostView);
+  WatcherObs unknown = Obs(WatcherObs::Kind::kHostView);
+  unknown.known = false;
+  w.On(gone);
+  w.On(back);  // a blip: not confirmed
+  w.On(gone);
+  w.On(unknown);  // slurmctld did not answer: no news
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 1))), "");
+  w.On(gone);
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 2))), "restarts ");
+  WatcherObs r = Obs(WatcherObs::Kind::kRestarts);
+  r.count = -1;  // slurmctld did not answer: look again later
+  EXPECT_EQ(Kinds(w.On(r)), "");
+  w.On(gone);
+  w.On(gone);
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 3))), "restarts ");
+  r.count = 0;
+  auto acts = w.On(r);
+  EXPECT_EQ(Kinds(acts), "log record:step_failed log requeue ");
+  EXPECT_NE(records::EncodeLine(acts[1].record).find("\"watcher\":\"n2\",\"detected\":"),
+            std::string::npos);
+  WatcherObs ok = Obs(WatcherObs::Kind::kRequeued);
+  ok.ok = true;
+  w.On(ok);
+  EXPECT_TRUE(w.done());
+  EXPECT_EQ(Kinds(w.On(gone)), "");
+}
+
+TEST(WatcherPolicy, ARequeueBySomeoneElseIsNotRepeated) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
+  gone.left = true;
+  w.On(gone);
+  w.On(gone);
+  w.On(Obs(WatcherObs::Kind::kTick, 1));
+  WatcherObs r = Obs(WatcherObs::Kind::kRestarts);
+  r.count = 1;
+  EXPECT_EQ(Kinds(w.On(r)), "");
+  EXPECT_TRUE(w.done());
+}
+
+TEST(WatcherPolicy, WithoutSparesSlurmsViewIsNotConsultedAndNonWatchersDoNothing) {
+  WatcherPolicy w(Watcher("n2", 0), "42", 0);
+  w.SetRank(1);
+  WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
+  gone.left = true;
+  w.On(gone);
+  w.On(gone);
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 9))), "");
+  WatcherPolicy none(Watcher("n4"), "42", 0);
+  none.SetRank(0);
+  EXPECT_EQ(Kinds(none.On(Declared())), "");
+  WatcherObs late = Obs(WatcherObs::Kind::kLate);
+  late.log = "late";
+  w.SetRank(1);
+  EXPECT_EQ(Kinds(w.On(late)), "log record:heartbeat_late ");
+}
+
+}  // namespace
+}  // namespace ftrain::orch

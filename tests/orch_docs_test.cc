@@ -1,0 +1,127 @@
+// The controller's documents and scripts against its code: docs/operations.md's table of what
+// the job script handles is the transition table's print (`ftrain job --table`), the bash left
+// in slurm/ (local-cluster.sh and pack.sh aside) holds no decision logic, and the defaults
+// slurm/train.sh documents are the controller's own. Reads files; milliseconds.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+
+#include "orch/dry_run.h"
+#include "orch/settings.h"
+#include "test_util.h"
+
+namespace ftrain::orch {
+namespace {
+
+using ftrain::testing::ReadFile;
+
+const std::string kRoot = FTRAIN_SOURCE_DIR;
+
+TEST(Docs, OperationsListsTheTransitionTableAsItIs) {
+  const std::string ops = ReadFile(kRoot + "/docs/operations.md");
+  ASSERT_FALSE(ops.empty());
+  EXPECT_NE(ops.find(HandledTable()), std::string::npos)
+      << "docs/operations.md's table is not `ftrain job --table`; paste it:\n"
+      << HandledTable();
+}
+
+// No `if`, `case`, loop or `&&`/`||` in the bash that drives a job: every decision is in
+// src/orch, where a unit test can reach it.
+TEST(Scripts, TheJobScriptsHoldNoDecisions) {
+  for (const std::string script : {"slurm/train.sh", "slurm/agent.sh"}) {
+    const std::string text = ReadFile(kRoot + "/" + script);
+    ASSERT_FALSE(text.empty()) << script;
+    std::istringstream in(text);
+    int no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++no;
+      const std::string code = line.substr(0, line.find('#'));
+      const std::regex decision(
+          "(^|[^A-Za-z0-9_])(if|then|elif|else|fi|case|esac|while|until|for|select)($|[^A-Za-z0-9_]"
+          ")"
+          "|&&|\\|\\||\\[\\[|\\btest\\b");
+      EXPECT_FALSE(std::regex_search(code, decision)) << script << ":" << no << ": " << line;
+    }
+  }
+  // detect.sh and resubmit.sh are gone (their knowledge lives in src/orch/*.h).
+  EXPECT_TRUE(ReadFile(kRoot + "/slurm/detect.sh").empty());
+  EXPECT_TRUE(ReadFile(kRoot + "/slurm/resubmit.sh").empty());
+}
+
+// Hole 3: nothing crosses hosts through a socket file. The job scripts never ask `ckptctl status`
+// (a Unix socket is local to one kernel: on a real cluster the batch host cannot reach the other
+// nodes' daemons), and in src/orch only the agent, on its own node, connects to its daemon.
+TEST(Scripts, NoSocketFileIsReachedAcrossHosts) {
+  for (const std::string script : {"slurm/train.sh", "slurm/agent.sh"}) {
+    EXPECT_EQ(ReadFile(kRoot + "/" + script).find("ckptctl"), std::string::npos) << script;
+  }
+  for (const std::string f : {"job_runner.cc", "job_runner_nodes.cc", "agent_watch.cc", "probe.cc",
+                              "slurm.cc", "lease.cc", "detect.cc"}) {
+    const std::string text = ReadFile(kRoot + "/src/orch/" + f);
+    ASSERT_FALSE(text.empty()) << f;
+    EXPECT_EQ(text.find("SocketPath("), std::string::npos) << f << " reaches a daemon's socket";
+  }
+  const std::string agent = ReadFile(kRoot + "/src/orch/agent_runner.cc");
+  EXPECT_NE(agent.find("ckpt::proto::SocketPath(s_.run_dir, s_.node)"), std::string::npos);
+}
+
+// train.sh's `export FTRAIN_X="${FTRAIN_X:-default}"` lines are what the controller assumes.
+TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
+  const std::string text = ReadFile(kRoot + "/slurm/train.sh");
+  std::map<std::string, std::string> defaults;
+  const std::regex line("export (FTRAIN_[A-Z0-9_]+)=\"\\$\\{FTRAIN_[A-Z0-9_]+:-([^}\"$]*)\\}\"");
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+    defaults[(*it)[1]] = (*it)[2];
+  }
+  EXPECT_GE(defaults.size(), 25u);
+  // The controller with train.sh's defaults set equals the controller with nothing set.
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", "c"}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto bare = LoadJobSettings(MapEnv(env));
+  for (const auto& [k, v] : defaults) env[k] = v;
+  auto set = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(bare.ok() && set.ok()) << set.status().message();
+  EXPECT_EQ(bare->preflight, set->preflight);
+  EXPECT_EQ(bare->preflight_timeout_s, set->preflight_timeout_s);
+  EXPECT_EQ(bare->max_injob_restarts, set->max_injob_restarts);
+  EXPECT_EQ(bare->max_failed_starts, set->max_failed_starts);
+  EXPECT_EQ(bare->restart_backoff_s, set->restart_backoff_s);
+  EXPECT_EQ(bare->health_timeout_s, set->health_timeout_s);
+  EXPECT_EQ(bare->health_wait_s, set->health_wait_s);
+  EXPECT_EQ(bare->stop_timeout_s, set->stop_timeout_s);
+  EXPECT_EQ(bare->usr1_lead_s, set->usr1_lead_s);
+  EXPECT_EQ(bare->ckptd, set->ckptd);
+  EXPECT_EQ(bare->ckptd_start_timeout_s, set->ckptd_start_timeout_s);
+  EXPECT_EQ(bare->spare_nodes, set->spare_nodes);
+  EXPECT_EQ(bare->spare_check_s, set->spare_check_s);
+  EXPECT_EQ(bare->replication, set->replication);
+  EXPECT_EQ(bare->norespond_wait_s, set->norespond_wait_s);
+  EXPECT_EQ(bare->max_resubmits, set->max_resubmits);
+  EXPECT_EQ(bare->detect.on, set->detect.on);
+  EXPECT_EQ(bare->detect.heartbeat_timeout_s, set->detect.heartbeat_timeout_s);
+  EXPECT_EQ(bare->detect.probe_timeout_s, set->detect.probe_timeout_s);
+  EXPECT_EQ(bare->detect.hung_after_s, set->detect.hung_after_s);
+  EXPECT_EQ(bare->detect.blip_s, set->detect.blip_s);
+  EXPECT_EQ(bare->detect.heartbeat_period_s, set->detect.heartbeat_period_s);
+  EXPECT_EQ(bare->detect.detect_period_s, set->detect.detect_period_s);
+  // The USR1 lead documented is the #SBATCH line's.
+  EXPECT_NE(text.find("#SBATCH --signal=B:USR1@" + defaults["FTRAIN_USR1_LEAD_S"] + "\n"),
+            std::string::npos);
+}
+
+TEST(Settings, ABadValueNamesTheVariable) {
+  std::map<std::string, std::string> env = {{"FTRAIN_CONFIG", "c"},
+                                            {"FTRAIN_RUN_DIR", "r"},
+                                            {"FTRAIN_DATA", "d"},
+                                            {"FTRAIN_STOP_TIMEOUT_S", "ninety"}};
+  auto s = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("FTRAIN_STOP_TIMEOUT_S='ninety'"), std::string::npos);
+  auto missing = LoadJobSettings(MapEnv({}));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("set FTRAIN_CONFIG"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftrain::orch

@@ -1,0 +1,977 @@
+// The job controller's policy (orch/job_policy.h) driven by synthetic observations: one test
+// per transition of the table, the list among them (the stop path fits the USR1 lead
+// and requeues before any drain; a failed requeue never ends COMPLETED; USR1 in the back-off
+// requeues at once; a dead node without a spare requeues excluding it; a spare keeps the
+// survivors' ranks in place; a TERM of a cancelled job never requeues). No processes, no
+// clock: milliseconds. The binary fails when a rule of kRules fired in no test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "orch/dry_run.h"
+#include "orch/job_policy.h"
+
+namespace ftrain::orch {
+namespace {
+
+std::set<std::string>& Fired() {
+  static std::set<std::string> f;
+  return f;
+}
+
+using K = Observation::Kind;
+using Env = std::map<std::string, std::string>;
+
+Observation Obs(K k) {
+  Observation o;
+  o.kind = k;
+  return o;
+}
+
+// A policy and its clock; every decision's rule is remembered.
+class Sim {
+ public:
+  explicit Sim(std::map<std::string, std::string> env = {}) {
+    env.emplace("FTRAIN_CONFIG", "/cfg/tiny.cfg");
+    env.emplace("FTRAIN_RUN_DIR", "/runs/r");
+    env.emplace("FTRAIN_DATA", "/data");
+    env.emplace("FTRAIN_BIN", "/bin/ftrain");
+    env.emplace("FTRAIN_RANKS_PER_NODE", "2");
+    auto s = LoadJobSettings(MapEnv(env));
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    policy_ = std::make_unique<JobPolicy>(*s);
+  }
+  Decision On(Observation o) {
+    o.now = t;
+    o.wall = 1.7e9 + t;
+    last = policy_->On(o);
+    if (!last.rule.empty()) {
+      std::stringstream ids(last.rule);
+      for (std::string id; std::getline(ids, id, '+');) Fired().insert(id);
+      rules.push_back(last.rule);
+    }
+    for (const auto& a : last.actions) actions.push_back(a);
+    return last;
+  }
+  // Texts of the last decision's actions, one per line.
+  std::string Text() const {
+    std::string s;
+    for (const auto& a : last.actions) s += ToText(a) + "\n";
+    return s;
+  }
+  bool LastHas(const std::string& needle) const { return Text().find(needle) != std::string::npos; }
+  const JobState& state() const { return policy_->state(); }
+  const JobPolicy& policy() const { return *policy_; }
+
+  // A start up to the running training step: 2 nodes (or `nodes`), lease given, pre-flight
+  // as configured, agents ready.
+  void StartTraining(std::vector<std::string> nodes = {"n1", "n2"}, int restart = 0,
+                     std::vector<std::string> spare_list = {}) {
+    Observation st = Obs(K::kStarted);
+    st.job = "42";
+    st.restart_count = restart;
+    st.batch_host = nodes[0];
+    st.nodes = nodes;
+    st.spare_list = spare_list;
+    st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
+    On(st);
+    Observation lease = Obs(K::kLease);
+    lease.lease_ok = true;
+    lease.epoch = 7;
+    On(lease);
+    if (state().phase == Phase::kPreflight) {
+      Observation pre = Obs(K::kPreflightExited);
+      On(pre);
+    }
+    if (state().phase == Phase::kAgents) {
+      Observation ready = Obs(K::kAgentsReady);
+      ready.count = static_cast<int>(nodes.size());
+      On(ready);
+    }
+  }
+  Decision StepExit(int rc, std::string config_error = "") {
+    Observation o = Obs(K::kStepExited);
+    o.rc = rc;
+    o.config_error = std::move(config_error);
+    return On(o);
+  }
+  Decision Tick() { return On(Obs(K::kTick)); }
+  Decision Signal(const std::string& sig) {
+    Observation o = Obs(K::kSignal);
+    o.signal = sig;
+    return On(o);
+  }
+  Decision NodesInJob(std::vector<std::string> nodes, bool known = true) {
+    Observation o = Obs(K::kNodesInJob);
+    o.nodes = std::move(nodes);
+    o.known = known;
+    return On(o);
+  }
+  Decision Health(bool ok) {
+    Observation o = Obs(K::kHealth);
+    o.ok = ok;
+    return On(o);
+  }
+  Decision Confirmed(const std::string& node) {
+    Observation o = Obs(K::kConfirmed);
+    o.node = node;
+    if (!node.empty()) o.fields = {records::Str("detected_by", "ftrain")};
+    o.detail = "node " + node + " declared dead: heartbeat silent";
+    return On(o);
+  }
+  Decision Requeued(bool ok) {
+    Observation o = Obs(K::kRequeued);
+    o.ok = ok;
+    o.detail = ok ? "" : "scontrol requeue 42: slurm_requeue error: Socket timed out (3 tries)";
+    return On(o);
+  }
+  Decision Declared(const std::string& node) {
+    Observation o = Obs(K::kNodeDeclared);
+    o.node = node;
+    o.verdict = "dead";
+    o.fields = {records::Num("detected", 1.7e9, 6), records::Str("detected_by", "ftrain"),
+                records::Str("verdict", "dead")};
+    o.detail = "node " + node + " declared dead: heartbeat silent 3.5 s";
+    return On(o);
+  }
+  // Runs the job's end after a requeue decision: verified, the agents gone.
+  void FinishRequeue() {
+    Requeued(true);
+    if (state().phase == Phase::kDraining) On(Obs(K::kAgentsStopped));
+  }
+  int ExitCode() const {
+    for (auto it = actions.rbegin(); it != actions.rend(); ++it) {
+      if (it->kind == Action::Kind::kExit) return it->code;
+    }
+    return -1;
+  }
+  bool Did(Action::Kind k) const {
+    return std::any_of(actions.begin(), actions.end(),
+                       [k](const Action& a) { return a.kind == k; });
+  }
+  size_t IndexOf(Action::Kind k) const {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (actions[i].kind == k) return i;
+    }
+    return actions.size();
+  }
+
+  double t = 0;
+  Decision last;
+  std::vector<std::string> rules;
+  std::vector<Action> actions;  // every action so far
+
+ private:
+  std::unique_ptr<JobPolicy> policy_;
+};
+
+std::map<std::string, std::string> NoPreflight(std::map<std::string, std::string> e = {}) {
+  e["FTRAIN_PREFLIGHT"] = "0";
+  return e;
+}
+
+// ---- the start ------------------------------------------------------------------------------
+
+TEST(JobPolicyStart, FirstStartRecordsAndResetsTheFailedStartCount) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "42";
+  st.batch_host = "n1";
+  st.nodes = {"n1", "n2"};
+  st.nodelist = "n[1-2]";
+  sim.On(st);
+  EXPECT_EQ(sim.last.rule, "start.lease");
+  EXPECT_EQ(sim.Text(), "acquire_lease\n");
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.first");
+  // The submission is captured only once the lease is held (a second job must not overwrite it).
+  EXPECT_EQ(sim.last.actions[0].kind, Action::Kind::kCaptureSubmission);
+  EXPECT_TRUE(sim.LastHas("log start: restart count 0, nodes n[1-2] (2), 2 ranks per node"));
+  EXPECT_TRUE(sim.LastHas("record started/initial\nreset_failed_starts\nlast_stop node_failure"));
+  EXPECT_TRUE(sim.LastHas("run_preflight")) << sim.Text();
+  EXPECT_EQ(sim.state().phase, Phase::kPreflight);
+}
+
+TEST(JobPolicyStart, AReplacedJobsStartEndsAtOnce) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "42";
+  st.restart_count = 1;
+  st.replaced_by = "4242";
+  st.nodes = {"n1"};
+  sim.On(st);
+  EXPECT_EQ(sim.last.rule, "start.replaced");
+  EXPECT_TRUE(
+      sim.LastHas("job 42 was submitted again as job 4242 when its batch host died: "
+                  "this start of it ends here"));
+  EXPECT_TRUE(sim.LastHas("record superseded/replaced {new_job=\"4242\"}"));
+  EXPECT_EQ(sim.ExitCode(), 0);
+  EXPECT_FALSE(sim.Did(Action::Kind::kAcquireLease));
+}
+
+TEST(JobPolicyStart, ALeaseHeldByAnotherLiveJobRefusesToTrain) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n3", "n4"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.holder = "job 42 (RUNNING, epoch 5)";
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.lease_held");
+  EXPECT_TRUE(sim.LastHas("FAILED: run /runs/r is trained by job 42 (RUNNING, epoch 5)"));
+  EXPECT_TRUE(sim.LastHas("record refused/lease_held"));
+  EXPECT_EQ(sim.ExitCode(), 1);
+  EXPECT_FALSE(sim.Did(Action::Kind::kCaptureSubmission));
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
+TEST(JobPolicyStart, ALeaseHeldByThisJobsResubmissionSupersedesIt) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "42";
+  st.restart_count = 1;
+  st.nodes = {"n1", "n2"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.holder = "job 4242 (RUNNING, epoch 9, resubmitted from job 42)";
+  lease.superseded = true;
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.superseded");
+  EXPECT_TRUE(sim.LastHas("record superseded/lease"));
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+TEST(JobPolicyStart, ARequeuedStartRecordsTheCauseOfTheLastStop) {
+  Sim sim(NoPreflight());
+  Observation st = Obs(K::kStarted);
+  st.job = "42";
+  st.restart_count = 2;
+  st.last_stop = "preempted";
+  st.nodes = {"n1", "n2"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.requeued+agents.start");
+  EXPECT_TRUE(sim.LastHas("record requeued/preempted {@LOST@=}"));
+  EXPECT_TRUE(sim.LastHas("this is a requeued start (cause: preempted)"));
+  EXPECT_FALSE(sim.LastHas("reset_failed_starts"));
+  // No pre-flight: the agents start at once.
+  EXPECT_TRUE(sim.LastHas("start_agents [n1 n2]"));
+}
+
+TEST(JobPolicyStart, AResubmittedStartCancelsTheOldJobIfPending) {
+  Sim sim(NoPreflight());
+  Observation st = Obs(K::kStarted);
+  st.job = "4242";
+  st.resubmitted_from = "42";
+  st.resubmits = 1;
+  st.nodes = {"n2", "n3"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.resubmitted+agents.start");
+  EXPECT_TRUE(
+      sim.LastHas("record requeued/node_failure {resubmitted_from=\"42\",resubmits=1,@LOST@=}"));
+  EXPECT_TRUE(sim.LastHas("this is job 42 submitted again"));
+  EXPECT_TRUE(sim.LastHas("cancel_pending 42"));
+}
+
+TEST(JobPolicyStart, SparesThatDoNotFitFailTheJobWithExit2) {
+  for (const std::string spares : {"3", "abc"}) {
+    Sim sim(Env{{"FTRAIN_SPARE_NODES", spares}});
+    Observation st = Obs(K::kStarted);
+    st.job = "42";
+    st.batch_host = "n1";
+    st.nodes = {"n1", "n2", "n3"};
+    sim.On(st);
+    Observation lease = Obs(K::kLease);
+    lease.lease_ok = true;
+    sim.On(lease);
+    EXPECT_EQ(sim.last.rule, "start.spares_invalid") << spares;
+    EXPECT_TRUE(sim.LastHas("record failed/config_error {why=\"spare nodes\"}"));
+    EXPECT_TRUE(sim.LastHas("last_stop config_error"));
+    EXPECT_EQ(sim.ExitCode(), 2);
+  }
+}
+
+// ---- pre-flight -----------------------------------------------------------------------------
+
+TEST(JobPolicyPreflight, AnUnwritableRecordNamesTheFileNotTheNetwork) {
+  Sim sim;
+  sim.StartTraining({"n1", "n2"});  // stops at the pre-flight's answer below
+  // (StartTraining answered the pre-flight with rc 0: start again for the failure)
+  Sim fail;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n1", "n2"};
+  fail.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  fail.On(lease);
+  Observation pre = Obs(K::kPreflightExited);
+  pre.rc = 3;
+  fail.On(pre);
+  EXPECT_EQ(fail.last.rule, "preflight.record_error");
+  EXPECT_TRUE(
+      fail.LastHas("pre-flight: cannot write /runs/r/commcheck.json: see rank 0's "
+                   "commcheck error line above; not starting the training"));
+  EXPECT_TRUE(
+      fail.LastHas("record preflight_failed/commcheck_record {file=\"/runs/r/commcheck.json\"}"));
+  EXPECT_EQ(fail.ExitCode(), 1);
+}
+
+TEST(JobPolicyPreflight, AFailedCheckOnOneNodeBlamesTheNodesOrTheNetwork) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n1"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  Observation pre = Obs(K::kPreflightExited);
+  pre.rc = 137;
+  sim.On(pre);
+  EXPECT_EQ(sim.last.rule, "preflight.failed");
+  EXPECT_TRUE(
+      sim.LastHas("pre-flight commcheck FAILED: not starting the training (fix the "
+                  "nodes or the network)"));
+  EXPECT_TRUE(sim.LastHas("record preflight_failed/commcheck\n"));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+// Hole 10: a node that fails the pre-flight is excluded (no spare) instead of failing the job,
+// and the job fails as before when no node alone is to blame.
+TEST(JobPolicyPreflight, AFailedCheckOnTwoNodesIsLocalisedThenTheBadNodeExcluded) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n1", "n2", "n3"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  Observation pre = Obs(K::kPreflightExited);
+  pre.rc = 1;
+  sim.On(pre);
+  EXPECT_EQ(sim.last.rule, "preflight.localise");
+  EXPECT_TRUE(sim.LastHas("localise [n1 n2 n3]"));
+  Observation loc = Obs(K::kLocalised);
+  loc.nodes = {"n2"};
+  sim.On(loc);
+  EXPECT_EQ(sim.last.rule, "localise.exclude");
+  EXPECT_TRUE(sim.LastHas("record preflight_failed/node_fault {nodes=\"n2\",after=\"preflight\"}"));
+  EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  sim.Requeued(true);
+  EXPECT_TRUE(sim.LastHas("exclude dead=[] faulty=[n2]")) << sim.Text();
+  EXPECT_EQ(sim.ExitCode(), 0);
+
+  Sim none;
+  none.On(st);
+  none.On(lease);
+  none.On(pre);
+  Observation clean = Obs(K::kLocalised);
+  none.On(clean);
+  EXPECT_EQ(none.last.rule, "preflight.failed");
+  EXPECT_EQ(none.ExitCode(), 1);
+}
+
+TEST(JobPolicyPreflight, ABadNodeAtThePreflightIsReplacedByASpare) {
+  Sim sim(Env{{"FTRAIN_SPARE_NODES", "1"}});
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.batch_host = "n1";
+  st.nodes = {"n1", "n2", "n3"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  Observation pre = Obs(K::kPreflightExited);
+  pre.rc = 1;
+  sim.On(pre);
+  Observation loc = Obs(K::kLocalised);
+  loc.nodes = {"n2"};
+  sim.On(loc);
+  EXPECT_EQ(sim.last.rule, "localise.replaced+agents.start");
+  EXPECT_TRUE(sim.LastHas("record restarted/node_fault {node=\"n2\",spare=\"n3\""));
+  EXPECT_TRUE(sim.LastHas("release [n2]"));
+  EXPECT_TRUE(sim.LastHas("start_agents [n1 n3]")) << sim.Text();
+  EXPECT_EQ(sim.state().rank_hosts, (std::vector<std::string>{"n1", "n1", "n3", "n3"}));
+}
+
+TEST(JobPolicyPreflight, PassedStartsTheAgentsWithASecretWhenReplicating) {
+  Sim sim(Env{{"FTRAIN_SPARE_NODES", "1"}});
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.batch_host = "n1";
+  st.nodes = {"n1", "n2", "n3"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  sim.On(Obs(K::kPreflightExited));
+  EXPECT_EQ(sim.last.rule, "preflight.passed+agents.start");
+  EXPECT_EQ(sim.Text(),
+            "make_secret\n"
+            "log buddy replication on: each node's daemon copies its snapshots to the next "
+            "node's\n"
+            "write_job_nodes [n1 n2 n3]\n"
+            "start_agents [n1 n2 n3]\n");
+}
+
+TEST(JobPolicyPreflight, Usr1DuringThePreflightRequeuesAtOnce) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n1", "n2"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  sim.Signal("USR1");
+  EXPECT_EQ(sim.last.rule, "preflight.usr1");
+  EXPECT_EQ(sim.last.actions[0].kind, Action::Kind::kEndStep);
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"the pre-flight check\"}"));
+  EXPECT_TRUE(sim.LastHas("requeue"));
+  sim.FinishRequeue();
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+// ---- agents, launch -------------------------------------------------------------------------
+
+TEST(JobPolicyAgents, Usr1DuringAgentStartUpRequeuesOnceTheyAnswer) {
+  Sim sim(NoPreflight());
+  Observation st = Obs(K::kStarted);
+  st.job = "42";
+  st.nodes = {"n1", "n2"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.lease_ok = true;
+  sim.On(lease);
+  sim.Signal("USR1");
+  EXPECT_EQ(sim.last.rule, "agents.usr1");
+  EXPECT_TRUE(sim.last.actions.empty());
+  Observation ready = Obs(K::kAgentsReady);
+  ready.count = 2;
+  sim.On(ready);
+  EXPECT_EQ(sim.last.rule, "stop.requeue_now");
+  EXPECT_TRUE(sim.LastHas("log ckptd: 2 of 2 nodes serving"));
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"pre-flight or agent start-up\"}"));
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
+TEST(JobPolicyAgents, WithoutDaemonsTheStepLaunchesAtOnceUnwatched) {
+  Sim sim(NoPreflight({{"FTRAIN_CKPTD", "0"}}));
+  sim.StartTraining();
+  EXPECT_EQ(sim.last.rule, "start.first+agents.none");
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2] watch=[]"));
+  EXPECT_TRUE(sim.LastHas("log launching /bin/ftrain train on 4 ranks"));
+}
+
+TEST(JobPolicyAgents, ReadyAgentsLaunchTheStepWatchingEveryNode) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  EXPECT_EQ(sim.last.rule, "agents.ready");
+  EXPECT_TRUE(sim.LastHas("log ckptd: 2 of 2 nodes serving"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2] watch=[n1 n2]"));
+  EXPECT_EQ(sim.state().phase, Phase::kTraining);
+}
+
+// ---- the stop path (hole 1) -----------------------------------------------------------------
+
+// USR1 at T-120: the ranks get their stop timeout, then TERM, 5 s, KILL; the requeue is
+// issued right after, before the agents are waited for, and its whole budget ends inside the
+// lead. With a stop timeout that does not fit, it is shortened (and a warning logged).
+TEST(JobPolicyStop, TheStopPathFitsTheUsr1LeadAndRequeuesBeforeAnyDrain) {
+  for (const std::string stop : {"90", "300"}) {
+    Sim sim(NoPreflight({{"FTRAIN_STOP_TIMEOUT_S", stop}}));
+    sim.StartTraining();
+    sim.actions.clear();
+    const double usr1_at = sim.t;
+    sim.Signal("USR1");
+    EXPECT_EQ(sim.last.rule, "train.usr1");
+    EXPECT_TRUE(sim.LastHas("signal_step USR1"));
+    double requeue_at = -1;
+    bool killed = false;
+    while (sim.t < usr1_at + 300 && requeue_at < 0) {
+      sim.t += 0.5;
+      sim.Tick();
+      if (sim.last.rule == "stop.kill") {
+        killed = true;
+        sim.t += 0.2;  // srun dies with its tasks
+        sim.StepExit(137);
+        EXPECT_EQ(sim.last.rule, "step.stopped");
+        requeue_at = sim.t;
+      }
+    }
+    ASSERT_TRUE(killed) << stop;
+    EXPECT_LT(requeue_at - usr1_at + JobPolicy::kRequeueBudgetS, 120) << stop;
+    // The requeue comes after the agents were signalled and before anything waits for them.
+    const size_t requeue = sim.IndexOf(Action::Kind::kRequeue);
+    EXPECT_LT(sim.IndexOf(Action::Kind::kSignalAgents), requeue);
+    EXPECT_GT(sim.IndexOf(Action::Kind::kStopAgents), requeue);
+    EXPECT_FALSE(sim.Did(Action::Kind::kWaitAgents));
+    EXPECT_TRUE(sim.LastHas("record stopped/preempted {@LOST@=}"));
+    sim.FinishRequeue();
+    EXPECT_LT(sim.IndexOf(Action::Kind::kRequeue), sim.IndexOf(Action::Kind::kWaitAgents));
+    EXPECT_EQ(sim.ExitCode(), 0);
+  }
+  Sim sim(NoPreflight({{"FTRAIN_STOP_TIMEOUT_S", "300"}}));
+  EXPECT_EQ(sim.policy().StopTimeout(), 95);
+}
+
+TEST(JobPolicyStop, RanksThatStopInTimeAreRequeuedWithoutTerm) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.Signal("USR1");
+  sim.t += 20;
+  sim.Tick();
+  EXPECT_TRUE(sim.last.actions.empty());
+  sim.StepExit(75);
+  EXPECT_EQ(sim.last.rule, "step.stopped");
+  EXPECT_TRUE(sim.LastHas("ranks checkpointed and stopped (exit 75); requeueing job 42"));
+  EXPECT_TRUE(sim.LastHas("last_stop preempted"));
+}
+
+// Hole 2: a requeue that failed every try ends the job FAILED (exit 1), never COMPLETED.
+TEST(JobPolicyStop, ARequeueThatFailsEveryTryNeverEndsCompleted) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(75);
+  sim.Requeued(false);
+  EXPECT_EQ(sim.last.rule, "end.requeue_failed");
+  EXPECT_TRUE(sim.LastHas("FAILED: could not requeue job 42"));
+  EXPECT_TRUE(sim.LastHas("record failed/requeue_failed"));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.last.rule, "end.exit");
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+TEST(JobPolicyStop, SlurmsTermAfterTheRequeueDoesNotInterruptTheEnd) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(75);
+  sim.Requeued(true);
+  sim.Signal("TERM");
+  EXPECT_TRUE(sim.last.actions.empty());
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+// ---- TERM -----------------------------------------------------------------------------------
+
+TEST(JobPolicyTerm, TermAtTheTimeLimitRequeuesAtOnce) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.Signal("TERM");
+  EXPECT_EQ(sim.last.rule, "term.ask");
+  Observation js = Obs(K::kJobState);
+  js.job_state = "COMPLETING";
+  js.reason = "TimeLimit";
+  sim.On(js);
+  EXPECT_EQ(sim.last.rule, "term.time_limit");
+  EXPECT_TRUE(sim.LastHas("signal_step TERM"));
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted"));
+  EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+}
+
+TEST(JobPolicyTerm, TermOfACancelledJobNeverRequeues) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.Signal("TERM");
+  Observation js = Obs(K::kJobState);
+  js.job_state = "COMPLETING";
+  js.reason = "None";
+  sim.On(js);
+  EXPECT_EQ(sim.last.rule, "term.cancelled");
+  EXPECT_TRUE(sim.LastHas("record stopped/cancelled"));
+  EXPECT_TRUE(sim.LastHas("stop_agents"));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+TEST(JobPolicyTerm, TermWhileTheJobRunsStopsLikeUsr1) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.Signal("TERM");
+  Observation js = Obs(K::kJobState);
+  js.job_state = "RUNNING";
+  js.reason = "None";
+  sim.On(js);
+  EXPECT_EQ(sim.last.rule, "term.running+train.usr1");
+  EXPECT_TRUE(sim.LastHas("signal_step TERM"));
+  EXPECT_EQ(sim.state().phase, Phase::kStopping);
+}
+
+// ---- detection while training ---------------------------------------------------------------
+
+TEST(JobPolicyTraining, ALateHeartbeatIsRecordedAndNothingElse) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  Observation late = Obs(K::kHeartbeatLate);
+  late.node = "n2";
+  late.fields = {records::Str("node", "n2"), records::Raw("silent_s", "3.5"),
+                 records::Str("slurmd", "open")};
+  late.detail = "node n2: heartbeat silent 3.5 s but its slurmd answers (open)";
+  sim.On(late);
+  EXPECT_EQ(sim.last.rule, "train.heartbeat_late");
+  EXPECT_TRUE(sim.LastHas("record heartbeat_late/none {node=\"n2\",silent_s=3.5,slurmd=\"open\"}"));
+  EXPECT_EQ(sim.state().phase, Phase::kTraining);
+}
+
+// A dead node without a spare: the step ends, the job requeues excluding the node.
+TEST(JobPolicyTraining, ADeadNodeWithoutASpareRequeuesExcludingIt) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.Declared("n2");
+  EXPECT_EQ(sim.last.rule, "train.declared");
+  EXPECT_TRUE(sim.LastHas("end_step"));
+  EXPECT_FALSE(sim.LastHas("release"));  // no spare: released on the requeue path
+  sim.StepExit(0);  // srun may even end 0: a declared node means the step did not finish
+  EXPECT_EQ(sim.last.rule, "step.dead_requeue");
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/node_failure {node=\"n2\",@LOST@=,exit=1,"
+                  "detected=1700000000.000000,detected_by=\"ftrain\",verdict=\"dead\"}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("release [n2]"));
+  Observation rel = Obs(K::kReleased);
+  rel.ok = true;
+  sim.On(rel);
+  EXPECT_EQ(sim.last.rule, "end.released");
+  Observation waited = Obs(K::kNotRespondingWaited);
+  waited.detail = "n2=idle*";
+  sim.On(waited);
+  EXPECT_EQ(sim.last.rule, "end.requeue_excluding");
+  EXPECT_TRUE(sim.LastHas("record requeue_excluding/node_failure {nodes=\"n2\",released=1}"));
+  sim.Requeued(true);
+  EXPECT_TRUE(sim.LastHas("exclude dead=[n2] faulty=[] released"));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+TEST(JobPolicyTraining, AFailedStepNobodyDeclaredIsConfirmedByHeartbeat) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(1);
+  EXPECT_EQ(sim.last.rule, "step.confirm");
+  EXPECT_TRUE(sim.LastHas("confirm_death [n1 n2]"));
+  sim.Confirmed("n2");
+  EXPECT_EQ(sim.last.rule, "step.confirmed_dead");
+  EXPECT_TRUE(sim.LastHas("record step_failed/node_failure {node=\"n2\""));
+  EXPECT_TRUE(sim.LastHas("release [n2]"));
+}
+
+// ---- spares ---------------------------------------------------------------------------------
+
+// 3 nodes, n1 the spare (and batch host): ranks 0,1 on n2, 2,3 on n3. n3 dies: its ranks go to
+// n1, ranks 0,1 stay on n2; a second death with no spare left requeues.
+TEST(JobPolicySpares, ASpareTakesTheDeadNodesRanksAndSurvivorsKeepTheirs) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"}, 0, {"n1"});
+  EXPECT_TRUE(sim.LastHas("launching /bin/ftrain train on 4 ranks: n2 n2 n3 n3"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n2 n3] hosts=[n2 n2 n3 n3] watch=[n2 n3]"));
+  sim.Declared("n3");
+  EXPECT_TRUE(sim.LastHas("release [n3]"));
+  sim.StepExit(1);
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2"});
+  EXPECT_EQ(sim.last.rule, "step.dead_replaced");
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/node_failure {node=\"n3\",spare=\"n1\","
+                  "spares_left=0,replacement=1,detected="));
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n2]"));
+  EXPECT_TRUE(sim.LastHas("launching /bin/ftrain train on 4 ranks: n2 n2 n1 n1"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n2 n1] hosts=[n2 n2 n1 n1] overlap"));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  // The second death: no spare left.
+  sim.StepExit(1);
+  sim.Confirmed("");
+  sim.NodesInJob({"n1"});
+  EXPECT_EQ(sim.last.rule, "step.dead_no_spare_left");
+  EXPECT_TRUE(sim.LastHas("training node n2 failed (step exit 1) and no spare is left"));
+  EXPECT_TRUE(sim.LastHas("release [n3]")) << sim.Text();  // the declared one: excluded
+}
+
+TEST(JobPolicySpares, ALostIdleSpareIsDroppedWhileTheRanksTrain) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.t += 1;
+  sim.Tick();
+  EXPECT_TRUE(sim.last.actions.empty());
+  sim.t += 5;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "train.spare_check");
+  EXPECT_EQ(sim.Text(), "query_nodes_in_job\n");
+  sim.NodesInJob({"n1", "n2"});
+  EXPECT_EQ(sim.last.rule, "train.spare_lost");
+  EXPECT_TRUE(sim.LastHas("log spare node n3 is gone (while the ranks train)"));
+  EXPECT_TRUE(sim.LastHas("record spare_lost/node_failure {node=\"n3\"}"));
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n2]"));
+  // slurmctld not answering is no news: nothing dropped.
+  sim.t += 6;
+  sim.Tick();
+  sim.NodesInJob({}, false);
+  EXPECT_TRUE(sim.last.actions.empty());
+}
+
+TEST(JobPolicySpares, AnUnansweringNodeIsWaitedForUntilSlurmTakesItOut) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"}, 0, {"n1"});
+  sim.StepExit(1);
+  EXPECT_EQ(sim.last.rule, "step.find_dead");  // detection off: no confirmation
+  sim.NodesInJob({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.probe");
+  EXPECT_TRUE(sim.LastHas("probe_health [n2 n3]"));
+  sim.Health(false);
+  EXPECT_EQ(sim.last.rule, "step.unhealthy_spares");
+  sim.t += 1;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "healthpoll.look");
+  sim.NodesInJob({"n1", "n2"});
+  EXPECT_EQ(sim.last.rule, "healthpoll.found");
+  EXPECT_TRUE(sim.LastHas("record restarted/node_failure {node=\"n3\",spare=\"n1\""));
+  EXPECT_TRUE(sim.LastHas("detected_by=\"slurm\""));
+}
+
+TEST(JobPolicySpares, NoNodeTakenOutWithinTheHealthWaitRequeues) {
+  Sim sim(NoPreflight(
+      {{"FTRAIN_SPARE_NODES", "2"}, {"FTRAIN_DETECT", "0"}, {"FTRAIN_HEALTH_WAIT_S", "3"}}));
+  sim.StartTraining({"n1", "n2", "n3", "n4"}, 0, {"n1", "n4"});
+  sim.StepExit(1);
+  sim.NodesInJob({"n1", "n2", "n3", "n4"});
+  sim.Health(false);
+  sim.t += 1;
+  sim.Tick();
+  sim.NodesInJob({"n1", "n2", "n3"});  // the idle spare n4 went: dropped, no training node
+  EXPECT_EQ(sim.last.rule, "healthpoll.spare_lost");
+  sim.t += 3;
+  sim.Tick();
+  sim.NodesInJob({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "healthpoll.timeout");
+  EXPECT_TRUE(sim.LastHas("no node was taken out of the job within 3 s: requeueing job 42"));
+  EXPECT_TRUE(sim.LastHas("requeue"));
+}
+
+// ---- rank failures --------------------------------------------------------------------------
+
+TEST(JobPolicyRankFailure, RestartsInTheJobWithADoublingBackoffThenCountsAFailedStart) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining();
+  for (int i = 1; i <= 2; ++i) {
+    sim.StepExit(1);
+    EXPECT_EQ(sim.last.rule, "step.probe");
+    sim.Health(true);
+    EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+    const std::string backoff = i == 1 ? "5" : "10";
+    EXPECT_TRUE(sim.LastHas("with healthy nodes: in-job restart " + std::to_string(i) + "/2 in " +
+                            backoff + " s"));
+    EXPECT_TRUE(sim.LastHas(
+        "record restarted/rank_failure {@LOST@=,exit=1,injob=" + std::to_string(i) + "}"));
+    sim.t += std::stod(backoff) - 0.5;
+    sim.Tick();
+    EXPECT_TRUE(sim.last.actions.empty());
+    sim.t += 0.5;
+    sim.Tick();
+    EXPECT_EQ(sim.last.rule, "backoff.relaunch");
+  }
+  sim.StepExit(1);
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.count_failed_start");
+  Observation counted = Obs(K::kFailedStartCounted);
+  counted.count = 1;
+  counted.checkpoint = "step-00000020";
+  sim.On(counted);
+  EXPECT_EQ(sim.last.rule, "failed_start.requeue");
+  EXPECT_TRUE(
+      sim.LastHas("training step failed (exit 1) 2 times with healthy nodes: requeueing "
+                  "(failed start 1 of at most 3 with no newer checkpoint than "
+                  "step-00000020)"));
+  EXPECT_TRUE(sim.LastHas("record step_failed/rank_failure_requeue"));
+}
+
+TEST(JobPolicyRankFailure, AFailureEveryStartRepeatsFailsTheJob) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_MAX_INJOB_RESTARTS", "0"}}));
+  sim.StartTraining();
+  sim.StepExit(1);
+  sim.Health(true);
+  Observation counted = Obs(K::kFailedStartCounted);
+  counted.count = 3;
+  counted.checkpoint = "step-00000020";
+  sim.On(counted);
+  EXPECT_EQ(sim.last.rule, "failed_start.fail");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: the training step failed (exit 1) on healthy nodes in 3 starts "
+                  "in a row (1 tries each) with no checkpoint newer than step-00000020"));
+  EXPECT_TRUE(
+      sim.LastHas("record failed/rank_failure_repeated {@LOST@=,exit=1,failed_starts=3,"
+                  "checkpoint=\"step-00000020\"}"));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+// The list: USR1 during the back-off requeues at once.
+TEST(JobPolicyRankFailure, Usr1DuringTheBackoffRequeuesAtOnce) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_RESTART_BACKOFF_S", "60"}}));
+  sim.StartTraining();
+  sim.StepExit(1);
+  sim.Health(true);
+  sim.t += 1;
+  sim.Signal("USR1");
+  EXPECT_EQ(sim.last.rule, "stop.requeue_now");
+  EXPECT_TRUE(
+      sim.LastHas("USR1 arrived during the restart back-off: nothing new to checkpoint; "
+                  "requeueing job 42"));
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"the restart back-off\"}"));
+  EXPECT_TRUE(sim.LastHas("requeue"));
+}
+
+TEST(JobPolicyRankFailure, AConfigurationErrorFailsWithoutARestart) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(2, "dist.sharding: 'zero9' is not a sharding strategy");
+  EXPECT_EQ(sim.last.rule, "step.config_error");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: the trainer refused its configuration or input (exit 2): "
+                  "dist.sharding: 'zero9'"));
+  EXPECT_TRUE(sim.LastHas("record failed/config_error {exit=2}"));
+  EXPECT_FALSE(sim.LastHas("in-job restart"));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 2);
+}
+
+TEST(JobPolicyRankFailure, AnUnansweringNodeWithoutSparesWaitsForSlurmThenRequeues) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_HEALTH_WAIT_S", "30"}}));
+  sim.StartTraining();
+  sim.StepExit(1);
+  sim.Health(false);
+  EXPECT_EQ(sim.last.rule, "step.unhealthy");
+  EXPECT_TRUE(sim.LastHas("record step_failed/node_failure {@LOST@=,exit=1}"));
+  sim.t += 29;
+  sim.Tick();
+  EXPECT_TRUE(sim.last.actions.empty());
+  sim.t += 1;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "healthwait.timeout");
+  EXPECT_TRUE(sim.LastHas("Slurm did not requeue within 30 s: requeueing job 42"));
+
+  Sim usr1(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  usr1.StartTraining();
+  usr1.StepExit(1);
+  usr1.Health(false);
+  usr1.Signal("USR1");
+  EXPECT_TRUE(usr1.LastHas("{during=\"the wait for a node failure\"}"));
+}
+
+// Hole 10: a rank failure that repeats in a start is localised (pre-flight on); a bad node is
+// excluded (no spare) or replaced by a spare.
+TEST(JobPolicyRankFailure, ARepeatedFaultOnALiveNodeIsLocalisedAndTheNodeReplaced) {
+  Sim sim(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_SPARE_NODES", "1"}});
+  sim.StartTraining({"n1", "n2", "n3"}, 0, {"n3"});
+  sim.StepExit(1);
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t += 5;
+  sim.Tick();
+  sim.StepExit(1);
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.localise");
+  EXPECT_TRUE(sim.LastHas("localise [n1 n2]"));
+  Observation loc = Obs(K::kLocalised);
+  loc.nodes = {"n2"};
+  sim.On(loc);
+  EXPECT_EQ(sim.last.rule, "localise.replaced");
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  // Every node passes alone: the rank-failure path goes on as before.
+  Sim clean(Env{{"FTRAIN_DETECT", "0"}});
+  clean.StartTraining();
+  clean.StepExit(1);
+  clean.Health(true);
+  clean.t += 5;
+  clean.Tick();
+  clean.StepExit(1);
+  clean.Health(true);
+  EXPECT_EQ(clean.last.rule, "step.localise");
+  clean.On(Obs(K::kLocalised));
+  EXPECT_EQ(clean.last.rule, "step.rank_failure_restart");
+}
+
+TEST(JobPolicyFinish, AFinishedStepStopsTheAgentsAndExitsZero) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(0);
+  EXPECT_EQ(sim.last.rule, "step.finished");
+  EXPECT_EQ(sim.Text(),
+            "log training finished\nrecord finished/complete\nlast_stop complete\nstop_agents\n");
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.last.rule, "end.exit");
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+// ---- the dry run ----------------------------------------------------------------------------
+
+TEST(JobPolicyDryRun, ARecordedSequencePrintsEveryDecision) {
+  std::ifstream in(std::string(FTRAIN_SOURCE_DIR) + "/tests/fixtures/job_dry_run.txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_FALSE(text.str().empty());
+  std::ostringstream out;
+  Status s = DryRun(text.str(), out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const std::string o = out.str();
+  for (const std::string want :
+       {"-> start.lease [lease]", "-> agents.ready [training]",
+        "launch nodes=[node2 node3] hosts=[node2 node2 node3 node3] watch=[node2 node3]",
+        "-> train.declared [training]", "-> step.find_dead [finding_dead]",
+        "-> step.dead_replaced [training]",
+        "launch nodes=[node2 node1] hosts=[node2 node2 node1 node1] overlap",
+        "-> train.usr1 [stopping]", "-> step.stopped [requeueing]", "-> end.requeued [draining]",
+        "-> end.exit [done]", "exit 0"}) {
+    EXPECT_NE(o.find(want), std::string::npos) << want << "\n" << o;
+  }
+  std::ostringstream bad;
+  Status b = DryRun("0 started job=42\n1 teleport node=x\n", bad);
+  EXPECT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("line 2: '1 teleport node=x': unknown kind 'teleport'"),
+            std::string::npos)
+      << b.message();
+}
+
+// ---- the table ------------------------------------------------------------------------------
+
+TEST(JobPolicyTable, RuleIdsAreUniqueAndEveryDecisionNamesOne) {
+  std::set<std::string> ids;
+  for (const auto& r : kRules) EXPECT_TRUE(ids.insert(r.id).second) << r.id;
+  for (const auto& f : Fired()) EXPECT_TRUE(ids.count(f)) << "rule '" << f << "' not in kRules";
+}
+
+// Every rule of the table fired in some test of this binary (checked after all of them ran).
+class EveryRuleFired : public ::testing::Environment {
+ public:
+  void TearDown() override {
+#ifdef GTEST_FLAG_GET
+    const std::string filter = GTEST_FLAG_GET(filter);
+#else
+    const std::string filter = ::testing::GTEST_FLAG(filter);
+#endif
+    if (filter != "*") return;  // a partial run proves nothing
+    for (const auto& r : kRules) {
+      EXPECT_TRUE(Fired().count(r.id)) << "rule '" << r.id << "' fired in no test";
+    }
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EveryRuleFired);
+
+}  // namespace
+}  // namespace ftrain::orch

@@ -1,0 +1,148 @@
+// The run lease (orch/lease.h) on a real directory: two jobs never hold one run (hole 7), an
+// earlier start of the same job and a dead holder are taken over, a watcher's hand-off goes to
+// the new job only, a superseded job knows it, a renewal after a take-over fails, and racing
+// takers get one epoch each. The fence is the epoch, not a clock: a checkpoint generation of a
+// later epoch is newer whatever the nodes' clocks say. Files in a temp dir, milliseconds.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "ckpt/store.h"
+#include "orch/lease.h"
+#include "test_util.h"
+
+namespace ftrain::orch {
+namespace {
+
+using ftrain::testing::TempDir;
+
+LeaseHolder Job(const std::string& job, int restart = 0, const std::string& from = "") {
+  LeaseHolder h;
+  h.job = job;
+  h.restart = restart;
+  h.host = "n1";
+  h.from = from;
+  return h;
+}
+
+JobAlive Running(std::set<std::string> running) {
+  return
+      [running](const std::string& job) -> std::optional<bool> { return running.count(job) > 0; };
+}
+
+class Lease : public ::testing::Test {
+ protected:
+  TempDir tmp_;
+  RunLease lease_{tmp_.path() + "/.lease", tmp_.path() + "/.lease.d"};
+};
+
+TEST_F(Lease, TheFirstJobTakesItAndAnotherLiveJobIsRefused) {
+  auto a = lease_.Acquire(Job("42"), Running({"42", "43"}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->ok);
+  EXPECT_EQ(a->holder.epoch, 1);
+  auto b = lease_.Acquire(Job("43"), Running({"42", "43"}));
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->ok);
+  EXPECT_EQ(b->holder.job, "42");
+  EXPECT_FALSE(b->superseded);
+  EXPECT_TRUE(*lease_.Holds(a->holder));
+}
+
+TEST_F(Lease, ADeadHolderOrAnEarlierStartOfTheSameJobIsTakenOver) {
+  auto a = lease_.Acquire(Job("42"), Running({}));
+  auto requeued = lease_.Acquire(Job("42", 1), Running({"42"}));
+  ASSERT_TRUE(requeued.ok() && requeued->ok);
+  EXPECT_EQ(requeued->holder.epoch, 2);
+  EXPECT_FALSE(*lease_.Holds(a->holder));               // the old start is fenced out
+  auto other = lease_.Acquire(Job("43"), Running({}));  // 42 pending or ended
+  ASSERT_TRUE(other.ok() && other->ok);
+  EXPECT_EQ(other->holder.epoch, 3);
+}
+
+TEST_F(Lease, SlurmNotAnsweringIsNotATakeOver) {
+  ASSERT_TRUE(lease_.Acquire(Job("42"), Running({"42"}))->ok);
+  auto b = lease_.Acquire(Job("43"), [](const std::string&) { return std::optional<bool>(); });
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->ok);
+  EXPECT_TRUE(b->unknown);
+}
+
+// A watcher takes the run over from its dead batch host, submits the job again and hands the
+// run to the new job; Slurm's own requeue of the old job then finds itself superseded.
+TEST_F(Lease, AWatchersHandOffGoesToTheNewJobOnly) {
+  auto controller = lease_.Acquire(Job("42"), Running({"42"}));
+  LeaseHolder w = Job("42");
+  w.role = "watcher";
+  w.host = "n3";
+  auto watcher = lease_.Acquire(w, Running({"42"}));
+  ASSERT_TRUE(watcher->ok);
+  EXPECT_FALSE(*lease_.Holds(controller->holder));  // the batch host is fenced out
+  ASSERT_TRUE(lease_.HandOff(watcher->holder, "4242").ok());
+  // A stranger does not get it while the new job may still start (it runs: it is the holder).
+  auto stranger = lease_.Acquire(Job("43"), Running({"4242", "42"}));
+  EXPECT_FALSE(stranger->ok);
+  auto old_requeued = lease_.Acquire(Job("42", 1), Running({"4242"}));
+  EXPECT_FALSE(old_requeued->ok);
+  EXPECT_TRUE(old_requeued->superseded);
+  auto fresh = lease_.Acquire(Job("4242", 0, "42"), Running({"42"}));
+  ASSERT_TRUE(fresh->ok);
+  auto old_again = lease_.Acquire(Job("42", 1), Running({"4242"}));
+  EXPECT_FALSE(old_again->ok);
+  EXPECT_TRUE(old_again->superseded);
+}
+
+TEST_F(Lease, RenewalGivesANewEpochAndFailsOnceSomeoneTookTheRun) {
+  auto a = lease_.Acquire(Job("42"), Running({"42"}));
+  auto r = lease_.Renew(a->holder);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->epoch, 2);
+  auto b = lease_.Acquire(Job("42", 1), Running({"42"}));
+  ASSERT_TRUE(b->ok);
+  auto late = lease_.Renew(*r);
+  EXPECT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("taken over by job 42"), std::string::npos);
+}
+
+TEST_F(Lease, RacingTakersGetOneEpochEach) {
+  std::vector<std::thread> threads;
+  std::atomic<int> won{0};
+  std::vector<int64_t> epochs(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = lease_.Acquire(Job("42", i), Running({"42"}));
+      if (r.ok() && r->ok) {
+        ++won;
+        epochs[i] = r->holder.epoch;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int64_t> distinct(epochs.begin(), epochs.end());
+  distinct.erase(0);
+  EXPECT_EQ(static_cast<int>(distinct.size()), won.load());
+  auto cur = lease_.Current();
+  ASSERT_TRUE(cur.ok() && cur->has_value());
+  EXPECT_EQ((*cur)->epoch, static_cast<int64_t>(won.load()));
+}
+
+// Hole 7: the fence is the lease's epoch. A generation of a later epoch is newer than any of an
+// earlier one and than any clock-made one, whatever the clocks of the nodes say.
+TEST(Fence, GenerationsFollowTheLeaseEpochNotAClock) {
+  setenv("FTRAIN_FENCE_EPOCH", "7", 1);
+  const std::string seven = ckpt::NewGeneration();
+  setenv("FTRAIN_FENCE_EPOCH", "12", 1);
+  const std::string twelve = ckpt::NewGeneration();
+  unsetenv("FTRAIN_FENCE_EPOCH");
+  const std::string clock = ckpt::NewGeneration();  // outside a job: the old clock-made form
+  EXPECT_EQ(seven.substr(0, 16), "e000000000000007");
+  EXPECT_LT(seven, twelve);
+  EXPECT_LT(clock, seven);   // a fenced start always wins over an unfenced one
+  EXPECT_NE(clock[0], 'e');  // (its random hex part may hold an e)
+}
+
+}  // namespace
+}  // namespace ftrain::orch

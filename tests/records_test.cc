@@ -1,0 +1,132 @@
+// RUN/restarts.jsonl's one schema (records/restarts.h), on real files: records are properly
+// escaped JSON in the former layout, every host writes its own spool, the lease holder's merge
+// is the time-ordered union (written by rename: never a torn file), and a reader skips and
+// reports a torn or malformed line instead of failing (hole 9). Files in a temp dir.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "records/json_lines.h"
+#include "records/restarts.h"
+#include "test_util.h"
+
+namespace ftrain::records {
+namespace {
+
+using ftrain::testing::ReadFile;
+using ftrain::testing::TempDir;
+
+RestartRecord Rec(double time, const std::string& event, std::vector<Field> f = {}) {
+  RestartRecord r;
+  r.time = time;
+  r.job = "42";
+  r.event = event;
+  r.cause = "node_failure";
+  r.fields = std::move(f);
+  return r;
+}
+
+TEST(Encode, TheFormerLayoutWithEveryValueEscaped) {
+  RestartRecord r =
+      Rec(1700000000.25, "step_failed",
+          {Str("node", "n1"), Bool("batch_host", true), Int("exit", 137), Num("lost_s", 12.3456, 3),
+           Raw("probe_s", "0.01"), Str("evidence", "said \"no\"\\ at\nonce\x01")});
+  const std::string line = EncodeLine(r);
+  EXPECT_EQ(line,
+            "{\"time\":1700000000.250000,\"job\":\"42\",\"restart_count\":0,"
+            "\"event\":\"step_failed\",\"cause\":\"node_failure\",\"node\":\"n1\","
+            "\"batch_host\":true,\"exit\":137,\"lost_s\":12.346,\"probe_s\":0.01,"
+            "\"evidence\":\"said \\\"no\\\"\\\\ at\\nonce\\u0001\"}");
+  auto j = nlohmann::json::parse(line);  // the real parser agrees
+  EXPECT_EQ(j["evidence"], "said \"no\"\\ at\nonce\x01");
+  EXPECT_EQ(Num("x", 1.0 / 0.0, 3).json, "null");
+}
+
+class Spools : public ::testing::Test {
+ protected:
+  TempDir tmp_;
+  RunLayout layout_{tmp_.path()};
+};
+
+TEST_F(Spools, EveryHostWritesItsOwnSpoolAndTheMergeIsTheOrderedUnion) {
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(3, "restarted"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n2", EncodeLine(Rec(1, "step_failed"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "heartbeat_late"))).ok());
+  EXPECT_EQ(ReadFile(layout_.restarts()), "");  // nobody merged yet
+  auto m = ReadMerged(layout_);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->lines.size(), 3u);  // a reader sees the spools all the same
+  EXPECT_EQ(m->lines[0].json["event"], "step_failed");
+  auto added = MergeSpools(layout_);
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(*added, 3);
+  EXPECT_EQ(*MergeSpools(layout_), 0);  // nothing new: nothing rewritten
+  const std::string merged = ReadFile(layout_.restarts());
+  EXPECT_LT(merged.find("step_failed"), merged.find("heartbeat_late"));
+  EXPECT_LT(merged.find("heartbeat_late"), merged.find("restarted"));
+  // The merged file and the spools together: still three records, no duplicates.
+  EXPECT_EQ(ReadMerged(layout_)->lines.size(), 3u);
+  SpoolMerger merger(layout_);
+  EXPECT_EQ(*merger.MaybeMerge(), 0);
+  ASSERT_TRUE(AppendToSpool(layout_, "n3", EncodeLine(Rec(4, "resumed"))).ok());
+  EXPECT_EQ(*merger.MaybeMerge(), 1);
+}
+
+// Hole 9: a torn line (a crash mid-append) or garbage is skipped and reported, never fatal.
+TEST_F(Spools, ATornOrMalformedLineIsSkippedAndReported) {
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started"))).ok());
+  {
+    std::ofstream out(layout_.restarts_spool("n1"), std::ios::app);
+    out << "{\"time\":2,\"event\":\"step_fai\n"
+        << EncodeLine(Rec(3, "restarted")) << "\n"
+        << "{\"time\":4,\"eve";  // cut mid-append
+  }
+  auto m = ReadMerged(layout_);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->lines.size(), 2u);
+  ASSERT_EQ(m->warnings.size(), 2u);
+  EXPECT_NE(m->warnings[0].find("restarts-n1.jsonl:2: not a record"), std::string::npos)
+      << m->warnings[0];
+  EXPECT_NE(m->warnings[1].find("restarts-n1.jsonl:4: incomplete last line"), std::string::npos);
+  ASSERT_TRUE(MergeSpools(layout_).ok());
+  EXPECT_EQ(ReadFile(layout_.restarts()).find("step_fai"), std::string::npos);
+}
+
+TEST_F(Spools, UnderTheControllerTheTrainerWritesItsNodesSpool) {
+  setenv("FTRAIN_RECORDS_SPOOL", "1", 1);
+  setenv("SLURMD_NODENAME", "n7", 1);
+  ASSERT_TRUE(AppendForThisProcess(layout_, EncodeLine(Rec(1, "resumed"))).ok());
+  unsetenv("FTRAIN_RECORDS_SPOOL");
+  ASSERT_TRUE(AppendForThisProcess(layout_, EncodeLine(Rec(2, "fell_back"))).ok());
+  unsetenv("SLURMD_NODENAME");
+  EXPECT_NE(ReadFile(layout_.restarts_spool("n7")).find("resumed"), std::string::npos);
+  EXPECT_NE(ReadFile(layout_.restarts()).find("fell_back"), std::string::npos);  // on its own
+}
+
+TEST_F(Spools, ALinkInPlaceOfASpoolIsNotFollowed) {
+  const std::string victim = tmp_.path() + "/victim";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started"))).ok());
+  ASSERT_EQ(unlink(layout_.restarts_spool("n1").c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), layout_.restarts_spool("n1").c_str()), 0);
+  Status s = AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "restarted")));
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+// metrics.jsonl and restarts.jsonl are appended by the same call: a link someone put in the
+// shared run directory in place of either is refused, not written through (hole 8).
+TEST_F(Spools, ALinkInPlaceOfARecordFileIsNotFollowed) {
+  const std::string victim = tmp_.path() + "/victim";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_EQ(symlink(victim.c_str(), layout_.metrics().c_str()), 0);
+  Status s = AppendJsonLine(layout_.metrics(), "{\"step\":1}");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+}  // namespace
+}  // namespace ftrain::records

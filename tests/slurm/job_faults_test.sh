@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# job_faults_test.sh - the job controller (slurm/train.sh -> `ftrain job`) against stand-in Slurm
+# commands that fail the way a busy real cluster's do, without a cluster (FTRAIN_CKPTD=0,
+# FTRAIN_PREFLIGHT=0: the controller, the requeue, the records, the lease):
+#   failonce:  the ranks stop on request (exit 75) and `scontrol requeue` fails once without
+#              acting: retried, verified, requeued exactly once, the job ends 0;
+#   neverlands: every `scontrol requeue` fails: the job ends 1 (FAILED, never COMPLETED, so
+#              afterok dependents never start), with a failed/requeue_failed record;
+#   cancelled: a TERM while slurmctld reports the job cancelled: no requeue (Slurm 22.05 would
+#              run a cancelled COMPLETING job again), a stopped/cancelled record;
+#   twojobs:   a second job on the same run directory while the first runs (a user's second
+#              sbatch): it refuses to train (exit 1, refused/lease_held), never starts a step.
+# Exit 0 pass, 1 fail.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FTRAIN_BIN="${FTRAIN_BIN:-${REPO}/build/bin/ftrain}"
+[[ -x "${FTRAIN_BIN}" ]] || { echo "job_faults_test: no ${FTRAIN_BIN}; build first" >&2; exit 1; }
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-job-faults.XXXXXX")"
+BG=()
+cleanup() {
+  local rc=$?
+  ((${#BG[@]} == 0)) || kill "${BG[@]}" 2>/dev/null || true
+  if ((rc == 0)); then rm -rf "${WORK}"; else echo "kept ${WORK}" >&2; fi
+}
+trap cleanup EXIT
+log() { echo "[$(date '+%T')] job_faults_test: $*"; }
+fail() { echo "job_faults_test: FAIL: $*" >&2; exit 1; }
+
+mkdir -p "${WORK}/bin"
+# srun: the training step exits STUB_STEP_RC (after STUB_STEP_S seconds); it records its call.
+cat >"${WORK}/bin/srun" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"${STUB_STATE}/srun_calls"
+[[ "${STUB_STEP_S:-0}" == 0 ]] || exec sleep "${STUB_STEP_S}"
+exit "${STUB_STEP_RC:-0}"
+EOF
+# scontrol: requeue as REQUEUE_MODE says (the restart count in a file, as slurmctld keeps it);
+# show job: that count and STUB_JOB_STATE/STUB_REASON; hostnames.
+cat >"${WORK}/bin/scontrol" <<'EOF'
+#!/usr/bin/env bash
+s="${STUB_STATE}"
+case "$*" in
+  "show hostnames "*) tr ',' '\n' <<<"$3" ;;
+  "requeue "*)
+    n=$(($(cat "$s/requeue_calls" 2>/dev/null || echo 0) + 1)); echo "${n}" >"$s/requeue_calls"
+    case "${REQUEUE_MODE:-ok}:${n}" in
+      fail_once:1 | never:*) echo "slurm_requeue error: Socket timed out on send/recv operation" >&2; exit 1 ;;
+    esac
+    echo $(($(cat "$s/restarts" 2>/dev/null || echo 0) + 1)) >"$s/restarts" ;;
+  "-o show job "*)
+    echo "JobId=$4 JobState=${STUB_JOB_STATE:-RUNNING} Reason=${STUB_REASON:-None} Restarts=$(cat "$s/restarts" 2>/dev/null || echo 0)" ;;
+  *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
+esac
+EOF
+chmod +x "${WORK}/bin/"*
+
+# start NAME JOB [ENV=VALUE...]: train.sh as job JOB's first start on node1, run dir WORK/run
+# (shared by the scenarios that share NAME's run), in the background; sets PID.
+start() {
+  local name="$1" job="$2"
+  shift 2
+  mkdir -p "${WORK}/${name}/state"
+  env -i PATH="${WORK}/bin:${PATH}" HOME="${HOME:-/tmp}" STUB_STATE="${WORK}/${name}/state" \
+    SLURM_JOB_ID="${job}" SLURM_JOB_NODELIST=node1 SLURMD_NODENAME=node1 FTRAIN_CKPTD=0 \
+    FTRAIN_PREFLIGHT=0 FTRAIN_HOME="${REPO}" FTRAIN_BIN="${FTRAIN_BIN}" \
+    FTRAIN_CONFIG="${REPO}/configs/tiny.cfg" FTRAIN_RUN_DIR="${WORK}/${RUN:-${name}}/run" \
+    FTRAIN_DATA=/nonexistent "$@" bash "${REPO}/slurm/train.sh" >"${WORK}/${name}/out" 2>&1 &
+  PID=$!
+}
+finish() {  # finish NAME: waits for the start; sets RC
+  RC=0
+  wait "${PID}" || RC=$?
+}
+records() { cat "${WORK}/$1/run/restarts.jsonl" "${WORK}/$1/run/.records/"*.jsonl 2>/dev/null | sort -u || true; }
+count() { cat "${WORK}/$1/state/$2" 2>/dev/null || echo 0; }
+
+start failonce 42 STUB_STEP_RC=75 REQUEUE_MODE=fail_once
+finish failonce
+((RC == 0)) || fail "failonce: exit ${RC}, not 0: $(cat "${WORK}/failonce/out")"
+(($(count failonce requeue_calls) == 2 && $(count failonce restarts) == 1)) ||
+  fail "failonce: $(count failonce requeue_calls) requeue calls, restart count $(count failonce restarts): not retried once, requeued once"
+grep -q '"event":"stopped","cause":"preempted"' <<<"$(records failonce)" || fail "failonce: no stopped record"
+grep -q '"event":"failed"' <<<"$(records failonce)" && fail "failonce: a failed record: $(records failonce)"
+log "failonce: requeue failed once, retried, verified: requeued exactly once, exit 0"
+
+start neverlands 42 STUB_STEP_RC=75 REQUEUE_MODE=never
+finish neverlands
+((RC == 1)) || fail "neverlands: exit ${RC}, not 1 (a job whose requeue never landed must not end COMPLETED)"
+grep -q "FAILED: could not requeue job 42" "${WORK}/neverlands/out" || fail "neverlands: no FAILED line: $(cat "${WORK}/neverlands/out")"
+grep -q '"event":"failed","cause":"requeue_failed"' <<<"$(records neverlands)" ||
+  fail "neverlands: no failed/requeue_failed record: $(records neverlands)"
+log "neverlands: $(count neverlands requeue_calls) failed requeues -> exit 1 (FAILED), recorded"
+
+start cancelled 42 STUB_STEP_S=60 STUB_JOB_STATE=COMPLETING STUB_REASON=None
+until [[ -s "${WORK}/cancelled/state/srun_calls" ]]; do sleep 0.1; done
+kill -TERM "${PID}"
+finish cancelled
+((RC == 0)) || fail "cancelled: exit ${RC}"
+(($(count cancelled requeue_calls) == 0)) || fail "cancelled: a cancelled job was requeued"
+grep -q '"event":"stopped","cause":"cancelled"' <<<"$(records cancelled)" ||
+  fail "cancelled: no stopped/cancelled record: $(records cancelled)"
+log "cancelled: TERM of a cancelled job: no requeue, recorded"
+
+# twojobs: job 42 trains (a long step, slurmctld says RUNNING); job 43 starts on the same run.
+RUN=twojobs start twojobs 42 STUB_STEP_S=60
+first="${PID}"
+BG+=("${first}")
+until [[ -s "${WORK}/twojobs/state/srun_calls" ]]; do sleep 0.1; done
+RUN=twojobs start second 43
+finish second
+((RC == 1)) || fail "twojobs: the second job exited ${RC}, not 1: $(cat "${WORK}/second/out")"
+[[ ! -e "${WORK}/second/state/srun_calls" ]] || fail "twojobs: the second job started a step"
+grep -q "FAILED: run .* is trained by job 42" "${WORK}/second/out" || fail "twojobs: no refusal naming job 42: $(cat "${WORK}/second/out")"
+grep -q '"job":"43",.*"event":"refused","cause":"lease_held"' <<<"$(records twojobs)" ||
+  fail "twojobs: no refused/lease_held record: $(records twojobs)"
+kill -TERM "${first}" 2>/dev/null || true
+wait "${first}" 2>/dev/null || true  # it writes its stop record: before the work dir goes
+BG=()
+log "twojobs: a second job on a run held by a running one refused to train"
+log "PASS"
