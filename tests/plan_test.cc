@@ -1136,7 +1136,8 @@ TEST(MemoryFit, EachSuggestionIsCheckedByThePlanner) {
   in.device_bytes = 1'000'000'000ULL;
   s = CheckMemoryFit(in);
   ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
-  EXPECT_NE(s.message().find("nothing fits, not even full_shard"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("nothing fits, not even full_shard"), std::string::npos)
+      << s.message();
 }
 
 }  // namespace
