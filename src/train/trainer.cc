@@ -274,6 +274,7 @@ struct Run {
   std::vector<std::string> hosts;    // every rank's host (GatherHosts), for the SDC records
   bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
   ReplicaPlace place;                // this rank's shard, for the replica check
+  bool sdc_timed = false;            // the first check's time was logged
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -478,8 +479,14 @@ void StartSdcCheck(Run* run) {
 StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
   if (!run.sdc_check) return false;
   if (step % run.cfg.guard.sdc_every_steps != 0 && !disk_due) return false;
+  const auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(SdcVerdict v,
                       CheckReplicas(*run.engine, run.ctx->control(), run.place, run.hosts));
+  if (run.leader && !run.sdc_timed) {  // what a check costs, once (docs/performance.md)
+    run.sdc_timed = true;
+    FT_LOG(Info) << "guard: replica check after step " << step << " took "
+                 << Seconds(t0, Clock::now()) * 1e3 << " ms (hash + gather)";
+  }
   if (v.ok) return false;
   FT_LOG(Error) << "guard: silent data corruption after step " << step
                 << ": replicas of a master shard hold different bits: " << v.summary
