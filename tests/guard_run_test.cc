@@ -203,8 +203,9 @@ TEST_F(GuardRunTest, SdcBitflipInHybridShardStopsTheRunNamesBothReplicasAndResta
   auto a = Train(run, hybrid + " --guard.sdc_every_steps=3", "FTRAIN_FAULT=bitflip@7:3");
   ASSERT_EQ(a.exit_code, 77) << a.output;
   EXPECT_TRUE(Contains(a.output, "silent data corruption after step 9")) << a.output;
-  EXPECT_TRUE(Contains(a.output, "rank 3 (node 1, host ")) << a.output;
-  EXPECT_TRUE(Contains(a.output, "rank 1 (node 0, host ")) << a.output;
+  // `ftrain launch --nodes 2` names its nodes launch-node0 and launch-node1.
+  EXPECT_TRUE(Contains(a.output, "rank 3 (node 1, host launch-node1)")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "rank 1 (node 0, host launch-node0)")) << a.output;
   EXPECT_EQ(Records(run).size(), 8u) << "step 9 must not be recorded";
   EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/step-00000010"));
   const auto sdc = SdcRecords(run);
@@ -219,7 +220,8 @@ TEST_F(GuardRunTest, SdcBitflipInHybridShardStopsTheRunNamesBothReplicasAndResta
   EXPECT_EQ(q[1]["node"], 1);
   EXPECT_EQ(q[1]["step"], 9);
   EXPECT_EQ(q[1]["cause"], "sdc");
-  EXPECT_FALSE(q[1]["host"].get<std::string>().empty());
+  EXPECT_EQ(q[1]["host"], "launch-node1");
+  EXPECT_EQ(sdc[0]["hosts"], nlohmann::json::array({"launch-node0", "launch-node1"}));
 
   auto again = Train(run, hybrid + " --guard.sdc_every_steps=3");  // the job's restart
   ASSERT_EQ(again.exit_code, 0) << again.output;
@@ -243,7 +245,7 @@ TEST_F(GuardRunTest, SdcBitflipInNoShardIsNamedByMajorityBeforeTheCheckpoint) {
       Train(run, "--dist.sharding=no_shard --guard.sdc_every_steps=7", "FTRAIN_FAULT=bitflip@5:0");
   ASSERT_EQ(a.exit_code, 77) << a.output;
   EXPECT_TRUE(Contains(a.output, "silent data corruption after step 5")) << a.output;
-  EXPECT_TRUE(Contains(a.output, "rank 0 (node 0, host ")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "rank 0 (node 0, host launch-node0)")) << a.output;
   EXPECT_TRUE(Contains(a.output, "disagrees with the majority of 4 replicas")) << a.output;
   EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/step-00000005"))
       << "a corrupted shard committed";

@@ -384,9 +384,13 @@ TEST(ReportCliTest, QuarantinedNodesAreShown) {
             "{\"time\":" + std::to_string(kT0 + 200) +
                 ",\"host\":\"gpu-b\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
                 "\"cause\":\"sdc\",\"by_majority\":true}\n");
+  std::ofstream(dir + "/restarts.jsonl", std::ios::app)
+      << Event(kT0 + 200, "sdc", "sdc", "\"step\":9,\"detail\":\"rank 3 (node 1) disagrees\"");
   auto r = RunCli({dir});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("quarantined (RUN/quarantine.jsonl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sdc (sdc), job 1001: rank 3 (node 1) disagrees\n"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("(+00:03:20)  host gpu-b (node 1, rank 3), after step 9, sdc: outvoted "
                        "by its replicas\n"),
             std::string::npos)

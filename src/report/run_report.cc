@@ -50,6 +50,9 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     std::string why;
     FT_RETURN_IF_ERROR(ReadField(j, "memory_fallback", false, where, &why));
     if (!why.empty()) e.detail += "; memory tier fell back to disk: " + why;
+  } else if (e.event == "sdc") {
+    // The trainer's replica check (train/sdc_check.h): who disagreed, in words.
+    FT_RETURN_IF_ERROR(ReadField(j, "detail", false, where, &e.detail));
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
     // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).
