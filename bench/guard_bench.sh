@@ -9,7 +9,8 @@
 # rank a replica), with each arm's mean step time and its ratio to the off arm's.
 # usage: bench/guard_bench.sh [BIN_DIR]   (default: build/bin)
 #   FTRAIN_GUARD_BENCH_CONFIG (configs/small.cfg), _SEQ_LEN (256), _NPROC (2), _STEPS (16),
-#   _ROUNDS (3), _DEVICE (cpu | cuda), _EVERY (checkpoint every N steps, 4), _SDC (0 | 1)
+#   _ROUNDS (3), _DEVICE (cpu | cuda), _EVERY (checkpoint every N steps, 4), _SDC (0 | 1),
+#   _VOCAB (tokenizer size, 2000; configs/tiny.cfg needs 512)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +23,7 @@ ROUNDS="${FTRAIN_GUARD_BENCH_ROUNDS:-3}"
 DEVICE="${FTRAIN_GUARD_BENCH_DEVICE:-cpu}"
 EVERY="${FTRAIN_GUARD_BENCH_EVERY:-4}"
 SDC="${FTRAIN_GUARD_BENCH_SDC:-0}"
-VOCAB=2000
+VOCAB="${FTRAIN_GUARD_BENCH_VOCAB:-2000}"  # the tokenizer packed: the config's vocab_size or less
 CORPUS=/usr/share/common-licenses
 WORK="$(mktemp -d /tmp/ftrain-guard-bench-XXXXXX)"
 trap 'rm -rf "${WORK}"' EXIT
@@ -62,6 +63,11 @@ else
     run_arm off "${round}" --guard.policy=off
     run_arm on "${round}" --guard.policy=skip --guard.spike_window=8
   done
+fi
+
+if [[ "${SDC}" == 1 ]]; then  # what one check cost (rank 0 logs its first), per run
+  grep -ho "replica check after step [0-9]* took [0-9.e+-]* ms" "${WORK}"/sdc_every_*.log |
+    sed 's/^/  /' || true
 fi
 
 python3 - "${WORK}" "${ROUNDS}" "${EVERY}" "${ARMS[@]}" <<'PY'
