@@ -4,9 +4,13 @@
 # that both see the same machine load. Prints each arm's median step time over every round's
 # steps (the first step of each run and checkpoint steps left out) and the relative
 # difference, and each arm's median checkpoint stall (the guard's finiteness scan is there).
+# With FTRAIN_GUARD_BENCH_SDC=1 the arms are instead the replica check for silent data
+# corruption (guard.sdc_every_steps) off, every step and every 10 steps, under no_shard (every
+# rank a replica), with each arm's mean step time and its ratio to the off arm's.
 # usage: bench/guard_bench.sh [BIN_DIR]   (default: build/bin)
 #   FTRAIN_GUARD_BENCH_CONFIG (configs/small.cfg), _SEQ_LEN (256), _NPROC (2), _STEPS (16),
-#   _ROUNDS (3), _DEVICE (cpu | cuda), _EVERY (checkpoint every N steps, 4)
+#   _ROUNDS (3), _DEVICE (cpu | cuda), _EVERY (checkpoint every N steps, 4), _SDC (0 | 1),
+#   _VOCAB (tokenizer size, 2000; configs/tiny.cfg needs 512)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +22,8 @@ STEPS="${FTRAIN_GUARD_BENCH_STEPS:-16}"
 ROUNDS="${FTRAIN_GUARD_BENCH_ROUNDS:-3}"
 DEVICE="${FTRAIN_GUARD_BENCH_DEVICE:-cpu}"
 EVERY="${FTRAIN_GUARD_BENCH_EVERY:-4}"
-VOCAB=2000
+SDC="${FTRAIN_GUARD_BENCH_SDC:-0}"
+VOCAB="${FTRAIN_GUARD_BENCH_VOCAB:-2000}"  # the tokenizer packed: the config's vocab_size or less
 CORPUS=/usr/share/common-licenses
 WORK="$(mktemp -d /tmp/ftrain-guard-bench-XXXXXX)"
 trap 'rm -rf "${WORK}"' EXIT
@@ -45,14 +50,30 @@ run_arm() {  # run_arm NAME ROUND ARGS...
     >"${run}.log" 2>&1 || { tail -20 "${run}.log" >&2; exit 1; }
 }
 
-for round in $(seq 1 "${ROUNDS}"); do
-  run_arm off "${round}" --guard.policy=off
-  run_arm on "${round}" --guard.policy=skip --guard.spike_window=8
-done
+if [[ "${SDC}" == 1 ]]; then
+  ARMS=(sdc_off sdc_every_1 sdc_every_10)
+  for round in $(seq 1 "${ROUNDS}"); do
+    run_arm sdc_off "${round}" --dist.sharding=no_shard --guard.sdc_every_steps=0
+    run_arm sdc_every_1 "${round}" --dist.sharding=no_shard --guard.sdc_every_steps=1
+    run_arm sdc_every_10 "${round}" --dist.sharding=no_shard --guard.sdc_every_steps=10
+  done
+else
+  ARMS=(off on)
+  for round in $(seq 1 "${ROUNDS}"); do
+    run_arm off "${round}" --guard.policy=off
+    run_arm on "${round}" --guard.policy=skip --guard.spike_window=8
+  done
+fi
 
-python3 - "${WORK}" "${ROUNDS}" "${EVERY}" <<'PY'
+if [[ "${SDC}" == 1 ]]; then  # what one check cost (rank 0 logs its first), per run
+  grep -ho "replica check after step [0-9]* took [0-9.e+-]* ms" "${WORK}"/sdc_every_*.log |
+    sed 's/^/  /' || true
+fi
+
+python3 - "${WORK}" "${ROUNDS}" "${EVERY}" "${ARMS[@]}" <<'PY'
 import json, statistics, sys
 work, rounds, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+arms = sys.argv[4:]
 def arm(name):
     steps, stalls = [], []
     for r in range(1, rounds + 1):
@@ -62,9 +83,18 @@ def arm(name):
                 stalls.append(rec["ckpt_stall_s"])
             elif rec.get("ckpt_stall_s", 0) == 0:
                 steps.append(rec["step_time_s"])
-    return statistics.median(steps), len(steps), statistics.median(stalls) if stalls else 0
-off, on = arm("off"), arm("on")
-print(f"guard off: step {off[0]*1e3:.2f} ms (median of {off[1]}), checkpoint stall {off[2]*1e3:.1f} ms")
-print(f"guard on:  step {on[0]*1e3:.2f} ms (median of {on[1]}), checkpoint stall {on[2]*1e3:.1f} ms")
-print(f"guard cost per step: {(on[0] / off[0] - 1) * 100:+.2f} %")
+    return (statistics.median(steps), len(steps), statistics.median(stalls) if stalls else 0,
+            statistics.mean(steps))
+if arms == ["off", "on"]:
+    off, on = arm("off"), arm("on")
+    print(f"guard off: step {off[0]*1e3:.2f} ms (median of {off[1]}), checkpoint stall {off[2]*1e3:.1f} ms")
+    print(f"guard on:  step {on[0]*1e3:.2f} ms (median of {on[1]}), checkpoint stall {on[2]*1e3:.1f} ms")
+    print(f"guard cost per step: {(on[0] / off[0] - 1) * 100:+.2f} %")
+else:
+    # The mean, not the median: every 10th step's check would fall out of a median.
+    base = arm(arms[0])
+    for name in arms:
+        a = arm(name)
+        print(f"{name:13s} step mean {a[3]*1e3:.2f} ms, median {a[0]*1e3:.2f} ms (of {a[1]}), "
+              f"checkpoint stall {a[2]*1e3:.1f} ms, mean ratio to {arms[0]} {a[3] / base[3]:.4f}")
 PY

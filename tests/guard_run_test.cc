@@ -5,6 +5,7 @@
 // must be bit-identical (`ckptctl diff`) to a clean run given the same data.skip list.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -158,7 +159,8 @@ TEST_F(GuardRunTest, BadGuardInputExits2BeforeStep1NamingTheKey) {
       {"", "--guard.policy=off --guard.spike_window=5",
        "guard.spike_window is set but guard.policy = off"},
       {"", "--guard.policy=sometimes", "guard.policy = 'sometimes' is not one of"},
-      {"FTRAIN_FAULT=bitflip@3", "", "FTRAIN_FAULT: 'bitflip@3' names no known fault"},
+      {"FTRAIN_FAULT=bitflop@3", "", "FTRAIN_FAULT: 'bitflop@3' names no known fault"},
+      {"", "--guard.sdc_every_steps=-1", "guard.sdc_every_steps must be in [0, 100000000]"},
   };
   int i = 0;
   for (const auto& c : cases) {
@@ -168,6 +170,101 @@ TEST_F(GuardRunTest, BadGuardInputExits2BeforeStep1NamingTheKey) {
     EXPECT_TRUE(Contains(r.output, c.expect)) << c.args << "\n" << r.output;
     EXPECT_TRUE(ReadFile(run + "/metrics.jsonl").empty()) << "a step ran: " << c.args;
   }
+}
+
+// The JSON lines of a file (restarts.jsonl, quarantine.jsonl).
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+// The "sdc" records of a run's restarts.jsonl.
+std::vector<nlohmann::json> SdcRecords(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  for (const auto& j : JsonLines(run + "/restarts.jsonl")) {
+    if (j.value("event", "") == "sdc") out.push_back(j);
+  }
+  return out;
+}
+
+// Hybrid shard over 2 nodes x 2: a bit of rank 3's master shard flips after step 7; the
+// replicas (ranks 1 and 3, the same local rank on each node) are compared every 3 steps, so
+// step 9 finds them apart. Two replicas cannot outvote each other: both are suspects. Nothing
+// after step 8 is recorded or saved; a restart without the fault resumes from step 5 and ends
+// bit-identical to a clean run, which itself is bit-identical with the check on and off.
+TEST_F(GuardRunTest, SdcBitflipInHybridShardStopsTheRunNamesBothReplicasAndRestartsClean) {
+  const std::string hybrid = "--dist.sharding=hybrid_shard";
+  const std::string run = Path("sdc_hybrid"), on = Path("sdc_clean_on"), off = Path("sdc_off");
+  auto a = Train(run, hybrid + " --guard.sdc_every_steps=3", "FTRAIN_FAULT=bitflip@7:3");
+  ASSERT_EQ(a.exit_code, 77) << a.output;
+  EXPECT_TRUE(Contains(a.output, "silent data corruption after step 9")) << a.output;
+  // `ftrain launch --nodes 2` names its nodes launch-node0 and launch-node1.
+  EXPECT_TRUE(Contains(a.output, "rank 3 (node 1, host launch-node1)")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "rank 1 (node 0, host launch-node0)")) << a.output;
+  EXPECT_EQ(Records(run).size(), 8u) << "step 9 must not be recorded";
+  EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/step-00000010"));
+  const auto sdc = SdcRecords(run);
+  ASSERT_EQ(sdc.size(), 1u) << ReadFile(run + "/restarts.jsonl");
+  EXPECT_EQ(sdc[0]["step"], 9);
+  EXPECT_EQ(sdc[0]["ranks"], nlohmann::json::array({1, 3}));
+  EXPECT_EQ(sdc[0]["nodes"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(sdc[0]["by_majority"], false);
+  const auto q = JsonLines(run + "/quarantine.jsonl");
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[1]["rank"], 3);
+  EXPECT_EQ(q[1]["node"], 1);
+  EXPECT_EQ(q[1]["step"], 9);
+  EXPECT_EQ(q[1]["cause"], "sdc");
+  EXPECT_EQ(q[1]["host"], "launch-node1");
+  EXPECT_EQ(sdc[0]["hosts"], nlohmann::json::array({"launch-node0", "launch-node1"}));
+
+  auto again = Train(run, hybrid + " --guard.sdc_every_steps=3");  // the job's restart
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  auto c = Train(on, hybrid + " --guard.sdc_every_steps=1");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_TRUE(Contains(c.output, "replicas compare their master shards' hashes every 1"))
+      << c.output;
+  auto d = Train(off, hybrid);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_EQ(Diff(Final(on), Final(off)), 0) << "the check changed bits";
+  EXPECT_EQ(Diff(Final(run), Final(off)), 0) << "the restart did not end where a clean run does";
+  ExpectAllVerify(run);
+}
+
+// No shard over 4 ranks: a majority names the one bad replica. The flip on rank 0 (the rank
+// that writes the checkpoints) after step 5, with the check every 7 steps, is still caught at
+// step 5: the check runs before every checkpoint, so the corrupted shard is never committed.
+TEST_F(GuardRunTest, SdcBitflipInNoShardIsNamedByMajorityBeforeTheCheckpoint) {
+  const std::string run = Path("sdc_no_shard");
+  auto a =
+      Train(run, "--dist.sharding=no_shard --guard.sdc_every_steps=7", "FTRAIN_FAULT=bitflip@5:0");
+  ASSERT_EQ(a.exit_code, 77) << a.output;
+  EXPECT_TRUE(Contains(a.output, "silent data corruption after step 5")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "rank 0 (node 0, host launch-node0)")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "disagrees with the majority of 4 replicas")) << a.output;
+  EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/step-00000005"))
+      << "a corrupted shard committed";
+  const auto sdc = SdcRecords(run);
+  ASSERT_EQ(sdc.size(), 1u);
+  EXPECT_EQ(sdc[0]["ranks"], nlohmann::json::array({0}));
+  EXPECT_EQ(sdc[0]["by_majority"], true);
+  EXPECT_EQ(sdc[0]["replicas"], 4);
+  const auto q = JsonLines(run + "/quarantine.jsonl");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0]["rank"], 0);
+  EXPECT_EQ(q[0]["by_majority"], true);
+
+  // full_shard keeps no replica: the check says so once and the run trains on.
+  auto f = Train(Path("sdc_full"),
+                 "--dist.sharding=full_shard --guard.sdc_every_steps=1 "
+                 "--train.steps=2");
+  EXPECT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_TRUE(Contains(f.output, "keeps no replica of a shard")) << f.output;
 }
 
 // More non-finite steps than guard.max_skips within the window: the run ends with exit 2

@@ -1,6 +1,7 @@
 // The guard's decisions without processes (train/config/guard.h, core/fault_inject.h,
 // records/metrics_record.h): [guard] and data.skip validation, the spike rule on a rolling
-// median + MAD, the skip budget, FTRAIN_FAULT parsing and a skipped step's metrics line.
+// median + MAD, the skip budget, FTRAIN_FAULT parsing, a skipped step's metrics line and the
+// replica check's verdict (train/config/sdc_verdict.h).
 // The end-to-end runs are in tests/guard_run_test.cc.
 #include "train/config/guard.h"
 
@@ -12,6 +13,7 @@
 #include "core/config.h"
 #include "core/fault_inject.h"
 #include "records/metrics_record.h"
+#include "train/config/sdc_verdict.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::train {
@@ -42,6 +44,15 @@ TEST(GuardConfig, SkipListTakesStepsAndRanges) {
   EXPECT_EQ(t->data.skip, (std::set<int64_t>{3, 7, 8, 9, 10}));
 }
 
+TEST(GuardConfig, SdcEveryStepsDefaultsOffAndIsOutsideTheConfigHash) {
+  auto a = LoadWith("");
+  auto b = LoadWith("[guard]\nsdc_every_steps = 10\n");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->guard.sdc_every_steps, 0);
+  EXPECT_EQ(b->guard.sdc_every_steps, 10);
+  EXPECT_EQ(a->ConfigHash(), b->ConfigHash()) << "an operational check: resumes may turn it on";
+}
+
 TEST(GuardConfig, BadInputNamesTheKeyAndTheReason) {
   struct Case {
     std::string extra, expect;
@@ -58,6 +69,7 @@ TEST(GuardConfig, BadInputNamesTheKeyAndTheReason) {
       {"[guard]\nspike_threshold = 0\n", "guard.spike_threshold must be > 0"},
       {"[guard]\nmax_skips = -1\n", "guard.max_skips must be >= 0"},
       {"[guard]\nspike_windw = 5\n", "guard.spike_windw"},
+      {"[guard]\nsdc_every_steps = -1\n", "guard.sdc_every_steps must be in [0, 100000000]"},
   };
   for (const auto& c : cases) {
     auto t = LoadWith(c.extra);
@@ -176,9 +188,18 @@ TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {
   EXPECT_EQ(empty->spike_factor, 1000);
 }
 
+TEST(FaultPlan, ParsesBitflip) {
+  auto p = ParseFaultPlan("bitflip@4:3", "");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->At(4, 3).size(), 1u);
+  EXPECT_EQ(p->At(4, 3)[0].kind, FaultKind::kBitflip);
+  EXPECT_STREQ(FaultKindName(FaultKind::kBitflip), "bitflip");
+  EXPECT_TRUE(p->At(4, 2).empty());
+}
+
 TEST(FaultPlan, BadSpecsNameTheVariableAndTheItem) {
   for (const char* spec :
-       {"nan", "nan_loss", "nan_loss@0", "nan_loss@x", "bitflip@3", "spike@3:-1"}) {
+       {"nan", "nan_loss", "nan_loss@0", "nan_loss@x", "bitflp@3", "spike@3:-1"}) {
     auto p = ParseFaultPlan(spec, "");
     ASSERT_FALSE(p.ok()) << spec;
     EXPECT_NE(p.status().message().find("FTRAIN_FAULT"), std::string::npos) << spec;
@@ -207,6 +228,84 @@ TEST(SkippedStepRecord, NonFiniteValuesAreNullAndTheReasonRoundTrips) {
   m.loss = 2.5f;
   m.skipped.clear();
   EXPECT_EQ(nlohmann::json::parse(records::FormatMetricsLine(m)).count("skipped"), 0u);
+}
+
+// Hashes of (rank, shard, node, hash) rows; hosts h0, h1, ... by node for the tests.
+std::vector<ReplicaHash> Rows(std::initializer_list<ReplicaHash> r) { return r; }
+const std::vector<std::string> kHosts = {"h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3"};
+
+TEST(SdcVerdict, AgreeingReplicasAreOk) {
+  const SdcVerdict v =
+      JudgeReplicas(Rows({{0, 0, 0, 7}, {1, 1, 0, 9}, {2, 0, 1, 7}, {3, 1, 1, 9}}), kHosts);
+  EXPECT_TRUE(v.ok);
+  EXPECT_TRUE(v.suspects.empty());
+  EXPECT_EQ(v.replicas, 2);
+  EXPECT_TRUE(v.summary.empty());
+}
+
+TEST(SdcVerdict, MajorityNamesTheMinorityRankAndItsHost) {
+  // no_shard over 4 ranks on 2 nodes: rank 2 differs.
+  const SdcVerdict v =
+      JudgeReplicas(Rows({{0, 0, 0, 7}, {1, 0, 0, 7}, {2, 0, 1, 8}, {3, 0, 1, 7}}), kHosts);
+  EXPECT_FALSE(v.ok);
+  EXPECT_TRUE(v.by_majority);
+  ASSERT_EQ(v.suspects.size(), 1u);
+  EXPECT_EQ(v.suspects[0].rank, 2);
+  EXPECT_EQ(v.suspects[0].node, 1);
+  EXPECT_EQ(v.suspects[0].host, "h1");
+  EXPECT_EQ(v.replicas, 4);
+  EXPECT_NE(v.summary.find("rank 2 (node 1, host h1) disagrees with the majority of 4"),
+            std::string::npos)
+      << v.summary;
+}
+
+TEST(SdcVerdict, TwoReplicasNameBothAsSuspects) {
+  // hybrid_shard, 2 nodes x 2: shard 1's replicas (ranks 1 and 3) differ; shard 0 agrees.
+  const SdcVerdict v =
+      JudgeReplicas(Rows({{3, 1, 1, 5}, {0, 0, 0, 7}, {1, 1, 0, 9}, {2, 0, 1, 7}}), kHosts);
+  EXPECT_FALSE(v.ok);
+  EXPECT_FALSE(v.by_majority);
+  ASSERT_EQ(v.suspects.size(), 2u);
+  EXPECT_EQ(v.suspects[0].rank, 1);
+  EXPECT_EQ(v.suspects[0].host, "h0");
+  EXPECT_EQ(v.suspects[1].rank, 3);
+  EXPECT_EQ(v.suspects[1].host, "h1");
+  EXPECT_EQ(v.suspects[1].shard, 1);
+  EXPECT_NE(v.summary.find("cannot be told from 2 replicas of shard 1"), std::string::npos)
+      << v.summary;
+}
+
+TEST(SdcVerdict, NoStrictMajorityNamesEveryReplicaOfThatShard) {
+  // 4 replicas split 2-2: nobody can be outvoted; 3 replicas all different likewise.
+  const SdcVerdict even =
+      JudgeReplicas(Rows({{0, 0, 0, 1}, {1, 0, 0, 1}, {2, 0, 1, 2}, {3, 0, 1, 2}}), kHosts);
+  EXPECT_FALSE(even.ok);
+  EXPECT_FALSE(even.by_majority);
+  EXPECT_EQ(even.suspects.size(), 4u);
+  const SdcVerdict three = JudgeReplicas(Rows({{0, 0, 0, 1}, {2, 0, 1, 2}, {4, 0, 2, 3}}), kHosts);
+  EXPECT_EQ(three.suspects.size(), 3u);
+  EXPECT_EQ(three.suspects[2].host, "h2");
+}
+
+TEST(SdcVerdict, SeveralShardsAndUnknownHosts) {
+  // Two shards each with one bad replica out of three; a rank beyond the host list is "?".
+  const SdcVerdict v = JudgeReplicas(
+      Rows({{0, 0, 0, 1}, {1, 1, 0, 2}, {2, 0, 1, 1}, {3, 1, 1, 2}, {4, 0, 2, 6}, {9, 1, 2, 4}}),
+      kHosts);
+  EXPECT_FALSE(v.ok);
+  EXPECT_TRUE(v.by_majority);
+  ASSERT_EQ(v.suspects.size(), 2u);
+  EXPECT_EQ(v.suspects[0].rank, 4);
+  EXPECT_EQ(v.suspects[0].host, "h2");
+  EXPECT_EQ(v.suspects[1].rank, 9);
+  EXPECT_EQ(v.suspects[1].host, "?");
+}
+
+TEST(SdcVerdict, ASingleHolderIsNotCompared) {
+  // full_shard-like input: every shard has one holder; nothing to compare, nothing named.
+  const SdcVerdict v = JudgeReplicas(Rows({{0, 0, 0, 1}, {1, 1, 0, 2}}), kHosts);
+  EXPECT_TRUE(v.ok);
+  EXPECT_EQ(v.replicas, 1);
 }
 
 }  // namespace

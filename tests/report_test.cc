@@ -376,6 +376,40 @@ TEST(ReportCliTest, JsonCarriesTheNumbers) {
   EXPECT_FALSE(j.contains("mfu"));
 }
 
+// RUN/quarantine.jsonl (the trainer's replica check): shown in the text and the JSON; a bad
+// line is an error naming the file and line.
+TEST(ReportCliTest, QuarantinedNodesAreShown) {
+  const std::string dir = WriteSmallRun("quarantine");
+  WriteFile(dir + "/quarantine.jsonl",
+            "{\"time\":" + std::to_string(kT0 + 200) +
+                ",\"host\":\"gpu-b\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
+                "\"cause\":\"sdc\",\"by_majority\":true}\n");
+  std::ofstream(dir + "/restarts.jsonl", std::ios::app)
+      << Event(kT0 + 200, "sdc", "sdc", "\"step\":9,\"detail\":\"rank 3 (node 1) disagrees\"");
+  auto r = RunCli({dir});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("quarantined (RUN/quarantine.jsonl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sdc (sdc), job 1001: rank 3 (node 1) disagrees\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(+00:03:20)  host gpu-b (node 1, rank 3), after step 9, sdc: outvoted "
+                       "by its replicas\n"),
+            std::string::npos)
+      << r.out;
+  auto j = RunCli({dir, "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto q = nlohmann::json::parse(j.out)["quarantined"];
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0]["host"], "gpu-b");
+  EXPECT_EQ(q[0]["rank"], 3);
+  EXPECT_EQ(q[0]["by_majority"], true);
+  auto none = RunCli({WriteSmallRun("no_quarantine"), "--json"});
+  EXPECT_TRUE(nlohmann::json::parse(none.out)["quarantined"].empty());
+  WriteFile(dir + "/quarantine.jsonl", "{\"time\":\"soon\",\"host\":\"h\"}\n");
+  auto bad = RunCli({dir});
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.err.find("quarantine.jsonl:1"), std::string::npos) << bad.err;
+}
+
 TEST(ReportCliTest, UsageErrorsExit2) {
   EXPECT_EQ(RunCli({}).code, 2);
   auto r = RunCli({"/nonexistent/run"});

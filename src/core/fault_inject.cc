@@ -16,6 +16,8 @@ const char* FaultKindName(FaultKind k) {
       return "nan_grad";
     case FaultKind::kSpike:
       return "spike";
+    case FaultKind::kBitflip:
+      return "bitflip";
     case FaultKind::kNanLoss:
       break;
   }
@@ -34,8 +36,8 @@ namespace {
 
 Status BadItem(const std::string& item, const std::string& why) {
   return Status::InvalidArgument(std::string(kFaultEnv) + ": '" + item + "' " + why +
-                                 " (give KIND@STEP[:RANK],... with KIND nan_loss, nan_grad or "
-                                 "spike; testing only, see docs/operations.md)");
+                                 " (give KIND@STEP[:RANK],... with KIND nan_loss, nan_grad, "
+                                 "spike or bitflip; testing only, see docs/operations.md)");
 }
 
 StatusOr<Fault> ParseItem(const std::string& item) {
@@ -49,6 +51,8 @@ StatusOr<Fault> ParseItem(const std::string& item) {
     f.kind = FaultKind::kNanGrad;
   } else if (kind == "spike") {
     f.kind = FaultKind::kSpike;
+  } else if (kind == "bitflip") {
+    f.kind = FaultKind::kBitflip;
   } else {
     return BadItem(item, "names no known fault");
   }

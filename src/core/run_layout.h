@@ -8,6 +8,7 @@
 //   RUN/.records/             restarts-<node>.jsonl: one spool per writer host (the trainer's
 //                             rank 0, the node agents); the lease holder merges them
 //   RUN/.lease, RUN/.lease.d/ the run lease: which job may train this run (orch/lease.h)
+//   RUN/quarantine.jsonl      nodes a replica check found computing wrong bits (rank 0)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
@@ -44,6 +45,9 @@ class RunLayout {
   // RUN/.records: the per-host spools of restarts.jsonl (records/restarts.h).
   std::string records_dir() const;
   std::string restarts_spool(const std::string& node) const;
+  // RUN/quarantine.jsonl: nodes a replica check found computing wrong bits (train/sdc_check.h);
+  // written by the trainer's rank 0 alone, read by `ftrain report`.
+  std::string quarantine() const;
   // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
   // epoch, created exclusively): the run lease (orch/lease.h).
   std::string lease() const;

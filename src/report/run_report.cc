@@ -50,6 +50,9 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     std::string why;
     FT_RETURN_IF_ERROR(ReadField(j, "memory_fallback", false, where, &why));
     if (!why.empty()) e.detail += "; memory tier fell back to disk: " + why;
+  } else if (e.event == "sdc") {
+    // The trainer's replica check (train/sdc_check.h): who disagreed, in words.
+    FT_RETURN_IF_ERROR(ReadField(j, "detail", false, where, &e.detail));
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
     // the old job's, requeued by Slurm anyway, ending at once (slurm/train.sh).
@@ -319,6 +322,26 @@ void Analyze(RunSummary* r) {
   r->goodput = r->wall_s > 0 ? r->productive_s / r->wall_s : 0;
 }
 
+// RUN/quarantine.jsonl (absent: nothing quarantined). A bad line is Corruption naming it.
+Status ReadQuarantine(const std::string& path, RunSummary* r) {
+  std::vector<std::pair<int, json>> lines;
+  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &r->warnings));
+  for (const auto& [no, j] : lines) {
+    const std::string where = path + ":" + std::to_string(no);
+    QuarantinedNode q;
+    FT_RETURN_IF_ERROR(records::ReadField(j, "time", true, where, &q.time));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "host", true, where, &q.host));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "cause", false, where, &q.cause));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "node", false, where, &q.node));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "rank", false, where, &q.rank));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "step", false, where, &q.step));
+    q.by_majority =
+        j.contains("by_majority") && j["by_majority"].is_boolean() && j["by_majority"].get<bool>();
+    r->quarantined.push_back(std::move(q));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
@@ -375,6 +398,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
       if (c.status == ckpt::CheckpointStatus::kCorrupt) ++r.corrupt_in_root;
     }
   }
+  FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
   Analyze(&r);
   ReadLinkRecord(layout.commcheck(), &r);
   AnalyzeTimeBreakdown(&r);

@@ -103,12 +103,23 @@ struct EvalSummary {
   double total_s = 0;  // their wall time, part of the steps' step_time_s
 };
 
+// One line of RUN/quarantine.jsonl: a rank whose master shard disagreed with its replicas
+// (train/sdc_check.h), and its host.
+struct QuarantinedNode {
+  double time = 0;
+  std::string host, cause;
+  int node = 0, rank = 0;
+  int64_t step = 0;
+  bool by_majority = false;  // outvoted; false: one of two replicas that could not be told apart
+};
+
 struct RunSummary {
   std::string run_dir, ckpt_root;
   std::vector<records::StepMetrics> steps;
   std::vector<RunEvent> events;  // sorted by time
   std::vector<Interruption> interruptions;
-  std::vector<std::string> warnings;  // skipped lines, guesses: shown, never silent
+  std::vector<QuarantinedNode> quarantined;  // RUN/quarantine.jsonl, in file order
+  std::vector<std::string> warnings;         // skipped lines, guesses: shown, never silent
   double start = 0, end = 0, wall_s = 0;
   double productive_s = 0, lost_s = 0, redone_s = 0, down_s = 0, other_s = 0, goodput = 0;
   Percentiles step_time, step_time_with_stall, tokens_per_s, data_wait, comm, stall;

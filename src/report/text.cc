@@ -105,6 +105,20 @@ void PrintInterruption(const RunSummary& r, const Interruption& in, int n, std::
           HumanDuration(in.down_s) + ")");
 }
 
+// RUN/quarantine.jsonl: the nodes a replica check found computing wrong bits.
+void PrintQuarantine(const RunSummary& r, std::ostream& out) {
+  if (r.quarantined.empty()) return;
+  out << "\nquarantined (RUN/quarantine.jsonl: replicas of a shard disagreed; keep these nodes "
+         "out of the job)\n";
+  for (const QuarantinedNode& q : r.quarantined) {
+    out << "  " << At(r, q.time) << "  host " << q.host << " (node " << q.node << ", rank "
+        << q.rank << "), after step " << q.step << ", " << (q.cause.empty() ? "sdc" : q.cause)
+        << (q.by_majority ? ": outvoted by its replicas"
+                          : ": one of replicas that could not be told apart (a suspect)")
+        << "\n";
+  }
+}
+
 }  // namespace
 
 std::string IsoTime(double unix_s) {
@@ -208,6 +222,7 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   if (r.corrupt_in_root > 0) out << ", " << r.corrupt_in_root << " set aside as corrupt";
   out << "\n";
   PrintTimeBreakdown(r, out);
+  PrintQuarantine(r, out);
   if (!r.interruptions.empty()) {
     out << "\ninterruptions (UTC, and +h:mm:ss from the run's start)\n";
     for (size_t i = 0; i < r.interruptions.size(); ++i) {
@@ -331,6 +346,17 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
     evs.push_back(o);
   }
   j["events"] = evs;
+  ojson quarantined = ojson::array();
+  for (const QuarantinedNode& q : r.quarantined) {
+    quarantined.push_back({{"at", TimeJson(r, q.time)},
+                           {"host", q.host},
+                           {"node", q.node},
+                           {"rank", q.rank},
+                           {"step", q.step},
+                           {"cause", q.cause},
+                           {"by_majority", q.by_majority}});
+  }
+  j["quarantined"] = quarantined;
   j["warnings"] = r.warnings;
   out << j.dump(2) << "\n";
 }

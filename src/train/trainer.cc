@@ -43,6 +43,7 @@
 #include "train/eval/eval_loop.h"
 #include "train/phase_clock.h"
 #include "train/profiler.h"
+#include "train/sdc_check.h"
 #include "train/signals.h"
 #include "train/telemetry/metrics.h"
 #include "train/telemetry/metrics_sinks.h"
@@ -272,6 +273,11 @@ struct Run {
   std::unique_ptr<CheckpointCoordinator> checkpoints;
   std::unique_ptr<StepGuard> guard;  // [guard] and data.skip
   FaultPlan faults;                  // FTRAIN_FAULT (testing only; usually empty)
+  bool flip_after_step = false;      // FTRAIN_FAULT's bitflip, armed for this step
+  std::vector<std::string> hosts;    // every rank's host (GatherHosts), for the SDC records
+  bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
+  ReplicaPlace place;                // this rank's shard, for the replica check
+  bool sdc_timed = false;            // the first check's time was logged
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -438,6 +444,7 @@ Status StartPhases(Run* run) {
       RunLayout(run->cfg.run_dir).profile_trace(run->ctx->world().rank), run->dev.device.is_cuda());
   FT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
                       GatherHosts(run->ctx->control(), ckpt::proto::DefaultNodeId()));
+  run->hosts = hosts;
   if (!run->leader) return Status::Ok();
   const MetricsSection& m = run->cfg.metrics;
   StragglerOptions so;
@@ -470,6 +477,57 @@ void StartCheckpoints(Run* run) {
   p.on_stall = [clock](double s) { clock->AddStall(s); };
   run->checkpoints = std::make_unique<CheckpointCoordinator>(
       CheckpointSchedule(run->cfg.ckpt, run->cfg.train.steps, Env::Default()), std::move(p));
+}
+
+// guard.sdc_every_steps: whether this run's shards have replicas to compare (hybrid_shard over
+// more than one node, no_shard over more than one rank); full_shard has none, said once.
+void StartSdcCheck(Run* run) {
+  const int64_t every = run->cfg.guard.sdc_every_steps;
+  if (every <= 0) return;
+  const comm::WorldInfo& w = run->ctx->world();
+  const fsdp::Sharding s = run->engine->config().sharding;
+  run->place.rank = w.rank;
+  run->place.node = w.node_rank;
+  run->place.shard = s == fsdp::Sharding::kNoShard ? 0 : w.local_rank;
+  run->sdc_check = (s == fsdp::Sharding::kNoShard && w.world_size > 1) ||
+                   (s == fsdp::Sharding::kHybridShard && w.num_nodes > 1);
+  if (!run->leader) return;
+  if (run->sdc_check) {
+    FT_LOG(Info) << "guard: replicas compare their master shards' hashes every " << every
+                 << " steps and before every checkpoint (guard.sdc_every_steps)";
+  } else {
+    FT_LOG(Warning) << "guard: guard.sdc_every_steps = " << every << " but "
+                    << run->cfg.dist.sharding << " over " << w.num_nodes << " node(s), "
+                    << w.world_size
+                    << " rank(s) keeps no replica of a shard: there is nothing to compare, no "
+                       "replica check runs (docs/operations.md, Silent data corruption)";
+  }
+}
+
+// The replica check after step `step` when it is due; true when the replicas disagree (the
+// ERROR is logged, rank 0 has recorded it, and the trainer is to exit with kExitSdc).
+StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
+  if (!run.sdc_check) return false;
+  if (step % run.cfg.guard.sdc_every_steps != 0 && !disk_due) return false;
+  const auto t0 = Clock::now();
+  FT_ASSIGN_OR_RETURN(SdcVerdict v,
+                      CheckReplicas(*run.engine, run.ctx->control(), run.place, run.hosts));
+  if (run.leader && !run.sdc_timed) {  // what a check costs, once (docs/performance.md)
+    run.sdc_timed = true;
+    FT_LOG(Info) << "guard: replica check after step " << step << " took "
+                 << Seconds(t0, Clock::now()) * 1e3 << " ms (hash + gather)";
+  }
+  if (v.ok) return false;
+  FT_LOG(Error) << "guard: silent data corruption after step " << step
+                << ": replicas of a master shard hold different bits: " << v.summary
+                << (v.by_majority ? "" : " (no majority: every replica named is a suspect)")
+                << "; nothing of this step is saved, exiting with " << kExitSdc
+                << " to restart from the newest checkpoint";
+  if (run.leader) {
+    Status w = RecordSdc(run.cfg.run_dir, step, v);
+    if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
+  }
+  return true;
 }
 
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
@@ -577,6 +635,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
   run->guard->Restore(run->state.guard_norms, run->state.skipped);
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
+  StartSdcCheck(run.get());
   if (run->leader && !cfg.data.skip.empty()) {
     FT_LOG(Info) << "guard: data.skip lists " << cfg.data.skip.size()
                  << " steps, read and not trained on";
@@ -592,6 +651,7 @@ void ArmFaults(Run& run, int64_t step) {
     f.nan_loss |= x.kind == FaultKind::kNanLoss;
     f.nan_grad |= x.kind == FaultKind::kNanGrad;
     if (x.kind == FaultKind::kSpike) f.grad_factor = run.faults.spike_factor;
+    run.flip_after_step |= x.kind == FaultKind::kBitflip;
     FT_LOG(Warning) << "FTRAIN_FAULT: injecting " << FaultKindName(x.kind) << " into step " << step
                     << " on rank " << run.ctx->world().rank;
   }
@@ -634,6 +694,11 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
                                          [guard](double norm) { return guard->IsSpike(norm); }));
     out.loss = out.stats.loss_sum / static_cast<double>(K);
     if (out.stats.skipped) out.skipped = run.guard->ReasonFor(out.stats.grad_norm);
+  }
+  if (run.flip_after_step) {
+    run.flip_after_step = false;
+    FT_LOG(Warning) << "FTRAIN_FAULT: flipped " << FlipMasterBit(*run.engine) << " after step "
+                    << step + 1 << " on rank " << run.ctx->world().rank;
   }
   run.clock->OptimizerEnd(out.stats.comm_wait_s, out.stats.comm_wait_fb_s);
   run.clock->NoteBytesRead(run.reader->stats().bytes_read);
@@ -688,6 +753,12 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
 
     FT_ASSIGN_OR_RETURN(BoundaryDecision at,
                         DecideAtBoundary(*run->ctx, r.loss, r.time_due, *run->clock));
+    FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step,
+                                                  ckpt.DiskDue(state.step, at.time_due, at.stop)));
+    if (corrupt) {
+      *exit_code = kExitSdc;
+      return Status::Ok();
+    }
     records::StepMetrics m =
         MeasureStep(state, at.loss, lr, stats, r.data_wait_s, t0, tokens_per_step);
     m.skipped = r.skipped;

@@ -99,6 +99,11 @@ class CheckpointCoordinator {
   StatusOr<BoundarySave> AtBoundary(int64_t step, bool time_due, bool stop,
                                     const records::StepMetrics& m);
 
+  // Whether AtBoundary(step, time_due, stop) writes a disk checkpoint (the replica check runs
+  // before every one, so that no checkpoint commits a corrupted shard: train/sdc_check.h).
+  bool DiskDue(int64_t step, bool time_due, bool stop) const {
+    return schedule_.Due(step, time_due, stop);
+  }
   // The newest step this start saved (or resumed from); -1 when none.
   int64_t last_saved() const { return last_saved_; }
   // The newest step this start recorded as restorable from memory; -1 when none.

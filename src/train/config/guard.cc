@@ -45,6 +45,13 @@ Status LoadGuard(const Config& c, GuardSection* out) {
   FT_RETURN_IF_ERROR(c.GetDouble("guard.spike_threshold", &g.spike_threshold));
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips", &g.max_skips));
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips_window", &g.max_skips_window));
+  FT_RETURN_IF_ERROR(c.GetInt("guard.sdc_every_steps", &g.sdc_every_steps));
+  if (g.sdc_every_steps < 0 || g.sdc_every_steps > 100000000) {
+    return Status::InvalidArgument(Where(c, "guard.sdc_every_steps") +
+                                   "guard.sdc_every_steps must be in [0, 100000000] steps (0 = "
+                                   "no replica check), got " +
+                                   std::to_string(g.sdc_every_steps));
+  }
   if (g.spike_window != 0 && (g.spike_window < 3 || g.spike_window > 100000)) {
     return Status::InvalidArgument(Where(c, "guard.spike_window") +
                                    "guard.spike_window must be 0 (off) or in [3, 100000] steps");

@@ -34,6 +34,10 @@ struct GuardSection {
   // the last max_skips_window steps ends the run (exit 2, the job is not restarted).
   int64_t max_skips = 5;
   int64_t max_skips_window = 100;
+  // Silent data corruption check: every sdc_every_steps optimizer steps (0 = off), the
+  // replicas of each master shard (hybrid_shard across nodes, no_shard across every rank)
+  // compare a hash of its bytes (train/sdc_check.h). Operational: not in the config hash.
+  int64_t sdc_every_steps = 0;
 };
 
 // Reads [guard] (absent keys keep the defaults) and checks it against itself.
