@@ -202,6 +202,49 @@ TEST(PlanTest, SeedCase) {
   EXPECT_NE(refused.status().message().find("--memory-stall-s"), std::string::npos);
 }
 
+// The host-memory figure (issue 35): per rank, ckptd's 2 slots of the rank's snapshot plus
+// the 2 replicas (newest, previous) it holds for its buddy's rank. By hand from the shape of
+// configs/llama-7b.cfg: embeddings and lm_head 32000 x 4096 each, 32 layers of
+// 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096, the final norm 4096.
+TEST(PlanTest, HostMemoryCountsTheDaemonsSlotsAndTheBuddyReplicas) {
+  PlanInput in;
+  in.model = LoadModel("llama-7b.cfg");
+  in.nodes = 2;
+  in.gpus_per_node = 8;
+  in.gpu_mem_gb = 80;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double layer = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2.0 * 4096;
+  const double params = 2.0 * 32000 * 4096 + 32 * layer + 4096;
+  ASSERT_DOUBLE_EQ(params, 6738415616.0);
+  // A snapshot is the rank's shard: fp32 master, m, v and its bf16 copy, 14 bytes a parameter.
+  const double full_shard_snapshot = 14 * params / 16;  // sharded over all 16 GPUs
+  const double hybrid_snapshot = 14 * params / 8;       // over the 8 GPUs of a node
+  EXPECT_NEAR(Find(*r, "full_shard").snapshot_bytes, full_shard_snapshot, 1);
+  EXPECT_NEAR(Find(*r, "full_shard").host_bytes_per_rank, (2 + 2) * full_shard_snapshot, 1);
+  EXPECT_NEAR(Find(*r, "hybrid_shard").host_bytes_per_rank, (2 + 2) * hybrid_snapshot, 1);
+  EXPECT_NEAR(Find(*r, "ddp").host_bytes_per_rank, (2 + 2) * 14 * params, 1);
+  ASSERT_GE(r->recommended, 0);
+  const double want = Recommended(*r) == "full_shard" ? 4 * full_shard_snapshot
+                      : Recommended(*r) == "hybrid_shard"
+                          ? 4 * hybrid_snapshot
+                          : r->strategies[r->recommended].host_bytes_per_rank;
+  EXPECT_NEAR(r->host_bytes_per_rank, want, 1) << Recommended(*r);
+  EXPECT_NEAR(r->host_bytes_per_node, 8 * want, 8);
+  const std::string text = FormatPlanText(*r);
+  char gb[32];
+  std::snprintf(gb, sizeof(gb), "%.1f", want / 1e9);
+  EXPECT_NE(text.find(std::string("host memory (ckptd) per rank ") + gb +
+                      " GB = (2 slots + 2 buddy replicas)"),
+            std::string::npos)
+      << text;
+  auto j = nlohmann::json::parse(FormatPlanJson(*r));
+  EXPECT_NEAR(j["host_bytes_per_rank"].get<double>(), want, 1);
+  EXPECT_NEAR(j["host_bytes_per_node"].get<double>(), 8 * want, 8);
+  EXPECT_EQ(j["ckptd_slots_per_rank"].get<int>(), 2);
+  EXPECT_EQ(j["buddy_replicas_per_rank"].get<int>(), 2);
+}
+
 TEST(PlanTest, ActivationFormulas) {
   const double sbh = 4096.0 * 1 * 4096;
   PlanInput in = SeedCase();

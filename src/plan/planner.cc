@@ -208,6 +208,9 @@ StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
       s.state_bytes + s.gathered_bytes + s.grad_buffer_bytes + s.loss_bytes + s.activation_bytes;
   s.headroom_bytes = r.usable_bytes - s.total_bytes;
   s.fits = s.headroom_bytes >= 0;
+  // The snapshot: the master shard's elements x (4 master + 8 moments + 2 bf16 copy).
+  s.snapshot_bytes = s.master_bytes / kMasterBytes * (kMasterBytes + kMomentBytes + kWeightBytes);
+  s.host_bytes_per_rank = (kCkptdSlotsPerRank + kBuddyReplicasPerRank) * s.snapshot_bytes;
 
   // Traffic per GPU per optimizer step (ring collectives on bf16): an all-reduce of 2P bytes
   // over k GPUs sends 2(k-1)/k * 2P; FSDP's gather+gather+reduce-scatter sends 1.5x that.
@@ -476,6 +479,9 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   r.memory_interval_s = std::sqrt(2.0 * input.memory_stall_s * mtbf_s);
   r.memory_work_lost_s = r.memory_interval_s / 2.0;
   r.memory_overhead = input.memory_stall_s / r.memory_interval_s + r.memory_work_lost_s / mtbf_s;
+  const StrategyPlan& host = r.strategies[r.recommended >= 0 ? r.recommended : kFullShard];
+  r.host_bytes_per_rank = host.host_bytes_per_rank;
+  r.host_bytes_per_node = host.host_bytes_per_rank * static_cast<double>(input.gpus_per_node);
 
   FT_ASSIGN_OR_RETURN(r.time, plan_internal::ComputeTime(r));
   return r;
@@ -576,6 +582,12 @@ std::string FormatPlanText(const PlanResult& r) {
     << "lost per failure restorable from memory " << Num(r.memory_work_lost_s / 60, 1)
     << " min instead of " << Num(r.work_lost_s / 60, 1) << " min (a requeue onto new nodes "
     << "still reads the disk); overhead " << Num(100 * r.memory_overhead, 1) << "%\n";
+  const StrategyPlan& host = r.strategies[r.recommended >= 0 ? r.recommended : kFullShard];
+  o << "host memory (ckptd) per rank " << Gb(r.host_bytes_per_rank) << " GB = ("
+    << kCkptdSlotsPerRank << " slots + " << kBuddyReplicasPerRank << " buddy replicas) x "
+    << Gb(host.snapshot_bytes) << " GB snapshot (" << host.name << " shard: master, m, v, bf16); "
+    << Gb(r.host_bytes_per_node) << " GB per node (ckptd --memory-gb and "
+    << "FTRAIN_REPLICA_MEMORY_GB cap the slots and the replicas, 8 GiB each by default)\n";
   plan_internal::AppendTimeText(r, o);
   return o.str();
 }
@@ -601,6 +613,8 @@ std::string FormatPlanJson(const PlanResult& r) {
         {"headroom_bytes", Bytes(s.headroom_bytes)},
         {"inter_node_bytes_per_step", Bytes(s.inter_node_bytes_per_step)},
         {"intra_node_bytes_per_step", Bytes(s.intra_node_bytes_per_step)},
+        {"snapshot_bytes", Bytes(s.snapshot_bytes)},
+        {"host_bytes_per_rank", Bytes(s.host_bytes_per_rank)},
     });
   }
   // Results first, then the inputs they came from, then the per-strategy detail.
@@ -617,6 +631,10 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"expected_work_lost_memory_s", r.memory_work_lost_s},
       {"memory_overhead_fraction", r.memory_overhead},
       {"memory_stall_s", in.memory_stall_s},
+      {"host_bytes_per_rank", Bytes(r.host_bytes_per_rank)},
+      {"host_bytes_per_node", Bytes(r.host_bytes_per_node)},
+      {"ckptd_slots_per_rank", kCkptdSlotsPerRank},
+      {"buddy_replicas_per_rank", kBuddyReplicasPerRank},
       {"parameters", r.parameters},
       {"parameters_source", r.parameters_source},
       {"layers", r.layers},
