@@ -48,7 +48,7 @@ StatusOr<RunEvent> ParseEvent(const json& j, const std::string& where) {
     e.detail = a.empty() ? b : (b.empty() ? a : a + ", " + b);
     // The memory tier recorded a newer step that could not be restored (issue 35).
     std::string why;
-    FT_RETURN_IF_ERROR(Field(j, "memory_fallback", false, where, &why));
+    FT_RETURN_IF_ERROR(ReadField(j, "memory_fallback", false, where, &why));
     if (!why.empty()) e.detail += "; memory tier fell back to disk: " + why;
   } else if (e.event == "resubmitted" || e.event == "superseded") {
     // The node agents submitted the job again (its batch host died); a superseded start is
