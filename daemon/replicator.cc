@@ -6,7 +6,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/log.h"
 #include "daemon/peer_auth.h"
@@ -17,7 +19,22 @@ namespace ftrain::ckptd {
 
 using peer::PeerMsg;
 
-Replicator::Replicator(ReplicatorOptions options) : options_(std::move(options)) {
+namespace {
+
+// The cap's burst: a quarter second at the rate, at least one chunk (a chunk never waits for
+// tokens the bucket could not hold).
+double BurstBytes(double mbps) {
+  return std::max(0.25 * mbps * 1e6, static_cast<double>(peer::kChunkBytes));
+}
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Replicator::Replicator(ReplicatorOptions options)
+    : options_(std::move(options)), bucket_(options_.mbps * 1e6, BurstBytes(options_.mbps)) {
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -139,10 +156,33 @@ Status Replicator::Send(const ReplicationJob& job, std::string* address) {
     }
     if (pos >= h.extent) break;
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(peer::kChunkBytes, h.extent - pos));
+    if (!Pace(n, job)) continue;  // abandoned: the check above says so
     FT_RETURN_IF_ERROR(conn->SendData(base + pos, n));
   }
   FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kEnd, ""));
   return conn->Expect(PeerMsg::kStoreOk, &payload);
+}
+
+bool Replicator::Pace(uint64_t bytes, const ReplicationJob& job) {
+  double wait = bucket_.Reserve(bytes, MonotonicSeconds());
+  if (wait <= 0) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    throttled_s_ += wait;
+  }
+  // In slices, so that a reused slot or a stop is noticed within 50 ms.
+  while (wait > 0) {
+    if (job.reused->load() || stopping_.load()) return false;
+    const double slice = std::min(wait, 0.05);
+    std::this_thread::sleep_for(std::chrono::duration<double>(slice));
+    wait -= slice;
+  }
+  return true;
+}
+
+double Replicator::throttled_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return throttled_s_;
 }
 
 void Replicator::Run() {

@@ -24,6 +24,7 @@
 #include "ckpt/ckptd_protocol.h"
 #include "core/status.h"
 #include "daemon/shm_slots.h"
+#include "daemon/token_bucket.h"
 
 namespace ftrain::ckptd {
 
@@ -53,6 +54,7 @@ struct ReplicatorOptions {
   std::string start;       // peer::StartIdOf: a buddy file of another start is not used
   double timeout_s = 10;
   int nice = 19;
+  double mbps = 0;  // the sender's cap (token bucket, 1 MB = 1e6 bytes); 0 = unlimited
 };
 
 class Replicator {
@@ -61,6 +63,8 @@ class Replicator {
   ~Replicator();  // abandons what is in flight (the buddy drops partial images), joins
   void Offer(ReplicationJob job);
   std::map<int, RankReplication> Stats() const;
+  // Seconds the sender waited for the cap, in all (0 when unlimited).
+  double throttled_s() const;
   std::string buddy() const;  // the address last used ("" before the first)
   // The start-up check's verdict ("" while the buddy's address is not known yet).
   std::string buddy_check() const;
@@ -68,6 +72,8 @@ class Replicator {
  private:
   void Run();
   Status Send(const ReplicationJob& job, std::string* address);
+  // Waits as the cap says before `bytes` go out; false when the send must be abandoned.
+  bool Pace(uint64_t bytes, const ReplicationJob& job);
   StatusOr<std::string> BuddyAddress() const;
   // false while the buddy's address is not known yet.
   bool CheckBuddy();
@@ -77,6 +83,8 @@ class Replicator {
   std::condition_variable cv_;
   std::map<int, ReplicationJob> pending_;  // guarded by mu_: newest offer per rank
   std::map<int, RankReplication> stats_;   // guarded by mu_
+  TokenBucket bucket_;                     // replication thread only
+  double throttled_s_ = 0;                 // guarded by mu_
   std::string buddy_;                      // guarded by mu_
   std::string buddy_check_;                // guarded by mu_
   bool stop_ = false;                      // guarded by mu_

@@ -70,6 +70,7 @@ Status Server::TryStartPeers() {
     ro.buddy_file = p.buddy_file;
     ro.timeout_s = p.timeout_s;
     ro.nice = std::min(19, options_.persist.nice + 10);
+    ro.mbps = p.replication_mbps;
     replicator_ = std::make_unique<Replicator>(ro);
   }
   FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, start_id_, p.timeout_s};
@@ -91,7 +92,7 @@ Status Server::TryStartPeers() {
                    : !p.buddy_file.empty() ? "from " + p.buddy_file
                                            : "none")
                << ", replica memory " << p.replica_memory_gb << " GB, peer timeout " << p.timeout_s
-               << " s";
+               << " s, replication cap " << p.replication_mbps << " MB/s (0: none)";
   return Status::Ok();
 }
 

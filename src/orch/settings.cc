@@ -174,6 +174,15 @@ StatusOr<AgentSettings> LoadAgentSettings(const Getenv& env) {
   s.peer_port = r.Str("FTRAIN_PEER_PORT", "0");
   s.peer_advertise = r.Str("FTRAIN_PEER_ADVERTISE", "");
   s.replica_memory_gb = r.Str("FTRAIN_REPLICA_MEMORY_GB", "8");
+  s.replication_mbps = r.Str("FTRAIN_REPLICATION_MBPS", "0");
+  {
+    char* end = nullptr;
+    const double mbps = std::strtod(s.replication_mbps.c_str(), &end);
+    if (s.replication_mbps.empty() || *end != '\0' || !(mbps >= 0)) {
+      return Status::InvalidArgument("FTRAIN_REPLICATION_MBPS='" + s.replication_mbps +
+                                     "' is not a number of MB/s >= 0 (0 = unlimited)");
+    }
+  }
   FT_RETURN_IF_ERROR(LoadDetect(r, &s.detect));
   return s;
 }

@@ -69,6 +69,7 @@ struct AgentSettings {
   bool same_size = false;  // FTRAIN_RESUBMIT_SAME_SIZE
   std::string peer_host, peer_port = "0", peer_advertise;
   std::string replica_memory_gb = "8";
+  std::string replication_mbps = "0";  // FTRAIN_REPLICATION_MBPS: ckptd's cap; 0 = unlimited
   DetectSettings detect;
 };
 
