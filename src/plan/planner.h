@@ -177,11 +177,13 @@ struct StrategyPlan {
   // master, m and v and the bf16 copy of the same span (14 bytes per element; the engine's
   // StatePieces). Per rank its node's daemon keeps kCkptdSlotsPerRank slots of it (the newest
   // retained for the memory tier and in-job restarts) and, for its buddy node's rank, up to
-  // kBuddyReplicasPerRank replicas (the newest and the one before). Ranks that hold a
-  // replicated copy of the state (ddp, hybrid's other nodes) write no tensors: this is the
-  // figure of a rank that does.
+  // kBuddyReplicasPerRank replicas (the newest and the one before; none on one node). Only
+  // the first copy of a replicated state writes (ddp: rank 0; hybrid_shard: the first node),
+  // so its node holds the slots and the next node the replicas, never both: the figures are
+  // the most any rank and any node holds.
   double snapshot_bytes = 0;
-  double host_bytes_per_rank = 0;  // slots x snapshot + replicas x snapshot
+  double host_bytes_per_rank = 0;
+  double host_bytes_per_node = 0;
 };
 
 // ckptd's snapshot slots per rank (--slots-per-rank default, daemon/server.h) and the buddy
