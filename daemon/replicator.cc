@@ -180,6 +180,17 @@ bool Replicator::Pace(uint64_t bytes, const ReplicationJob& job) {
   return true;
 }
 
+void Replicator::WarnCapTooLow(const ReplicationJob& job, uint64_t abandoned) {
+  if (abandoned > 10 && abandoned % 100 != 0) return;
+  FT_LOG(Warning) << "ckptd: replication of step " << job.submit.step << " rank " << job.rank
+                  << " ABANDONED while it waited for the replication cap (" << options_.mbps
+                  << " MB/s): the trainer reused its slot first. Snapshots come faster than the "
+                  << "cap lets one through, so none may become restorable from memory: raise "
+                  << "--replication-mbps (FTRAIN_REPLICATION_MBPS) above a snapshot's bytes / "
+                  << "the memory interval, or lengthen ckpt.memory_every_* (" << abandoned
+                  << " abandoned so far for this rank)";
+}
+
 double Replicator::throttled_s() const {
   std::lock_guard<std::mutex> lock(mu_);
   return throttled_s_;
@@ -218,6 +229,7 @@ void Replicator::Run() {
       pending_.erase(pick);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const double throttled0 = throttled_s();
     std::string address;
     Status s = job.reused->load() ? Status::Aborted("abandoned before it started (slot reused)")
                                   : Send(job, &address);
@@ -241,6 +253,7 @@ void Replicator::Run() {
     }
     if (s.code() == Status::Code::kAborted) {
       ++st.superseded;
+      if (throttled_s_ > throttled0) WarnCapTooLow(job, st.superseded);
       continue;
     }
     ++st.failures;

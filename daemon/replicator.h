@@ -74,6 +74,9 @@ class Replicator {
   Status Send(const ReplicationJob& job, std::string* address);
   // Waits as the cap says before `bytes` go out; false when the send must be abandoned.
   bool Pace(uint64_t bytes, const ReplicationJob& job);
+  // A send that waited for the cap was abandoned (its slot reused): the cap is below what
+  // the memory tier produces. Logged (the first 10, then every 100th). Called with mu_ held.
+  void WarnCapTooLow(const ReplicationJob& job, uint64_t abandoned);
   StatusOr<std::string> BuddyAddress() const;
   // false while the buddy's address is not known yet.
   bool CheckBuddy();
