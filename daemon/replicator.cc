@@ -184,11 +184,11 @@ void Replicator::WarnCapTooLow(const ReplicationJob& job, uint64_t abandoned) {
   if (abandoned > 10 && abandoned % 100 != 0) return;
   FT_LOG(Warning) << "ckptd: replication of step " << job.submit.step << " rank " << job.rank
                   << " ABANDONED while it waited for the replication cap (" << options_.mbps
-                  << " MB/s): the trainer reused its slot first. Snapshots come faster than the "
-                  << "cap lets one through, so none may become restorable from memory: raise "
-                  << "--replication-mbps (FTRAIN_REPLICATION_MBPS) above a snapshot's bytes / "
-                  << "the memory interval, or lengthen ckpt.memory_every_* (" << abandoned
-                  << " abandoned so far for this rank)";
+                  << " MB/s): the trainer needed its slot (every other one was busy). Snapshots "
+                  << "come faster than the cap lets them through, so fewer steps, or none, become "
+                  << "restorable from memory: raise --replication-mbps (FTRAIN_REPLICATION_MBPS) "
+                  << "above a snapshot's bytes / (3 x the memory interval), or lengthen "
+                  << "ckpt.memory_every_* (" << abandoned << " abandoned so far for this rank)";
 }
 
 double Replicator::throttled_s() const {
@@ -231,8 +231,10 @@ void Replicator::Run() {
     const auto t0 = std::chrono::steady_clock::now();
     const double throttled0 = throttled_s();
     std::string address;
+    if (job.sending) job.sending->store(true);
     Status s = job.reused->load() ? Status::Aborted("abandoned before it started (slot reused)")
                                   : Send(job, &address);
+    if (job.sending) job.sending->store(false);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const uint64_t bytes = peer::ImageExtent(job.submit);

@@ -2,8 +2,9 @@
 // the server offers it here; one background thread (nice +10 below the persist, never
 // touched by the SUBMIT path) streams the newest offered snapshot of each rank to the buddy
 // (--buddy HOST:PORT, or the address in --buddy-file, re-read before every connection).
-// Older offers of a rank are superseded by newer ones. The slot is not pinned: if the
-// trainer reuses it while it is being sent, the send is abandoned (the buddy drops the
+// Older offers of a rank are superseded by newer ones. The slot is not pinned (the server
+// hands it out last while it is sent: ReplicationJob::sending): if the trainer reuses it
+// while it is being sent, the send is abandoned (the buddy drops the
 // partial image); the hashes sent are the persist's, so a torn read can never verify.
 // A failure (buddy down, refused) is logged, counted, and retried with backoff.
 // At start, once the buddy's address is known, it is checked: that it resolves here and
@@ -30,8 +31,9 @@ namespace ftrain::ckptd {
 
 struct ReplicationJob {
   int rank = 0;
-  std::shared_ptr<ShmSegment> seg;            // keeps the mapping alive while it is read
-  std::shared_ptr<std::atomic<bool>> reused;  // set by the server when the slot is handed out
+  std::shared_ptr<ShmSegment> seg;             // keeps the mapping alive while it is read
+  std::shared_ptr<std::atomic<bool>> reused;   // set by the server when the slot is handed out
+  std::shared_ptr<std::atomic<bool>> sending;  // set here while it is sent (the server spares it)
   ckpt::proto::Submit submit;
   std::vector<uint64_t> xxh3;  // per piece, from the persist
 };

@@ -131,6 +131,7 @@ void Server::StopPeers() {
 void Server::MarkReused(Slot& slot) {
   if (slot.reused) slot.reused->store(true);
   slot.reused.reset();
+  slot.sending.reset();
 }
 
 void Server::OfferReplica(const PersistResult& r, Slot& slot) {
@@ -155,6 +156,8 @@ void Server::OfferReplica(const PersistResult& r, Slot& slot) {
   MarkReused(slot);
   slot.reused = std::make_shared<std::atomic<bool>>(false);
   job.reused = slot.reused;
+  slot.sending = std::make_shared<std::atomic<bool>>(false);
+  job.sending = slot.sending;
   replicator_->Offer(std::move(job));
 }
 

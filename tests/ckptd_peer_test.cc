@@ -427,6 +427,22 @@ TEST_F(CkptdPeerTest, ReplicationIsCappedAtReplicationMbps) {
   std::printf("replication capped at 5 MB/s: %.0f bytes at %.2f MB/s\n", bytes, mbps);
 }
 
+// A send slower than the snapshots (a capped one) is spared: with step 1 on its way to the
+// buddy, ACQUIRE hands out the slot of step 2 for step 3, not step 1's, so step 1 arrives
+// whole instead of being abandoned (the memory tier thins out rather than empties).
+TEST_F(CkptdPeerTest, TheSlotBeingSentIsHandedOutLast) {
+  StartDaemon("b");
+  StartDaemon("a", "b", {"--replication-mbps", "5"});
+  auto m = Trainer("a", 0, 1, "1,2,3", "--memory --scale 400");  // ~12 MB each, ~2.5 s to send
+  ASSERT_EQ(m.exit_code, 0) << m.output << ReadLog("a");
+  ASSERT_TRUE(WaitFor([&] { return HeldStep("b", 0) >= 1; }, 60)) << ReadLog("a") << ReadLog("b");
+  EXPECT_TRUE(
+      WaitFor([&] { return ReadLog("a").find("replicated step=1 ") != std::string::npos; }, 10))
+      << ReadLog("a");
+  EXPECT_EQ(ReadLog("a").find("replication of step 1 rank 0 ABANDONED"), std::string::npos)
+      << ReadLog("a");
+}
+
 // Raw TCP connections to B's peer port, each hostile in one way.
 class HostilePeer {
  public:
