@@ -4,6 +4,8 @@
 // slurm/train.sh documents are the controller's own. Reads files; milliseconds.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -15,6 +17,7 @@ namespace ftrain::orch {
 namespace {
 
 using ftrain::testing::ReadFile;
+using ftrain::testing::TempDir;
 
 const std::string kRoot = FTRAIN_SOURCE_DIR;
 
@@ -140,6 +143,31 @@ TEST(Settings, TheReplicationCapIsANumberOfMegabytesPerSecond) {
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("FTRAIN_REPLICATION_MBPS"), std::string::npos) << bad;
   }
+}
+
+TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
+  TempDir tmp;
+  const std::string cfg = tmp.path() + "/run.cfg";
+  std::ofstream(cfg) << "[ckpt]\nevery_minutes = 25\n";
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", cfg}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto off = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->replication, "auto");  // no spares, no memory tier: the policy decides (off)
+  env["FTRAIN_ARGS"] = "--train.steps=9 --ckpt.memory_every_steps=5";
+  auto on = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->replication, "1");
+  std::ofstream(cfg) << "[ckpt]\nmemory_every_steps = 3\n";
+  env.erase("FTRAIN_ARGS");
+  EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "1");
+  env["FTRAIN_REPLICATION"] = "0";  // the user's word wins
+  EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "0");
+  env["FTRAIN_REPLICATION"] = "auto";
+  env["FTRAIN_ARGS"] = "--ckpt.memory_every_steps=0";
+  EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "auto");
+  env["FTRAIN_ARGS"] = "--ckpt.memory_every_steps=0 --ckpt.memory_every_seconds=30";
+  EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "1");  // the time interval too
 }
 
 }  // namespace

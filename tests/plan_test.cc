@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "data/format/synthetic.h"
 #include "model/llama_config.h"
+#include "plan/memory_fit.h"
 #include "plan/planner.h"
 #include "plan/sources.h"
 
@@ -1128,6 +1129,65 @@ TEST(PlanCliTest, NothingFitsStillExitsZero) {
   auto r = RunCli({"--params", "65e9", "--nodes", "1", "--gpus-per-node", "1"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("recommended: none"), std::string::npos) << r.out;
+}
+
+// --- The memory check before step 1 (plan/memory_fit.h) ---------------------------------------
+
+MemoryFitInput SevenB(const std::string& sharding, int64_t nodes, int64_t per_node) {
+  MemoryFitInput in;
+  in.model = LoadModel("llama-7b.cfg");
+  in.sharding = sharding;
+  in.nodes = nodes;
+  in.ranks_per_node = per_node;
+  in.device_bytes = 80'000'000'000ULL;
+  in.device = "cuda:0";
+  in.seq_len = 4096;
+  in.micro_batch = 1;
+  in.act_ckpt = true;
+  return in;
+}
+
+TEST(MemoryFit, TheSeedCaseFits) {
+  EXPECT_TRUE(CheckMemoryFit(SevenB("hybrid_shard", 8, 8)).ok());
+  EXPECT_TRUE(CheckMemoryFit(SevenB("full_shard", 8, 8)).ok());
+  MemoryFitInput unknown = SevenB("no_shard", 1, 1);
+  unknown.device_bytes = 0;  // the device's memory could not be read: nothing is refused
+  EXPECT_TRUE(CheckMemoryFit(unknown).ok());
+}
+
+TEST(MemoryFit, ReplicatedStateIsRefusedNamingTheFiguresAndWhatFits) {
+  // 7B unsharded: 16 bytes x 6.7e9 = 108 GB of state on every 80 GB GPU.
+  Status s = CheckMemoryFit(SevenB("no_shard", 1, 8));
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  for (const char* want : {"dist.sharding = no_shard needs", "state 10", "cuda:0 has 72.0 GB",
+                           "dist.sharding = full_shard", "ftrain plan --model CONFIG --nodes 1",
+                           "FTRAIN_SKIP_MEMORY_CHECK=1"}) {
+    EXPECT_NE(s.message().find(want), std::string::npos) << want << "\n" << s.message();
+  }
+}
+
+TEST(MemoryFit, EachSuggestionIsCheckedByThePlanner) {
+  // Activations without checkpointing at seq 4096 x micro-batch 8 do not fit; checkpointing or
+  // a smaller micro-batch does.
+  MemoryFitInput in = SevenB("full_shard", 8, 8);
+  in.act_ckpt = false;
+  in.micro_batch = 8;
+  Status s = CheckMemoryFit(in);
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("train.activation_checkpointing = true"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("train.micro_batch = "), std::string::npos) << s.message();
+  // One 80 GB GPU cannot hold 7B's sharded state; 4 or more can.
+  s = CheckMemoryFit(SevenB("full_shard", 1, 1));
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("full_shard on 2 nodes"), std::string::npos) << s.message();
+  // Nothing data-parallel fits a 1 GB device at seq 4096: said so.
+  in = SevenB("full_shard", 1, 8);
+  in.device_bytes = 1'000'000'000ULL;
+  s = CheckMemoryFit(in);
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("nothing fits, not even full_shard"), std::string::npos)
+      << s.message();
 }
 
 }  // namespace

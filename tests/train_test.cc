@@ -400,6 +400,11 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
       {"--dist.backend=nccl", "dist.backend = nccl needs train.device = cuda"},
       // This machine has no GPU (the CUDA LibTorch is linked; CUDA is unavailable at run time).
       {"--train.device=cuda --dist.backend=nccl", "no usable GPU"},
+      // A 70B shape on this host: refused by the plan before anything is allocated, not
+      // killed by the OOM killer at step 1.
+      {"--model.hidden_size=8192 --model.intermediate_size=28672 --model.num_layers=80 "
+       "--model.num_heads=64 --model.num_kv_heads=8",
+       "memory: dist.sharding = full_shard needs"},
   };
   for (const auto& c : cases) {
     auto r = RunCommand(base + c.args, 120);

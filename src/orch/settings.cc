@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/config.h"
+
 namespace ftrain::orch {
 namespace {
 
@@ -110,6 +112,21 @@ std::vector<std::string> SplitWords(const std::string& s) {
   return out;
 }
 
+// Whether the run's config with FTRAIN_ARGS' overrides applied turns the memory tier on
+// (ckpt.memory_every_steps or ckpt.memory_every_seconds > 0); false when neither is set or
+// the config cannot be read (the trainer reports a bad config itself, exit 2).
+bool MemoryTierOn(const std::string& config, const std::vector<std::string>& args) {
+  auto c = Config::LoadFile(config);
+  if (!c.ok()) return false;
+  for (const auto& a : args) {
+    if (a.rfind("--ckpt.", 0) == 0) (void)c->ApplyOverride(a);
+  }
+  int64_t steps = 0;
+  double seconds = 0;
+  return (c->GetInt("ckpt.memory_every_steps", &steps).ok() && steps > 0) ||
+         (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
+}
+
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   Reader r(env);
   JobSettings s;
@@ -143,6 +160,9 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
     return Status::InvalidArgument("FTRAIN_REPLICATION='" + s.replication +
                                    "' is not auto, 0 or 1");
   }
+  // The memory tier counts a step restorable only once the buddy holds it: auto turns buddy
+  // replication on for it, as it does for spares.
+  if (s.replication == "auto" && MemoryTierOn(s.config, s.train_args)) s.replication = "1";
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_RESUBMITS", 3, &s.max_resubmits));

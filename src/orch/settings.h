@@ -48,7 +48,10 @@ struct JobSettings {
   std::string spare_nodes = "0";  // FTRAIN_SPARE_NODES: checked by the policy (a record)
   std::string spare_nodelist;
   double spare_check_s = 5;
-  std::string replication = "auto";  // auto | 1 | 0
+  // FTRAIN_REPLICATION: auto | 1 | 0; auto becomes 1 when the config (with FTRAIN_ARGS) sets
+  // ckpt.memory_every_steps or _seconds > 0 (the memory tier needs the buddy's copy), else
+  // spares decide.
+  std::string replication = "auto";
   double norespond_wait_s = 30;
   double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
   int max_resubmits = 3;

@@ -5,9 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,6 +28,7 @@
 #include "fsdp/trace_range.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
+#include "plan/memory_fit.h"
 #include "records/restarts.h"
 #include "train/base_model.h"
 #include "train/boundary_agreement.h"
@@ -321,7 +324,7 @@ data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldIn
 // The data's version and tokenizer, from opening it once without a cursor (cheap: reads
 // index.json).
 StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world,
-                                    DataTokenizer* tokenizer) {
+                                    DataTokenizer* tokenizer, int64_t* seq_len) {
   auto r = data::TokenReader::Open(ReaderOptionsFor(cfg, world, 0), nullptr);
   if (!r.ok()) {
     // A data path that is not there is a configuration error (exit 2); damaged data is not.
@@ -337,7 +340,34 @@ StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInf
                         : std::string();
   tokenizer->bos_id = index.bos_id;
   tokenizer->eos_id = index.eos_id;
+  *seq_len = index.seq_len;
   return (*r)->data_version();
+}
+
+// Refuses (exit 2), before the model is allocated, a run whose plan does not fit the device:
+// a GPU's memory, or on CPU each rank's share of the host's (plan/memory_fit.h).
+Status CheckMemory(const Run& run, int64_t seq_len) {
+  const char* skip = std::getenv("FTRAIN_SKIP_MEMORY_CHECK");
+  if (skip != nullptr && std::string(skip) == "1") return Status::Ok();
+  const TrainConfig& cfg = run.cfg;
+  const comm::WorldInfo& w = run.ctx->world();
+  MemoryFitInput in;
+  in.model = cfg.model;
+  in.sharding = cfg.dist.sharding;
+  in.nodes = w.num_nodes;
+  in.ranks_per_node = w.local_world_size;
+  in.device_bytes =
+      run.dev.device.is_cuda()
+          ? run.dev.memory_bytes
+          : HostMemoryBytes() / static_cast<uint64_t>(std::max(1, w.local_world_size));
+  in.device = run.dev.device.is_cuda()
+                  ? "cuda:" + std::to_string(run.dev.cuda_index)
+                  : "this host (its memory / " + std::to_string(w.local_world_size) + " ranks)";
+  in.seq_len = seq_len;
+  in.micro_batch = cfg.train.micro_batch;
+  in.act_ckpt = cfg.train.activation_checkpointing;
+  in.grad_bytes = cfg.train.reduce_dtype == Precision::kBFloat16 ? 2 : 4;
+  return CheckMemoryFit(in);
 }
 
 // The reader positioned where the resumed state says, checked against the model.
@@ -466,6 +496,12 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
                                           HfConfigCopyJson(cfg.model)));
     }
   }
+  // The data's version, tokenizer and sequence length (its index), and whether the plan for
+  // them fits the device: known before the model is allocated.
+  DataTokenizer data_tokenizer;
+  int64_t data_seq_len = 0;
+  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world, &data_tokenizer, &data_seq_len));
+  FT_RETURN_IF_ERROR(CheckMemory(*run, data_seq_len));
   FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
   // carried in every checkpoint so that anything that does draw resumes exactly).
@@ -486,10 +522,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
     fsdp::FsdpEngine* engine = run->engine.get();
     co.state_check = [engine] { return engine->CheckFinite(); };
   }
-  // The data, and the Hugging Face files each checkpoint will carry (rank 0): known before the
-  // daemon's slots are sized.
-  DataTokenizer data_tokenizer;
-  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world, &data_tokenizer));
+  // The Hugging Face files each checkpoint will carry (rank 0): known before the daemon's
+  // slots are sized.
   model::HfFiles hf;
   if (run->leader) {
     FT_ASSIGN_OR_RETURN(hf, HfFilesForRun(cfg, data_tokenizer));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_rank_kill_memory_tier_test.sh - the memory tier (issue 35) with healthy nodes: 2 nodes x
-# 2 ranks, buddy replication on (FTRAIN_REPLICATION=1: without spares train.sh leaves it off,
-# and without a buddy no step counts as restorable from memory), a disk checkpoint every 50
+# 2 ranks, no spares and FTRAIN_REPLICATION left at auto (the memory tier in the config turns
+# buddy replication on: without a buddy no step counts as restorable from memory; the job's
+# log must say so), a disk checkpoint every 50
 # steps and a memory snapshot every 3; one rank is SIGKILLed at a random step. train.sh
 # restarts the step in the allocation; every rank restores from its own daemon the newest
 # step restorable from memory, at most one memory interval (+1 step, the record's lag) behind
@@ -20,7 +21,8 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=tests/slurm/e2e.sh
 source "${SLURM_TEST_LIB_DIR}/e2e.sh"
 e2e_setup
-export FTRAIN_RESTART_BACKOFF_S=1 FTRAIN_REPLICATION=1
+export FTRAIN_RESTART_BACKOFF_S=1
+unset FTRAIN_REPLICATION
 
 log "seed ${SEED}: SIGKILL a rank at step ~${KILL_AT_STEP} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit mkill)"
@@ -32,6 +34,8 @@ kill -KILL "${victim}"
 crash_step="$(wc -l <"${WORK_DIR}/mkill/metrics.jsonl")"
 log "SIGKILLed rank pid ${victim} after step ${crash_step}"
 e2e_wait_done "${JOB_ID}" mkill
+grep -q "buddy replication on" "${WORK_DIR}"/mkill-*.out ||
+  fail "FTRAIN_REPLICATION=auto with the memory tier on did not turn buddy replication on"
 [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued (Restarts=$(e2e_restarts "${JOB_ID}"))"
 resumed="$(sed -n '/"event":"restarted","cause":"rank_failure"/,$p' "${WORK_DIR}/mkill/restarts.jsonl" |
   grep '"event":"resumed"' | head -n 1)"

@@ -59,6 +59,12 @@ StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
   c.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(c.cuda_index));
   c.description = "cuda:" + std::to_string(c.cuda_index) + " of " + std::to_string(visible) +
                   " visible (local rank " + std::to_string(local) + ")";
+#ifdef FTRAIN_WITH_NCCL
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, c.cuda_index) == cudaSuccess) {
+    c.memory_bytes = prop.totalGlobalMem;
+  }
+#endif
   return c;
 }
 

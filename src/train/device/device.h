@@ -18,8 +18,9 @@ namespace ftrain::train {
 
 struct DeviceChoice {
   torch::Device device = torch::kCPU;
-  int cuda_index = -1;      // the CUDA device ordinal this process uses
-  std::string description;  // "cpu" or "cuda:0 (NVIDIA H200, 132 SMs, ...)" for logs/manifests
+  int cuda_index = -1;        // the CUDA device ordinal this process uses
+  std::string description;    // "cpu" or "cuda:0 (NVIDIA H200, 132 SMs, ...)" for logs/manifests
+  uint64_t memory_bytes = 0;  // the GPU's memory (cudaDeviceProp); 0 on CPU or unknown
 };
 
 // Picks the device before the rendezvous (NCCL communicators are bound to it). The local

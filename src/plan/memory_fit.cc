@@ -1,0 +1,125 @@
+#include "plan/memory_fit.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "plan/planner.h"
+
+namespace ftrain {
+namespace {
+
+std::string Gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", bytes / 1e9);
+  return buf;
+}
+
+// The plan's name for a dist.sharding value.
+std::string PlanName(const std::string& sharding) {
+  if (sharding == "no_shard") return "ddp";
+  if (sharding == "shard_grad_op") return "zero2";
+  return sharding;
+}
+
+const StrategyPlan* Row(const PlanResult& p, const std::string& name) {
+  for (const auto& s : p.strategies) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+PlanInput PlanInputFor(const MemoryFitInput& in) {
+  PlanInput pi;
+  pi.model = in.model;
+  pi.model_source = "the run's model";
+  pi.nodes = in.nodes;
+  pi.gpus_per_node = in.ranks_per_node;
+  pi.gpu_mem_gb = static_cast<double>(in.device_bytes) / 1e9;
+  pi.seq_len = in.seq_len;
+  pi.micro_batch = in.micro_batch;
+  pi.act_ckpt = in.act_ckpt;
+  pi.grad_bytes = in.grad_bytes;
+  return pi;
+}
+
+// Settings that would fit, each checked with the planner (none of them is a guess).
+std::vector<std::string> WhatFits(const MemoryFitInput& in, const std::string& name) {
+  std::vector<std::string> out;
+  auto fits = [&](const MemoryFitInput& alt, const std::string& row) {
+    auto p = MakePlan(PlanInputFor(alt));
+    const StrategyPlan* s = p.ok() ? Row(*p, row) : nullptr;
+    return s != nullptr && s->fits;
+  };
+  MemoryFitInput alt = in;
+  if (!in.act_ckpt) {
+    alt.act_ckpt = true;
+    if (fits(alt, name)) out.push_back("train.activation_checkpointing = true");
+  }
+  for (int64_t mb = in.micro_batch / 2; mb >= 1; mb /= 2) {
+    alt = in;
+    alt.micro_batch = mb;
+    if (fits(alt, name)) {
+      out.push_back("train.micro_batch = " + std::to_string(mb) +
+                    " (raise train.grad_accum to keep the global batch)");
+      break;
+    }
+  }
+  if (in.sharding != "full_shard" && fits(in, "full_shard")) {
+    out.push_back("dist.sharding = full_shard");
+  }
+  for (int64_t nodes = in.nodes * 2; nodes <= in.nodes * 64; nodes *= 2) {
+    alt = in;
+    alt.nodes = nodes;
+    if (fits(alt, "full_shard")) {
+      out.push_back("dist.sharding = full_shard on " + std::to_string(nodes) + " nodes");
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status CheckMemoryFit(const MemoryFitInput& in) {
+  if (in.device_bytes == 0) return Status::Ok();  // unknown device memory: nothing to check
+  const std::string name = PlanName(in.sharding);
+  FT_ASSIGN_OR_RETURN(PlanResult p, MakePlan(PlanInputFor(in)));
+  const StrategyPlan* s = Row(p, name);
+  if (s == nullptr || s->fits) return Status::Ok();
+  std::string msg =
+      "memory: dist.sharding = " + in.sharding + " needs " + Gb(s->total_bytes) +
+      " GB per rank by `ftrain plan` (state " + Gb(s->state_bytes) + ", gathered units " +
+      Gb(s->gathered_bytes) + ", gradient buffers " + Gb(s->grad_buffer_bytes) + ", head + loss " +
+      Gb(s->loss_bytes) + ", activations " + Gb(s->activation_bytes) + ") but " + in.device +
+      " has " + Gb(p.usable_bytes) + " GB usable (" + Gb(static_cast<double>(in.device_bytes)) +
+      " GB less the " + std::to_string(static_cast<int>(p.input.reserve_fraction * 100 + 0.5)) +
+      " % reserve)";
+  const std::vector<std::string> fixes = WhatFits(in, name);
+  if (fixes.empty()) {
+    msg +=
+        "; nothing fits, not even full_shard on 64 times the nodes: shorten the sequences or use a "
+        "smaller model";
+  } else {
+    msg += "; what fits:";
+    for (size_t i = 0; i < fixes.size(); ++i) msg += (i ? ", or " : " ") + fixes[i];
+  }
+  char cmd[256];
+  std::snprintf(cmd, sizeof cmd,
+                " (the table: ftrain plan --model CONFIG --nodes %lld --gpus-per-node %lld "
+                "--gpu-mem-gb %.1f --seq-len %lld --micro-batch %lld%s); "
+                "FTRAIN_SKIP_MEMORY_CHECK=1 starts anyway",
+                static_cast<long long>(in.nodes), static_cast<long long>(in.ranks_per_node),
+                static_cast<double>(in.device_bytes) / 1e9, static_cast<long long>(in.seq_len),
+                static_cast<long long>(in.micro_batch), in.act_ckpt ? " --act-ckpt" : "");
+  return Status::InvalidArgument(msg + cmd);
+}
+
+uint64_t HostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+}  // namespace ftrain
