@@ -84,6 +84,8 @@ po::options_description DescribeFlags(Flags* f) {
       "memory for replicas held for other nodes (GiB, default 8)");
   add("peer-timeout-s", po::value<double>(&o.peer.timeout_s),
       "peer connect/handshake/frame timeout (seconds, default 10)");
+  add("replication-mbps", po::value<double>(&o.peer.replication_mbps),
+      "cap replication to the buddy at this many MB/s (token bucket; 0 = unlimited, default)");
   add("test-allowed-uid", po::value<int64_t>(&f->test_uid),
       "tests only: the uid allowed to connect");
   add("cleanup",
@@ -167,6 +169,8 @@ Status CheckPeers(Flags* f, const po::variables_map& vm) {
     return Bad("--replica-memory-gb must be in (0, 4096]");
   if (!(p.timeout_s >= 0.1) || p.timeout_s > 3600)
     return Bad("--peer-timeout-s must be in [0.1, 3600]");
+  if (!(p.replication_mbps >= 0) || p.replication_mbps > 1e6)
+    return Bad("--replication-mbps must be in [0, 1e6] (0 = unlimited)");
   for (const char* v : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}) {
     const char* n = std::getenv(v);
     if (n != nullptr && std::atoi(n) > 0) {

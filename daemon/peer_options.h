@@ -16,6 +16,9 @@ struct PeerOptions {
   std::string secret;      // --job-secret-file / $FTRAIN_JOB_SECRET (never logged)
   double replica_memory_gb = 8;
   double timeout_s = 10;  // --peer-timeout-s: per frame, connect and handshake
+  // --replication-mbps: the sender's cap in MB/s (token bucket, daemon/token_bucket.h) so that
+  // replication leaves the network to the training's collectives; 0 = unlimited.
+  double replication_mbps = 0;
   bool enabled() const { return !listen.empty() || !buddy.empty() || !buddy_file.empty(); }
 };
 

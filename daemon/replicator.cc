@@ -6,7 +6,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/log.h"
 #include "daemon/peer_auth.h"
@@ -17,7 +19,22 @@ namespace ftrain::ckptd {
 
 using peer::PeerMsg;
 
-Replicator::Replicator(ReplicatorOptions options) : options_(std::move(options)) {
+namespace {
+
+// The cap's burst: a quarter second at the rate, at least one chunk (a chunk never waits for
+// tokens the bucket could not hold).
+double BurstBytes(double mbps) {
+  return std::max(0.25 * mbps * 1e6, static_cast<double>(peer::kChunkBytes));
+}
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Replicator::Replicator(ReplicatorOptions options)
+    : options_(std::move(options)), bucket_(options_.mbps * 1e6, BurstBytes(options_.mbps)) {
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -139,10 +156,44 @@ Status Replicator::Send(const ReplicationJob& job, std::string* address) {
     }
     if (pos >= h.extent) break;
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(peer::kChunkBytes, h.extent - pos));
+    if (!Pace(n, job)) continue;  // abandoned: the check above says so
     FT_RETURN_IF_ERROR(conn->SendData(base + pos, n));
   }
   FT_RETURN_IF_ERROR(conn->Send(PeerMsg::kEnd, ""));
   return conn->Expect(PeerMsg::kStoreOk, &payload);
+}
+
+bool Replicator::Pace(uint64_t bytes, const ReplicationJob& job) {
+  double wait = bucket_.Reserve(bytes, MonotonicSeconds());
+  if (wait <= 0) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    throttled_s_ += wait;
+  }
+  // In slices, so that a reused slot or a stop is noticed within 50 ms.
+  while (wait > 0) {
+    if (job.reused->load() || stopping_.load()) return false;
+    const double slice = std::min(wait, 0.05);
+    std::this_thread::sleep_for(std::chrono::duration<double>(slice));
+    wait -= slice;
+  }
+  return true;
+}
+
+void Replicator::WarnCapTooLow(const ReplicationJob& job, uint64_t abandoned) {
+  if (abandoned > 10 && abandoned % 100 != 0) return;
+  FT_LOG(Warning) << "ckptd: replication of step " << job.submit.step << " rank " << job.rank
+                  << " ABANDONED while it waited for the replication cap (" << options_.mbps
+                  << " MB/s): the trainer needed its slot (every other one was busy). Snapshots "
+                  << "come faster than the cap lets them through, so fewer steps, or none, become "
+                  << "restorable from memory: raise --replication-mbps (FTRAIN_REPLICATION_MBPS) "
+                  << "above a snapshot's bytes / (3 x the memory interval), or lengthen "
+                  << "ckpt.memory_every_* (" << abandoned << " abandoned so far for this rank)";
+}
+
+double Replicator::throttled_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return throttled_s_;
 }
 
 void Replicator::Run() {
@@ -178,9 +229,12 @@ void Replicator::Run() {
       pending_.erase(pick);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const double throttled0 = throttled_s();
     std::string address;
+    if (job.sending) job.sending->store(true);
     Status s = job.reused->load() ? Status::Aborted("abandoned before it started (slot reused)")
                                   : Send(job, &address);
+    if (job.sending) job.sending->store(false);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const uint64_t bytes = peer::ImageExtent(job.submit);
@@ -201,6 +255,7 @@ void Replicator::Run() {
     }
     if (s.code() == Status::Code::kAborted) {
       ++st.superseded;
+      if (throttled_s_ > throttled0) WarnCapTooLow(job, st.superseded);
       continue;
     }
     ++st.failures;

@@ -2,8 +2,9 @@
 // the server offers it here; one background thread (nice +10 below the persist, never
 // touched by the SUBMIT path) streams the newest offered snapshot of each rank to the buddy
 // (--buddy HOST:PORT, or the address in --buddy-file, re-read before every connection).
-// Older offers of a rank are superseded by newer ones. The slot is not pinned: if the
-// trainer reuses it while it is being sent, the send is abandoned (the buddy drops the
+// Older offers of a rank are superseded by newer ones. The slot is not pinned (the server
+// hands it out last while it is sent: ReplicationJob::sending): if the trainer reuses it
+// while it is being sent, the send is abandoned (the buddy drops the
 // partial image); the hashes sent are the persist's, so a torn read can never verify.
 // A failure (buddy down, refused) is logged, counted, and retried with backoff.
 // At start, once the buddy's address is known, it is checked: that it resolves here and
@@ -24,13 +25,15 @@
 #include "ckpt/ckptd_protocol.h"
 #include "core/status.h"
 #include "daemon/shm_slots.h"
+#include "daemon/token_bucket.h"
 
 namespace ftrain::ckptd {
 
 struct ReplicationJob {
   int rank = 0;
-  std::shared_ptr<ShmSegment> seg;            // keeps the mapping alive while it is read
-  std::shared_ptr<std::atomic<bool>> reused;  // set by the server when the slot is handed out
+  std::shared_ptr<ShmSegment> seg;             // keeps the mapping alive while it is read
+  std::shared_ptr<std::atomic<bool>> reused;   // set by the server when the slot is handed out
+  std::shared_ptr<std::atomic<bool>> sending;  // set here while it is sent (the server spares it)
   ckpt::proto::Submit submit;
   std::vector<uint64_t> xxh3;  // per piece, from the persist
 };
@@ -53,6 +56,7 @@ struct ReplicatorOptions {
   std::string start;       // peer::StartIdOf: a buddy file of another start is not used
   double timeout_s = 10;
   int nice = 19;
+  double mbps = 0;  // the sender's cap (token bucket, 1 MB = 1e6 bytes); 0 = unlimited
 };
 
 class Replicator {
@@ -61,6 +65,8 @@ class Replicator {
   ~Replicator();  // abandons what is in flight (the buddy drops partial images), joins
   void Offer(ReplicationJob job);
   std::map<int, RankReplication> Stats() const;
+  // Seconds the sender waited for the cap, in all (0 when unlimited).
+  double throttled_s() const;
   std::string buddy() const;  // the address last used ("" before the first)
   // The start-up check's verdict ("" while the buddy's address is not known yet).
   std::string buddy_check() const;
@@ -68,6 +74,11 @@ class Replicator {
  private:
   void Run();
   Status Send(const ReplicationJob& job, std::string* address);
+  // Waits as the cap says before `bytes` go out; false when the send must be abandoned.
+  bool Pace(uint64_t bytes, const ReplicationJob& job);
+  // A send that waited for the cap was abandoned (its slot reused): the cap is below what
+  // the memory tier produces. Logged (the first 10, then every 100th). Called with mu_ held.
+  void WarnCapTooLow(const ReplicationJob& job, uint64_t abandoned);
   StatusOr<std::string> BuddyAddress() const;
   // false while the buddy's address is not known yet.
   bool CheckBuddy();
@@ -77,6 +88,8 @@ class Replicator {
   std::condition_variable cv_;
   std::map<int, ReplicationJob> pending_;  // guarded by mu_: newest offer per rank
   std::map<int, RankReplication> stats_;   // guarded by mu_
+  TokenBucket bucket_;                     // replication thread only
+  double throttled_s_ = 0;                 // guarded by mu_
   std::string buddy_;                      // guarded by mu_
   std::string buddy_check_;                // guarded by mu_
   bool stop_ = false;                      // guarded by mu_

@@ -445,12 +445,15 @@ void Server::ServeAcquires() {
         break;
       }
     }
-    if (pick < 0) {  // no free slot: give up the oldest retained snapshot rather than wait
+    // No free slot: give up the oldest retained snapshot rather than wait, one not on its way
+    // to the buddy first (else a send slower than the snapshots would never finish), any one
+    // when every retained slot is being sent.
+    for (int pass = 0; pass < 2 && pick < 0; ++pass) {
       for (uint32_t i = 0; i < rs.slots.size(); ++i) {
-        if (rs.slots[i].state == SlotState::kRetained &&
-            (pick < 0 || rs.slots[i].step < rs.slots[pick].step)) {
-          pick = static_cast<int>(i);
-        }
+        const Slot& s = rs.slots[i];
+        if (s.state != SlotState::kRetained) continue;
+        if (pass == 0 && s.sending && s.sending->load()) continue;
+        if (pick < 0 || s.step < rs.slots[pick].step) pick = static_cast<int>(i);
       }
     }
     if (pick >= 0) {

@@ -65,6 +65,9 @@ class Server {
     std::shared_ptr<ShmSegment> seg;
     // Set (and dropped) when the slot is handed out again: a replication reading it stops.
     std::shared_ptr<std::atomic<bool>> reused;
+    // Set by the replication thread while it sends this slot's snapshot: ACQUIRE hands out
+    // another retained slot first, so that a slow (or capped) send can finish.
+    std::shared_ptr<std::atomic<bool>> sending;
     SlotState state = SlotState::kFree;
     int64_t step = -1;
     ckpt::proto::Submit submit;  // descriptor of what the slot holds (persisting/retained)

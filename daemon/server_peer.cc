@@ -70,6 +70,7 @@ Status Server::TryStartPeers() {
     ro.buddy_file = p.buddy_file;
     ro.timeout_s = p.timeout_s;
     ro.nice = std::min(19, options_.persist.nice + 10);
+    ro.mbps = p.replication_mbps;
     replicator_ = std::make_unique<Replicator>(ro);
   }
   FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, start_id_, p.timeout_s};
@@ -91,7 +92,7 @@ Status Server::TryStartPeers() {
                    : !p.buddy_file.empty() ? "from " + p.buddy_file
                                            : "none")
                << ", replica memory " << p.replica_memory_gb << " GB, peer timeout " << p.timeout_s
-               << " s";
+               << " s, replication cap " << p.replication_mbps << " MB/s (0: none)";
   return Status::Ok();
 }
 
@@ -130,6 +131,7 @@ void Server::StopPeers() {
 void Server::MarkReused(Slot& slot) {
   if (slot.reused) slot.reused->store(true);
   slot.reused.reset();
+  slot.sending.reset();
 }
 
 void Server::OfferReplica(const PersistResult& r, Slot& slot) {
@@ -154,6 +156,8 @@ void Server::OfferReplica(const PersistResult& r, Slot& slot) {
   MarkReused(slot);
   slot.reused = std::make_shared<std::atomic<bool>>(false);
   job.reused = slot.reused;
+  slot.sending = std::make_shared<std::atomic<bool>>(false);
+  job.sending = slot.sending;
   replicator_->Offer(std::move(job));
 }
 

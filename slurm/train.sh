@@ -39,8 +39,9 @@ export FTRAIN_CKPTD_MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
 export FTRAIN_SPARE_NODES="${FTRAIN_SPARE_NODES:-0}"            # hot spares (submit with --nodes=N+S --no-kill)
 export FTRAIN_SPARE_NODELIST="${FTRAIN_SPARE_NODELIST:-}"          # which (default: the last ones, not the batch host)
 export FTRAIN_SPARE_CHECK_S="${FTRAIN_SPARE_CHECK_S:-5}"          # how often a training step looks for lost spares
-export FTRAIN_REPLICATION="${FTRAIN_REPLICATION:-auto}"         # buddy replication: auto (on with spares or ckpt.memory_every_steps), 1, 0
+export FTRAIN_REPLICATION="${FTRAIN_REPLICATION:-auto}"         # buddy replication: auto (on with spares or a memory tier), 1, 0
 export FTRAIN_REPLICA_MEMORY_GB="${FTRAIN_REPLICA_MEMORY_GB:-8}"      # what a daemon holds for others
+export FTRAIN_REPLICATION_MBPS="${FTRAIN_REPLICATION_MBPS:-0}"      # cap on what a daemon sends its buddy (MB/s; 0 = none)
 # ---- ftrain's own failure detection (docs/operations.md) ---------------------------------------
 export FTRAIN_DETECT="${FTRAIN_DETECT:-1}"                 # 0: leave node failures to Slurm (SlurmdTimeout)
 export FTRAIN_HEARTBEAT_PERIOD_S="${FTRAIN_HEARTBEAT_PERIOD_S:-1}"

@@ -85,3 +85,58 @@ TEST(MemoryTierSchedule, DueEveryNStepsAndOffAtZero) {
   EXPECT_FALSE(off.enabled());
   for (int64_t s = 0; s <= 10; ++s) EXPECT_FALSE(off.Due(s));
 }
+
+// ckpt.memory_every_seconds: rank 0's clock votes (CheckpointSchedule::MemoryTimeDue), the
+// boundary agreement max-reduces the vote, and MemoryTier::Due takes it at that step on every
+// rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.
+TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnapshotOrSave) {
+  ftrain::testing::FakeClockEnv env;
+  ftrain::train::CkptSection c;
+  c.every_minutes = 0;
+  c.every_steps = 10;
+  c.memory_every_seconds = 5;
+  ftrain::train::CheckpointSchedule s(c, 1000, &env);
+  ftrain::train::MemoryTierOptions o;
+  o.every_seconds = c.memory_every_seconds;
+  ftrain::train::MemoryTier tier(o, nullptr);
+  EXPECT_TRUE(tier.enabled());
+  std::vector<int64_t> memory, disk;
+  for (int64_t step = 1; step <= 12; ++step) {
+    env.AdvanceSeconds(2);
+    const bool vote = s.MemoryTimeDue();
+    if (s.Due(step, false, false)) {  // a disk checkpoint: both clocks start again
+      disk.push_back(step);
+      s.Saved();
+    } else if (tier.Due(step, vote)) {
+      memory.push_back(step);
+      s.MemoryTaken();
+    }
+  }
+  // 2 s a step: 6 s >= 5 s at step 3, again at 6 and 9; step 10's disk checkpoint starts the
+  // clock again, so step 12 (4 s after it) is not due.
+  EXPECT_EQ(memory, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_EQ(disk, (std::vector<int64_t>{10}));
+  EXPECT_FALSE(s.MemoryTimeDue());
+  env.AdvanceSeconds(1);
+  EXPECT_TRUE(s.MemoryTimeDue());
+}
+
+TEST(MemoryTierSchedule, BothIntervalsAndZeroSecondsIsOff) {
+  ftrain::testing::FakeClockEnv env;
+  ftrain::train::CkptSection c;
+  c.every_minutes = 0;
+  ftrain::train::CheckpointSchedule s(c, 1000, &env);
+  env.AdvanceSeconds(1e7);
+  EXPECT_FALSE(s.MemoryTimeDue());  // memory_every_seconds = 0: the clock never votes
+  ftrain::train::MemoryTierOptions o;
+  o.every_steps = 4;
+  o.every_seconds = 30;
+  ftrain::train::MemoryTier tier(o, nullptr);
+  EXPECT_TRUE(tier.Due(4, false));   // the step interval
+  EXPECT_TRUE(tier.Due(5, true));    // the agreed clock
+  EXPECT_FALSE(tier.Due(5, false));  // neither
+  EXPECT_FALSE(tier.Due(0, true));   // never before the first step
+  o.every_seconds = 0;
+  ftrain::train::MemoryTier steps_only(o, nullptr);
+  EXPECT_FALSE(steps_only.Due(5, true));  // a stray vote does not count without the interval
+}

@@ -20,10 +20,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -392,6 +394,53 @@ TEST_F(CkptdPeerTest, BuddyKilledMidReplicationCostsTheTrainerNothingAndIsRetrie
   EXPECT_TRUE(WaitFor([&] { return HeldStep("b", 0) == 3; }, 60)) << ReadLog("a") << ReadLog("b");
   // A still serves its trainer.
   EXPECT_EQ(Trainer("a", 0, 1, "4", "--scale 2000").exit_code, 0);
+}
+
+// --replication-mbps: the sender's token bucket holds a ~12 MB snapshot to the cap (5 MB/s,
+// burst 1.25 MB: at most 5 x 12 / (12 - 1.25) = 5.6 MB/s measured over one transfer).
+TEST_F(CkptdPeerTest, ReplicationIsCappedAtReplicationMbps) {
+  StartDaemon("b");
+  StartDaemon("a", "b", {"--replication-mbps", "5"});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Trainer("a", 0, 1, "1", "--scale 400");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(WaitFor([&] { return HeldStep("b", 0) == 1; }, 60)) << ReadLog("a") << ReadLog("b");
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The buddy holds it a moment before the sender logs the acknowledgement.
+  const std::regex line(
+      "replicated step=1 rank=0 .* bytes=([0-9]+) seconds=([0-9.e+-]+) MB/s=([0-9.e+-]+)");
+  std::smatch m;
+  std::string log;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        log = ReadLog("a");
+        return std::regex_search(log, m, line);
+      },
+      10))
+      << log;
+  const double bytes = std::stod(m[1]), mbps = std::stod(m[3]);
+  EXPECT_GT(bytes, 10e6) << log;
+  EXPECT_LE(mbps, 5.0 * bytes / (bytes - 1.25e6) * 1.02) << log;
+  EXPECT_GE(total_s, (bytes - 1.25e6) / 5e6 * 0.98) << log;
+  EXPECT_NE(log.find("replication cap 5 MB/s"), std::string::npos) << log;
+  std::printf("replication capped at 5 MB/s: %.0f bytes at %.2f MB/s\n", bytes, mbps);
+}
+
+// A send slower than the snapshots (a capped one) is spared: with step 1 on its way to the
+// buddy, ACQUIRE hands out the slot of step 2 for step 3, not step 1's, so step 1 arrives
+// whole instead of being abandoned (the memory tier thins out rather than empties).
+TEST_F(CkptdPeerTest, TheSlotBeingSentIsHandedOutLast) {
+  StartDaemon("b");
+  StartDaemon("a", "b", {"--replication-mbps", "5"});
+  auto m = Trainer("a", 0, 1, "1,2,3", "--memory --scale 400");  // ~12 MB each, ~2.5 s to send
+  ASSERT_EQ(m.exit_code, 0) << m.output << ReadLog("a");
+  ASSERT_TRUE(WaitFor([&] { return HeldStep("b", 0) >= 1; }, 60)) << ReadLog("a") << ReadLog("b");
+  EXPECT_TRUE(
+      WaitFor([&] { return ReadLog("a").find("replicated step=1 ") != std::string::npos; }, 10))
+      << ReadLog("a");
+  EXPECT_EQ(ReadLog("a").find("replication of step 1 rank 0 ABANDONED"), std::string::npos)
+      << ReadLog("a");
 }
 
 // Raw TCP connections to B's peer port, each hostile in one way.
@@ -887,6 +936,9 @@ TEST_F(CkptdPeerTest, SecretAndPeerFlagsAreCheckedAtStart) {
   EXPECT_NE(r.output.find("--job-id"), std::string::npos) << r.output;
   r = RunCommand(base + "--job-secret-file " + secret_file_ + " --buddy nohostport", 10);
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = RunCommand(base + "--job-secret-file " + secret_file_ + " --replication-mbps -1", 10);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--replication-mbps must be in [0, 1e6]"), std::string::npos) << r.output;
   // A secret from the environment is checked like one from a file ...
   r = RunCommand("FTRAIN_JOB_SECRET=short " + base, 10);
   EXPECT_EQ(r.exit_code, 2) << r.output;

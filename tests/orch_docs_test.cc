@@ -126,6 +126,25 @@ TEST(Settings, ABadValueNamesTheVariable) {
   EXPECT_NE(missing.status().message().find("set FTRAIN_CONFIG"), std::string::npos);
 }
 
+// ckptd's replication cap reaches the agent as FTRAIN_REPLICATION_MBPS (passed on as
+// --replication-mbps): 0 by default (unlimited), a bad value refused by name at the agent.
+TEST(Settings, TheReplicationCapIsANumberOfMegabytesPerSecond) {
+  std::map<std::string, std::string> env = {{"FTRAIN_RUN_DIR", "r"}};
+  auto bare = LoadAgentSettings(MapEnv(env));
+  ASSERT_TRUE(bare.ok()) << bare.status().message();
+  EXPECT_EQ(bare->replication_mbps, "0");  // unset or empty
+  env["FTRAIN_REPLICATION_MBPS"] = "250";
+  auto set = LoadAgentSettings(MapEnv(env));
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  EXPECT_EQ(set->replication_mbps, "250");
+  for (const char* bad : {"fast", "-1", "5x", "nan"}) {
+    env["FTRAIN_REPLICATION_MBPS"] = bad;
+    auto s = LoadAgentSettings(MapEnv(env));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("FTRAIN_REPLICATION_MBPS"), std::string::npos) << bad;
+  }
+}
+
 TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";
@@ -147,6 +166,8 @@ TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
   env["FTRAIN_REPLICATION"] = "auto";
   env["FTRAIN_ARGS"] = "--ckpt.memory_every_steps=0";
   EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "auto");
+  env["FTRAIN_ARGS"] = "--ckpt.memory_every_steps=0 --ckpt.memory_every_seconds=30";
+  EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "1");  // the time interval too
 }
 
 }  // namespace

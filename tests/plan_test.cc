@@ -203,6 +203,56 @@ TEST(PlanTest, SeedCase) {
   EXPECT_NE(refused.status().message().find("--memory-stall-s"), std::string::npos);
 }
 
+// The host-memory figure (issue 35): ckptd's 2 slots of a rank's snapshot plus the 2
+// replicas (newest, previous) the next node holds of it. By hand from the shape of
+// configs/llama-7b.cfg: embeddings and lm_head 32000 x 4096 each, 32 layers of
+// 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096, the final norm 4096.
+TEST(PlanTest, HostMemoryCountsTheDaemonsSlotsAndTheBuddyReplicas) {
+  PlanInput in;
+  in.model = LoadModel("llama-7b.cfg");
+  in.nodes = 2;
+  in.gpus_per_node = 8;
+  in.gpu_mem_gb = 80;
+  auto r = MakePlan(in);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double layer = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2.0 * 4096;
+  const double params = 2.0 * 32000 * 4096 + 32 * layer + 4096;
+  ASSERT_DOUBLE_EQ(params, 6738415616.0);
+  // A snapshot is the rank's shard: fp32 master, m, v and its bf16 copy, 14 bytes a parameter.
+  const double full_shard_snapshot = 14 * params / 16;  // sharded over all 16 GPUs
+  const double hybrid_snapshot = 14 * params / 8;       // over the 8 GPUs of a node
+  const auto& fs = Find(*r, "full_shard");
+  EXPECT_NEAR(fs.snapshot_bytes, full_shard_snapshot, 1);
+  // Every rank writes: its node holds 2 slots of it and 2 replicas of the previous node's rank.
+  EXPECT_NEAR(fs.host_bytes_per_rank, (2 + 2) * full_shard_snapshot, 1);
+  EXPECT_NEAR(fs.host_bytes_per_node, 8 * (2 + 2) * full_shard_snapshot, 8);
+  // Replicated states are written by their first copy only (node 0 for hybrid, rank 0 for
+  // ddp): node 0 holds the slots, node 1 the replicas, never one node both.
+  const auto& hy = Find(*r, "hybrid_shard");
+  EXPECT_NEAR(hy.host_bytes_per_rank, 2 * hybrid_snapshot, 1);
+  EXPECT_NEAR(hy.host_bytes_per_node, 8 * 2 * hybrid_snapshot, 8);
+  EXPECT_NEAR(Find(*r, "ddp").host_bytes_per_node, 2 * 14 * params, 1);
+  ASSERT_EQ(Recommended(*r), "hybrid_shard");
+  EXPECT_NEAR(r->host_bytes_per_rank, 2 * hybrid_snapshot, 1);
+  EXPECT_NEAR(r->host_bytes_per_node, 16 * hybrid_snapshot, 8);
+  const std::string text = FormatPlanText(*r);
+  char want[128];
+  std::snprintf(want, sizeof(want),
+                "host memory (ckptd) per rank up to %.1f GB, per node up to %.1f GB",
+                2 * hybrid_snapshot / 1e9, 16 * hybrid_snapshot / 1e9);
+  EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  auto j = nlohmann::json::parse(FormatPlanJson(*r));
+  EXPECT_NEAR(j["host_bytes_per_rank"].get<double>(), 2 * hybrid_snapshot, 1);
+  EXPECT_NEAR(j["host_bytes_per_node"].get<double>(), 16 * hybrid_snapshot, 8);
+  EXPECT_EQ(j["ckptd_slots_per_rank"].get<int>(), 2);
+  EXPECT_EQ(j["buddy_replicas_per_rank"].get<int>(), 2);
+  // One node: no buddy, no replicas.
+  in.nodes = 1;
+  auto one = MakePlan(in);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_NEAR(Find(*one, "full_shard").host_bytes_per_rank, 2 * 14 * params / 8, 1);
+}
+
 TEST(PlanTest, ActivationFormulas) {
   const double sbh = 4096.0 * 1 * 4096;
   PlanInput in = SeedCase();

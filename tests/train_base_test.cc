@@ -89,6 +89,10 @@ TEST(TrainConfigLoad, MemoryTierIsOffByDefaultAndReadsItsInterval) {
   auto on = TrainConfig::Load(Minimal({"--ckpt.memory_every_steps=5"}));
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_EQ(on->ckpt.memory_every_steps, 5);
+  EXPECT_EQ(off->ckpt.memory_every_seconds, 0);
+  auto secs = TrainConfig::Load(Minimal({"--ckpt.memory_every_seconds=2.5"}));
+  ASSERT_TRUE(secs.ok()) << secs.status().ToString();
+  EXPECT_DOUBLE_EQ(secs->ckpt.memory_every_seconds, 2.5);
 }
 
 TEST(TrainConfigLoad, OverridesWinAndCkptRootFollowsTheKey) {
@@ -123,6 +127,10 @@ TEST(TrainConfigLoad, MessagesNameTheKeyAndItsOrigin) {
       {{"--ckpt.memory_every_steps=-1"},
        {"command line", "ckpt.memory_every_steps must be in [0, 100000000]", "got -1"}},
       {{"--ckpt.memory_every_steps=x"}, {"ckpt.memory_every_steps"}},
+      {{"--ckpt.memory_every_seconds=-1"},
+       {"command line", "ckpt.memory_every_seconds must be in [0, 1e9]", "got -1"}},
+      {{"--ckpt.memory_every_seconds=soon"}, {"ckpt.memory_every_seconds"}},
+      {{"--ckpt.memory_every_seconds=nan"}, {"ckpt.memory_every_seconds"}},
       {{"--train.steps=x"}, {"train.steps"}},
       {{"--train.resume="}, {"train.resume must be auto, none or a path"}},
       {{"--data.prefetch_depth=-1"}, {"data.prefetch_depth must be >= 0"}},
@@ -185,8 +193,8 @@ TEST(TrainConfigHash, PathsPolicyAndDeviceAreExcluded) {
        {"--run.dir=/other", "--ckpt.keep=9", "--ckpt.every_steps=5", "--ckpt.root=/r2",
         "--train.resume=none", "--train.allow_resume_mismatch=true", "--train.log_every=7",
         "--data.path=/d2", "--data.prefetch_depth=1", "--dist.rdzv_timeout_s=9",
-        "--train.init=/w.safetensors", "--ckpt.memory_every_steps=5",
-        "--ckpt.memory_every_steps=0"}) {
+        "--train.init=/w.safetensors", "--ckpt.memory_every_steps=5", "--ckpt.memory_every_steps=0",
+        "--ckpt.memory_every_seconds=7"}) {
     EXPECT_EQ(HashOf({o}), base) << o << " changed the config hash";
   }
 }

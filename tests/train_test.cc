@@ -393,6 +393,8 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
            "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
        "shape"},
       {"--dist.sharding=zero9", "dist.sharding"},
+      {"--ckpt.memory_every_seconds=-3", "ckpt.memory_every_seconds must be in [0, 1e9]"},
+      {"--ckpt.memory_every_seconds=later", "ckpt.memory_every_seconds = 'later'"},
       {"--train.device=tpu", "train.device"},
       {"--train.device=cuda", "train.device = cuda needs dist.backend = nccl"},
       {"--dist.backend=nccl", "dist.backend = nccl needs train.device = cuda"},
@@ -521,6 +523,34 @@ TEST_F(TrainTest, MemoryTierKilledRankRestoresFromMemoryBitExactly) {
   EXPECT_EQ(report.exit_code, 0) << report.output;
   EXPECT_TRUE(Contains(report.output, "memory tier (step " + std::to_string(restored)))
       << report.output;
+}
+
+// ckpt.memory_every_seconds (no step interval): rank 0's clock decides, every rank takes the
+// snapshot at the step the boundary agreed. A rank killed at step ~30 with no disk checkpoint
+// yet: the relaunch restores a memory step (not from scratch) and ends bit-identical.
+TEST_F(TrainTest, MemoryTierBySecondsKilledRankRestoresFromMemoryBitExactly) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/memtier-seconds";
+  Daemons daemons(run, "", /*ring=*/true);
+  const std::string extra =
+      "--ckpt.daemon=require --ckpt.every_steps=50 --ckpt.memory_every_seconds=0.3";
+  const int rc = LaunchAndKillAt(TrainCmd(run, 4, 2, extra), run, 30, 2, "memsecs");
+  EXPECT_NE(rc, 0) << "the kill did not stop the job";
+  const int done = static_cast<int>(Losses(run).size());
+  ASSERT_EQ(::access((run + "/checkpoints/MEMORY_TIER.json").c_str(), F_OK), 0)
+      << daemons.Log(0) << daemons.Log(1);
+  const std::string out = FinishRun(run, extra, 2);
+  ExpectSameAsReference(run, ref);
+  EXPECT_TRUE(Contains(out, "resume: memory tier: step ")) << out;
+  const std::string records = ReadFile(run + "/restarts.jsonl");
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(records, m, std::regex("\"step\":([0-9]+)[^\n]*\"tier\":\"memory\"")))
+      << records;
+  const int restored = std::stoi(m[1]);
+  EXPECT_GT(restored, 0) << records;
+  EXPECT_LE(restored, done) << records;
+  std::printf("memory tier by seconds: crashed after step %d, restored step %d\n", done, restored);
 }
 
 // The memory tier's record outlives the daemons' memory (a requeue onto new nodes, or daemons

@@ -127,7 +127,8 @@ std::vector<std::string> AgentRunner::PeerArgs() {
   a = {"--peer-listen",       host + ":" + s_.peer_port,
        "--buddy-file",        layout_.daemon_buddy_addr(s_.node),
        "--job-secret-file",   layout_.replication_secret(),
-       "--replica-memory-gb", s_.replica_memory_gb};
+       "--replica-memory-gb", s_.replica_memory_gb,
+       "--replication-mbps",  s_.replication_mbps};
   if (!s_.peer_advertise.empty()) {
     a.push_back("--peer-advertise");
     a.push_back(s_.peer_advertise);

@@ -112,16 +112,19 @@ std::vector<std::string> SplitWords(const std::string& s) {
   return out;
 }
 
-// ckpt.memory_every_steps of the run's config with FTRAIN_ARGS' overrides applied; 0 when it
-// is unset or the config cannot be read (the trainer reports a bad config itself, exit 2).
-int64_t MemoryTierSteps(const std::string& config, const std::vector<std::string>& args) {
+// Whether the run's config with FTRAIN_ARGS' overrides applied turns the memory tier on
+// (ckpt.memory_every_steps or ckpt.memory_every_seconds > 0); false when neither is set or
+// the config cannot be read (the trainer reports a bad config itself, exit 2).
+bool MemoryTierOn(const std::string& config, const std::vector<std::string>& args) {
   auto c = Config::LoadFile(config);
-  if (!c.ok()) return 0;
+  if (!c.ok()) return false;
   for (const auto& a : args) {
     if (a.rfind("--ckpt.", 0) == 0) (void)c->ApplyOverride(a);
   }
   int64_t steps = 0;
-  return c->GetInt("ckpt.memory_every_steps", &steps).ok() ? steps : 0;
+  double seconds = 0;
+  return (c->GetInt("ckpt.memory_every_steps", &steps).ok() && steps > 0) ||
+         (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
 }
 
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
@@ -159,7 +162,7 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   }
   // The memory tier counts a step restorable only once the buddy holds it: auto turns buddy
   // replication on for it, as it does for spares.
-  if (s.replication == "auto" && MemoryTierSteps(s.config, s.train_args) > 0) s.replication = "1";
+  if (s.replication == "auto" && MemoryTierOn(s.config, s.train_args)) s.replication = "1";
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_RESUBMITS", 3, &s.max_resubmits));
@@ -191,6 +194,15 @@ StatusOr<AgentSettings> LoadAgentSettings(const Getenv& env) {
   s.peer_port = r.Str("FTRAIN_PEER_PORT", "0");
   s.peer_advertise = r.Str("FTRAIN_PEER_ADVERTISE", "");
   s.replica_memory_gb = r.Str("FTRAIN_REPLICA_MEMORY_GB", "8");
+  s.replication_mbps = r.Str("FTRAIN_REPLICATION_MBPS", "0");
+  {
+    char* end = nullptr;
+    const double mbps = std::strtod(s.replication_mbps.c_str(), &end);
+    if (s.replication_mbps.empty() || *end != '\0' || !(mbps >= 0)) {
+      return Status::InvalidArgument("FTRAIN_REPLICATION_MBPS='" + s.replication_mbps +
+                                     "' is not a number of MB/s >= 0 (0 = unlimited)");
+    }
+  }
   FT_RETURN_IF_ERROR(LoadDetect(r, &s.detect));
   return s;
 }

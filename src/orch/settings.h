@@ -49,7 +49,8 @@ struct JobSettings {
   std::string spare_nodelist;
   double spare_check_s = 5;
   // FTRAIN_REPLICATION: auto | 1 | 0; auto becomes 1 when the config (with FTRAIN_ARGS) sets
-  // ckpt.memory_every_steps > 0 (the memory tier needs the buddy's copy), else spares decide.
+  // ckpt.memory_every_steps or _seconds > 0 (the memory tier needs the buddy's copy), else
+  // spares decide.
   std::string replication = "auto";
   double norespond_wait_s = 30;
   double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
@@ -71,6 +72,7 @@ struct AgentSettings {
   bool same_size = false;  // FTRAIN_RESUBMIT_SAME_SIZE
   std::string peer_host, peer_port = "0", peer_advertise;
   std::string replica_memory_gb = "8";
+  std::string replication_mbps = "0";  // FTRAIN_REPLICATION_MBPS: ckptd's cap; 0 = unlimited
   DetectSettings detect;
 };
 

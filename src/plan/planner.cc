@@ -151,6 +151,23 @@ Status ValidateInput(const PlanInput& in) {
   return plan_internal::ValidateTimeInput(in);
 }
 
+// ckptd's host memory for one strategy (StrategyPlan::host_bytes_per_rank). A rank's snapshot
+// is its master shard's elements x (4 master + 8 moments + 2 bf16 copy). Only the first
+// replica of a replicated state writes tensors (the engine's WritesTensorState): for ddp one
+// rank, for hybrid_shard the first node's ranks. Replicas go to the next node (none on one
+// node), so with a state replicated across nodes a node holds its writers' slots or their
+// replicas, never both; with a sharded one every node holds both.
+void AddHostMemory(StrategyIndex index, const PlanResult& r, StrategyPlan* s) {
+  s->snapshot_bytes = s->master_bytes / kMasterBytes * (kMasterBytes + kMomentBytes + kWeightBytes);
+  const bool buddy = r.input.nodes > 1;
+  const double slots = kCkptdSlotsPerRank * s->snapshot_bytes;
+  const double replicas = buddy ? kBuddyReplicasPerRank * s->snapshot_bytes : 0;
+  const bool replicated = (index == kDdp && r.num_gpus > 1) || (index == kHybridShard && buddy);
+  s->host_bytes_per_rank = replicated ? std::max(slots, replicas) : slots + replicas;
+  const double writers_per_node = index == kDdp ? 1 : static_cast<double>(r.input.gpus_per_node);
+  s->host_bytes_per_node = writers_per_node * s->host_bytes_per_rank;
+}
+
 // Memory and traffic of one strategy: each component is divided by the number of GPUs it is
 // sharded over (1: replicated), per docs/plan.md, "Memory per strategy".
 StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
@@ -208,6 +225,7 @@ StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
       s.state_bytes + s.gathered_bytes + s.grad_buffer_bytes + s.loss_bytes + s.activation_bytes;
   s.headroom_bytes = r.usable_bytes - s.total_bytes;
   s.fits = s.headroom_bytes >= 0;
+  AddHostMemory(index, r, &s);
 
   // Traffic per GPU per optimizer step (ring collectives on bf16): an all-reduce of 2P bytes
   // over k GPUs sends 2(k-1)/k * 2P; FSDP's gather+gather+reduce-scatter sends 1.5x that.
@@ -476,6 +494,9 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   r.memory_interval_s = std::sqrt(2.0 * input.memory_stall_s * mtbf_s);
   r.memory_work_lost_s = r.memory_interval_s / 2.0;
   r.memory_overhead = input.memory_stall_s / r.memory_interval_s + r.memory_work_lost_s / mtbf_s;
+  const StrategyPlan& host = r.strategies[r.recommended >= 0 ? r.recommended : kFullShard];
+  r.host_bytes_per_rank = host.host_bytes_per_rank;
+  r.host_bytes_per_node = host.host_bytes_per_node;
 
   FT_ASSIGN_OR_RETURN(r.time, plan_internal::ComputeTime(r));
   return r;
@@ -576,6 +597,14 @@ std::string FormatPlanText(const PlanResult& r) {
     << "lost per failure restorable from memory " << Num(r.memory_work_lost_s / 60, 1)
     << " min instead of " << Num(r.work_lost_s / 60, 1) << " min (a requeue onto new nodes "
     << "still reads the disk); overhead " << Num(100 * r.memory_overhead, 1) << "%\n";
+  const StrategyPlan& host = r.strategies[r.recommended >= 0 ? r.recommended : kFullShard];
+  o << "host memory (ckptd) per rank up to " << Gb(r.host_bytes_per_rank) << " GB, per node up to "
+    << Gb(r.host_bytes_per_node) << " GB: " << kCkptdSlotsPerRank << " slots + "
+    << (in.nodes > 1 ? kBuddyReplicasPerRank : 0) << " buddy replicas of a "
+    << Gb(host.snapshot_bytes) << " GB snapshot (" << host.name
+    << " shard: master, m, v, bf16; a replicated state is written, and replicated, by its first "
+    << "copy only); ckptd --memory-gb and FTRAIN_REPLICA_MEMORY_GB (8 GiB each by default) "
+    << "must hold it\n";
   plan_internal::AppendTimeText(r, o);
   return o.str();
 }
@@ -601,6 +630,9 @@ std::string FormatPlanJson(const PlanResult& r) {
         {"headroom_bytes", Bytes(s.headroom_bytes)},
         {"inter_node_bytes_per_step", Bytes(s.inter_node_bytes_per_step)},
         {"intra_node_bytes_per_step", Bytes(s.intra_node_bytes_per_step)},
+        {"snapshot_bytes", Bytes(s.snapshot_bytes)},
+        {"host_bytes_per_rank", Bytes(s.host_bytes_per_rank)},
+        {"host_bytes_per_node", Bytes(s.host_bytes_per_node)},
     });
   }
   // Results first, then the inputs they came from, then the per-strategy detail.
@@ -617,6 +649,10 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"expected_work_lost_memory_s", r.memory_work_lost_s},
       {"memory_overhead_fraction", r.memory_overhead},
       {"memory_stall_s", in.memory_stall_s},
+      {"host_bytes_per_rank", Bytes(r.host_bytes_per_rank)},
+      {"host_bytes_per_node", Bytes(r.host_bytes_per_node)},
+      {"ckptd_slots_per_rank", kCkptdSlotsPerRank},
+      {"buddy_replicas_per_rank", kBuddyReplicasPerRank},
       {"parameters", r.parameters},
       {"parameters_source", r.parameters_source},
       {"layers", r.layers},

@@ -173,7 +173,24 @@ struct StrategyPlan {
   double headroom_bytes = 0;             // usable - total; negative when it does not fit
   double inter_node_bytes_per_step = 0;  // sent per GPU per optimizer step across nodes
   double intra_node_bytes_per_step = 0;  // ... over the intra-node link (NVLink)
+  // Host memory (ckptd, docs/ckptd.md). A rank's snapshot is its shard of the state: fp32
+  // master, m and v and the bf16 copy of the same span (14 bytes per element; the engine's
+  // StatePieces). Per rank its node's daemon keeps kCkptdSlotsPerRank slots of it (the newest
+  // retained for the memory tier and in-job restarts) and, for its buddy node's rank, up to
+  // kBuddyReplicasPerRank replicas (the newest and the one before; none on one node). Only
+  // the first copy of a replicated state writes (ddp: rank 0; hybrid_shard: the first node),
+  // so its node holds the slots and the next node the replicas, never both: the figures are
+  // the most any rank and any node holds.
+  double snapshot_bytes = 0;
+  double host_bytes_per_rank = 0;
+  double host_bytes_per_node = 0;
 };
+
+// ckptd's snapshot slots per rank (--slots-per-rank default, daemon/server.h) and the buddy
+// replicas it keeps per rank of its buddy (the newest and the previous,
+// daemon/replica_store.h).
+constexpr int kCkptdSlotsPerRank = 2;
+constexpr int kBuddyReplicasPerRank = 2;
 
 struct PlanResult {
   PlanInput input;  // as given, with defaults filled in (seq_len always set)
@@ -222,6 +239,9 @@ struct PlanResult {
   double memory_interval_s = 0;   // sqrt(2 * memory stall * MTBF)
   double memory_work_lost_s = 0;  // memory_interval_s / 2
   double memory_overhead = 0;     // memory stall / memory interval + rework
+  // Host memory of the recommended strategy (full_shard when none fits), StrategyPlan's.
+  double host_bytes_per_rank = 0;
+  double host_bytes_per_node = 0;  // x gpus_per_node
 
   std::vector<AdapterPlan> adapters;  // lora, qlora: beside the strategies, not ranked with them
   TimePlan time;

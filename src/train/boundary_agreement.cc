@@ -23,7 +23,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 StatusOr<BoundaryDecision> DecideAtBoundary(comm::DistContext& ctx, double local_loss,
-                                            bool time_due, PhaseClock& clock) {
+                                            bool time_due, bool memory_time_due,
+                                            PhaseClock& clock) {
   torch::Tensor loss_t = torch::tensor({local_loss}, torch::kFloat64);
   const auto tw = Clock::now();
   {
@@ -33,12 +34,14 @@ StatusOr<BoundaryDecision> DecideAtBoundary(comm::DistContext& ctx, double local
   const records::RankPhases mine = clock.Take(Seconds(tw, Clock::now()));
   std::vector<double> flags;
   BoundaryDecision d;
-  FT_RETURN_IF_ERROR(GatherAtBoundary(ctx.control(),
-                                      {time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0},
-                                      mine, &flags, &d.phases));
+  FT_RETURN_IF_ERROR(GatherAtBoundary(
+      ctx.control(),
+      {time_due ? 1.0 : 0.0, StopRequested() != 0 ? 1.0 : 0.0, memory_time_due ? 1.0 : 0.0}, mine,
+      &flags, &d.phases));
   d.loss = loss_t.item<double>();
   d.time_due = flags[0] != 0;
   d.stop = flags[1] != 0;
+  d.memory_time_due = flags[2] != 0;
   return d;
 }
 

@@ -26,14 +26,16 @@ namespace ftrain::train {
 struct BoundaryDecision {
   double loss = 0;                          // the global mean loss of the step
   bool time_due = false;                    // rank 0's checkpoint interval has passed
+  bool memory_time_due = false;             // rank 0's memory-tier interval has passed
   bool stop = false;                        // a stop signal reached some rank: checkpoint and exit
   std::vector<records::RankPhases> phases;  // every rank's, this step
 };
 
 // The agreement at the end of an optimizer step (collective). `time_due`: this rank's
-// wall-clock checkpoint vote (CheckpointCoordinator::AfterOptimizerStep: rank 0's clock only).
+// wall-clock checkpoint vote, `memory_time_due` its memory-tier vote
+// (CheckpointCoordinator::AfterOptimizerStep: rank 0's clock only).
 StatusOr<BoundaryDecision> DecideAtBoundary(comm::DistContext& ctx, double local_loss,
-                                            bool time_due, PhaseClock& clock);
+                                            bool time_due, bool memory_time_due, PhaseClock& clock);
 
 // The boundary's agreement (collective): all-gathers [flags..., phases] of every rank.
 // `*flags_max` gets the maximum of each flag over the ranks (exactly what an all-reduce of

@@ -666,7 +666,7 @@ struct StepResult {
   double data_wait_s = 0;
   double loss = 0;      // this rank's mean micro-batch loss
   std::string skipped;  // why the update was not applied; empty: applied
-  bool time_due = false;
+  TimeVotes votes;      // this rank's wall-clock checkpoint votes
 };
 StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   const TrainConfig& cfg = run.cfg;
@@ -702,7 +702,7 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   }
   run.clock->OptimizerEnd(out.stats.comm_wait_s, out.stats.comm_wait_fb_s);
   run.clock->NoteBytesRead(run.reader->stats().bytes_read);
-  out.time_due = run.checkpoints->AfterOptimizerStep();  // the snapshot goes to ckptd
+  out.votes = run.checkpoints->AfterOptimizerStep();  // the snapshot goes to ckptd
   FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
   run.state.guard_norms = run.guard->norms();
   run.state.skipped = run.guard->skipped();
@@ -751,8 +751,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     state.step = step + 1;
     state.tokens += tokens_per_step;
 
-    FT_ASSIGN_OR_RETURN(BoundaryDecision at,
-                        DecideAtBoundary(*run->ctx, r.loss, r.time_due, *run->clock));
+    FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(*run->ctx, r.loss, r.votes.disk,
+                                                              r.votes.memory, *run->clock));
     FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step,
                                                   ckpt.DiskDue(state.step, at.time_due, at.stop)));
     if (corrupt) {
@@ -773,7 +773,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     }
     // Before the checkpoint, so that the line it carries has the held-out loss too.
     FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
-    FT_ASSIGN_OR_RETURN(BoundarySave saved, ckpt.AtBoundary(state.step, at.time_due, at.stop, m));
+    FT_ASSIGN_OR_RETURN(BoundarySave saved,
+                        ckpt.AtBoundary(state.step, {at.time_due, at.memory_time_due}, at.stop, m));
     if (run->leader) {
       FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, saved));
       if (state.step % cfg.train.log_every == 0 || state.step == cfg.train.steps || at.stop) {

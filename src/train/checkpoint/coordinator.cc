@@ -16,11 +16,21 @@
 namespace ftrain::train {
 
 CheckpointSchedule::CheckpointSchedule(const CkptSection& ckpt, int64_t final_step, Env* env)
-    : ckpt_(ckpt), final_step_(final_step), env_(env), last_micros_(env->NowMicros()) {}
+    : ckpt_(ckpt),
+      final_step_(final_step),
+      env_(env),
+      last_micros_(env->NowMicros()),
+      last_memory_micros_(last_micros_) {}
 
 bool CheckpointSchedule::TimeDue() const {
   return ckpt_.every_minutes > 0 &&
          static_cast<double>(env_->NowMicros() - last_micros_) / 1e6 >= ckpt_.every_minutes * 60;
+}
+
+bool CheckpointSchedule::MemoryTimeDue() const {
+  return ckpt_.memory_every_seconds > 0 &&
+         static_cast<double>(env_->NowMicros() - last_memory_micros_) / 1e6 >=
+             ckpt_.memory_every_seconds;
 }
 
 bool CheckpointSchedule::Due(int64_t step, bool time_due, bool stop) const {
@@ -32,14 +42,17 @@ bool CheckpointSchedule::MustBeDurable(int64_t step, bool stop) const {
   return stop || step == final_step_;
 }
 
-void CheckpointSchedule::Saved() { last_micros_ = env_->NowMicros(); }
+void CheckpointSchedule::Saved() { last_micros_ = last_memory_micros_ = env_->NowMicros(); }
+
+void CheckpointSchedule::MemoryTaken() { last_memory_micros_ = env_->NowMicros(); }
 
 CheckpointCoordinator::CheckpointCoordinator(CheckpointSchedule schedule, Parts parts)
     : schedule_(std::move(schedule)), parts_(std::move(parts)), last_saved_(parts_.resumed_step) {
   const CkptSection& c = schedule_.ckpt();
-  if (c.memory_every_steps > 0) {
+  if (c.memory_every_steps > 0 || c.memory_every_seconds > 0) {
     MemoryTierOptions o;
     o.every_steps = c.memory_every_steps;
+    o.every_seconds = c.memory_every_seconds;
     o.root = c.root;
     o.rank = parts_.rank;
     o.world = parts_.identity.meta.world_size;
@@ -71,6 +84,7 @@ BoundarySave CheckpointCoordinator::TakeMemory(int64_t step, const records::Step
       meta, BuildShardContents(*parts_.engine, *parts_.state, parts_.identity.schedule_json));
   out.memory = true;
   if (parts_.on_stall) parts_.on_stall(out.stall_s);
+  schedule_.MemoryTaken();
   (void)step;
   return out;
 }
@@ -81,12 +95,16 @@ void CheckpointCoordinator::BeforeOptimizerStep() {
   if (parts_.on_stall) parts_.on_stall(NowSeconds(schedule_.env()) - t0);
 }
 
-bool CheckpointCoordinator::AfterOptimizerStep() {
+TimeVotes CheckpointCoordinator::AfterOptimizerStep() {
   parts_.sink->FinishPending();
-  return parts_.leader && schedule_.TimeDue();
+  TimeVotes v;
+  if (!parts_.leader) return v;
+  v.disk = schedule_.TimeDue();
+  v.memory = memory_ != nullptr && schedule_.MemoryTimeDue();
+  return v;
 }
 
-StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time_due, bool stop,
+StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, TimeVotes agreed, bool stop,
                                                          const records::StepMetrics& m) {
   BoundarySave out;
   if (memory_) {
@@ -95,8 +113,8 @@ StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, bool time
     Status c = memory_->Confirm(parts_.identity.meta, step);
     if (!c.ok()) FT_LOG(Error) << "memory tier: confirming snapshots: " << c.message();
   }
-  if (!schedule_.Due(step, time_due, stop)) {
-    if (memory_ && memory_->Due(step)) return TakeMemory(step, m);
+  if (!schedule_.Due(step, agreed.disk, stop)) {
+    if (memory_ && memory_->Due(step, agreed.memory)) return TakeMemory(step, m);
     return out;
   }
   const bool durable = schedule_.MustBeDurable(step, stop);

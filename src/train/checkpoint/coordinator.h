@@ -4,8 +4,8 @@
 // GPU snapshot copy that must end before the next optimizer step changes the state. The loop
 // calls it at three points of every step:
 //   BeforeOptimizerStep()  a snapshot still copying off the GPU finishes first (a stall)
-//   AfterOptimizerStep()   that snapshot goes to ckptd; returns this rank's vote for the
-//                          boundary agreement (boundary_agreement.h): the interval passed
+//   AfterOptimizerStep()   that snapshot goes to ckptd; returns this rank's votes for the
+//                          boundary agreement (boundary_agreement.h): the intervals passed
 //   AtBoundary()           once the ranks agreed: saves when due (collective); between disk
 //                          checkpoints, the memory tier's snapshots (memory_tier.h)
 // Which checkpoint a start resumes from is resume.h, before the loop. No LibTorch here.
@@ -48,10 +48,16 @@ class CheckpointSchedule {
   bool Due(int64_t step, bool time_due, bool stop) const;
   // A stop and the final step must be committed before the run goes on (or ends).
   bool MustBeDurable(int64_t step, bool stop) const;
-  // ckpt.memory_every_steps: the memory tier (memory_tier.h); 0 = off.
+  // ckpt.memory_every_steps/_seconds: the memory tier (memory_tier.h); 0 = off.
   const CkptSection& ckpt() const { return ckpt_; }
-  // A checkpoint was saved: the wall-clock interval starts again.
+  // ckpt.memory_every_seconds have passed since the start, the last memory snapshot or the
+  // last saved checkpoint (rank 0's vote, agreed at the boundary like TimeDue).
+  bool MemoryTimeDue() const;
+  // A checkpoint was saved: both wall-clock intervals start again (a saved checkpoint is in
+  // the daemons' memory too).
   void Saved();
+  // A memory snapshot was taken: the memory tier's wall-clock interval starts again.
+  void MemoryTaken();
   Env* env() const { return env_; }
 
  private:
@@ -59,6 +65,14 @@ class CheckpointSchedule {
   int64_t final_step_;
   Env* env_;
   uint64_t last_micros_;
+  uint64_t last_memory_micros_;
+};
+
+// This rank's wall-clock votes after an optimizer step (only rank 0's clock votes); the
+// boundary agreement max-reduces them so that every rank acts at the same step.
+struct TimeVotes {
+  bool disk = false;    // ckpt.every_minutes passed
+  bool memory = false;  // ckpt.memory_every_seconds passed
 };
 
 // What a checkpoint of this run carries besides the engine's shards and the run state.
@@ -92,11 +106,12 @@ class CheckpointCoordinator {
   ~CheckpointCoordinator();
 
   void BeforeOptimizerStep();
-  bool AfterOptimizerStep();
-  // `m`: the step's metrics record, carried in the checkpoint (rank 0) so that a crash
-  // between the commit and the metrics append leaves no hole in metrics.jsonl. A failed save
-  // is logged loudly and retried at the next interval; a failed durable one ends the run.
-  StatusOr<BoundarySave> AtBoundary(int64_t step, bool time_due, bool stop,
+  TimeVotes AfterOptimizerStep();
+  // `agreed`: the votes as the boundary agreed them (the same on every rank). `m`: the step's
+  // metrics record, carried in the checkpoint (rank 0) so that a crash between the commit and the
+  // metrics append leaves no hole in metrics.jsonl. A failed save is logged loudly and retried at
+  // the next interval; a failed durable one ends the run.
+  StatusOr<BoundarySave> AtBoundary(int64_t step, TimeVotes agreed, bool stop,
                                     const records::StepMetrics& m);
 
   // Whether AtBoundary(step, time_due, stop) writes a disk checkpoint (the replica check runs
@@ -117,7 +132,7 @@ class CheckpointCoordinator {
   CheckpointSchedule schedule_;
   Parts parts_;
   int64_t last_saved_;
-  std::unique_ptr<MemoryTier> memory_;  // null when ckpt.memory_every_steps = 0
+  std::unique_ptr<MemoryTier> memory_;  // null when both memory intervals are 0
 };
 
 }  // namespace ftrain::train

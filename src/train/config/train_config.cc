@@ -172,6 +172,16 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
         "ckpt.memory_every_steps must be in [0, 100000000] steps (0 = no memory tier), got " +
         std::to_string(t.ckpt.memory_every_steps));
   }
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.memory_every_seconds", &t.ckpt.memory_every_seconds));
+  if (!(t.ckpt.memory_every_seconds >= 0 && t.ckpt.memory_every_seconds <= 1e9)) {
+    std::string where = c.Has("ckpt.memory_every_seconds")
+                            ? c.entries().at("ckpt.memory_every_seconds").origin + ": "
+                            : "";
+    return Status::InvalidArgument(where +
+                                   "ckpt.memory_every_seconds must be in [0, 1e9] seconds (0 = "
+                                   "no time-based memory interval), got " +
+                                   c.entries().at("ckpt.memory_every_seconds").value);
+  }
   if (t.ckpt.flush_timeout_s <= 0) {
     std::string where =
         c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";

@@ -87,6 +87,9 @@ struct CkptSection {
   // Memory tier (train/checkpoint/memory_tier.h): every N steps a snapshot goes to this node's
   // ckptd and its buddy's memory, never to disk; 0 = off. Operational: not in ConfigHash.
   int64_t memory_every_steps = 0;
+  // ... or every this many seconds (rank 0's clock, agreed at the step boundary like
+  // every_minutes); 0 = off. Either interval turns the tier on. Operational too.
+  double memory_every_seconds = 0;
 };
 
 // Where the per-step metrics go besides RUN_DIR/metrics.jsonl, and what the derived ones
