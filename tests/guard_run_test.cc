@@ -223,8 +223,11 @@ TEST_F(GuardRunTest, SdcBitflipInHybridShardStopsTheRunNamesBothReplicasAndResta
   EXPECT_EQ(q[1]["host"], "launch-node1");
   EXPECT_EQ(sdc[0]["hosts"], nlohmann::json::array({"launch-node0", "launch-node1"}));
 
-  auto again = Train(run, hybrid + " --guard.sdc_every_steps=3");  // the job's restart
+  // The job's restart, in the same environment: the bitflip fired once and fires no more.
+  auto again = Train(run, hybrid + " --guard.sdc_every_steps=3", "FTRAIN_FAULT=bitflip@7:3");
   ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_FALSE(Contains(again.output, "FTRAIN_FAULT: flipped")) << again.output;
+  EXPECT_EQ(ReadFile(run + "/.faults_fired"), "bitflip@7:3\n");
   auto c = Train(on, hybrid + " --guard.sdc_every_steps=1");
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_TRUE(Contains(c.output, "replicas compare their master shards' hashes every 1"))

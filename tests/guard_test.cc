@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -195,6 +196,25 @@ TEST(FaultPlan, ParsesBitflip) {
   EXPECT_EQ(p->At(4, 3)[0].kind, FaultKind::kBitflip);
   EXPECT_STREQ(FaultKindName(FaultKind::kBitflip), "bitflip");
   EXPECT_TRUE(p->At(4, 2).empty());
+}
+
+// A fault that ends the process fires once per run: what RUN/.faults_fired lists is dropped at
+// the next start; numeric faults stay (a replay of their step meets them again, alike).
+TEST(FaultPlan, AFiredBitflipIsDroppedAtTheNextStartNumericFaultsStay) {
+  const std::string path = ::testing::TempDir() + "/faults_fired_test";
+  std::remove(path.c_str());
+  auto p = ParseFaultPlan("bitflip@4:3,bitflip@6,nan_loss@4:3", "");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  DropFiredFaults(path, &*p);  // no file yet: nothing fired
+  EXPECT_EQ(p->faults.size(), 3u);
+  ASSERT_TRUE(RecordFiredFault(path, p->At(4, 3)[0]).ok());
+  ASSERT_TRUE(RecordFiredFault(path, p->At(4, 3)[1]).ok());  // a numeric fault: never dropped
+  DropFiredFaults(path, &*p);
+  ASSERT_EQ(p->faults.size(), 2u);
+  EXPECT_EQ(FaultName(p->faults[0]), "bitflip@6:*");
+  EXPECT_EQ(FaultName(p->faults[1]), "nan_loss@4:3");
+  EXPECT_TRUE(p->At(4, 3)[0].kind == FaultKind::kNanLoss);
+  std::remove(path.c_str());
 }
 
 TEST(FaultPlan, BadSpecsNameTheVariableAndTheItem) {

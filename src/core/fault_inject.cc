@@ -1,8 +1,16 @@
 // FTRAIN_FAULT parsing (core/fault_inject.h).
 #include "core/fault_inject.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/config.h"
@@ -30,6 +38,38 @@ std::vector<Fault> FaultPlan::At(int64_t step, int rank) const {
     if (f.step == step && (f.rank < 0 || f.rank == rank)) out.push_back(f);
   }
   return out;
+}
+
+std::string FaultName(const Fault& f) {
+  return std::string(FaultKindName(f.kind)) + "@" + std::to_string(f.step) + ":" +
+         (f.rank < 0 ? std::string("*") : std::to_string(f.rank));
+}
+
+bool FiresOncePerRun(FaultKind k) { return k == FaultKind::kBitflip; }
+
+Status RecordFiredFault(const std::string& fired_path, const Fault& f) {
+  const std::string line = FaultName(f) + "\n";
+  const int fd = ::open(fired_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(fired_path + ": open: " + std::strerror(errno));
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return Status::IOError(fired_path + ": write: " + std::strerror(err));
+  return Status::Ok();
+}
+
+void DropFiredFaults(const std::string& fired_path, FaultPlan* plan) {
+  std::ifstream in(fired_path);
+  std::set<std::string> fired;
+  for (std::string line; std::getline(in, line);) fired.insert(line);
+  if (fired.empty()) return;
+  auto& v = plan->faults;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const Fault& f) {
+                           return FiresOncePerRun(f.kind) && fired.count(FaultName(f)) > 0;
+                         }),
+          v.end());
 }
 
 namespace {

@@ -2,7 +2,11 @@
 // steps on chosen ranks (a NaN in the loss, a NaN in one gradient element, a multiplied
 // gradient, one flipped bit in the fp32 master shard after the optimizer). Parsing only; the
 // FSDP engine applies an armed fault (fsdp/engine.h), the trainer a bitflip
-// (train/sdc_check.h). Compiled into every build like FTRAIN_CRASH_AT (core/env.h), off unless
+// (train/sdc_check.h). A fault that ends the process (a bitflip: the replica check stops the
+// run) fires once per run: it is recorded in RUN/.faults_fired before it fires, and a restart
+// drops what is recorded there, so the job's restart trains on instead of meeting it again.
+// The numeric faults fire whenever their step is computed, so a replay decides alike.
+// Compiled into every build like FTRAIN_CRASH_AT (core/env.h), off unless
 // the variable is set, and costs one branch per step when off. For testing only:
 // docs/operations.md ("Guardrails").
 #pragma once
@@ -34,6 +38,15 @@ struct FaultPlan {
   // The faults that hit `step` on `rank` (usually none).
   std::vector<Fault> At(int64_t step, int rank) const;
 };
+
+// "KIND@STEP:RANK" (":*" for every rank): how RUN/.faults_fired names a fault.
+std::string FaultName(const Fault& f);
+// Whether `k` ends the process, and so fires once per run (bitflip).
+bool FiresOncePerRun(FaultKind k);
+// Appends `f` to `fired_path` (RUN/.faults_fired) and syncs it; called before the fault fires.
+Status RecordFiredFault(const std::string& fired_path, const Fault& f);
+// Removes from `plan` the faults `fired_path` lists (an absent file lists none).
+void DropFiredFaults(const std::string& fired_path, FaultPlan* plan);
 
 // Parses "KIND@STEP[:RANK],..." (KIND: nan_loss | nan_grad | spike | bitflip) and a spike factor;
 // InvalidArgument names the variable and the bad item.

@@ -9,6 +9,7 @@
 //                             rank 0, the node agents); the lease holder merges them
 //   RUN/.lease, RUN/.lease.d/ the run lease: which job may train this run (orch/lease.h)
 //   RUN/quarantine.jsonl      nodes a replica check found computing wrong bits (rank 0)
+//   RUN/.faults_fired         FTRAIN_FAULT items that ended a process and must not fire again
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
@@ -48,6 +49,9 @@ class RunLayout {
   // RUN/quarantine.jsonl: nodes a replica check found computing wrong bits (train/sdc_check.h);
   // written by the trainer's rank 0 alone, read by `ftrain report`.
   std::string quarantine() const;
+  // RUN/.faults_fired: the FTRAIN_FAULT items (testing only) that end the process and have
+  // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
+  std::string faults_fired() const;
   // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
   // epoch, created exclusively): the run lease (orch/lease.h).
   std::string lease() const;

@@ -632,6 +632,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   FT_RETURN_IF_ERROR(StartPhases(run.get()));
   StartCheckpoints(run.get());
   FT_ASSIGN_OR_RETURN(run->faults, FaultPlanFromEnv());
+  DropFiredFaults(RunLayout(cfg.run_dir).faults_fired(), &run->faults);
   run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
   run->guard->Restore(run->state.guard_norms, run->state.skipped);
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
@@ -643,11 +644,15 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   return run;
 }
 
-// The faults FTRAIN_FAULT arms for `step` on this rank (testing only).
-void ArmFaults(Run& run, int64_t step) {
-  if (run.faults.empty()) return;
+// The faults FTRAIN_FAULT arms for `step` on this rank (testing only). One that ends the
+// process is recorded first, so that the job's restart does not meet it again.
+Status ArmFaults(Run& run, int64_t step) {
+  if (run.faults.empty()) return Status::Ok();
   fsdp::InjectedFault f;
   for (const Fault& x : run.faults.At(step, run.ctx->world().rank)) {
+    if (FiresOncePerRun(x.kind)) {
+      FT_RETURN_IF_ERROR(RecordFiredFault(RunLayout(run.cfg.run_dir).faults_fired(), x));
+    }
     f.nan_loss |= x.kind == FaultKind::kNanLoss;
     f.nan_grad |= x.kind == FaultKind::kNanGrad;
     if (x.kind == FaultKind::kSpike) f.grad_factor = run.faults.spike_factor;
@@ -656,6 +661,7 @@ void ArmFaults(Run& run, int64_t step) {
                     << " on rank " << run.ctx->world().rank;
   }
   if (f.any()) run.engine->InjectFault(f);
+  return Status::Ok();
 }
 
 // One optimizer step up to the boundary: its micro-batches and the update, or, for a step
@@ -680,7 +686,7 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
     out.loss = std::nan("");
     out.skipped = "listed";
   } else {
-    ArmFaults(run, step + 1);
+    FT_RETURN_IF_ERROR(ArmFaults(run, step + 1));
     FT_ASSIGN_OR_RETURN(
         mb, RunMicroBatches(*run.reader, *run.engine, K, run.dev.device, cfg.model.vocab_size));
   }
