@@ -137,6 +137,9 @@ TEST(FsdpDeterminism, PrefetchAndActivationCheckpointingChangeNoBits) {
                      "prefetch off");
   ExpectBitIdentical(RunWorker(tmp.path() + "/nock", 2, 1, base + " --act-ckpt 0"), ref,
                      "act-ckpt off");
+  // Selective by layer (train.ac_every): layers 0 and 2 recomputed, 1 and 3 keep their graph.
+  ExpectBitIdentical(RunWorker(tmp.path() + "/sel", 2, 1, base + " --ac-every 2"), ref,
+                     "act-ckpt every 2 layers");
 }
 
 // The trainer initialises each rank's shards unit by unit (FsdpConfig::init_seed) instead of
@@ -196,39 +199,54 @@ TEST(FsdpMemory, PersistentBytesPerRankAre16PerParameterOverN) {
 
 // The engine counts what it holds, category by category, and `ftrain plan` (the figure users
 // size their jobs by) must say the same: gathered units, gradients on their way to the shards.
+// For every recompute mode: every layer recomputed (the default), every second layer
+// (train.ac_every = 2: the kept layers hold their gathered weights until their backward), none.
 TEST(FsdpMemory, EngineAccountMatchesThePlanCategoryByCategory) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/mid.cfg";
   std::ofstream(cfg) << "[model]\nvocab_size = 4096\nhidden_size = 768\n"
                         "intermediate_size = 2048\nnum_layers = 12\nnum_heads = 12\n"
                         "num_kv_heads = 12\nmax_seq_len = 64\ntie_embeddings = false\n";
-  auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
-                             " --nodes 1 --gpus-per-node 4 --seq-len 8 --reduce-dtype bf16 --json",
-                         60);
-  ASSERT_EQ(plan.exit_code, 0) << plan.output;
-  const nlohmann::json planned_json = nlohmann::json::parse(plan.output);
-  nlohmann::json row;
-  for (const auto& s : planned_json["strategies"]) {
-    if (s["name"] == "full_shard") row = s;
-  }
-  ASSERT_FALSE(row.is_null()) << plan.output;
-  for (int accum : {1, 2}) {
-    auto r = RunWorker(tmp.path() + "/a" + std::to_string(accum), 4, 1,
-                       "--config " + cfg + " --steps 1 --micro-batch 1 --seq-len 8 --bin 0 " +
-                           "--sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16 " +
-                           "--init sharded --accum " + std::to_string(accum));
-    ASSERT_TRUE(r.json.contains("memory")) << r.json.dump();
-    for (const char* key : {"weights_bytes", "grads_bytes", "master_bytes", "moments_bytes",
-                            "gathered_bytes", "grad_buffer_bytes"}) {
-      const double engine = r.json["memory"][key].get<double>();
-      const double planned = row[key].get<double>();
-      EXPECT_GT(engine, 0) << key;
-      // The plan never under-counts. It sizes the gradient buffers for accumulation (a
-      // shard-sized sum lives across micro-batches), so with one micro-batch it may be high.
-      const bool bound = std::string(key) == "grad_buffer_bytes" && accum == 1;
-      EXPECT_LE(engine, 1.05 * planned) << "accum " << accum << ": " << key;
-      EXPECT_GE(engine, (bound ? 0.75 : 0.95) * planned)
-          << "accum " << accum << ": " << key << " engine " << engine << " vs plan " << planned;
+  struct Mode {
+    std::string plan_flags, worker_flags;
+    std::vector<int> accums;
+  } modes[] = {{"--act-ckpt", "--act-ckpt 1", {1, 2}},
+               {"--act-ckpt --ac-every 2", "--act-ckpt 1 --ac-every 2", {2}},
+               {"", "--act-ckpt 0", {2}}};
+  for (const Mode& mode : modes) {
+    auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
+                               " --nodes 1 --gpus-per-node 4 --seq-len 8 --reduce-dtype bf16 "
+                               "--json " +
+                               mode.plan_flags,
+                           60);
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const nlohmann::json planned_json = nlohmann::json::parse(plan.output);
+    nlohmann::json row;
+    for (const auto& s : planned_json["strategies"]) {
+      if (s["name"] == "full_shard") row = s;
+    }
+    ASSERT_FALSE(row.is_null()) << plan.output;
+    for (int accum : mode.accums) {
+      const std::string what = "[" + mode.worker_flags + ", accum " + std::to_string(accum) + "] ";
+      auto r = RunWorker(tmp.path() + "/a" + std::to_string(accum), 4, 1,
+                         "--config " + cfg + " --steps 1 --micro-batch 1 --seq-len 8 --bin 0 " +
+                             "--sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16 " +
+                             "--init sharded --accum " + std::to_string(accum) + " " +
+                             mode.worker_flags);
+      ASSERT_TRUE(r.json.contains("memory")) << r.json.dump();
+      for (const char* key : {"weights_bytes", "grads_bytes", "master_bytes", "moments_bytes",
+                              "gathered_bytes", "grad_buffer_bytes"}) {
+        const double engine = r.json["memory"][key].get<double>();
+        const double planned = row[key].get<double>();
+        EXPECT_GT(engine, 0) << what << key;
+        // The plan never under-counts. It sizes the gradient buffers for accumulation (a
+        // shard-sized sum lives across micro-batches), so with one micro-batch it may be high.
+        const bool bound = std::string(key) == "grad_buffer_bytes" && accum == 1;
+        EXPECT_LE(engine, 1.05 * planned)
+            << what << key << " engine " << engine << " vs plan " << planned;
+        EXPECT_GE(engine, (bound ? 0.75 : 0.95) * planned)
+            << what << key << " engine " << engine << " vs plan " << planned;
+      }
     }
   }
 }

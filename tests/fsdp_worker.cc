@@ -7,7 +7,8 @@
 //
 // usage: fsdp_worker --out PREFIX [--config configs/tiny.cfg] [--sharding S] [--steps N]
 //        [--micro-batch B] [--accum K] [--clip C] [--dtype float32|bfloat16]
-//        [--reduce-dtype float32|bfloat16] [--act-ckpt 0|1] [--prefetch 0|1] [--lr X]
+//        [--reduce-dtype float32|bfloat16] [--act-ckpt 0|1] [--ac-every N] [--prefetch 0|1] [--lr
+//        X]
 //        [--seq-len T] [--bin 0|1]
 #include <chrono>
 #include <cstdio>
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
       {"--dtype", "float32"},
       {"--reduce-dtype", "float32"},
       {"--act-ckpt", "1"},
+      {"--ac-every", "1"},
       {"--prefetch", "1"},
       {"--lr", "0.003"},
       {"--out", ""},
@@ -127,6 +129,7 @@ int main(int argc, char** argv) {
   fc.param_dtype = a["--dtype"] == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   fc.reduce_dtype = a["--reduce-dtype"] == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   fc.activation_checkpointing = a["--act-ckpt"] == "1";
+  fc.ac_every = std::stoi(a["--ac-every"]);
   fc.prefetch = a["--prefetch"] == "1";
   fsdp::FsdpGroups groups = fsdp::GroupsFor(fc.sharding, (*ctx)->world_comm(), (*ctx)->intra_node(),
                                             (*ctx)->inter_node());

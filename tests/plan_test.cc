@@ -279,6 +279,32 @@ TEST(PlanTest, ActivationFormulas) {
   EXPECT_DOUBLE_EQ(b4->activation_bytes, 4 * ckpt->activation_bytes);
 }
 
+// Selective checkpointing by layer (--ac-every 2): layers 0, 2, ... keep only their input,
+// the others their whole activations and (sharded) their gathered weights until the backward.
+TEST(PlanTest, SelectiveCheckpointingSitsBetweenAllAndNone) {
+  const double sbh = 4096.0 * 1 * 4096;
+  PlanInput in = SeedCase();
+  in.act_ckpt = true;
+  auto all = MakePlan(in);
+  in.ac_every = 2;
+  auto half = MakePlan(in);
+  in.act_ckpt = false;
+  in.ac_every = 1;
+  auto none = MakePlan(in);
+  ASSERT_TRUE(all.ok() && half.ok() && none.ok());
+  const double per_layer = 34 * sbh;
+  EXPECT_DOUBLE_EQ(half->activation_bytes, 16 * 2 * sbh + 16 * per_layer + per_layer);
+  EXPECT_LT(all->activation_bytes, half->activation_bytes);
+  EXPECT_LT(half->activation_bytes, none->activation_bytes);
+  const double root = 2.0 * 32000 * 4096 + 4096;
+  const double layer = std::floor((7e9 - root) / 32);
+  EXPECT_DOUBLE_EQ(Find(*all, "hybrid_shard").gathered_bytes, 2 * (root + 2 * layer));
+  EXPECT_DOUBLE_EQ(Find(*half, "hybrid_shard").gathered_bytes, 2 * (root + 17 * layer));
+  EXPECT_DOUBLE_EQ(Find(*none, "hybrid_shard").gathered_bytes, 2 * (root + 32 * layer))
+      << "without checkpointing every layer's saved graph holds its gathered weights";
+  EXPECT_DOUBLE_EQ(Find(*half, "ddp").gathered_bytes, 0);
+}
+
 TEST(PlanTest, TrafficFollowsTheRingFormulas) {
   auto r = MakePlan(SeedCase());
   ASSERT_TRUE(r.ok());
@@ -290,10 +316,12 @@ TEST(PlanTest, TrafficFollowsTheRingFormulas) {
   EXPECT_DOUBLE_EQ(hybrid.inter_node_bytes_per_step, 2.0 * 7 / 8 * p2 / 8);
   EXPECT_DOUBLE_EQ(hybrid.intra_node_bytes_per_step, 1.5 * 2.0 * 7 / 8 * p2);
   // Gathered in bf16: the root unit (an assumed untied 32000-token embedding and head, the
-  // final norm) for the whole micro-batch, plus the layer computed and the one prefetched.
+  // final norm) for the whole micro-batch, plus every layer (no activation checkpointing: each
+  // layer's saved graph holds its weights until its backward; with it, SelectiveCheckpointing
+  // above: the layer computed and the one prefetched).
   const double root = 2.0 * 32000 * 4096 + 4096;
   const double layer = std::floor((7e9 - root) / 32);
-  EXPECT_DOUBLE_EQ(hybrid.gathered_bytes, 2 * (root + 2 * layer));
+  EXPECT_DOUBLE_EQ(hybrid.gathered_bytes, 2 * (root + 32 * layer));
   EXPECT_TRUE(r->vocab_assumed);
   EXPECT_DOUBLE_EQ(Find(*r, "ddp").gathered_bytes, 0);
 }

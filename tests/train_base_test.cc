@@ -95,6 +95,24 @@ TEST(TrainConfigLoad, MemoryTierIsOffByDefaultAndReadsItsInterval) {
   EXPECT_DOUBLE_EQ(secs->ckpt.memory_every_seconds, 2.5);
 }
 
+// train.ac_every: selective checkpointing by layer; meaningless without checkpointing.
+TEST(TrainConfigLoad, AcEveryIsSelectiveCheckpointingAndNeedsCheckpointing) {
+  auto def = TrainConfig::Load(Minimal());
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->train.ac_every, 1);
+  auto two = TrainConfig::Load(Minimal({"--train.ac_every=2"}));
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->train.ac_every, 2);
+  for (const auto& [args, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--train.ac_every=0"}, "train.ac_every must be in [1, 1000]"},
+           {{"--train.activation_checkpointing=false", "--train.ac_every=2"},
+            "train.ac_every is set but train.activation_checkpointing = false"}}) {
+    auto bad = TrainConfig::Load(Minimal(args));
+    ASSERT_FALSE(bad.ok()) << args[0];
+    EXPECT_NE(bad.status().message().find(why), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(TrainConfigLoad, OverridesWinAndCkptRootFollowsTheKey) {
   auto t = TrainConfig::Load(Minimal({"--train.min_lr=0.5", "--ckpt.root=/elsewhere"}));
   ASSERT_TRUE(t.ok()) << t.status().ToString();

@@ -137,6 +137,14 @@ StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "memory-stall-s", &in.memory_stall_s));
   FT_RETURN_IF_ERROR(DoubleFlag(vm, "reserve", &in.reserve_fraction));
   in.act_ckpt = vm["act-ckpt"].as<bool>();
+  FT_RETURN_IF_ERROR(IntFlag(vm, "ac-every", &in.ac_every));
+  if (in.ac_every < 1 || in.ac_every > 1000) {
+    return Status::InvalidArgument("--ac-every must be in [1, 1000], got " +
+                                   std::to_string(in.ac_every));
+  }
+  if (in.ac_every > 1 && !in.act_ckpt) {
+    return Status::InvalidArgument("--ac-every needs --act-ckpt (it says which layers recompute)");
+  }
   const std::string attention = vm["attention"].as<std::string>();
   if (attention != "fused" && attention != "eager") {
     return Status::InvalidArgument("--attention '" + attention + "' must be fused or eager");
@@ -238,6 +246,8 @@ int RunPlan(int argc, char** argv) {
       ("seq-len", po::value<std::string>(), "tokens per sequence (default: model max, or 4096)")
       ("micro-batch", po::value<std::string>(), "sequences per GPU per pass (default 1)")
       ("act-ckpt", po::bool_switch(), "activation checkpointing (recompute layers)")
+      ("ac-every", po::value<std::string>(),
+       "with --act-ckpt: recompute every N-th layer only (selective; train.ac_every, default 1)")
       ("reduce-dtype", po::value<std::string>()->default_value("bf16"),
        "gradient shards and their reduction: bf16 or fp32 (train.reduce_dtype)")
       ("attention", po::value<std::string>()->default_value("fused"),

@@ -216,11 +216,11 @@ void FsdpEngine::FinishUnitState(Unit& u) const {
   u.grad_shard = torch::zeros({u.span.length}, Opts(config_.reduce_dtype));
 }
 
-bool FsdpEngine::ReshardAfterForward() const {
+bool FsdpEngine::ReshardAfterForward(int layer) const {
   // Freeing after forward only pays when backward recomputes the block (otherwise the saved
   // graph holds the gathered parameters anyway).
   return (config_.sharding == Sharding::kFullShard || config_.sharding == Sharding::kHybridShard) &&
-         config_.activation_checkpointing;
+         Recomputes(layer);
 }
 
 Status FsdpEngine::Gather(Unit& u) {
@@ -432,7 +432,7 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     FT_RETURN_IF_ERROR(
         ReadyUnit(u, i + 1 < L ? units_[static_cast<size_t>(i) + 2].get() : nullptr));
     TraceRange range("fsdp/forward " + u.name);
-    if (config_.activation_checkpointing) {
+    if (Recomputes(i)) {
       torch::NoGradGuard no_grad;
       u.saved_input = h;
       h = model_->Layer(i, h);
@@ -442,7 +442,7 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
       u.saved_output = model_->Layer(i, x);
       h = u.saved_output.detach();
     }
-    if (ReshardAfterForward()) Release(u);
+    if (ReshardAfterForward(i)) Release(u);
   }
   torch::Tensor z = h.detach().requires_grad_(true);
   torch::Tensor loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
@@ -458,7 +458,7 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     FT_RETURN_IF_ERROR(ReadyUnit(u, i > 0 ? units_[static_cast<size_t>(i)].get() : nullptr));
     TraceRange range("fsdp/backward " + u.name);
     torch::Tensor x;
-    if (config_.activation_checkpointing) {
+    if (Recomputes(i)) {
       x = u.saved_input.detach().requires_grad_(true);
       torch::Tensor y = model_->Layer(i, x);
       y.backward(grad);

@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -56,6 +57,10 @@ struct FsdpConfig {
   torch::ScalarType param_dtype = torch::kFloat32;   // compute and all-gather dtype
   torch::ScalarType reduce_dtype = torch::kFloat32;  // gradient reduction dtype
   bool activation_checkpointing = true;
+  // Selective by layer: with checkpointing on, layers 0, N, 2N, ... are recomputed in the
+  // backward; the others keep their activations (and, sharded, their gathered parameters,
+  // which the saved graph holds) until their backward. 1: every layer.
+  int ac_every = 1;
   bool prefetch = true;  // all-gather the next unit while the current one computes
   // Where every flat shard, gathered unit, gradient buffer and AdamW moment lives. The same
   // code runs on both: only this option differs between a CPU and a GPU run.
@@ -256,7 +261,11 @@ class FsdpEngine {
     torch::Tensor targets;   // [B, T]
   };
   StatusOr<ForwardStart> BeginForward(const torch::Tensor& tokens);
-  bool ReshardAfterForward() const;
+  bool ReshardAfterForward(int layer) const;
+  // Whether the backward recomputes layer `layer` (activation checkpointing, ac_every).
+  bool Recomputes(int layer) const {
+    return config_.activation_checkpointing && layer % std::max(1, config_.ac_every) == 0;
+  }
   // A unit's moments, compute-dtype shard and gradient shard, once its master exists.
   void FinishUnitState(Unit& u) const;
   bool KeepsFullParams() const { return config_.sharding == Sharding::kNoShard; }

@@ -48,6 +48,11 @@ Status CheckPositiveInt(const char* flag, int64_t v, int64_t max);
 Status CheckPositive(const char* flag, double v);
 
 // plan.cc: activations with --act-ckpt for r's shape (each layer's input + one layer in full).
+// How many layers the backward recomputes: 0 without activation checkpointing, else layers
+// 0, ac_every, 2 ac_every, ...
+double RecomputedLayers(const PlanResult& r);
+// How many decoder layers a sharded strategy holds gathered at its peak.
+double GatheredLayers(const PlanResult& r);
 double CheckpointedActivationBytes(const PlanResult& r);
 
 // plan_adapters.cc

@@ -40,6 +40,7 @@ PlanInput PlanInputFor(const MemoryFitInput& in) {
   pi.seq_len = in.seq_len;
   pi.micro_batch = in.micro_batch;
   pi.act_ckpt = in.act_ckpt;
+  pi.ac_every = in.ac_every;
   pi.grad_bytes = in.grad_bytes;
   return pi;
 }
@@ -55,8 +56,18 @@ std::vector<std::string> WhatFits(const MemoryFitInput& in, const std::string& n
   MemoryFitInput alt = in;
   if (!in.act_ckpt) {
     alt.act_ckpt = true;
-    if (fits(alt, name)) out.push_back("train.activation_checkpointing = true");
+    alt.ac_every = 2;  // selective: half the layers recomputed, less recompute than all
+    if (fits(alt, name)) {
+      out.push_back("train.activation_checkpointing = true with train.ac_every = 2 (selective)");
+    } else {
+      alt.ac_every = 1;
+      if (fits(alt, name)) out.push_back("train.activation_checkpointing = true");
+    }
+  } else if (in.ac_every > 1) {
+    alt.ac_every = 1;  // every layer recomputed: the least activation memory
+    if (fits(alt, name)) out.push_back("train.ac_every = 1 (recompute every layer)");
   }
+  alt = in;
   for (int64_t mb = in.micro_batch / 2; mb >= 1; mb /= 2) {
     alt = in;
     alt.micro_batch = mb;
@@ -106,13 +117,15 @@ Status CheckMemoryFit(const MemoryFitInput& in) {
     for (size_t i = 0; i < fixes.size(); ++i) msg += (i ? ", or " : " ") + fixes[i];
   }
   char cmd[256];
-  std::snprintf(cmd, sizeof cmd,
-                " (the table: ftrain plan --model CONFIG --nodes %lld --gpus-per-node %lld "
-                "--gpu-mem-gb %.1f --seq-len %lld --micro-batch %lld%s); "
-                "FTRAIN_SKIP_MEMORY_CHECK=1 starts anyway",
-                static_cast<long long>(in.nodes), static_cast<long long>(in.ranks_per_node),
-                static_cast<double>(in.device_bytes) / 1e9, static_cast<long long>(in.seq_len),
-                static_cast<long long>(in.micro_batch), in.act_ckpt ? " --act-ckpt" : "");
+  std::snprintf(
+      cmd, sizeof cmd,
+      " (the table: ftrain plan --model CONFIG --nodes %lld --gpus-per-node %lld "
+      "--gpu-mem-gb %.1f --seq-len %lld --micro-batch %lld%s%s); "
+      "FTRAIN_SKIP_MEMORY_CHECK=1 starts anyway",
+      static_cast<long long>(in.nodes), static_cast<long long>(in.ranks_per_node),
+      static_cast<double>(in.device_bytes) / 1e9, static_cast<long long>(in.seq_len),
+      static_cast<long long>(in.micro_batch), in.act_ckpt ? " --act-ckpt" : "",
+      in.act_ckpt && in.ac_every > 1 ? (" --ac-every " + std::to_string(in.ac_every)).c_str() : "");
   return Status::InvalidArgument(msg + cmd);
 }
 

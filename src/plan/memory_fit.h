@@ -24,6 +24,7 @@ struct MemoryFitInput {
   int64_t seq_len = 0;         // the data's sequence length
   int64_t micro_batch = 1;     // train.micro_batch
   bool act_ckpt = true;        // train.activation_checkpointing
+  int64_t ac_every = 1;        // train.ac_every
   double grad_bytes = 2;       // train.reduce_dtype: bf16 2, fp32 4
 };
 

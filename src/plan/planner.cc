@@ -36,6 +36,22 @@ Status CheckPositive(const char* flag, double v) {
   return Status::Ok();
 }
 
+double RecomputedLayers(const PlanResult& r) {
+  if (!r.input.act_ckpt) return 0;
+  const int64_t n = std::max<int64_t>(1, r.input.ac_every);
+  return static_cast<double>((r.layers + n - 1) / n);  // layers 0, n, 2n, ...
+}
+
+double GatheredLayers(const PlanResult& r) {
+  // A layer the backward does not recompute keeps its gathered weights (its saved graph holds
+  // them) from its forward to its backward. With some layers recomputed, the one being
+  // recomputed (or computed) is the one more: the next, prefetched, is a kept one already
+  // gathered. With all recomputed: the layer computed and the one prefetched.
+  const double layers = static_cast<double>(r.layers);
+  const double kept = layers - RecomputedLayers(r);
+  return kept >= layers ? layers : std::max(2.0, kept + 1);
+}
+
 double CheckpointedActivationBytes(const PlanResult& r) {
   const double s = static_cast<double>(*r.input.seq_len);
   const double b = static_cast<double>(r.input.micro_batch);
@@ -61,11 +77,10 @@ constexpr double kHeadDim = 128;  // heads = hidden / 128 when no model config g
 constexpr double kMaxParameters = 1e15;
 
 // Mixed-precision AdamW, bytes per parameter (docs/plan.md, "State").
-constexpr double kWeightBytes = 2;   // bf16 weights
-constexpr double kGradBytes = 2;     // bf16 gradients
-constexpr double kMasterBytes = 4;   // fp32 master copy
-constexpr double kMomentBytes = 8;   // fp32 Adam m and v
-constexpr double kGatherCopies = 2;  // the layer being computed + the prefetched next one
+constexpr double kWeightBytes = 2;  // bf16 weights
+constexpr double kGradBytes = 2;    // bf16 gradients
+constexpr double kMasterBytes = 4;  // fp32 master copy
+constexpr double kMomentBytes = 8;  // fp32 Adam m and v
 // Flattened unit gradients being reduce-scattered besides the one just filled (the engine's
 // kReductionsInFlight).
 constexpr double kReductionsInFlight = 1;
@@ -207,7 +222,7 @@ StrategyPlan Strategy(StrategyIndex index, const PlanResult& r) {
   const double head = static_cast<double>(r.head_parameters);
   // Sharded weights are gathered unit by unit: the root for the whole micro-batch, the layer
   // being computed and the prefetched one; nothing to gather when not split.
-  if (w > 1) s.gathered_bytes = kWeightBytes * (root + kGatherCopies * layer);
+  if (w > 1) s.gathered_bytes = kWeightBytes * (root + plan_internal::GatheredLayers(r) * layer);
   // Gradients on their way to the shards: lm_head's from the loss on, one layer's in bf16 and
   // flattened (plus the one before still being reduce-scattered), then the root's at the end.
   // Each flattened unit has a shard-sized result beside it (after the first micro-batch of a
@@ -444,8 +459,10 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
   const double l = static_cast<double>(r.layers);
   const double attention_scores = input.fused_attention ? 0.0 : 5.0 * r.heads * s / h;
   r.activation_bytes_per_layer = s * b * h * (34.0 + attention_scores);
-  r.activation_bytes = input.act_ckpt ? plan_internal::CheckpointedActivationBytes(r)
-                                      : l * r.activation_bytes_per_layer;
+  r.activation_bytes =
+      l * r.activation_bytes_per_layer -
+      plan_internal::RecomputedLayers(r) * (r.activation_bytes_per_layer - 2.0 * s * b * h);
+  if (input.act_ckpt) r.activation_bytes += r.activation_bytes_per_layer;  // one recomputed
   // The head + loss: a chunk's float32 logits (softmax in place) and bf16 d logits, lm_head's
   // float32 gradient, then scaled and cast to bf16, and the normed hidden states [N, H] and
   // their gradient in bf16.
@@ -536,8 +553,11 @@ std::string FormatPlanText(const PlanResult& r) {
     << Num(in.reserve_fraction * 100, 0)
     << "% reserve (allocator fragmentation, CUDA context, NCCL buffers)\n";
   o << "activations: seq-len " << *in.seq_len << ", micro-batch " << in.micro_batch
-    << ", activation checkpointing " << (in.act_ckpt ? "on" : "off") << ", "
-    << (in.fused_attention ? "fused" : "eager") << " attention: " << Gb(r.activation_bytes)
+    << ", activation checkpointing "
+    << (!in.act_ckpt      ? std::string("off")
+        : in.ac_every > 1 ? "every " + std::to_string(in.ac_every) + " layers (selective)"
+                          : std::string("on"))
+    << ", " << (in.fused_attention ? "fused" : "eager") << " attention: " << Gb(r.activation_bytes)
     << " GB per GPU\n";
   o << "state: mixed-precision AdamW, " << Num(14 + in.grad_bytes, 0)
     << " bytes/parameter = bf16 weights 2 + " << (in.grad_bytes == 4 ? "fp32" : "bf16") << " grads "
@@ -563,10 +583,16 @@ std::string FormatPlanText(const PlanResult& r) {
       << Pad(Gb(s.inter_node_bytes_per_step), 10) << Pad(Gb(s.intra_node_bytes_per_step), 10)
       << "\n";
   }
+  const double gathered = plan_internal::GatheredLayers(r);
   o << "  gather: bf16 parameters of the root unit (" << r.root_unit_parameters
-    << ", embeddings + final norm + lm_head) + 2 layers (" << r.layer_unit_parameters
-    << " each: computed + prefetched)"
-    << (r.vocab_assumed ? ", assuming a 32000-token vocabulary" : "")
+    << ", embeddings + final norm + lm_head) + " << Num(gathered, 0) << " layers ("
+    << r.layer_unit_parameters << " each: "
+    << (!r.input.act_ckpt      ? "without activation checkpointing every layer's saved graph "
+                                 "holds its weights until its backward"
+        : r.input.ac_every > 1 ? "the layers not recomputed hold theirs until their backward, "
+                                 "+ the one recomputed"
+                               : "computed + prefetched")
+    << ")" << (r.vocab_assumed ? ", assuming a 32000-token vocabulary" : "")
     << "; only sharded-weight strategies gather\n"
     << "  gradbuf: gradients on their way to the shards (lm_head's, one unit's in bf16 and "
        "flattened, and the one before it being reduce-scattered)\n"
@@ -678,6 +704,7 @@ std::string FormatPlanJson(const PlanResult& r) {
       {"seq_len", *in.seq_len},
       {"micro_batch", in.micro_batch},
       {"act_ckpt", in.act_ckpt},
+      {"ac_every", in.ac_every},
       {"attention", in.fused_attention ? "fused" : "eager"},
       {"activation_bytes_per_gpu", Bytes(r.activation_bytes)},
       {"loss_bytes_per_gpu", Bytes(r.loss_bytes)},

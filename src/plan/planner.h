@@ -67,9 +67,12 @@ struct PlanInput {
   std::optional<int64_t> seq_len;    // --seq-len; default: the model's max_seq_len, else 4096
   int64_t micro_batch = 1;           // --micro-batch: sequences per GPU per forward pass
   bool act_ckpt = false;             // --act-ckpt: recompute each layer in the backward pass
-  bool fused_attention = true;       // --attention fused|eager (docs/plan.md, "Activations")
-  double mtbf_hours = 24.0;          // --mtbf-hours: mean time between failures of the job
-  double ckpt_stall_s = 13.0;        // --ckpt-stall-s: training time lost per checkpoint
+  // --ac-every N (with --act-ckpt): recompute layers 0, N, 2N, ... only; the others keep
+  // their activations and, sharded, their gathered weights until their backward.
+  int64_t ac_every = 1;
+  bool fused_attention = true;  // --attention fused|eager (docs/plan.md, "Activations")
+  double mtbf_hours = 24.0;     // --mtbf-hours: mean time between failures of the job
+  double ckpt_stall_s = 13.0;   // --ckpt-stall-s: training time lost per checkpoint
   // --memory-stall-s: what one memory-tier snapshot stalls (the hand-over to ckptd: about one
   // memcpy of a rank's state on CPU, the exposed part of the device-to-host copy on GPU).
   double memory_stall_s = 0.5;

@@ -114,6 +114,7 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
   fc.param_dtype = dtype(cfg.train.param_dtype);
   fc.reduce_dtype = dtype(cfg.train.reduce_dtype);
   fc.activation_checkpointing = cfg.train.activation_checkpointing;
+  fc.ac_every = static_cast<int>(cfg.train.ac_every);
   fc.prefetch = cfg.train.prefetch;
   fc.device = dev.device;
   return fsdp::FsdpEngine::Create(
@@ -373,6 +374,7 @@ Status CheckMemory(const Run& run, int64_t seq_len) {
   in.seq_len = seq_len;
   in.micro_batch = cfg.train.micro_batch;
   in.act_ckpt = cfg.train.activation_checkpointing;
+  in.ac_every = cfg.train.ac_every;
   in.grad_bytes = cfg.train.reduce_dtype == Precision::kBFloat16 ? 2 : 4;
   return CheckMemoryFit(in);
 }

@@ -89,6 +89,18 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   FT_RETURN_IF_ERROR(GetChoice(c, "train.param_dtype", precisions, &o.param_dtype));
   FT_RETURN_IF_ERROR(GetChoice(c, "train.reduce_dtype", precisions, &o.reduce_dtype));
   FT_RETURN_IF_ERROR(c.GetBool("train.activation_checkpointing", &o.activation_checkpointing));
+  FT_RETURN_IF_ERROR(c.GetInt("train.ac_every", &o.ac_every));
+  if (o.ac_every < 1 || o.ac_every > 1000) {
+    return Status::InvalidArgument(
+        "train.ac_every must be in [1, 1000] (recompute every N-th "
+        "layer; 1 = every layer), got " +
+        std::to_string(o.ac_every));
+  }
+  if (!o.activation_checkpointing && c.Has("train.ac_every")) {
+    return Status::InvalidArgument(
+        "train.ac_every is set but train.activation_checkpointing = false: no layer is "
+        "recomputed; set activation_checkpointing = true or drop train.ac_every");
+  }
   FT_RETURN_IF_ERROR(c.GetBool("train.prefetch", &o.prefetch));
   FT_RETURN_IF_ERROR(c.GetString("train.resume", &o.resume));
   if (o.resume.empty()) return Status::InvalidArgument("train.resume must be auto, none or a path");

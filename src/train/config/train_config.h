@@ -44,6 +44,10 @@ struct OptimSection {
   Precision param_dtype = Precision::kFloat32;
   Precision reduce_dtype = Precision::kFloat32;
   bool activation_checkpointing = true;
+  // Selective activation checkpointing by layer: with checkpointing on, every ac_every-th
+  // layer (0, N, 2N, ...) is recomputed in the backward and the others keep their
+  // activations (torchtitan's selective_ac_option = N). 1: every layer is recomputed.
+  int64_t ac_every = 1;
   bool prefetch = true;
   std::string resume = "auto";  // auto | none | PATH of a complete checkpoint
   bool allow_resume_mismatch = false;
