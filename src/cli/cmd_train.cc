@@ -1,7 +1,8 @@
 // `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
 // src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data, a
 // failed rank, a timeout or an I/O error (worth a restart), 2 usage, config or input error
-// (a restart cannot help: slurm/train.sh fails the job).
+// (a restart cannot help: slurm/train.sh fails the job), 77 replicas disagree (silent data
+// corruption), 78 a rank hung (the hang guard named it): both restart from a checkpoint.
 #include <iostream>
 #include <string>
 
@@ -22,7 +23,9 @@ constexpr char kHelp[] =
     "  Run it as one process, under `ftrain launch --nproc N --`, or under `srun --mpi=pmix`.\n"
     "exit codes: 0 done, 75 stopped on SIGUSR1/SIGTERM after a checkpoint (requeue me),\n"
     "  1 bad data, a failed rank, a timeout or an I/O error (a restart may help),\n"
-    "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why)\n";
+    "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
+    "  77 replicas of a shard disagree (silent data corruption; RUN_DIR/quarantine.jsonl),\n"
+    "  78 a rank hung while the others waited for it (RUN_DIR/hangs.jsonl names it)\n";
 }
 
 int RunTrain(int argc, char** argv) {
