@@ -306,10 +306,9 @@ TEST_F(GuardRunTest, AStalledRankIsNamedWithItsHostEndedFastAndTheRestartEndsBit
     auto a = Train(run, opts, fault);
     const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     ASSERT_EQ(a.exit_code, 78) << a.output;
-    const std::string who = "rank " + std::to_string(k.rank) + " (node " +
-                            std::to_string(k.node) + ", host launch-node" +
-                            std::to_string(k.node) + ") hung in compute of step " +
-                            std::to_string(k.step);
+    const std::string who = "rank " + std::to_string(k.rank) + " (node " + std::to_string(k.node) +
+                            ", host launch-node" + std::to_string(k.node) +
+                            ") hung in compute of step " + std::to_string(k.step);
     EXPECT_TRUE(Contains(a.output, who)) << a.output;
     EXPECT_TRUE(Contains(a.output, "this rank is the one the others wait for")) << a.output;
     EXPECT_TRUE(Contains(a.output, "hang: stack of the main thread")) << a.output;
@@ -329,15 +328,17 @@ TEST_F(GuardRunTest, AStalledRankIsNamedWithItsHostEndedFastAndTheRestartEndsBit
     // The whole faulty launch ran fewer steps than the clean one: it may take the clean run's
     // time plus 3 thresholds, never the 600 s collective timeout.
     EXPECT_LT(wall_s, clean_s + 3 * threshold) << "clean run " << clean_s << " s";
-    std::printf("[ measured ] stall@%d:%d: threshold %.2f s, named after %.2f s, launch %.1f s "
-                "(clean run %.1f s)\n",
-                k.step, k.rank, threshold, stuck, wall_s, clean_s);
+    std::printf(
+        "[ measured ] stall@%d:%d: threshold %.2f s, named after %.2f s, launch %.1f s "
+        "(clean run %.1f s)\n",
+        k.step, k.rank, threshold, stuck, wall_s, clean_s);
     EXPECT_EQ(Records(run).size(), static_cast<size_t>(k.step - 1));
 
     auto again = Train(run, opts, fault);  // the job's restart
     ASSERT_EQ(again.exit_code, 0) << again.output;
     EXPECT_FALSE(Contains(again.output, "FTRAIN_FAULT: stalling")) << again.output;
-    EXPECT_EQ(Diff(Final(run), Final(clean)), 0) << "the restart did not end where a clean run does";
+    EXPECT_EQ(Diff(Final(run), Final(clean)), 0)
+        << "the restart did not end where a clean run does";
     EXPECT_EQ(JsonLines(run + "/hangs.jsonl").size(), 1u);
   }
 }

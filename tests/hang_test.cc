@@ -3,13 +3,12 @@
 // hang keys and the stall fault's parsing. Times are parameters: every case runs in
 // microseconds. The end-to-end runs (real processes, a real stall) are in
 // tests/guard_run_test.cc.
-#include "train/config/hang_verdict.h"
-
 #include <gtest/gtest.h>
 
 #include "core/config.h"
 #include "core/fault_inject.h"
 #include "train/config/guard.h"
+#include "train/config/hang_verdict.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::train {
@@ -75,7 +74,8 @@ TEST(JudgeHang, TheRankThatLaunchedFewerCollectivesIsNamedOnceStuckPastItsThresh
   EXPECT_EQ(v.recorder, 0);
   EXPECT_FALSE(v.me_hung);
   EXPECT_TRUE(JudgeHang(all, 4, 2, 1000.5).me_hung);
-  EXPECT_EQ(DescribeHung(v.hung[0]), "rank 2 (node 1, host h1) hung in compute of step 7 for 4.1 s");
+  EXPECT_EQ(DescribeHung(v.hung[0]),
+            "rank 2 (node 1, host h1) hung in compute of step 7 for 4.1 s");
   // Rank 0 hung: rank 1 records it.
   all[0].launched = 39;
   v = JudgeHang(all, 4, 3, 1000.5);
@@ -143,8 +143,9 @@ TEST(HangConfig, ContradictoryValuesNameTheKey) {
        "guard.hang_timeout_s = 10.000000 is below guard.hang_floor_s = 30.000000"},
       {"[guard]\nhang_timeout_s = -1\n", "guard.hang_timeout_s must be 0 (automatic)"},
       {"[guard]\nhang_floor_s = 0\n", "guard.hang_floor_s must be >= 1 second"},
-      {"[guard]\nhang_floor_s = 700\n", "guard.hang_floor_s = 700.000000 is not below "
-                                        "dist.timeout_s = 600"},
+      {"[guard]\nhang_floor_s = 700\n",
+       "guard.hang_floor_s = 700.000000 is not below "
+       "dist.timeout_s = 600"},
       {"[guard]\nhang_timeout_s = 90\n[dist]\ntimeout_s = 60\n",
        "guard.hang_timeout_s = 90.000000 is not below dist.timeout_s = 60"},
   };
@@ -152,8 +153,8 @@ TEST(HangConfig, ContradictoryValuesNameTheKey) {
     auto t = LoadWith(c.text);
     ASSERT_FALSE(t.ok()) << c.text;
     EXPECT_TRUE(t.status().IsInvalidArgument()) << c.text;
-    EXPECT_NE(t.status().message().find(c.expect), std::string::npos)
-        << c.text << "\n" << t.status().message();
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << c.text << "\n"
+                                                                      << t.status().message();
   }
 }
 

@@ -3,12 +3,12 @@
 // gradient, one flipped bit in the fp32 master shard after the optimizer). Parsing only; the
 // FSDP engine applies an armed fault (fsdp/engine.h), the trainer a bitflip
 // (train/sdc_check.h) and a stall (train/trainer.cc). A fault that ends the process (a
-// bitflip: the replica check stops the run; a stall: the hang guard does) fires once per run: it is recorded in RUN/.faults_fired before it fires, and a restart
-// drops what is recorded there, so the job's restart trains on instead of meeting it again.
-// The numeric faults fire whenever their step is computed, so a replay decides alike.
-// Compiled into every build like FTRAIN_CRASH_AT (core/env.h), off unless
-// the variable is set, and costs one branch per step when off. For testing only:
-// docs/operations.md ("Guardrails").
+// bitflip: the replica check stops the run; a stall: the hang guard does) fires once per run: it is
+// recorded in RUN/.faults_fired before it fires, and a restart drops what is recorded there, so the
+// job's restart trains on instead of meeting it again. The numeric faults fire whenever their step
+// is computed, so a replay decides alike. Compiled into every build like FTRAIN_CRASH_AT
+// (core/env.h), off unless the variable is set, and costs one branch per step when off. For testing
+// only: docs/operations.md ("Guardrails").
 #pragma once
 
 #include <cstdint>

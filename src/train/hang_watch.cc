@@ -208,20 +208,20 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
   if (o_.rank == v.recorder) {
     const char* job = std::getenv("SLURM_JOB_ID");
     for (const RankProgress& h : v.hung) {
-      nlohmann::json rec = {{"time", UnixNow()},       {"step", h.step},
-                            {"rank", h.rank},          {"node", h.node},
-                            {"host", h.host},          {"phase", h.phase},
-                            {"stuck_s", h.stuck_s},    {"threshold_s", h.threshold_s},
-                            {"detected_by", o_.rank},  {"generation", o_.generation},
+      nlohmann::json rec = {{"time", UnixNow()},      {"step", h.step},
+                            {"rank", h.rank},         {"node", h.node},
+                            {"host", h.host},         {"phase", h.phase},
+                            {"stuck_s", h.stuck_s},   {"threshold_s", h.threshold_s},
+                            {"detected_by", o_.rank}, {"generation", o_.generation},
                             {"launched", h.launched}};
       if (job != nullptr) rec["job"] = job;
       Status s = records::AppendJsonLine(RunLayout(o_.run_dir).hangs(), rec.dump());
       if (!s.ok()) FT_LOG(Error) << "hang guard: cannot record the hang: " << s.message();
     }
   }
-  FT_LOG(Error) << "hang guard: " << names << " while this rank (in " << mine.phase
-                << " of step " << mine.step << ") waited for it in a collective; exiting with "
-                << kExitHang << " to restart from the newest checkpoint";
+  FT_LOG(Error) << "hang guard: " << names << " while this rank (in " << mine.phase << " of step "
+                << mine.step << ") waited for it in a collective; exiting with " << kExitHang
+                << " to restart from the newest checkpoint";
   o_.exit_process(kExitHang);
 }
 

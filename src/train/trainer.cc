@@ -551,16 +551,18 @@ void StartHangWatch(Run* run) {
   o.exit_process = [](int code) { std::_Exit(code); };
   run->hang = std::make_unique<HangWatch>(std::move(o));
   run->hang->Enter(run->state.step + 1, HangPhase::kStart);
-  if (run->leader) {
-    FT_LOG(Info) << "hang guard: "
-                 << (run->cfg.guard.hang_timeout_s > 0
-                         ? std::to_string(run->cfg.guard.hang_timeout_s) + " s"
-                         : "max(" + std::to_string(run->cfg.guard.hang_floor_s) + " s, " +
-                               std::to_string(kHangStepFactor) + " x median step time)")
-                 << " after the first step, " << run->cfg.dist.timeout_s
-                 << " s before it and in a checkpoint or evaluation (progress in "
-                 << RunLayout(run->cfg.run_dir).progress_dir() << ")";
+  if (!run->leader) return;
+  std::ostringstream rule;
+  if (run->cfg.guard.hang_timeout_s > 0) {
+    rule << run->cfg.guard.hang_timeout_s << " s";
+  } else {
+    rule << "max(" << run->cfg.guard.hang_floor_s << " s, " << kHangStepFactor
+         << " x the median step time)";
   }
+  FT_LOG(Info) << "hang guard: a rank the others wait for is named after " << rule.str()
+               << ", after " << run->cfg.dist.timeout_s
+               << " s in the first step, a checkpoint or an evaluation (progress in "
+               << RunLayout(run->cfg.run_dir).progress_dir() << ")";
 }
 
 // FTRAIN_FAULT's stall (testing only): this rank stops progressing, as a rank stuck in a

@@ -68,9 +68,9 @@ Status LoadGuard(const Config& c, GuardSection* out) {
   }
   if (g.hang_timeout_s > 0 && g.hang_timeout_s < g.hang_floor_s) {
     return Status::InvalidArgument(
-        Where(c, "guard.hang_timeout_s") + "guard.hang_timeout_s = " +
-        std::to_string(g.hang_timeout_s) + " is below guard.hang_floor_s = " +
-        std::to_string(g.hang_floor_s) +
+        Where(c, "guard.hang_timeout_s") +
+        "guard.hang_timeout_s = " + std::to_string(g.hang_timeout_s) +
+        " is below guard.hang_floor_s = " + std::to_string(g.hang_floor_s) +
         ": the floor is the least the guard waits; lower the floor or raise the timeout");
   }
   if (g.spike_window != 0 && (g.spike_window < 3 || g.spike_window > 100000)) {
@@ -106,12 +106,12 @@ Status CheckHangAgainstTimeout(const Config& c, const GuardSection& g, int64_t d
   // Only a value someone set contradicts the timeout; a default floor above a short
   // dist.timeout_s leaves the timeout to end a hang, as before the guard.
   if (!c.Has(key) || t < static_cast<double>(dist_timeout_s)) return Status::Ok();
-  return Status::InvalidArgument(Where(c, key) + key + " = " + std::to_string(t) +
-                                 " is not below dist.timeout_s = " +
-                                 std::to_string(dist_timeout_s) +
-                                 ": the collective timeout would end the job first and the hang "
-                                 "guard would never name the rank; lower " +
-                                 key);
+  return Status::InvalidArgument(
+      Where(c, key) + key + " = " + std::to_string(t) +
+      " is not below dist.timeout_s = " + std::to_string(dist_timeout_s) +
+      ": the collective timeout would end the job first and the hang "
+      "guard would never name the rank; lower " +
+      key);
 }
 
 Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* out) {
