@@ -103,6 +103,9 @@ HangWatch::~HangWatch() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The last word: where this rank ended (every rank of a clean run shows the same count).
+  const Sample last{step_.load(), phase_.load(), comm::CollectivesLaunched().load()};
+  Publish(Snapshot(last, 0, o_.settings.startup_s));
 }
 
 RankProgress HangWatch::Snapshot(const Sample& s, double stuck_s, double threshold_s) const {
@@ -218,6 +221,10 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
       Status s = records::AppendJsonLine(RunLayout(o_.run_dir).hangs(), rec.dump());
       if (!s.ok()) FT_LOG(Error) << "hang guard: cannot record the hang: " << s.message();
     }
+  } else {
+    // The recorder judged on the same files within a look: give it that look before this
+    // rank's exit makes srun or the launcher signal the job.
+    std::this_thread::sleep_for(o_.poll);
   }
   FT_LOG(Error) << "hang guard: " << names << " while this rank (in " << mine.phase << " of step "
                 << mine.step << ") waited for it in a collective; exiting with " << kExitHang

@@ -22,8 +22,9 @@ export FTRAIN_RESTART_BACKOFF_S=1
 t_submit="$(now_s)"
 JOB_ID="$(FTRAIN_FAULT="stall@${STALL_AT_STEP}:${STALL_RANK}" \
   FTRAIN_ARGS="${E2E_TRAIN_ARGS} --guard.hang_floor_s=3" e2e_submit hang)"
-nodes="$(scontrol show hostnames "$(job_field "${JOB_ID}" NodeList)")"
 e2e_wait_done "${JOB_ID}" hang
+nodes="$(scontrol show hostnames "$(job_field "${JOB_ID}" NodeList)")"
+log "job nodes: $(tr '\n' ' ' <<<"${nodes}")"
 log "job done in $(elapsed_s "${t_submit}" "$(now_s)") s"
 [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued"
 run="${WORK_DIR}/hang"
