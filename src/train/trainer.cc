@@ -740,6 +740,8 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   }
   out.data_wait_s = mb.data_wait_s;
   run.clock->ComputeEnd(mb.data_wait_s);
+  // The snapshot hand-offs may wait for ckptd's slots: a checkpoint's allowance, not a step's.
+  run.hang->Enter(step + 1, HangPhase::kCheckpoint);
   run.checkpoints->BeforeOptimizerStep();  // a snapshot still copying off the GPU goes first
   run.hang->Enter(step + 1, HangPhase::kOptimizer);
   if (out.skipped.empty()) {
@@ -757,7 +759,9 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   }
   run.clock->OptimizerEnd(out.stats.comm_wait_s, out.stats.comm_wait_fb_s);
   run.clock->NoteBytesRead(run.reader->stats().bytes_read);
+  run.hang->Enter(step + 1, HangPhase::kCheckpoint);
   out.votes = run.checkpoints->AfterOptimizerStep();  // the snapshot goes to ckptd
+  run.hang->Enter(step + 1, HangPhase::kOptimizer);
   FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
   run.state.guard_norms = run.guard->norms();
   run.state.skipped = run.guard->skipped();
