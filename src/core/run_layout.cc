@@ -20,6 +20,7 @@ std::string RunLayout::progress(int rank) const {
   return JoinPath(progress_dir(), "rank-" + std::to_string(rank) + ".json");
 }
 std::string RunLayout::faults_fired() const { return JoinPath(run_dir_, ".faults_fired"); }
+std::string RunLayout::rollbacks() const { return JoinPath(run_dir_, "rollbacks.jsonl"); }
 std::string RunLayout::lease() const { return JoinPath(run_dir_, ".lease"); }
 std::string RunLayout::lease_dir() const { return JoinPath(run_dir_, ".lease.d"); }
 std::string RunLayout::resolved_config() const { return JoinPath(run_dir_, "config.resolved.cfg"); }
