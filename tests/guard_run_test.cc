@@ -5,6 +5,8 @@
 // must be bit-identical (`ckptctl diff`) to a clean run given the same data.skip list.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -334,6 +336,77 @@ TEST_F(GuardRunTest, TheSkipBudgetEndsTheRunWithTheSteps) {
   auto r = Train(run, "--guard.max_skips=1", "FTRAIN_FAULT=nan_loss@3,nan_loss@4:2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "2 steps skipped within the last 100 (steps 3,4")) << r.output;
+}
+
+// The hang guard: a rank stops progressing at the start of a step (FTRAIN_FAULT=stall) while
+// the others wait for it in the step's first collective. With guard.hang_floor_s = 3 the
+// others name it with its host and every rank exits 78 long before the 600 s collective
+// timeout; the rank that records it is the lowest one not hung (rank 1 when rank 0 hangs).
+// The job's restart, in the same environment (the stall fired once and fires no more),
+// resumes from step 5 and ends bit-identical to a clean run.
+TEST_F(GuardRunTest, AStalledRankIsNamedWithItsHostEndedFastAndTheRestartEndsBitIdentical) {
+  using Clock = std::chrono::steady_clock;
+  const std::string opts = "--dist.sharding=hybrid_shard --guard.hang_floor_s=3";
+  const std::string clean = Path("hang_clean");
+  const auto c0 = Clock::now();
+  auto c = Train(clean, opts);
+  const double clean_s = std::chrono::duration<double>(Clock::now() - c0).count();
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  struct Case {
+    int step, rank, node, recorder;
+  } cases[] = {{6, 3, 1, 0}, {8, 0, 0, 1}};
+  for (const Case& k : cases) {
+    const std::string run = Path("hang_rank" + std::to_string(k.rank));
+    const std::string fault =
+        "FTRAIN_FAULT=stall@" + std::to_string(k.step) + ":" + std::to_string(k.rank);
+    const auto t0 = Clock::now();
+    auto a = Train(run, opts, fault);
+    const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    ASSERT_EQ(a.exit_code, 78) << a.output;
+    const std::string who = "rank " + std::to_string(k.rank) + " (node " + std::to_string(k.node) +
+                            ", host launch-node" + std::to_string(k.node) +
+                            ") hung in compute of step " + std::to_string(k.step);
+    EXPECT_TRUE(Contains(a.output, who)) << a.output;
+    EXPECT_TRUE(Contains(a.output, "this rank is the one the others wait for")) << a.output;
+    EXPECT_TRUE(Contains(a.output, "hang: stack of the main thread")) << a.output;
+    const auto hangs = JsonLines(run + "/hangs.jsonl");
+    ASSERT_EQ(hangs.size(), 1u) << ReadFile(run + "/hangs.jsonl");
+    const nlohmann::json& h = hangs[0];
+    EXPECT_EQ(h["rank"], k.rank);
+    EXPECT_EQ(h["node"], k.node);
+    EXPECT_EQ(h["host"], "launch-node" + std::to_string(k.node));
+    EXPECT_EQ(h["step"], k.step);
+    EXPECT_EQ(h["phase"], "compute");
+    EXPECT_EQ(h["detected_by"], k.recorder);
+    const double threshold = h["threshold_s"].get<double>(), stuck = h["stuck_s"].get<double>();
+    EXPECT_GE(threshold, 3);
+    EXPECT_GE(stuck, threshold);
+    EXPECT_LE(stuck, 3 * threshold) << "named late";
+    // The whole faulty launch ran fewer steps than the clean one: it may take the clean run's
+    // time plus 3 thresholds, never the 600 s collective timeout.
+    EXPECT_LT(wall_s, clean_s + 3 * threshold) << "clean run " << clean_s << " s";
+    std::printf(
+        "[ measured ] stall@%d:%d: threshold %.2f s, named after %.2f s, launch %.1f s "
+        "(clean run %.1f s)\n",
+        k.step, k.rank, threshold, stuck, wall_s, clean_s);
+    EXPECT_EQ(Records(run).size(), static_cast<size_t>(k.step - 1));
+
+    auto again = Train(run, opts, fault);  // the job's restart
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_FALSE(Contains(again.output, "FTRAIN_FAULT: stalling")) << again.output;
+    EXPECT_EQ(Diff(Final(run), Final(clean)), 0)
+        << "the restart did not end where a clean run does";
+    EXPECT_EQ(JsonLines(run + "/hangs.jsonl").size(), 1u);
+  }
+}
+
+TEST_F(GuardRunTest, ContradictoryHangSettingsExit2BeforeStep1NamingTheKey) {
+  const std::string run = Path("hang_bad");
+  auto r = Train(run, "--guard.hang_timeout_s=2 --guard.hang_floor_s=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "guard.hang_timeout_s = 2.000000 is below guard.hang_floor_s"))
+      << r.output;
+  EXPECT_TRUE(ReadFile(run + "/metrics.jsonl").empty());
 }
 
 }  // namespace

@@ -671,6 +671,51 @@ TEST(JobPolicyTraining, AFailedStepNobodyDeclaredIsConfirmedByHeartbeat) {
   EXPECT_TRUE(sim.LastHas("release [n2]"));
 }
 
+// Exit 78 (the trainer's hang guard) with the same host named by the last two hang records:
+// the node is replaced like a dead one. Once only, or another host: a plain rank failure.
+TEST(JobPolicyTraining, AHangThatRepeatsOnANodeReplacesItLikeADeadOne) {
+  Sim once(NoPreflight());
+  once.StartTraining();
+  once.StepExit(78);
+  EXPECT_EQ(once.last.rule, "step.confirm");
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  Observation o = Obs(K::kStepExited);
+  o.rc = 78;
+  o.hang_repeated_on = "n2";
+  sim.On(o);
+  EXPECT_EQ(sim.last.rule, "step.dead_requeue") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("a rank on n2 hung in two starts in a row")) << sim.Text();
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/node_failure {node=\"n2\",@LOST@=,exit=78,"
+                  "detected=1700000000.000000,detected_by=\"hang_guard\","
+                  "verdict=\"hung_twice\"}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("release [n2]"));
+  // With a spare, the spare takes its ranks.
+  Sim spare(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  spare.StartTraining({"n1", "n2", "n3"}, 0, {"n1"});
+  o.hang_repeated_on = "n3";
+  spare.On(o);
+  EXPECT_EQ(spare.last.rule, "step.find_dead");
+  EXPECT_TRUE(spare.LastHas("release [n3]")) << spare.Text();
+  spare.NodesInJob({"n1", "n2"});
+  EXPECT_EQ(spare.last.rule, "step.dead_replaced");
+  EXPECT_TRUE(spare.LastHas("launching /bin/ftrain train on 4 ranks: n2 n2 n1 n1"));
+}
+
+TEST(RepeatedHangHost, TheLastTwoRecordsMustNameTheSameHost) {
+  const std::string a = "{\"rank\":3,\"host\":\"gpu-1\"}\n",
+                    b = "{\"rank\":0,\"host\":\"gpu-2\"}\n";
+  EXPECT_EQ(RepeatedHangHost(""), "");
+  EXPECT_EQ(RepeatedHangHost(a), "");
+  EXPECT_EQ(RepeatedHangHost(a + a), "gpu-1");
+  EXPECT_EQ(RepeatedHangHost(a + b), "");
+  EXPECT_EQ(RepeatedHangHost(b + a + a), "gpu-1");
+  EXPECT_EQ(RepeatedHangHost(a + a + b), "");
+  EXPECT_EQ(RepeatedHangHost(a + "not json\n" + a), "");
+}
+
 // ---- spares ---------------------------------------------------------------------------------
 
 // 3 nodes, n1 the spare (and batch host): ranks 0,1 on n2, 2,3 on n3. n3 dies: its ranks go to

@@ -410,6 +410,38 @@ TEST(ReportCliTest, QuarantinedNodesAreShown) {
   EXPECT_NE(bad.err.find("quarantine.jsonl:1"), std::string::npos) << bad.err;
 }
 
+// RUN/hangs.jsonl (the trainer's hang guard): shown in the text and the JSON; a bad line is an
+// error naming the file and line.
+TEST(ReportCliTest, HungRanksAreShown) {
+  const std::string dir = WriteSmallRun("hangs");
+  WriteFile(dir + "/hangs.jsonl",
+            "{\"time\":" + std::to_string(kT0 + 200) +
+                ",\"step\":6,\"rank\":3,\"node\":1,\"host\":\"gpu-b\",\"phase\":\"compute\","
+                "\"stuck_s\":64.25,\"threshold_s\":60,\"detected_by\":0}\n");
+  auto r = RunCli({dir});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("hangs (RUN/hangs.jsonl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(+00:03:20)  step 6: rank 3 (node 1, host gpu-b) stuck in compute for "
+                       "64.2 s (threshold 60.0 s), named by rank 0\n"),
+            std::string::npos)
+      << r.out;
+  auto j = RunCli({dir, "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto h = nlohmann::json::parse(j.out)["hangs"];
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["host"], "gpu-b");
+  EXPECT_EQ(h[0]["rank"], 3);
+  EXPECT_EQ(h[0]["step"], 6);
+  EXPECT_EQ(h[0]["phase"], "compute");
+  EXPECT_EQ(h[0]["stuck_s"], 64.25);
+  auto none = RunCli({WriteSmallRun("no_hangs"), "--json"});
+  EXPECT_TRUE(nlohmann::json::parse(none.out)["hangs"].empty());
+  WriteFile(dir + "/hangs.jsonl", "{\"time\":1,\"rank\":\"three\"}\n");
+  auto bad = RunCli({dir});
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.err.find("hangs.jsonl:1"), std::string::npos) << bad.err;
+}
+
 TEST(ReportCliTest, UsageErrorsExit2) {
   EXPECT_EQ(RunCli({}).code, 2);
   auto r = RunCli({"/nonexistent/run"});

@@ -1,7 +1,9 @@
 // `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
 // src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data, a
 // failed rank, a timeout or an I/O error (worth a restart), 2 usage, config or input error
-// (a restart cannot help: slurm/train.sh fails the job).
+// (a restart cannot help: slurm/train.sh fails the job), 77 replicas disagree (silent data
+// corruption), 78 a rank hung (the hang guard named it), 79 rolled back (guard.policy =
+// rollback): all three restart from a checkpoint.
 #include <iostream>
 #include <string>
 
@@ -24,6 +26,7 @@ constexpr char kHelp[] =
     "  1 bad data, a failed rank, a timeout or an I/O error (a restart may help),\n"
     "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
     "  77 replicas disagree: silent data corruption (RUN_DIR/quarantine.jsonl names the nodes),\n"
+    "  78 a rank hung while the others waited for it (restart me: RUN_DIR/hangs.jsonl names it),\n"
     "  79 guard.policy = rollback rolled the run back (restart me: RUN_DIR/rollbacks.jsonl)\n";
 }
 

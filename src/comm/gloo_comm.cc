@@ -14,6 +14,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "comm/launch_count.h"
+
 namespace ftrain::comm {
 namespace {
 
@@ -202,6 +204,7 @@ class GlooComm : public Comm {
   }
 
   std::unique_ptr<Work> Enqueue(const char* op, std::function<void()> fn) {
+    NoteCollectiveLaunched();  // the hang guard's progress (comm/launch_count.h)
     auto task = std::make_shared<std::packaged_task<Status()>>([this, op, fn]() -> Status {
       try {
         fn();

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "comm/comm_guard.h"
+#include "comm/launch_count.h"
 #include "comm/nccl_nonblocking.h"
 #include "core/log.h"
 
@@ -387,6 +388,7 @@ class NcclComm : public Comm {
   template <typename F>
   std::unique_ptr<Work> Launch(const char* op, std::initializer_list<at::Tensor> tensors,
                                F enqueue) {
+    NoteCollectiveLaunched();  // the hang guard's progress (comm/launch_count.h)
     // A failed group answers at once: the lock may be held by an abort that hangs.
     Status s = guard_->Error();
     if (!s.ok()) return std::make_unique<EventWork>(guard_, nullptr, s, device_, false);

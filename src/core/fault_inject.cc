@@ -26,6 +26,8 @@ const char* FaultKindName(FaultKind k) {
       return "spike";
     case FaultKind::kBitflip:
       return "bitflip";
+    case FaultKind::kStall:
+      return "stall";
     case FaultKind::kNanLoss:
       break;
   }
@@ -45,7 +47,7 @@ std::string FaultName(const Fault& f) {
          (f.rank < 0 ? std::string("*") : std::to_string(f.rank));
 }
 
-bool FiresOncePerRun(FaultKind k) { return k == FaultKind::kBitflip; }
+bool FiresOncePerRun(FaultKind k) { return k == FaultKind::kBitflip || k == FaultKind::kStall; }
 
 Status RecordFiredFault(const std::string& fired_path, const Fault& f) {
   const std::string line = FaultName(f) + "\n";
@@ -77,7 +79,7 @@ namespace {
 Status BadItem(const std::string& item, const std::string& why) {
   return Status::InvalidArgument(std::string(kFaultEnv) + ": '" + item + "' " + why +
                                  " (give KIND@STEP[:RANK],... with KIND nan_loss, nan_grad, "
-                                 "spike or bitflip; testing only, see docs/operations.md)");
+                                 "spike, bitflip or stall; testing only, see docs/operations.md)");
 }
 
 StatusOr<Fault> ParseItem(const std::string& item) {
@@ -93,6 +95,8 @@ StatusOr<Fault> ParseItem(const std::string& item) {
     f.kind = FaultKind::kSpike;
   } else if (kind == "bitflip") {
     f.kind = FaultKind::kBitflip;
+  } else if (kind == "stall") {
+    f.kind = FaultKind::kStall;
   } else {
     return BadItem(item, "names no known fault");
   }

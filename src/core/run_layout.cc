@@ -14,6 +14,11 @@ std::string RunLayout::restarts_spool(const std::string& node) const {
   return JoinPath(records_dir(), "restarts-" + node + ".jsonl");
 }
 std::string RunLayout::quarantine() const { return JoinPath(run_dir_, "quarantine.jsonl"); }
+std::string RunLayout::hangs() const { return JoinPath(run_dir_, "hangs.jsonl"); }
+std::string RunLayout::progress_dir() const { return JoinPath(run_dir_, "progress"); }
+std::string RunLayout::progress(int rank) const {
+  return JoinPath(progress_dir(), "rank-" + std::to_string(rank) + ".json");
+}
 std::string RunLayout::faults_fired() const { return JoinPath(run_dir_, ".faults_fired"); }
 std::string RunLayout::rollbacks() const { return JoinPath(run_dir_, "rollbacks.jsonl"); }
 std::string RunLayout::lease() const { return JoinPath(run_dir_, ".lease"); }

@@ -9,6 +9,10 @@
 //                             rank 0, the node agents); the lease holder merges them
 //   RUN/.lease, RUN/.lease.d/ the run lease: which job may train this run (orch/lease.h)
 //   RUN/quarantine.jsonl      nodes a replica check found computing wrong bits (rank 0)
+//   RUN/hangs.jsonl           ranks the hang guard found stuck while the others waited (one
+//                             line per hang, by the lowest rank that was not hung)
+//   RUN/progress/             rank-<R>.json: each rank's step, phase and collectives launched,
+//                             rewritten every second (train/hang_watch.h)
 //   RUN/.faults_fired         FTRAIN_FAULT items that ended a process and must not fire again
 //   RUN/rollbacks.jsonl       guard.policy = rollback: the steps that rolled the run back (rank 0)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
@@ -50,6 +54,11 @@ class RunLayout {
   // RUN/quarantine.jsonl: nodes a replica check found computing wrong bits (train/sdc_check.h);
   // written by the trainer's rank 0 alone, read by `ftrain report`.
   std::string quarantine() const;
+  // RUN/hangs.jsonl: ranks the hang guard named (train/hang_watch.h); read by `ftrain report`.
+  std::string hangs() const;
+  // RUN/progress and RUN/progress/rank-<R>.json: each rank's published progress.
+  std::string progress_dir() const;
+  std::string progress(int rank) const;
   // RUN/.faults_fired: the FTRAIN_FAULT items (testing only) that end the process and have
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;

@@ -93,6 +93,10 @@ struct JobState {
 // the count starts again at 1 whenever a newer checkpoint was committed since (the crash-loop
 // budget resets on progress).
 int NextFailedStartCount(const std::string& failed_starts_text, const std::string& newest);
+// The host on which a hang repeats: the host the last two records of RUN/hangs.jsonl (the
+// trainer's hang guard, train/hang_watch.h) both name; empty when they differ, fewer than two
+// records exist or a line is not a record.
+std::string RepeatedHangHost(const std::string& hangs_text);
 // Which nodes a localisation blames: those that failed a check alone (unless every node did:
 // then it is no node's fault); if none did and there are 3 or more, those that failed with
 // both ring neighbours while another pair passed. None: no single node is to blame (the
@@ -111,6 +115,7 @@ class JobPolicy {
   double StopTimeout() const;
   static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
   static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
+  static constexpr int kExitHang = 78;           // ftrain train: a rank hung (RUN/hangs.jsonl)
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit
@@ -140,6 +145,7 @@ class JobPolicy {
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();
   Decision StepExited(const Observation& o);
+  std::vector<Action> ReplaceHungNode(const Observation& o);
   Decision RankFailure(double now);
   Decision StopRequest(const std::string& sig, double now);
   void DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,

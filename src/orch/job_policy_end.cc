@@ -4,6 +4,7 @@
 // agents are drained, retried and verified by the runner), a failure or the finish.
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "orch/job_policy.h"
@@ -34,6 +35,20 @@ int NextFailedStartCount(const std::string& failed_starts_text, const std::strin
   in >> prev >> count;
   const bool numeric = !count.empty() && count.find_first_not_of("0123456789") == std::string::npos;
   return prev == newest && numeric && count.size() < 9 ? std::stoi(count) + 1 : 1;
+}
+
+std::string RepeatedHangHost(const std::string& hangs_text) {
+  std::vector<std::string> hosts;
+  std::istringstream in(hangs_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("host") || !j["host"].is_string()) return "";
+    hosts.push_back(j["host"].get<std::string>());
+  }
+  const size_t n = hosts.size();
+  return n >= 2 && hosts[n - 1] == hosts[n - 2] ? hosts[n - 1] : "";
 }
 
 std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
@@ -73,13 +88,39 @@ Decision JobPolicy::StepExited(const Observation& o) {
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
   const bool failed = st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig;
+  std::vector<Action> hung = ReplaceHungNode(o);
   if (failed && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
     // A node whose slurmd refuses may have died a moment ago (its peers' collectives broke at
     // once): its heartbeat gets the time to confirm it.
     st_.phase = Phase::kConfirming;
     return {"step.confirm", {WithNodes(Action::Kind::kConfirmDeath, st_.watch)}};
   }
-  return Decide(o.now);
+  Decision d = Decide(o.now);
+  d.actions.insert(d.actions.begin(), hung.begin(), hung.end());
+  return d;
+}
+
+// Exit 78 with the hang's host named twice in a row (RUN/hangs.jsonl): that node is replaced
+// like a dead one (a spare takes its ranks, or the job is requeued excluding it), since a
+// restart on it would likely hang again. Declares it; the actions say so.
+std::vector<Action> JobPolicy::ReplaceHungNode(const Observation& o) {
+  const std::string& node = o.hang_repeated_on;
+  const std::vector<std::string>& nodes = st_.spares ? st_.train_nodes : st_.all_nodes;
+  if (o.rc != kExitHang || node.empty() || !st_.detect_node.empty() || !Contains(nodes, node)) {
+    return {};
+  }
+  st_.declared.push_back(node);
+  st_.detect_node = node;
+  st_.detect_fields = {records::Num("detected", o.wall, 6),
+                       records::Str("detected_by", "hang_guard"),
+                       records::Str("verdict", "hung_twice")};
+  std::vector<Action> acts{Log("a rank on " + node +
+                               " hung in two starts in a row (RUN/hangs.jsonl): replacing the "
+                               "node as if it had died")};
+  if (st_.spares && !st_.spare_nodes.empty()) {
+    acts.push_back(WithNodes(Action::Kind::kRelease, st_.declared));
+  }
+  return acts;
 }
 
 Decision JobPolicy::AfterConfirm(const Observation& o) {

@@ -223,6 +223,10 @@ void JobRunner::WaitForEvents(double max_s) {
         auto ce = ReadText(layout_.config_error());
         if (ce.ok()) o.config_error = ce->substr(0, 2000);
         while (!o.config_error.empty() && o.config_error.back() == '\n') o.config_error.pop_back();
+        if (o.rc == JobPolicy::kExitHang) {
+          auto hangs = ReadText(layout_.hangs());
+          if (hangs.ok()) o.hang_repeated_on = RepeatedHangHost(*hangs);
+        }
         pending_.push_back(o);
       }
     }

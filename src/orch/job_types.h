@@ -59,6 +59,7 @@ struct Observation {
   // kPreflightExited, kStepExited
   int rc = 0;
   std::string record_error, config_error;
+  std::string hang_repeated_on;  // kStepExited, exit 78: RepeatedHangHost of RUN/hangs.jsonl
   // kSignal
   std::string signal;
   // kNodeDeclared, kHeartbeatLate, kConfirmed

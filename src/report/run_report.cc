@@ -342,6 +342,27 @@ Status ReadQuarantine(const std::string& path, RunSummary* r) {
   return Status::Ok();
 }
 
+// RUN/hangs.jsonl (absent: no hang). A bad line is Corruption naming it.
+Status ReadHangs(const std::string& path, RunSummary* r) {
+  std::vector<std::pair<int, json>> lines;
+  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &r->warnings));
+  for (const auto& [no, j] : lines) {
+    const std::string where = path + ":" + std::to_string(no);
+    HungRank h;
+    FT_RETURN_IF_ERROR(records::ReadField(j, "time", true, where, &h.time));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "rank", true, where, &h.rank));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "host", false, where, &h.host));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "node", false, where, &h.node));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "step", false, where, &h.step));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "phase", false, where, &h.phase));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "stuck_s", false, where, &h.stuck_s));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "threshold_s", false, where, &h.threshold_s));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "detected_by", false, where, &h.detected_by));
+    r->hangs.push_back(std::move(h));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
@@ -399,6 +420,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
     }
   }
   FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
+  FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r));
   Analyze(&r);
   ReadLinkRecord(layout.commcheck(), &r);
   AnalyzeTimeBreakdown(&r);

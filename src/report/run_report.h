@@ -113,12 +113,23 @@ struct QuarantinedNode {
   bool by_majority = false;  // outvoted; false: one of two replicas that could not be told apart
 };
 
+// One line of RUN/hangs.jsonl: a rank the others waited for in a collective beyond the hang
+// guard's threshold (train/hang_watch.h), and its host.
+struct HungRank {
+  double time = 0;
+  std::string host, phase;
+  int node = 0, rank = 0, detected_by = 0;
+  int64_t step = 0;
+  double stuck_s = 0, threshold_s = 0;
+};
+
 struct RunSummary {
   std::string run_dir, ckpt_root;
   std::vector<records::StepMetrics> steps;
   std::vector<RunEvent> events;  // sorted by time
   std::vector<Interruption> interruptions;
   std::vector<QuarantinedNode> quarantined;  // RUN/quarantine.jsonl, in file order
+  std::vector<HungRank> hangs;               // RUN/hangs.jsonl, in file order
   std::vector<std::string> warnings;         // skipped lines, guesses: shown, never silent
   double start = 0, end = 0, wall_s = 0;
   double productive_s = 0, lost_s = 0, redone_s = 0, down_s = 0, other_s = 0, goodput = 0;

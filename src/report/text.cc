@@ -119,6 +119,20 @@ void PrintQuarantine(const RunSummary& r, std::ostream& out) {
   }
 }
 
+// RUN/hangs.jsonl: the ranks the hang guard found stuck while the others waited for them.
+void PrintHangs(const RunSummary& r, std::ostream& out) {
+  if (r.hangs.empty()) return;
+  out << "\nhangs (RUN/hangs.jsonl: a rank the others waited for in a collective; the job "
+         "restarted; a host named twice is worth replacing)\n";
+  for (const HungRank& h : r.hangs) {
+    char secs[64];
+    std::snprintf(secs, sizeof(secs), "%.1f s (threshold %.1f s)", h.stuck_s, h.threshold_s);
+    out << "  " << At(r, h.time) << "  step " << h.step << ": rank " << h.rank << " (node "
+        << h.node << ", host " << h.host << ") stuck in " << h.phase << " for " << secs
+        << ", named by rank " << h.detected_by << "\n";
+  }
+}
+
 }  // namespace
 
 std::string IsoTime(double unix_s) {
@@ -223,6 +237,7 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   out << "\n";
   PrintTimeBreakdown(r, out);
   PrintQuarantine(r, out);
+  PrintHangs(r, out);
   if (!r.interruptions.empty()) {
     out << "\ninterruptions (UTC, and +h:mm:ss from the run's start)\n";
     for (size_t i = 0; i < r.interruptions.size(); ++i) {
@@ -357,6 +372,19 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
                            {"by_majority", q.by_majority}});
   }
   j["quarantined"] = quarantined;
+  ojson hangs = ojson::array();
+  for (const HungRank& h : r.hangs) {
+    hangs.push_back({{"at", TimeJson(r, h.time)},
+                     {"step", h.step},
+                     {"rank", h.rank},
+                     {"node", h.node},
+                     {"host", h.host},
+                     {"phase", h.phase},
+                     {"stuck_s", h.stuck_s},
+                     {"threshold_s", h.threshold_s},
+                     {"detected_by", h.detected_by}});
+  }
+  j["hangs"] = hangs;
   j["warnings"] = r.warnings;
   out << j.dump(2) << "\n";
 }

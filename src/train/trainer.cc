@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "ckpt/filename.h"
 #include "ckpt/store.h"
@@ -42,6 +43,7 @@
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
 #include "train/eval/eval_loop.h"
+#include "train/hang_watch.h"
 #include "train/phase_clock.h"
 #include "train/profiler.h"
 #include "train/sdc_check.h"
@@ -280,6 +282,7 @@ struct Run {
   bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
   ReplicaPlace place;                // this rank's shard, for the replica check
   bool sdc_timed = false;            // the first check's time was logged
+  std::unique_ptr<HangWatch> hang;   // the hang guard (last: stopped first)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -533,6 +536,49 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
   return true;
 }
 
+// The hang guard (train/hang_watch.h): this rank's progress published from now on; a rank the
+// others wait for beyond the threshold ends every rank with kExitHang.
+void StartHangWatch(Run* run) {
+  const comm::WorldInfo& w = run->ctx->world();
+  HangWatch::Options o;
+  o.run_dir = run->cfg.run_dir;
+  o.rank = w.rank;
+  o.world_size = w.world_size;
+  o.node = w.node_rank;
+  o.host = run->hosts.at(static_cast<size_t>(w.rank));
+  o.generation = run->generation;
+  o.settings.timeout_s = run->cfg.guard.hang_timeout_s;
+  o.settings.floor_s = run->cfg.guard.hang_floor_s;
+  o.settings.startup_s = static_cast<double>(run->cfg.dist.timeout_s);
+  // The main thread may be stuck (that is the point): only the watchdog can end the process.
+  o.exit_process = [](int code) { std::_Exit(code); };
+  run->hang = std::make_unique<HangWatch>(std::move(o));
+  run->hang->Enter(run->state.step + 1, HangPhase::kStart);
+  if (!run->leader) return;
+  std::ostringstream rule;
+  if (run->cfg.guard.hang_timeout_s > 0) {
+    rule << run->cfg.guard.hang_timeout_s << " s";
+  } else {
+    rule << "max(" << run->cfg.guard.hang_floor_s << " s, " << kHangStepFactor
+         << " x the median step time)";
+  }
+  FT_LOG(Info) << "hang guard: a rank the others wait for is named after " << rule.str()
+               << ", after " << run->cfg.dist.timeout_s
+               << " s in the first step, a checkpoint or an evaluation (progress in "
+               << RunLayout(run->cfg.run_dir).progress_dir() << ")";
+}
+
+// FTRAIN_FAULT's stall (testing only): this rank stops progressing, as a rank stuck in a
+// driver call or a dead file system would, until a signal asks it to stop or the hang guard
+// ends it.
+Status Stall(int64_t step, int rank) {
+  FT_LOG(Warning) << "FTRAIN_FAULT: stalling at the start of step " << step << " on rank " << rank
+                  << " (sleeping until killed)";
+  while (StopRequested() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return Status::Unavailable("FTRAIN_FAULT: rank " + std::to_string(rank) + " stalled at step " +
+                             std::to_string(step) + " and was asked to stop");
+}
+
 // guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
 // that come after the step this start resumed are skipped, like data.skip.
 Status ApplyRollbacks(Run* run) {
@@ -656,6 +702,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
+  StartHangWatch(run.get());
   if (run->leader && !cfg.data.skip.empty()) {
     FT_LOG(Info) << "guard: data.skip lists " << cfg.data.skip.size()
                  << " steps, read and not trained on";
@@ -676,6 +723,7 @@ Status ArmFaults(Run& run, int64_t step) {
     f.nan_grad |= x.kind == FaultKind::kNanGrad;
     if (x.kind == FaultKind::kSpike) f.grad_factor = run.faults.spike_factor;
     run.flip_after_step |= x.kind == FaultKind::kBitflip;
+    if (x.kind == FaultKind::kStall) return Stall(step, run.ctx->world().rank);
     FT_LOG(Warning) << "FTRAIN_FAULT: injecting " << FaultKindName(x.kind) << " into step " << step
                     << " on rank " << run.ctx->world().rank;
   }
@@ -711,7 +759,10 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   }
   out.data_wait_s = mb.data_wait_s;
   run.clock->ComputeEnd(mb.data_wait_s);
+  // The snapshot hand-offs may wait for ckptd's slots: a checkpoint's allowance, not a step's.
+  run.hang->Enter(step + 1, HangPhase::kCheckpoint);
   run.checkpoints->BeforeOptimizerStep();  // a snapshot still copying off the GPU goes first
+  run.hang->Enter(step + 1, HangPhase::kOptimizer);
   if (out.skipped.empty()) {
     StepGuard* guard = run.guard.get();
     FT_ASSIGN_OR_RETURN(out.stats,
@@ -727,7 +778,9 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   }
   run.clock->OptimizerEnd(out.stats.comm_wait_s, out.stats.comm_wait_fb_s);
   run.clock->NoteBytesRead(run.reader->stats().bytes_read);
+  run.hang->Enter(step + 1, HangPhase::kCheckpoint);
   out.votes = run.checkpoints->AfterOptimizerStep();  // the snapshot goes to ckptd
+  run.hang->Enter(step + 1, HangPhase::kOptimizer);
   FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
   run.state.guard_norms = run.guard->norms();
   run.state.skipped = run.guard->skipped();
@@ -794,8 +847,10 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     const auto t0 = Clock::now();
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
+    run->hang->Enter(step + 1, HangPhase::kCompute);
     const double lr = run->sched.At(step);
     FT_ASSIGN_OR_RETURN(StepResult r, TrainStep(*run, step, lr));
+    run->hang->Enter(step + 1, HangPhase::kBoundary);
     if (MustRollBack(*run, r)) return RollBack(*run, step + 1, r, exit_code);
     const fsdp::StepStats& stats = r.stats;
     state.step = step + 1;
@@ -822,9 +877,12 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       m.phases = std::move(phases);
     }
     // Before the checkpoint, so that the line it carries has the held-out loss too.
+    run->hang->Enter(state.step, HangPhase::kEval);
     FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
+    run->hang->Enter(state.step, HangPhase::kCheckpoint);
     FT_ASSIGN_OR_RETURN(BoundarySave saved,
                         ckpt.AtBoundary(state.step, {at.time_due, at.memory_time_due}, at.stop, m));
+    run->hang->Enter(state.step, HangPhase::kBoundary);
     if (run->leader) {
       FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, saved));
       if (state.step % cfg.train.log_every == 0 || state.step == cfg.train.steps || at.stop) {
@@ -833,6 +891,8 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       }
     }
     run->profiler->EndStep(state.step);
+    // The first step of a start (compile, warm-up, a cold cache) does not predict the others.
+    if (step > start_step) run->hang->StepTook(Seconds(t0, Clock::now()));
     if (at.stop) {
       FT_LOG(Warning) << "stop requested by signal: checkpointed step " << ckpt.last_saved()
                       << "; exiting with " << kExitRequeue << " (requeue me)";
@@ -840,6 +900,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       return Status::Ok();
     }
   }
+  run->hang->Enter(state.step, HangPhase::kDone);
   if (run->leader) FT_LOG(Info) << "train: done at step " << state.step;
   return Status::Ok();
 }

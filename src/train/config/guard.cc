@@ -62,6 +62,27 @@ Status LoadGuard(const Config& c, GuardSection* out) {
                                    "no replica check), got " +
                                    std::to_string(g.sdc_every_steps));
   }
+  FT_RETURN_IF_ERROR(c.GetDouble("guard.hang_timeout_s", &g.hang_timeout_s));
+  FT_RETURN_IF_ERROR(c.GetDouble("guard.hang_floor_s", &g.hang_floor_s));
+  if (!(g.hang_floor_s >= 1) || !std::isfinite(g.hang_floor_s)) {
+    return Status::InvalidArgument(Where(c, "guard.hang_floor_s") +
+                                   "guard.hang_floor_s must be >= 1 second (the guard looks "
+                                   "twice a second), got " +
+                                   std::to_string(g.hang_floor_s));
+  }
+  if (!(g.hang_timeout_s >= 0) || !std::isfinite(g.hang_timeout_s)) {
+    return Status::InvalidArgument(Where(c, "guard.hang_timeout_s") +
+                                   "guard.hang_timeout_s must be 0 (automatic) or a number of "
+                                   "seconds >= guard.hang_floor_s, got " +
+                                   std::to_string(g.hang_timeout_s));
+  }
+  if (g.hang_timeout_s > 0 && g.hang_timeout_s < g.hang_floor_s) {
+    return Status::InvalidArgument(
+        Where(c, "guard.hang_timeout_s") +
+        "guard.hang_timeout_s = " + std::to_string(g.hang_timeout_s) +
+        " is below guard.hang_floor_s = " + std::to_string(g.hang_floor_s) +
+        ": the floor is the least the guard waits; lower the floor or raise the timeout");
+  }
   if (g.spike_window != 0 && (g.spike_window < 3 || g.spike_window > 100000)) {
     return Status::InvalidArgument(Where(c, "guard.spike_window") +
                                    "guard.spike_window must be 0 (off) or in [3, 100000] steps");
@@ -86,6 +107,21 @@ Status LoadGuard(const Config& c, GuardSection* out) {
                                    key);
   }
   return Status::Ok();
+}
+
+Status CheckHangAgainstTimeout(const Config& c, const GuardSection& g, int64_t dist_timeout_s) {
+  const bool fixed = g.hang_timeout_s > 0;
+  const char* key = fixed ? "guard.hang_timeout_s" : "guard.hang_floor_s";
+  const double t = fixed ? g.hang_timeout_s : g.hang_floor_s;
+  // Only a value someone set contradicts the timeout; a default floor above a short
+  // dist.timeout_s leaves the timeout to end a hang, as before the guard.
+  if (!c.Has(key) || t < static_cast<double>(dist_timeout_s)) return Status::Ok();
+  return Status::InvalidArgument(
+      Where(c, key) + key + " = " + std::to_string(t) +
+      " is not below dist.timeout_s = " + std::to_string(dist_timeout_s) +
+      ": the collective timeout would end the job first and the hang "
+      "guard would never name the rank; lower " +
+      key);
 }
 
 Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* out) {

@@ -42,10 +42,23 @@ struct GuardSection {
   // replicas of each master shard (hybrid_shard across nodes, no_shard across every rank)
   // compare a hash of its bytes (train/sdc_check.h). Operational: not in the config hash.
   int64_t sdc_every_steps = 0;
+  // Hang guard (train/hang_watch.h): a rank that has not moved for longer than the threshold
+  // while the others wait for it in a collective is named and every rank exits 78.
+  // hang_timeout_s > 0: that threshold; 0: automatic, max(hang_floor_s, kHangStepFactor x
+  // the median of the recent step times). The first step of every start, a checkpoint and
+  // an evaluation get dist.timeout_s. Operational: not in the config hash.
+  double hang_timeout_s = 0;
+  double hang_floor_s = 60;
 };
+
+// The automatic hang threshold's multiple of the median step time.
+constexpr double kHangStepFactor = 10;
 
 // Reads [guard] (absent keys keep the defaults) and checks it against itself.
 Status LoadGuard(const Config& c, GuardSection* out);
+// The hang guard's settings against the collective timeout (dist.timeout_s): a threshold at or
+// above it would never fire before the timeout ends the job.
+Status CheckHangAgainstTimeout(const Config& c, const GuardSection& g, int64_t dist_timeout_s);
 // Parses data.skip: "3,7,10-12" (optimizer steps, 1-based as metrics.jsonl's "step"); every
 // step must be in [1, total_steps].
 Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* out);

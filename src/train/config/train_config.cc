@@ -282,6 +282,7 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(LoadMetrics(c, &t));
   FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
   FT_RETURN_IF_ERROR(LoadGuard(c, &t.guard));
+  FT_RETURN_IF_ERROR(CheckHangAgainstTimeout(c, t.guard, t.dist.timeout_s));
   FT_RETURN_IF_ERROR(ParseSkipList(c, t.train.steps, &t.data.skip));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
