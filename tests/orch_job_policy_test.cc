@@ -14,6 +14,7 @@
 
 #include "orch/dry_run.h"
 #include "orch/job_policy.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 namespace {
@@ -77,6 +78,7 @@ class Sim {
     st.batch_host = nodes[0];
     st.nodes = nodes;
     st.spare_list = spare_list;
+    st.quarantine = start_quarantine;
     st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
     On(st);
     Observation lease = Obs(K::kLease);
@@ -97,6 +99,14 @@ class Sim {
     Observation o = Obs(K::kStepExited);
     o.rc = rc;
     o.config_error = std::move(config_error);
+    return On(o);
+  }
+  // A step's end with RUN/quarantine.jsonl and RUN/hangs.jsonl as the runner read them.
+  Decision StepExitWith(int rc, std::vector<QuarantineLine> q, std::vector<HangLine> hangs = {}) {
+    Observation o = Obs(K::kStepExited);
+    o.rc = rc;
+    o.quarantine = std::move(q);
+    o.hangs = std::move(hangs);
     return On(o);
   }
   Decision Tick() { return On(Obs(K::kTick)); }
@@ -161,6 +171,7 @@ class Sim {
   }
 
   double t = 0;
+  std::vector<QuarantineLine> start_quarantine;  // RUN/quarantine.jsonl at the start
   Decision last;
   std::vector<std::string> rules;
   std::vector<Action> actions;  // every action so far
@@ -946,6 +957,165 @@ TEST(JobPolicyDryRun, ARecordedSequencePrintsEveryDecision) {
   EXPECT_NE(b.message().find("line 2: '1 teleport node=x': unknown kind 'teleport'"),
             std::string::npos)
       << b.message();
+}
+
+// ---- quarantined nodes ----------------------------------------------------------------------
+
+QuarantineLine Suspect(const std::string& host, bool by_majority, const std::string& cause = "sdc") {
+  QuarantineLine q;
+  q.host = host;
+  q.cause = cause;
+  q.step = 9;
+  q.by_majority = by_majority;
+  return q;
+}
+
+HangLine Hang(const std::string& host, int64_t step) {
+  HangLine h;
+  h.host = host;
+  h.step = step;
+  h.rank = 2;
+  h.node = 1;
+  return h;
+}
+
+TEST(JobPolicyQuarantine, ANodeOutvotedByItsReplicasIsReplacedByASpareAndNotReleased) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"});  // spare n3
+  sim.StepExitWith(77, {Suspect("n2", true)});
+  EXPECT_EQ(sim.last.rule, "step.confirm");  // a dead node would explain the exit too
+  sim.Confirmed("");
+  EXPECT_EQ(sim.last.rule, "step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("node n2 is quarantined (RUN/quarantine.jsonl; step exit 77): its "
+                          "ranks move to spare n3 (0 spare(s) left)"));
+  EXPECT_TRUE(sim.LastHas("record restarted/quarantine {node=\"n2\",spare=\"n3\","
+                          "spares_left=0,replacement=1,@LOST@=,exit=77}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n3]"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  EXPECT_FALSE(sim.LastHas("release"));  // it stays in the allocation: no other job gets it
+  EXPECT_EQ(sim.state().quarantined, std::vector<std::string>({"n2"}));
+  // The same line read again after a later exit 77 names nobody new: a rank failure.
+  sim.StepExitWith(77, {Suspect("n2", true)});
+  sim.Confirmed("");
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+}
+
+TEST(JobPolicyQuarantine, BothReplicasOfATwoWaySplitAreReplacedWhenSparesAllow) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3", "n4"});  // spares n3 n4
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4] overlap"));
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n3 n4]"));
+}
+
+TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
+  // Two suspects, one spare: both stay quarantined (nothing tells them apart), so the job
+  // leaves the allocation.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_requeue");
+  EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
+  EXPECT_TRUE(sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
+                          "action=\"requeue_excluding\""))
+      << sim.Text();
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) {
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2]";
+  }
+  EXPECT_TRUE(excluded);
+  // No spares at all: the same.
+  Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  plain.StartTraining();
+  plain.StepExitWith(77, {Suspect("n2", true)});
+  EXPECT_EQ(plain.last.rule, "step.quarantine_requeue");
+  EXPECT_TRUE(plain.LastHas("requeueing job 42 excluding n2"));
+}
+
+TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(78, {}, {Hang("n2", 4)});  // once: a rank failure, restarted in place
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t += 5;
+  sim.Tick();
+  sim.StepExitWith(78, {}, {Hang("n2", 4), Hang("n1", 6)});  // another host: still no repeat
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  sim.t += 10;
+  sim.Tick();
+  sim.StepExitWith(78, {}, {Hang("n2", 4), Hang("n1", 6), Hang("n2", 8)});
+  EXPECT_EQ(sim.last.rule, "step.hang_repeated+step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=hang {node=1,rank=2,step=8,hangs=2}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  // Hang records do not quarantine after another exit code.
+  Sim other(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  other.StartTraining();
+  other.StepExitWith(1, {}, {Hang("n2", 4), Hang("n2", 8)});
+  EXPECT_EQ(other.last.rule, "step.probe");
+}
+
+TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}}));
+  sim.start_quarantine = {Suspect("n2", true), Suspect("n4", true)};  // a training node, a spare
+  sim.StartTraining({"n1", "n2", "n3", "n4"}, 1);
+  ASSERT_FALSE(sim.rules.empty());
+  EXPECT_EQ(sim.rules.front(), "start.requeued+start.quarantined_spared+agents.start");
+  bool launched = false, agents = false;
+  for (const auto& a : sim.actions) {
+    launched = launched || ToText(a) == "launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] watch=[n1 n3]";
+    agents = agents || ToText(a) == "start_agents [n1 n3]";
+  }
+  EXPECT_TRUE(launched);
+  EXPECT_TRUE(agents);  // no agent on a quarantined node: it is out of the ring
+  // A later requeue for another reason keeps them excluded.
+  sim.Signal("USR1");
+  sim.StepExit(75);
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n2 n4]";
+  EXPECT_TRUE(excluded);
+}
+
+TEST(JobPolicyQuarantine, AStartOnAQuarantinedNodeWithoutASpareFailsNamingIt) {
+  Sim sim(NoPreflight());
+  sim.start_quarantine = {Suspect("n2", false)};
+  sim.StartTraining({"n1", "n2"}, 1);
+  EXPECT_EQ(sim.last.rule, "start.requeued+start.quarantined");
+  EXPECT_EQ(sim.ExitCode(), 1);
+  EXPECT_TRUE(sim.LastHas("FAILED: node(s) n2 of job 42 are quarantined for this run "
+                          "(/runs/r/quarantine.jsonl) and no clean spare can take their ranks: "
+                          "submit again with --exclude=n2"))
+      << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
+TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
+  const auto q = ParseQuarantine(
+      "{\"time\":1,\"host\":\"h1\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
+      "\"cause\":\"sdc\",\"by_majority\":false}\nnot json\n{\"host\":\"\"}\n"
+      "{\"host\":\"h0\",\"cause\":\"sdc\",\"by_majority\":true}\n{\"host\":\"h1\"}\n{\"ho");
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].host, "h1");
+  EXPECT_EQ(q[0].rank, 3);
+  EXPECT_EQ(q[0].step, 9);
+  EXPECT_FALSE(q[0].by_majority);
+  EXPECT_TRUE(q[1].by_majority);
+  EXPECT_EQ(QuarantinedHosts(q), std::vector<std::string>({"h1", "h0"}));
+  const auto h = ParseHangs(
+      "{\"time\":1,\"step\":4,\"rank\":2,\"node\":1,\"host\":\"a\",\"phase\":\"compute\"}\n"
+      "{\"step\":5,\"rank\":0,\"host\":\"b\"}\n{\"step\":7,\"rank\":2,\"host\":\"a\"}\n");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].node, 1);
+  EXPECT_EQ(RepeatedHangHosts(h), std::vector<std::string>({"a"}));
 }
 
 // ---- the table ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ std::string RunLayout::restarts_spool(const std::string& node) const {
   return JoinPath(records_dir(), "restarts-" + node + ".jsonl");
 }
 std::string RunLayout::quarantine() const { return JoinPath(run_dir_, "quarantine.jsonl"); }
+std::string RunLayout::hangs() const { return JoinPath(run_dir_, "hangs.jsonl"); }
 std::string RunLayout::faults_fired() const { return JoinPath(run_dir_, ".faults_fired"); }
 std::string RunLayout::lease() const { return JoinPath(run_dir_, ".lease"); }
 std::string RunLayout::lease_dir() const { return JoinPath(run_dir_, ".lease.d"); }

@@ -49,6 +49,9 @@ class RunLayout {
   // RUN/quarantine.jsonl: nodes a replica check found computing wrong bits (train/sdc_check.h);
   // written by the trainer's rank 0 alone, read by `ftrain report`.
   std::string quarantine() const;
+  // RUN/hangs.jsonl: one record per hang (the detecting rank appends it); `ftrain job`
+  // quarantines a host named by two.
+  std::string hangs() const;
   // RUN/.faults_fired: the FTRAIN_FAULT items (testing only) that end the process and have
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;

@@ -86,6 +86,11 @@ struct JobState {
   bool probe_for_spares = false;
   std::string config_error;         // RUN/.config_error of the step that ended
   std::vector<std::string> faulty;  // alive nodes that failed the localisation: excluded
+  // Hosts quarantined for this run (RUN/quarantine.jsonl, read at every start and after a
+  // step's exit 77 or 78): never given ranks again; excluded from every requeue.
+  std::vector<std::string> quarantined;
+  std::vector<QuarantineLine> step_quarantine;  // RUN/quarantine.jsonl when the step ended
+  std::vector<HangLine> step_hangs;             // RUN/hangs.jsonl when the step ended
 };
 
 // Pure helpers of the policy's questions, executed by the runner.
@@ -111,6 +116,8 @@ class JobPolicy {
   double StopTimeout() const;
   static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
   static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
+  static constexpr int kExitSdc = 77;            // ftrain train: replicas disagreed (sdc_check.h)
+  static constexpr int kExitHang = 78;           // ftrain train: a rank hung
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit
@@ -137,6 +144,9 @@ class JobPolicy {
 
   Decision Launch(std::string rule, std::vector<Action> before = {});
   Decision ChooseSpares(std::vector<Action>* acts);
+  Decision QuarantineAtStart(std::vector<Action>* acts, std::string* rule);
+  Decision QuarantineAfterStep();
+  std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();
   Decision StepExited(const Observation& o);

@@ -69,6 +69,8 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.rc = o.rc;
   st_.step_end_wall = o.wall;
   st_.config_error = o.config_error;
+  st_.step_quarantine = o.quarantine;
+  st_.step_hangs = o.hangs;
   st_.localised = false;
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
@@ -124,6 +126,10 @@ Decision JobPolicy::Decide(double now) {
              "again"),
          LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
         2);
+  }
+  if ((rc == kExitSdc || rc == kExitHang) && !st_.stop_requested) {
+    Decision q = QuarantineAfterStep();  // else: a rank failure like any other
+    if (!q.rule.empty()) return q;
   }
   if (!st_.detect_node.empty() && !st_.spares) {
     std::vector<Field> f{records::Str("node", st_.detect_node), Lost(), records::Int("exit", rc)};
@@ -457,9 +463,14 @@ Decision JobPolicy::Ending(const Observation& o) {
                          "); the job ends FAILED, so that nothing waiting on it starts: submit "
                          "it again (it resumes from the newest complete checkpoint)"));
       acts.push_back(Record("failed", "requeue_failed", {records::Str("why", o.detail)}));
-    } else if (!st_.exclude.empty() || !st_.faulty.empty()) {
+    } else if (!st_.exclude.empty() || !st_.faulty.empty() || !st_.quarantined.empty()) {
       Action ex = WithNodes(Action::Kind::kExclude, st_.exclude);
       ex.faulty = st_.faulty;
+      // Every quarantined node of the run stays excluded, whatever this requeue is for (the
+      // runner replaces ftrain's earlier exclusions with this list).
+      for (const auto& q : st_.quarantined) {
+        if (!Contains(ex.faulty, q)) ex.faulty.push_back(q);
+      }
       ex.released = st_.released;
       acts.push_back(ex);
     }

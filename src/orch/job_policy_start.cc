@@ -3,6 +3,7 @@
 #include "core/run_layout.h"
 #include "orch/job_policy.h"
 #include "orch/job_policy_util.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 
@@ -39,6 +40,7 @@ Decision JobPolicy::Start(const Observation& o) {
   st_.last_stop = o.last_stop;
   st_.resubmits = o.resubmits;
   st_.spare_list = o.spare_list;
+  st_.quarantined = QuarantinedHosts(o.quarantine);
   st_.phase = Phase::kLease;
   return {"start.lease", {Act(Action::Kind::kAcquireLease)}};
 }
@@ -106,6 +108,8 @@ Decision JobPolicy::AfterLease() {
     Decision bad = ChooseSpares(&acts);
     if (!bad.rule.empty()) return bad;
   }
+  Decision quarantined = QuarantineAtStart(&acts, &rule);
+  if (!quarantined.rule.empty()) return quarantined;
   if (StopTimeout() < s_.stop_timeout_s) {
     acts.push_back(Log("WARNING: FTRAIN_STOP_TIMEOUT_S=" + Fmt(s_.stop_timeout_s) +
                        " does not fit the USR1 lead of " + Fmt(s_.usr1_lead_s) +

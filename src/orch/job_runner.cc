@@ -20,6 +20,7 @@
 #include "orch/files.h"
 #include "orch/probe.h"
 #include "orch/process.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 namespace {
@@ -147,6 +148,7 @@ int JobRunner::Run() {
     auto spares = slurm_->Hostnames(s_.spare_nodelist);
     if (spares.ok()) st.spare_list = *spares;
   }
+  ReadQuarantine(&st);
   pending_.push_back(st);
   next_tick_ = clock_->Monotonic() + kTickS;
   while (!done_) {
@@ -223,6 +225,7 @@ void JobRunner::WaitForEvents(double max_s) {
         auto ce = ReadText(layout_.config_error());
         if (ce.ok()) o.config_error = ce->substr(0, 2000);
         while (!o.config_error.empty() && o.config_error.back() == '\n') o.config_error.pop_back();
+        ReadQuarantine(&o);
         pending_.push_back(o);
       }
     }
@@ -499,6 +502,9 @@ void JobRunner::Execute(const Action& a) {
     case K::kStopAgents:
       StopAgents();
       answers_.push_back(Obs(Observation::Kind::kAgentsStopped));
+      break;
+    case K::kQuarantine:
+      Quarantine(a);
       break;
     case K::kExit:
       exit_code_ = a.code;

@@ -75,6 +75,8 @@ class JobRunner {
   void WaitAgents(double seconds);
   void StopAgents();
   void MergeRecords();
+  void ReadQuarantine(Observation* o) const;
+  void Quarantine(const Action& a);
   std::vector<records::Field> LostFields(bool at_failure);
   std::vector<std::string> AgentSteps();
   bool AgentReady(const std::string& node) const;

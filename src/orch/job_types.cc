@@ -87,6 +87,8 @@ std::string ToText(const Action& a) {
       return "wait_agents " + Secs(a.seconds) + "s";
     case K::kStopAgents:
       return "stop_agents";
+    case K::kQuarantine:
+      return "quarantine " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
     case K::kExit:
       return "exit " + std::to_string(a.code);
   }
@@ -150,8 +152,12 @@ std::string ToText(const Observation& o) {
       s += o.lease_ok ? " ok epoch=" + std::to_string(o.epoch) : " held by " + o.holder;
       break;
     case K::kPreflightExited:
+      s += " rc=" + std::to_string(o.rc);
+      break;
     case K::kStepExited:
       s += " rc=" + std::to_string(o.rc);
+      if (!o.quarantine.empty()) s += " quarantine=" + std::to_string(o.quarantine.size());
+      if (!o.hangs.empty()) s += " hangs=" + std::to_string(o.hangs.size());
       break;
     case K::kSignal:
       s += " " + o.signal;

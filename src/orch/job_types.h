@@ -3,6 +3,7 @@
 // action the way `ftrain job --dry-run` prints it and the unit tests compare it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,22 @@
 #include "records/restarts.h"
 
 namespace ftrain::orch {
+
+// One line of RUN/quarantine.jsonl (train/sdc_check.h writes "sdc" lines, the job controller
+// "hang" lines): a host that must not train this run again.
+struct QuarantineLine {
+  std::string host, cause;
+  int64_t step = -1;
+  int rank = -1;
+  bool by_majority = false;
+};
+
+// One record of RUN/hangs.jsonl: a rank found stuck (the detecting rank appends it).
+struct HangLine {
+  std::string host;
+  int64_t step = -1;
+  int rank = -1, node = -1;
+};
 
 // What the policy is told. `now` is the controller's monotonic clock (seconds).
 struct Observation {
@@ -47,6 +64,9 @@ struct Observation {
   std::string batch_host;        // this host (SLURMD_NODENAME)
   std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
+  // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
+  std::vector<QuarantineLine> quarantine;
+  std::vector<HangLine> hangs;
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;
   bool known = true;  // kNodesInJob: false when slurmctld did not answer
@@ -101,6 +121,8 @@ struct Action {
     kExclude,            // nodes: ExcNodeList of the requeued job (see orch/slurm.h)
     kWaitAgents,         // seconds -> kAgentsStopped
     kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped
+    kQuarantine,         // nodes[0]: a host; text: the cause; record.fields: the rest of
+                         // its RUN/quarantine.jsonl line (time and job added by the runner)
     kExit,               // code
   };
   Kind kind = Kind::kLog;
