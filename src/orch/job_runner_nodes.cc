@@ -227,8 +227,16 @@ void JobRunner::Exclude(const Action& a) {
   const std::string ours_file = layout_.submit() + "/excluded-" + ctx_.job;
   std::vector<std::string> ours, current, user;
   if (auto t = ReadText(ours_file); t.ok()) ours = SplitWords(*t);
+  std::vector<std::string> required;  // --nodelist: Slurm never runs it without those nodes
   if (auto info = slurm_->ShowJob(ctx_.job); info.ok()) {
     if (auto h = slurm_->Hostnames(info->Get("ExcNodeList")); h.ok()) current = *h;
+    if (auto h = slurm_->Hostnames(info->Get("ReqNodeList")); h.ok()) required = *h;
+  }
+  for (const auto& n : a.faulty) {
+    if (std::find(required.begin(), required.end(), n) == required.end()) continue;
+    Log("WARNING: job " + ctx_.job + " was submitted with --nodelist naming " + n +
+        ", which is excluded now: the requeued job cannot start (Reason=BadConstraints); "
+        "scancel it and submit again without " + n);
   }
   for (const auto& n : current) {
     if (std::find(ours.begin(), ours.end(), n) == ours.end()) user.push_back(n);

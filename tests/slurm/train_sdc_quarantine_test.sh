@@ -40,7 +40,7 @@ export FTRAIN_FAULT="bitflip@${FLIP_STEP}:${FLIP_RANK}" FTRAIN_RESTART_BACKOFF_S
 RUN="${WORK_DIR}/sdc"
 if ((NO_SPARE)); then
   log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, no spare: expect a requeue excluding both nodes"
-  JOB_ID="$(e2e_submit sdc --nodelist="${nodes[0]},${nodes[1]}")"
+  JOB_ID="$(e2e_submit sdc)"  # (not --nodelist: the requeue could never leave those nodes)
 else
   export FTRAIN_SPARE_NODES=2
   log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, spares ${nodes[2]} ${nodes[3]}"
@@ -48,20 +48,22 @@ else
 fi
 e2e_wait_done "${JOB_ID}" sdc
 
-# The check named both replicas of rank 3's shard: rank 1 on nodes[0], rank 3 on nodes[1].
+# The check named both replicas of rank 3's shard: ranks 1 and 3, one on each training node
+# (the spare job's are nodes[0] and nodes[1]; the 2-node job's are whichever Slurm gave it).
 quarantine="$(cat "${RUN}/quarantine.jsonl")"
-for n in "${nodes[0]}" "${nodes[1]}"; do
-  grep -q "\"host\":\"${n}\"" <<<"${quarantine}" || fail "${n} is not in quarantine.jsonl: ${quarantine}"
-done
+mapfile -t named < <(grep -o '"host":"[^"]*"' <<<"${quarantine}" | cut -d'"' -f4 | sort -u)
+((${#named[@]} == 2)) || fail "expected the two training nodes in quarantine.jsonl: ${quarantine}"
+((NO_SPARE)) || [[ "${named[*]}" == "${nodes[0]} ${nodes[1]}" ]] ||
+  fail "quarantine.jsonl names ${named[*]}, not the training nodes ${nodes[0]} ${nodes[1]}"
 grep -q "\"rank\":${FLIP_RANK},.*\"step\":${DETECT_STEP}" <<<"${quarantine}" ||
   fail "rank ${FLIP_RANK} is not named at step ${DETECT_STEP}: ${quarantine}"
 records="$(cat "${RUN}/restarts.jsonl")"
-grep -q '"event":"sdc","cause":"sdc"' <<<"${records}" || fail "no sdc record: ${records}"
+grep -q '"event":"sdc"' <<<"${records}" || fail "no sdc record: ${records}"
 out="$(cat "${WORK_DIR}"/sdc-*.out)"
 # Every launch after the quarantine: only on the other two nodes.
-after="$(sed -n '/quarantine/,$p' <<<"${out}" | grep 'launching .* train on ' || true)"
+after="$(sed -n '/quarantined (RUN\/quarantine.jsonl; step exit/,$p' <<<"${out}" | grep 'launching .* train on ' || true)"
 [[ -n "${after}" ]] || fail "no launch after the quarantine: $(grep -E 'quarantin|launching' <<<"${out}")"
-for n in "${nodes[0]}" "${nodes[1]}"; do
+for n in "${named[@]}"; do
   ! grep -q " ${n}\( \|$\)" <<<"${after}" || fail "${n} got ranks after its quarantine: ${after}"
 done
 report="$("${E2E_BIN}/ftrain" report "${RUN}")" || fail "ftrain report failed"
@@ -70,16 +72,19 @@ if ((NO_SPARE)); then
   grep -q '"event":"step_failed","cause":"quarantine"' <<<"${records}" ||
     fail "no step_failed/quarantine record: ${records}"
   grep -q '"event":"requeued","cause":"quarantine"' <<<"${records}" || fail "no requeued/quarantine record"
-  # The requeued start ran on the other two nodes (the batch host is one of the ranks' nodes).
-  host="$(job_field "${JOB_ID}" BatchHost)"
-  [[ "${host}" == "${nodes[2]}" || "${host}" == "${nodes[3]}" ]] ||
-    fail "the requeued job ran on ${host}, a quarantined node"
+  # The requeued start ran on the cluster's other two nodes.
+  ran="$(scontrol show hostnames "$(job_field "${JOB_ID}" NodeList)" | paste -sd' ')"
+  for n in "${named[@]}"; do
+    [[ " ${ran} " != *" ${n} "* ]] || fail "the requeued job ran on ${ran}, with quarantined ${n}"
+  done
+  [[ "$(job_field "${JOB_ID}" ExcNodeList)" == *"${named[0]}"* ]] ||
+    fail "ExcNodeList is $(job_field "${JOB_ID}" ExcNodeList)"
   grep -q "excluded from the requeued job" <<<"${report}" || fail "ftrain report: ${report}"
 else
   [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued ($(e2e_restarts "${JOB_ID}") restarts)"
   [[ "${after}" == *"4 ranks: ${nodes[2]} ${nodes[2]} ${nodes[3]} ${nodes[3]}"* ]] ||
     fail "the spares did not take ranks 0-3: ${after}"
-  for n in "${nodes[0]}" "${nodes[1]}"; do
+  for n in "${named[@]}"; do
     grep -q "\"event\":\"restarted\",\"cause\":\"quarantine\",\"node\":\"${n}\"" <<<"${records}" ||
       fail "no replacement record for ${n}: ${records}"
   done
