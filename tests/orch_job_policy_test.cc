@@ -961,7 +961,8 @@ TEST(JobPolicyDryRun, ARecordedSequencePrintsEveryDecision) {
 
 // ---- quarantined nodes ----------------------------------------------------------------------
 
-QuarantineLine Suspect(const std::string& host, bool by_majority, const std::string& cause = "sdc") {
+QuarantineLine Suspect(const std::string& host, bool by_majority,
+                       const std::string& cause = "sdc") {
   QuarantineLine q;
   q.host = host;
   q.cause = cause;
@@ -986,10 +987,12 @@ TEST(JobPolicyQuarantine, ANodeOutvotedByItsReplicasIsReplacedByASpareAndNotRele
   EXPECT_EQ(sim.last.rule, "step.confirm");  // a dead node would explain the exit too
   sim.Confirmed("");
   EXPECT_EQ(sim.last.rule, "step.quarantine_replaced");
-  EXPECT_TRUE(sim.LastHas("node n2 is quarantined (RUN/quarantine.jsonl; step exit 77): its "
-                          "ranks move to spare n3 (0 spare(s) left)"));
-  EXPECT_TRUE(sim.LastHas("record restarted/quarantine {node=\"n2\",spare=\"n3\","
-                          "spares_left=0,replacement=1,@LOST@=,exit=77}"))
+  EXPECT_TRUE(
+      sim.LastHas("node n2 is quarantined (RUN/quarantine.jsonl; step exit 77): its "
+                  "ranks move to spare n3 (0 spare(s) left)"));
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/quarantine {node=\"n2\",spare=\"n3\","
+                  "spares_left=0,replacement=1,@LOST@=,exit=77}"))
       << sim.Text();
   EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n3]"));
   EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
@@ -1018,8 +1021,9 @@ TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
   sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
   EXPECT_EQ(sim.last.rule, "step.quarantine_requeue");
   EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
-  EXPECT_TRUE(sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
-                          "action=\"requeue_excluding\""))
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
+                  "action=\"requeue_excluding\""))
       << sim.Text();
   sim.FinishRequeue();
   bool excluded = false;
@@ -1081,7 +1085,8 @@ TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
   sim.StepExit(75);
   sim.FinishRequeue();
   bool excluded = false;
-  for (const auto& a : sim.actions) excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n2 n4]";
+  for (const auto& a : sim.actions)
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n2 n4]";
   EXPECT_TRUE(excluded);
 }
 
@@ -1091,9 +1096,10 @@ TEST(JobPolicyQuarantine, AStartOnAQuarantinedNodeWithoutASpareFailsNamingIt) {
   sim.StartTraining({"n1", "n2"}, 1);
   EXPECT_EQ(sim.last.rule, "start.requeued+start.quarantined");
   EXPECT_EQ(sim.ExitCode(), 1);
-  EXPECT_TRUE(sim.LastHas("FAILED: node(s) n2 of job 42 are quarantined for this run "
-                          "(/runs/r/quarantine.jsonl) and no clean spare can take their ranks: "
-                          "submit again with --exclude=n2"))
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: node(s) n2 of job 42 are quarantined for this run "
+                  "(/runs/r/quarantine.jsonl) and no clean spare can take their ranks: "
+                  "submit again with --exclude=n2"))
       << sim.Text();
   EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
 }

@@ -384,7 +384,8 @@ TEST(ReportCliTest, QuarantinedNodesAreShown) {
             "{\"time\":" + std::to_string(kT0 + 200) +
                 ",\"host\":\"gpu-b\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
                 "\"cause\":\"sdc\",\"by_majority\":true}\n"
-                "{\"time\":" + std::to_string(kT0 + 300) +
+                "{\"time\":" +
+                std::to_string(kT0 + 300) +
                 ",\"host\":\"gpu-a\",\"node\":0,\"rank\":1,\"step\":14,\"cause\":\"hang\","
                 "\"hangs\":2,\"by_majority\":false}\n");
   // What `ftrain job` did: a spare took gpu-b's ranks; gpu-a was excluded from the requeue.

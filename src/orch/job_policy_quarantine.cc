@@ -80,16 +80,16 @@ Decision JobPolicy::QuarantineAfterStep() {
   }
   if (!st_.spares || bad.size() > st_.spare_nodes.size()) {
     st_.faulty = st_.quarantined;
-    acts.push_back(Log("node(s) " + Join(bad, " ") + " quarantined (RUN/quarantine.jsonl; step exit " +
-                       exit + ") and no spare for " + (bad.size() > 1 ? "each" : "it") +
-                       ": requeueing job " + st_.job + " excluding " +
-                       Join(st_.quarantined, ",")));
+    acts.push_back(Log("node(s) " + Join(bad, " ") +
+                       " quarantined (RUN/quarantine.jsonl; step exit " + exit +
+                       ") and no spare for " + (bad.size() > 1 ? "each" : "it") +
+                       ": requeueing job " + st_.job + " excluding " + Join(st_.quarantined, ",")));
     acts.push_back(LastStop("quarantine"));
-    acts.push_back(Record("step_failed", "quarantine",
-                          {records::Str("nodes", Join(bad, ",")),
-                           records::Str("action", "requeue_excluding"),
-                           records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
-                          true));
+    acts.push_back(
+        Record("step_failed", "quarantine",
+               {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_excluding"),
+                records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
+               true));
     return Requeue(rule + "step.quarantine_requeue", acts, {});
   }
   for (const auto& n : bad) {  // a spare takes each quarantined node's ranks
@@ -127,13 +127,13 @@ Decision JobPolicy::QuarantineAtStart(std::vector<Action>* acts, std::string* ru
   in_job.insert(in_job.end(), bad.begin(), bad.end());
   if (in_job.empty()) return {"", {}};
   if (bad.size() > st_.spare_nodes.size() || (!st_.spares && !bad.empty())) {
-    acts->push_back(Log(
-        "FAILED: node(s) " + Join(bad, " ") + " of job " + st_.job +
-        " are quarantined for this run (" + s_.run_dir +
-        "/quarantine.jsonl) and no clean spare can take their ranks: submit again with "
-        "--exclude=" +
-        Join(st_.quarantined, ",") +
-        " (or, once a diagnosis cleared a node, delete its lines from quarantine.jsonl)"));
+    acts->push_back(
+        Log("FAILED: node(s) " + Join(bad, " ") + " of job " + st_.job +
+            " are quarantined for this run (" + s_.run_dir +
+            "/quarantine.jsonl) and no clean spare can take their ranks: submit again with "
+            "--exclude=" +
+            Join(st_.quarantined, ",") +
+            " (or, once a diagnosis cleared a node, delete its lines from quarantine.jsonl)"));
     acts->push_back(LastStop("quarantine"));
     acts->push_back(Record("failed", "quarantined", {records::Str("nodes", Join(bad, ","))}));
     Action exit = Act(Action::Kind::kExit);

@@ -236,7 +236,8 @@ void JobRunner::Exclude(const Action& a) {
     if (std::find(required.begin(), required.end(), n) == required.end()) continue;
     Log("WARNING: job " + ctx_.job + " was submitted with --nodelist naming " + n +
         ", which is excluded now: the requeued job cannot start (Reason=BadConstraints); "
-        "scancel it and submit again without " + n);
+        "scancel it and submit again without " +
+        n);
   }
   for (const auto& n : current) {
     if (std::find(ours.begin(), ours.end(), n) == ours.end()) user.push_back(n);

@@ -90,7 +90,8 @@ void JobRunner::Quarantine(const Action& a) {
   if (!ctx_.job.empty()) q["job"] = ctx_.job;
   Status w = records::AppendJsonLine(layout_.quarantine(), q.dump());
   // The policy has the host quarantined for this start either way; the file carries it on.
-  if (!w.ok()) Log("WARNING: could not record the quarantine of " + a.nodes[0] + ": " + w.message());
+  if (!w.ok())
+    Log("WARNING: could not record the quarantine of " + a.nodes[0] + ": " + w.message());
 }
 
 void JobRunner::AcquireLease() {

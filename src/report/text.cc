@@ -113,9 +113,9 @@ void PrintQuarantine(const RunSummary& r, std::ostream& out) {
   for (const QuarantinedNode& q : r.quarantined) {
     out << "  " << At(r, q.time) << "  host " << q.host << " (node " << q.node << ", rank "
         << q.rank << "), after step " << q.step << ", " << (q.cause.empty() ? "sdc" : q.cause)
-        << (q.cause == "hang"    ? ": ranks hung there twice"
-            : q.by_majority ? ": outvoted by its replicas"
-                            : ": one of replicas that could not be told apart (a suspect)")
+        << (q.cause == "hang" ? ": ranks hung there twice"
+            : q.by_majority   ? ": outvoted by its replicas"
+                              : ": one of replicas that could not be told apart (a suspect)")
         << "\n";
     if (!q.action.empty()) out << "      the job: " << q.action << "\n";
   }

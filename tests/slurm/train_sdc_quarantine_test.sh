@@ -10,7 +10,10 @@
 #   their ranks inside the allocation (no requeue), the quarantined nodes stay in the job
 #   unused;
 # - FTRAIN_TEST_NO_SPARE=1: a 2-node job; `ftrain job` requeues it excluding both nodes
-#   (ExcNodeList), and it trains on the cluster's two other nodes.
+#   (ExcNodeList), and it trains on the cluster's two other nodes;
+# - FTRAIN_TEST_SDC_MAJORITY=1: no_shard (4 replicas of everything): only rank 3 is outvoted,
+#   so only its node is quarantined; `sbatch --nodes=3 --no-kill` with one spare, which takes
+#   its ranks.
 # Either way: the job ends COMPLETED, the steps after the restart ran on other nodes, `ftrain
 # report` says what the job did, and the final checkpoint equals the clean reference's (the
 # check only reads: a clean run's bits are the same with it on or off).
@@ -20,7 +23,12 @@ set -euo pipefail
 
 SLURM_TEST_NAME="train_sdc_quarantine_test"
 NO_SPARE="${FTRAIN_TEST_NO_SPARE:-0}"
+MAJORITY="${FTRAIN_TEST_SDC_MAJORITY:-0}"
 ((NO_SPARE)) && SLURM_TEST_NAME="train_sdc_quarantine_no_spare_test"
+if ((MAJORITY)); then
+  SLURM_TEST_NAME="train_sdc_quarantine_majority_test"
+  E2E_TRAIN_ARGS="--train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=no_shard"
+fi
 FLIP_STEP=7
 FLIP_RANK=3
 CHECK_EVERY=3   # the check after step 9 sees the flip; the checkpoint of step 5 is clean
@@ -41,6 +49,10 @@ RUN="${WORK_DIR}/sdc"
 if ((NO_SPARE)); then
   log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, no spare: expect a requeue excluding both nodes"
   JOB_ID="$(e2e_submit sdc)"  # (not --nodelist: the requeue could never leave those nodes)
+elif ((MAJORITY)); then
+  export FTRAIN_SPARE_NODES=1
+  log "no_shard: bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK} (${nodes[1]}), spare ${nodes[2]}"
+  JOB_ID="$(e2e_submit sdc --nodes=3 --no-kill)"
 else
   export FTRAIN_SPARE_NODES=2
   log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, spares ${nodes[2]} ${nodes[3]}"
@@ -52,9 +64,14 @@ e2e_wait_done "${JOB_ID}" sdc
 # (the spare job's are nodes[0] and nodes[1]; the 2-node job's are whichever Slurm gave it).
 quarantine="$(cat "${RUN}/quarantine.jsonl")"
 mapfile -t named < <(grep -o '"host":"[^"]*"' <<<"${quarantine}" | cut -d'"' -f4 | sort -u)
-((${#named[@]} == 2)) || fail "expected the two training nodes in quarantine.jsonl: ${quarantine}"
-((NO_SPARE)) || [[ "${named[*]}" == "${nodes[0]} ${nodes[1]}" ]] ||
-  fail "quarantine.jsonl names ${named[*]}, not the training nodes ${nodes[0]} ${nodes[1]}"
+if ((MAJORITY)); then
+  [[ "${named[*]}" == "${nodes[1]}" ]] || fail "expected only ${nodes[1]} (rank 3) quarantined: ${quarantine}"
+  grep -q '"by_majority":true' <<<"${quarantine}" || fail "not by majority: ${quarantine}"
+else
+  ((${#named[@]} == 2)) || fail "expected the two training nodes in quarantine.jsonl: ${quarantine}"
+  ((NO_SPARE)) || [[ "${named[*]}" == "${nodes[0]} ${nodes[1]}" ]] ||
+    fail "quarantine.jsonl names ${named[*]}, not the training nodes ${nodes[0]} ${nodes[1]}"
+fi
 grep -q "\"rank\":${FLIP_RANK},.*\"step\":${DETECT_STEP}" <<<"${quarantine}" ||
   fail "rank ${FLIP_RANK} is not named at step ${DETECT_STEP}: ${quarantine}"
 records="$(cat "${RUN}/restarts.jsonl")"
@@ -82,16 +99,21 @@ if ((NO_SPARE)); then
   grep -q "excluded from the requeued job" <<<"${report}" || fail "ftrain report: ${report}"
 else
   [[ "$(e2e_restarts "${JOB_ID}")" == 0 ]] || fail "the job was requeued ($(e2e_restarts "${JOB_ID}") restarts)"
-  [[ "${after}" == *"4 ranks: ${nodes[2]} ${nodes[2]} ${nodes[3]} ${nodes[3]}"* ]] ||
-    fail "the spares did not take ranks 0-3: ${after}"
+  if ((MAJORITY)); then
+    [[ "${after}" == *"4 ranks: ${nodes[0]} ${nodes[0]} ${nodes[2]} ${nodes[2]}"* ]] ||
+      fail "the spare did not take ranks 2,3 (the others keep theirs): ${after}"
+  else
+    [[ "${after}" == *"4 ranks: ${nodes[2]} ${nodes[2]} ${nodes[3]} ${nodes[3]}"* ]] ||
+      fail "the spares did not take ranks 0-3: ${after}"
+  fi
   for n in "${named[@]}"; do
     grep -q "\"event\":\"restarted\",\"cause\":\"quarantine\",\"node\":\"${n}\"" <<<"${records}" ||
       fail "no replacement record for ${n}: ${records}"
   done
   grep -q "replaced by spare ${nodes[2]}" <<<"${report}" || fail "ftrain report: ${report}"
-  ! grep -qw "${nodes[0]}" "${RUN}/.job-nodes" 2>/dev/null ||
-    fail "the replication ring still holds ${nodes[0]}: $(cat "${RUN}/.job-nodes")"
+  ! grep -qw "${named[0]}" "${RUN}/.job-nodes" 2>/dev/null ||
+    fail "the replication ring still holds ${named[0]}: $(cat "${RUN}/.job-nodes")"
 fi
 e2e_expect_identical sdc
-log "PASS: bitflip on rank ${FLIP_RANK} -> both replicas' nodes quarantined and $( ((NO_SPARE)) && echo "excluded on requeue" || echo "replaced by spares"); bit-identical"
+log "PASS: bitflip on rank ${FLIP_RANK} -> ${named[*]} quarantined and $( ((NO_SPARE)) && echo "excluded on requeue" || echo "replaced by spares"); bit-identical"
 PASSED=1
