@@ -109,6 +109,12 @@ class Sim {
     o.hangs = std::move(hangs);
     return On(o);
   }
+  Decision Room(std::vector<std::string> nodes, bool known = true) {
+    Observation o = Obs(K::kRoom);
+    o.nodes = std::move(nodes);
+    o.known = known;
+    return On(o);
+  }
   Decision Tick() { return On(Obs(K::kTick)); }
   Decision Signal(const std::string& sig) {
     Observation o = Obs(K::kSignal);
@@ -1019,6 +1025,9 @@ TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
   sim.StartTraining({"n1", "n2", "n3"});
   sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_room");
+  EXPECT_TRUE(sim.LastHas("query_room"));
+  sim.Room({"n1", "n2", "n3", "n4", "n5"});
   EXPECT_EQ(sim.last.rule, "step.quarantine_requeue");
   EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
   EXPECT_TRUE(
@@ -1035,8 +1044,29 @@ TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
   Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
   plain.StartTraining();
   plain.StepExitWith(77, {Suspect("n2", true)});
+  plain.Room({}, false);  // sinfo did not answer: the requeue may fit
   EXPECT_EQ(plain.last.rule, "step.quarantine_requeue");
   EXPECT_TRUE(plain.LastHas("requeueing job 42 excluding n2"));
+}
+
+TEST(JobPolicyQuarantine, APartitionTooSmallWithoutThemEndsFailedNamingThem) {
+  // 2 training nodes + 1 spare, both replicas named, 4 nodes in the partition: a requeue
+  // excluding both would pend for ever.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  sim.Room({"n1", "n2", "n3", "n4"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_no_room");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: node(s) n1 n2 quarantined (RUN/quarantine.jsonl; step exit "
+                  "77), no spare for each, and the job's partition has 2 other node(s) "
+                  "for its 3: not requeueing (it would never start). Submit again with "
+                  "--exclude=n1,n2"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record failed/quarantined {nodes=\"n1,n2\""));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
 }
 
 TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {

@@ -17,25 +17,26 @@
 namespace ftrain::orch {
 
 enum class Phase {
-  kStart,        // waiting for the start's facts
-  kLease,        // asked for the run lease
-  kPreflight,    // the pre-flight commcheck runs
-  kLocalising,   // per-node checks: which node fails
-  kAgents,       // the node agents start, their daemons must answer
-  kTraining,     // the training step runs (detection and spare checks on ticks)
-  kStopping,     // USR1/TERM forwarded: the ranks checkpoint and stop
-  kConfirming,   // the step failed: a node whose slurmd does not answer is confirmed or not
-  kFindingDead,  // the step failed (spares): which training nodes left the job
-  kHealthPoll,   // spares: a node does not answer; polling until Slurm takes it out
-  kProbing,      // does every training node run a task?
-  kHealthWait,   // no spares: a node does not answer; waiting for Slurm's requeue
-  kCounting,     // counting a failed start
-  kBackoff,      // before an in-job restart
-  kAskingJob,    // a TERM came: is the job cancelled, timed out, or still running?
-  kReleasing,    // requeue excluding: releasing the dead nodes
-  kWaitingFlag,  // requeue excluding: waiting for slurmctld to flag them not responding
-  kRequeueing,   // the requeue is issued and verified
-  kDraining,     // waiting for the agents, then exit
+  kStart,         // waiting for the start's facts
+  kLease,         // asked for the run lease
+  kPreflight,     // the pre-flight commcheck runs
+  kLocalising,    // per-node checks: which node fails
+  kAgents,        // the node agents start, their daemons must answer
+  kTraining,      // the training step runs (detection and spare checks on ticks)
+  kStopping,      // USR1/TERM forwarded: the ranks checkpoint and stop
+  kConfirming,    // the step failed: a node whose slurmd does not answer is confirmed or not
+  kFindingDead,   // the step failed (spares): which training nodes left the job
+  kHealthPoll,    // spares: a node does not answer; polling until Slurm takes it out
+  kProbing,       // does every training node run a task?
+  kHealthWait,    // no spares: a node does not answer; waiting for Slurm's requeue
+  kCounting,      // counting a failed start
+  kBackoff,       // before an in-job restart
+  kAskingJob,     // a TERM came: is the job cancelled, timed out, or still running?
+  kReleasing,     // requeue excluding: releasing the dead nodes
+  kWaitingFlag,   // requeue excluding: waiting for slurmctld to flag them not responding
+  kCheckingRoom,  // quarantined nodes, no spare: can the partition hold the job without them?
+  kRequeueing,    // the requeue is issued and verified
+  kDraining,      // waiting for the agents, then exit
   kDone,
 };
 const char* PhaseName(Phase p);
@@ -91,6 +92,7 @@ struct JobState {
   std::vector<std::string> quarantined;
   std::vector<QuarantineLine> step_quarantine;  // RUN/quarantine.jsonl when the step ended
   std::vector<HangLine> step_hangs;             // RUN/hangs.jsonl when the step ended
+  std::vector<std::string> quarantine_bad;      // quarantined nodes that held ranks
 };
 
 // Pure helpers of the policy's questions, executed by the runner.
@@ -146,6 +148,7 @@ class JobPolicy {
   Decision ChooseSpares(std::vector<Action>* acts);
   Decision QuarantineAtStart(std::vector<Action>* acts, std::string* rule);
   Decision QuarantineAfterStep();
+  Decision RoomKnown(const Observation& o);
   std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();

@@ -79,18 +79,11 @@ Decision JobPolicy::QuarantineAfterStep() {
     acts.push_back(Record("spare_lost", "quarantine", {records::Str("node", d)}));
   }
   if (!st_.spares || bad.size() > st_.spare_nodes.size()) {
-    st_.faulty = st_.quarantined;
-    acts.push_back(Log("node(s) " + Join(bad, " ") +
-                       " quarantined (RUN/quarantine.jsonl; step exit " + exit +
-                       ") and no spare for " + (bad.size() > 1 ? "each" : "it") +
-                       ": requeueing job " + st_.job + " excluding " + Join(st_.quarantined, ",")));
-    acts.push_back(LastStop("quarantine"));
-    acts.push_back(
-        Record("step_failed", "quarantine",
-               {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_excluding"),
-                records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
-               true));
-    return Requeue(rule + "step.quarantine_requeue", acts, {});
+    // A requeue excluding them must still find enough nodes: first ask the partition.
+    st_.quarantine_bad = bad;
+    st_.phase = Phase::kCheckingRoom;
+    acts.push_back(Act(Action::Kind::kQueryRoom));
+    return {rule + "step.quarantine_room", acts};
   }
   for (const auto& n : bad) {  // a spare takes each quarantined node's ranks
     const std::string spare = st_.spare_nodes.front();
@@ -113,6 +106,45 @@ Decision JobPolicy::QuarantineAfterStep() {
   // Out of the replication ring and the detector's watch; not released (see the docs).
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
   return Launch(rule + "step.quarantine_replaced", acts);
+}
+
+// No spare for each quarantined node: requeue excluding every quarantined node of the run,
+// unless the job's partition would be left with too few nodes (the requeued job would pend
+// for ever): then end FAILED naming them. Slurm not answering: requeue (it may fit).
+Decision JobPolicy::RoomKnown(const Observation& o) {
+  const std::vector<std::string>& bad = st_.quarantine_bad;
+  const std::string exit = std::to_string(st_.rc);
+  size_t room = 0;
+  for (const auto& n : o.nodes) room += Contains(st_.quarantined, n) ? 0 : 1;
+  if (o.known && room < st_.all_nodes.size()) {
+    return Fail("step.quarantine_no_room",
+                {Log("FAILED: node(s) " + Join(bad, " ") +
+                     " quarantined (RUN/quarantine.jsonl; step exit " + exit +
+                     "), no spare for each, and the job's partition has " + std::to_string(room) +
+                     " other node(s) for its " + std::to_string(st_.all_nodes.size()) +
+                     ": not requeueing (it would never start). Submit again with --exclude=" +
+                     Join(st_.quarantined, ",") +
+                     " and fewer nodes or more spares, or, once a diagnosis cleared a node, "
+                     "delete its lines from " +
+                     s_.run_dir + "/quarantine.jsonl"),
+                 LastStop("quarantine"),
+                 Record("failed", "quarantined",
+                        {records::Str("nodes", Join(bad, ",")), records::Raw("@LOST@", ""),
+                         records::Int("exit", st_.rc), records::Int("room", room)},
+                        true)},
+                1);
+  }
+  st_.faulty = st_.quarantined;
+  std::vector<Action> acts{
+      Log("node(s) " + Join(bad, " ") + " quarantined (RUN/quarantine.jsonl; step exit " + exit +
+          ") and no spare for " + (bad.size() > 1 ? "each" : "it") + ": requeueing job " + st_.job +
+          " excluding " + Join(st_.quarantined, ",")),
+      LastStop("quarantine"),
+      Record("step_failed", "quarantine",
+             {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_excluding"),
+              records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
+             true)};
+  return Requeue("step.quarantine_requeue", acts, {});
 }
 
 // At a start, after the spares were chosen: a quarantined node of the allocation gets no

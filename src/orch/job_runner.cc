@@ -404,6 +404,19 @@ void JobRunner::QueryJobState() {
   answers_.push_back(o);
 }
 
+void JobRunner::QueryRoom() {
+  Observation o = Obs(Observation::Kind::kRoom);
+  o.known = false;
+  auto info = slurm_->ShowJob(ctx_.job);
+  const std::string partition = info.ok() ? info->Get("Partition") : "";
+  if (!partition.empty()) {
+    auto nodes = slurm_->PartitionNodes(partition);
+    o.known = nodes.has_value();
+    if (nodes) o.nodes = *nodes;
+  }
+  answers_.push_back(o);
+}
+
 void JobRunner::Requeue(double budget_s) {
   MergeRecords();  // Slurm ends this script soon after: the records first
   Observation o = Obs(Observation::Kind::kRequeued);
@@ -505,6 +518,9 @@ void JobRunner::Execute(const Action& a) {
       break;
     case K::kQuarantine:
       Quarantine(a);
+      break;
+    case K::kQueryRoom:
+      QueryRoom();
       break;
     case K::kExit:
       exit_code_ = a.code;

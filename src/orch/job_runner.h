@@ -64,6 +64,7 @@ class JobRunner {
   void EndStep();
   void QueryNodesInJob();
   void QueryJobState();
+  void QueryRoom();
   void Requeue(double budget_s);
   void CountFailedStart();
   void ProbeHealth(const std::vector<std::string>& nodes);

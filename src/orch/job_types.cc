@@ -87,6 +87,8 @@ std::string ToText(const Action& a) {
       return "wait_agents " + Secs(a.seconds) + "s";
     case K::kStopAgents:
       return "stop_agents";
+    case K::kQueryRoom:
+      return "query_room";
     case K::kQuarantine:
       return "quarantine " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
     case K::kExit:
@@ -132,6 +134,8 @@ const char* KindName(Observation::Kind k) {
       return "released";
     case K::kNotRespondingWaited:
       return "not_responding_waited";
+    case K::kRoom:
+      return "room";
     case K::kRequeued:
       return "requeued";
     case K::kAgentsStopped:
@@ -163,6 +167,7 @@ std::string ToText(const Observation& o) {
       s += " " + o.signal;
       break;
     case K::kNodesInJob:
+    case K::kRoom:
       s += o.known ? " " + List(o.nodes) : " unknown";
       break;
     case K::kLocalised:

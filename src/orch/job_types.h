@@ -48,6 +48,7 @@ struct Observation {
     kFailedStartCounted,  // count, checkpoint (the newest complete one, "none")
     kReleased,            // Release's answer: ok
     kNotRespondingWaited,
+    kRoom,      // QueryRoom's answer: nodes (of the job's partition) or unknown
     kRequeued,  // Requeue's answer: ok (verified), detail
     kAgentsStopped,
   };
@@ -121,6 +122,7 @@ struct Action {
     kExclude,            // nodes: ExcNodeList of the requeued job (see orch/slurm.h)
     kWaitAgents,         // seconds -> kAgentsStopped
     kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped
+    kQueryRoom,          // the nodes of the job's partition -> kRoom
     kQuarantine,         // nodes[0]: a host; text: the cause; record.fields: the rest of
                          // its RUN/quarantine.jsonl line (time and job added by the runner)
     kExit,               // code

@@ -161,6 +161,17 @@ std::string SlurmCli::NodeState(const std::string& node) {
   return r.ok() && !lines.empty() ? lines[0] : "";
 }
 
+std::optional<std::vector<std::string>> SlurmCli::PartitionNodes(const std::string& partition) {
+  RunResult r = Query({"sinfo", "-h", "-N", "-p", partition, "-o", "%N"});
+  if (!r.ok()) return std::nullopt;
+  std::vector<std::string> out;
+  for (const auto& n : Lines(r.out)) {  // a node in two partitions is listed twice
+    if (!n.empty() && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 StatusOr<std::string> SlurmCli::SlurmdAddress(const std::string& node) {
   auto it = address_cache_.find(node);
   if (it != address_cache_.end()) return it->second;

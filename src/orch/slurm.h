@@ -79,6 +79,8 @@ class Slurm {
   virtual StatusOr<JobInfo> ShowJob(const std::string& job) = 0;
   virtual StatusOr<std::vector<StepInfo>> Steps(const std::string& job) = 0;
   virtual std::string NodeState(const std::string& node) = 0;  // sinfo %t, "" if unknown
+  // The nodes of a partition (a comma list of partitions); nothing when sinfo did not answer.
+  virtual std::optional<std::vector<std::string>> PartitionNodes(const std::string& partition) = 0;
   virtual StatusOr<std::string> SlurmdAddress(const std::string& node) = 0;  // "addr port"
   virtual SlurmConfig Config() = 0;
   virtual bool Ping() = 0;  // slurmctld answers
@@ -112,6 +114,7 @@ class SlurmCli : public Slurm {
   StatusOr<JobInfo> ShowJob(const std::string& job) override;
   StatusOr<std::vector<StepInfo>> Steps(const std::string& job) override;
   std::string NodeState(const std::string& node) override;
+  std::optional<std::vector<std::string>> PartitionNodes(const std::string& partition) override;
   StatusOr<std::string> SlurmdAddress(const std::string& node) override;
   SlurmConfig Config() override;
   bool Ping() override;
