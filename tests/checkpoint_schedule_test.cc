@@ -86,6 +86,31 @@ TEST(MemoryTierSchedule, DueEveryNStepsAndOffAtZero) {
   for (int64_t s = 0; s <= 10; ++s) EXPECT_FALSE(off.Due(s));
 }
 
+// A due snapshot passes while the one before it still awaits a buddy and a step is recorded:
+// taking it would evict the recorded step from the daemon's slots. At most one occasion in a
+// row at most; nothing passes before the first record or with nothing pending.
+TEST(MemoryTierSchedule, ASnapshotPassesOnceWhileTheOneBeforeAwaitsItsBuddy) {
+  using ftrain::train::MemoryTier;
+  EXPECT_FALSE(MemoryTier::ShouldPass(0, 6, 0)) << "nothing pending: take it";
+  EXPECT_FALSE(MemoryTier::ShouldPass(1, -1, 0)) << "nothing recorded yet: nothing to keep";
+  EXPECT_TRUE(MemoryTier::ShouldPass(1, 6, 0));
+  EXPECT_FALSE(MemoryTier::ShouldPass(1, 6, MemoryTier::kMaxPassedForPending))
+      << "a buddy that never confirms must not stop the tier";
+  // The counter: pass, then take, then pass again once the next one is pending.
+  std::vector<bool> passed, want;
+  int in_a_row = 0;
+  for (int i = 0; i < MemoryTier::kMaxPassedForPending; ++i) want.push_back(true);
+  want.insert(want.end(), {false, false, true});
+  std::vector<size_t> pending(static_cast<size_t>(MemoryTier::kMaxPassedForPending) + 1, 1);
+  pending.insert(pending.end(), {0, 1});
+  for (size_t n : pending) {
+    const bool p = MemoryTier::ShouldPass(n, 6, in_a_row);
+    in_a_row = p ? in_a_row + 1 : 0;
+    passed.push_back(p);
+  }
+  EXPECT_EQ(passed, want);
+}
+
 // ckpt.memory_every_seconds: rank 0's clock votes (CheckpointSchedule::MemoryTimeDue), the
 // boundary agreement max-reduces the vote, and MemoryTier::Due takes it at that step on every
 // rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.

@@ -107,15 +107,22 @@ TimeVotes CheckpointCoordinator::AfterOptimizerStep() {
 StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, TimeVotes agreed, bool stop,
                                                          const records::StepMetrics& m) {
   BoundarySave out;
+  const bool disk_due = schedule_.Due(step, agreed.disk, stop);
+  const bool memory_due = !disk_due && memory_ && memory_->Due(step, agreed.memory);
   if (memory_) {
     // Snapshots of earlier steps that their buddies now hold become restorable (collective
-    // while any await it; the same on every rank). A failure only delays the record.
-    Status c = memory_->Confirm(parts_.identity.meta, step);
+    // while any await it; the same on every rank), always before a snapshot takes a daemon
+    // slot. A failure only delays the record.
+    Status c = memory_->Confirm(parts_.identity.meta, step, disk_due || memory_due);
     if (!c.ok()) FT_LOG(Error) << "memory tier: confirming snapshots: " << c.message();
   }
-  if (!schedule_.Due(step, agreed.disk, stop)) {
-    if (memory_ && memory_->Due(step, agreed.memory)) return TakeMemory(step, m);
-    return out;
+  if (!disk_due) {
+    if (!memory_due) return out;
+    if (memory_->PassForPending(step)) {
+      schedule_.MemoryTaken();  // this occasion passes; the next comes an interval later
+      return out;
+    }
+    return TakeMemory(step, m);
   }
   const bool durable = schedule_.MustBeDurable(step, stop);
   RunState& state = *parts_.state;

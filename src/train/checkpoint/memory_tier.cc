@@ -57,10 +57,29 @@ void MemoryTier::Forget(int64_t step, const std::string& why) {
   }
 }
 
-Status MemoryTier::Confirm(const ckpt::CheckpointMeta& identity, int64_t step) {
+bool MemoryTier::PassForPending(int64_t step) {
+  if (!ShouldPass(pending_.size(), restorable_step_, passed_)) {
+    passed_ = 0;
+    return false;
+  }
+  ++passed_;
+  ++passed_total_;
+  if (options_.leader && Loggable(passed_total_)) {
+    FT_LOG(Warning) << "memory tier: passed the snapshot of step " << step << ": step "
+                    << pending_.back() << " is not yet held by every buddy, and a new snapshot "
+                    << "would evict step " << restorable_step_ << ", the newest restorable from "
+                    << "memory (" << passed_total_ << " passed so far; replication is slower than "
+                    << "the memory interval: raise ckpt.memory_every_steps or "
+                    << "FTRAIN_REPLICATION_MBPS)";
+  }
+  return true;
+}
+
+Status MemoryTier::Confirm(const ckpt::CheckpointMeta& identity, int64_t step, bool force) {
   if (pending_.empty()) return Status::Ok();
   const int64_t since = step - pending_.back();
-  if (since <= 0 || (since & (since - 1)) != 0) return Status::Ok();  // 1, 2, 4, 8, ...
+  if (since <= 0) return Status::Ok();
+  if (!force && (since & (since - 1)) != 0) return Status::Ok();  // 1, 2, 4, 8, ...
   const std::map<int64_t, uint64_t> held = sink_->MemoryHeldTwice();
   // Per pending step: [missing ranks, then each rank's digest as two exact 32-bit halves].
   const int w = options_.world;

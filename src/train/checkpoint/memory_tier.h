@@ -47,12 +47,26 @@ class MemoryTier {
   // rank 0 records it in the memory manifest. Asks 1, 2, 4, 8... steps after the newest
   // snapshot (a slow or missing buddy costs a few queries per interval, not one per step).
   // Errors: the collective failed.
-  Status Confirm(const ckpt::CheckpointMeta& identity, int64_t step);
+  // `force`: ask now whatever the 1, 2, 4, 8... schedule says (a snapshot is due at this step:
+  // a step that became restorable is recorded before the next snapshot takes a daemon slot).
+  Status Confirm(const ckpt::CheckpointMeta& identity, int64_t step, bool force = false);
+  // Whether the snapshot due now passes, to keep the recorded step held: every daemon slot a
+  // new snapshot could take holds either the recorded step or one still awaiting its buddy, so
+  // taking it would evict the only restorable step in memory. Passes at most
+  // kMaxPassedForPending occasions in a row, then takes it anyway (a buddy that never confirms
+  // must not stop the tier). The same on every rank (pending_ and the record are). Logged.
+  bool PassForPending(int64_t step);
   // The newest step recorded as restorable from memory by this start (-1: none).
   int64_t restorable_step() const { return restorable_step_; }
 
   // Pending snapshots kept for confirmation: a daemon keeps a few per rank, the buddy two.
   static constexpr size_t kMaxPending = 3;
+  static constexpr int kMaxPassedForPending = 3;
+  // PassForPending's rule, pure: `pending` unconfirmed snapshots, `recorded` the newest step
+  // recorded by this start (-1: none), `passed` occasions passed in a row.
+  static bool ShouldPass(size_t pending, int64_t recorded, int passed) {
+    return pending > 0 && recorded >= 0 && passed < kMaxPassedForPending;
+  }
 
  private:
   void Forget(int64_t step, const std::string& why);
@@ -63,6 +77,8 @@ class MemoryTier {
   int64_t restorable_step_ = -1;
   int64_t skipped_ = 0;      // snapshots this rank could not hand over
   int64_t unconfirmed_ = 0;  // steps that never became restorable
+  int passed_ = 0;           // due snapshots passed in a row by PassForPending
+  int64_t passed_total_ = 0;
 };
 
 }  // namespace ftrain::train
