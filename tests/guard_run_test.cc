@@ -16,6 +16,17 @@
 namespace ftrain::testing {
 namespace {
 
+// The JSON lines of a file (restarts.jsonl, quarantine.jsonl, rollbacks.jsonl).
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
 class GuardRunTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -140,6 +151,63 @@ TEST_F(GuardRunTest, NanGradientAndSpikeAreSkippedLikeTheSkipList) {
   ExpectAllVerify(faulty);
 }
 
+// guard.policy = rollback, full shard: a 10^4-times gradient on rank 2 at step 12 is caught
+// by the spike rule; the run exits 79 and records the step. Its restart (the same command, the
+// same environment) resumes the newest checkpoint (step 10), skips steps 11-12 and ends
+// bit-identical to a clean run given --data.skip=11-12.
+TEST_F(GuardRunTest, RollbackGoesBackToTheNewestCheckpointAndSkipsToTheSpikeLikeTheSkipList) {
+  const std::string opts =
+      "--dist.sharding=full_shard --guard.policy=rollback "
+      "--guard.spike_window=5";
+  const std::string env = "FTRAIN_FAULT=spike@12:2 FTRAIN_FAULT_FACTOR=1e4";
+  const std::string run = Path("rollback"), listed = Path("rollback_listed");
+  auto a = Train(run, opts, env);
+  ASSERT_EQ(a.exit_code, 79) << a.output;
+  EXPECT_TRUE(Contains(a.output, "guard: step 12 spike")) << a.output;
+  EXPECT_TRUE(Contains(a.output, "ROLLING BACK")) << a.output;
+  const auto lines = JsonLines(run + "/rollbacks.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["step"], 12);
+  EXPECT_EQ(lines[0]["reason"], "spike");
+  EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/step-00000015"));
+  EXPECT_EQ(Records(run).size(), 11u) << "step 12 must not be recorded";
+
+  auto again = Train(run, opts, env);  // the job's restart
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(Contains(again.output, "rolled back to step 10: steps 11-12 are read and not"))
+      << again.output;
+  auto b = Train(listed, opts + " --data.skip=11-12");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(Diff(Final(run), Final(listed)), 0) << "the rollback differs from data.skip=11-12";
+  auto ra = Records(run);
+  EXPECT_EQ(ra[11]["skipped"], "rollback");
+  EXPECT_EQ(ra[12]["skipped"], "rollback");
+  EXPECT_FALSE(ra[13].contains("skipped"));
+  ExpectAllVerify(run);
+}
+
+// A NaN loss at step 4 and at step 8 with guard.max_rollbacks = 1: the first rolls back to
+// the start (no checkpoint yet); the second would be one too many, so the run ends with exit 2
+// naming both steps instead of looping.
+TEST_F(GuardRunTest, TheRollbackBudgetEndsTheRunInsteadOfLooping) {
+  const std::string opts =
+      "--dist.sharding=full_shard --guard.policy=rollback "
+      "--guard.max_rollbacks=1";
+  const std::string env = "FTRAIN_FAULT=nan_loss@4,nan_loss@8";
+  const std::string run = Path("rollback_budget");
+  auto a = Train(run, opts, env);
+  ASSERT_EQ(a.exit_code, 79) << a.output;
+  auto b = Train(run, opts, env);
+  ASSERT_EQ(b.exit_code, 2) << b.output;
+  EXPECT_TRUE(Contains(b.output, "rolled back to step 0: steps 1-4")) << b.output;
+  EXPECT_TRUE(Contains(b.output,
+                       "step 8 would be rollback number 2 within the last 100 steps "
+                       "(earlier: 4; guard.max_rollbacks = 1)"))
+      << b.output;
+  EXPECT_EQ(JsonLines(run + "/rollbacks.jsonl").size(), 1u);
+  ExpectAllVerify(run);
+}
+
 // The control: with the guard off the NaN is applied, and `ckptctl verify` finds it.
 TEST_F(GuardRunTest, WithTheGuardOffTheNanIsAppliedAndVerifyNamesIt) {
   const std::string run = Path("guard_off");
@@ -170,17 +238,6 @@ TEST_F(GuardRunTest, BadGuardInputExits2BeforeStep1NamingTheKey) {
     EXPECT_TRUE(Contains(r.output, c.expect)) << c.args << "\n" << r.output;
     EXPECT_TRUE(ReadFile(run + "/metrics.jsonl").empty()) << "a step ran: " << c.args;
   }
-}
-
-// The JSON lines of a file (restarts.jsonl, quarantine.jsonl).
-std::vector<nlohmann::json> JsonLines(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(ReadFile(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  }
-  return out;
 }
 
 // The "sdc" records of a run's restarts.jsonl.

@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/fault_inject.h"
 #include "records/metrics_record.h"
+#include "train/config/rollback.h"
 #include "train/config/sdc_verdict.h"
 #include "train/config/train_config.h"
 
@@ -63,7 +64,8 @@ TEST(GuardConfig, BadInputNamesTheKeyAndTheReason) {
       {"[data]\nskip = 5-3\n", "data.skip: '5-3' is not a step or a range"},
       {"[data]\nskip = x\n", "data.skip: 'x'"},
       {"[guard]\npolicy = maybe\n", "guard.policy = 'maybe' is not one of off, skip, rollback"},
-      {"[guard]\npolicy = rollback\n", "guard.policy = rollback is not available yet"},
+      {"[guard]\nmax_rollbacks = 2\n", "guard.max_rollbacks is set but guard.policy = skip"},
+      {"[guard]\npolicy = rollback\nmax_rollbacks = -1\n", "guard.max_rollbacks must be in"},
       {"[guard]\npolicy = off\nspike_window = 20\n",
        "guard.spike_window is set but guard.policy = off"},
       {"[guard]\nspike_window = 2\n", "guard.spike_window must be 0 (off) or in [3, 100000]"},
@@ -86,6 +88,54 @@ TEST(GuardConfig, GuardAndSkipListStayOutOfTheConfigHash) {
   auto b = LoadWith("[data]\nskip = 4\n[guard]\nspike_window = 10\n");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->ConfigHash(), b->ConfigHash());
+}
+
+TEST(GuardConfig, RollbackIsAPolicyWithABudget) {
+  auto t = LoadWith("[guard]\npolicy = rollback\nmax_rollbacks = 2\n");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->guard.policy, GuardPolicy::kRollback);
+  EXPECT_EQ(t->guard.max_rollbacks, 2);
+  EXPECT_TRUE(StepGuard(t->guard, {}).nonfinite_on());
+}
+
+// A start that resumed step R after rollbacks at steps K skips R+1 .. max K: the records it
+// resumed past are in its checkpoint already.
+TEST(Rollback, AStartSkipsFromTheStepItResumedToTheNewestRolledBackStep) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  const std::vector<RollbackRecord> one = {{50, "spike", 20}};
+  EXPECT_EQ(RolledBackRanges(one, 40), (Ranges{{41, 50}}));
+  EXPECT_EQ(RolledBackRanges(one, 45), (Ranges{{46, 50}})) << "resumed inside the skipped range";
+  EXPECT_EQ(RolledBackRanges(one, 50), Ranges{});
+  EXPECT_EQ(RolledBackRanges(one, 60), Ranges{}) << "resumed past it: its skips are checkpointed";
+  EXPECT_EQ(RolledBackRanges({}, 0), Ranges{});
+  const std::vector<RollbackRecord> two = {{50, "spike", 20}, {80, "nonfinite", 60}};
+  EXPECT_EQ(RolledBackRanges(two, 70), (Ranges{{71, 80}}));
+  StepGuard g(GuardSection{}, {3});
+  g.AddRolledBack(41, 43);
+  EXPECT_TRUE(g.Listed(3));
+  EXPECT_STREQ(g.ListedReason(3), "listed");
+  EXPECT_TRUE(g.Listed(42));
+  EXPECT_STREQ(g.ListedReason(42), "rollback");
+  EXPECT_FALSE(g.Listed(44));
+  ASSERT_TRUE(g.Record(42, std::nan(""), "rollback").ok()) << "not counted against max_skips";
+}
+
+TEST(Rollback, TheBudgetCountsRollbacksWithinTheWindowAndNamesThem) {
+  GuardSection g;
+  g.policy = GuardPolicy::kRollback;
+  g.max_rollbacks = 2;
+  g.max_skips_window = 100;
+  EXPECT_TRUE(CheckRollbackBudget({}, 10, g).ok());
+  EXPECT_TRUE(CheckRollbackBudget({{10, "spike", 0}}, 30, g).ok());
+  const Status s = CheckRollbackBudget({{10, "spike", 0}, {30, "nonfinite", 0}}, 60, g);
+  ASSERT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("rollback number 3 within the last 100 steps (earlier: 10,30"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(CheckRollbackBudget({{10, "spike", 0}, {30, "nonfinite", 0}}, 130, g).ok())
+      << "step 10 is out of the window";
+  EXPECT_TRUE(CheckRollbackBudget({{10, "spike", 0}, {60, "spike", 0}}, 60, g).ok())
+      << "a record of this very step (a rank that read it late) is not an earlier one";
 }
 
 TEST(MedianOf, OddEvenAndEmpty) {

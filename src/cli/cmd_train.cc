@@ -22,7 +22,9 @@ constexpr char kHelp[] =
     "  Run it as one process, under `ftrain launch --nproc N --`, or under `srun --mpi=pmix`.\n"
     "exit codes: 0 done, 75 stopped on SIGUSR1/SIGTERM after a checkpoint (requeue me),\n"
     "  1 bad data, a failed rank, a timeout or an I/O error (a restart may help),\n"
-    "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why)\n";
+    "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
+    "  77 replicas disagree: silent data corruption (RUN_DIR/quarantine.jsonl names the nodes),\n"
+    "  79 guard.policy = rollback rolled the run back (restart me: RUN_DIR/rollbacks.jsonl)\n";
 }
 
 int RunTrain(int argc, char** argv) {

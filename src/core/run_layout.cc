@@ -16,6 +16,7 @@ std::string RunLayout::restarts_spool(const std::string& node) const {
 std::string RunLayout::quarantine() const { return JoinPath(run_dir_, "quarantine.jsonl"); }
 std::string RunLayout::hangs() const { return JoinPath(run_dir_, "hangs.jsonl"); }
 std::string RunLayout::faults_fired() const { return JoinPath(run_dir_, ".faults_fired"); }
+std::string RunLayout::rollbacks() const { return JoinPath(run_dir_, "rollbacks.jsonl"); }
 std::string RunLayout::lease() const { return JoinPath(run_dir_, ".lease"); }
 std::string RunLayout::lease_dir() const { return JoinPath(run_dir_, ".lease.d"); }
 std::string RunLayout::resolved_config() const { return JoinPath(run_dir_, "config.resolved.cfg"); }

@@ -10,6 +10,7 @@
 //   RUN/.lease, RUN/.lease.d/ the run lease: which job may train this run (orch/lease.h)
 //   RUN/quarantine.jsonl      nodes a replica check found computing wrong bits (rank 0)
 //   RUN/.faults_fired         FTRAIN_FAULT items that ended a process and must not fire again
+//   RUN/rollbacks.jsonl       guard.policy = rollback: the steps that rolled the run back (rank 0)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
 //   RUN/.config_error         why the trainer refused its configuration (exit 2)
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
@@ -55,6 +56,9 @@ class RunLayout {
   // RUN/.faults_fired: the FTRAIN_FAULT items (testing only) that end the process and have
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;
+  // RUN/rollbacks.jsonl: one line per rollback of guard.policy = rollback
+  // (train/config/rollback.h); every start reads it to skip the rolled-back steps.
+  std::string rollbacks() const;
   // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
   // epoch, created exclusively): the run lease (orch/lease.h).
   std::string lease() const;

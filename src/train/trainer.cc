@@ -38,6 +38,7 @@
 #include "train/checkpoint/train_state.h"
 #include "train/config/guard.h"
 #include "train/config/lr_schedule.h"
+#include "train/config/rollback.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
 #include "train/eval/eval_loop.h"
@@ -530,6 +531,21 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
   return true;
 }
 
+// guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
+// that come after the step this start resumed are skipped, like data.skip.
+Status ApplyRollbacks(Run* run) {
+  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
+  for (const auto& [first, last] : RolledBackRanges(records, run->state.step)) {
+    run->guard->AddRolledBack(first, last);
+    if (run->leader) {
+      FT_LOG(Warning) << "guard: rolled back to step " << run->state.step << ": steps " << first
+                      << "-" << last << " are read and not trained on (RUN/rollbacks.jsonl; "
+                      << "reproduce with --data.skip=" << first << "-" << last << ")";
+    }
+  }
+  return Status::Ok();
+}
+
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
@@ -635,6 +651,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   DropFiredFaults(RunLayout(cfg.run_dir).faults_fired(), &run->faults);
   run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
   run->guard->Restore(run->state.guard_norms, run->state.skipped);
+  FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
   if (run->leader && !cfg.data.skip.empty()) {
@@ -684,7 +701,7 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
     out.stats.skipped = true;
     out.stats.grad_norm = std::nan("");
     out.loss = std::nan("");
-    out.skipped = "listed";
+    out.skipped = run.guard->ListedReason(step + 1);
   } else {
     FT_RETURN_IF_ERROR(ArmFaults(run, step + 1));
     FT_ASSIGN_OR_RETURN(
@@ -735,6 +752,30 @@ Status RecordStep(Run& run, records::StepMetrics& m, Clock::time_point t0,
   return Status::Ok();
 }
 
+// Whether step `r` rolls the run back: guard.policy = rollback and the guard, not data.skip
+// or an earlier rollback, kept it from being applied (the same decision on every rank).
+bool MustRollBack(const Run& run, const StepResult& r) {
+  return run.cfg.guard.policy == GuardPolicy::kRollback &&
+         (r.skipped == "nonfinite" || r.skipped == "spike");
+}
+
+// Ends this start so that the next resumes from the newest restorable snapshot and skips up
+// to `step` (train/config/rollback.h). Rank 0 records it; a spent budget ends the run (exit 2).
+Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
+  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> past, ReadRollbacks(run.cfg.run_dir));
+  FT_RETURN_IF_ERROR(CheckRollbackBudget(past, step, run.cfg.guard));
+  if (run.leader) {
+    RollbackRecord rec{step, r.skipped, run.resume_step};
+    FT_RETURN_IF_ERROR(AppendRollback(run.cfg.run_dir, rec, r.stats.grad_norm));
+    FT_LOG(Error) << "guard: step " << step << " " << r.skipped << " (gradient norm "
+                  << r.stats.grad_norm << "): ROLLING BACK to the newest restorable snapshot; "
+                  << "the next start skips every step after it up to " << step << " (exit "
+                  << kExitRollback << ": restart me)";
+  }
+  *exit_code = kExitRollback;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunTraining(const TrainConfig& cfg, int* exit_code) {
@@ -753,6 +794,7 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
     run->clock->StepStart();
     const double lr = run->sched.At(step);
     FT_ASSIGN_OR_RETURN(StepResult r, TrainStep(*run, step, lr));
+    if (MustRollBack(*run, r)) return RollBack(*run, step + 1, r, exit_code);
     const fsdp::StepStats& stats = r.stats;
     state.step = step + 1;
     state.tokens += tokens_per_step;

@@ -34,9 +34,7 @@ Status LoadGuard(const Config& c, GuardSection* out) {
   } else if (policy == "skip") {
     g.policy = GuardPolicy::kSkip;
   } else if (policy == "rollback") {
-    return Status::InvalidArgument(Where(c, "guard.policy") +
-                                   "guard.policy = rollback is not available yet: use skip "
-                                   "(the step is not applied; docs/operations.md, Guardrails)");
+    g.policy = GuardPolicy::kRollback;
   } else {
     return Status::InvalidArgument(Where(c, "guard.policy") + "guard.policy = '" + policy +
                                    "' is not one of off, skip, rollback");
@@ -46,6 +44,18 @@ Status LoadGuard(const Config& c, GuardSection* out) {
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips", &g.max_skips));
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips_window", &g.max_skips_window));
   FT_RETURN_IF_ERROR(c.GetInt("guard.sdc_every_steps", &g.sdc_every_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("guard.max_rollbacks", &g.max_rollbacks));
+  if (g.max_rollbacks < 0 || g.max_rollbacks > 1000) {
+    return Status::InvalidArgument(Where(c, "guard.max_rollbacks") +
+                                   "guard.max_rollbacks must be in [0, 1000], got " +
+                                   std::to_string(g.max_rollbacks));
+  }
+  if (g.policy != GuardPolicy::kRollback && c.Has("guard.max_rollbacks")) {
+    return Status::InvalidArgument(Where(c, "guard.max_rollbacks") +
+                                   "guard.max_rollbacks is set but guard.policy = " + policy +
+                                   ": only rollback rolls back; set guard.policy = rollback or "
+                                   "drop guard.max_rollbacks");
+  }
   if (g.sdc_every_steps < 0 || g.sdc_every_steps > 100000000) {
     return Status::InvalidArgument(Where(c, "guard.sdc_every_steps") +
                                    "guard.sdc_every_steps must be in [0, 100000000] steps (0 = "
@@ -139,11 +149,11 @@ Status StepGuard::Record(int64_t step, double grad_norm, const std::string& skip
     return Status::Ok();
   }
   skipped_.emplace_back(step, skipped);
-  if (skipped == "listed") return Status::Ok();
+  if (skipped == "listed" || skipped == "rollback") return Status::Ok();
   std::string steps;
   int64_t count = 0;
   for (const auto& [s, why] : skipped_) {
-    if (why == "listed" || s <= step - cfg_.max_skips_window) continue;
+    if (why == "listed" || why == "rollback" || s <= step - cfg_.max_skips_window) continue;
     ++count;
     steps += (steps.empty() ? "" : ",") + std::to_string(s);
   }

@@ -18,7 +18,8 @@
 namespace ftrain::train {
 
 // guard.policy: off (every update applied, as before), skip (a non-finite or spiking step is
-// not applied), rollback (not available yet: refused at start-up).
+// not applied), rollback (not applied, and the run goes back to the newest restorable
+// snapshot and skips every step from there to that one: train/config/rollback.h).
 enum class GuardPolicy { kOff, kSkip, kRollback };
 const char* GuardPolicyName(GuardPolicy p);
 
@@ -34,6 +35,9 @@ struct GuardSection {
   // the last max_skips_window steps ends the run (exit 2, the job is not restarted).
   int64_t max_skips = 5;
   int64_t max_skips_window = 100;
+  // guard.policy = rollback: more than max_rollbacks rollbacks within the last
+  // max_skips_window steps end the run (exit 2) instead of rolling back again.
+  int64_t max_rollbacks = 3;
   // Silent data corruption check: every sdc_every_steps optimizer steps (0 = off), the
   // replicas of each master shard (hybrid_shard across nodes, no_shard across every rank)
   // compare a hash of its bytes (train/sdc_check.h). Operational: not in the config hash.
@@ -46,7 +50,7 @@ Status LoadGuard(const Config& c, GuardSection* out);
 // step must be in [1, total_steps].
 Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* out);
 
-// One skipped step: its number and why ("nonfinite", "spike", "listed").
+// One skipped step: its number and why ("nonfinite", "spike", "listed", "rollback").
 using SkippedStep = std::pair<int64_t, std::string>;
 
 // The guard of one run: the skip list, the spike window and the skips so far (restored from
@@ -57,8 +61,16 @@ class StepGuard {
       : cfg_(cfg), listed_(std::move(listed)) {}
 
   bool nonfinite_on() const { return cfg_.policy != GuardPolicy::kOff; }
-  // data.skip names this step: it is not computed at all.
-  bool Listed(int64_t step) const { return listed_.count(step) > 0; }
+  // data.skip names this step, or a rollback skips it: it is not computed at all.
+  bool Listed(int64_t step) const { return listed_.count(step) + rolled_back_.count(step) > 0; }
+  // Why a Listed step is skipped: "listed" (data.skip) or "rollback".
+  const char* ListedReason(int64_t step) const {
+    return listed_.count(step) > 0 ? "listed" : "rollback";
+  }
+  // A rollback skips steps [first, last] (train/config/rollback.h): not computed, like data.skip.
+  void AddRolledBack(int64_t first, int64_t last) {
+    for (int64_t s = first; s <= last; ++s) rolled_back_.insert(s);
+  }
   // Whether `grad_norm` is a spike against the window (false while it is not full).
   bool IsSpike(double grad_norm) const;
   // The reason a step whose norm is `grad_norm` was skipped by the engine.
@@ -76,6 +88,7 @@ class StepGuard {
  private:
   GuardSection cfg_;
   std::set<int64_t> listed_;
+  std::set<int64_t> rolled_back_;
   std::deque<double> window_;  // the last spike_window applied steps' norms, oldest first
   std::vector<SkippedStep> skipped_;
 };

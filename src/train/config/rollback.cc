@@ -1,0 +1,69 @@
+// guard.policy = rollback's records and rules (rollback.h).
+#include "train/config/rollback.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/run_layout.h"
+#include "records/json_lines.h"
+
+namespace ftrain::train {
+
+StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir) {
+  const std::string path = RunLayout(run_dir).rollbacks();
+  std::vector<std::pair<int, nlohmann::json>> lines;
+  std::vector<std::string> warnings;
+  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &warnings));
+  std::vector<RollbackRecord> out;
+  for (const auto& [n, j] : lines) {
+    const std::string where = path + ":" + std::to_string(n);
+    RollbackRecord r;
+    FT_RETURN_IF_ERROR(records::ReadField(j, "step", true, where, &r.step));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "reason", true, where, &r.reason));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "resumed_from", false, where, &r.resumed_from));
+    if (r.step < 1) return Status::Corruption(where + ": field 'step' must be >= 1");
+    out.push_back(r);
+  }
+  return out;
+}
+
+Status AppendRollback(const std::string& run_dir, const RollbackRecord& r, double grad_norm) {
+  nlohmann::json j = {{"time", static_cast<double>(std::time(nullptr))},
+                      {"step", r.step},
+                      {"reason", r.reason},
+                      {"resumed_from", r.resumed_from}};
+  if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
+  return records::AppendJsonLine(RunLayout(run_dir).rollbacks(), j.dump());
+}
+
+Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step,
+                           const GuardSection& g) {
+  std::string steps;
+  int64_t count = 1;  // this one
+  for (const RollbackRecord& r : past) {
+    if (r.step >= step || r.step <= step - g.max_skips_window) continue;
+    ++count;
+    steps += std::to_string(r.step) + ",";
+  }
+  if (count <= g.max_rollbacks) return Status::Ok();
+  return Status::FailedPrecondition(
+      "guard: step " + std::to_string(step) + " would be rollback number " + std::to_string(count) +
+      " within the last " + std::to_string(g.max_skips_window) +
+      " steps (earlier: " + steps.substr(0, steps.size() - 1) +
+      "; guard.max_rollbacks = " + std::to_string(g.max_rollbacks) +
+      "): the run keeps diverging, so it ends here instead of rolling back again. Inspect "
+      "those steps' batches (RUN/rollbacks.jsonl), then resume with a lower train.lr, a "
+      "larger guard.max_rollbacks or --data.skip");
+}
+
+std::vector<std::pair<int64_t, int64_t>> RolledBackRanges(
+    const std::vector<RollbackRecord>& records, int64_t resumed_step) {
+  int64_t last = resumed_step;
+  for (const RollbackRecord& r : records) last = std::max(last, r.step);
+  if (last == resumed_step) return {};
+  return {{resumed_step + 1, last}};
+}
+
+}  // namespace ftrain::train
