@@ -65,6 +65,11 @@ class Sim {
     return s;
   }
   bool LastHas(const std::string& needle) const { return Text().find(needle) != std::string::npos; }
+  bool AnyHas(const std::string& needle) const {  // any action so far
+    return std::any_of(actions.begin(), actions.end(), [&](const Action& a) {
+      return ToText(a).find(needle) != std::string::npos;
+    });
+  }
   const JobState& state() const { return policy_->state(); }
   const JobPolicy& policy() const { return *policy_; }
 
@@ -79,6 +84,7 @@ class Sim {
     st.nodes = nodes;
     st.spare_list = spare_list;
     st.quarantine = start_quarantine;
+    st.train_count = start_train_count;
     st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
     On(st);
     Observation lease = Obs(K::kLease);
@@ -178,6 +184,7 @@ class Sim {
 
   double t = 0;
   std::vector<QuarantineLine> start_quarantine;  // RUN/quarantine.jsonl at the start
+  int start_train_count = 0;                     // RUN/.submit/train-nodes-42 at the start
   Decision last;
   std::vector<std::string> rules;
   std::vector<Action> actions;  // every action so far
@@ -1049,17 +1056,75 @@ TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
   EXPECT_TRUE(plain.LastHas("requeueing job 42 excluding n2"));
 }
 
-TEST(JobPolicyQuarantine, APartitionTooSmallWithoutThemEndsFailedNamingThem) {
+TEST(JobPolicyQuarantine, APartitionTooSmallOnlyForTheSparesRequeuesWithFewerNodes) {
   // 2 training nodes + 1 spare, both replicas named, 4 nodes in the partition: a requeue
-  // excluding both would pend for ever.
+  // excluding both holds the 2 training nodes but not the spare.
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
   sim.StartTraining({"n1", "n2", "n3"});
   sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
   sim.Room({"n1", "n2", "n3", "n4"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_requeue_fewer");
+  EXPECT_TRUE(
+      sim.LastHas("requeued without its spare(s): node(s) n1 n2 quarantined "
+                  "(RUN/quarantine.jsonl; step exit 77), no spare for each, and the job's "
+                  "partition has 2 other node(s) for its 3: job 42 is requeued on 2 node(s) "
+                  "(2 training, as before) excluding n1,n2"))
+      << sim.Text();
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
+                  "action=\"requeue_fewer_spares\",num_nodes=2,spares=0"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) {
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2] num_nodes=2 train_count=2";
+  }
+  EXPECT_TRUE(excluded) << sim.Text();
+  // Two spares, three quarantined (a spare among them), six nodes in the partition: three
+  // others, so one spare is left.
+  Sim two(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}, {"FTRAIN_DETECT", "0"}}));
+  two.StartTraining({"n1", "n2", "n3", "n4"});  // spares n3 n4
+  two.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false), Suspect("n3", false)});
+  two.Room({"n1", "n2", "n3", "n4", "n5", "n6"});
+  EXPECT_EQ(two.last.rule, "step.quarantine_requeue_fewer");
+  EXPECT_TRUE(two.LastHas("requeued with 1 of its 2 spare(s)")) << two.Text();
+  two.FinishRequeue();
+  excluded = false;
+  for (const auto& a : two.actions) {
+    excluded =
+        excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2 n3] num_nodes=3 train_count=2";
+  }
+  EXPECT_TRUE(excluded) << two.Text();
+}
+
+TEST(JobPolicyQuarantine, AStartAfterARequeueWithFewerNodesKeepsItsTrainingNodes) {
+  // RUN/.submit/train-nodes-42 says 2: both nodes train, none is a spare.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.start_train_count = 2;
+  sim.StartTraining({"n3", "n4"}, 1);
+  EXPECT_TRUE(sim.AnyHas("2 training node(s), 0 spare(s)")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4]")) << sim.Text();
+  EXPECT_TRUE(sim.state().spare_nodes.empty());
+  // NumNodes did not hold (3 nodes): the third is a spare, never a training node less.
+  Sim more(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  more.start_train_count = 2;
+  more.StartTraining({"n3", "n4", "n5"}, 1);
+  EXPECT_TRUE(more.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4]")) << more.Text();
+  EXPECT_EQ(more.state().spare_nodes, std::vector<std::string>({"n5"}));
+}
+
+TEST(JobPolicyQuarantine, APartitionTooSmallWithoutThemEndsFailedNamingThem) {
+  // 2 training nodes + 1 spare, both replicas named, 3 nodes in the partition: a requeue
+  // excluding both would pend for ever, even without the spare.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  sim.Room({"n1", "n2", "n3"});
   EXPECT_EQ(sim.last.rule, "step.quarantine_no_room");
   EXPECT_TRUE(
       sim.LastHas("FAILED: node(s) n1 n2 quarantined (RUN/quarantine.jsonl; step exit "
-                  "77), no spare for each, and the job's partition has 2 other node(s) "
+                  "77), no spare for each, and the job's partition has 1 other node(s) "
                   "for its 3: not requeueing (it would never start). Submit again with "
                   "--exclude=n1,n2"))
       << sim.Text();

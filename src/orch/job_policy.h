@@ -93,6 +93,11 @@ struct JobState {
   std::vector<QuarantineLine> step_quarantine;  // RUN/quarantine.jsonl when the step ended
   std::vector<HangLine> step_hangs;             // RUN/hangs.jsonl when the step ended
   std::vector<std::string> quarantine_bad;      // quarantined nodes that held ranks
+  // A requeue with fewer spares (quarantined nodes, the partition too small for the whole
+  // job): NumNodes of the requeued job, 0 when unchanged. train_count: the training node
+  // count a start of this job keeps (kStarted; 0 when no such requeue happened).
+  int requeue_nodes = 0;
+  int train_count = 0;
 };
 
 // Pure helpers of the policy's questions, executed by the runner.

@@ -472,6 +472,8 @@ Decision JobPolicy::Ending(const Observation& o) {
         if (!Contains(ex.faulty, q)) ex.faulty.push_back(q);
       }
       ex.released = st_.released;
+      ex.num_nodes = st_.requeue_nodes;
+      ex.train_count = st_.requeue_nodes > 0 ? static_cast<int>(st_.train_nodes.size()) : 0;
       acts.push_back(ex);
     }
     if (st_.agents) {

@@ -108,14 +108,46 @@ Decision JobPolicy::QuarantineAfterStep() {
   return Launch(rule + "step.quarantine_replaced", acts);
 }
 
-// No spare for each quarantined node: requeue excluding every quarantined node of the run,
-// unless the job's partition would be left with too few nodes (the requeued job would pend
-// for ever): then end FAILED naming them. Slurm not answering: requeue (it may fit).
+// No spare for each quarantined node: requeue excluding every quarantined node of the run.
+// When the job's partition would be left with too few nodes for the whole job but enough for
+// its training nodes, the requeued job gets fewer nodes: fewer spares, or none. With too few
+// even for the training nodes (the requeued job would pend for ever) it ends FAILED naming
+// them. Slurm not answering: requeue (it may fit).
 Decision JobPolicy::RoomKnown(const Observation& o) {
   const std::vector<std::string>& bad = st_.quarantine_bad;
   const std::string exit = std::to_string(st_.rc);
   size_t room = 0;
   for (const auto& n : o.nodes) room += Contains(st_.quarantined, n) ? 0 : 1;
+  const size_t train = st_.spares ? st_.train_nodes.size() : st_.all_nodes.size();
+  if (o.known && room < st_.all_nodes.size() && room >= train) {
+    // Too few nodes only for the spares: requeue with fewer (NumNodes lowered with the
+    // exclusion, on the pending job), as many training nodes as before (a resume is
+    // bit-identical only on the same layout), and the spares that fit, maybe none.
+    st_.faulty = st_.quarantined;
+    st_.requeue_nodes = static_cast<int>(room);
+    const size_t spares_after = room - train;
+    const std::string spares = spares_after == 0
+                                   ? "without its spare(s)"
+                                   : "with " + std::to_string(spares_after) + " of its " +
+                                         std::to_string(st_.all_nodes.size() - train) + " spare(s)";
+    return Requeue(
+        "step.quarantine_requeue_fewer",
+        {Log("requeued " + spares + ": node(s) " + Join(bad, " ") +
+             " quarantined (RUN/quarantine.jsonl; step exit " + exit +
+             "), no spare for each, and the job's partition has " + std::to_string(room) +
+             " other node(s) for its " + std::to_string(st_.all_nodes.size()) + ": job " + st_.job +
+             " is requeued on " + std::to_string(room) + " node(s) (" + std::to_string(train) +
+             " training, as before) excluding " + Join(st_.quarantined, ",")),
+         LastStop("quarantine"),
+         Record(
+             "step_failed", "quarantine",
+             {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_fewer_spares"),
+              records::Int("num_nodes", static_cast<int64_t>(room)),
+              records::Int("spares", static_cast<int64_t>(spares_after)),
+              records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
+             true)},
+        {});
+  }
   if (o.known && room < st_.all_nodes.size()) {
     return Fail("step.quarantine_no_room",
                 {Log("FAILED: node(s) " + Join(bad, " ") +

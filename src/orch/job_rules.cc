@@ -102,8 +102,16 @@ const std::vector<Rule> kRules = {
    "the partition holds the job without the quarantined nodes (or sinfo did not answer)",
    "record step_failed/quarantine; requeue excluding every quarantined node of the run",
    "the replica check names a node (exit 77) and no spare is left"},
+  {"step.quarantine_requeue_fewer", "checking room",
+   "spares: the partition has too few nodes besides the quarantined ones for the job, enough "
+   "for its training nodes",
+   "record step_failed/quarantine (requeue_fewer_spares); requeue excluding them with NumNodes "
+   "lowered to what is left (the training nodes kept, fewer spares or none; "
+   "RUN/.submit/train-nodes-JOB)",
+   "both replicas of a two-way split are quarantined, one spare, and the partition holds only "
+   "the training nodes without them"},
   {"step.quarantine_no_room", "checking room",
-   "the partition has too few nodes besides the quarantined ones",
+   "the partition has too few nodes besides the quarantined ones, even for the training nodes",
    "log FAILED naming them and what to do, record failed/quarantined, exit 1",
    "the replica check names a node, no spare, and the partition cannot hold the job without it"},
   {"step.confirm", "training", "the step failed, nobody declared, detection on",

@@ -149,6 +149,10 @@ int JobRunner::Run() {
     if (spares.ok()) st.spare_list = *spares;
   }
   ReadQuarantine(&st);
+  if (auto t = ReadText(layout_.submit() + "/train-nodes-" + ctx_.job);
+      t.ok() && !ctx_.job.empty()) {
+    st.train_count = std::atoi(t->c_str());  // requeued with fewer nodes (job_runner_nodes.cc)
+  }
   pending_.push_back(st);
   next_tick_ = clock_->Monotonic() + kTickS;
   while (!done_) {

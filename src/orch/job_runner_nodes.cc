@@ -248,8 +248,24 @@ void JobRunner::Exclude(const Action& a) {
     if (Responds(states[n])) Log("node " + n + " is " + states[n] + " again: not excluded");
   }
   const std::vector<std::string> want = Exclusions(user, states, a.faulty);
-  if (want.size() == user.size()) return;  // nothing of ftrain's to exclude
-  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","));
+  if (want.size() == user.size() && a.num_nodes == 0) return;  // nothing of ftrain's to do
+  if (a.num_nodes > 0) {
+    // Before the update: a start of the requeued job keeps its training node count whatever
+    // it finds (a NumNodes that did not hold makes more spares, never fewer training nodes).
+    const std::string marker = layout_.submit() + "/train-nodes-" + ctx_.job;
+    Status m = (mkdir(layout_.submit().c_str(), 0700) == 0 || errno == EEXIST)
+                   ? WritePrivate(marker, std::to_string(a.train_count) + "\n")
+                   : Status::Unavailable("cannot create " + layout_.submit());
+    if (!m.ok()) Log("WARNING: cannot write " + marker + ": " + m.message());
+  }
+  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","), a.num_nodes);
+  if (!r.ok() && a.num_nodes > 0) {
+    Log("could not set NumNodes=" + std::to_string(a.num_nodes) +
+        " ExcNodeList=" + Join(want, ",") + " on the requeued job (" + r.message() +
+        "): it may pend until enough nodes are free; scancel it and submit again with "
+        "--exclude and fewer nodes");
+    return;
+  }
   if (!r.ok()) {
     Log("could not set ExcNodeList=" + Join(want, ",") + " on the requeued job (" + r.message() +
         "); the scheduler skips a dead node while Slurm flags it not responding");

@@ -82,7 +82,10 @@ std::string ToText(const Action& a) {
       return "requeue budget=" + Secs(a.seconds) + "s";
     case K::kExclude:
       return "exclude dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
-             (a.released ? " released" : "");
+             (a.released ? " released" : "") +
+             (a.num_nodes > 0 ? " num_nodes=" + std::to_string(a.num_nodes) +
+                                    " train_count=" + std::to_string(a.train_count)
+                              : "");
     case K::kWaitAgents:
       return "wait_agents " + Secs(a.seconds) + "s";
     case K::kStopAgents:

@@ -65,6 +65,7 @@ struct Observation {
   std::string batch_host;        // this host (SLURMD_NODENAME)
   std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
+  int train_count = 0;  // kStarted: RUN/.submit/train-nodes-JOB (a requeue with fewer spares)
   // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
   std::vector<QuarantineLine> quarantine;
   std::vector<HangLine> hangs;
@@ -141,6 +142,10 @@ struct Action {
   std::vector<std::string> faulty;  // kExclude: alive but failing nodes: excluded whatever
                                     // Slurm sees of them
   std::vector<std::string> watch;   // kLaunch: the nodes whose heartbeats the detector reads
+  // kExclude: NumNodes of the requeued job (0: unchanged) and its training node count, which
+  // its starts keep (RUN/.submit/train-nodes-JOB): a requeue with fewer spares.
+  int num_nodes = 0;
+  int train_count = 0;
   double seconds = 0;
   int code = 0;
 };

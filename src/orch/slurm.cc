@@ -249,10 +249,17 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
                              std::to_string(static_cast<int>(budget_s)) + " s)");
 }
 
-Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist) {
+Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist,
+                                  int num_nodes) {
+  std::vector<std::string> argv = {"scontrol", "update", "JobId=" + job};
+  // "NumNodes=N" alone sets only the minimum (the job shows 2-3): N-N.
+  if (num_nodes > 0) {
+    argv.push_back("NumNodes=" + std::to_string(num_nodes) + "-" + std::to_string(num_nodes));
+  }
+  argv.push_back("ExcNodeList=" + hostlist);
   RunResult r;
   for (int i = 0; i < 2; ++i) {
-    r = RunCommand({"scontrol", "update", "JobId=" + job, "ExcNodeList=" + hostlist}, Bounded(10));
+    r = RunCommand(argv, Bounded(10));
     if (r.ok()) return Status::Ok();
   }
   return Status::Unavailable(r.Describe(10));

@@ -361,6 +361,10 @@ void MatchQuarantineActions(RunSummary* r) {
         q.action = "replaced by spare " + j["spare"].get<std::string>() + job;
       } else if (e.event == "step_failed" && names(j, "nodes", q.host)) {
         q.action = "excluded from the requeued job" + job;
+        if (j.contains("num_nodes") && j["num_nodes"].is_number_integer()) {
+          q.action += ", requeued on " + std::to_string(j["num_nodes"].get<int64_t>()) +
+                      " node(s): fewer spares";
+        }
       } else if (e.event == "quarantine_skipped" && names(j, "nodes", q.host)) {
         q.action = "left out at a start, a spare trained instead" + job;
       } else if (e.event == "failed" && names(j, "nodes", q.host)) {

@@ -11,6 +11,9 @@
 #   unused;
 # - FTRAIN_TEST_NO_SPARE=1: a 2-node job; `ftrain job` requeues it excluding both nodes
 #   (ExcNodeList), and it trains on the cluster's two other nodes;
+# - FTRAIN_TEST_SDC_ONE_SPARE=1: `sbatch --nodes=3 --no-kill` with one spare: one spare for two
+#   quarantined nodes, and the 4-node cluster has only 2 others: `ftrain job` requeues the job
+#   on 2 nodes (NumNodes lowered with ExcNodeList), both training, no spare;
 # - FTRAIN_TEST_SDC_MAJORITY=1: no_shard (4 replicas of everything): only rank 3 is outvoted,
 #   so only its node is quarantined; `sbatch --nodes=3 --no-kill` with one spare, which takes
 #   its ranks.
@@ -24,7 +27,9 @@ set -euo pipefail
 SLURM_TEST_NAME="train_sdc_quarantine_test"
 NO_SPARE="${FTRAIN_TEST_NO_SPARE:-0}"
 MAJORITY="${FTRAIN_TEST_SDC_MAJORITY:-0}"
+ONE_SPARE="${FTRAIN_TEST_SDC_ONE_SPARE:-0}"
 ((NO_SPARE)) && SLURM_TEST_NAME="train_sdc_quarantine_no_spare_test"
+((ONE_SPARE)) && SLURM_TEST_NAME="train_sdc_quarantine_one_spare_test"
 if ((MAJORITY)); then
   SLURM_TEST_NAME="train_sdc_quarantine_majority_test"
   E2E_TRAIN_ARGS="--train.steps=60 --ckpt.every_steps=5 --ckpt.every_minutes=0 --dist.sharding=no_shard"
@@ -49,6 +54,10 @@ RUN="${WORK_DIR}/sdc"
 if ((NO_SPARE)); then
   log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, no spare: expect a requeue excluding both nodes"
   JOB_ID="$(e2e_submit sdc)"  # (not --nodelist: the requeue could never leave those nodes)
+elif ((ONE_SPARE)); then
+  export FTRAIN_SPARE_NODES=1
+  log "bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK}, one spare ${nodes[2]}: expect a requeue on 2 nodes"
+  JOB_ID="$(e2e_submit sdc --nodes=3 --no-kill)"
 elif ((MAJORITY)); then
   export FTRAIN_SPARE_NODES=1
   log "no_shard: bitflip at step ${FLIP_STEP} on rank ${FLIP_RANK} (${nodes[1]}), spare ${nodes[2]}"
@@ -84,7 +93,25 @@ for n in "${named[@]}"; do
   ! grep -q " ${n}\( \|$\)" <<<"${after}" || fail "${n} got ranks after its quarantine: ${after}"
 done
 report="$("${E2E_BIN}/ftrain" report "${RUN}")" || fail "ftrain report failed"
-if ((NO_SPARE)); then
+if ((ONE_SPARE)); then
+  [[ "$(e2e_restarts "${JOB_ID}")" == 1 ]] || fail "expected one requeue, Slurm says $(e2e_restarts "${JOB_ID}")"
+  grep -q "requeued without its spare(s): node(s) ${nodes[0]} ${nodes[1]} quarantined" <<<"${out}" ||
+    fail "no 'requeued without its spare' log: $(grep -E 'quarantin|requeue' <<<"${out}")"
+  grep -q '"event":"step_failed","cause":"quarantine".*"action":"requeue_fewer_spares","num_nodes":2,"spares":0' <<<"${records}" ||
+    fail "no step_failed/quarantine requeue_fewer_spares record: ${records}"
+  grep -q '"event":"requeued","cause":"quarantine"' <<<"${records}" || fail "no requeued/quarantine record"
+  # The requeued job ran on the cluster's two other nodes, both training (4 ranks), no spare.
+  ran="$(scontrol show hostnames "$(job_field "${JOB_ID}" NodeList)" | paste -sd' ')"
+  [[ "${ran}" == "${nodes[2]} ${nodes[3]}" ]] || fail "the requeued job ran on ${ran}, not ${nodes[2]} ${nodes[3]}"
+  [[ "${after}" == *"4 ranks: ${nodes[2]} ${nodes[2]} ${nodes[3]} ${nodes[3]}"* ]] ||
+    fail "the requeued job did not train 4 ranks on ${nodes[2]} ${nodes[3]}: ${after}"
+  grep -q "2 training node(s), 0 spare(s)" <<<"${out}" || fail "the requeued start did not keep 2 training nodes"
+  exc="$(scontrol show hostnames "$(job_field "${JOB_ID}" ExcNodeList)" | paste -sd' ')"
+  for n in "${named[@]}"; do
+    [[ " ${exc} " == *" ${n} "* ]] || fail "ExcNodeList ${exc} lacks ${n}"
+  done
+  grep -q "excluded from the requeued job.*fewer spares" <<<"${report}" || fail "ftrain report: ${report}"
+elif ((NO_SPARE)); then
   [[ "$(e2e_restarts "${JOB_ID}")" == 1 ]] || fail "expected one requeue, Slurm says $(e2e_restarts "${JOB_ID}")"
   grep -q '"event":"step_failed","cause":"quarantine"' <<<"${records}" ||
     fail "no step_failed/quarantine record: ${records}"
@@ -115,5 +142,5 @@ else
     fail "the replication ring still holds ${named[0]}: $(cat "${RUN}/.job-nodes")"
 fi
 e2e_expect_identical sdc
-log "PASS: bitflip on rank ${FLIP_RANK} -> ${named[*]} quarantined and $( ((NO_SPARE)) && echo "excluded on requeue" || echo "replaced by spares"); bit-identical"
+log "PASS: bitflip on rank ${FLIP_RANK} -> ${named[*]} quarantined and $( ((NO_SPARE || ONE_SPARE)) && echo "excluded on requeue" || echo "replaced by spares"); bit-identical"
 PASSED=1
