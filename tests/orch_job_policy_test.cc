@@ -859,6 +859,47 @@ TEST(JobPolicyRankFailure, Usr1DuringTheBackoffRequeuesAtOnce) {
   EXPECT_TRUE(sim.LastHas("requeue"));
 }
 
+TEST(JobPolicyRankFailure, ARollbackRestartsInPlaceAtOnceAndCountsNothing) {
+  // Detection on (the default): exit 79 is intended, no node is confirmed first.
+  Sim sim(NoPreflight({{"FTRAIN_MAX_INJOB_RESTARTS", "1"}}));
+  sim.StartTraining();
+  for (int i = 0; i < 3; ++i) {  // more than the in-job restarts: none is used
+    sim.StepExit(79);
+    EXPECT_EQ(sim.last.rule, "step.rollback");
+    EXPECT_TRUE(
+        sim.LastHas("the trainer rolled the run back (exit 79, RUN/rollbacks.jsonl): "
+                    "restarting in place at once"))
+        << sim.Text();
+    EXPECT_TRUE(sim.LastHas("record restarted/rollback {@LOST@=,exit=79}")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2]")) << sim.Text();
+    EXPECT_FALSE(sim.LastHas("confirm_death"));
+    EXPECT_EQ(sim.state().injob_restarts, 0);
+    EXPECT_EQ(sim.state().phase, Phase::kTraining);
+  }
+  EXPECT_FALSE(sim.Did(Action::Kind::kCountFailedStart));
+  // A rank failure after the rollbacks still gets its first in-job restart.
+  sim.StepExit(1);
+  if (sim.state().phase == Phase::kConfirming) sim.Confirmed("");
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  EXPECT_TRUE(sim.LastHas("in-job restart 1/1"));
+  // With spares: in place too, on the same training nodes.
+  Sim spare(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  spare.StartTraining({"n1", "n2", "n3"});
+  spare.StepExit(79);
+  EXPECT_EQ(spare.last.rule, "step.rollback");
+  EXPECT_TRUE(spare.LastHas("launch nodes=[n1 n2] hosts=[n1 n1 n2 n2]")) << spare.Text();
+}
+
+TEST(JobPolicyRankFailure, AUsr1BeforeARollbackExitRequeues) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining();
+  sim.Signal("USR1");
+  sim.StepExit(79);
+  EXPECT_EQ(sim.last.rule, "step.stopped");
+  EXPECT_TRUE(sim.LastHas("requeue"));
+}
+
 TEST(JobPolicyRankFailure, AConfigurationErrorFailsWithoutARestart) {
   Sim sim(NoPreflight());
   sim.StartTraining();

@@ -125,6 +125,7 @@ class JobPolicy {
   static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
   static constexpr int kExitSdc = 77;            // ftrain train: replicas disagreed (sdc_check.h)
   static constexpr int kExitHang = 78;           // ftrain train: a rank hung
+  static constexpr int kExitRollback = 79;       // ftrain train: guard.policy = rollback
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit

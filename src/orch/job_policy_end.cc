@@ -74,7 +74,8 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.localised = false;
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
-  const bool failed = st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig;
+  const bool failed =
+      st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig && st_.rc != kExitRollback;
   if (failed && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
     // A node whose slurmd refuses may have died a moment ago (its peers' collectives broke at
     // once): its heartbeat gets the time to confirm it.
@@ -126,6 +127,16 @@ Decision JobPolicy::Decide(double now) {
              "again"),
          LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
         2);
+  }
+  if (rc == kExitRollback && st_.detect_node.empty()) {
+    // Intended: rank 0 recorded the rollback in RUN/rollbacks.jsonl and every rank exited.
+    // No back-off, no in-job restart or failed start counted: guard.max_rollbacks in the
+    // trainer ends a diverging run (exit 2).
+    return Launch("step.rollback",
+                  {Log("the trainer rolled the run back (exit " + exit +
+                       ", RUN/rollbacks.jsonl): restarting in place at once; it resumes the "
+                       "newest restorable snapshot and skips the rolled-back steps"),
+                   Record("restarted", "rollback", {Lost(), records::Int("exit", rc)}, true)});
   }
   if ((rc == kExitSdc || rc == kExitHang) && !st_.stop_requested) {
     Decision q = QuarantineAfterStep();  // else: a rank failure like any other

@@ -86,6 +86,10 @@ const std::vector<Rule> kRules = {
   {"step.config_error", "training", "exit 2 or RUN/.config_error",
    "log FAILED with the trainer's message, record failed/config_error, exit 2 (no restart)",
    "the trainer exits 2 (configuration or input)"},
+  {"step.rollback", "training", "exit 79 (guard.policy = rollback; RUN/rollbacks.jsonl)",
+   "record restarted/rollback; relaunch at once (no back-off, no in-job restart or failed start "
+   "counted: guard.max_rollbacks in the trainer bounds it)",
+   "a step's loss is not finite or spikes and guard.policy = rollback"},
   {"step.hang_repeated", "training / confirming",
    "exit 78 and a host named by two records of RUN/hangs.jsonl",
    "append its RUN/quarantine.jsonl line (cause hang); then as exit 77",
