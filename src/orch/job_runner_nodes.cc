@@ -258,7 +258,18 @@ void JobRunner::Exclude(const Action& a) {
                    : Status::Unavailable("cannot create " + layout_.submit());
     if (!m.ok()) Log("WARNING: cannot write " + marker + ": " + m.message());
   }
-  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","), a.num_nodes);
+  // Fewer nodes: as many tasks per node as before (the job's --ntasks-per-node, the ranks per
+  // node here) and their CPUs (CPUs/Task of the job), else Slurm finds it never runnable.
+  int tasks = 0, cpus = 0;
+  if (a.num_nodes > 0) {
+    tasks = a.num_nodes * s_.ranks_per_node;
+    int per_task = 1;
+    if (auto info = slurm_->ShowJob(ctx_.job); info.ok()) {
+      per_task = std::max(1, std::atoi(info->Get("CPUs/Task").c_str()));
+    }
+    cpus = tasks * per_task;
+  }
+  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","), a.num_nodes, tasks, cpus);
   if (!r.ok() && a.num_nodes > 0) {
     Log("could not set NumNodes=" + std::to_string(a.num_nodes) +
         " ExcNodeList=" + Join(want, ",") + " on the requeued job (" + r.message() +

@@ -250,11 +250,13 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
 }
 
 Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist,
-                                  int num_nodes) {
+                                  int num_nodes, int num_tasks, int num_cpus) {
   std::vector<std::string> argv = {"scontrol", "update", "JobId=" + job};
   // "NumNodes=N" alone sets only the minimum (the job shows 2-3): N-N.
   if (num_nodes > 0) {
     argv.push_back("NumNodes=" + std::to_string(num_nodes) + "-" + std::to_string(num_nodes));
+    if (num_tasks > 0) argv.push_back("NumTasks=" + std::to_string(num_tasks));
+    if (num_cpus > 0) argv.push_back("NumCPUs=" + std::to_string(num_cpus));
   }
   argv.push_back("ExcNodeList=" + hostlist);
   RunResult r;
