@@ -14,6 +14,7 @@
 
 #include "orch/dry_run.h"
 #include "orch/job_policy.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 namespace {
@@ -64,6 +65,11 @@ class Sim {
     return s;
   }
   bool LastHas(const std::string& needle) const { return Text().find(needle) != std::string::npos; }
+  bool AnyHas(const std::string& needle) const {  // any action so far
+    return std::any_of(actions.begin(), actions.end(), [&](const Action& a) {
+      return ToText(a).find(needle) != std::string::npos;
+    });
+  }
   const JobState& state() const { return policy_->state(); }
   const JobPolicy& policy() const { return *policy_; }
 
@@ -77,6 +83,8 @@ class Sim {
     st.batch_host = nodes[0];
     st.nodes = nodes;
     st.spare_list = spare_list;
+    st.quarantine = start_quarantine;
+    st.train_count = start_train_count;
     st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
     On(st);
     Observation lease = Obs(K::kLease);
@@ -97,6 +105,20 @@ class Sim {
     Observation o = Obs(K::kStepExited);
     o.rc = rc;
     o.config_error = std::move(config_error);
+    return On(o);
+  }
+  // A step's end with RUN/quarantine.jsonl and RUN/hangs.jsonl as the runner read them.
+  Decision StepExitWith(int rc, std::vector<QuarantineLine> q, std::vector<HangLine> hangs = {}) {
+    Observation o = Obs(K::kStepExited);
+    o.rc = rc;
+    o.quarantine = std::move(q);
+    o.hangs = std::move(hangs);
+    return On(o);
+  }
+  Decision Room(std::vector<std::string> nodes, bool known = true) {
+    Observation o = Obs(K::kRoom);
+    o.nodes = std::move(nodes);
+    o.known = known;
     return On(o);
   }
   Decision Tick() { return On(Obs(K::kTick)); }
@@ -161,6 +183,8 @@ class Sim {
   }
 
   double t = 0;
+  std::vector<QuarantineLine> start_quarantine;  // RUN/quarantine.jsonl at the start
+  int start_train_count = 0;                     // RUN/.submit/train-nodes-42 at the start
   Decision last;
   std::vector<std::string> rules;
   std::vector<Action> actions;  // every action so far
@@ -671,51 +695,6 @@ TEST(JobPolicyTraining, AFailedStepNobodyDeclaredIsConfirmedByHeartbeat) {
   EXPECT_TRUE(sim.LastHas("release [n2]"));
 }
 
-// Exit 78 (the trainer's hang guard) with the same host named by the last two hang records:
-// the node is replaced like a dead one. Once only, or another host: a plain rank failure.
-TEST(JobPolicyTraining, AHangThatRepeatsOnANodeReplacesItLikeADeadOne) {
-  Sim once(NoPreflight());
-  once.StartTraining();
-  once.StepExit(78);
-  EXPECT_EQ(once.last.rule, "step.confirm");
-  Sim sim(NoPreflight());
-  sim.StartTraining();
-  Observation o = Obs(K::kStepExited);
-  o.rc = 78;
-  o.hang_repeated_on = "n2";
-  sim.On(o);
-  EXPECT_EQ(sim.last.rule, "step.dead_requeue") << sim.Text();
-  EXPECT_TRUE(sim.LastHas("a rank on n2 hung in two starts in a row")) << sim.Text();
-  EXPECT_TRUE(
-      sim.LastHas("record step_failed/node_failure {node=\"n2\",@LOST@=,exit=78,"
-                  "detected=1700000000.000000,detected_by=\"hang_guard\","
-                  "verdict=\"hung_twice\"}"))
-      << sim.Text();
-  EXPECT_TRUE(sim.LastHas("release [n2]"));
-  // With a spare, the spare takes its ranks.
-  Sim spare(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
-  spare.StartTraining({"n1", "n2", "n3"}, 0, {"n1"});
-  o.hang_repeated_on = "n3";
-  spare.On(o);
-  EXPECT_EQ(spare.last.rule, "step.find_dead");
-  EXPECT_TRUE(spare.LastHas("release [n3]")) << spare.Text();
-  spare.NodesInJob({"n1", "n2"});
-  EXPECT_EQ(spare.last.rule, "step.dead_replaced");
-  EXPECT_TRUE(spare.LastHas("launching /bin/ftrain train on 4 ranks: n2 n2 n1 n1"));
-}
-
-TEST(RepeatedHangHost, TheLastTwoRecordsMustNameTheSameHost) {
-  const std::string a = "{\"rank\":3,\"host\":\"gpu-1\"}\n",
-                    b = "{\"rank\":0,\"host\":\"gpu-2\"}\n";
-  EXPECT_EQ(RepeatedHangHost(""), "");
-  EXPECT_EQ(RepeatedHangHost(a), "");
-  EXPECT_EQ(RepeatedHangHost(a + a), "gpu-1");
-  EXPECT_EQ(RepeatedHangHost(a + b), "");
-  EXPECT_EQ(RepeatedHangHost(b + a + a), "gpu-1");
-  EXPECT_EQ(RepeatedHangHost(a + a + b), "");
-  EXPECT_EQ(RepeatedHangHost(a + "not json\n" + a), "");
-}
-
 // ---- spares ---------------------------------------------------------------------------------
 
 // 3 nodes, n1 the spare (and batch host): ranks 0,1 on n2, 2,3 on n3. n3 dies: its ranks go to
@@ -880,6 +859,47 @@ TEST(JobPolicyRankFailure, Usr1DuringTheBackoffRequeuesAtOnce) {
   EXPECT_TRUE(sim.LastHas("requeue"));
 }
 
+TEST(JobPolicyRankFailure, ARollbackRestartsInPlaceAtOnceAndCountsNothing) {
+  // Detection on (the default): exit 79 is intended, no node is confirmed first.
+  Sim sim(NoPreflight({{"FTRAIN_MAX_INJOB_RESTARTS", "1"}}));
+  sim.StartTraining();
+  for (int i = 0; i < 3; ++i) {  // more than the in-job restarts: none is used
+    sim.StepExit(79);
+    EXPECT_EQ(sim.last.rule, "step.rollback");
+    EXPECT_TRUE(
+        sim.LastHas("the trainer rolled the run back (exit 79, RUN/rollbacks.jsonl): "
+                    "restarting in place at once"))
+        << sim.Text();
+    EXPECT_TRUE(sim.LastHas("record restarted/rollback {@LOST@=,exit=79}")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2]")) << sim.Text();
+    EXPECT_FALSE(sim.LastHas("confirm_death"));
+    EXPECT_EQ(sim.state().injob_restarts, 0);
+    EXPECT_EQ(sim.state().phase, Phase::kTraining);
+  }
+  EXPECT_FALSE(sim.Did(Action::Kind::kCountFailedStart));
+  // A rank failure after the rollbacks still gets its first in-job restart.
+  sim.StepExit(1);
+  if (sim.state().phase == Phase::kConfirming) sim.Confirmed("");
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  EXPECT_TRUE(sim.LastHas("in-job restart 1/1"));
+  // With spares: in place too, on the same training nodes.
+  Sim spare(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  spare.StartTraining({"n1", "n2", "n3"});
+  spare.StepExit(79);
+  EXPECT_EQ(spare.last.rule, "step.rollback");
+  EXPECT_TRUE(spare.LastHas("launch nodes=[n1 n2] hosts=[n1 n1 n2 n2]")) << spare.Text();
+}
+
+TEST(JobPolicyRankFailure, AUsr1BeforeARollbackExitRequeues) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining();
+  sim.Signal("USR1");
+  sim.StepExit(79);
+  EXPECT_EQ(sim.last.rule, "step.stopped");
+  EXPECT_TRUE(sim.LastHas("requeue"));
+}
+
 TEST(JobPolicyRankFailure, AConfigurationErrorFailsWithoutARestart) {
   Sim sim(NoPreflight());
   sim.StartTraining();
@@ -991,6 +1011,253 @@ TEST(JobPolicyDryRun, ARecordedSequencePrintsEveryDecision) {
   EXPECT_NE(b.message().find("line 2: '1 teleport node=x': unknown kind 'teleport'"),
             std::string::npos)
       << b.message();
+}
+
+// ---- quarantined nodes ----------------------------------------------------------------------
+
+QuarantineLine Suspect(const std::string& host, bool by_majority,
+                       const std::string& cause = "sdc") {
+  QuarantineLine q;
+  q.host = host;
+  q.cause = cause;
+  q.step = 9;
+  q.by_majority = by_majority;
+  return q;
+}
+
+HangLine Hang(const std::string& host, int64_t step) {
+  HangLine h;
+  h.host = host;
+  h.step = step;
+  h.rank = 2;
+  h.node = 1;
+  return h;
+}
+
+TEST(JobPolicyQuarantine, ANodeOutvotedByItsReplicasIsReplacedByASpareAndNotReleased) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"});  // spare n3
+  sim.StepExitWith(77, {Suspect("n2", true)});
+  EXPECT_EQ(sim.last.rule, "step.confirm");  // a dead node would explain the exit too
+  sim.Confirmed("");
+  EXPECT_EQ(sim.last.rule, "step.quarantine_replaced");
+  EXPECT_TRUE(
+      sim.LastHas("node n2 is quarantined (RUN/quarantine.jsonl; step exit 77): its "
+                  "ranks move to spare n3 (0 spare(s) left)"));
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/quarantine {node=\"n2\",spare=\"n3\","
+                  "spares_left=0,replacement=1,@LOST@=,exit=77}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n3]"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  EXPECT_FALSE(sim.LastHas("release"));  // it stays in the allocation: no other job gets it
+  EXPECT_EQ(sim.state().quarantined, std::vector<std::string>({"n2"}));
+  // The same line read again after a later exit 77 names nobody new: a rank failure.
+  sim.StepExitWith(77, {Suspect("n2", true)});
+  sim.Confirmed("");
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+}
+
+TEST(JobPolicyQuarantine, BothReplicasOfATwoWaySplitAreReplacedWhenSparesAllow) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3", "n4"});  // spares n3 n4
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4] overlap"));
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n3 n4]"));
+}
+
+TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
+  // Two suspects, one spare: both stay quarantined (nothing tells them apart), so the job
+  // leaves the allocation.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_room");
+  EXPECT_TRUE(sim.LastHas("query_room"));
+  sim.Room({"n1", "n2", "n3", "n4", "n5"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_requeue");
+  EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
+                  "action=\"requeue_excluding\""))
+      << sim.Text();
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) {
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2]";
+  }
+  EXPECT_TRUE(excluded);
+  // No spares at all: the same.
+  Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  plain.StartTraining();
+  plain.StepExitWith(77, {Suspect("n2", true)});
+  plain.Room({}, false);  // sinfo did not answer: the requeue may fit
+  EXPECT_EQ(plain.last.rule, "step.quarantine_requeue");
+  EXPECT_TRUE(plain.LastHas("requeueing job 42 excluding n2"));
+}
+
+TEST(JobPolicyQuarantine, APartitionTooSmallOnlyForTheSparesRequeuesWithFewerNodes) {
+  // 2 training nodes + 1 spare, both replicas named, 4 nodes in the partition: a requeue
+  // excluding both holds the 2 training nodes but not the spare.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  sim.Room({"n1", "n2", "n3", "n4"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_requeue_fewer");
+  EXPECT_TRUE(
+      sim.LastHas("requeued without its spare(s): node(s) n1 n2 quarantined "
+                  "(RUN/quarantine.jsonl; step exit 77), no spare for each, and the job's "
+                  "partition has 2 other node(s) for its 3: job 42 is requeued on 2 node(s) "
+                  "(2 training, as before) excluding n1,n2"))
+      << sim.Text();
+  EXPECT_TRUE(
+      sim.LastHas("record step_failed/quarantine {nodes=\"n1,n2\","
+                  "action=\"requeue_fewer_spares\",num_nodes=2,spares=0"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("last_stop quarantine"));
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) {
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2] num_nodes=2 train_count=2";
+  }
+  EXPECT_TRUE(excluded) << sim.Text();
+  // Two spares, three quarantined (a spare among them), six nodes in the partition: three
+  // others, so one spare is left.
+  Sim two(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}, {"FTRAIN_DETECT", "0"}}));
+  two.StartTraining({"n1", "n2", "n3", "n4"});  // spares n3 n4
+  two.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false), Suspect("n3", false)});
+  two.Room({"n1", "n2", "n3", "n4", "n5", "n6"});
+  EXPECT_EQ(two.last.rule, "step.quarantine_requeue_fewer");
+  EXPECT_TRUE(two.LastHas("requeued with 1 of its 2 spare(s)")) << two.Text();
+  two.FinishRequeue();
+  excluded = false;
+  for (const auto& a : two.actions) {
+    excluded =
+        excluded || ToText(a) == "exclude dead=[] faulty=[n1 n2 n3] num_nodes=3 train_count=2";
+  }
+  EXPECT_TRUE(excluded) << two.Text();
+}
+
+TEST(JobPolicyQuarantine, AStartAfterARequeueWithFewerNodesKeepsItsTrainingNodes) {
+  // RUN/.submit/train-nodes-42 says 2: both nodes train, none is a spare.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.start_train_count = 2;
+  sim.StartTraining({"n3", "n4"}, 1);
+  EXPECT_TRUE(sim.AnyHas("2 training node(s), 0 spare(s)")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4]")) << sim.Text();
+  EXPECT_TRUE(sim.state().spare_nodes.empty());
+  // NumNodes did not hold (3 nodes): the third is a spare, never a training node less.
+  Sim more(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  more.start_train_count = 2;
+  more.StartTraining({"n3", "n4", "n5"}, 1);
+  EXPECT_TRUE(more.LastHas("launch nodes=[n3 n4] hosts=[n3 n3 n4 n4]")) << more.Text();
+  EXPECT_EQ(more.state().spare_nodes, std::vector<std::string>({"n5"}));
+}
+
+TEST(JobPolicyQuarantine, APartitionTooSmallWithoutThemEndsFailedNamingThem) {
+  // 2 training nodes + 1 spare, both replicas named, 3 nodes in the partition: a requeue
+  // excluding both would pend for ever, even without the spare.
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {Suspect("n1", false), Suspect("n2", false)});
+  sim.Room({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_no_room");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: node(s) n1 n2 quarantined (RUN/quarantine.jsonl; step exit "
+                  "77), no spare for each, and the job's partition has 1 other node(s) "
+                  "for its 3: not requeueing (it would never start). Submit again with "
+                  "--exclude=n1,n2"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record failed/quarantined {nodes=\"n1,n2\""));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(78, {}, {Hang("n2", 4)});  // once: a rank failure, restarted in place
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t += 5;
+  sim.Tick();
+  sim.StepExitWith(78, {}, {Hang("n2", 4), Hang("n1", 6)});  // another host: still no repeat
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  sim.t += 10;
+  sim.Tick();
+  sim.StepExitWith(78, {}, {Hang("n2", 4), Hang("n1", 6), Hang("n2", 8)});
+  EXPECT_EQ(sim.last.rule, "step.hang_repeated+step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=hang {node=1,rank=2,step=8,hangs=2}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  // Hang records do not quarantine after another exit code.
+  Sim other(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  other.StartTraining();
+  other.StepExitWith(1, {}, {Hang("n2", 4), Hang("n2", 8)});
+  EXPECT_EQ(other.last.rule, "step.probe");
+}
+
+TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}}));
+  sim.start_quarantine = {Suspect("n2", true), Suspect("n4", true)};  // a training node, a spare
+  sim.StartTraining({"n1", "n2", "n3", "n4"}, 1);
+  ASSERT_GE(sim.rules.size(), 2u);
+  EXPECT_EQ(sim.rules[1], "start.requeued+start.quarantined_spared+agents.start");
+  bool launched = false, agents = false;
+  for (const auto& a : sim.actions) {
+    launched = launched || ToText(a) == "launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] watch=[n1 n3]";
+    agents = agents || ToText(a) == "start_agents [n1 n3]";
+  }
+  EXPECT_TRUE(launched);
+  EXPECT_TRUE(agents);  // no agent on a quarantined node: it is out of the ring
+  // A later requeue for another reason keeps them excluded.
+  sim.Signal("USR1");
+  sim.StepExit(75);
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions)
+    excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n2 n4]";
+  EXPECT_TRUE(excluded);
+}
+
+TEST(JobPolicyQuarantine, AStartOnAQuarantinedNodeWithoutASpareFailsNamingIt) {
+  Sim sim(NoPreflight());
+  sim.start_quarantine = {Suspect("n2", false)};
+  sim.StartTraining({"n1", "n2"}, 1);
+  EXPECT_EQ(sim.last.rule, "start.requeued+start.quarantined");
+  EXPECT_EQ(sim.ExitCode(), 1);
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: node(s) n2 of job 42 are quarantined for this run "
+                  "(/runs/r/quarantine.jsonl) and no clean spare can take their ranks: "
+                  "submit again with --exclude=n2"))
+      << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
+TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
+  const auto q = ParseQuarantine(
+      "{\"time\":1,\"host\":\"h1\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
+      "\"cause\":\"sdc\",\"by_majority\":false}\nnot json\n{\"host\":\"\"}\n"
+      "{\"host\":\"h0\",\"cause\":\"sdc\",\"by_majority\":true}\n{\"host\":\"h1\"}\n{\"ho");
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].host, "h1");
+  EXPECT_EQ(q[0].rank, 3);
+  EXPECT_EQ(q[0].step, 9);
+  EXPECT_FALSE(q[0].by_majority);
+  EXPECT_TRUE(q[1].by_majority);
+  EXPECT_EQ(QuarantinedHosts(q), std::vector<std::string>({"h1", "h0"}));
+  const auto h = ParseHangs(
+      "{\"time\":1,\"step\":4,\"rank\":2,\"node\":1,\"host\":\"a\",\"phase\":\"compute\"}\n"
+      "{\"step\":5,\"rank\":0,\"host\":\"b\"}\n{\"step\":7,\"rank\":2,\"host\":\"a\"}\n");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].node, 1);
+  EXPECT_EQ(RepeatedHangHosts(h), std::vector<std::string>({"a"}));
 }
 
 // ---- the table ------------------------------------------------------------------------------

@@ -383,23 +383,37 @@ TEST(ReportCliTest, QuarantinedNodesAreShown) {
   WriteFile(dir + "/quarantine.jsonl",
             "{\"time\":" + std::to_string(kT0 + 200) +
                 ",\"host\":\"gpu-b\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
-                "\"cause\":\"sdc\",\"by_majority\":true}\n");
+                "\"cause\":\"sdc\",\"by_majority\":true}\n"
+                "{\"time\":" +
+                std::to_string(kT0 + 300) +
+                ",\"host\":\"gpu-a\",\"node\":0,\"rank\":1,\"step\":14,\"cause\":\"hang\","
+                "\"hangs\":2,\"by_majority\":false}\n");
+  // What `ftrain job` did: a spare took gpu-b's ranks; gpu-a was excluded from the requeue.
   std::ofstream(dir + "/restarts.jsonl", std::ios::app)
-      << Event(kT0 + 200, "sdc", "sdc", "\"step\":9,\"detail\":\"rank 3 (node 1) disagrees\"");
+      << Event(kT0 + 200, "sdc", "sdc", "\"step\":9,\"detail\":\"rank 3 (node 1) disagrees\"")
+      << Event(kT0 + 201, "restarted", "quarantine",
+               "\"node\":\"gpu-b\",\"spare\":\"gpu-c\",\"spares_left\":0")
+      << Event(kT0 + 301, "step_failed", "quarantine",
+               "\"nodes\":\"gpu-a\",\"action\":\"requeue_excluding\"");
   auto r = RunCli({dir});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("quarantined (RUN/quarantine.jsonl"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sdc (sdc), job 1001: rank 3 (node 1) disagrees\n"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("(+00:03:20)  host gpu-b (node 1, rank 3), after step 9, sdc: outvoted "
-                       "by its replicas\n"),
+                       "by its replicas\n      the job: replaced by spare gpu-c (job 1001)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("host gpu-a (node 0, rank 1), after step 14, hang: ranks hung there "
+                       "twice\n      the job: excluded from the requeued job (job 1001)\n"),
             std::string::npos)
       << r.out;
   auto j = RunCli({dir, "--json"});
   ASSERT_EQ(j.code, 0) << j.err;
   auto q = nlohmann::json::parse(j.out)["quarantined"];
-  ASSERT_EQ(q.size(), 1u);
+  ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0]["host"], "gpu-b");
+  EXPECT_EQ(q[0]["action"], "replaced by spare gpu-c (job 1001)");
   EXPECT_EQ(q[0]["rank"], 3);
   EXPECT_EQ(q[0]["by_majority"], true);
   auto none = RunCli({WriteSmallRun("no_quarantine"), "--json"});

@@ -53,6 +53,8 @@ const char* PhaseName(Phase p) {
       return "releasing";
     case Phase::kWaitingFlag:
       return "waiting_flag";
+    case Phase::kCheckingRoom:
+      return "checking_room";
     case Phase::kRequeueing:
       return "requeueing";
     case Phase::kDraining:
@@ -142,6 +144,9 @@ Decision JobPolicy::On(const Observation& o) {
       return Backoff(o);
     case Phase::kAskingJob:
       if (o.kind == K::kJobState) return JobStateKnown(o);
+      break;
+    case Phase::kCheckingRoom:
+      if (o.kind == K::kRoom) return RoomKnown(o);
       break;
     case Phase::kReleasing:
     case Phase::kWaitingFlag:

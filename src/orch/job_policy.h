@@ -17,25 +17,26 @@
 namespace ftrain::orch {
 
 enum class Phase {
-  kStart,        // waiting for the start's facts
-  kLease,        // asked for the run lease
-  kPreflight,    // the pre-flight commcheck runs
-  kLocalising,   // per-node checks: which node fails
-  kAgents,       // the node agents start, their daemons must answer
-  kTraining,     // the training step runs (detection and spare checks on ticks)
-  kStopping,     // USR1/TERM forwarded: the ranks checkpoint and stop
-  kConfirming,   // the step failed: a node whose slurmd does not answer is confirmed or not
-  kFindingDead,  // the step failed (spares): which training nodes left the job
-  kHealthPoll,   // spares: a node does not answer; polling until Slurm takes it out
-  kProbing,      // does every training node run a task?
-  kHealthWait,   // no spares: a node does not answer; waiting for Slurm's requeue
-  kCounting,     // counting a failed start
-  kBackoff,      // before an in-job restart
-  kAskingJob,    // a TERM came: is the job cancelled, timed out, or still running?
-  kReleasing,    // requeue excluding: releasing the dead nodes
-  kWaitingFlag,  // requeue excluding: waiting for slurmctld to flag them not responding
-  kRequeueing,   // the requeue is issued and verified
-  kDraining,     // waiting for the agents, then exit
+  kStart,         // waiting for the start's facts
+  kLease,         // asked for the run lease
+  kPreflight,     // the pre-flight commcheck runs
+  kLocalising,    // per-node checks: which node fails
+  kAgents,        // the node agents start, their daemons must answer
+  kTraining,      // the training step runs (detection and spare checks on ticks)
+  kStopping,      // USR1/TERM forwarded: the ranks checkpoint and stop
+  kConfirming,    // the step failed: a node whose slurmd does not answer is confirmed or not
+  kFindingDead,   // the step failed (spares): which training nodes left the job
+  kHealthPoll,    // spares: a node does not answer; polling until Slurm takes it out
+  kProbing,       // does every training node run a task?
+  kHealthWait,    // no spares: a node does not answer; waiting for Slurm's requeue
+  kCounting,      // counting a failed start
+  kBackoff,       // before an in-job restart
+  kAskingJob,     // a TERM came: is the job cancelled, timed out, or still running?
+  kReleasing,     // requeue excluding: releasing the dead nodes
+  kWaitingFlag,   // requeue excluding: waiting for slurmctld to flag them not responding
+  kCheckingRoom,  // quarantined nodes, no spare: can the partition hold the job without them?
+  kRequeueing,    // the requeue is issued and verified
+  kDraining,      // waiting for the agents, then exit
   kDone,
 };
 const char* PhaseName(Phase p);
@@ -86,6 +87,17 @@ struct JobState {
   bool probe_for_spares = false;
   std::string config_error;         // RUN/.config_error of the step that ended
   std::vector<std::string> faulty;  // alive nodes that failed the localisation: excluded
+  // Hosts quarantined for this run (RUN/quarantine.jsonl, read at every start and after a
+  // step's exit 77 or 78): never given ranks again; excluded from every requeue.
+  std::vector<std::string> quarantined;
+  std::vector<QuarantineLine> step_quarantine;  // RUN/quarantine.jsonl when the step ended
+  std::vector<HangLine> step_hangs;             // RUN/hangs.jsonl when the step ended
+  std::vector<std::string> quarantine_bad;      // quarantined nodes that held ranks
+  // A requeue with fewer spares (quarantined nodes, the partition too small for the whole
+  // job): NumNodes of the requeued job, 0 when unchanged. train_count: the training node
+  // count a start of this job keeps (kStarted; 0 when no such requeue happened).
+  int requeue_nodes = 0;
+  int train_count = 0;
 };
 
 // Pure helpers of the policy's questions, executed by the runner.
@@ -93,10 +105,6 @@ struct JobState {
 // the count starts again at 1 whenever a newer checkpoint was committed since (the crash-loop
 // budget resets on progress).
 int NextFailedStartCount(const std::string& failed_starts_text, const std::string& newest);
-// The host on which a hang repeats: the host the last two records of RUN/hangs.jsonl (the
-// trainer's hang guard, train/hang_watch.h) both name; empty when they differ, fewer than two
-// records exist or a line is not a record.
-std::string RepeatedHangHost(const std::string& hangs_text);
 // Which nodes a localisation blames: those that failed a check alone (unless every node did:
 // then it is no node's fault); if none did and there are 3 or more, those that failed with
 // both ring neighbours while another pair passed. None: no single node is to blame (the
@@ -115,7 +123,9 @@ class JobPolicy {
   double StopTimeout() const;
   static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
   static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
-  static constexpr int kExitHang = 78;           // ftrain train: a rank hung (RUN/hangs.jsonl)
+  static constexpr int kExitSdc = 77;            // ftrain train: replicas disagreed (sdc_check.h)
+  static constexpr int kExitHang = 78;           // ftrain train: a rank hung
+  static constexpr int kExitRollback = 79;       // ftrain train: guard.policy = rollback
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit
@@ -142,10 +152,13 @@ class JobPolicy {
 
   Decision Launch(std::string rule, std::vector<Action> before = {});
   Decision ChooseSpares(std::vector<Action>* acts);
+  Decision QuarantineAtStart(std::vector<Action>* acts, std::string* rule);
+  Decision QuarantineAfterStep();
+  Decision RoomKnown(const Observation& o);
+  std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();
   Decision StepExited(const Observation& o);
-  std::vector<Action> ReplaceHungNode(const Observation& o);
   Decision RankFailure(double now);
   Decision StopRequest(const std::string& sig, double now);
   void DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,

@@ -37,20 +37,6 @@ int NextFailedStartCount(const std::string& failed_starts_text, const std::strin
   return prev == newest && numeric && count.size() < 9 ? std::stoi(count) + 1 : 1;
 }
 
-std::string RepeatedHangHost(const std::string& hangs_text) {
-  std::vector<std::string> hosts;
-  std::istringstream in(hangs_text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("host") || !j["host"].is_string()) return "";
-    hosts.push_back(j["host"].get<std::string>());
-  }
-  const size_t n = hosts.size();
-  return n >= 2 && hosts[n - 1] == hosts[n - 2] ? hosts[n - 1] : "";
-}
-
 std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
                                     const std::vector<bool>& alone_ok,
                                     const std::vector<bool>& pair_ok) {
@@ -84,11 +70,13 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.rc = o.rc;
   st_.step_end_wall = o.wall;
   st_.config_error = o.config_error;
+  st_.step_quarantine = o.quarantine;
+  st_.step_hangs = o.hangs;
   st_.localised = false;
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
-  const bool failed = st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig;
-  std::vector<Action> hung = ReplaceHungNode(o);
+  const bool failed =
+      st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig && st_.rc != kExitRollback;
   if (failed && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
     // A node whose slurmd refuses may have died a moment ago (its peers' collectives broke at
     // once): its heartbeat gets the time to confirm it.
@@ -98,29 +86,6 @@ Decision JobPolicy::StepExited(const Observation& o) {
   Decision d = Decide(o.now);
   d.actions.insert(d.actions.begin(), hung.begin(), hung.end());
   return d;
-}
-
-// Exit 78 with the hang's host named twice in a row (RUN/hangs.jsonl): that node is replaced
-// like a dead one (a spare takes its ranks, or the job is requeued excluding it), since a
-// restart on it would likely hang again. Declares it; the actions say so.
-std::vector<Action> JobPolicy::ReplaceHungNode(const Observation& o) {
-  const std::string& node = o.hang_repeated_on;
-  const std::vector<std::string>& nodes = st_.spares ? st_.train_nodes : st_.all_nodes;
-  if (o.rc != kExitHang || node.empty() || !st_.detect_node.empty() || !Contains(nodes, node)) {
-    return {};
-  }
-  st_.declared.push_back(node);
-  st_.detect_node = node;
-  st_.detect_fields = {records::Num("detected", o.wall, 6),
-                       records::Str("detected_by", "hang_guard"),
-                       records::Str("verdict", "hung_twice")};
-  std::vector<Action> acts{Log("a rank on " + node +
-                               " hung in two starts in a row (RUN/hangs.jsonl): replacing the "
-                               "node as if it had died")};
-  if (st_.spares && !st_.spare_nodes.empty()) {
-    acts.push_back(WithNodes(Action::Kind::kRelease, st_.declared));
-  }
-  return acts;
 }
 
 Decision JobPolicy::AfterConfirm(const Observation& o) {
@@ -165,6 +130,20 @@ Decision JobPolicy::Decide(double now) {
              "again"),
          LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
         2);
+  }
+  if (rc == kExitRollback && st_.detect_node.empty()) {
+    // Intended: rank 0 recorded the rollback in RUN/rollbacks.jsonl and every rank exited.
+    // No back-off, no in-job restart or failed start counted: guard.max_rollbacks in the
+    // trainer ends a diverging run (exit 2).
+    return Launch("step.rollback",
+                  {Log("the trainer rolled the run back (exit " + exit +
+                       ", RUN/rollbacks.jsonl): restarting in place at once; it resumes the "
+                       "newest restorable snapshot and skips the rolled-back steps"),
+                   Record("restarted", "rollback", {Lost(), records::Int("exit", rc)}, true)});
+  }
+  if ((rc == kExitSdc || rc == kExitHang) && !st_.stop_requested) {
+    Decision q = QuarantineAfterStep();  // else: a rank failure like any other
+    if (!q.rule.empty()) return q;
   }
   if (!st_.detect_node.empty() && !st_.spares) {
     std::vector<Field> f{records::Str("node", st_.detect_node), Lost(), records::Int("exit", rc)};
@@ -498,10 +477,17 @@ Decision JobPolicy::Ending(const Observation& o) {
                          "); the job ends FAILED, so that nothing waiting on it starts: submit "
                          "it again (it resumes from the newest complete checkpoint)"));
       acts.push_back(Record("failed", "requeue_failed", {records::Str("why", o.detail)}));
-    } else if (!st_.exclude.empty() || !st_.faulty.empty()) {
+    } else if (!st_.exclude.empty() || !st_.faulty.empty() || !st_.quarantined.empty()) {
       Action ex = WithNodes(Action::Kind::kExclude, st_.exclude);
       ex.faulty = st_.faulty;
+      // Every quarantined node of the run stays excluded, whatever this requeue is for (the
+      // runner replaces ftrain's earlier exclusions with this list).
+      for (const auto& q : st_.quarantined) {
+        if (!Contains(ex.faulty, q)) ex.faulty.push_back(q);
+      }
       ex.released = st_.released;
+      ex.num_nodes = st_.requeue_nodes;
+      ex.train_count = st_.requeue_nodes > 0 ? static_cast<int>(st_.train_nodes.size()) : 0;
       acts.push_back(ex);
     }
     if (st_.agents) {

@@ -1,8 +1,11 @@
 // orch/job_policy_start.cc - JobPolicy, part 1: the start (the lease, the start's records, the
 // spares), the pre-flight and the agents, up to the first launch.
+#include <algorithm>
+
 #include "core/run_layout.h"
 #include "orch/job_policy.h"
 #include "orch/job_policy_util.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 
@@ -39,6 +42,8 @@ Decision JobPolicy::Start(const Observation& o) {
   st_.last_stop = o.last_stop;
   st_.resubmits = o.resubmits;
   st_.spare_list = o.spare_list;
+  st_.train_count = o.train_count;
+  st_.quarantined = QuarantinedHosts(o.quarantine);
   st_.phase = Phase::kLease;
   return {"start.lease", {Act(Action::Kind::kAcquireLease)}};
 }
@@ -106,6 +111,8 @@ Decision JobPolicy::AfterLease() {
     Decision bad = ChooseSpares(&acts);
     if (!bad.rule.empty()) return bad;
   }
+  Decision quarantined = QuarantineAtStart(&acts, &rule);
+  if (!quarantined.rule.empty()) return quarantined;
   if (StopTimeout() < s_.stop_timeout_s) {
     acts.push_back(Log("WARNING: FTRAIN_STOP_TIMEOUT_S=" + Fmt(s_.stop_timeout_s) +
                        " does not fit the USR1 lead of " + Fmt(s_.usr1_lead_s) +
@@ -133,7 +140,18 @@ Decision JobPolicy::ChooseSpares(std::vector<Action>* acts) {
                  s_.spare_nodes.find_first_not_of("0123456789") == std::string::npos &&
                  s_.spare_nodes.size() < 6;
   if (numeric) want = std::stoi(s_.spare_nodes);
-  if (!st_.spare_list.empty()) {
+  if (st_.train_count > 0) {
+    // Requeued with fewer nodes (quarantined nodes, too few left for the spares): the
+    // training nodes stay as many as before, the spares are what is left.
+    numeric = true;
+    want = static_cast<int>(st_.all_nodes.size()) - st_.train_count;
+    acts->push_back(
+        Log("this job was requeued with fewer nodes than it was submitted with "
+            "(quarantined nodes): " +
+            std::to_string(st_.train_count) + " training node(s), " +
+            std::to_string(std::max(want, 0)) + " spare(s)"));
+  }
+  if (!st_.spare_list.empty() && st_.train_count == 0) {
     st_.spare_nodes = st_.spare_list;
   } else if (numeric) {
     for (auto it = st_.all_nodes.rbegin();

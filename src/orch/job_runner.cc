@@ -20,6 +20,7 @@
 #include "orch/files.h"
 #include "orch/probe.h"
 #include "orch/process.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 namespace {
@@ -147,6 +148,11 @@ int JobRunner::Run() {
     auto spares = slurm_->Hostnames(s_.spare_nodelist);
     if (spares.ok()) st.spare_list = *spares;
   }
+  ReadQuarantine(&st);
+  if (auto t = ReadText(layout_.submit() + "/train-nodes-" + ctx_.job);
+      t.ok() && !ctx_.job.empty()) {
+    st.train_count = std::atoi(t->c_str());  // requeued with fewer nodes (job_runner_nodes.cc)
+  }
   pending_.push_back(st);
   next_tick_ = clock_->Monotonic() + kTickS;
   while (!done_) {
@@ -223,10 +229,7 @@ void JobRunner::WaitForEvents(double max_s) {
         auto ce = ReadText(layout_.config_error());
         if (ce.ok()) o.config_error = ce->substr(0, 2000);
         while (!o.config_error.empty() && o.config_error.back() == '\n') o.config_error.pop_back();
-        if (o.rc == JobPolicy::kExitHang) {
-          auto hangs = ReadText(layout_.hangs());
-          if (hangs.ok()) o.hang_repeated_on = RepeatedHangHost(*hangs);
-        }
+        ReadQuarantine(&o);
         pending_.push_back(o);
       }
     }
@@ -405,6 +408,19 @@ void JobRunner::QueryJobState() {
   answers_.push_back(o);
 }
 
+void JobRunner::QueryRoom() {
+  Observation o = Obs(Observation::Kind::kRoom);
+  o.known = false;
+  auto info = slurm_->ShowJob(ctx_.job);
+  const std::string partition = info.ok() ? info->Get("Partition") : "";
+  if (!partition.empty()) {
+    auto nodes = slurm_->PartitionNodes(partition);
+    o.known = nodes.has_value();
+    if (nodes) o.nodes = *nodes;
+  }
+  answers_.push_back(o);
+}
+
 void JobRunner::Requeue(double budget_s) {
   MergeRecords();  // Slurm ends this script soon after: the records first
   Observation o = Obs(Observation::Kind::kRequeued);
@@ -503,6 +519,12 @@ void JobRunner::Execute(const Action& a) {
     case K::kStopAgents:
       StopAgents();
       answers_.push_back(Obs(Observation::Kind::kAgentsStopped));
+      break;
+    case K::kQuarantine:
+      Quarantine(a);
+      break;
+    case K::kQueryRoom:
+      QueryRoom();
       break;
     case K::kExit:
       exit_code_ = a.code;

@@ -64,6 +64,7 @@ class JobRunner {
   void EndStep();
   void QueryNodesInJob();
   void QueryJobState();
+  void QueryRoom();
   void Requeue(double budget_s);
   void CountFailedStart();
   void ProbeHealth(const std::vector<std::string>& nodes);
@@ -75,6 +76,8 @@ class JobRunner {
   void WaitAgents(double seconds);
   void StopAgents();
   void MergeRecords();
+  void ReadQuarantine(Observation* o) const;
+  void Quarantine(const Action& a);
   std::vector<records::Field> LostFields(bool at_failure);
   std::vector<std::string> AgentSteps();
   bool AgentReady(const std::string& node) const;

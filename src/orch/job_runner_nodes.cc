@@ -227,8 +227,17 @@ void JobRunner::Exclude(const Action& a) {
   const std::string ours_file = layout_.submit() + "/excluded-" + ctx_.job;
   std::vector<std::string> ours, current, user;
   if (auto t = ReadText(ours_file); t.ok()) ours = SplitWords(*t);
+  std::vector<std::string> required;  // --nodelist: Slurm never runs it without those nodes
   if (auto info = slurm_->ShowJob(ctx_.job); info.ok()) {
     if (auto h = slurm_->Hostnames(info->Get("ExcNodeList")); h.ok()) current = *h;
+    if (auto h = slurm_->Hostnames(info->Get("ReqNodeList")); h.ok()) required = *h;
+  }
+  for (const auto& n : a.faulty) {
+    if (std::find(required.begin(), required.end(), n) == required.end()) continue;
+    Log("WARNING: job " + ctx_.job + " was submitted with --nodelist naming " + n +
+        ", which is excluded now: the requeued job cannot start (Reason=BadConstraints); "
+        "scancel it and submit again without " +
+        n);
   }
   for (const auto& n : current) {
     if (std::find(ours.begin(), ours.end(), n) == ours.end()) user.push_back(n);
@@ -239,8 +248,35 @@ void JobRunner::Exclude(const Action& a) {
     if (Responds(states[n])) Log("node " + n + " is " + states[n] + " again: not excluded");
   }
   const std::vector<std::string> want = Exclusions(user, states, a.faulty);
-  if (want.size() == user.size()) return;  // nothing of ftrain's to exclude
-  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","));
+  if (want.size() == user.size() && a.num_nodes == 0) return;  // nothing of ftrain's to do
+  if (a.num_nodes > 0) {
+    // Before the update: a start of the requeued job keeps its training node count whatever
+    // it finds (a NumNodes that did not hold makes more spares, never fewer training nodes).
+    const std::string marker = layout_.submit() + "/train-nodes-" + ctx_.job;
+    Status m = (mkdir(layout_.submit().c_str(), 0700) == 0 || errno == EEXIST)
+                   ? WritePrivate(marker, std::to_string(a.train_count) + "\n")
+                   : Status::Unavailable("cannot create " + layout_.submit());
+    if (!m.ok()) Log("WARNING: cannot write " + marker + ": " + m.message());
+  }
+  // Fewer nodes: as many tasks per node as before (the job's --ntasks-per-node, the ranks per
+  // node here) and their CPUs (CPUs/Task of the job), else Slurm finds it never runnable.
+  int tasks = 0, cpus = 0;
+  if (a.num_nodes > 0) {
+    tasks = a.num_nodes * s_.ranks_per_node;
+    int per_task = 1;
+    if (auto info = slurm_->ShowJob(ctx_.job); info.ok()) {
+      per_task = std::max(1, std::atoi(info->Get("CPUs/Task").c_str()));
+    }
+    cpus = tasks * per_task;
+  }
+  Status r = slurm_->SetExcludedNodes(ctx_.job, Join(want, ","), a.num_nodes, tasks, cpus);
+  if (!r.ok() && a.num_nodes > 0) {
+    Log("could not set NumNodes=" + std::to_string(a.num_nodes) +
+        " ExcNodeList=" + Join(want, ",") + " on the requeued job (" + r.message() +
+        "): it may pend until enough nodes are free; scancel it and submit again with "
+        "--exclude and fewer nodes");
+    return;
+  }
   if (!r.ok()) {
     Log("could not set ExcNodeList=" + Join(want, ",") + " on the requeued job (" + r.message() +
         "); the scheduler skips a dead node while Slurm flags it not responding");

@@ -7,6 +7,8 @@
 #include "ckpt/store.h"
 #include "orch/files.h"
 #include "orch/job_runner.h"
+#include "orch/quarantine.h"
+#include "records/json_lines.h"
 
 namespace ftrain::orch {
 
@@ -66,6 +68,30 @@ void JobRunner::MergeRecords() {
   auto m = merger_.MaybeMerge();
   if (!m.ok())
     Log("WARNING: could not merge the records into restarts.jsonl: " + m.status().message());
+}
+
+// RUN/quarantine.jsonl and RUN/hangs.jsonl for the policy (absent: nothing recorded).
+void JobRunner::ReadQuarantine(Observation* o) const {
+  o->quarantine = ParseQuarantine(ReadTextOr(layout_.quarantine()));
+  o->hangs = ParseHangs(ReadTextOr(layout_.hangs()));
+}
+
+// A line of RUN/quarantine.jsonl for a host the policy quarantined (a repeated hang). The
+// trainer has exited: nobody else appends now.
+void JobRunner::Quarantine(const Action& a) {
+  if (a.nodes.empty()) return;
+  nlohmann::json q = {{"time", clock_->Wall()}, {"host", a.nodes[0]}};
+  for (const auto& f : a.record.fields) {
+    auto v = nlohmann::json::parse(f.json, nullptr, false);
+    if (!v.is_discarded()) q[f.key] = v;
+  }
+  q["cause"] = a.text;
+  q["by_majority"] = false;
+  if (!ctx_.job.empty()) q["job"] = ctx_.job;
+  Status w = records::AppendJsonLine(layout_.quarantine(), q.dump());
+  // The policy has the host quarantined for this start either way; the file carries it on.
+  if (!w.ok())
+    Log("WARNING: could not record the quarantine of " + a.nodes[0] + ": " + w.message());
 }
 
 void JobRunner::AcquireLease() {

@@ -82,11 +82,18 @@ std::string ToText(const Action& a) {
       return "requeue budget=" + Secs(a.seconds) + "s";
     case K::kExclude:
       return "exclude dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
-             (a.released ? " released" : "");
+             (a.released ? " released" : "") +
+             (a.num_nodes > 0 ? " num_nodes=" + std::to_string(a.num_nodes) +
+                                    " train_count=" + std::to_string(a.train_count)
+                              : "");
     case K::kWaitAgents:
       return "wait_agents " + Secs(a.seconds) + "s";
     case K::kStopAgents:
       return "stop_agents";
+    case K::kQueryRoom:
+      return "query_room";
+    case K::kQuarantine:
+      return "quarantine " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
     case K::kExit:
       return "exit " + std::to_string(a.code);
   }
@@ -130,6 +137,8 @@ const char* KindName(Observation::Kind k) {
       return "released";
     case K::kNotRespondingWaited:
       return "not_responding_waited";
+    case K::kRoom:
+      return "room";
     case K::kRequeued:
       return "requeued";
     case K::kAgentsStopped:
@@ -150,13 +159,18 @@ std::string ToText(const Observation& o) {
       s += o.lease_ok ? " ok epoch=" + std::to_string(o.epoch) : " held by " + o.holder;
       break;
     case K::kPreflightExited:
+      s += " rc=" + std::to_string(o.rc);
+      break;
     case K::kStepExited:
       s += " rc=" + std::to_string(o.rc);
+      if (!o.quarantine.empty()) s += " quarantine=" + std::to_string(o.quarantine.size());
+      if (!o.hangs.empty()) s += " hangs=" + std::to_string(o.hangs.size());
       break;
     case K::kSignal:
       s += " " + o.signal;
       break;
     case K::kNodesInJob:
+    case K::kRoom:
       s += o.known ? " " + List(o.nodes) : " unknown";
       break;
     case K::kLocalised:

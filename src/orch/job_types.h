@@ -3,6 +3,7 @@
 // action the way `ftrain job --dry-run` prints it and the unit tests compare it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,22 @@
 #include "records/restarts.h"
 
 namespace ftrain::orch {
+
+// One line of RUN/quarantine.jsonl (train/sdc_check.h writes "sdc" lines, the job controller
+// "hang" lines): a host that must not train this run again.
+struct QuarantineLine {
+  std::string host, cause;
+  int64_t step = -1;
+  int rank = -1;
+  bool by_majority = false;
+};
+
+// One record of RUN/hangs.jsonl: a rank found stuck (the detecting rank appends it).
+struct HangLine {
+  std::string host;
+  int64_t step = -1;
+  int rank = -1, node = -1;
+};
 
 // What the policy is told. `now` is the controller's monotonic clock (seconds).
 struct Observation {
@@ -31,6 +48,7 @@ struct Observation {
     kFailedStartCounted,  // count, checkpoint (the newest complete one, "none")
     kReleased,            // Release's answer: ok
     kNotRespondingWaited,
+    kRoom,      // QueryRoom's answer: nodes (of the job's partition) or unknown
     kRequeued,  // Requeue's answer: ok (verified), detail
     kAgentsStopped,
   };
@@ -47,6 +65,10 @@ struct Observation {
   std::string batch_host;        // this host (SLURMD_NODENAME)
   std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
+  int train_count = 0;  // kStarted: RUN/.submit/train-nodes-JOB (a requeue with fewer spares)
+  // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
+  std::vector<QuarantineLine> quarantine;
+  std::vector<HangLine> hangs;
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;
   bool known = true;  // kNodesInJob: false when slurmctld did not answer
@@ -59,7 +81,6 @@ struct Observation {
   // kPreflightExited, kStepExited
   int rc = 0;
   std::string record_error, config_error;
-  std::string hang_repeated_on;  // kStepExited, exit 78: RepeatedHangHost of RUN/hangs.jsonl
   // kSignal
   std::string signal;
   // kNodeDeclared, kHeartbeatLate, kConfirmed
@@ -102,6 +123,9 @@ struct Action {
     kExclude,            // nodes: ExcNodeList of the requeued job (see orch/slurm.h)
     kWaitAgents,         // seconds -> kAgentsStopped
     kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped
+    kQueryRoom,          // the nodes of the job's partition -> kRoom
+    kQuarantine,         // nodes[0]: a host; text: the cause; record.fields: the rest of
+                         // its RUN/quarantine.jsonl line (time and job added by the runner)
     kExit,               // code
   };
   Kind kind = Kind::kLog;
@@ -118,6 +142,10 @@ struct Action {
   std::vector<std::string> faulty;  // kExclude: alive but failing nodes: excluded whatever
                                     // Slurm sees of them
   std::vector<std::string> watch;   // kLaunch: the nodes whose heartbeats the detector reads
+  // kExclude: NumNodes of the requeued job (0: unchanged) and its training node count, which
+  // its starts keep (RUN/.submit/train-nodes-JOB): a requeue with fewer spares.
+  int num_nodes = 0;
+  int train_count = 0;
   double seconds = 0;
   int code = 0;
 };

@@ -161,6 +161,17 @@ std::string SlurmCli::NodeState(const std::string& node) {
   return r.ok() && !lines.empty() ? lines[0] : "";
 }
 
+std::optional<std::vector<std::string>> SlurmCli::PartitionNodes(const std::string& partition) {
+  RunResult r = Query({"sinfo", "-h", "-N", "-p", partition, "-o", "%N"});
+  if (!r.ok()) return std::nullopt;
+  std::vector<std::string> out;
+  for (const auto& n : Lines(r.out)) {  // a node in two partitions is listed twice
+    if (!n.empty() && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 StatusOr<std::string> SlurmCli::SlurmdAddress(const std::string& node) {
   auto it = address_cache_.find(node);
   if (it != address_cache_.end()) return it->second;
@@ -238,10 +249,19 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
                              std::to_string(static_cast<int>(budget_s)) + " s)");
 }
 
-Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist) {
+Status SlurmCli::SetExcludedNodes(const std::string& job, const std::string& hostlist,
+                                  int num_nodes, int num_tasks, int num_cpus) {
+  std::vector<std::string> argv = {"scontrol", "update", "JobId=" + job};
+  // "NumNodes=N" alone sets only the minimum (the job shows 2-3): N-N.
+  if (num_nodes > 0) {
+    argv.push_back("NumNodes=" + std::to_string(num_nodes) + "-" + std::to_string(num_nodes));
+    if (num_tasks > 0) argv.push_back("NumTasks=" + std::to_string(num_tasks));
+    if (num_cpus > 0) argv.push_back("NumCPUs=" + std::to_string(num_cpus));
+  }
+  argv.push_back("ExcNodeList=" + hostlist);
   RunResult r;
   for (int i = 0; i < 2; ++i) {
-    r = RunCommand({"scontrol", "update", "JobId=" + job, "ExcNodeList=" + hostlist}, Bounded(10));
+    r = RunCommand(argv, Bounded(10));
     if (r.ok()) return Status::Ok();
   }
   return Status::Unavailable(r.Describe(10));

@@ -79,6 +79,8 @@ class Slurm {
   virtual StatusOr<JobInfo> ShowJob(const std::string& job) = 0;
   virtual StatusOr<std::vector<StepInfo>> Steps(const std::string& job) = 0;
   virtual std::string NodeState(const std::string& node) = 0;  // sinfo %t, "" if unknown
+  // The nodes of a partition (a comma list of partitions); nothing when sinfo did not answer.
+  virtual std::optional<std::vector<std::string>> PartitionNodes(const std::string& partition) = 0;
   virtual StatusOr<std::string> SlurmdAddress(const std::string& node) = 0;  // "addr port"
   virtual SlurmConfig Config() = 0;
   virtual bool Ping() = 0;  // slurmctld answers
@@ -88,7 +90,12 @@ class Slurm {
   // Requeues the job and verifies it (Restarts above `restarts_before`), retrying within
   // `budget_s`; a requeue that acted though its command failed counts, once.
   virtual Status Requeue(const std::string& job, int restarts_before, double budget_s) = 0;
-  virtual Status SetExcludedNodes(const std::string& job, const std::string& hostlist) = 0;
+  // ExcNodeList of a pending job; with `num_nodes` > 0 also its NumNodes (min and max),
+  // NumTasks and NumCPUs, in the same update (22.05 allows them on a pending job, a requeued
+  // one included; with NumNodes alone a job of --ntasks-per-node keeps its task and CPU
+  // counts and is never runnable on fewer nodes: BadConstraints).
+  virtual Status SetExcludedNodes(const std::string& job, const std::string& hostlist,
+                                  int num_nodes = 0, int num_tasks = 0, int num_cpus = 0) = 0;
   // Cancels a job (only while pending when `pending_only`), verified.
   virtual Status Cancel(const std::string& job, bool pending_only) = 0;
   // sbatch with `token` as its comment: an sbatch that timed out after creating the job is
@@ -112,13 +119,15 @@ class SlurmCli : public Slurm {
   StatusOr<JobInfo> ShowJob(const std::string& job) override;
   StatusOr<std::vector<StepInfo>> Steps(const std::string& job) override;
   std::string NodeState(const std::string& node) override;
+  std::optional<std::vector<std::string>> PartitionNodes(const std::string& partition) override;
   StatusOr<std::string> SlurmdAddress(const std::string& node) override;
   SlurmConfig Config() override;
   bool Ping() override;
   bool SignalStep(const std::string& step, const std::string& sig) override;
   Status Release(const std::string& job, const std::vector<std::string>& keep) override;
   Status Requeue(const std::string& job, int restarts_before, double budget_s) override;
-  Status SetExcludedNodes(const std::string& job, const std::string& hostlist) override;
+  Status SetExcludedNodes(const std::string& job, const std::string& hostlist, int num_nodes = 0,
+                          int num_tasks = 0, int num_cpus = 0) override;
   Status Cancel(const std::string& job, bool pending_only) override;
   Submitted Submit(const std::vector<std::string>& options, const std::string& script,
                    const std::vector<std::string>& env, const std::string& cwd,

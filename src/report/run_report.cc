@@ -363,6 +363,41 @@ Status ReadHangs(const std::string& path, RunSummary* r) {
   return Status::Ok();
 }
 
+// What `ftrain job` did about each quarantined host: the first of its "quarantine" records
+// (orch/job_policy_quarantine.cc) that names the host, at or after the line.
+void MatchQuarantineActions(RunSummary* r) {
+  auto names = [](const json& j, const char* key, const std::string& host) {
+    if (!j.contains(key) || !j[key].is_string()) return false;
+    std::string list = "," + j[key].get<std::string>() + ",";
+    return list.find("," + host + ",") != std::string::npos;
+  };
+  for (QuarantinedNode& q : r->quarantined) {
+    for (const RunEvent& e : r->events) {
+      if (e.cause != "quarantine" || e.time + 1 < q.time) continue;
+      const json j = json::parse(e.json, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) continue;
+      const std::string job = e.job.empty() ? "" : " (job " + e.job + ")";
+      if (e.event == "restarted" && names(j, "node", q.host) && j.contains("spare") &&
+          j["spare"].is_string()) {
+        q.action = "replaced by spare " + j["spare"].get<std::string>() + job;
+      } else if (e.event == "step_failed" && names(j, "nodes", q.host)) {
+        q.action = "excluded from the requeued job" + job;
+        if (j.contains("num_nodes") && j["num_nodes"].is_number_integer()) {
+          q.action += ", requeued on " + std::to_string(j["num_nodes"].get<int64_t>()) +
+                      " node(s): fewer spares";
+        }
+      } else if (e.event == "quarantine_skipped" && names(j, "nodes", q.host)) {
+        q.action = "left out at a start, a spare trained instead" + job;
+      } else if (e.event == "failed" && names(j, "nodes", q.host)) {
+        q.action = "in the allocation with no spare: the job failed" + job;
+      } else {
+        continue;
+      }
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
@@ -421,6 +456,9 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   }
   FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
   FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r));
+}
+
+  MatchQuarantineActions(&r);
   Analyze(&r);
   ReadLinkRecord(layout.commcheck(), &r);
   AnalyzeTimeBreakdown(&r);

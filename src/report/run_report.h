@@ -111,6 +111,9 @@ struct QuarantinedNode {
   int node = 0, rank = 0;
   int64_t step = 0;
   bool by_majority = false;  // outvoted; false: one of two replicas that could not be told apart
+  // What the job controller did about it (its "quarantine" records in restarts.jsonl):
+  // "replaced by spare n3", "excluded when job 12 was requeued", ... ("" : nothing recorded).
+  std::string action;
 };
 
 // One line of RUN/hangs.jsonl: a rank the others waited for in a collective beyond the hang

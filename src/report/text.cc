@@ -108,14 +108,16 @@ void PrintInterruption(const RunSummary& r, const Interruption& in, int n, std::
 // RUN/quarantine.jsonl: the nodes a replica check found computing wrong bits.
 void PrintQuarantine(const RunSummary& r, std::ostream& out) {
   if (r.quarantined.empty()) return;
-  out << "\nquarantined (RUN/quarantine.jsonl: replicas of a shard disagreed; keep these nodes "
-         "out of the job)\n";
+  out << "\nquarantined (RUN/quarantine.jsonl: replicas of a shard disagreed or ranks hung "
+         "twice there; ftrain job gives them no ranks of this run again)\n";
   for (const QuarantinedNode& q : r.quarantined) {
     out << "  " << At(r, q.time) << "  host " << q.host << " (node " << q.node << ", rank "
         << q.rank << "), after step " << q.step << ", " << (q.cause.empty() ? "sdc" : q.cause)
-        << (q.by_majority ? ": outvoted by its replicas"
-                          : ": one of replicas that could not be told apart (a suspect)")
+        << (q.cause == "hang" ? ": ranks hung there twice"
+            : q.by_majority   ? ": outvoted by its replicas"
+                              : ": one of replicas that could not be told apart (a suspect)")
         << "\n";
+    if (!q.action.empty()) out << "      the job: " << q.action << "\n";
   }
 }
 
@@ -369,7 +371,8 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
                            {"rank", q.rank},
                            {"step", q.step},
                            {"cause", q.cause},
-                           {"by_majority", q.by_majority}});
+                           {"by_majority", q.by_majority},
+                           {"action", q.action}});
   }
   j["quarantined"] = quarantined;
   ojson hangs = ojson::array();

@@ -1,0 +1,87 @@
+// orch/quarantine.cc - parsing the quarantine and hang records (quarantine.h).
+#include "orch/quarantine.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <type_traits>
+
+namespace ftrain::orch {
+namespace {
+
+template <typename T>
+void Read(const nlohmann::json& j, const char* key, T* out) {
+  if (!j.contains(key)) return;
+  const nlohmann::json& v = j[key];
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (v.is_string()) *out = v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (v.is_boolean()) *out = v.get<bool>();
+  } else {
+    if (v.is_number_integer()) *out = v.get<T>();
+  }
+}
+
+// Each line of `text` that is a JSON object with a non-empty "host".
+std::vector<nlohmann::json> Objects(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j["host"].is_string() ||
+        j["host"].get<std::string>().empty()) {
+      continue;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<QuarantineLine> ParseQuarantine(const std::string& text) {
+  std::vector<QuarantineLine> out;
+  for (const auto& j : Objects(text)) {
+    QuarantineLine q;
+    Read(j, "host", &q.host);
+    Read(j, "cause", &q.cause);
+    Read(j, "step", &q.step);
+    Read(j, "rank", &q.rank);
+    Read(j, "by_majority", &q.by_majority);
+    out.push_back(q);
+  }
+  return out;
+}
+
+std::vector<HangLine> ParseHangs(const std::string& text) {
+  std::vector<HangLine> out;
+  for (const auto& j : Objects(text)) {
+    HangLine h;
+    Read(j, "host", &h.host);
+    Read(j, "step", &h.step);
+    Read(j, "rank", &h.rank);
+    Read(j, "node", &h.node);
+    out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
+  std::vector<std::string> out;
+  for (const auto& q : lines) {
+    if (std::find(out.begin(), out.end(), q.host) == out.end()) out.push_back(q.host);
+  }
+  return out;
+}
+
+std::vector<std::string> RepeatedHangHosts(const std::vector<HangLine>& hangs) {
+  std::map<std::string, int> seen;
+  std::vector<std::string> out;
+  for (const auto& h : hangs) {
+    if (++seen[h.host] == 2) out.push_back(h.host);
+  }
+  return out;
+}
+
+}  // namespace ftrain::orch

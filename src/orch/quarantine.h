@@ -1,0 +1,24 @@
+// orch/quarantine.h - reading RUN/quarantine.jsonl and RUN/hangs.jsonl for the job controller
+// (pure: text in, typed lines out), and which hosts the records quarantine. The files' writers
+// are the trainer (train/sdc_check.h: "sdc" lines; the hang detector: hangs.jsonl) and the
+// job controller ("hang" lines, job_runner.cc); `ftrain report` reads them on its own.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "orch/job_types.h"
+
+namespace ftrain::orch {
+
+// Every line that parses and names a host; a line that does not (a torn last line, an
+// operator's edit) is skipped: the rest still count.
+std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
+std::vector<HangLine> ParseHangs(const std::string& text);
+// Every host the quarantine names, once each, in the order of its first line.
+std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
+// The hosts named by two or more hang records (a hang that repeated there), in the order of
+// their second record.
+std::vector<std::string> RepeatedHangHosts(const std::vector<HangLine>& hangs);
+
+}  // namespace ftrain::orch
