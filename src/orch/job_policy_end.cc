@@ -83,9 +83,7 @@ Decision JobPolicy::StepExited(const Observation& o) {
     st_.phase = Phase::kConfirming;
     return {"step.confirm", {WithNodes(Action::Kind::kConfirmDeath, st_.watch)}};
   }
-  Decision d = Decide(o.now);
-  d.actions.insert(d.actions.begin(), hung.begin(), hung.end());
-  return d;
+  return Decide(o.now);
 }
 
 Decision JobPolicy::AfterConfirm(const Observation& o) {

@@ -456,8 +456,6 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   }
   FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
   FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r));
-}
-
   MatchQuarantineActions(&r);
   Analyze(&r);
   ReadLinkRecord(layout.commcheck(), &r);
