@@ -14,23 +14,13 @@
 #include "core/config.h"
 #include "core/fault_inject.h"
 #include "records/metrics_record.h"
+#include "tiny_config.h"
 #include "train/config/rollback.h"
 #include "train/config/sdc_verdict.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::train {
 namespace {
-
-StatusOr<TrainConfig> LoadWith(const std::string& extra) {
-  auto c = Config::Parse(
-      "[model]\nvocab_size = 64\nhidden_size = 16\nintermediate_size = 32\nnum_layers = 1\n"
-      "num_heads = 2\nmax_seq_len = 16\n[train]\nsteps = 10\n[data]\npath = /d\n[run]\n"
-      "dir = /r\n" +
-          extra,
-      "test.cfg");
-  if (!c.ok()) return c.status();
-  return TrainConfig::Load(*c);
-}
 
 TEST(GuardConfig, DefaultsSkipNonFiniteStepsWithoutSpikeDetection) {
   auto t = LoadWith("");
