@@ -9,16 +9,23 @@
 //        [--micro-batch B] [--accum K] [--clip C] [--dtype float32|bfloat16]
 //        [--reduce-dtype float32|bfloat16] [--act-ckpt 0|1] [--ac-every N] [--prefetch 0|1] [--lr
 //        X]
-//        [--seq-len T] [--bin 0|1]
+//        [--seq-len T] [--bin 0|1] [--track-alloc 0|1]
+// --track-alloc 1 counts every CPU tensor storage (tests/counting_allocator.h) and reports each
+// rank's peak over steps 2.. (step 1 allocates the optimizer state): what a GPU's allocator
+// peak is, to hold against `ftrain plan`'s total per GPU.
+#include <ATen/record_function.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "comm/context.h"
 #include "core/config.h"
+#include "counting_allocator.h"
 #include "fsdp/engine.h"
 #include "model/llama.h"
 #include "model/llama_config.h"
@@ -71,6 +78,23 @@ std::string JoinNumbers(const std::vector<double>& v) {
   return out;
 }
 
+// The innermost profiler range (fsdp/forward layers.3, fsdp/optimizer...) open on this thread:
+// where a --track-alloc peak was reached.
+thread_local std::vector<std::string> t_ranges;
+std::string InnermostRange() { return t_ranges.empty() ? "outside any range" : t_ranges.back(); }
+void TrackRanges() {
+  at::addGlobalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+            t_ranges.emplace_back(fn.name());
+            return nullptr;
+          },
+          [](const at::RecordFunction&, at::ObserverContext*) {
+            if (!t_ranges.empty()) t_ranges.pop_back();
+          })
+          .scopes({at::RecordScope::USER_SCOPE}));
+}
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "fsdp_worker: %s\n", s.ToString().c_str());
   return 1;
@@ -105,7 +129,8 @@ int main(int argc, char** argv) {
       {"--out", ""},
       {"--seq-len", "32"},
       {"--bin", "1"},
-      {"--init", "full"}};  // full: InitWeights then Create; sharded: FsdpConfig::init_seed
+      {"--init", "full"},  // full: InitWeights then Create; sharded: FsdpConfig::init_seed
+      {"--track-alloc", "0"}};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!a.count(argv[i])) {
       std::fprintf(stderr, "fsdp_worker: unknown flag %s\n", argv[i]);
@@ -113,6 +138,14 @@ int main(int argc, char** argv) {
     }
     a[argv[i]] = argv[i + 1];
   }
+  testing::CountingCpuAllocator* alloc = nullptr;
+  if (a["--track-alloc"] == "1") {
+    alloc = &testing::CountingCpuAllocator::Install();
+    alloc->set_where(&InnermostRange);
+    TrackRanges();
+  }
+  double alloc_peak = 0;  // bytes of tensor storage, steps 2..
+  std::string alloc_peak_where;
   torch::set_num_threads(1);
   auto cfg_file = Config::LoadFile(a["--config"]);
   if (!cfg_file.ok()) return Fail(cfg_file.status());
@@ -152,6 +185,7 @@ int main(int argc, char** argv) {
   std::vector<double> step_times, comm_waits, comm_bytes;
   for (int64_t s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (alloc) alloc->ResetPeak();
     for (int64_t k = 0; k < K; ++k) {
       const int64_t first = ((s * K + k) * w.world_size + w.rank) * B;
       auto loss =
@@ -161,6 +195,10 @@ int main(int argc, char** argv) {
     auto stats = (*engine)->Step(adamw, lr, clip);
     if (!stats.ok()) return Fail(stats.status());
     const double loss_sum = stats->loss_sum;
+    if (alloc && s > 0 && alloc->peak() > alloc_peak) {
+      alloc_peak = static_cast<double>(alloc->peak());
+      alloc_peak_where = alloc->peak_where();
+    }
     step_times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     comm_waits.push_back(stats->comm_wait_s);
@@ -181,6 +219,8 @@ int main(int argc, char** argv) {
   if (!peak_startup.ok()) return Fail(peak_startup.status());
   auto before_model = AllRanks((*ctx)->world_comm(), static_cast<double>(rss_before_model));
   if (!before_model.ok()) return Fail(before_model.status());
+  auto working = AllRanks((*ctx)->world_comm(), alloc_peak);
+  if (!working.ok()) return Fail(working.status());
   auto params = (*engine)->GatherFullParameters();
   if (!params.ok()) return Fail(params.status());
   if (w.rank == 0 && !a["--out"].empty()) {
@@ -202,7 +242,9 @@ int main(int argc, char** argv) {
        << "],\"peak_rss_steps_bytes\":[" << JoinNumbers(*peak_steps)
        << "],\"peak_rss_startup_bytes\":[" << JoinNumbers(*peak_startup)
        << "],\"rss_before_model_bytes\":[" << JoinNumbers(*before_model)
-       << "],\"memory\":" << MemoryJson((*engine)->Memory()) << "}\n";
+       << "],\"alloc_peak_steps_bytes\":[" << JoinNumbers(*working) << "],\"alloc_peak_where\":\""
+       << alloc_peak_where << "\""
+       << ",\"memory\":" << MemoryJson((*engine)->Memory()) << "}\n";
   }
   return 0;
 }

@@ -445,9 +445,13 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     if (ReshardAfterForward(i)) Release(u);
   }
   torch::Tensor z = h.detach().requires_grad_(true);
-  torch::Tensor loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
-  if (fault_.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
-  (loss * (loss_scale * fault_.grad_factor)).backward();
+  torch::Tensor loss;
+  {
+    TraceRange range("fsdp/head and loss");
+    loss = model_->HeadLoss(z, start.targets);  // no [T, V] logits kept
+    if (fault_.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    (loss * (loss_scale * fault_.grad_factor)).backward();
+  }
   loss = loss.detach();  // read by the caller, or with the step's one host synchronisation
   // Summed in float64, as the host summed the float32 values before.
   loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
