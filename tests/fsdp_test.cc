@@ -251,5 +251,69 @@ TEST(FsdpMemory, EngineAccountMatchesThePlanCategoryByCategory) {
   }
 }
 
+// What a GPU's allocator peak is to gpu-check, the counting CPU allocator is here: every tensor
+// storage the step holds at its peak (state, gathered units, gradient buffers, head + loss,
+// autograd's saved activations). `ftrain plan`'s total must hold it, and grow with each layer
+// as the peak does: a per-layer activation formula that under-counts (Korthikanti et al.'s
+// 34 sbh; ftrain's Llama layer keeps 22h + 4kv + 8i + 4a bytes per token) shows in the slope.
+double PlannedTotal(const std::string& cfg, const std::string& flags) {
+  auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
+                             " --nodes 1 --gpus-per-node 2 --seq-len 512 --micro-batch 2 "
+                             "--reduce-dtype bf16 --json " +
+                             flags,
+                         60);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  if (plan.exit_code != 0) return 0;
+  const nlohmann::json planned = nlohmann::json::parse(plan.output);
+  for (const auto& s : planned["strategies"]) {
+    if (s["name"] == "full_shard") return s["total_bytes_per_gpu"].get<double>();
+  }
+  ADD_FAILURE() << "no full_shard row: " << plan.output;
+  return 0;
+}
+
+TEST(FsdpMemory, ThePlanHoldsTheAllocatorPeakAndGrowsWithItPerLayer) {
+  TempDir tmp;
+  struct Mode {
+    std::string plan_flags, worker_flags;
+    double slope_tolerance;  // recomputed layers: the peak moves into the backward
+  } modes[] = {{"", "--act-ckpt 0", 0.05},
+               {"--act-ckpt --ac-every 2", "--act-ckpt 1 --ac-every 2", 0.05},
+               {"--act-ckpt", "--act-ckpt 1", 0.10}};
+  for (const Mode& mode : modes) {
+    double planned[2], measured[2];
+    const int layers[2] = {2, 6};
+    for (int k = 0; k < 2; ++k) {
+      const std::string cfg = tmp.path() + "/l" + std::to_string(layers[k]) + ".cfg";
+      std::ofstream(cfg) << "[model]\nvocab_size = 4096\nhidden_size = 512\n"
+                            "intermediate_size = 1376\nnum_layers = "
+                         << layers[k]
+                         << "\nnum_heads = 8\nnum_kv_heads = 4\nmax_seq_len = 512\n"
+                            "tie_embeddings = false\n";
+      planned[k] = PlannedTotal(cfg, mode.plan_flags);
+      auto r = RunWorker(tmp.path() + "/w" + std::to_string(k), 2, 1,
+                         "--config " + cfg + " --steps 2 --micro-batch 2 --seq-len 512 --bin 0 " +
+                             "--sharding full_shard --dtype bfloat16 --reduce-dtype bfloat16 " +
+                             "--init sharded --accum 2 --track-alloc 1 " + mode.worker_flags);
+      ASSERT_TRUE(r.json.contains("alloc_peak_steps_bytes")) << r.json.dump();
+      measured[k] = 0;
+      for (const auto& v : r.json["alloc_peak_steps_bytes"]) {
+        measured[k] = std::max(measured[k], v.get<double>());
+      }
+      const std::string what = "[" + mode.worker_flags + ", " + std::to_string(layers[k]) +
+                               " layers, peak in " + r.json["alloc_peak_where"].get<std::string>() +
+                               "] allocator peak " + std::to_string(measured[k] / 1e6) +
+                               " MB, plan " + std::to_string(planned[k] / 1e6) + " MB";
+      EXPECT_LE(measured[k], 1.10 * planned[k]) << what;
+      EXPECT_GE(measured[k], 0.70 * planned[k]) << what;
+    }
+    const double slope = (measured[1] - measured[0]) / (planned[1] - planned[0]);
+    EXPECT_NEAR(slope, 1.0, mode.slope_tolerance)
+        << "[" << mode.worker_flags << "] per layer the allocator peak grows by "
+        << (measured[1] - measured[0]) / 4e6 << " MB, the plan by "
+        << (planned[1] - planned[0]) / 4e6 << " MB";
+  }
+}
+
 }  // namespace
 }  // namespace ftrain::testing

@@ -54,6 +54,14 @@ double RecomputedLayers(const PlanResult& r);
 // How many decoder layers a sharded strategy holds gathered at its peak.
 double GatheredLayers(const PlanResult& r);
 double CheckpointedActivationBytes(const PlanResult& r);
+// Bytes one token's pass through one decoder layer leaves in autograd's graph without
+// checkpointing, bf16 compute, fused attention, as ftrain's Llama layer saves them
+// (FsdpMemory.ThePlanHoldsTheAllocatorPeak measures it): each RMSNorm its fp32 input copy,
+// its normed bf16 value and its output; q and k after RoPE, v, the attention output, the o
+// projection's input and the fp32 log-sum-exp per head; the MLP's gate, SiLU(gate), up and
+// their product. 22h + 4kv + 8i + 4a: 47.5h for Llama-2-7B, where Korthikanti et al.'s
+// (GELU, dropout) 34h under-counts.
+double LayerActivationBytesPerToken(const PlanResult& r);
 
 // plan_adapters.cc
 Status ValidateAdapterInput(const PlanInput& in);

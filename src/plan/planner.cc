@@ -52,6 +52,15 @@ double GatheredLayers(const PlanResult& r) {
   return kept >= layers ? layers : std::max(2.0, kept + 1);
 }
 
+double LayerActivationBytesPerToken(const PlanResult& r) {
+  const double h = static_cast<double>(r.hidden), kv = static_cast<double>(r.kv_dim);
+  const double i = static_cast<double>(r.intermediate), a = r.heads;
+  const double norms = 2 * (4 * h + 2 * h + 2 * h);  // fp32 input, normed bf16, output
+  const double attention = 2 * (h + kv) + 2 * kv + 2 * h + 2 * h + 4 * a;
+  const double mlp = 4 * 2 * i;  // gate, SiLU(gate), up, their product
+  return norms + attention + mlp;
+}
+
 double CheckpointedActivationBytes(const PlanResult& r) {
   const double s = static_cast<double>(*r.input.seq_len);
   const double b = static_cast<double>(r.input.micro_batch);
@@ -452,13 +461,15 @@ StatusOr<PlanResult> Compute(const PlanInput& input, bool with_suggestions) {
     r.input.seq_len = model ? model->max_seq_len : static_cast<int64_t>(kDefaultSeqLen);
   }
 
-  // Activations (Korthikanti et al. 2022, bf16, no tensor/sequence parallelism).
+  // Activations: what ftrain's Llama layer leaves in autograd's graph (docs/plan.md).
   const double s = static_cast<double>(*r.input.seq_len);
   const double b = static_cast<double>(input.micro_batch);
   const double h = static_cast<double>(r.hidden);
   const double l = static_cast<double>(r.layers);
+  // Eager attention also keeps the [s, s] scores per head: Korthikanti et al.'s 5as/h.
   const double attention_scores = input.fused_attention ? 0.0 : 5.0 * r.heads * s / h;
-  r.activation_bytes_per_layer = s * b * h * (34.0 + attention_scores);
+  r.activation_bytes_per_layer =
+      s * b * (plan_internal::LayerActivationBytesPerToken(r) + h * attention_scores);
   r.activation_bytes =
       l * r.activation_bytes_per_layer -
       plan_internal::RecomputedLayers(r) * (r.activation_bytes_per_layer - 2.0 * s * b * h);
