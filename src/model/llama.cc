@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/lean_ops.h"
 #include "model/linear_cross_entropy.h"
 #include "model/weights_io.h"
 
@@ -256,7 +257,7 @@ torch::Tensor LlamaModelImpl::Layer(int i, const torch::Tensor& h) {
 
   const int64_t B = h.size(0), T = h.size(1);
   // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd].
-  torch::Tensor x = RmsNorm(h, l.input_norm, cfg_.rms_norm_eps);
+  torch::Tensor x = LeanRmsNorm(h, l.input_norm, cfg_.rms_norm_eps);
   torch::Tensor q = at::linear(x, l.q, bias(l.q_bias)).view({B, T, nh, hd}).transpose(1, 2);
   torch::Tensor k = at::linear(x, l.k, bias(l.k_bias)).view({B, T, nkv, hd}).transpose(1, 2);
   torch::Tensor v = at::linear(x, l.v, bias(l.v_bias)).view({B, T, nkv, hd}).transpose(1, 2);
@@ -268,9 +269,9 @@ torch::Tensor LlamaModelImpl::Layer(int i, const torch::Tensor& h) {
                            .reshape({B, T, nh * hd});
   torch::Tensor out = h + at::linear(attn, l.o, bias(l.o_bias));
   // SwiGLU MLP.
-  x = RmsNorm(out, l.post_norm, cfg_.rms_norm_eps);
+  x = LeanRmsNorm(out, l.post_norm, cfg_.rms_norm_eps);
   torch::Tensor mlp = at::linear(
-      at::silu(at::linear(x, l.gate, bias(l.gate_bias))) * at::linear(x, l.up, bias(l.up_bias)),
+      LeanSwiGlu(at::linear(x, l.gate, bias(l.gate_bias)), at::linear(x, l.up, bias(l.up_bias))),
       l.down, bias(l.down_bias));
   return out + mlp;
 }
@@ -310,7 +311,7 @@ torch::Tensor LlamaModelImpl::Head(const torch::Tensor& h) {
   CheckParam(lm_head_,
              cfg_.tie_embeddings ? "model.embed_tokens.weight (tied lm_head)" : "lm_head.weight",
              {cfg_.vocab_size, cfg_.hidden_size}, h);
-  return at::linear(RmsNorm(h, norm_, cfg_.rms_norm_eps), lm_head_).to(at::kFloat);
+  return at::linear(LeanRmsNorm(h, norm_, cfg_.rms_norm_eps), lm_head_).to(at::kFloat);
 }
 
 torch::Tensor LlamaModelImpl::HeadLoss(const torch::Tensor& h, const torch::Tensor& targets) {
@@ -325,7 +326,7 @@ torch::Tensor LlamaModelImpl::HeadLoss(const torch::Tensor& h, const torch::Tens
         "HeadLoss: need int64 targets [B, T] for hidden states " + ShapeText(h.sizes()) + ", got " +
         c10::toString(targets.scalar_type()) + " " + ShapeText(targets.sizes())));
   }
-  const torch::Tensor x = RmsNorm(h, norm_, cfg_.rms_norm_eps);
+  const torch::Tensor x = LeanRmsNorm(h, norm_, cfg_.rms_norm_eps);
   return LinearCrossEntropy(x.reshape({-1, cfg_.hidden_size}), lm_head_,
                             targets.reshape({-1}).to(x.device()));
 }
