@@ -255,7 +255,8 @@ TEST(FsdpMemory, EngineAccountMatchesThePlanCategoryByCategory) {
 // storage the step holds at its peak (state, gathered units, gradient buffers, head + loss,
 // autograd's saved activations). `ftrain plan`'s total must hold it, and grow with each layer
 // as the peak does: a per-layer activation formula that under-counts (Korthikanti et al.'s
-// 34 sbh; ftrain's Llama layer keeps 22h + 4kv + 8i + 4a bytes per token) shows in the slope.
+// 34 sbh; ftrain's Llama layer keeps 12h + 4kv + 6i + 4a + 8 bytes per token) shows in the
+// slope.
 double PlannedTotal(const std::string& cfg, const std::string& flags) {
   auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
                              " --nodes 1 --gpus-per-node 2 --seq-len 512 --micro-batch 2 "
@@ -274,12 +275,14 @@ double PlannedTotal(const std::string& cfg, const std::string& flags) {
 
 TEST(FsdpMemory, ThePlanHoldsTheAllocatorPeakAndGrowsWithItPerLayer) {
   TempDir tmp;
+  // With every layer recomputed the peak is in the backward, where prefetching the next unit
+  // while reductions finish adds up to two units' buffers depending on timing: measured there
+  // without prefetch, where the peak is deterministic.
   struct Mode {
     std::string plan_flags, worker_flags;
-    double slope_tolerance;  // recomputed layers: the peak moves into the backward
-  } modes[] = {{"", "--act-ckpt 0", 0.05},
-               {"--act-ckpt --ac-every 2", "--act-ckpt 1 --ac-every 2", 0.05},
-               {"--act-ckpt", "--act-ckpt 1", 0.10}};
+  } modes[] = {{"", "--act-ckpt 0"},
+               {"--act-ckpt --ac-every 2", "--act-ckpt 1 --ac-every 2"},
+               {"--act-ckpt", "--act-ckpt 1 --prefetch 0"}};
   for (const Mode& mode : modes) {
     double planned[2], measured[2];
     const int layers[2] = {2, 6};
@@ -308,10 +311,10 @@ TEST(FsdpMemory, ThePlanHoldsTheAllocatorPeakAndGrowsWithItPerLayer) {
       EXPECT_GE(measured[k], 0.70 * planned[k]) << what;
     }
     const double slope = (measured[1] - measured[0]) / (planned[1] - planned[0]);
-    EXPECT_NEAR(slope, 1.0, mode.slope_tolerance)
-        << "[" << mode.worker_flags << "] per layer the allocator peak grows by "
-        << (measured[1] - measured[0]) / 4e6 << " MB, the plan by "
-        << (planned[1] - planned[0]) / 4e6 << " MB";
+    EXPECT_NEAR(slope, 1.0, 0.05) << "[" << mode.worker_flags
+                                  << "] per layer the allocator peak grows by "
+                                  << (measured[1] - measured[0]) / 4e6 << " MB, the plan by "
+                                  << (planned[1] - planned[0]) / 4e6 << " MB";
   }
 }
 

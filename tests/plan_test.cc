@@ -253,9 +253,9 @@ TEST(PlanTest, HostMemoryCountsTheDaemonsSlotsAndTheBuddyReplicas) {
   EXPECT_NEAR(Find(*one, "full_shard").host_bytes_per_rank, 2 * 14 * params / 8, 1);
 }
 
-// Per token and layer, what ftrain's Llama layer saves (bf16, fused attention): 22h + 4kv + 8i +
-// 4a bytes; at 7B (h = kv = 4096, i = 11008, a = 32) 194,688 bytes, 47.5h.
-constexpr double kSeedLayerBytesPerToken = 22.0 * 4096 + 4 * 4096 + 8 * 11008 + 4 * 32;
+// Per token and layer, what ftrain's Llama layer keeps (bf16, fused attention): 12h + 4kv + 6i +
+// 4a + 8 bytes; at 7B (h = kv = 4096, i = 11008, a = 32) 131,720 bytes, 32.2h.
+constexpr double kSeedLayerBytesPerToken = 12.0 * 4096 + 4 * 4096 + 6 * 11008 + 4 * 32 + 8;
 
 TEST(PlanTest, ActivationFormulas) {
   const double sbh = 4096.0 * 1 * 4096;

@@ -55,12 +55,11 @@ double RecomputedLayers(const PlanResult& r);
 double GatheredLayers(const PlanResult& r);
 double CheckpointedActivationBytes(const PlanResult& r);
 // Bytes one token's pass through one decoder layer leaves in autograd's graph without
-// checkpointing, bf16 compute, fused attention, as ftrain's Llama layer saves them
-// (FsdpMemory.ThePlanHoldsTheAllocatorPeak measures it): each RMSNorm its fp32 input copy,
-// its normed bf16 value and its output; q and k after RoPE, v, the attention output, the o
-// projection's input and the fp32 log-sum-exp per head; the MLP's gate, SiLU(gate), up and
-// their product. 22h + 4kv + 8i + 4a: 47.5h for Llama-2-7B, where Korthikanti et al.'s
-// (GELU, dropout) 34h under-counts.
+// checkpointing, bf16 compute, fused attention, as ftrain's Llama layer keeps them
+// (FsdpMemory.ThePlanHoldsTheAllocatorPeakAndGrowsWithItPerLayer measures it): the layer's
+// input; each RMSNorm's output and fp32 rsqrt per row, and the second one's input (model/
+// lean_ops.h); q and k after RoPE, v, the attention output and the fp32 log-sum-exp per head;
+// the MLP's gate, up and SwiGLU product. 12h + 4kv + 6i + 4a + 8: 32.2h for Llama-2-7B.
 double LayerActivationBytesPerToken(const PlanResult& r);
 
 // plan_adapters.cc

@@ -55,10 +55,11 @@ double GatheredLayers(const PlanResult& r) {
 double LayerActivationBytesPerToken(const PlanResult& r) {
   const double h = static_cast<double>(r.hidden), kv = static_cast<double>(r.kv_dim);
   const double i = static_cast<double>(r.intermediate), a = r.heads;
-  const double norms = 2 * (4 * h + 2 * h + 2 * h);  // fp32 input, normed bf16, output
-  const double attention = 2 * (h + kv) + 2 * kv + 2 * h + 2 * h + 4 * a;
-  const double mlp = 4 * 2 * i;  // gate, SiLU(gate), up, their product
-  return norms + attention + mlp;
+  const double input = 2 * h;                    // the engine keeps it for the backward
+  const double norms = 2 * (2 * h + 4) + 2 * h;  // outputs, fp32 rsqrt; the 2nd one's input
+  const double attention = 2 * (h + kv) + 2 * kv + 2 * h + 4 * a;  // q, k, v, output, lse
+  const double mlp = 3 * 2 * i;                                    // gate, up, their SwiGLU product
+  return input + norms + attention + mlp;
 }
 
 double CheckpointedActivationBytes(const PlanResult& r) {
