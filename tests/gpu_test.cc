@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "lean_ops_check.h"
 #include "test_util.h"
 #include "train/device/device_memory.h"
 
@@ -229,6 +230,16 @@ TEST(Gpu, SnapshotCopiesDeviceToHostIntoRegisteredMemoryAndThroughTheBounceBuffe
   ::munmap(reg, reg_n);
   ::munmap(unreg, bounce_n);
 #endif
+}
+
+// The lean RMSNorm and SwiGLU (model/lean_ops.h) against the eager chains on the device, with
+// deterministic algorithms on as the trainer runs: bit for bit with bf16 activations.
+TEST(Gpu, LeanOpsAreTheEagerChainsBitForBitOnTheDevice) {
+  FT_SKIP_WITHOUT_GPU();
+  const bool was = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  ExpectLeanOpsMatchEager(torch::Device(torch::kCUDA, 0));
+  at::globalContext().setDeterministicAlgorithms(was, /*warn_only=*/false);
 }
 
 TEST(Gpu, CudaRunStoppedAndResumedIsBitIdentical) {

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "core/config.h"
-#include "model/lean_ops.h"
+#include "lean_ops_check.h"
 #include "model/linear_cross_entropy.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
@@ -218,62 +218,10 @@ TEST(LlamaModel, InvalidConfigThrowsStatusError) {
 
 // --- RoPE ----------------------------------------------------------------------------------
 
-// The lean autograd functions against the eager chains they replace: the same values and, with
-// bf16 activations (what training runs), bit for bit the same gradients; with float32 within
-// rounding (the input's two gradient paths may be summed in another order than autograd's).
-struct Grads {
-  torch::Tensor out, grad_a, grad_b;
-};
-template <typename Fn>
-Grads RunWithGrads(Fn fn, const torch::Tensor& a, const torch::Tensor& b,
-                   const torch::Tensor& grad_out) {
-  torch::Tensor da = a.detach().clone().requires_grad_(true);
-  torch::Tensor db = b.detach().clone().requires_grad_(true);
-  torch::Tensor out = fn(da, db);
-  out.backward(grad_out);
-  return {out.detach(), da.grad(), db.grad()};
-}
-
-void ExpectSame(const Grads& lean, const Grads& eager, bool bitwise, const std::string& what) {
-  const std::pair<const torch::Tensor*, const torch::Tensor*> pairs[] = {
-      {&lean.out, &eager.out}, {&lean.grad_a, &eager.grad_a}, {&lean.grad_b, &eager.grad_b}};
-  const char* names[] = {"output", "first input's gradient", "second input's gradient"};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(pairs[i].first->defined() && pairs[i].second->defined()) << what << names[i];
-    if (bitwise) {
-      EXPECT_TRUE(torch::equal(*pairs[i].first, *pairs[i].second))
-          << what << names[i] << ": max difference "
-          << (*pairs[i].first - *pairs[i].second).abs().max().item<double>();
-    } else {
-      EXPECT_TRUE(torch::allclose(*pairs[i].first, *pairs[i].second, 1e-5, 1e-6))
-          << what << names[i];
-    }
-  }
-}
-
-TEST(LeanOps, RmsNormIsTheEagerChainBitForBitInBf16) {
-  torch::manual_seed(7);
-  for (auto dtype : {torch::kBFloat16, torch::kFloat32}) {
-    const torch::Tensor x = torch::randn({3, 17, 96}).to(dtype);
-    const torch::Tensor w = (1 + 0.1 * torch::randn({96})).to(dtype);
-    const torch::Tensor g = torch::randn({3, 17, 96}).to(dtype);
-    auto lean = RunWithGrads([](auto& a, auto& b) { return LeanRmsNorm(a, b, 1e-5); }, x, w, g);
-    auto eager = RunWithGrads([](auto& a, auto& b) { return RmsNorm(a, b, 1e-5); }, x, w, g);
-    ExpectSame(lean, eager, dtype == torch::kBFloat16,
-               std::string(c10::toString(dtype)) + " RMSNorm: ");
-  }
-}
-
-TEST(LeanOps, SwiGluIsTheEagerProductBitForBit) {
-  torch::manual_seed(8);
-  for (auto dtype : {torch::kBFloat16, torch::kFloat32}) {
-    const torch::Tensor gate = torch::randn({2, 33, 80}).to(dtype);
-    const torch::Tensor up = torch::randn({2, 33, 80}).to(dtype);
-    const torch::Tensor g = torch::randn({2, 33, 80}).to(dtype);
-    auto lean = RunWithGrads([](auto& a, auto& b) { return LeanSwiGlu(a, b); }, gate, up, g);
-    auto eager = RunWithGrads([](auto& a, auto& b) { return at::silu(a) * b; }, gate, up, g);
-    ExpectSame(lean, eager, true, std::string(c10::toString(dtype)) + " SwiGLU: ");
-  }
+// The lean autograd functions against the eager chains they replace (tests/lean_ops_check.h);
+// gpu_test runs the same on a GPU.
+TEST(LeanOps, RmsNormAndSwiGluAreTheEagerChainsBitForBitInBf16) {
+  ftrain::testing::ExpectLeanOpsMatchEager(torch::Device(torch::kCPU));
 }
 
 TEST(Rope, RotateHalfSignConvention) {
