@@ -197,6 +197,20 @@ TEST(FsdpMemory, PersistentBytesPerRankAre16PerParameterOverN) {
   }
 }
 
+// `ftrain plan ARGS --json`'s full_shard row; null (with a failure recorded) if there is none.
+nlohmann::json FullShardRow(const std::string& args) {
+  auto plan = RunCommand(Ftrain() + " plan " + args + " --json", 60);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  const nlohmann::json planned = nlohmann::json::parse(plan.output, nullptr, false);
+  if (plan.exit_code == 0 && !planned.is_discarded()) {
+    for (const auto& s : planned["strategies"]) {
+      if (s["name"] == "full_shard") return s;
+    }
+  }
+  ADD_FAILURE() << "no full_shard row in `ftrain plan " << args << "`: " << plan.output;
+  return nlohmann::json();
+}
+
 // The engine counts what it holds, category by category, and `ftrain plan` (the figure users
 // size their jobs by) must say the same: gathered units, gradients on their way to the shards.
 // For every recompute mode: every layer recomputed (the default), every second layer
@@ -214,18 +228,10 @@ TEST(FsdpMemory, EngineAccountMatchesThePlanCategoryByCategory) {
                {"--act-ckpt --ac-every 2", "--act-ckpt 1 --ac-every 2", {2}},
                {"", "--act-ckpt 0", {2}}};
   for (const Mode& mode : modes) {
-    auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
-                               " --nodes 1 --gpus-per-node 4 --seq-len 8 --reduce-dtype bf16 "
-                               "--json " +
-                               mode.plan_flags,
-                           60);
-    ASSERT_EQ(plan.exit_code, 0) << plan.output;
-    const nlohmann::json planned_json = nlohmann::json::parse(plan.output);
-    nlohmann::json row;
-    for (const auto& s : planned_json["strategies"]) {
-      if (s["name"] == "full_shard") row = s;
-    }
-    ASSERT_FALSE(row.is_null()) << plan.output;
+    const nlohmann::json row = FullShardRow(
+        "--model " + cfg + " --nodes 1 --gpus-per-node 4 --seq-len 8 --reduce-dtype bf16 " +
+        mode.plan_flags);
+    ASSERT_FALSE(row.is_null());
     for (int accum : mode.accums) {
       const std::string what = "[" + mode.worker_flags + ", accum " + std::to_string(accum) + "] ";
       auto r = RunWorker(tmp.path() + "/a" + std::to_string(accum), 4, 1,
@@ -258,19 +264,11 @@ TEST(FsdpMemory, EngineAccountMatchesThePlanCategoryByCategory) {
 // 34 sbh; ftrain's Llama layer keeps 12h + 4kv + 6i + 4a + 8 bytes per token) shows in the
 // slope.
 double PlannedTotal(const std::string& cfg, const std::string& flags) {
-  auto plan = RunCommand(Ftrain() + " plan --model " + cfg +
-                             " --nodes 1 --gpus-per-node 2 --seq-len 512 --micro-batch 2 "
-                             "--reduce-dtype bf16 --json " +
-                             flags,
-                         60);
-  EXPECT_EQ(plan.exit_code, 0) << plan.output;
-  if (plan.exit_code != 0) return 0;
-  const nlohmann::json planned = nlohmann::json::parse(plan.output);
-  for (const auto& s : planned["strategies"]) {
-    if (s["name"] == "full_shard") return s["total_bytes_per_gpu"].get<double>();
-  }
-  ADD_FAILURE() << "no full_shard row: " << plan.output;
-  return 0;
+  const nlohmann::json row = FullShardRow("--model " + cfg +
+                                          " --nodes 1 --gpus-per-node 2 --seq-len 512 "
+                                          "--micro-batch 2 --reduce-dtype bf16 " +
+                                          flags);
+  return row.is_null() ? 0 : row["total_bytes_per_gpu"].get<double>();
 }
 
 TEST(FsdpMemory, ThePlanHoldsTheAllocatorPeakAndGrowsWithItPerLayer) {
