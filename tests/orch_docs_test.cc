@@ -11,6 +11,7 @@
 
 #include "orch/dry_run.h"
 #include "orch/settings.h"
+#include "records/exit_codes.h"
 #include "test_util.h"
 
 namespace ftrain::orch {
@@ -27,6 +28,22 @@ TEST(Docs, OperationsListsTheTransitionTableAsItIs) {
   EXPECT_NE(ops.find(HandledTable()), std::string::npos)
       << "docs/operations.md's table is not `ftrain job --table`; paste it:\n"
       << HandledTable();
+}
+
+// docs/operations.md's exit-code table names every code of the trainer that the controller
+// acts on (records/exit_codes.h), in its `ftrain train` row.
+TEST(Docs, OperationsListsEveryTrainerExitCode) {
+  const std::string ops = ReadFile(kRoot + "/docs/operations.md");
+  const size_t table = ops.find("## Exit codes");
+  ASSERT_NE(table, std::string::npos);
+  const size_t row = ops.find("| `ftrain train` |", table);
+  ASSERT_NE(row, std::string::npos);
+  const std::string line = ops.substr(row, ops.find('\n', row) - row);
+  for (const auto& c : kTrainerExitCodes) {
+    EXPECT_NE(line.find(std::to_string(c.code) + ":"), std::string::npos)
+        << "docs/operations.md's `ftrain train` exit-code row does not list " << c.code << " ("
+        << c.meaning << ")";
+  }
 }
 
 // No `if`, `case`, loop or `&&`/`||` in the bash that drives a job: every decision is in

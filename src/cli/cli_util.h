@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "records/exit_codes.h"
 
 namespace ftrain::cli {
 
-constexpr int kExitOk = 0;
-constexpr int kExitBad = 1;    // the checked thing is bad (corrupt, missing, mismatch)
-constexpr int kExitUsage = 2;  // usage or environment error
+// kExitOk, kExitBad (the checked thing is bad), kExitUsage: records/exit_codes.h.
+using ftrain::kExitBad;
+using ftrain::kExitOk;
+using ftrain::kExitUsage;
 
 // 2 for usage/environment problems, 1 for bad data, 0 for OK.
 int ExitCodeFor(const Status& s);

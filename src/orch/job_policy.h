@@ -13,6 +13,7 @@
 
 #include "orch/job_types.h"
 #include "orch/settings.h"
+#include "records/exit_codes.h"
 
 namespace ftrain::orch {
 
@@ -121,11 +122,7 @@ class JobPolicy {
   // The stop timeout actually used: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks'
   // stop, the kill grace and the requeue's budget end inside the USR1 lead.
   double StopTimeout() const;
-  static constexpr int kExitRequeue = 75;        // ftrain train: checkpointed on request
-  static constexpr int kExitConfig = 2;          // ftrain train: configuration or input error
-  static constexpr int kExitSdc = 77;            // ftrain train: replicas disagreed (sdc_check.h)
-  static constexpr int kExitHang = 78;           // ftrain train: a rank hung
-  static constexpr int kExitRollback = 79;       // ftrain train: guard.policy = rollback
+  // The trainer's exit codes: records/exit_codes.h.
   static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;      // left over before the time limit

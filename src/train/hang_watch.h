@@ -20,12 +20,13 @@
 #include <thread>
 #include <vector>
 
+#include "records/exit_codes.h"
 #include "train/config/hang_verdict.h"
 
 namespace ftrain::train {
 
-// "A rank hung; restart" (a failure slurm/train.sh and the job controller restart).
-constexpr int kExitHang = 78;
+// "A rank hung; restart" (records/exit_codes.h).
+using ftrain::kExitHang;
 
 class HangWatch {
  public:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "records/exit_codes.h"
 #include "train/config/sdc_verdict.h"
 
 namespace ftrain::fsdp {
@@ -22,9 +23,9 @@ class Comm;
 
 namespace ftrain::train {
 
-// The trainer's exit code when replicas disagree: the step's state is not trusted, nothing
-// newer is saved, and the job restarts from the newest checkpoint (docs/operations.md).
-constexpr int kExitSdc = 77;
+// The trainer exits kExitSdc (records/exit_codes.h) when replicas disagree: the step's state
+// is not trusted, nothing newer is saved, and the job restarts from the newest checkpoint.
+using ftrain::kExitSdc;
 
 // A 64-bit digest of this rank's fp32 master shard. CPU: XXH3-64 streamed over the shard's
 // bytes (no copy). GPU: a sum over elements of an odd multiple of (bits xor a position key),

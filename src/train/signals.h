@@ -4,10 +4,12 @@
 // exits at once with 128 + SIGTERM.
 #pragma once
 
+#include "records/exit_codes.h"
+
 namespace ftrain::train {
 
-// "Checkpointed on request; requeue me" (EX_TEMPFAIL of sysexits.h).
-constexpr int kExitRequeue = 75;
+// "Checkpointed on request; requeue me" (records/exit_codes.h).
+using ftrain::kExitRequeue;
 
 void InstallStopSignalHandlers();
 // The signal that asked for a stop (SIGUSR1 or SIGTERM), or 0.

@@ -17,11 +17,12 @@
 #include <vector>
 
 #include "core/status.h"
+#include "records/exit_codes.h"
 #include "train/config/guard.h"
 
 namespace ftrain::train {
 
-constexpr int kExitRollback = 79;
+using ftrain::kExitRollback;  // records/exit_codes.h
 
 // One line of RUN/rollbacks.jsonl.
 struct RollbackRecord {
