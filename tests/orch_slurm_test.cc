@@ -140,6 +140,14 @@ TEST(SlurmHelpers, TheNotRespondingWaitAndTheExclusions) {
   EXPECT_TRUE(Responds("mix"));
   EXPECT_FALSE(Responds("down*"));
   EXPECT_FALSE(Responds("idle*"));
+  // Issue 44, hole 15: sinfo's suffixes of a node that answers.
+  EXPECT_TRUE(Responds("mix-"));
+  EXPECT_TRUE(Responds("alloc@"));
+  EXPECT_TRUE(Responds("idle$"));
+  EXPECT_TRUE(Responds("idle#"));
+  EXPECT_FALSE(Responds("idle~"));
+  EXPECT_FALSE(Responds("alloc*"));
+  EXPECT_FALSE(Responds("down"));
 }
 
 }  // namespace

@@ -57,6 +57,17 @@ TEST(ShowJob, PathsKeepTheirSpaces) {
   JobInfo one = ParseShowJob("JobId=42 JobState=PENDING Restarts=2 Reason=BeginTime");
   EXPECT_EQ(one.State(), "PENDING");
   EXPECT_EQ(one.Restarts(), 2);
+  // Issue 44, hole 15: `scontrol -o` keeps a value's spaces on its one line; the words after
+  // a space belong to it, and a word like "--x=1" is no field.
+  JobInfo spaced = ParseShowJob(
+      "JobId=43 JobName=ftrain llama JobState=RUNNING Reason=Prolog failed on n1 "
+      "Command=/opt/run.sh --steps=5 a b Socks/Node=* Restarts=1");
+  EXPECT_EQ(spaced.Get("JobName"), "ftrain llama");
+  EXPECT_EQ(spaced.State(), "RUNNING");
+  EXPECT_EQ(spaced.Get("Reason"), "Prolog failed on n1");
+  EXPECT_EQ(spaced.Get("Command"), "/opt/run.sh --steps=5 a b");
+  EXPECT_EQ(spaced.Get("Socks/Node"), "*");
+  EXPECT_EQ(spaced.Restarts(), 1);
 }
 
 LoadedSubmission Loaded() {

@@ -77,6 +77,14 @@ int JobInfo::Restarts() const {
   return v.empty() ? 0 : std::atoi(v.c_str());
 }
 
+// A Slurm field name: "JobState", "Socks/Node", "TRES"; not "--flag" or "x.y".
+bool IsFieldKey(const std::string& k) {
+  if (k.empty() || !std::isalpha(static_cast<unsigned char>(k[0]))) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '/' || c == ':';
+  });
+}
+
 JobInfo ParseShowJob(const std::string& text) {
   JobInfo j;
   for (const auto& line : Lines(text)) {
@@ -87,11 +95,19 @@ JobInfo ParseShowJob(const std::string& text) {
       j.fields[first] = line.substr(eq + 1);  // a path with spaces: the rest of the line
       continue;
     }
+    // `scontrol -o` puts every field on one line, and a value may hold spaces (a Reason, a
+    // Comment, a Command's arguments): a word that does not start "Key=" continues the value
+    // before it.
     std::istringstream in(line);
+    std::string* value = nullptr;
     for (std::string tok; in >> tok;) {
       const size_t e = tok.find('=');
-      if (e == std::string::npos || e == 0) continue;
-      j.fields[tok.substr(0, e)] = tok.substr(e + 1);
+      if (e != std::string::npos && IsFieldKey(tok.substr(0, e))) {
+        value = &j.fields[tok.substr(0, e)];
+        *value = tok.substr(e + 1);
+      } else if (value != nullptr) {
+        *value += " " + tok;
+      }
     }
   }
   return j;
@@ -357,7 +373,14 @@ double NorespondWaitS(const SlurmConfig& c, double cap_s) {
 
 bool Responds(const std::string& st) {
   static const std::set<std::string> kUp = {"idle", "mix", "alloc", "comp", "resv", "plnd"};
-  return kUp.count(st) > 0;
+  // sinfo's flags after a state: '*' not responding and '~' powered off do not answer; the
+  // others ('-' planned, '@' reboot pending, '^' rebooting, '$' maintenance, '#' powering up,
+  // '!' power down pending, '%' powering down) are a node whose slurmd answers.
+  std::string base = st;
+  while (!base.empty() && std::string("-@^$#!%").find(base.back()) != std::string::npos) {
+    base.pop_back();
+  }
+  return kUp.count(base) > 0;
 }
 
 std::vector<std::string> Exclusions(const std::vector<std::string>& user_excluded,
