@@ -15,6 +15,7 @@
 #include "records/metrics_record.h"
 #include "test_util.h"
 #include "train/config/lr_schedule.h"
+#include "train/config/resume_verdict.h"
 #include "train/config/train_config.h"
 #include "train/telemetry/metrics.h"
 
@@ -93,6 +94,59 @@ TEST(TrainConfigLoad, MemoryTierIsOffByDefaultAndReadsItsInterval) {
   auto secs = TrainConfig::Load(Minimal({"--ckpt.memory_every_seconds=2.5"}));
   ASSERT_TRUE(secs.ok()) << secs.status().ToString();
   EXPECT_DOUBLE_EQ(secs->ckpt.memory_every_seconds, 2.5);
+}
+
+TEST(TrainConfigLoad, ResumeRetryDefaultsTo300SecondsAndRefusesNonsense) {
+  auto def = TrainConfig::Load(Minimal());
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_DOUBLE_EQ(def->ckpt.resume_retry_s, 300);
+  auto zero = TrainConfig::Load(Minimal({"--ckpt.resume_retry_s=0"}));
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
+  EXPECT_DOUBLE_EQ(zero->ckpt.resume_retry_s, 0);
+  for (const std::string bad : {"-1", "1e9", "nan"}) {
+    const std::string e = LoadError({"--ckpt.resume_retry_s=" + bad});
+    EXPECT_NE(e.find("ckpt.resume_retry_s"), std::string::npos) << bad << ": " << e;
+  }
+}
+
+// Issue 44, hole 1: an outage during resume (EIO, ESTALE, a file not found) is never damage.
+TEST(ResumeVerdict, OnlyAVerifiedMismatchIsDamage) {
+  EXPECT_EQ(ClassifyLoad(Status::Ok(), false), LoadOutcome::kLoaded);
+  EXPECT_EQ(ClassifyLoad(Status::IOError("read: Input/output error"), true),
+            LoadOutcome::kUnreadable);
+  EXPECT_EQ(ClassifyLoad(Status::NotFound("shard-00001.h5"), true), LoadOutcome::kUnreadable);
+  EXPECT_EQ(ClassifyLoad(Status::StorageUnavailable("root"), true), LoadOutcome::kUnreadable);
+  // HDF5 reports an EIO while opening as a format error: damage only if it reads back in full.
+  EXPECT_EQ(ClassifyLoad(Status::Corruption("HDF5 cannot open"), false), LoadOutcome::kUnreadable);
+  EXPECT_EQ(ClassifyLoad(Status::Corruption("checksum mismatch"), true), LoadOutcome::kDamaged);
+  EXPECT_EQ(ClassifyLoad(Status::InvalidArgument("config hash"), true), LoadOutcome::kRefused);
+}
+
+TEST(ResumeVerdict, AnOutageAnywhereIsRetriedNeverSetAsideAndGivesUpOnlyWhenExpired) {
+  // damaged, unreadable, refused, expired, explicit path
+  EXPECT_EQ(DecideResume(false, false, false, false, false), ResumeStep::kResume);
+  EXPECT_EQ(DecideResume(true, false, false, false, false), ResumeStep::kFallBack);
+  EXPECT_EQ(DecideResume(true, false, false, false, true), ResumeStep::kFail);
+  // One rank saw damage, another could not read: nothing is set aside.
+  EXPECT_EQ(DecideResume(true, true, false, false, false), ResumeStep::kRetry);
+  EXPECT_EQ(DecideResume(false, true, false, false, true), ResumeStep::kRetry);
+  EXPECT_EQ(DecideResume(false, true, false, true, false), ResumeStep::kGiveUp);
+  EXPECT_EQ(DecideResume(true, true, false, true, false), ResumeStep::kGiveUp);
+  EXPECT_EQ(DecideResume(false, true, true, false, false), ResumeStep::kFail);
+}
+
+TEST(ResumeVerdict, RetryWaitsDoubleToFifteenSecondsAndEndWithTheRetryTime) {
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(1, 300), 1);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(2, 300), 2);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(4, 300), 8);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(5, 300), 15);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(50, 300), 15);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(5, 3.5), 3.5);
+  EXPECT_DOUBLE_EQ(RetryWaitSeconds(5, -1), 0);
+  const std::string m = GiveUpMessage("step-00000040/manifest.json: EIO", 301, 300);
+  EXPECT_NE(m.find("ckpt.resume_retry_s = 300"), std::string::npos) << m;
+  EXPECT_NE(m.find("nothing was moved aside"), std::string::npos) << m;
+  EXPECT_NE(m.find("74"), std::string::npos) << m;
 }
 
 // train.ac_every: selective checkpointing by layer; meaningless without checkpointing.

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -692,6 +693,72 @@ TEST_F(TrainTest, AHungPeerTimesOutInsteadOfHangingTheJob) {
   EXPECT_TRUE(Contains(out, "imed out") || Contains(out, "imeout")) << out;
   EXPECT_TRUE(Contains(out, "; stopping the other")) << out;
   FinishRun(run, "", 2);
+  ExpectSameAsReference(run, ref);
+}
+
+// Sorted entries of a directory ("" when it cannot be read).
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") out.push_back(n);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Issue 44, hole 1: the checkpoint storage does not answer while a start resumes (every open,
+// stat and listing under RUN/checkpoints fails, through an LD_PRELOAD shim on the real
+// processes, as during a Lustre OST failover or an NFS server restart). Before, the resume set
+// the good checkpoints aside one by one as damaged and retrained from step 0. Now a long
+// outage (ENOENT: an NFS negative entry, the harder face) ends the start with exit 74 and
+// leaves every checkpoint and metrics.jsonl as they were; a short one (EIO) is waited out: the
+// newest checkpoint is resumed and the run ends bit-identical.
+TEST_F(TrainTest, AStorageOutageDuringResumeIsWaitedOutNeverTakenForDamage) {
+  const std::string& ref = Reference("");
+  const std::string run = root_ + "/outage";
+  ASSERT_NE(LaunchAndKillAt(TrainCmd(run, 4, 2), run, 23, 1, "outage"), 0);
+  auto latest = RunCommand(BinDir() + "/ckptctl latest " + run + "/checkpoints", 30);
+  ASSERT_EQ(latest.exit_code, 0) << latest.output;
+  std::string newest = latest.output.substr(0, latest.output.find('\n'));
+  newest = newest.substr(newest.find_last_of('/') + 1);
+  const std::vector<std::string> before = Entries(run + "/checkpoints");
+  const std::string metrics = ReadFile(run + "/metrics.jsonl");
+  const std::string flag = run + ".storage-down";
+  const std::string shim = std::string("LD_PRELOAD=") + FTRAIN_EIO_SHIM +
+                           " FTRAIN_EIO_PREFIX=" + run + "/checkpoints FTRAIN_EIO_WHILE=" + flag;
+  {
+    std::ofstream(flag) << "down\n";
+    auto r = RunCommand(
+        "FTRAIN_EIO_ERRNO=ENOENT " + shim + " " + TrainCmd(run, 4, 2, "--ckpt.resume_retry_s=3"),
+        300);
+    ::unlink(flag.c_str());
+    EXPECT_EQ(r.exit_code, 74) << r.output;
+    EXPECT_TRUE(Contains(r.output, "nothing was moved aside")) << r.output;
+    EXPECT_FALSE(Contains(r.output, "starting fresh")) << r.output;
+    EXPECT_EQ(Entries(run + "/checkpoints"), before);
+    EXPECT_EQ(ReadFile(run + "/metrics.jsonl"), metrics);
+  }
+  // A short outage: the storage answers again 4 s into the start.
+  std::ofstream(flag) << "down\n";
+  std::thread up([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    ::unlink(flag.c_str());
+  });
+  auto r = RunCommand(shim + " " + TrainCmd(run, 4, 2, "--ckpt.resume_retry_s=120"), 600);
+  up.join();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "an outage, not damage")) << r.output;
+  EXPECT_TRUE(
+      Contains(r.output, "resume: newest complete checkpoint is " + run + "/checkpoints/" + newest))
+      << r.output;
+  for (const auto& e : Entries(run + "/checkpoints")) {
+    EXPECT_FALSE(Contains(e, "corrupt")) << e << " was set aside";
+  }
+  EXPECT_FALSE(Contains(ReadFile(run + "/restarts.jsonl"), "fell_back"));
   ExpectSameAsReference(run, ref);
 }
 

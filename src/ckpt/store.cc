@@ -404,8 +404,10 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
 Status CheckpointStore::CheckComplete(const std::string& dir, Manifest* manifest) {
   const std::string path = JoinPath(dir, kManifestName);
   std::string text;
+  // A manifest or shard that cannot be read or found keeps its I/O kind (IOError, NotFound):
+  // an outage is not damage. Only what was read and is wrong is Corruption.
   Status s = env_->ReadFile(path, &text);
-  if (!s.ok()) return Status::Corruption("manifest '" + path + "' cannot be read: " + s.message());
+  if (!s.ok()) return s.Annotate("manifest '" + path + "' cannot be read");
   FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, path));
   RootEntry e = ParseRootEntry(Basename(dir));
   if (e.kind == EntryKind::kComplete && e.step != m.meta.step) {
@@ -416,8 +418,8 @@ Status CheckpointStore::CheckComplete(const std::string& dir, Manifest* manifest
     const std::string fp = JoinPath(dir, f.path);
     auto size = env_->FileSize(fp);
     if (!size.ok()) {
-      return Status::Corruption("shard '" + fp + "' of rank " + std::to_string(f.rank) +
-                                " is missing");
+      return size.status().Annotate("shard '" + fp + "' of rank " + std::to_string(f.rank) +
+                                    " cannot be found or read");
     }
     if (*size != f.size) {
       return Status::Corruption("shard '" + fp + "' has " + std::to_string(*size) +
@@ -462,6 +464,7 @@ StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List() {
       } else {
         info.status = CheckpointStatus::kUnreadable;
         info.problem = s.message();
+        info.unavailable = !s.IsCorruption();
       }
     }
     out.push_back(std::move(info));
@@ -492,9 +495,25 @@ StatusOr<std::vector<std::string>> CheckpointStore::ListForeign() {
 }
 
 StatusOr<std::optional<CheckpointInfo>> CheckpointStore::Latest() {
-  if (!env_->IsDirectory(root_)) return std::optional<CheckpointInfo>();
+  if (!env_->IsDirectory(root_)) {
+    // Not there (ENOENT: a fresh root) or not readable (EIO, ESTALE): only the first means
+    // "no checkpoint"; an outage must never read as a fresh start.
+    auto names = env_->ListDir(root_);
+    if (!names.ok() && !names.status().IsNotFound()) {
+      return Status::StorageUnavailable("checkpoint root '" + root_ +
+                                        "' cannot be read: " + names.status().message());
+    }
+    return std::optional<CheckpointInfo>();
+  }
   FT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, List());
   for (auto& i : all) {
+    // A newer entry that could not be read may be complete: the newest is unknown until it
+    // reads (skipping it would resume an older step and retrain what it holds).
+    if (i.unavailable && !i.is_symlink) {
+      return Status::StorageUnavailable(i.path + " cannot be read (" + i.problem +
+                                        "): whether it is the newest complete checkpoint is "
+                                        "unknown");
+    }
     if (i.status == CheckpointStatus::kComplete) return std::optional<CheckpointInfo>(i);
   }
   return std::optional<CheckpointInfo>();

@@ -26,6 +26,9 @@ struct CheckpointInfo {
   std::string path;
   CheckpointStatus status = CheckpointStatus::kUnreadable;
   std::string problem;  // why unreadable
+  // kUnreadable because reading failed (an I/O error, a file not found), not because what was
+  // read is wrong: whether it is complete is unknown, so it is never set aside or skipped.
+  bool unavailable = false;
   int world_size = 0;
   double created_unix = 0;
   uint64_t bytes_on_disk = 0;

@@ -21,6 +21,7 @@ int ExitCodeFor(const Status& s) {
     case C::kUnavailable:
     case C::kAborted:
     case C::kInternal:
+    case C::kStorageUnavailable:
       return kExitBad;
     case C::kInvalidArgument:
     case C::kFailedPrecondition:

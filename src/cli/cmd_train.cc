@@ -25,6 +25,8 @@ constexpr char kHelp[] =
     "exit codes: 0 done, 75 stopped on SIGUSR1/SIGTERM after a checkpoint (requeue me),\n"
     "  1 bad data, a failed rank, a timeout or an I/O error (a restart may help),\n"
     "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
+    "  74 the checkpoint storage could not be read at resume for ckpt.resume_retry_s\n"
+    "     (nothing was moved aside; retry once the file system answers),\n"
     "  77 replicas disagree: silent data corruption (RUN_DIR/quarantine.jsonl names the nodes),\n"
     "  78 a rank hung while the others waited for it (restart me: RUN_DIR/hangs.jsonl names it),\n"
     "  79 guard.policy = rollback rolled the run back (restart me: RUN_DIR/rollbacks.jsonl)\n";
@@ -93,6 +95,9 @@ int RunTrain(int argc, char** argv) {
     // node that did not come up, a full disk): exit 1, so that the job script restarts.
     // Configuration and input errors stay 2 and are recorded for the job script, which then
     // fails the job instead of looping (slurm/train.sh).
+    // Checkpoint storage that did not answer for ckpt.resume_retry_s: 74, which `ftrain job`
+    // retries as a storage outage (nothing was moved aside).
+    if (s.IsStorageUnavailable()) return kExitStorage;
     if (s.code() == Status::Code::kDeadlineExceeded || s.code() == Status::Code::kIOError) {
       return kExitBad;
     }

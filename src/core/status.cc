@@ -25,6 +25,8 @@ const char* Status::CodeName(Code code) {
       return "Aborted";
     case Code::kInternal:
       return "Internal error";
+    case Code::kStorageUnavailable:
+      return "Storage unavailable";
   }
   return "Unknown";
 }

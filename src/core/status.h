@@ -24,6 +24,9 @@ class [[nodiscard]] Status {
     kUnavailable,         // a peer or service went away (a dead rank)
     kAborted,             // stopped on purpose (signal, peer failure)
     kInternal,            // a bug or an unexpected library error
+    // Storage that holds good data could not be read for a bounded time (EIO, ESTALE, a file
+    // gone missing): an outage to retry later, never damage (ftrain train exits 74).
+    kStorageUnavailable,
   };
 
   Status() = default;
@@ -41,6 +44,9 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status StorageUnavailable(std::string m) {
+    return {Code::kStorageUnavailable, std::move(m)};
+  }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
@@ -48,6 +54,7 @@ class [[nodiscard]] Status {
   bool IsInvalidArgument() const { return code_ == Code::kInvalidArgument; }
   bool IsNotFound() const { return code_ == Code::kNotFound; }
   bool IsCorruption() const { return code_ == Code::kCorruption; }
+  bool IsStorageUnavailable() const { return code_ == Code::kStorageUnavailable; }
 
   // "Corruption: <message>"; "OK" for success.
   std::string ToString() const;

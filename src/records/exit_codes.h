@@ -12,6 +12,9 @@ constexpr int kExitBad = 1;    // the checked thing is bad; a failed rank; a fai
 constexpr int kExitUsage = 2;  // usage, configuration or input error: a restart cannot fix it
 constexpr int kExitConfig = kExitUsage;
 
+// ftrain train: the checkpoint storage could not be read at resume (I/O errors, files that
+// went missing) for ckpt.resume_retry_s; nothing was moved aside: retry later (EX_IOERR).
+constexpr int kExitStorage = 74;
 // ftrain train: checkpointed on request (USR1/TERM); requeue me (EX_TEMPFAIL).
 constexpr int kExitRequeue = 75;
 // ftrain train: replicas disagreed (silent data corruption); RUN/quarantine.jsonl names nodes.
@@ -27,6 +30,7 @@ struct ExitCodeInfo {
   const char* meaning;
 };
 constexpr ExitCodeInfo kTrainerExitCodes[] = {
+    {kExitStorage, "the checkpoint storage could not be read at resume"},
     {kExitRequeue, "checkpointed on USR1/TERM, requeue me"},
     {kExitSdc, "replicas disagreed"},
     {kExitHang, "a rank hung"},

@@ -25,12 +25,17 @@ Status AppendJsonLine(const std::string& path, const std::string& line) {
                            (err == ELOOP ? " (a symbolic link)" : ""));
   }
   const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
+  int err = errno;
+  // Durable before the caller goes on: a record is what the next start and the controller
+  // act on (a rollback, a quarantine), and the process may exit right after it.
+  const bool synced = n == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  if (!synced && n == static_cast<ssize_t>(text.size())) err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(text.size())) {
     return Status::IOError("cannot append to '" + path +
                            "': " + (n < 0 ? std::strerror(err) : "short write"));
   }
+  if (!synced) return Status::IOError("cannot fsync '" + path + "': " + std::strerror(err));
   return Status::Ok();
 }
 

@@ -533,6 +533,9 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
     Status w = RecordSdc(run.cfg.run_dir, step, v);
     if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
   }
+  // No rank exits (77) before rank 0's record is durable: the controller reads it to keep the
+  // nodes out, and srun's kill-on-bad-exit would otherwise end rank 0 mid-append.
+  FT_RETURN_IF_ERROR(run.ctx->control().Barrier()->Wait());
   return true;
 }
 
@@ -827,6 +830,9 @@ Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
                   << "the next start skips every step after it up to " << step << " (exit "
                   << kExitRollback << ": restart me)";
   }
+  // No rank exits before the record is durable: the controller checks it, and the next start
+  // skips by it (without it the same step would roll back again, for ever).
+  FT_RETURN_IF_ERROR(run.ctx->control().Barrier()->Wait());
   *exit_code = kExitRollback;
   return Status::Ok();
 }

@@ -5,13 +5,17 @@
 // Collective over the world; the loop calls Resume() once per start.
 #include "train/checkpoint/resume.h"
 
+#include <fcntl.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <vector>
 
 #include "ckpt/filename.h"
 #include "ckpt/reader.h"
@@ -24,6 +28,7 @@
 #include "records/json_lines.h"
 #include "records/restarts.h"
 #include "train/checkpoint/memory_restore.h"
+#include "train/config/resume_verdict.h"
 
 namespace ftrain::train {
 namespace {
@@ -33,11 +38,14 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Rank 0 picks what to resume from and broadcasts the step (-1: start fresh).
-StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ctx,
-                                   std::string* dir) {
+// Rank 0 picks what to resume from and broadcasts the step (-1: start fresh). When the root
+// or a checkpoint newer than the newest complete one cannot be read (an outage), `*outage`
+// says so (with rank 0's message) and nothing is chosen: the caller waits and asks again.
+StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ctx, std::string* dir,
+                                   std::string* outage) {
   int64_t step = -1;
   Status decision;
+  outage->clear();
   if (ctx.world().rank == 0) {
     ckpt::CheckpointStore store(cfg.ckpt.root);
     Status rec = store.Recover();
@@ -55,17 +63,27 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       auto latest = store.Latest();
       if (!latest.ok()) {
         decision = latest.status();
+      } else if (!latest->has_value() && !Env::Default()->ListDir(cfg.ckpt.root).ok()) {
+        // This start made the root a moment ago: a root that does not list now is storage
+        // that does not answer (or lies: an NFS negative entry), not a fresh run.
+        decision = Status::StorageUnavailable("the checkpoint root '" + cfg.ckpt.root +
+                                              "' cannot be listed");
       } else if (!latest->has_value()) {
         FT_LOG(Info) << "resume: no complete checkpoint in " << cfg.ckpt.root << ": starting fresh";
       } else {
         step = (*latest)->step;
         FT_LOG(Info) << "resume: newest complete checkpoint is " << (*latest)->path;
       }
-      // A newer step-N whose manifest does not parse is not a checkpoint; move it aside so
-      // that the step can be written again (and the evidence is kept).
-      auto all = store.List();
+      // A newer step-N whose manifest was read and does not parse is not a checkpoint; move
+      // it aside so that the step can be written again (and the evidence is kept). One that
+      // could not be read at all stays where it is (Latest() then reports an outage).
+      auto all =
+          decision.ok()
+              ? store.List()
+              : StatusOr<std::vector<ckpt::CheckpointInfo>>(std::vector<ckpt::CheckpointInfo>());
       for (const auto& i : all.ok() ? *all : std::vector<ckpt::CheckpointInfo>()) {
-        if (i.status != ckpt::CheckpointStatus::kUnreadable || i.is_symlink || i.step <= step) {
+        if (i.status != ckpt::CheckpointStatus::kUnreadable || i.unavailable || i.is_symlink ||
+            i.step <= step) {
           continue;
         }
         auto moved = store.MarkCorrupt(i.step);
@@ -77,7 +95,9 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       ckpt::Manifest m;
       ckpt::CheckpointStore parent(Dirname(r));
       Status s = parent.CheckComplete(r, &m);
-      if (!s.ok() || ckpt::ParseRootEntry(Basename(r)).kind != ckpt::EntryKind::kComplete) {
+      if (!s.ok() && !s.IsCorruption() && !s.IsInvalidArgument()) {
+        decision = Status::StorageUnavailable("train.resume = '" + r + "': " + s.message());
+      } else if (!s.ok() || ckpt::ParseRootEntry(Basename(r)).kind != ckpt::EntryKind::kComplete) {
         decision =
             Status::InvalidArgument("train.resume = '" + r + "' is not a complete checkpoint: " +
                                     (s.ok() ? "not a step-NNNNNNNN directory" : s.message()));
@@ -87,10 +107,18 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       }
     }
   }
-  // Broadcast (step, ok) so that every rank fails or resumes together.
-  torch::Tensor t =
-      torch::tensor({static_cast<double>(step), decision.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  // An I/O error while choosing is an outage (retried), not a reason to start fresh.
+  const bool unreadable = decision.IsStorageUnavailable() ||
+                          decision.code() == Status::Code::kIOError || decision.IsNotFound();
+  if (unreadable) *outage = decision.message();
+  // Broadcast (step, 0 ok / 1 refused / 2 outage) so that every rank acts together.
+  torch::Tensor t = torch::tensor(
+      {static_cast<double>(step), decision.ok() ? 0.0 : (unreadable ? 2.0 : 1.0)}, torch::kFloat64);
   FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
+  if (t[1].item<double>() == 2) {
+    if (outage->empty()) *outage = "rank 0 cannot read the checkpoint root (see its log)";
+    return int64_t{-1};
+  }
   if (t[1].item<double>() != 0) {
     if (!decision.ok()) return decision;
     return Status::InvalidArgument("rank 0 refused to resume (see its log)");
@@ -265,10 +293,44 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, CheckpointS
   return Status::Ok();
 }
 
-// Whether a failed load means the checkpoint itself is bad (set it aside, try an older one)
-// rather than the configuration (a refused config hash, another model: fail the job).
-bool IsDamage(const Status& s) {
-  return s.IsCorruption() || s.IsNotFound() || s.code() == Status::Code::kIOError;
+// Reads `path` to its end, discarding the bytes: an I/O error or a missing file is a Status.
+Status ReadThrough(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("open '" + path + "': " + std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  Status s;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      s = Status::IOError("read '" + path + "': " + std::strerror(errno));
+      break;
+    }
+  }
+  ::close(fd);  // read-only: nothing to lose on close
+  return s;
+}
+
+// Whether what this rank read of checkpoint `dir` reads back in full right now: the manifest
+// and this rank's shards (every shard when the world size changed). A load that reported a
+// Corruption is damage only if it does: HDF5 reports an I/O error while opening a file as a
+// format error, and an outage must never set a good checkpoint aside.
+bool RereadsInFull(const std::string& dir, int rank, int world_size) {
+  const std::string manifest_path = JoinPath(dir, "manifest.json");
+  std::string text;
+  if (!Env::Default()->ReadFile(manifest_path, &text).ok()) return false;
+  auto m = ckpt::Manifest::FromJson(text, manifest_path);
+  if (!m.ok()) return true;  // read in full, and wrong: damage
+  for (const auto& f : m->files) {
+    if (m->meta.world_size == world_size && f.rank != rank) continue;
+    Status s = ReadThrough(JoinPath(dir, f.path));
+    if (!s.ok()) {
+      FT_LOG(Warning) << "resume: " << s.message() << ": an outage, not damage";
+      return false;
+    }
+  }
+  return true;
 }
 
 // Where the resumed state came from, for `ftrain report` (collective): a `resumed` record in
@@ -345,6 +407,78 @@ void LogMemoryTier(const comm::WorldInfo& world, const MemoryRestore& mem, int64
   }
 }
 
+// The waits of one start's resume for storage that does not answer (ckpt.resume_retry_s).
+class StorageWait {
+ public:
+  explicit StorageWait(double retry_s) : retry_s_(retry_s), start_(NowSeconds(Env::Default())) {}
+  double waited() const { return NowSeconds(Env::Default()) - start_; }
+  bool expired() const { return waited() >= retry_s_; }
+  // Logs (rank 0) and sleeps before the next try; the give-up once the time is spent.
+  Status Next(int rank, const std::string& what, bool expired) {
+    if (expired) return Status::StorageUnavailable(GiveUpMessage(what, waited(), retry_s_));
+    tries_ += 1;
+    const double wait = RetryWaitSeconds(tries_, retry_s_ - waited());
+    if (rank == 0) {
+      FT_LOG(Warning) << "resume: the checkpoint storage cannot be read (" << what
+                      << "): an outage, not damage; nothing is moved aside; trying again in "
+                      << wait << " s (try " << tries_ << ", " << static_cast<int>(waited())
+                      << " of ckpt.resume_retry_s = " << retry_s_ << " s used)";
+    }
+    Env::Default()->SleepForMicroseconds(static_cast<int64_t>(wait * 1e6));
+    return Status::Ok();
+  }
+
+ private:
+  double retry_s_;
+  double start_;
+  int tries_ = 0;
+};
+
+// Every rank's outcome of one load, combined (collective): what the world does next.
+StatusOr<ResumeStep> VoteOnLoad(const TrainConfig& cfg, comm::DistContext& ctx,
+                                const Status& loaded, const std::string& dir,
+                                const StorageWait& wait) {
+  const comm::WorldInfo& world = ctx.world();
+  const bool rereads = loaded.IsCorruption() && RereadsInFull(dir, world.rank, world.world_size);
+  const LoadOutcome o = ClassifyLoad(loaded, rereads);
+  torch::Tensor vote = torch::tensor(
+      {o == LoadOutcome::kDamaged ? 1.0 : 0.0, o == LoadOutcome::kUnreadable ? 1.0 : 0.0,
+       o == LoadOutcome::kRefused ? 1.0 : 0.0, wait.expired() ? 1.0 : 0.0},
+      torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(vote, comm::ReduceOp::kMax)->Wait());
+  return DecideResume(vote[0].item<double>() != 0, vote[1].item<double>() != 0,
+                      vote[2].item<double>() != 0, vote[3].item<double>() != 0,
+                      cfg.train.resume != "auto");
+}
+
+// Rank 0 moves a checkpoint that failed verification aside (kept as evidence) and records it.
+void SetAside(const TrainConfig& cfg, int64_t step, const std::string& dir, const Status& loaded) {
+  ckpt::CheckpointStore store(cfg.ckpt.root);
+  auto moved = store.MarkCorrupt(step);
+  const std::string why =
+      loaded.ok() ? "another rank failed to load it (see its log)" : loaded.message();
+  if (!moved.ok()) {
+    FT_LOG(Error) << "resume: cannot set aside the damaged " << dir << ": "
+                  << moved.status().message();
+    return;
+  }
+  FT_LOG(Error) << "resume: checkpoint step " << step << " FAILED verification (" << why
+                << "); moved aside as " << *moved
+                << " (kept as evidence, never deleted automatically); trying the next older "
+                   "checkpoint";
+  nlohmann::json rec = {
+      {"time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"event", "fell_back"},
+      {"cause", "corrupt_checkpoint"},
+      {"step", step},
+      {"moved_to", *moved},
+      {"problem", why}};
+  if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
+  if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
+}
+
 }  // namespace
 
 StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
@@ -354,9 +488,15 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
   const comm::WorldInfo& world = ctx.world();
   MemoryRestore mem;
   bool memory_tried = cfg.train.resume != "auto" || !cfg.ckpt.restore_from_memory;
+  StorageWait wait(cfg.ckpt.resume_retry_s);
   for (;;) {
     *state = RunState();
-    FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir));
+    std::string outage;
+    FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir, &outage));
+    if (!outage.empty()) {
+      FT_RETURN_IF_ERROR(wait.Next(world.rank, outage, wait.expired()));
+      continue;
+    }
     if (!memory_tried) {
       // Once per start, after rank 0's recovery: a newer step restorable from memory becomes
       // a committed checkpoint, which the next choice then takes.
@@ -373,51 +513,28 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
       FT_LOG(Error) << "resume: rank " << world.rank << " cannot load " << *dir << ": "
                     << loaded.message();
     }
-    // Every rank learns whether any rank failed, and whether any failure was not damage.
-    torch::Tensor vote = torch::tensor(
-        {loaded.ok() ? 0.0 : 1.0, !loaded.ok() && !IsDamage(loaded) ? 1.0 : 0.0}, torch::kFloat64);
-    FT_RETURN_IF_ERROR(ctx.control().AllReduce(vote, comm::ReduceOp::kMax)->Wait());
-    const bool any_failed = vote[0].item<double>() != 0;
-    const bool any_config = vote[1].item<double>() != 0;
-    if (!any_failed) {
-      state->restarts += 1;
-      FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
-                   << state->restarts << ", every byte verified)";
-      FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src, mem));
-      return step;
+    FT_ASSIGN_OR_RETURN(ResumeStep next, VoteOnLoad(cfg, ctx, loaded, *dir, wait));
+    switch (next) {
+      case ResumeStep::kResume:
+        state->restarts += 1;
+        FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
+                     << state->restarts << ", every byte verified)";
+        FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src, mem));
+        return step;
+      case ResumeStep::kFail:
+        if (!loaded.ok()) return loaded;
+        return Status::FailedPrecondition("another rank cannot load " + *dir + " (see its log)");
+      case ResumeStep::kRetry:
+      case ResumeStep::kGiveUp:
+        FT_RETURN_IF_ERROR(wait.Next(world.rank, *dir + " (see the ranks' errors above)",
+                                     next == ResumeStep::kGiveUp));
+        continue;
+      case ResumeStep::kFallBack:
+        if (world.rank == 0) SetAside(cfg, step, *dir, loaded);
+        // Everyone waits until the damaged checkpoint is out of the way before choosing again.
+        FT_RETURN_IF_ERROR(ctx.control().Barrier()->Wait());
+        continue;
     }
-    if (any_config || (cfg.train.resume != "auto")) {
-      if (!loaded.ok()) return loaded;
-      return Status::FailedPrecondition("another rank cannot load " + *dir + " (see its log)");
-    }
-    if (world.rank == 0) {
-      ckpt::CheckpointStore store(cfg.ckpt.root);
-      auto moved = store.MarkCorrupt(step);
-      const std::string why =
-          loaded.ok() ? "another rank failed to load it (see its log)" : loaded.message();
-      if (!moved.ok()) {
-        FT_LOG(Error) << "resume: cannot set aside the damaged " << *dir << ": "
-                      << moved.status().message();
-      } else {
-        FT_LOG(Error) << "resume: checkpoint step " << step << " FAILED verification (" << why
-                      << "); moved aside as " << *moved
-                      << " (kept as evidence, never deleted automatically); trying the next "
-                         "older checkpoint";
-        nlohmann::json rec = {{"time", std::chrono::duration<double>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count()},
-                              {"event", "fell_back"},
-                              {"cause", "corrupt_checkpoint"},
-                              {"step", step},
-                              {"moved_to", *moved},
-                              {"problem", why}};
-        if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-        Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
-        if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
-      }
-    }
-    // Everyone waits until the damaged checkpoint is out of the way before choosing again.
-    FT_RETURN_IF_ERROR(ctx.control().Barrier()->Wait());
   }
 }
 

@@ -23,9 +23,13 @@ class DistContext;
 namespace ftrain::train {
 
 // Chooses and loads the checkpoint to resume from (collective). With train.resume = auto a
-// checkpoint that fails to load or verify on any rank is moved aside as step-N.corrupt by
-// rank 0 (logged, recorded in restarts.jsonl) and the next older complete one is tried, down
-// to starting fresh; training is deterministic, so the run still ends bit-identical.
+// checkpoint that fails verification on any rank (its bytes were read and are wrong) is moved
+// aside as step-N.corrupt by rank 0 (logged, recorded in restarts.jsonl) and the next older
+// complete one is tried, down to starting fresh; training is deterministic, so the run still
+// ends bit-identical. Storage that does not answer (an I/O error, a file not found, on any
+// rank or while choosing) is an outage, never damage: nothing is moved aside and the same
+// choice is retried (train/config/resume_verdict.h) for ckpt.resume_retry_s, then the result
+// is StorageUnavailable (ftrain train exits 74).
 // `hardware` is this run's fingerprint (a checkpoint written elsewhere resumes with a
 // warning). Returns the resumed step (`*dir` its directory), or -1 for a fresh start.
 // The memory tier first (train.resume = auto): when ROOT/MEMORY_TIER.json records a step newer

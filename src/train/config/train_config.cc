@@ -194,6 +194,15 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
                                    "no time-based memory interval), got " +
                                    c.entries().at("ckpt.memory_every_seconds").value);
   }
+  FT_RETURN_IF_ERROR(c.GetDouble("ckpt.resume_retry_s", &t.ckpt.resume_retry_s));
+  if (!(t.ckpt.resume_retry_s >= 0 && t.ckpt.resume_retry_s <= 86400)) {
+    std::string where =
+        c.Has("ckpt.resume_retry_s") ? c.entries().at("ckpt.resume_retry_s").origin + ": " : "";
+    return Status::InvalidArgument(where +
+                                   "ckpt.resume_retry_s must be in [0, 86400] seconds (how long "
+                                   "a resume retries unreadable checkpoint storage), got " +
+                                   c.entries().at("ckpt.resume_retry_s").value);
+  }
   if (t.ckpt.flush_timeout_s <= 0) {
     std::string where =
         c.Has("ckpt.flush_timeout_s") ? c.entries().at("ckpt.flush_timeout_s").origin + ": " : "";

@@ -94,6 +94,10 @@ struct CkptSection {
   // ... or every this many seconds (rank 0's clock, agreed at the step boundary like
   // every_minutes); 0 = off. Either interval turns the tier on. Operational too.
   double memory_every_seconds = 0;
+  // How long a resume retries checkpoint storage that cannot be read (I/O errors, files that
+  // went missing) before the start gives up with exit 74 (train/checkpoint/resume.h). Nothing
+  // unreadable is ever set aside. Operational: not in ConfigHash.
+  double resume_retry_s = 300;
 };
 
 // Where the per-step metrics go besides RUN_DIR/metrics.jsonl, and what the derived ones
