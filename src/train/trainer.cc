@@ -698,7 +698,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   FT_ASSIGN_OR_RETURN(run->faults, FaultPlanFromEnv());
   DropFiredFaults(RunLayout(cfg.run_dir).faults_fired(), &run->faults);
   run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
-  run->guard->Restore(run->state.guard_norms, run->state.skipped);
+  run->guard->Restore(run->state.guard_norms, run->state.skipped, run->state.guard_recent);
   FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
@@ -783,7 +783,13 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   run.hang->Enter(step + 1, HangPhase::kOptimizer);
   FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
   run.state.guard_norms = run.guard->norms();
+  run.state.guard_recent = run.guard->recent();
   run.state.skipped = run.guard->skipped();
+  if (run.guard->readmitted() && run.leader) {
+    FT_LOG(Warning) << "guard: step " << step + 1 << " applied (grad norm " << out.stats.grad_norm
+                    << "): it and the steps skipped just before agree on "
+                    << "a new level; the spike window restarts from them";
+  }
   if (!out.skipped.empty() && run.leader) {
     FT_LOG(Warning) << "guard: step " << step + 1 << " not applied (" << out.skipped
                     << ", grad norm " << out.stats.grad_norm
