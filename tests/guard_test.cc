@@ -352,6 +352,48 @@ TEST(StepGuard, ASaveAndRestoreInTheMiddleOfAShiftDecidesLikeTheUninterruptedRun
   EXPECT_EQ(tail.readmitted, (std::vector<int64_t>{26}));
 }
 
+// guard.policy = rollback never keeps a suspect in a snapshot: every start resumes from before
+// it. The rollback records carry the norms, so each start counts the steps it rolls back over
+// as suspects, and the fourth step of a new level is applied instead of a fourth rollback
+// (which guard.max_rollbacks = 3 would turn into the end of the run).
+TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
+  GuardSection c = Readmitting();
+  c.policy = GuardPolicy::kRollback;
+  StepGuard at20(c, {});  // the snapshot every start resumes: the window full at the old level
+  ASSERT_TRUE(Drive(at20, 1, Level(1.0, 20)).status.ok());
+  const std::vector<double> level = Level(1.12, 4);
+  std::vector<RollbackRecord> records;
+  for (int k = 0; k < 4; ++k) {
+    StepGuard g(c, {});
+    g.Restore(at20.norms(), at20.skipped(), at20.recent());
+    g.AddSuspects(RolledBackSuspects(records, 20));
+    for (const auto& [first, last] : RolledBackRanges(records, 20)) g.AddRolledBack(first, last);
+    const int64_t step = 21 + k;
+    for (int64_t s = 21; s < step; ++s) {
+      ASSERT_TRUE(g.Listed(s));
+      ASSERT_TRUE(g.Record(s, std::nan(""), "rollback").ok());
+    }
+    if (k < 3) {
+      EXPECT_TRUE(g.IsSpike(level[k])) << "step " << step;
+      ASSERT_TRUE(CheckRollbackBudget(records, step, c).ok()) << "step " << step;
+      records.push_back({step, "spike", 20, level[k]});
+    } else {
+      EXPECT_FALSE(g.IsSpike(level[k])) << "it agrees with the three rolled back: a new level";
+      ASSERT_TRUE(g.Record(step, level[k], "").ok());
+      EXPECT_TRUE(g.readmitted());
+      EXPECT_EQ(g.norms().size(), 4u) << "the window restarts from the new level";
+    }
+  }
+  // Only spike records later than the resumed step, in step order, with a recorded norm.
+  EXPECT_EQ(RolledBackSuspects({{30, "spike", 20, 1.5},
+                                {25, "spike", 20, 1.4},
+                                {27, "nonfinite", 20, -1},
+                                {28, "spike", 20},
+                                {19, "spike", 10, 9}},
+                               20),
+            (std::vector<double>{1.4, 1.5}));
+}
+
 TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {
   auto p = ParseFaultPlan("nan_loss@3,nan_grad@5:1,spike@7:2", "50");
   ASSERT_TRUE(p.ok()) << p.status().message();

@@ -583,6 +583,8 @@ Status Stall(int64_t step, int rank) {
 // that come after the step this start resumed are skipped, like data.skip.
 Status ApplyRollbacks(Run* run) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
+  run->guard->AddSuspects(RolledBackSuspects(records, run->state.step));
+  run->state.guard_recent = run->guard->recent();
   for (const auto& [first, last] : RolledBackRanges(records, run->state.step)) {
     run->guard->AddRolledBack(first, last);
     if (run->leader) {

@@ -294,6 +294,15 @@ Status StepGuard::Record(int64_t step, double grad_norm, const std::string& skip
       steps);
 }
 
+void StepGuard::AddSuspects(const std::vector<double>& norms) {
+  if (cfg_.spike_window == 0 || cfg_.spike_readmit_steps == 0) return;
+  for (double x : norms) {
+    if (std::isfinite(x)) recent_.emplace_back(x, true);
+  }
+  const size_t keep = static_cast<size_t>(cfg_.spike_readmit_within - 1);
+  if (recent_.size() > keep) recent_.erase(recent_.begin(), recent_.end() - keep);
+}
+
 void StepGuard::Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped,
                         std::vector<RecentNorm> recent) {
   window_.assign(norms.begin(), norms.end());

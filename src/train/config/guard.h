@@ -95,6 +95,9 @@ class StepGuard {
   void AddRolledBack(int64_t first, int64_t last) {
     for (int64_t s = first; s <= last; ++s) rolled_back_.insert(s);
   }
+  // The spike steps rolled back over (RolledBackSuspects), after the resumed state's recent
+  // steps: they count as suspects for re-admission, as they would have in a skipping run.
+  void AddSuspects(const std::vector<double>& norms);
   // Whether `grad_norm` is a spike against the window (false while it is not full, and false
   // when it re-admits a sustained new level: see GuardSection::spike_readmit_steps).
   bool IsSpike(double grad_norm) const;
