@@ -63,6 +63,13 @@ TEST(GuardConfig, BadInputNamesTheKeyAndTheReason) {
       {"[guard]\nmax_skips = -1\n", "guard.max_skips must be >= 0"},
       {"[guard]\nspike_windw = 5\n", "guard.spike_windw"},
       {"[guard]\nsdc_every_steps = -1\n", "guard.sdc_every_steps must be in [0, 100000000]"},
+      {"[guard]\nspike_readmit_steps = 1\n",
+       "guard.spike_readmit_steps must be 0 (never re-admit) or in [2, 1000]"},
+      {"[guard]\nspike_readmit_steps = 9\n",
+       "guard.spike_readmit_within must be in [guard.spike_readmit_steps = 9, 10000]"},
+      {"[guard]\nspike_readmit_within = 20000\n", "guard.spike_readmit_within must be in"},
+      {"[guard]\npolicy = off\nspike_readmit_steps = 3\n",
+       "guard.spike_readmit_steps is set but guard.policy = off"},
   };
   for (const auto& c : cases) {
     auto t = LoadWith(c.extra);
@@ -209,6 +216,182 @@ TEST(StepGuard, RestoreBringsBackTheWindowAndTheSkips) {
   ASSERT_EQ(g.skipped().size(), 1u);
   EXPECT_EQ(g.ReasonFor(std::nan("")), "nonfinite");
   EXPECT_EQ(g.ReasonFor(5.0), "spike");
+}
+
+TEST(GuardConfig, ReadmissionDefaultsToFourOfEightAndZeroTurnsItOff) {
+  auto t = LoadWith("[guard]\nspike_window = 20\n");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->guard.spike_readmit_steps, 4);
+  EXPECT_EQ(t->guard.spike_readmit_within, 8);
+  auto off = LoadWith("[guard]\nspike_window = 20\nspike_readmit_steps = 0\n");
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_EQ(off->guard.spike_readmit_steps, 0);
+}
+
+// The trainer's use of the guard, step by step: the engine asks IsSpike, the step is skipped
+// or applied, Record takes the outcome. Returns every step's outcome ("" applied) and the
+// first error (the skip budget).
+struct Replay {
+  std::vector<std::string> outcome;
+  std::vector<int64_t> readmitted;  // steps applied as a re-admitted new level
+  Status status = Status::Ok();
+};
+Replay Drive(StepGuard& g, int64_t first_step, const std::vector<double>& norms) {
+  Replay r;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    const int64_t step = first_step + static_cast<int64_t>(i);
+    const std::string skipped = g.IsSpike(norms[i]) ? g.ReasonFor(norms[i]) : "";
+    r.outcome.push_back(skipped);
+    r.status = g.Record(step, norms[i], skipped);
+    if (g.readmitted()) r.readmitted.push_back(step);
+    if (!r.status.ok()) break;
+  }
+  return r;
+}
+
+// Norms around `level` with a deterministic +-1 % wobble.
+std::vector<double> Level(double level, int n) {
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) out.push_back(level * (1 + 0.01 * ((i % 3) - 1)));
+  return out;
+}
+
+GuardSection Readmitting() {
+  GuardSection g;  // the defaults: max_skips 5 per 100, re-admission 4 of 8
+  g.spike_window = 20;
+  return g;
+}
+
+// Issue 44, hole 9: a sustained +12 % shift (the end of warm-up, a data-mix stage) once skipped
+// every step (a skipped norm never entered the window) until the skip budget ended the run.
+TEST(StepGuard, ASustainedLevelShiftIsReadmittedAfterKStepsAndTheRunContinues) {
+  StepGuard g(Readmitting(), {});
+  ASSERT_TRUE(Drive(g, 1, Level(1.0, 20)).status.ok());
+  ASSERT_TRUE(g.IsSpike(1.12)) << "the new level is over the old window's limit";
+  Replay r = Drive(g, 21, Level(1.12, 60));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.outcome.size(), 60u);
+  // Three suspects are skipped, the fourth agrees with them and is applied.
+  EXPECT_EQ(r.outcome[0], "spike");
+  EXPECT_EQ(r.outcome[1], "spike");
+  EXPECT_EQ(r.outcome[2], "spike");
+  EXPECT_EQ(r.readmitted, (std::vector<int64_t>{24}));
+  for (size_t i = 3; i < r.outcome.size(); ++i) EXPECT_EQ(r.outcome[i], "") << "step " << 21 + i;
+  EXPECT_EQ(g.skipped().size(), 3u);
+  // The window holds the new level only, and detection is back: a spike on it is skipped.
+  for (double x : g.norms()) EXPECT_NEAR(x, 1.12, 0.02);
+  EXPECT_EQ(g.norms().size(), 20u);
+  EXPECT_TRUE(g.IsSpike(11.2));
+  EXPECT_FALSE(g.IsSpike(1.15));
+}
+
+// What the re-admission must not let through: a lone spike, spikes of different sizes, and
+// fewer agreeing suspects than spike_readmit_steps within spike_readmit_within steps.
+TEST(StepGuard, AnIsolatedSpikeIsStillSkipped) {
+  GuardSection c = Readmitting();
+  c.max_skips = 100;
+  StepGuard g(c, {});
+  ASSERT_TRUE(Drive(g, 1, Level(1.0, 20)).status.ok());
+  std::vector<double> norms = Level(1.0, 40);
+  norms[2] = 10;                                 // a lone spike
+  norms[10] = 3, norms[11] = 9, norms[12] = 27;  // a burst that grows: no level
+  norms[13] = 81;
+  norms[20] = 5, norms[21] = 5.01, norms[22] = 4.99;  // three alike: K is 4
+  norms[30] = 7, norms[35] = 7, norms[38] = 7;        // spread over more than 8 steps...
+  Replay r = Drive(g, 21, norms);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_TRUE(r.readmitted.empty());
+  for (size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_EQ(r.outcome[i], norms[i] > 1.5 ? "spike" : "") << "step " << 21 + i;
+  }
+  for (double x : g.norms()) EXPECT_LT(x, 1.5) << "no spike entered the window";
+  // ...but a fourth 7 within 8 steps of three others is a level: steps 56, 59, 61 and 62.
+  Replay more = Drive(g, 61, {7, 7});
+  EXPECT_EQ(more.outcome, (std::vector<std::string>{"spike", ""}));
+  EXPECT_EQ(more.readmitted, (std::vector<int64_t>{62}));
+}
+
+// The recent steps decide later steps, so a resume restores them from the checkpoint: a run
+// saved in the middle of a shift decides every later step as the one that was not interrupted.
+// A checkpoint from before re-admission (no recent steps) still resumes: the shift is
+// re-admitted spike_readmit_steps suspects after the resume instead.
+TEST(StepGuard, ASaveAndRestoreInTheMiddleOfAShiftDecidesLikeTheUninterruptedRun) {
+  std::vector<double> norms = Level(1.0, 20);
+  for (double x : Level(1.12, 30)) norms.push_back(x);
+  norms[45] = 20;  // a spike on the new level, once the window is full again
+  GuardSection c = Readmitting();
+  c.max_skips = 10;  // the old checkpoint below skips six
+  StepGuard whole(c, {});
+  const Replay a = Drive(whole, 1, norms);
+  ASSERT_TRUE(a.status.ok()) << a.status.message();
+  EXPECT_EQ(a.outcome[45], "spike");
+  EXPECT_EQ(a.readmitted, (std::vector<int64_t>{24}));
+  for (size_t cut : {21u, 22u, 23u, 24u, 30u}) {
+    StepGuard first(c, {});
+    const Replay head = Drive(first, 1, {norms.begin(), norms.begin() + cut});
+    ASSERT_TRUE(head.status.ok());
+    StepGuard resumed(c, {});
+    resumed.Restore(first.norms(), first.skipped(), first.recent());
+    const Replay tail =
+        Drive(resumed, static_cast<int64_t>(cut) + 1, {norms.begin() + cut, norms.end()});
+    ASSERT_TRUE(tail.status.ok()) << tail.status.message();
+    std::vector<std::string> joined = head.outcome;
+    joined.insert(joined.end(), tail.outcome.begin(), tail.outcome.end());
+    EXPECT_EQ(joined, a.outcome) << "saved after step " << cut;
+    EXPECT_EQ(resumed.norms(), whole.norms()) << "saved after step " << cut;
+    EXPECT_EQ(resumed.recent(), whole.recent()) << "saved after step " << cut;
+    EXPECT_EQ(resumed.skipped(), whole.skipped()) << "saved after step " << cut;
+  }
+  // An old checkpoint saved after two suspects has no recent steps: four more are needed.
+  StepGuard first(c, {});
+  ASSERT_TRUE(Drive(first, 1, {norms.begin(), norms.begin() + 22}).status.ok());
+  StepGuard old(c, {});
+  old.Restore(first.norms(), first.skipped());
+  const Replay tail = Drive(old, 23, {norms.begin() + 22, norms.end()});
+  ASSERT_TRUE(tail.status.ok()) << tail.status.message();
+  EXPECT_EQ(tail.readmitted, (std::vector<int64_t>{26}));
+}
+
+// guard.policy = rollback never keeps a suspect in a snapshot: every start resumes from before
+// it. The rollback records carry the norms, so each start counts the steps it rolls back over
+// as suspects, and the fourth step of a new level is applied instead of a fourth rollback
+// (which guard.max_rollbacks = 3 would turn into the end of the run).
+TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
+  GuardSection c = Readmitting();
+  c.policy = GuardPolicy::kRollback;
+  StepGuard at20(c, {});  // the snapshot every start resumes: the window full at the old level
+  ASSERT_TRUE(Drive(at20, 1, Level(1.0, 20)).status.ok());
+  const std::vector<double> level = Level(1.12, 4);
+  std::vector<RollbackRecord> records;
+  for (int k = 0; k < 4; ++k) {
+    StepGuard g(c, {});
+    g.Restore(at20.norms(), at20.skipped(), at20.recent());
+    g.AddSuspects(RolledBackSuspects(records, 20));
+    for (const auto& [first, last] : RolledBackRanges(records, 20)) g.AddRolledBack(first, last);
+    const int64_t step = 21 + k;
+    for (int64_t s = 21; s < step; ++s) {
+      ASSERT_TRUE(g.Listed(s));
+      ASSERT_TRUE(g.Record(s, std::nan(""), "rollback").ok());
+    }
+    if (k < 3) {
+      EXPECT_TRUE(g.IsSpike(level[k])) << "step " << step;
+      ASSERT_TRUE(CheckRollbackBudget(records, step, c).ok()) << "step " << step;
+      records.push_back({step, "spike", 20, level[k]});
+    } else {
+      EXPECT_FALSE(g.IsSpike(level[k])) << "it agrees with the three rolled back: a new level";
+      ASSERT_TRUE(g.Record(step, level[k], "").ok());
+      EXPECT_TRUE(g.readmitted());
+      EXPECT_EQ(g.norms().size(), 4u) << "the window restarts from the new level";
+    }
+  }
+  // Only spike records later than the resumed step, in step order, with a recorded norm.
+  EXPECT_EQ(RolledBackSuspects({{30, "spike", 20, 1.5},
+                                {25, "spike", 20, 1.4},
+                                {27, "nonfinite", 20, -1},
+                                {28, "spike", 20},
+                                {19, "spike", 10, 9}},
+                               20),
+            (std::vector<double>{1.4, 1.5}));
 }
 
 TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {

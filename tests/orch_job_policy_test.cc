@@ -1203,6 +1203,69 @@ TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {
   EXPECT_EQ(other.last.rule, "step.probe");
 }
 
+HangLine HangAt(const std::string& host, int64_t step, double time) {
+  HangLine h = Hang(host, step);
+  h.time = time;
+  return h;
+}
+
+// Issue 44, hole 6: the whole run's history counted, so two hangs on a host months apart
+// quarantined a healthy host, then the next, until the job could not start. Only records
+// within FTRAIN_HANG_REPEAT_WINDOW_S (6 h) of the newest count.
+TEST(JobPolicyQuarantine, OnlyHangsWithinTheWindowRepeat) {
+  const double day = 86400, t0 = 1.7e9;
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  // n2 hung two months ago; it hangs again now: a rank failure, restarted in place.
+  sim.StepExitWith(78, {}, {HangAt("n2", 4, t0), HangAt("n2", 90000, t0 + 60 * day)});
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  EXPECT_TRUE(sim.state().quarantined.empty());
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t += 5;
+  sim.Tick();
+  // Five hours later it hangs again: two records within 6 h, the old one not counted.
+  sim.StepExitWith(78, {},
+                   {HangAt("n2", 4, t0), HangAt("n2", 90000, t0 + 60 * day),
+                    HangAt("n2", 90500, t0 + 60 * day + 5 * 3600)});
+  EXPECT_EQ(sim.last.rule, "step.hang_repeated+step.quarantine_replaced");
+  EXPECT_TRUE(sim.LastHas("a rank hung on n2 again (2 hang records within 6 h): quarantining n2"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=hang {node=1,rank=2,step=90500,hangs=2}"))
+      << sim.Text();
+}
+
+TEST(JobPolicyQuarantine, TheHangWindowIsASettingAndZeroCountsTheWholeRun) {
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", "c"}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto def = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->hang_repeat_window_s, 21600);
+  env["FTRAIN_HANG_REPEAT_WINDOW_S"] = "six hours";
+  auto bad = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FTRAIN_HANG_REPEAT_WINDOW_S='six hours'"),
+            std::string::npos);
+  const std::vector<HangLine> hangs = {HangAt("a", 4, 100), HangAt("b", 5, 50000),
+                                       HangAt("a", 9, 60000), HangAt("b", 12, 60100)};
+  // Within an hour of the newest record (60100): a@60000 and b@60100, one each.
+  EXPECT_EQ(RecentHangs(hangs, 3600).size(), 2u);
+  EXPECT_TRUE(RepeatedHangHosts(RecentHangs(hangs, 3600)).empty());
+  // Within 20000 s: both of b's, one of a's (a@100 is too old).
+  EXPECT_EQ(RepeatedHangHosts(RecentHangs(hangs, 20000)), std::vector<std::string>({"b"}));
+  EXPECT_EQ(RepeatedHangHosts(RecentHangs(hangs, 0)), std::vector<std::string>({"a", "b"}))
+      << "0: every record of the run, the old rule";
+  // A record without a time cannot be shown to be old: it counts.
+  HangLine untimed = Hang("a", 2);
+  EXPECT_EQ(RepeatedHangHosts(RecentHangs({untimed, HangAt("a", 9, 60000)}, 3600)),
+            std::vector<std::string>({"a"}));
+  // Parsed from the file, the record's time comes along.
+  const auto parsed = ParseHangs("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
+  ASSERT_EQ(parsed.size(), 1u);
+  EXPECT_EQ(parsed[0].time, 1733500000.25);
+}
+
 TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "2"}}));
   sim.start_quarantine = {Suspect("n2", true), Suspect("n4", true)};  // a training node, a spare

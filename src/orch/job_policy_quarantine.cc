@@ -6,6 +6,7 @@
 // allocation is left out for a clean spare, else the job fails naming it. docs/operations.md
 // ("Quarantined nodes") says why and how an operator clears a node.
 #include <algorithm>
+#include <cmath>
 
 #include "orch/job_policy.h"
 #include "orch/job_policy_util.h"
@@ -32,6 +33,15 @@ std::vector<std::string> JobPolicy::QuarantinedInUse() const {
 namespace {
 
 // Quarantined spares are dropped: a spare runs no ranks yet, but must never take some.
+// "in this run" or "within 6 h" / "within 90 s": the span the hang count covers.
+std::string HangWindowText(double window_s) {
+  if (window_s <= 0) return "in this run";
+  if (window_s >= 3600 && std::fmod(window_s, 3600) == 0) {
+    return "within " + std::to_string(static_cast<int64_t>(window_s / 3600)) + " h";
+  }
+  return "within " + std::to_string(static_cast<int64_t>(window_s)) + " s";
+}
+
 void DropQuarantinedSpares(const std::vector<std::string>& quarantined,
                            std::vector<std::string>* spares, std::vector<std::string>* dropped) {
   std::vector<std::string> keep;
@@ -50,12 +60,15 @@ Decision JobPolicy::QuarantineAfterStep() {
     if (!Contains(st_.quarantined, h)) st_.quarantined.push_back(h);
   }
   if (st_.rc == kExitHang) {
-    for (const auto& h : RepeatedHangHosts(st_.step_hangs)) {
+    // Only hangs close together repeat (FTRAIN_HANG_REPEAT_WINDOW_S): two months apart, the
+    // whole run's history would quarantine one healthy host after another.
+    const std::vector<HangLine> recent = RecentHangs(st_.step_hangs, s_.hang_repeat_window_s);
+    for (const auto& h : RepeatedHangHosts(recent)) {
       if (Contains(st_.quarantined, h)) continue;
       st_.quarantined.push_back(h);
       HangLine last;
       int64_t count = 0;
-      for (const auto& x : st_.step_hangs) {
+      for (const auto& x : recent) {
         if (x.host != h) continue;
         last = x;
         ++count;
@@ -65,7 +78,8 @@ Decision JobPolicy::QuarantineAfterStep() {
       q.record.fields = {records::Int("node", last.node), records::Int("rank", last.rank),
                          records::Int("step", last.step), records::Int("hangs", count)};
       acts.push_back(Log("a rank hung on " + h + " again (" + std::to_string(count) +
-                         " hang records in this run): quarantining " + h));
+                         " hang records " + HangWindowText(s_.hang_repeat_window_s) +
+                         "): quarantining " + h));
       acts.push_back(q);
       rule = "step.hang_repeated+";
     }

@@ -91,9 +91,11 @@ const std::vector<Rule> kRules = {
    "counted: guard.max_rollbacks in the trainer bounds it)",
    "a step's loss is not finite or spikes and guard.policy = rollback"},
   {"step.hang_repeated", "training / confirming",
-   "exit 78 and a host named by two records of RUN/hangs.jsonl",
+   "exit 78 and a host named by two records of RUN/hangs.jsonl at most "
+   "FTRAIN_HANG_REPEAT_WINDOW_S older than the newest",
    "append its RUN/quarantine.jsonl line (cause hang); then as exit 77",
-   "a rank hangs (exit 78) a second time on the same host"},
+   "a rank hangs (exit 78) a second time on the same host within FTRAIN_HANG_REPEAT_WINDOW_S "
+   "(6 h)"},
   {"step.quarantine_replaced", "training / confirming",
    "exit 77 (or 78) and a training node is in RUN/quarantine.jsonl; a spare for each",
    "record restarted/quarantine; a spare takes each one's ranks (it stays in the job, unused); "

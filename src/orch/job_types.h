@@ -26,6 +26,7 @@ struct HangLine {
   std::string host;
   int64_t step = -1;
   int rank = -1, node = -1;
+  double time = -1;  // unix seconds of the record ("time"); -1: the line has none
 };
 
 // What the policy is told. `now` is the controller's monotonic clock (seconds).

@@ -18,6 +18,8 @@ void Read(const nlohmann::json& j, const char* key, T* out) {
     if (v.is_string()) *out = v.get<std::string>();
   } else if constexpr (std::is_same_v<T, bool>) {
     if (v.is_boolean()) *out = v.get<bool>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (v.is_number()) *out = v.get<double>();
   } else {
     if (v.is_number_integer()) *out = v.get<T>();
   }
@@ -62,6 +64,7 @@ std::vector<HangLine> ParseHangs(const std::string& text) {
     Read(j, "step", &h.step);
     Read(j, "rank", &h.rank);
     Read(j, "node", &h.node);
+    Read(j, "time", &h.time);
     out.push_back(h);
   }
   return out;
@@ -71,6 +74,17 @@ std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lin
   std::vector<std::string> out;
   for (const auto& q : lines) {
     if (std::find(out.begin(), out.end(), q.host) == out.end()) out.push_back(q.host);
+  }
+  return out;
+}
+
+std::vector<HangLine> RecentHangs(const std::vector<HangLine>& hangs, double window_s) {
+  if (window_s <= 0) return hangs;
+  double newest = -1;
+  for (const auto& h : hangs) newest = std::max(newest, h.time);
+  std::vector<HangLine> out;
+  for (const auto& h : hangs) {
+    if (h.time < 0 || newest - h.time <= window_s) out.push_back(h);
   }
   return out;
 }

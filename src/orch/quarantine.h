@@ -17,8 +17,13 @@ std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
 std::vector<HangLine> ParseHangs(const std::string& text);
 // Every host the quarantine names, once each, in the order of its first line.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
+// The hang records that count towards a repeat: those at most `window_s` seconds older than
+// the newest record (the hang that just ended the step; the records' own clock, so the answer
+// is a function of the file alone). window_s = 0: every record of the run. A record without a
+// time cannot be shown to be old: it counts.
+std::vector<HangLine> RecentHangs(const std::vector<HangLine>& hangs, double window_s);
 // The hosts named by two or more hang records (a hang that repeated there), in the order of
-// their second record.
+// their second record. Give it RecentHangs: two hangs months apart are no repeat.
 std::vector<std::string> RepeatedHangHosts(const std::vector<HangLine>& hangs);
 
 }  // namespace ftrain::orch

@@ -55,6 +55,9 @@ struct JobSettings {
   double norespond_wait_s = 30;
   double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
   int max_resubmits = 3;
+  // FTRAIN_HANG_REPEAT_WINDOW_S: two hang records of a host at most this far apart (the
+  // newest record's time back) quarantine it; 0 = any two of the run.
+  double hang_repeat_window_s = 21600;
   DetectSettings detect;
 };
 

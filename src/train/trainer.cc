@@ -586,6 +586,8 @@ Status Stall(int64_t step, int rank) {
 // that come after the step this start resumed are skipped, like data.skip.
 Status ApplyRollbacks(Run* run) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
+  run->guard->AddSuspects(RolledBackSuspects(records, run->state.step));
+  run->state.guard_recent = run->guard->recent();
   for (const auto& [first, last] : RolledBackRanges(records, run->state.step)) {
     run->guard->AddRolledBack(first, last);
     if (run->leader) {
@@ -701,7 +703,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   FT_ASSIGN_OR_RETURN(run->faults, FaultPlanFromEnv());
   DropFiredFaults(RunLayout(cfg.run_dir).faults_fired(), &run->faults);
   run->guard = std::make_unique<StepGuard>(cfg.guard, cfg.data.skip);
-  run->guard->Restore(run->state.guard_norms, run->state.skipped);
+  run->guard->Restore(run->state.guard_norms, run->state.skipped, run->state.guard_recent);
   FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
@@ -786,7 +788,13 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   run.hang->Enter(step + 1, HangPhase::kOptimizer);
   FT_RETURN_IF_ERROR(run.guard->Record(step + 1, out.stats.grad_norm, out.skipped));
   run.state.guard_norms = run.guard->norms();
+  run.state.guard_recent = run.guard->recent();
   run.state.skipped = run.guard->skipped();
+  if (run.guard->readmitted() && run.leader) {
+    FT_LOG(Warning) << "guard: step " << step + 1 << " applied (grad norm " << out.stats.grad_norm
+                    << "): it and the steps skipped just before agree on "
+                    << "a new level; the spike window restarts from them";
+  }
   if (!out.skipped.empty() && run.leader) {
     FT_LOG(Warning) << "guard: step " << step + 1 << " not applied (" << out.skipped
                     << ", grad norm " << out.stats.grad_norm

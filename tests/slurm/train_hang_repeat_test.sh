@@ -32,7 +32,7 @@ run="${WORK_DIR}/repeat"
 hung="${nodes[2]}"
 [[ "$(grep -c "\"host\":\"${hung}\"" "${run}/hangs.jsonl")" == 2 ]] ||
   fail "expected two hang records naming ${hung}: $(cat "${run}/hangs.jsonl" 2>/dev/null)"
-grep -q "a rank hung on ${hung} again (2 hang records in this run): quarantining ${hung}" \
+grep -q "a rank hung on ${hung} again (2 hang records within 6 h): quarantining ${hung}" \
   "${WORK_DIR}"/repeat-*.out || fail "ftrain job did not say that the hang repeated on ${hung}"
 grep -q "\"host\":\"${hung}\".*\"cause\":\"hang\"\|\"cause\":\"hang\".*\"host\":\"${hung}\"" \
   "${run}/quarantine.jsonl" || fail "no quarantine line for ${hung}: $(cat "${run}/quarantine.jsonl" 2>/dev/null)"

@@ -111,6 +111,7 @@ ckpt::ShardContents BuildShardContents(const fsdp::FsdpEngine& engine, const Run
   json optim = {{"step", engine.optimizer_step()}};
   json train = {{"global_step", state.step}, {"tokens", state.tokens}};
   if (!state.guard_norms.empty()) train["guard_norms"] = state.guard_norms;
+  if (!state.guard_recent.empty()) train["guard_recent"] = state.guard_recent;
   // Run history, not training state: `ckptctl diff` ignores the "history" group, so a run
   // that was interrupted compares bit-identical with one that was not.
   json history = {{"restarts", state.restarts}, {"metrics_line", state.metrics_line}};
@@ -224,6 +225,14 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
   if (train.contains("guard_norms") && train["guard_norms"].is_array()) {
     for (const auto& v : train["guard_norms"]) {
       if (v.is_number()) state->guard_norms.push_back(v.get<double>());
+    }
+  }
+  state->guard_recent.clear();
+  if (train.contains("guard_recent") && train["guard_recent"].is_array()) {
+    for (const auto& v : train["guard_recent"]) {
+      if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_boolean()) {
+        state->guard_recent.emplace_back(v[0].get<double>(), v[1].get<bool>());
+      }
     }
   }
   if (reader.HasBlob("history", "run")) {

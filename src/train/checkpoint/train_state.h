@@ -30,6 +30,9 @@ struct RunState {
   // later steps) and the steps skipped so far with why (run history: a run that skipped step
   // K on a NaN and one given data.skip=K hold the same training state).
   std::vector<double> guard_norms;
+  // The spike rule's recent judged steps, [norm, over the limit] oldest first (they decide
+  // whether a sustained new level is re-admitted); absent in a checkpoint from before it: empty.
+  std::vector<std::pair<double, bool>> guard_recent;
   std::vector<std::pair<int64_t, std::string>> skipped;
 };
 

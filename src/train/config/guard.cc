@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace ftrain::train {
@@ -41,6 +42,8 @@ Status LoadGuard(const Config& c, GuardSection* out) {
   }
   FT_RETURN_IF_ERROR(c.GetInt("guard.spike_window", &g.spike_window));
   FT_RETURN_IF_ERROR(c.GetDouble("guard.spike_threshold", &g.spike_threshold));
+  FT_RETURN_IF_ERROR(c.GetInt("guard.spike_readmit_steps", &g.spike_readmit_steps));
+  FT_RETURN_IF_ERROR(c.GetInt("guard.spike_readmit_within", &g.spike_readmit_within));
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips", &g.max_skips));
   FT_RETURN_IF_ERROR(c.GetInt("guard.max_skips_window", &g.max_skips_window));
   FT_RETURN_IF_ERROR(c.GetInt("guard.sdc_every_steps", &g.sdc_every_steps));
@@ -91,16 +94,32 @@ Status LoadGuard(const Config& c, GuardSection* out) {
     return Status::InvalidArgument(Where(c, "guard.spike_threshold") +
                                    "guard.spike_threshold must be > 0 (MADs above the median)");
   }
+  if (g.spike_readmit_steps != 0 && (g.spike_readmit_steps < 2 || g.spike_readmit_steps > 1000)) {
+    return Status::InvalidArgument(Where(c, "guard.spike_readmit_steps") +
+                                   "guard.spike_readmit_steps must be 0 (never re-admit) or in "
+                                   "[2, 1000] steps, got " +
+                                   std::to_string(g.spike_readmit_steps));
+  }
+  if (g.spike_readmit_steps != 0 &&
+      (g.spike_readmit_within < g.spike_readmit_steps || g.spike_readmit_within > 10000)) {
+    return Status::InvalidArgument(
+        Where(c, "guard.spike_readmit_within") +
+        "guard.spike_readmit_within must be in [guard.spike_readmit_steps = " +
+        std::to_string(g.spike_readmit_steps) + ", 10000] steps, got " +
+        std::to_string(g.spike_readmit_within));
+  }
   if (g.max_skips < 0 || g.max_skips_window < 1) {
     return Status::InvalidArgument(Where(c, "guard.max_skips") +
                                    "guard.max_skips must be >= 0 and guard.max_skips_window >= 1");
   }
   // Settings that ask for a guard that policy off does not run.
-  if (g.policy == GuardPolicy::kOff &&
-      (c.Has("guard.spike_window") || c.Has("guard.max_skips") || c.Has("guard.spike_threshold"))) {
-    const char* key = c.Has("guard.spike_window") ? "guard.spike_window"
-                      : c.Has("guard.max_skips")  ? "guard.max_skips"
-                                                  : "guard.spike_threshold";
+  if (g.policy == GuardPolicy::kOff) {
+    const char* key = nullptr;
+    for (const char* k : {"guard.spike_window", "guard.max_skips", "guard.spike_threshold",
+                          "guard.spike_readmit_steps", "guard.spike_readmit_within"}) {
+      if (key == nullptr && c.Has(k)) key = k;
+    }
+    if (key == nullptr) return Status::Ok();
     return Status::InvalidArgument(Where(c, key) + key +
                                    " is set but guard.policy = off: "
                                    "the guard does not run; set guard.policy = skip or drop " +
@@ -160,16 +179,72 @@ double MedianOf(std::vector<double> v) {
   return (lo + hi) / 2;
 }
 
-bool StepGuard::IsSpike(double grad_norm) const {
-  if (cfg_.policy == GuardPolicy::kOff || cfg_.spike_window == 0) return false;
-  if (static_cast<int64_t>(window_.size()) < cfg_.spike_window) return false;
-  const std::vector<double> w(window_.begin(), window_.end());
-  const double median = MedianOf(w);
+namespace {
+
+// The spike rule's scale of `v` around its median: 1.4826 x MAD (the standard deviation of
+// normal data), floored at 1 % of the median so that a flat run does not call noise a spike.
+double RobustScale(const std::vector<double>& v, double median) {
   std::vector<double> dev;
-  dev.reserve(w.size());
-  for (double x : w) dev.push_back(std::fabs(x - median));
-  const double scale = std::max(1.4826 * MedianOf(dev), 0.01 * median);
-  return grad_norm > median + cfg_.spike_threshold * scale;
+  dev.reserve(v.size());
+  for (double x : v) dev.push_back(std::fabs(x - median));
+  return std::max(1.4826 * MedianOf(dev), 0.01 * median);
+}
+
+}  // namespace
+
+bool StepGuard::WindowLevel(double* median, double* scale) const {
+  if (cfg_.policy == GuardPolicy::kOff || cfg_.spike_window == 0 ||
+      static_cast<int64_t>(window_.size()) < cfg_.spike_window) {
+    return false;
+  }
+  const std::vector<double> w(window_.begin(), window_.end());
+  *median = MedianOf(w);
+  *scale = RobustScale(w, *median);
+  return true;
+}
+
+double StepGuard::Limit() const {
+  double median = 0, scale = 0;
+  if (!WindowLevel(&median, &scale)) return std::numeric_limits<double>::infinity();
+  return median + cfg_.spike_threshold * scale;
+}
+
+// A level shift, not a spike: the step and at least spike_readmit_steps - 1 suspects of the
+// last spike_readmit_within judged steps lie within spike_threshold x the window's relative
+// scale of their own median (two-sided), i.e. they are as steady among themselves as the old
+// level was. The relative scale (scale / median, at least the 1 % floor) is the window's, not
+// the suspects' own: the MAD of a few growing norms (3, 9, 27, 81) is as large
+// as their spread and would call any run-away a level. A lone spike has no company; spikes of
+// different sizes do not agree; an outlier among the suspects is left out, not a veto.
+std::vector<double> StepGuard::Readmitted(double grad_norm) const {
+  double window_median = 0, window_scale = 0;
+  if (cfg_.spike_readmit_steps == 0 || !std::isfinite(grad_norm) ||
+      !WindowLevel(&window_median, &window_scale) || !(window_median > 0)) {
+    return {};
+  }
+  const size_t look = static_cast<size_t>(cfg_.spike_readmit_within - 1);
+  const size_t first = recent_.size() > look ? recent_.size() - look : 0;
+  std::vector<double> suspects;
+  for (size_t i = first; i < recent_.size(); ++i) {
+    if (recent_[i].second) suspects.push_back(recent_[i].first);
+  }
+  suspects.push_back(grad_norm);
+  if (static_cast<int64_t>(suspects.size()) < cfg_.spike_readmit_steps) return {};
+  const double median = MedianOf(suspects);
+  const double band = cfg_.spike_threshold * (window_scale / window_median) * median;
+  std::vector<double> agree;
+  for (double x : suspects) {
+    if (std::fabs(x - median) <= band) agree.push_back(x);
+  }
+  if (std::fabs(grad_norm - median) > band ||
+      static_cast<int64_t>(agree.size()) < cfg_.spike_readmit_steps) {
+    return {};
+  }
+  return agree;
+}
+
+bool StepGuard::IsSpike(double grad_norm) const {
+  return grad_norm > Limit() && Readmitted(grad_norm).empty();
 }
 
 std::string StepGuard::ReasonFor(double grad_norm) const {
@@ -177,11 +252,27 @@ std::string StepGuard::ReasonFor(double grad_norm) const {
 }
 
 Status StepGuard::Record(int64_t step, double grad_norm, const std::string& skipped) {
+  // Applied above the limit: IsSpike re-admitted it. Asked before anything changes, so that
+  // the answer is IsSpike's.
+  const std::vector<double> level =
+      skipped.empty() && grad_norm > Limit() ? Readmitted(grad_norm) : std::vector<double>();
+  readmitted_ = !level.empty();
+  const bool judged = cfg_.spike_window > 0 && cfg_.spike_readmit_steps > 0 &&
+                      std::isfinite(grad_norm) && (skipped.empty() || skipped == "spike");
+  if (readmitted_) {
+    // The new level replaces the old: the window restarts from the agreeing norms, and the
+    // suspects that made it are spent.
+    window_.assign(level.begin(), level.end());
+    recent_.clear();
+  } else if (judged) {
+    recent_.emplace_back(grad_norm, !skipped.empty());
+    const size_t keep = static_cast<size_t>(cfg_.spike_readmit_within - 1);
+    if (recent_.size() > keep) recent_.erase(recent_.begin(), recent_.end() - keep);
+  }
   if (skipped.empty()) {
-    if (cfg_.spike_window > 0) {
-      window_.push_back(grad_norm);
-      while (static_cast<int64_t>(window_.size()) > cfg_.spike_window) window_.pop_front();
-    }
+    if (cfg_.spike_window == 0) return Status::Ok();
+    if (!readmitted_) window_.push_back(grad_norm);
+    while (static_cast<int64_t>(window_.size()) > cfg_.spike_window) window_.pop_front();
     return Status::Ok();
   }
   skipped_.emplace_back(step, skipped);
@@ -203,12 +294,29 @@ Status StepGuard::Record(int64_t step, double grad_norm, const std::string& skip
       steps);
 }
 
-void StepGuard::Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped) {
+void StepGuard::AddSuspects(const std::vector<double>& norms) {
+  if (cfg_.spike_window == 0 || cfg_.spike_readmit_steps == 0) return;
+  for (double x : norms) {
+    if (std::isfinite(x)) recent_.emplace_back(x, true);
+  }
+  const size_t keep = static_cast<size_t>(cfg_.spike_readmit_within - 1);
+  if (recent_.size() > keep) recent_.erase(recent_.begin(), recent_.end() - keep);
+}
+
+void StepGuard::Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped,
+                        std::vector<RecentNorm> recent) {
   window_.assign(norms.begin(), norms.end());
   while (cfg_.spike_window >= 0 && static_cast<int64_t>(window_.size()) > cfg_.spike_window) {
     window_.pop_front();
   }
   skipped_ = std::move(skipped);
+  // A resume with other re-admission settings keeps what they would have kept.
+  recent_ = std::move(recent);
+  const size_t keep = cfg_.spike_window > 0 && cfg_.spike_readmit_steps > 0
+                          ? static_cast<size_t>(cfg_.spike_readmit_within - 1)
+                          : 0;
+  if (recent_.size() > keep) recent_.erase(recent_.begin(), recent_.end() - keep);
+  readmitted_ = false;
 }
 
 }  // namespace ftrain::train

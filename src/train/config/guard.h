@@ -31,6 +31,14 @@ struct GuardSection {
   // full.
   int64_t spike_window = 0;
   double spike_threshold = 6;
+  // Re-admission of a new level (the end of warm-up, a data-mix stage): when the step's norm is
+  // over the limit but it and at least spike_readmit_steps - 1 others of the last
+  // spike_readmit_within judged steps were over it too and agree among themselves (each
+  // within spike_threshold x the window's relative scale of their own median, two-sided), the
+  // step is applied and the window restarts from those agreeing norms (detection resumes once
+  // it is full again). 0 = never re-admit.
+  int64_t spike_readmit_steps = 4;
+  int64_t spike_readmit_within = 8;
   // Budget: more than max_skips steps skipped by the guard (data.skip's not counted) within
   // the last max_skips_window steps ends the run (exit 2, the job is not restarted).
   int64_t max_skips = 5;
@@ -65,6 +73,9 @@ Status ParseSkipList(const Config& c, int64_t total_steps, std::set<int64_t>* ou
 
 // One skipped step: its number and why ("nonfinite", "spike", "listed", "rollback").
 using SkippedStep = std::pair<int64_t, std::string>;
+// One recent step the spike rule judged: its norm, and whether it was over the limit (a
+// suspect, skipped) or applied. Oldest first; at most spike_readmit_within - 1 are kept.
+using RecentNorm = std::pair<double, bool>;
 
 // The guard of one run: the skip list, the spike window and the skips so far (restored from
 // the checkpoint on resume).
@@ -84,26 +95,47 @@ class StepGuard {
   void AddRolledBack(int64_t first, int64_t last) {
     for (int64_t s = first; s <= last; ++s) rolled_back_.insert(s);
   }
-  // Whether `grad_norm` is a spike against the window (false while it is not full).
+  // The spike steps rolled back over (RolledBackSuspects), after the resumed state's recent
+  // steps: they count as suspects for re-admission, as they would have in a skipping run.
+  void AddSuspects(const std::vector<double>& norms);
+  // Whether `grad_norm` is a spike against the window (false while it is not full, and false
+  // when it re-admits a sustained new level: see GuardSection::spike_readmit_steps).
   bool IsSpike(double grad_norm) const;
   // The reason a step whose norm is `grad_norm` was skipped by the engine.
   std::string ReasonFor(double grad_norm) const;
-  // Records the outcome of `step`: an applied step's norm enters the window; a skip is kept.
+  // Records the outcome of `step`: an applied step's norm enters the window (a re-admitted
+  // one restarts it); a skip is kept; an applied or spike step enters the recent steps.
   // FailedPrecondition when the skip budget is spent, naming the steps.
   Status Record(int64_t step, double grad_norm, const std::string& skipped);
+  // Whether the step Record took last was applied as a re-admitted new level (for the log).
+  bool readmitted() const { return readmitted_; }
 
-  // Checkpointed state: the window (training state: it decides later steps) and the skips
-  // (run history).
+  // Checkpointed state: the window and the recent judged steps (training state: they decide
+  // later steps) and the skips (run history). A checkpoint from before re-admission has no
+  // recent steps: an empty list, as after a re-admission.
   std::vector<double> norms() const { return {window_.begin(), window_.end()}; }
+  const std::vector<RecentNorm>& recent() const { return recent_; }
   const std::vector<SkippedStep>& skipped() const { return skipped_; }
-  void Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped);
+  void Restore(const std::vector<double>& norms, std::vector<SkippedStep> skipped,
+               std::vector<RecentNorm> recent = {});
 
  private:
   GuardSection cfg_;
   std::set<int64_t> listed_;
   std::set<int64_t> rolled_back_;
-  std::deque<double> window_;  // the last spike_window applied steps' norms, oldest first
+  // The full window's median and spike scale (1.4826 x MAD, floored at 1 % of the median);
+  // false while the window is not full or the rule is off.
+  bool WindowLevel(double* median, double* scale) const;
+  // The limit of the window's spike rule (+infinity while the window is not full).
+  double Limit() const;
+  // The norms among the recent suspects and `grad_norm` that agree with each other; empty
+  // unless there are spike_readmit_steps of them, `grad_norm` among them.
+  std::vector<double> Readmitted(double grad_norm) const;
+
+  std::deque<double> window_;       // the last spike_window applied steps' norms, oldest first
+  std::vector<RecentNorm> recent_;  // the last judged steps (RecentNorm), oldest first
   std::vector<SkippedStep> skipped_;
+  bool readmitted_ = false;  // of the last Record
 };
 
 // The median of `v` (copied; the mean of the middle two for an even count).

@@ -23,6 +23,7 @@ StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir) 
     FT_RETURN_IF_ERROR(records::ReadField(j, "step", true, where, &r.step));
     FT_RETURN_IF_ERROR(records::ReadField(j, "reason", true, where, &r.reason));
     FT_RETURN_IF_ERROR(records::ReadField(j, "resumed_from", false, where, &r.resumed_from));
+    FT_RETURN_IF_ERROR(records::ReadField(j, "grad_norm", false, where, &r.grad_norm));
     if (r.step < 1) return Status::Corruption(where + ": field 'step' must be >= 1");
     out.push_back(r);
   }
@@ -64,6 +65,21 @@ std::vector<std::pair<int64_t, int64_t>> RolledBackRanges(
   for (const RollbackRecord& r : records) last = std::max(last, r.step);
   if (last == resumed_step) return {};
   return {{resumed_step + 1, last}};
+}
+
+std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
+                                       int64_t resumed_step) {
+  std::vector<std::pair<int64_t, double>> later;
+  for (const RollbackRecord& r : records) {
+    if (r.step > resumed_step && r.reason == "spike" && r.grad_norm >= 0) {
+      later.emplace_back(r.step, r.grad_norm);
+    }
+  }
+  std::stable_sort(later.begin(), later.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<double> out;
+  for (const auto& [step, norm] : later) out.push_back(norm);
+  return out;
 }
 
 }  // namespace ftrain::train

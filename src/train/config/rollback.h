@@ -29,6 +29,7 @@ struct RollbackRecord {
   int64_t step = 0;          // the step that was not applied (1-based, as metrics.jsonl's)
   std::string reason;        // "nonfinite" or "spike"
   int64_t resumed_from = 0;  // the step the start that met it had resumed from (0: fresh)
+  double grad_norm = -1;     // the step's norm when it was finite (-1: not recorded)
 };
 
 // The records of `run_dir` (no file: none). A bad line is Corruption naming file:line.
@@ -43,5 +44,11 @@ Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step
 // each record later than it, from resumed_step + 1 to the record's step (merged, in order).
 std::vector<std::pair<int64_t, int64_t>> RolledBackRanges(
     const std::vector<RollbackRecord>& records, int64_t resumed_step);
+// Pure. The norms of the spike steps a start that resumed after `resumed_step` rolls back over,
+// in step order: suspects for the guard's re-admission of a new level (StepGuard::AddSuspects).
+// The snapshot it resumed predates them, so without these a level shift would roll back until
+// the budget ends the run.
+std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
+                                       int64_t resumed_step);
 
 }  // namespace ftrain::train
