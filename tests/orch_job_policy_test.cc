@@ -2,7 +2,8 @@
 // per transition of the table, the list among them (the stop path fits the USR1 lead
 // and requeues before any drain; a failed requeue never ends COMPLETED; USR1 in the back-off
 // requeues at once; a dead node without a spare requeues excluding it; a spare keeps the
-// survivors' ranks in place; a TERM of a cancelled job never requeues). No processes, no
+// survivors' ranks in place; a TERM of a cancelled job never requeues; an unknown answer to a
+// TERM or a lease renewal that fails never ends the job 0). No processes, no
 // clock: milliseconds. The binary fails when a rule of kRules fired in no test.
 #include <gtest/gtest.h>
 

@@ -439,8 +439,9 @@ void JobRunner::Requeue(double budget_s, bool unless_cancelled) {
       if (ClassifyTermAnswer(j.State(), j.Get("Reason")) != TermAnswer::kCancelled) {
         return Status::Ok();
       }
+      const std::string reason = j.Get("Reason");  // "" for None
       return Status::Aborted("job " + job + " was cancelled (JobState=" + j.State() +
-                             ", Reason=" + j.Get("Reason") + "): not requeueing it");
+                             (reason.empty() ? "" : ", Reason=" + reason) + "): not requeueing it");
     };
   }
   Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, budget_s, guard);
