@@ -111,6 +111,9 @@ TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
   EXPECT_EQ(bare->health_wait_s, set->health_wait_s);
   EXPECT_EQ(bare->stop_timeout_s, set->stop_timeout_s);
   EXPECT_EQ(bare->usr1_lead_s, set->usr1_lead_s);
+  EXPECT_EQ(bare->term_ask_s, set->term_ask_s);
+  EXPECT_EQ(bare->requeue_retry_s, set->requeue_retry_s);
+  EXPECT_EQ(bare->lease_retry_s, set->lease_retry_s);
   EXPECT_EQ(bare->ckptd, set->ckptd);
   EXPECT_EQ(bare->ckptd_start_timeout_s, set->ckptd_start_timeout_s);
   EXPECT_EQ(bare->spare_nodes, set->spare_nodes);

@@ -2,7 +2,8 @@
 // per transition of the table, the issue's list among them (the stop path fits the USR1 lead
 // and requeues before any drain; a failed requeue never ends COMPLETED; USR1 in the back-off
 // requeues at once; a dead node without a spare requeues excluding it; a spare keeps the
-// survivors' ranks in place; a TERM of a cancelled job never requeues). No processes, no
+// survivors' ranks in place; a TERM of a cancelled job never requeues; an unknown answer to a
+// TERM or a lease renewal that fails never ends the job 0). No processes, no
 // clock: milliseconds. The binary fails when a rule of kRules fired in no test.
 #include <gtest/gtest.h>
 
@@ -394,7 +395,7 @@ TEST(JobPolicyPreflight, AFailedCheckOnTwoNodesIsLocalisedThenTheBadNodeExcluded
   sim.On(loc);
   EXPECT_EQ(sim.last.rule, "localise.exclude");
   EXPECT_TRUE(sim.LastHas("record preflight_failed/node_fault {nodes=\"n2\",after=\"preflight\"}"));
-  EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  EXPECT_TRUE(sim.LastHas("requeue budget=180s"));  // not racing the time limit
   sim.Requeued(true);
   EXPECT_TRUE(sim.LastHas("exclude dead=[] faulty=[n2]")) << sim.Text();
   EXPECT_EQ(sim.ExitCode(), 0);
@@ -635,6 +636,265 @@ TEST(JobPolicyTerm, TermWhileTheJobRunsStopsLikeUsr1) {
   EXPECT_EQ(sim.last.rule, "term.running+train.usr1");
   EXPECT_TRUE(sim.LastHas("signal_step TERM"));
   EXPECT_EQ(sim.state().phase, Phase::kStopping);
+}
+
+// Issue 44, hole 3: an unknown answer is never "cancelled". Only an explicit state counts.
+TEST(JobPolicyTerm, OnlyAnExplicitStateIsAnAnswer) {
+  EXPECT_EQ(ClassifyTermAnswer("", ""), TermAnswer::kUnknown);
+  EXPECT_EQ(ClassifyTermAnswer("", "TimeLimit"), TermAnswer::kUnknown);
+  EXPECT_EQ(ClassifyTermAnswer("PENDING", "None"), TermAnswer::kUnknown);
+  EXPECT_EQ(ClassifyTermAnswer("CONFIGURING", "None"), TermAnswer::kUnknown);
+  EXPECT_EQ(ClassifyTermAnswer("RUNNING", "None"), TermAnswer::kRunning);
+  EXPECT_EQ(ClassifyTermAnswer("COMPLETING", "None"), TermAnswer::kCancelled);  // 22.05, scancel
+  EXPECT_EQ(ClassifyTermAnswer("CANCELLED", "None"), TermAnswer::kCancelled);
+  EXPECT_EQ(ClassifyTermAnswer("COMPLETING", "TimeLimit"), TermAnswer::kTimeLimit);
+  EXPECT_EQ(ClassifyTermAnswer("TIMEOUT", "None"), TermAnswer::kTimeLimit);
+  EXPECT_EQ(ClassifyTermAnswer("COMPLETING", "Preempted"), TermAnswer::kTimeLimit);
+}
+
+Observation JobStateObs(const std::string& state, const std::string& reason) {
+  Observation js = Obs(K::kJobState);
+  js.job_state = state;
+  js.reason = reason;
+  return js;
+}
+
+// Hole 3: a TERM while slurmctld does not answer used to end COMPLETED (exit 0, no requeue,
+// the agents stopped under the ranks' stop checkpoint). Now: asked again every 2 s; the ranks
+// get USR1 (not TERM: Slurm's own TERM may be their stop already); after FTRAIN_TERM_ASK_S
+// the job is requeued as at the time limit, inside Slurm's default KillWait (30 s); a requeue
+// that does not land ends FAILED.
+TEST(JobPolicyTerm, TermWhileSlurmctldIsSilentIsRequeuedNeverFinished) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.actions.clear();
+  const double term_at = sim.t;
+  sim.Signal("TERM");
+  EXPECT_EQ(sim.last.rule, "term.ask");
+  EXPECT_TRUE(sim.LastHas("query_job_state within=5s")) << sim.Text();
+  sim.On(JobStateObs("", ""));
+  EXPECT_EQ(sim.last.rule, "term.unknown");
+  EXPECT_TRUE(sim.LastHas("signal_step USR1")) << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kExit));
+  EXPECT_FALSE(sim.Did(Action::Kind::kStopAgents));
+  EXPECT_EQ(sim.state().phase, Phase::kAskingJob);
+  int asked = 0;
+  while (sim.t < term_at + 60 && sim.state().phase == Phase::kAskingJob) {
+    sim.t += 0.5;
+    sim.Tick();
+    if (sim.last.rule == "term.ask_again") {
+      ++asked;
+      sim.On(JobStateObs("", ""));  // still nothing
+      EXPECT_TRUE(sim.last.actions.empty()) << sim.Text();
+    }
+  }
+  EXPECT_EQ(asked, 4);  // at 2, 4, 6 and 8 s
+  EXPECT_EQ(sim.last.rule, "term.unanswered");
+  EXPECT_EQ(sim.t - term_at, 10);                               // FTRAIN_TERM_ASK_S
+  EXPECT_LE(sim.t - term_at + JobPolicy::kRequeueBudgetS, 30);  // Slurm's default KillWait
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"a TERM slurmctld did not explain\"}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("last_stop preempted"));
+  EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  EXPECT_FALSE(sim.AnyHas("signal_step TERM"));  // never a TERM under the ranks' checkpoint
+  EXPECT_FALSE(sim.AnyHas("record stopped/cancelled"));
+  sim.Requeued(false);  // slurmctld still away, or the job was in fact cancelled and ended
+  EXPECT_EQ(sim.last.rule, "end.requeue_failed");
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);  // FAILED, never COMPLETED
+}
+
+TEST(JobPolicyTerm, TermWhileSlurmctldIsSilentThenRequeuedEndsRequeued) {
+  Sim sim(NoPreflight({{"FTRAIN_TERM_ASK_S", "4"}}));
+  sim.StartTraining();
+  sim.Signal("TERM");
+  sim.On(JobStateObs("", ""));
+  for (int i = 0; i < 8 && sim.state().phase == Phase::kAskingJob; ++i) {
+    sim.t += 0.5;
+    sim.Tick();
+    if (sim.last.rule == "term.ask_again") sim.On(JobStateObs("", ""));
+  }
+  EXPECT_EQ(sim.last.rule, "term.unanswered");
+  EXPECT_EQ(sim.t, 4);
+  sim.FinishRequeue();
+  EXPECT_EQ(sim.ExitCode(), 0);
+}
+
+// An answer that comes after a silence decides as it would have at once; a TERM after the USR1
+// sent during the silence would cost the ranks their checkpoint, so none is sent.
+TEST(JobPolicyTerm, AnAnswerAfterASilenceDecides) {
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.Signal("TERM");
+    sim.On(JobStateObs("", ""));
+    sim.t = 2;
+    sim.Tick();
+    ASSERT_EQ(sim.last.rule, "term.ask_again");
+    sim.On(JobStateObs("COMPLETING", "None"));
+    EXPECT_EQ(sim.last.rule, "term.cancelled");
+    EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  }
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.Signal("TERM");
+    sim.On(JobStateObs("", ""));
+    sim.t = 2;
+    sim.Tick();
+    sim.On(JobStateObs("COMPLETING", "TimeLimit"));
+    EXPECT_EQ(sim.last.rule, "term.time_limit");
+    EXPECT_FALSE(sim.LastHas("signal_step TERM")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  }
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.Signal("TERM");
+    sim.On(JobStateObs("", ""));
+    sim.t = 2;
+    sim.Tick();
+    sim.On(JobStateObs("RUNNING", "None"));
+    EXPECT_EQ(sim.last.rule, "term.running");  // the ranks are stopping already (USR1)
+    EXPECT_FALSE(sim.LastHas("signal_step"));
+    EXPECT_EQ(sim.state().phase, Phase::kStopping);
+    sim.StepExit(75);
+    EXPECT_EQ(sim.last.rule, "step.stopped");
+  }
+}
+
+// The ranks may stop (or finish) while slurmctld is asked: their exit is held until the answer,
+// and a finished run ends finished whatever the answer.
+TEST(JobPolicyTerm, AStepThatEndsWhileAskingIsHeldForTheAnswer) {
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.Signal("TERM");
+    sim.On(JobStateObs("", ""));
+    sim.t = 1;
+    sim.StepExit(75);
+    EXPECT_TRUE(sim.last.rule.empty());
+    EXPECT_EQ(sim.state().phase, Phase::kAskingJob);
+    sim.t = 2;
+    sim.Tick();
+    sim.On(JobStateObs("RUNNING", "None"));
+    EXPECT_EQ(sim.last.rule, "term.running+step.stopped");
+    EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  }
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.Signal("TERM");
+    sim.On(JobStateObs("", ""));
+    sim.t = 1;
+    sim.StepExit(0);
+    for (int i = 0; i < 40 && sim.state().phase == Phase::kAskingJob; ++i) {
+      sim.t += 0.5;
+      sim.Tick();
+      if (sim.last.rule == "term.ask_again") sim.On(JobStateObs("", ""));
+    }
+    EXPECT_EQ(sim.last.rule, "step.finished");
+    EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+    sim.On(Obs(K::kAgentsStopped));
+    EXPECT_EQ(sim.ExitCode(), 0);
+  }
+}
+
+// ---- the run lease at a launch (hole 4) -----------------------------------------------------
+
+Observation LeaseRenewFailed() {
+  Observation o = Obs(K::kLeaseRenewFailed);
+  o.detail = "cannot list '/runs/r/.lease.d': Input/output error";
+  return o;
+}
+
+// An I/O error renewing the run lease used to stop the job with exit 0 (COMPLETED, the work not
+// done). Now: no step, retried every 5 s until FTRAIN_LEASE_RETRY_S, then requeued (with the
+// longer budget); a requeue that does not land ends FAILED.
+TEST(JobPolicyLease, ALeaseIoErrorIsRetriedThenRequeuedNeverExit0) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.On(LeaseRenewFailed());
+  EXPECT_EQ(sim.last.rule, "lease.renew_retry");
+  EXPECT_EQ(sim.state().phase, Phase::kLeaseRetry);
+  EXPECT_FALSE(sim.Did(Action::Kind::kExit));
+  int relaunches = 0;
+  while (sim.t < 120 && sim.state().phase != Phase::kRequeueing) {
+    sim.t += 0.5;
+    sim.Tick();
+    if (sim.last.rule == "lease.relaunch") {
+      ++relaunches;
+      EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2]"));
+      sim.On(LeaseRenewFailed());
+    }
+  }
+  EXPECT_EQ(relaunches, 12);  // every 5 s for 60 s
+  EXPECT_EQ(sim.last.rule, "lease.renew_failed");
+  EXPECT_TRUE(sim.LastHas("record step_failed/lease_io")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("requeue budget=180s"));
+  sim.Requeued(false);
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+TEST(JobPolicyLease, ARenewalThatWorksAgainTrainsAndAStopDuringTheRetryRequeues) {
+  {
+    Sim sim(NoPreflight({{"FTRAIN_LEASE_RETRY_S", "20"}}));
+    sim.StartTraining();
+    sim.On(LeaseRenewFailed());
+    sim.t = 5;
+    sim.Tick();
+    EXPECT_EQ(sim.last.rule, "lease.relaunch");
+    EXPECT_EQ(sim.state().phase, Phase::kTraining);
+    sim.t = 100;  // it trained; a later failure has its own FTRAIN_LEASE_RETRY_S
+    sim.StepExit(1);
+    sim.Confirmed("");
+    sim.Health(true);
+    EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+    sim.t = 106;
+    sim.Tick();
+    sim.On(LeaseRenewFailed());
+    EXPECT_EQ(sim.last.rule, "lease.renew_retry");
+  }
+  {
+    Sim sim(NoPreflight());
+    sim.StartTraining();
+    sim.On(LeaseRenewFailed());
+    sim.t = 2;
+    sim.Signal("USR1");
+    EXPECT_EQ(sim.last.rule, "stop.requeue_now");
+    EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"the run lease's retry\"}"))
+        << sim.Text();
+    EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
+  }
+}
+
+// Hole 4, first half: a requeue that does not race the time limit (a node failure, rank
+// failures) gets FTRAIN_REQUEUE_RETRY_S, so a slurmctld failover does not end it FAILED; the
+// stop paths keep the 15 s that fit the USR1 lead.
+TEST(JobPolicyStop, RequeuesNotRacingTheTimeLimitGetTheLongerBudget) {
+  for (const auto& [retry, want] :
+       std::vector<std::pair<std::string, std::string>>{{"", "180"}, {"60", "60"}, {"5", "15"}}) {
+    Env env{{"FTRAIN_MAX_INJOB_RESTARTS", "0"}};
+    if (!retry.empty()) env["FTRAIN_REQUEUE_RETRY_S"] = retry;
+    Sim sim(NoPreflight(env));
+    sim.StartTraining();
+    sim.StepExit(1);
+    sim.Confirmed("");
+    sim.Health(true);
+    ASSERT_EQ(sim.last.rule, "step.count_failed_start");
+    Observation c = Obs(K::kFailedStartCounted);
+    c.count = 1;
+    c.checkpoint = "step-10";
+    sim.On(c);
+    EXPECT_EQ(sim.last.rule, "failed_start.requeue");
+    EXPECT_TRUE(sim.LastHas("requeue budget=" + want + "s")) << retry << "\n" << sim.Text();
+  }
+  Sim sim(NoPreflight({{"FTRAIN_REQUEUE_RETRY_S", "600"}}));
+  sim.StartTraining();
+  sim.Signal("USR1");
+  sim.StepExit(75);
+  EXPECT_TRUE(sim.LastHas("requeue budget=15s"));
 }
 
 // ---- detection while training ---------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ckpt/store.h"
+#include "core/env.h"
 #include "orch/lease.h"
 #include "test_util.h"
 
@@ -105,6 +106,44 @@ TEST_F(Lease, RenewalGivesANewEpochAndFailsOnceSomeoneTookTheRun) {
   auto late = lease_.Renew(*r);
   EXPECT_FALSE(late.ok());
   EXPECT_NE(late.status().message().find("taken over by job 42"), std::string::npos);
+}
+
+// Issue 44, hole 4: a renewal whose entry was made but whose holder file was not (an I/O error
+// after the link) is finished by the retry, not taken for someone else's take-over (which ends
+// the job with exit 0), and the holder still holds the run meanwhile.
+TEST_F(Lease, ARetriedRenewalFinishesItsOwnHalfMadeEpoch) {
+  auto a = lease_.Acquire(Job("42"), Running({"42"}));
+  ASSERT_TRUE(a.ok() && a->ok);
+  LeaseHolder half = a->holder;
+  half.epoch = 2;  // the link landed; the rename of RUN/.lease did not
+  ASSERT_TRUE(
+      WriteFileDurably(Env::Default(), tmp_.path() + "/.lease.d/000000000002", FormatHolder(half))
+          .ok());
+  EXPECT_TRUE(*lease_.Holds(a->holder));
+  auto r = lease_.Renew(a->holder);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->epoch, 2);
+  auto cur = lease_.Current();
+  ASSERT_TRUE(cur.ok() && cur->has_value());
+  EXPECT_EQ((*cur)->epoch, 2);
+  EXPECT_EQ((*cur)->token, a->holder.token);
+  // Another job's later epoch is still a take-over (Aborted: the only error that ends a job 0).
+  auto b = lease_.Acquire(Job("42", 1), Running({"42"}));
+  ASSERT_TRUE(b.ok() && b->ok);
+  EXPECT_FALSE(*lease_.Holds(*r));
+  EXPECT_EQ(lease_.Renew(*r).status().code(), Status::Code::kAborted);
+}
+
+// An I/O error is not a take-over: Renew says so with an error other than Aborted.
+TEST_F(Lease, AnIoErrorOnRenewalIsNotATakeOver) {
+  auto a = lease_.Acquire(Job("42"), Running({"42"}));
+  ASSERT_TRUE(a.ok() && a->ok);
+  const std::string dir = tmp_.path() + "/.lease.d";
+  ASSERT_EQ(std::rename(dir.c_str(), (dir + ".away").c_str()), 0);
+  ASSERT_TRUE(WriteFileDurably(Env::Default(), dir, "not a directory").ok());  // ENOTDIR
+  auto r = lease_.Renew(a->holder);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().code(), Status::Code::kAborted) << r.status().message();
 }
 
 TEST_F(Lease, RacingTakersGetOneEpochEach) {

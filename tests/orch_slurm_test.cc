@@ -2,10 +2,12 @@
 // busy real cluster does (hole 2, hole 7): a `scontrol requeue` that fails once (before or
 // after acting) is retried and verified and the job is requeued exactly once; one that always
 // fails is an error, never a success; an `sbatch` that times out after creating the job is
-// found by its token and not submitted twice; an empty `squeue` answer is no answer. Each
+// found by its token and not submitted twice; an empty `squeue` answer is no answer; a guarded
+// requeue is never sent blind nor for a job its guard refuses. Each
 // stand-in keeps its state in a directory; a few processes per test, about a second each.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -42,7 +44,9 @@ case "$*" in
     esac
     echo $(($(cat "$s/restarts" 2>/dev/null || echo 0) + 1)) >"$s/restarts" ;;
   "-o show job "*)
-    echo "JobId=$4 JobState=RUNNING Reason=None Restarts=$(cat "$s/restarts" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
+    n=$(($(cat "$s/show_calls" 2>/dev/null || echo 0) + 1)); echo "$n" >"$s/show_calls"
+    if ((n <= ${SHOW_FAILS:-0})); then echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1; fi
+    echo "JobId=$4 JobState=${JOB_STATE:-RUNNING} Reason=None Restarts=$(cat "$s/restarts" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
   "show hostnames "*) tr ',' '\n' <<<"$3" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
 esac
@@ -64,7 +68,10 @@ esac
   }
   void TearDown() override {
     setenv("PATH", old_path_.c_str(), 1);
-    for (const char* v : {"REQUEUE_MODE", "SBATCH_HANG", "SQUEUE_EMPTY", "STUB_STATE"}) unsetenv(v);
+    for (const char* v :
+         {"REQUEUE_MODE", "SBATCH_HANG", "SQUEUE_EMPTY", "STUB_STATE", "SHOW_FAILS", "JOB_STATE"}) {
+      unsetenv(v);
+    }
   }
   void Write(const std::string& name, const std::string& text) {
     const std::string p = bin_ + "/" + name;
@@ -80,7 +87,7 @@ esac
 TEST_F(StandIns, ARequeueThatFailsOnceIsRetriedAndRequeuesExactlyOnce) {
   setenv("REQUEUE_MODE", "fail_once", 1);
   SlurmCli slurm;
-  Status s = slurm.Requeue("42", 0, 15);
+  Status s = slurm.Requeue("42", 0, 15, nullptr);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(Count("requeue_calls"), 2);
   EXPECT_EQ(Count("restarts"), 1);
@@ -89,7 +96,7 @@ TEST_F(StandIns, ARequeueThatFailsOnceIsRetriedAndRequeuesExactlyOnce) {
 TEST_F(StandIns, ARequeueThatActedBeforeFailingIsNotRepeated) {
   setenv("REQUEUE_MODE", "act_then_fail", 1);
   SlurmCli slurm;
-  EXPECT_TRUE(slurm.Requeue("42", 0, 15).ok());
+  EXPECT_TRUE(slurm.Requeue("42", 0, 15, nullptr).ok());
   EXPECT_EQ(Count("requeue_calls"), 1);  // verified: it acted
   EXPECT_EQ(Count("restarts"), 1);
 }
@@ -97,12 +104,40 @@ TEST_F(StandIns, ARequeueThatActedBeforeFailingIsNotRepeated) {
 TEST_F(StandIns, ARequeueThatAlwaysFailsIsAnErrorNamingItsTries) {
   setenv("REQUEUE_MODE", "always_fail", 1);
   SlurmCli slurm;
-  Status s = slurm.Requeue("42", 0, 3);
+  Status s = slurm.Requeue("42", 0, 3, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("Unable to contact slurm controller"), std::string::npos)
       << s.message();
   EXPECT_GE(Count("requeue_calls"), 2);
   EXPECT_EQ(Count("restarts"), 0);
+}
+
+// A guarded requeue (after a TERM slurmctld did not explain) is sent only once slurmctld
+// answered and the guard accepts what it says: never blind, never for a cancelled job.
+TEST_F(StandIns, AGuardedRequeueWaitsForAnAnswerAndRespectsTheGuard) {
+  const RequeueGuard not_cancelled = [](const JobInfo& j) {
+    return j.State() == "COMPLETING" ? Status::Aborted("cancelled") : Status::Ok();
+  };
+  setenv("SHOW_FAILS", "2", 1);  // slurmctld back after two questions
+  SlurmCli slurm;
+  Status s = slurm.Requeue("42", 0, 15, not_cancelled);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Count("requeue_calls"), 1);
+  EXPECT_EQ(Count("restarts"), 1);
+
+  setenv("JOB_STATE", "COMPLETING", 1);  // it answers, and the job was cancelled
+  unlink((state_ + "/show_calls").c_str());
+  unlink((state_ + "/requeue_calls").c_str());
+  s = slurm.Requeue("42", 1, 15, not_cancelled);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s.message();
+  EXPECT_EQ(Count("requeue_calls"), 0);
+
+  setenv("SHOW_FAILS", "1000", 1);  // never answers: nothing sent blind, an error
+  unsetenv("JOB_STATE");
+  s = slurm.Requeue("42", 1, 3, not_cancelled);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not requeueing without an answer"), std::string::npos) << s.message();
+  EXPECT_EQ(Count("requeue_calls"), 0);
 }
 
 TEST_F(StandIns, AnSbatchThatTimesOutAfterCreatingTheJobIsFoundNotRepeated) {

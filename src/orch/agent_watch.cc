@@ -333,7 +333,7 @@ void AgentRunner::Execute(const WatcherAct& a, Slurm* slurm) {
     }
     case K::kRequeue: {
       WatcherObs o = Answer(WatcherObs::Kind::kRequeued);
-      Status r = slurm->Requeue(job_, restart_count_, 30);
+      Status r = slurm->Requeue(job_, restart_count_, 30, nullptr);
       o.ok = r.ok();
       o.error = r.message();
       answers_.push_back(o);

@@ -47,6 +47,8 @@ const char* PhaseName(Phase p) {
       return "counting";
     case Phase::kBackoff:
       return "backoff";
+    case Phase::kLeaseRetry:
+      return "lease_retry";
     case Phase::kAskingJob:
       return "asking_job";
     case Phase::kReleasing:
@@ -72,6 +74,15 @@ JobPolicy::JobPolicy(JobSettings settings) : s_(std::move(settings)) {
 double JobPolicy::StopTimeout() const {
   const double room = s_.usr1_lead_s - kKillGraceS - kRequeueBudgetS - kLeadMarginS;
   return std::max(0.0, std::min(s_.stop_timeout_s, room));
+}
+
+// The stop paths (USR1, TERM, ranks that stopped with 75) race the time limit: the 15 s that
+// StopTimeout leaves them. Every other requeue (a node failure, rank failures, a quarantine,
+// the run lease) has FTRAIN_REQUEUE_RETRY_S: one verified try can take 30 s, and a slurmctld
+// failover longer.
+double JobPolicy::RequeueBudget() const {
+  if (st_.stop_requested || st_.rc == kExitRequeue) return kRequeueBudgetS;
+  return std::max(kRequeueBudgetS, s_.requeue_retry_s);
 }
 
 Action JobPolicy::Log(const std::string& text) const {
@@ -121,6 +132,7 @@ Decision JobPolicy::On(const Observation& o) {
       if (o.kind == K::kAgentsReady) return Agents(o);
       break;
     case Phase::kTraining:
+      if (o.kind == K::kLeaseRenewFailed) return LeaseRenewFailed(o);
       return Training(o);
     case Phase::kStopping:
       return Stopping(o);
@@ -142,9 +154,10 @@ Decision JobPolicy::On(const Observation& o) {
       break;
     case Phase::kBackoff:
       return Backoff(o);
+    case Phase::kLeaseRetry:
+      return LeaseRetry(o);
     case Phase::kAskingJob:
-      if (o.kind == K::kJobState) return JobStateKnown(o);
-      break;
+      return AskingJob(o);
     case Phase::kCheckingRoom:
       if (o.kind == K::kRoom) return RoomKnown(o);
       break;
@@ -249,6 +262,37 @@ void JobPolicy::DropLostSpares(const std::vector<std::string>& in_job, const std
     jn.nodes = LiveNodes();
     acts->push_back(jn);
   }
+}
+
+// ---- the run lease at a launch --------------------------------------------------------------
+
+// The runner could not renew the run lease for a launch (an I/O error: a lease provably taken
+// over ends the job in the runner). No step runs: try again every few seconds until
+// FTRAIN_LEASE_RETRY_S, then requeue (a requeue that does not land ends FAILED); never an
+// exit 0, which would end the job COMPLETED with the work not done.
+Decision JobPolicy::LeaseRenewFailed(const Observation& o) {
+  if (st_.lease_retry_until < 0) st_.lease_retry_until = o.now + s_.lease_retry_s;
+  if (o.now >= st_.lease_retry_until) {
+    st_.lease_retry_until = -1;
+    return Requeue(
+        "lease.renew_failed",
+        {Log("cannot renew the run lease for " + Fmt(s_.lease_retry_s) +
+             " s (FTRAIN_LEASE_RETRY_S): " + o.detail + "; requeueing job " + st_.job +
+             " (the ranks never train without it)"),
+         LastStop("lease_io"), Record("step_failed", "lease_io", {records::Str("why", o.detail)})},
+        {});
+  }
+  st_.phase = Phase::kLeaseRetry;
+  st_.wait_until = o.now + kLeaseRetryEveryS;
+  return {"lease.renew_retry",
+          {Log("cannot renew the run lease (" + o.detail + "): the ranks do not start without " +
+               "it; trying again in " + Fmt(kLeaseRetryEveryS) + " s, then requeueing after " +
+               Fmt(std::max(0.0, st_.lease_retry_until - o.now)) + " s")}};
+}
+
+Decision JobPolicy::LeaseRetry(const Observation& o) {
+  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  return Launch("lease.relaunch");
 }
 
 }  // namespace ftrain::orch

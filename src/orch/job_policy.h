@@ -8,6 +8,7 @@
 // rule has a unit test (the test binary fails when one never fired).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ enum class Phase {
   kHealthWait,    // no spares: a node does not answer; waiting for Slurm's requeue
   kCounting,      // counting a failed start
   kBackoff,       // before an in-job restart
+  kLeaseRetry,    // a launch could not renew the run lease (I/O error): waiting to try again
   kAskingJob,     // a TERM came: is the job cancelled, timed out, or still running?
   kReleasing,     // requeue excluding: releasing the dead nodes
   kWaitingFlag,   // requeue excluding: waiting for slurmctld to flag them not responding
@@ -82,6 +84,14 @@ struct JobState {
   // Where things stand.
   std::string localise_after;        // "preflight" or "rank_failure": what a localisation follows
   Phase asked_from = Phase::kStart;  // the phase a TERM's question interrupted
+  // A TERM's question: when the TERM came, when to ask again, whether slurmctld's silence was
+  // seen already, and a step's exit that came while asking (handled once the answer is known).
+  double term_at = -1, next_ask = -1;
+  bool term_unanswered = false;
+  bool term_stop_sent = false;  // the ranks got USR1 when slurmctld did not answer
+  std::optional<Observation> held_exit;
+  // The run lease could not be renewed for a launch (I/O error): until when it is retried.
+  double lease_retry_until = -1;
   std::string stop_signal = "USR1";
   double step_end_wall = 0;  // when the step ended (unix s): Slurm-view detection records
   bool released = false;     // requeue excluding: the dead nodes left the job
@@ -100,6 +110,14 @@ struct JobState {
   int requeue_nodes = 0;
   int train_count = 0;
 };
+
+// What slurmctld's answer to a TERM's question says. Only an explicit answer counts: an empty
+// one (slurmctld did not answer) or a state not listed here is kUnknown, never "cancelled".
+// Slurm 22.05 shows a job that `scancel` ended as COMPLETING (Reason=None) while its batch
+// script still runs (KillWait), CANCELLED once it ended; one at its time limit as COMPLETING
+// or TIMEOUT with Reason=TimeLimit (measured, docs/local-cluster.md).
+enum class TermAnswer { kUnknown, kRunning, kTimeLimit, kCancelled };
+TermAnswer ClassifyTermAnswer(const std::string& job_state, const std::string& reason);
 
 // Pure helpers of the policy's questions, executed by the runner.
 // The failed-start count after one more failed start: RUN/.failed_starts holds "NEWEST COUNT";
@@ -123,9 +141,12 @@ class JobPolicy {
   // stop, the kill grace and the requeue's budget end inside the USR1 lead.
   double StopTimeout() const;
   // The trainer's exit codes: records/exit_codes.h.
-  static constexpr double kKillGraceS = 5;       // TERM -> KILL of a step that did not stop
-  static constexpr double kRequeueBudgetS = 15;  // every try of the requeue, verified
-  static constexpr double kLeadMarginS = 5;      // left over before the time limit
+  static constexpr double kKillGraceS = 5;        // TERM -> KILL of a step that did not stop
+  static constexpr double kRequeueBudgetS = 15;   // every try of the requeue, verified
+  static constexpr double kLeadMarginS = 5;       // left over before the time limit
+  static constexpr double kTermAskEveryS = 2;     // TERM, slurmctld silent: how often to ask
+  static constexpr double kTermAskBoundS = 5;     // the bound of one such question
+  static constexpr double kLeaseRetryEveryS = 5;  // the run lease's renewal failed: try again
 
  private:
   Decision Start(const Observation& o);
@@ -145,6 +166,12 @@ class JobPolicy {
   Decision Counted(const Observation& o);
   Decision Backoff(const Observation& o);
   Decision JobStateKnown(const Observation& o);
+  Decision AskingJob(const Observation& o);
+  Decision TermUnanswered(double now);
+  Decision TermRequeue(std::string rule, const std::string& sig, std::string why);
+  Decision LeaseRenewFailed(const Observation& o);
+  Decision LeaseRetry(const Observation& o);
+  double RequeueBudget() const;
   Decision Ending(const Observation& o);
 
   Decision Launch(std::string rule, std::vector<Action> before = {});

@@ -73,6 +73,7 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.step_quarantine = o.quarantine;
   st_.step_hangs = o.hangs;
   st_.localised = false;
+  st_.lease_retry_until = -1;  // a step ran: the run lease was renewed
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
   const bool failed =
@@ -416,7 +417,7 @@ Decision JobPolicy::Requeue(std::string rule, std::vector<Action> acts,
     acts.push_back(sig);
   }
   Action rq = Act(Action::Kind::kRequeue);
-  rq.seconds = kRequeueBudgetS;
+  rq.seconds = RequeueBudget();
   acts.push_back(rq);
   st_.phase = Phase::kRequeueing;
   return {std::move(rule), acts};

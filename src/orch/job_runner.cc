@@ -290,12 +290,21 @@ void JobRunner::Launch(const Action& a) {
   // A new epoch of the run lease for every launch: the ranks' fence (checkpoint generations).
   if (mine_) {
     auto next = lease_.Renew(*mine_);
-    if (!next.ok()) {
+    if (!next.ok() && next.status().code() == Status::Code::kAborted) {
+      // Another job provably holds a later epoch: it trains the run now.
       Log(next.status().message() + ": this job stops and records nothing more");
       mine_.reset();
       StopAgents();
       exit_code_ = 0;
       done_ = true;
+      return;
+    }
+    if (!next.ok()) {
+      // An I/O error says nothing about who holds the run: no step without the lease, and the
+      // policy retries, then requeues (never an exit 0: the work is not done).
+      Observation o = Obs(Observation::Kind::kLeaseRenewFailed);
+      o.detail = next.status().message();
+      pending_.push_back(o);
       return;
     }
     mine_ = *next;
@@ -398,9 +407,9 @@ void JobRunner::QueryNodesInJob() {
   answers_.push_back(o);
 }
 
-void JobRunner::QueryJobState() {
+void JobRunner::QueryJobState(double within_s) {
   Observation o = Obs(Observation::Kind::kJobState);
-  auto info = slurm_->ShowJob(ctx_.job);
+  auto info = within_s > 0 ? slurm_->ShowJobWithin(ctx_.job, within_s) : slurm_->ShowJob(ctx_.job);
   if (info.ok()) {
     o.job_state = info->State();
     o.reason = info->Get("Reason");
@@ -421,10 +430,21 @@ void JobRunner::QueryRoom() {
   answers_.push_back(o);
 }
 
-void JobRunner::Requeue(double budget_s) {
+void JobRunner::Requeue(double budget_s, bool unless_cancelled) {
   MergeRecords();  // Slurm ends this script soon after: the records first
   Observation o = Obs(Observation::Kind::kRequeued);
-  Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, budget_s);
+  RequeueGuard guard;
+  if (unless_cancelled) {
+    guard = [job = ctx_.job](const JobInfo& j) {
+      if (ClassifyTermAnswer(j.State(), j.Get("Reason")) != TermAnswer::kCancelled) {
+        return Status::Ok();
+      }
+      const std::string reason = j.Get("Reason");  // "" for None
+      return Status::Aborted("job " + job + " was cancelled (JobState=" + j.State() +
+                             (reason.empty() ? "" : ", Reason=" + reason) + "): not requeueing it");
+    };
+  }
+  Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, budget_s, guard);
   o.ok = r.ok();
   o.detail = r.message();
   answers_.push_back(o);
@@ -490,7 +510,7 @@ void JobRunner::Execute(const Action& a) {
       QueryNodesInJob();
       break;
     case K::kQueryJobState:
-      QueryJobState();
+      QueryJobState(a.seconds);
       break;
     case K::kProbeHealth:
       ProbeHealth(a.nodes);
@@ -508,7 +528,7 @@ void JobRunner::Execute(const Action& a) {
       SignalAgents(a.text);
       break;
     case K::kRequeue:
-      Requeue(a.seconds);
+      Requeue(a.seconds, a.text == "unless_cancelled");
       break;
     case K::kExclude:
       Exclude(a);

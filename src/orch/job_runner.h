@@ -63,9 +63,9 @@ class JobRunner {
   void Launch(const Action& a);
   void EndStep();
   void QueryNodesInJob();
-  void QueryJobState();
+  void QueryJobState(double within_s);  // 0: the usual bound
   void QueryRoom();
-  void Requeue(double budget_s);
+  void Requeue(double budget_s, bool unless_cancelled);
   void CountFailedStart();
   void ProbeHealth(const std::vector<std::string>& nodes);
   void ConfirmDeath(const std::vector<std::string>& nodes);

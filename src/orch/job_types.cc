@@ -67,7 +67,7 @@ std::string ToText(const Action& a) {
     case K::kQueryNodesInJob:
       return "query_nodes_in_job";
     case K::kQueryJobState:
-      return "query_job_state";
+      return "query_job_state" + (a.seconds > 0 ? " within=" + Secs(a.seconds) + "s" : "");
     case K::kProbeHealth:
       return "probe_health " + List(a.nodes);
     case K::kConfirmDeath:
@@ -79,7 +79,7 @@ std::string ToText(const Action& a) {
     case K::kSignalAgents:
       return "signal_agents " + a.text;
     case K::kRequeue:
-      return "requeue budget=" + Secs(a.seconds) + "s";
+      return "requeue budget=" + Secs(a.seconds) + "s" + (a.text.empty() ? "" : " " + a.text);
     case K::kExclude:
       return "exclude dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
              (a.released ? " released" : "") +
@@ -143,6 +143,8 @@ const char* KindName(Observation::Kind k) {
       return "requeued";
     case K::kAgentsStopped:
       return "agents_stopped";
+    case K::kLeaseRenewFailed:
+      return "lease_renew_failed";
   }
   return "?";
 }
@@ -192,6 +194,9 @@ std::string ToText(const Observation& o) {
     case K::kReleased:
     case K::kRequeued:
       s += o.ok ? " ok" : " failed";
+      break;
+    case K::kLeaseRenewFailed:
+      if (!o.detail.empty()) s += " " + o.detail;
       break;
     default:
       break;

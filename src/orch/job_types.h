@@ -52,6 +52,8 @@ struct Observation {
     kRoom,      // QueryRoom's answer: nodes (of the job's partition) or unknown
     kRequeued,  // Requeue's answer: ok (verified), detail
     kAgentsStopped,
+    kLeaseRenewFailed,  // a launch could not renew the run lease (an I/O error; detail): no
+                        // step was started. A lease provably taken over ends the job instead.
   };
   Kind kind = Kind::kTick;
   double now = 0;
@@ -114,13 +116,14 @@ struct Action {
     kSignalStep,         // text: USR1 | TERM | KILL
     kEndStep,            // scancel of the training step, then its srun
     kQueryNodesInJob,    // -> kNodesInJob
-    kQueryJobState,      // -> kJobState
+    kQueryJobState,      // seconds: the bound of the question (0: the usual) -> kJobState
     kProbeHealth,        // nodes -> kHealth
     kConfirmDeath,       // nodes -> kConfirmed
     kRelease,            // nodes -> kReleased
     kWaitNotResponding,  // nodes, seconds -> kNotRespondingWaited
     kSignalAgents,       // text: TERM (their steps) ; their sruns are then let go (SIGKILL)
-    kRequeue,            // seconds: the time budget -> kRequeued
+    kRequeue,            // seconds: the time budget; text "unless_cancelled": each try only
+                         // once slurmctld says the job is not cancelled -> kRequeued
     kExclude,            // nodes: ExcNodeList of the requeued job (see orch/slurm.h)
     kWaitAgents,         // seconds -> kAgentsStopped
     kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped

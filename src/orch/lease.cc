@@ -198,11 +198,16 @@ StatusOr<LeaseResult> RunLease::Acquire(LeaseHolder me, const JobAlive& alive) {
 }
 
 StatusOr<LeaseHolder> RunLease::Renew(const LeaseHolder& mine) {
-  FT_ASSIGN_OR_RETURN(bool holds, Holds(mine));
-  if (!holds) {
-    FT_ASSIGN_OR_RETURN(std::optional<LeaseHolder> cur, Current());
+  FT_ASSIGN_OR_RETURN(std::optional<LeaseHolder> cur, Current());
+  if (!cur || cur->token != mine.token || cur->epoch < mine.epoch) {
     return Status::Aborted("the run lease was taken over by " +
                            (cur ? cur->Describe() : std::string("someone")));
+  }
+  if (cur->epoch > mine.epoch) {
+    // Our own renewal whose holder file was not written (an I/O error after the link, and this
+    // is the retry): the entry is ours, so finish it instead of calling it a take-over.
+    FT_RETURN_IF_ERROR(WriteFileDurably(Env::Default(), file_, FormatHolder(*cur)));
+    return *cur;
   }
   LeaseHolder next = mine;
   next.epoch = mine.epoch + 1;
@@ -215,7 +220,9 @@ StatusOr<LeaseHolder> RunLease::Renew(const LeaseHolder& mine) {
 
 StatusOr<bool> RunLease::Holds(const LeaseHolder& mine) const {
   FT_ASSIGN_OR_RETURN(std::optional<LeaseHolder> cur, Current());
-  return cur.has_value() && cur->epoch == mine.epoch && cur->token == mine.token;
+  // A later epoch with our token is our own renewal (only Renew copies a token), one whose
+  // caller may not have learnt it yet (an I/O error after the entry was made).
+  return cur.has_value() && cur->token == mine.token && cur->epoch >= mine.epoch;
 }
 
 Status RunLease::HandOff(const LeaseHolder& mine, const std::string& new_job) {

@@ -57,9 +57,11 @@ class RunLease {
   StatusOr<std::optional<LeaseHolder>> Current() const;
   // Takes the lease for `me` (epoch and token are filled in) if the rules above allow.
   StatusOr<LeaseResult> Acquire(LeaseHolder me, const JobAlive& alive);
-  // A new epoch for the holder `mine` (a launch); fails when someone else took the run.
+  // A new epoch for the holder `mine` (a launch). Aborted only when someone else provably took
+  // the run (a later epoch that is not ours); any other error (IOError...) says nothing about
+  // who holds it, and a retry after one finishes a renewal that made its entry.
   StatusOr<LeaseHolder> Renew(const LeaseHolder& mine);
-  // Does `mine` still hold the run (no later epoch)?
+  // Does `mine` still hold the run (no later epoch but its own renewals)?
   StatusOr<bool> Holds(const LeaseHolder& mine) const;
   // A watcher that took the run over names the job it handed it to.
   Status HandOff(const LeaseHolder& mine, const std::string& new_job);

@@ -165,6 +165,9 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   if (s.replication == "auto" && MemoryTierOn(s.config, s.train_args)) s.replication = "1";
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_TERM_ASK_S", 10, &s.term_ask_s));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_REQUEUE_RETRY_S", 180, &s.requeue_retry_s));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_LEASE_RETRY_S", 60, &s.lease_retry_s));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_RESUBMITS", 3, &s.max_resubmits));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_HANG_REPEAT_WINDOW_S", 21600, &s.hang_repeat_window_s));
   FT_RETURN_IF_ERROR(LoadDetect(r, &s.detect));

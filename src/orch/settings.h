@@ -54,6 +54,17 @@ struct JobSettings {
   std::string replication = "auto";
   double norespond_wait_s = 30;
   double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
+  // FTRAIN_TERM_ASK_S: after a TERM, how long an unanswered question to slurmctld (cancelled,
+  // at the time limit, or running?) is asked again before the job is requeued as at the time
+  // limit; with the requeue's 15 s it ends inside Slurm's default KillWait (30 s).
+  double term_ask_s = 10;
+  // FTRAIN_REQUEUE_RETRY_S: the budget of a requeue that does not race the time limit (a node
+  // failure, rank failures, a quarantine, the run lease): a slurmctld failover takes longer
+  // than the 15 s of the stop paths.
+  double requeue_retry_s = 180;
+  // FTRAIN_LEASE_RETRY_S: how long a launch retries renewing the run lease after an I/O error
+  // before the job is requeued (never a silent exit 0).
+  double lease_retry_s = 60;
   int max_resubmits = 3;
   // FTRAIN_HANG_REPEAT_WINDOW_S: two hang records of a host at most this far apart (the
   // newest record's time back) quarantine it; 0 = any two of the run.

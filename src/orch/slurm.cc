@@ -158,6 +158,17 @@ StatusOr<JobInfo> SlurmCli::ShowJob(const std::string& job) {
   return j;
 }
 
+StatusOr<JobInfo> SlurmCli::ShowJobWithin(const std::string& job, double timeout_s) {
+  RunOptions o;
+  o.timeout_s = timeout_s;
+  RunResult r = RunCommand({"scontrol", "-o", "show", "job", job}, o);
+  if (!r.ok())
+    return Status::Unavailable("scontrol show job " + job + ": " + r.Describe(timeout_s));
+  JobInfo j = ParseShowJob(r.out);
+  if (j.fields.empty()) return Status::Unavailable("scontrol show job " + job + " said nothing");
+  return j;
+}
+
 StatusOr<std::vector<StepInfo>> SlurmCli::Steps(const std::string& job) {
   RunResult r = Query({"squeue", "-h", "-s", "-j", job, "-o", "%i %j %N"});
   if (!r.ok()) return Status::Unavailable("squeue -s -j " + job + ": " + r.Describe(10));
@@ -242,7 +253,8 @@ Status SlurmCli::Release(const std::string& job, const std::vector<std::string>&
   return Status::Ok();
 }
 
-Status SlurmCli::Requeue(const std::string& job, int restarts_before, double budget_s) {
+Status SlurmCli::Requeue(const std::string& job, int restarts_before, double budget_s,
+                         const RequeueGuard& guard) {
   const double deadline = Now() + budget_s;
   std::string last = "no try";
   int tries = 0;
@@ -250,6 +262,18 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
     const double left = deadline - Now();
     if (left <= 1 && tries > 0) break;
     ++tries;
+    if (guard) {
+      auto before = ShowJobWithin(job, std::max(1.0, std::min(5.0, left - 0.5)));
+      if (before.ok() && before->Restarts() > restarts_before) return Status::Ok();
+      Status g = before.ok() ? guard(*before) : Status::Ok();
+      if (!g.ok()) return g;
+      if (!before.ok()) {
+        last = before.status().message() + " (not requeueing without an answer)";
+        if (Now() + 1 >= deadline) break;
+        Sleep(1);
+        continue;
+      }
+    }
     RunResult r = RunCommand({"scontrol", "requeue", job},
                              Bounded(std::max(1.0, std::min(10.0, left - 0.5))));
     last = r.ok() ? "verification failed" : r.Describe(10);

@@ -32,6 +32,7 @@
 //     "the job has no nodes left".
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ struct JobInfo {
   int Restarts() const;
 };
 JobInfo ParseShowJob(const std::string& text);
+
+// What a guarded requeue checks before each try (Slurm::Requeue).
+using RequeueGuard = std::function<Status(const JobInfo&)>;
 
 struct StepInfo {
   std::string id, name, nodes;
@@ -77,6 +81,8 @@ class Slurm {
   // The job's nodes now; nothing when slurmctld did not answer (or answered empty).
   virtual std::optional<std::vector<std::string>> NodesOfJob(const std::string& job) = 0;
   virtual StatusOr<JobInfo> ShowJob(const std::string& job) = 0;
+  // One try, bounded by `timeout_s` (a question that must fit a deadline, like a TERM's).
+  virtual StatusOr<JobInfo> ShowJobWithin(const std::string& job, double timeout_s) = 0;
   virtual StatusOr<std::vector<StepInfo>> Steps(const std::string& job) = 0;
   virtual std::string NodeState(const std::string& node) = 0;  // sinfo %t, "" if unknown
   // The nodes of a partition (a comma list of partitions); nothing when sinfo did not answer.
@@ -88,8 +94,12 @@ class Slurm {
   virtual bool SignalStep(const std::string& step, const std::string& sig) = 0;
   virtual Status Release(const std::string& job, const std::vector<std::string>& keep) = 0;
   // Requeues the job and verifies it (Restarts above `restarts_before`), retrying within
-  // `budget_s`; a requeue that acted though its command failed counts, once.
-  virtual Status Requeue(const std::string& job, int restarts_before, double budget_s) = 0;
+  // `budget_s`; a requeue that acted though its command failed counts, once. With a `guard`,
+  // every try first reads the job and requeues only when slurmctld answered and the guard
+  // accepts what it says (its error ends the tries): a requeue that must never hit a cancelled
+  // job (22.05 runs a cancelled COMPLETING job again) is never sent blind.
+  virtual Status Requeue(const std::string& job, int restarts_before, double budget_s,
+                         const RequeueGuard& guard) = 0;
   // ExcNodeList of a pending job; with `num_nodes` > 0 also its NumNodes (min and max),
   // NumTasks and NumCPUs, in the same update (22.05 allows them on a pending job, a requeued
   // one included; with NumNodes alone a job of --ntasks-per-node keeps its task and CPU
@@ -117,6 +127,7 @@ class SlurmCli : public Slurm {
   StatusOr<std::string> Hostlist(const std::vector<std::string>& nodes) override;
   std::optional<std::vector<std::string>> NodesOfJob(const std::string& job) override;
   StatusOr<JobInfo> ShowJob(const std::string& job) override;
+  StatusOr<JobInfo> ShowJobWithin(const std::string& job, double timeout_s) override;
   StatusOr<std::vector<StepInfo>> Steps(const std::string& job) override;
   std::string NodeState(const std::string& node) override;
   std::optional<std::vector<std::string>> PartitionNodes(const std::string& partition) override;
@@ -125,7 +136,8 @@ class SlurmCli : public Slurm {
   bool Ping() override;
   bool SignalStep(const std::string& step, const std::string& sig) override;
   Status Release(const std::string& job, const std::vector<std::string>& keep) override;
-  Status Requeue(const std::string& job, int restarts_before, double budget_s) override;
+  Status Requeue(const std::string& job, int restarts_before, double budget_s,
+                 const RequeueGuard& guard) override;
   Status SetExcludedNodes(const std::string& job, const std::string& hostlist, int num_nodes = 0,
                           int num_tasks = 0, int num_cpus = 0) override;
   Status Cancel(const std::string& job, bool pending_only) override;

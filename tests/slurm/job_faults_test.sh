@@ -8,6 +8,13 @@
 #              afterok dependents never start), with a failed/requeue_failed record;
 #   cancelled: a TERM while slurmctld reports the job cancelled: no requeue (Slurm 22.05 would
 #              run a cancelled COMPLETING job again), a stopped/cancelled record;
+#   silent:    a TERM while `scontrol show job` gets no answer (slurmctld away, back for the
+#              requeue): asked again until FTRAIN_TERM_ASK_S, then requeued as at the time
+#              limit (issue 44 hole 3: it used to end 0 as if cancelled, no requeue);
+#   silentdown: the same with slurmctld away for good: no requeue sent blind, the job ends 1
+#              (FAILED), never 0;
+#   silentcancelled: slurmctld answers only after the deadline, and says cancelled: not
+#              requeued (22.05 would run it again), exit 1;
 #   twojobs:   a second job on the same run directory while the first runs (a user's second
 #              sbatch): it refuses to train (exit 1, refused/lease_held), never starts a step.
 # Exit 0 pass, 1 fail.
@@ -49,6 +56,13 @@ case "$*" in
     esac
     echo $(($(cat "$s/restarts" 2>/dev/null || echo 0) + 1)) >"$s/restarts" ;;
   "-o show job "*)
+    # slurmctld does not answer the first STUB_SHOW_JOB_FAILS calls (-1: never answers).
+    n=$(($(cat "$s/show_calls" 2>/dev/null || echo 0) + 1)); echo "${n}" >"$s/show_calls"
+    fails="${STUB_SHOW_JOB_FAILS:-0}"
+    if ((fails < 0 || n <= fails)); then
+      echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2
+      exit 1
+    fi
     echo "JobId=$4 JobState=${STUB_JOB_STATE:-RUNNING} Reason=${STUB_REASON:-None} Restarts=$(cat "$s/restarts" 2>/dev/null || echo 0)" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
 esac
@@ -101,6 +115,44 @@ finish cancelled
 grep -q '"event":"stopped","cause":"cancelled"' <<<"$(records cancelled)" ||
   fail "cancelled: no stopped/cancelled record: $(records cancelled)"
 log "cancelled: TERM of a cancelled job: no requeue, recorded"
+
+# silent*: slurmctld does not answer the TERM's question (asked at 0 and 2 s); at 3 s the job
+# is requeued, each try only once slurmctld says the job is not cancelled.
+start silent 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=2 FTRAIN_TERM_ASK_S=3
+until [[ -s "${WORK}/silent/state/srun_calls" ]]; do sleep 0.1; done
+kill -TERM "${PID}"
+finish silent
+((RC == 0)) || fail "silent: exit ${RC}, not 0 after a verified requeue: $(cat "${WORK}/silent/out")"
+(($(count silent restarts) == 1)) || fail "silent: restart count $(count silent restarts): not requeued once"
+grep -q "slurmctld did not say within 3 s (FTRAIN_TERM_ASK_S)" "${WORK}/silent/out" ||
+  fail "silent: no line saying why it requeued: $(cat "${WORK}/silent/out")"
+grep -q '"event":"stopped","cause":"preempted","during":"a TERM slurmctld did not explain"' <<<"$(records silent)" ||
+  fail "silent: no stopped/preempted record: $(records silent)"
+grep -q '"cause":"cancelled"' <<<"$(records silent)" && fail "silent: taken for a cancel: $(records silent)"
+log "silent: TERM while slurmctld did not answer: asked again, then requeued (not ended 0 as cancelled)"
+
+start silentdown 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=-1 FTRAIN_TERM_ASK_S=3
+until [[ -s "${WORK}/silentdown/state/srun_calls" ]]; do sleep 0.1; done
+kill -TERM "${PID}"
+finish silentdown
+((RC == 1)) || fail "silentdown: exit ${RC}, not 1 (an unknown answer must never end the job COMPLETED)"
+(($(count silentdown requeue_calls) == 0)) || fail "silentdown: a requeue was sent blind"
+grep -q '"event":"failed","cause":"requeue_failed"' <<<"$(records silentdown)" ||
+  fail "silentdown: no failed/requeue_failed record: $(records silentdown)"
+log "silentdown: TERM, slurmctld away for good: no requeue sent blind -> exit 1 (FAILED)"
+
+# silentcancelled: slurmctld answers again only after the deadline, and the job was cancelled:
+# never requeued (22.05 would run it again), exit 1.
+start silentcancelled 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=2 FTRAIN_TERM_ASK_S=3 \
+  STUB_JOB_STATE=COMPLETING STUB_REASON=None
+until [[ -s "${WORK}/silentcancelled/state/srun_calls" ]]; do sleep 0.1; done
+kill -TERM "${PID}"
+finish silentcancelled
+((RC == 1)) || fail "silentcancelled: exit ${RC}, not 1"
+(($(count silentcancelled requeue_calls) == 0)) || fail "silentcancelled: a cancelled job was requeued"
+grep -q "was cancelled (JobState=COMPLETING): not requeueing it" "${WORK}/silentcancelled/out" ||
+  fail "silentcancelled: no line naming the cancel: $(cat "${WORK}/silentcancelled/out")"
+log "silentcancelled: the answer after the deadline said cancelled: not requeued, exit 1"
 
 # twojobs: job 42 trains (a long step, slurmctld says RUNNING); job 43 starts on the same run.
 RUN=twojobs start twojobs 42 STUB_STEP_S=60
