@@ -1,7 +1,8 @@
 // `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
 // src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data, a
 // failed rank, a timeout or an I/O error (worth a restart), 2 usage, config or input error
-// (a restart cannot help: slurm/train.sh fails the job), 77 replicas disagree (silent data
+// (a restart cannot help: slurm/train.sh fails the job), 76 this node cannot run its ranks
+// (RUN_DIR/node_faults.jsonl names it; `ftrain job` moves them), 77 replicas disagree (silent data
 // corruption), 78 a rank hung (the hang guard named it), 79 rolled back (guard.policy =
 // rollback): all three restart from a checkpoint.
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "records/config_error.h"
+#include "records/node_faults.h"
 #include "train/trainer.h"
 
 namespace ftrain::cli {
@@ -27,6 +29,9 @@ constexpr char kHelp[] =
     "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
     "  74 the checkpoint storage could not be read at resume for ckpt.resume_retry_s\n"
     "     (nothing was moved aside; retry once the file system answers),\n"
+    "  76 this node cannot run its ranks: no usable GPU, fewer GPUs than its ranks, a CUDA\n"
+    "     driver failure (RUN_DIR/node_faults.jsonl names the host; the job controller moves\n"
+    "     its ranks to a spare or requeues without it)\n"
     "  77 replicas disagree: silent data corruption (RUN_DIR/quarantine.jsonl names the nodes),\n"
     "  78 a rank hung while the others waited for it (restart me: RUN_DIR/hangs.jsonl names it),\n"
     "  79 guard.policy = rollback rolled the run back (restart me: RUN_DIR/rollbacks.jsonl)\n";
@@ -98,6 +103,14 @@ int RunTrain(int argc, char** argv) {
     // Checkpoint storage that did not answer for ckpt.resume_retry_s: 74, which `ftrain job`
     // retries as a storage outage (nothing was moved aside).
     if (s.IsStorageUnavailable()) return kExitStorage;
+    // This node cannot run its ranks (no usable GPU, too few, the driver): 76, and a line in
+    // RUN/node_faults.jsonl naming the host, so that `ftrain job` moves its ranks to a spare
+    // or requeues without it (the same on every node: the job fails as a config error).
+    if (s.IsNodeFault()) {
+      Status w = records::RecordNodeFault(tc->run_dir, s.message());
+      if (!w.ok()) FT_LOG(Warning) << "cannot record the node fault: " << w.message();
+      return kExitNodeFault;
+    }
     if (s.code() == Status::Code::kDeadlineExceeded || s.code() == Status::Code::kIOError) {
       return kExitBad;
     }
