@@ -72,6 +72,7 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.config_error = o.config_error;
   st_.step_quarantine = o.quarantine;
   st_.step_hangs = o.hangs;
+  st_.step_node_faults = o.node_faults;
   st_.localised = false;
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
@@ -118,6 +119,7 @@ Decision JobPolicy::Decide(double now) {
          LastStop("preempted"), Record("stopped", "preempted", {Lost()})},
         {});
   }
+  if (Decision nf = NodeFaultAfterStep(); !nf.rule.empty()) return nf;  // exit 76
   if (rc == kExitConfig || !st_.config_error.empty()) {
     const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
                                                      : st_.config_error.substr(0, 2000);

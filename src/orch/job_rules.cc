@@ -86,6 +86,23 @@ const std::vector<Rule> kRules = {
   {"step.config_error", "training", "exit 2 or RUN/.config_error",
    "log FAILED with the trainer's message, record failed/config_error, exit 2 (no restart)",
    "the trainer exits 2 (configuration or input)"},
+  {"step.node_fault_replaced", "training / confirming",
+   "exit 76 (or a failed step whose ranks added lines to RUN/node_faults.jsonl) naming some "
+   "training nodes; a spare for each",
+   "record restarted/node_fault; a spare takes each one's ranks, every survivor keeps its own; "
+   "release them; relaunch at once",
+   "a node cannot run its ranks (no usable GPU, too few GPUs, the CUDA driver: exit 76) and a "
+   "spare is left"},
+  {"step.node_fault_exclude", "training / confirming",
+   "exit 76 naming some training nodes; no spare for each",
+   "record step_failed/node_fault; requeue excluding them (they stay excluded from the job's "
+   "later requeues)",
+   "a node cannot run its ranks (exit 76) and no spare is left"},
+  {"step.node_fault_everywhere", "training / confirming",
+   "exit 76 and RUN/node_faults.jsonl names every training node",
+   "log FAILED with the reason, record failed/config_error, exit 2 (no restart)",
+   "every training node reports the same fault (exit 76): a configuration error, e.g. more "
+   "ranks per node than GPUs"},
   {"step.rollback", "training", "exit 79 (guard.policy = rollback; RUN/rollbacks.jsonl)",
    "record restarted/rollback; relaunch at once (no back-off, no in-job restart or failed start "
    "counted: guard.max_rollbacks in the trainer bounds it)",

@@ -76,6 +76,15 @@ void JobRunner::ReadQuarantine(Observation* o) const {
   o->hangs = ParseHangs(ReadTextOr(layout_.hangs()));
 }
 
+// The lines RUN/node_faults.jsonl gained since the step was launched (the ranks of a node that
+// cannot run them append one each before exiting 76). The file is only appended to; one that
+// shrank (an operator cleaned it) is read whole.
+void JobRunner::ReadNodeFaults(Observation* o) const {
+  const std::string text = ReadTextOr(layout_.node_faults());
+  const size_t from = text.size() >= node_faults_at_launch_ ? node_faults_at_launch_ : 0;
+  o->node_faults = ParseNodeFaults(text.substr(from));
+}
+
 // A line of RUN/quarantine.jsonl for a host the policy quarantined (a repeated hang). The
 // trainer has exited: nobody else appends now.
 void JobRunner::Quarantine(const Action& a) {

@@ -70,6 +70,20 @@ std::vector<HangLine> ParseHangs(const std::string& text) {
   return out;
 }
 
+std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text) {
+  std::vector<NodeFaultLine> out;
+  for (const auto& j : Objects(text)) {
+    NodeFaultLine f;
+    Read(j, "host", &f.host);
+    Read(j, "reason", &f.reason);
+    Read(j, "rank", &f.rank);
+    Read(j, "node", &f.node);
+    Read(j, "time", &f.time);
+    out.push_back(f);
+  }
+  return out;
+}
+
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
   std::vector<std::string> out;
   for (const auto& q : lines) {
