@@ -1443,6 +1443,15 @@ TEST(JobPolicyNodeFault, TheRecordParses) {
   EXPECT_EQ(f[0].reason, "no GPU");
   EXPECT_EQ(f[0].time, 1.5);
   EXPECT_EQ(f[1].rank, -1);
+  // The step's own lines: those past the file's size at its launch; a file that shrank since
+  // is read whole.
+  const std::string before = "{\"host\":\"old\",\"reason\":\"a previous step\"}\n";
+  const std::string now = before + "{\"host\":\"n2\",\"reason\":\"no GPU\"}\n";
+  const auto since = NodeFaultsSince(now, before.size());
+  ASSERT_EQ(since.size(), 1u);
+  EXPECT_EQ(since[0].host, "n2");
+  EXPECT_TRUE(NodeFaultsSince(before, before.size()).empty());
+  EXPECT_EQ(NodeFaultsSince(before, now.size() + 10).size(), 1u);
 }
 
 // ---- the table ------------------------------------------------------------------------------

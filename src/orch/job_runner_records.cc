@@ -77,12 +77,9 @@ void JobRunner::ReadQuarantine(Observation* o) const {
 }
 
 // The lines RUN/node_faults.jsonl gained since the step was launched (the ranks of a node that
-// cannot run them append one each before exiting 76). The file is only appended to; one that
-// shrank (an operator cleaned it) is read whole.
+// cannot run them append one each before exiting 76).
 void JobRunner::ReadNodeFaults(Observation* o) const {
-  const std::string text = ReadTextOr(layout_.node_faults());
-  const size_t from = text.size() >= node_faults_at_launch_ ? node_faults_at_launch_ : 0;
-  o->node_faults = ParseNodeFaults(text.substr(from));
+  o->node_faults = NodeFaultsSince(ReadTextOr(layout_.node_faults()), node_faults_at_launch_);
 }
 
 // A line of RUN/quarantine.jsonl for a host the policy quarantined (a repeated hang). The

@@ -84,6 +84,10 @@ std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text) {
   return out;
 }
 
+std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from) {
+  return ParseNodeFaults(text.substr(text.size() >= from ? from : 0));
+}
+
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
   std::vector<std::string> out;
   for (const auto& q : lines) {

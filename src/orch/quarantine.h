@@ -18,6 +18,10 @@ std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
 std::vector<HangLine> ParseHangs(const std::string& text);
 // RUN/node_faults.jsonl (records/node_faults.h), the same way.
 std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text);
+// The lines of RUN/node_faults.jsonl's `text` past byte `from` (its size when the step was
+// launched): the step's own. The file is only appended to; one that shrank (an operator
+// cleaned it up) is read whole.
+std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from);
 // Every host the quarantine names, once each, in the order of its first line.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
 // The hang records that count towards a repeat: those at most `window_s` seconds older than

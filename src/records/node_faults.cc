@@ -41,11 +41,14 @@ NodeFaultWho NodeFaultWhoFromEnv() {
 }
 
 std::string EncodeNodeFault(double time, const NodeFaultWho& who, const std::string& reason) {
-  nlohmann::json j = {{"time", time}, {"host", who.host}};
+  nlohmann::ordered_json j;  // the fields in the documented order
+  j["time"] = time;
+  j["host"] = who.host;
   if (who.node >= 0) j["node"] = who.node;
   if (who.rank >= 0) j["rank"] = who.rank;
   j["reason"] = reason;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // A reason that is not UTF-8 (a driver's message) is written with U+FFFD, never refused.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status RecordNodeFault(const std::string& run_dir, const std::string& reason) {
