@@ -62,6 +62,7 @@ TEST_F(HealthTest, FewerGpusThanTheNodesRanksFailNamingTheCount) {
   std::string err;
   EXPECT_EQ(Health({"--run-dir", run(), "--gpus", "4", "--dev-dir", dev()}, &err), 1);
   EXPECT_NE(err.find("GPUs: 2 visible"), std::string::npos) << err;
+  EXPECT_EQ(err.rfind("ftrain health: node ", 0), 0u) << err;  // what the controller parses
   EXPECT_NE(err.find("need 4"), std::string::npos) << err;
   fs::remove_all(dev());
   fs::create_directories(dev());  // the driver not loaded: no device file at all

@@ -1432,6 +1432,48 @@ TEST(JobPolicyNodeFault, AnExit76NamingNoTrainingNodeIsARankFailure) {
   EXPECT_EQ(stop.last.rule, "step.stopped");
 }
 
+Decision HealthFailed(Sim* sim, std::vector<NodeFaultLine> problems) {
+  Observation o = Obs(K::kHealth);
+  o.ok = false;
+  o.node_faults = std::move(problems);
+  return sim->On(o);
+}
+
+// A node that answers but cannot train (its run directory mount gone: the ranks exit 1, not
+// 76) fails `ftrain health` after the step: it is moved off like an exit 76, instead of
+// waiting FTRAIN_HEALTH_WAIT_S for Slurm to take out a node that never leaves.
+TEST(JobPolicyNodeFault, ANodeFailingTheHealthProbeIsMovedOffNotWaitedFor) {
+  const std::string ro = "run directory /runs/r is not writable: create ...: Read-only file system";
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExit(1);
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.probe");
+  HealthFailed(&sim, {Fault("n2", -1, ro)});
+  EXPECT_EQ(sim.last.rule, "step.node_fault_replaced");
+  EXPECT_TRUE(
+      sim.LastHas("node(s) n2 cannot run their ranks (step exit 1, the health probe): "
+                  "n2: run directory"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  // No spares: requeued excluding it.
+  Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  plain.StartTraining();
+  plain.StepExit(1);
+  EXPECT_EQ(plain.last.rule, "step.probe");
+  HealthFailed(&plain, {Fault("n1", -1, "GPUs: 0 visible")});
+  EXPECT_EQ(plain.last.rule, "step.node_fault_exclude");
+  plain.FinishRequeue();
+  EXPECT_TRUE(plain.AnyHas("exclude dead=[] faulty=[n1]"));
+  // Every node fails it: nothing tells one apart (the probe, the file system): as before.
+  Sim all(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  all.StartTraining();
+  all.StepExit(1);
+  HealthFailed(&all, {Fault("n1", -1, ro), Fault("n2", -1, ro)});
+  EXPECT_EQ(all.last.rule, "step.unhealthy");
+}
+
 TEST(JobPolicyNodeFault, TheRecordParses) {
   const auto f = ParseNodeFaults(
       "{\"time\":1.5,\"host\":\"h1\",\"node\":1,\"rank\":3,\"reason\":\"no GPU\"}\n"
@@ -1452,6 +1494,16 @@ TEST(JobPolicyNodeFault, TheRecordParses) {
   EXPECT_EQ(since[0].host, "n2");
   EXPECT_TRUE(NodeFaultsSince(before, before.size()).empty());
   EXPECT_EQ(NodeFaultsSince(before, now.size() + 10).size(), 1u);
+  // `ftrain health`'s problem lines in the probe's output; srun's own lines are skipped.
+  const auto h = ParseHealthProblems(
+      "srun: error: n2: task 1: Exited with exit code 1\n"
+      "ftrain health: node n2: GPUs: 2 visible (/dev/nvidia[0-9]*), this node's ranks need 4\n"
+      "ftrain health: node : nothing\nftrain health: node n3: run directory /r: x: y\n");
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].host, "n2");
+  EXPECT_EQ(h[0].reason, "GPUs: 2 visible (/dev/nvidia[0-9]*), this node's ranks need 4");
+  EXPECT_EQ(h[1].host, "n3");
+  EXPECT_EQ(h[1].reason, "run directory /r: x: y");
 }
 
 // ---- the table ------------------------------------------------------------------------------

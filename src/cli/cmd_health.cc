@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -118,9 +119,13 @@ int RunHealth(int argc, char** argv) {
                          " (driver not loaded, or a GPU lost)");
     }
   }
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';  // the line names no host
-  for (const auto& p : problems) std::cerr << program << ": " << host << ": " << p << "\n";
+  // "ftrain health: node HOST: problem", Slurm's name of the node when it runs under Slurm:
+  // the job controller reads these lines to know which nodes failed (orch/quarantine.h).
+  std::string host;
+  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') host = n;
+  char name[256] = {};
+  if (host.empty() && ::gethostname(name, sizeof(name) - 1) == 0) host = name;
+  for (const auto& p : problems) std::cerr << program << ": node " << host << ": " << p << "\n";
   return problems.empty() ? kExitOk : kExitBad;
 }
 

@@ -153,6 +153,9 @@ class JobPolicy {
   Decision QuarantineAtStart(std::vector<Action>* acts, std::string* rule);
   Decision QuarantineAfterStep();
   Decision NodeFaultAfterStep();  // job_policy_node_fault.cc
+  Decision NodeFaultAfterProbe(const Observation& health);
+  Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
+                              const std::vector<NodeFaultLine>& lines, const std::string& why);
   Decision RoomKnown(const Observation& o);
   std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();

@@ -190,6 +190,7 @@ Decision JobPolicy::FoundDead(const Observation& o) {
 Decision JobPolicy::Probed(const Observation& o) {
   const std::string exit = std::to_string(st_.rc);
   if (o.ok) return RankFailure(o.now);
+  if (Decision nf = NodeFaultAfterProbe(o); !nf.rule.empty()) return nf;  // alive, cannot train
   st_.wait_until = o.now + s_.health_wait_s;
   if (st_.probe_for_spares) {
     st_.phase = Phase::kHealthPoll;

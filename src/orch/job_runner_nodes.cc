@@ -19,6 +19,7 @@
 #include "orch/files.h"
 #include "orch/job_runner.h"
 #include "orch/process.h"
+#include "orch/quarantine.h"
 #include "orch/submission.h"
 
 namespace ftrain::orch {
@@ -164,6 +165,12 @@ void JobRunner::ProbeHealth(const std::vector<std::string>& nodes) {
   RunResult r = RunCommand(argv, o);
   Observation obs = Obs(Observation::Kind::kHealth);
   obs.ok = r.ok();
+  if (!obs.ok) {
+    // Which nodes answered but cannot train, and why (each named in the job's log).
+    obs.node_faults = ParseHealthProblems(r.err + "\n" + r.out);
+    for (const auto& f : obs.node_faults) Log("health probe: " + f.host + ": " + f.reason);
+    if (obs.node_faults.empty()) Log("health probe failed: " + r.Describe(o.timeout_s));
+  }
   answers_.push_back(obs);
 }
 

@@ -78,7 +78,8 @@ struct Observation {
   // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
   std::vector<QuarantineLine> quarantine;
   std::vector<HangLine> hangs;
-  // kStepExited: the lines RUN/node_faults.jsonl gained while the step ran
+  // kStepExited: the lines RUN/node_faults.jsonl gained while the step ran; kHealth: one per
+  // problem `ftrain health` reported (host, reason)
   std::vector<NodeFaultLine> node_faults;
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;

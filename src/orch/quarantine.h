@@ -22,6 +22,10 @@ std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text);
 // launched): the step's own. The file is only appended to; one that shrank (an operator
 // cleaned it up) is read whole.
 std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from);
+// The problems `ftrain health` reported on its nodes (src/cli/cmd_health.cc): each line
+// "ftrain health: node HOST: PROBLEM" of `output` (the probe's srun, all nodes) as a line with
+// host and reason; other lines (srun's own) are skipped.
+std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output);
 // Every host the quarantine names, once each, in the order of its first line.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
 // The hang records that count towards a repeat: those at most `window_s` seconds older than
