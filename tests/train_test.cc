@@ -407,7 +407,6 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   } cases[] = {
       {"--train.stepz=3", "unknown config key 'train.stepz'"},
       {"--train.micro_batch=abc", "train.micro_batch = 'abc' is not an integer"},
-      {"--data.path=/nonexistent/data", "/nonexistent/data"},
       {"--train.resume=" + root_ + "/nope/step-00000005", "is not a complete checkpoint"},
       {"--train.init=" + std::string(FTRAIN_SOURCE_DIR) +
            "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
@@ -448,6 +447,15 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   EXPECT_TRUE(Contains(line, "\"reason\":\"train.device = cuda, but no usable GPU")) << line;
   EXPECT_TRUE(Contains(line, "\"host\":")) << line;
   EXPECT_FALSE(std::filesystem::exists(nogpu + "/.config_error"));
+  // A local data path this node cannot read (a mount missing here) is the node's too: 76
+  // naming the path (on every node at once `ftrain job` fails the job as a config error).
+  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR +
+                     "/configs/tiny.cfg --data.path=/nonexistent/data --run.dir=" + nogpu +
+                     " --train.steps=2",
+                 120);
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  EXPECT_TRUE(Contains(r.output, "data.path '/nonexistent/data' is not readable on this node"))
+      << r.output;
   // Data tokenized with a larger vocabulary than the model's: one line, exit 2 (not an abort).
   const std::string big = root_ + "/vocab2000";
   ASSERT_EQ(RunCommand(Ftrain() +
