@@ -166,6 +166,24 @@ TEST(Settings, TheReplicationCapIsANumberOfMegabytesPerSecond) {
   }
 }
 
+// The health probe asks each node for the GPUs of its ranks only when the job trains on GPUs.
+TEST(Settings, TheHealthProbeWantsTheRanksGpusOnlyForACudaRun) {
+  TempDir tmp;
+  const std::string cfg = tmp.path() + "/run.cfg";
+  std::ofstream(cfg) << "[train]\ndevice = cpu\n";
+  std::map<std::string, std::string> env = {{"FTRAIN_CONFIG", cfg},
+                                            {"FTRAIN_RUN_DIR", "r"},
+                                            {"FTRAIN_DATA", "d"},
+                                            {"FTRAIN_RANKS_PER_NODE", "4"}};
+  auto cpu = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(cpu->health_gpus, 0);
+  env["FTRAIN_ARGS"] = "--train.steps=9 --train.device=cuda";
+  auto cuda = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
+  EXPECT_EQ(cuda->health_gpus, 4);
+}
+
 TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";

@@ -1583,6 +1583,189 @@ TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
   EXPECT_EQ(RepeatedHangHosts(h), std::vector<std::string>({"a"}));
 }
 
+// ---- a node that cannot run its ranks (exit 76, RUN/node_faults.jsonl) ----------------------
+
+NodeFaultLine Fault(const std::string& host, int rank, const std::string& reason) {
+  NodeFaultLine f;
+  f.host = host;
+  f.rank = rank;
+  f.reason = reason;
+  return f;
+}
+
+Decision StepExitFaults(Sim* sim, int rc, std::vector<NodeFaultLine> faults) {
+  Observation o = Obs(K::kStepExited);
+  o.rc = rc;
+  o.node_faults = std::move(faults);
+  return sim->On(o);
+}
+
+constexpr char kNoGpu[] =
+    "train.device = cuda, but no usable GPU is visible (CUDA_VISIBLE_DEVICES=<unset>)";
+
+// The issue's case: a GPU lost on one node (Xid 79) while a spare sits idle. Before exit 76
+// the trainer exited 2 and the job ended FAILED as a "configuration error".
+TEST(JobPolicyNodeFault, ANodeWithoutAGpuIsReplacedByASpareNotFailed) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"});  // spare n3
+  StepExitFaults(&sim, 76, {Fault("n2", 2, kNoGpu), Fault("n2", 3, kNoGpu)});
+  EXPECT_EQ(sim.last.rule, "step.confirm");  // a dead node would explain the exit too
+  sim.Confirmed("");
+  EXPECT_EQ(sim.last.rule, "step.node_fault_replaced");
+  EXPECT_TRUE(
+      sim.LastHas("node(s) n2 cannot run their ranks (step exit 76, "
+                  "RUN/node_faults.jsonl): n2: train.device = cuda, but no usable GPU"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("its ranks move from n2 to spare n3 (0 spare(s) left)"));
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/node_fault {node=\"n2\",spare=\"n3\","
+                  "spares_left=0,replacement=1,reason=\"train.device = cuda"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("release [n2]"));
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n3]"));
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  EXPECT_FALSE(sim.AnyHas("config_error"));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  EXPECT_FALSE(sim.Did(Action::Kind::kExit));
+  // The ranks of a node that failed otherwise (exit 1) but added lines: the same.
+  Sim other(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  other.StartTraining({"n1", "n2", "n3"});
+  StepExitFaults(&other, 1, {Fault("n1", 0, "data.path '/data' is not readable here")});
+  EXPECT_EQ(other.last.rule, "step.node_fault_replaced");
+  EXPECT_TRUE(other.LastHas("launch nodes=[n3 n2] hosts=[n3 n3 n2 n2] overlap"));
+}
+
+TEST(JobPolicyNodeFault, WithoutASpareTheJobIsRequeuedExcludingTheNode) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  StepExitFaults(&sim, 76, {Fault("n3", 4, kNoGpu)});
+  EXPECT_EQ(sim.last.rule, "step.node_fault_exclude");
+  EXPECT_TRUE(sim.LastHas("last_stop node_fault"));
+  EXPECT_TRUE(sim.LastHas("record step_failed/node_fault {nodes=\"n3\",reason=\"train.device"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("no spare for it: requeueing job 42 excluding n3"));
+  EXPECT_TRUE(sim.LastHas("requeue"));
+  sim.FinishRequeue();
+  EXPECT_TRUE(sim.AnyHas("exclude dead=[] faulty=[n3]"));
+  EXPECT_EQ(sim.ExitCode(), 0);  // requeued, not FAILED
+  // Spares, but fewer than the faulty nodes: the same.
+  Sim few(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  few.StartTraining({"n1", "n2", "n3", "n4"});  // training n1 n2 n3, spare n4
+  StepExitFaults(&few, 76, {Fault("n1", 0, kNoGpu), Fault("n3", 4, kNoGpu)});
+  EXPECT_EQ(few.last.rule, "step.node_fault_exclude");
+  EXPECT_TRUE(few.LastHas("no spare for each: requeueing job 42 excluding n1,n3"));
+}
+
+TEST(JobPolicyNodeFault, TheSameFaultOnEveryTrainingNodeIsAConfigurationError) {
+  // e.g. --ntasks-per-node larger than the GPUs of every node: each node's ranks exit 76.
+  const std::string few_gpus =
+      "train.device = cuda: 4 ranks on this node but only 2 GPUs are visible";
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});  // spare n3: idle, never tried
+  StepExitFaults(&sim, 76, {Fault("n2", 2, few_gpus), Fault("n1", 0, few_gpus)});
+  EXPECT_EQ(sim.last.rule, "step.node_fault_everywhere");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: every training node (n2 n1) reported that it cannot run its "
+                  "ranks (step exit 76, /runs/r/node_faults.jsonl): n2: " +
+                  few_gpus))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("a configuration error, not a node's"));
+  EXPECT_TRUE(sim.LastHas("last_stop config_error"));
+  EXPECT_TRUE(sim.LastHas("record failed/config_error {exit=76,nodes=\"n2,n1\",reason="));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 2);
+}
+
+TEST(JobPolicyNodeFault, AnExit76NamingNoTrainingNodeIsARankFailure) {
+  // No line (it could not be written) or one naming a host not in the job: nothing to blame.
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining();
+  StepExitFaults(&sim, 76, {Fault("elsewhere", 0, kNoGpu)});
+  EXPECT_EQ(sim.last.rule, "step.probe");
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  // A stop that was asked for wins: the ranks' lines are no reason to fail or exclude.
+  Sim stop(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  stop.StartTraining();
+  stop.Signal("USR1");
+  StepExitFaults(&stop, 75, {Fault("n1", 0, kNoGpu)});
+  EXPECT_EQ(stop.last.rule, "step.stopped");
+}
+
+Decision HealthFailed(Sim* sim, std::vector<NodeFaultLine> problems) {
+  Observation o = Obs(K::kHealth);
+  o.ok = false;
+  o.node_faults = std::move(problems);
+  return sim->On(o);
+}
+
+// A node that answers but cannot train (its run directory mount gone: the ranks exit 1, not
+// 76) fails `ftrain health` after the step: it is moved off like an exit 76, instead of
+// waiting FTRAIN_HEALTH_WAIT_S for Slurm to take out a node that never leaves.
+TEST(JobPolicyNodeFault, ANodeFailingTheHealthProbeIsMovedOffNotWaitedFor) {
+  const std::string ro = "run directory /runs/r is not writable: create ...: Read-only file system";
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExit(1);
+  EXPECT_EQ(sim.last.rule, "step.find_dead");
+  sim.NodesInJob({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.probe");
+  HealthFailed(&sim, {Fault("n2", -1, ro)});
+  EXPECT_EQ(sim.last.rule, "step.node_fault_replaced");
+  EXPECT_TRUE(
+      sim.LastHas("node(s) n2 cannot run their ranks (step exit 1, the health probe): "
+                  "n2: run directory"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap"));
+  // No spares: requeued excluding it.
+  Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  plain.StartTraining();
+  plain.StepExit(1);
+  EXPECT_EQ(plain.last.rule, "step.probe");
+  HealthFailed(&plain, {Fault("n1", -1, "GPUs: 0 visible")});
+  EXPECT_EQ(plain.last.rule, "step.node_fault_exclude");
+  plain.FinishRequeue();
+  EXPECT_TRUE(plain.AnyHas("exclude dead=[] faulty=[n1]"));
+  // Every node fails it: nothing tells one apart (the probe, the file system): as before.
+  Sim all(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  all.StartTraining();
+  all.StepExit(1);
+  HealthFailed(&all, {Fault("n1", -1, ro), Fault("n2", -1, ro)});
+  EXPECT_EQ(all.last.rule, "step.unhealthy");
+}
+
+TEST(JobPolicyNodeFault, TheRecordParses) {
+  const auto f = ParseNodeFaults(
+      "{\"time\":1.5,\"host\":\"h1\",\"node\":1,\"rank\":3,\"reason\":\"no GPU\"}\n"
+      "not json\n{\"host\":\"\"}\n{\"host\":\"h0\",\"reason\":\"x\"}\n{\"ho");
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].host, "h1");
+  EXPECT_EQ(f[0].node, 1);
+  EXPECT_EQ(f[0].rank, 3);
+  EXPECT_EQ(f[0].reason, "no GPU");
+  EXPECT_EQ(f[0].time, 1.5);
+  EXPECT_EQ(f[1].rank, -1);
+  // The step's own lines: those past the file's size at its launch; a file that shrank since
+  // is read whole.
+  const std::string before = "{\"host\":\"old\",\"reason\":\"a previous step\"}\n";
+  const std::string now = before + "{\"host\":\"n2\",\"reason\":\"no GPU\"}\n";
+  const auto since = NodeFaultsSince(now, before.size());
+  ASSERT_EQ(since.size(), 1u);
+  EXPECT_EQ(since[0].host, "n2");
+  EXPECT_TRUE(NodeFaultsSince(before, before.size()).empty());
+  EXPECT_EQ(NodeFaultsSince(before, now.size() + 10).size(), 1u);
+  // `ftrain health`'s problem lines in the probe's output; srun's own lines are skipped.
+  const auto h = ParseHealthProblems(
+      "srun: error: n2: task 1: Exited with exit code 1\n"
+      "ftrain health: node n2: GPUs: 2 visible (/dev/nvidia[0-9]*), this node's ranks need 4\n"
+      "ftrain health: node : nothing\nftrain health: node n3: run directory /r: x: y\n");
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].host, "n2");
+  EXPECT_EQ(h[0].reason, "GPUs: 2 visible (/dev/nvidia[0-9]*), this node's ranks need 4");
+  EXPECT_EQ(h[1].host, "n3");
+  EXPECT_EQ(h[1].reason, "run directory /r: x: y");
+}
+
 // ---- the table ------------------------------------------------------------------------------
 
 TEST(JobPolicyTable, RuleIdsAreUniqueAndEveryDecisionNamesOne) {

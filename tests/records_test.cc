@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "records/json_lines.h"
+#include "records/node_faults.h"
 #include "records/restarts.h"
 #include "test_util.h"
 
@@ -125,6 +126,45 @@ TEST_F(Spools, ALinkInPlaceOfARecordFileIsNotFollowed) {
   Status s = AppendJsonLine(layout_.metrics(), "{\"step\":1}");
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+// RUN/node_faults.jsonl: the rank's line names its host, node and rank from the launcher's
+// environment and the reason; appended (not rewritten) by each failing rank; nothing is
+// written where no run directory exists, and a link in place of the file is refused.
+TEST_F(Spools, ANodeFaultLineNamesTheHostNodeAndRank) {
+  setenv("SLURMD_NODENAME", "n3", 1);
+  setenv("SLURM_NODEID", "2", 1);
+  setenv("SLURM_PROCID", "5", 1);
+  unsetenv("RANK");
+  ASSERT_TRUE(RecordNodeFault(tmp_.path(), "no usable GPU \"here\"").ok());
+  setenv("RANK", "4", 1);
+  ASSERT_TRUE(RecordNodeFault(tmp_.path(), "second").ok());
+  unsetenv("RANK");
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NODEID");
+  unsetenv("SLURMD_NODENAME");
+  std::vector<std::pair<int, nlohmann::json>> lines;
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(ReadJsonLines(layout_.node_faults(), &lines, &warnings).ok());
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json& j = lines[0].second;
+  EXPECT_EQ(j["host"], "n3");
+  EXPECT_EQ(j["node"], 2);
+  EXPECT_EQ(j["rank"], 5);
+  EXPECT_EQ(j["reason"], "no usable GPU \"here\"");
+  EXPECT_GT(j["time"].get<double>(), 1.7e9);
+  EXPECT_EQ(lines[1].second["rank"], 4);  // RANK (ftrain launch) before SLURM_PROCID
+  NodeFaultWho nobody;
+  nobody.host = "h";
+  EXPECT_EQ(EncodeNodeFault(1.5, nobody, "x"), "{\"time\":1.5,\"host\":\"h\",\"reason\":\"x\"}");
+  EXPECT_TRUE(RecordNodeFault(tmp_.path() + "/missing", "x").ok());  // nothing to tell
+  EXPECT_FALSE(std::ifstream(tmp_.path() + "/missing/node_faults.jsonl").good());
+  const std::string victim = tmp_.path() + "/victim";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_EQ(unlink(layout_.node_faults().c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), layout_.node_faults().c_str()), 0);
+  EXPECT_FALSE(RecordNodeFault(tmp_.path(), "x").ok());
   EXPECT_EQ(ReadFile(victim), "keep\n");
 }
 

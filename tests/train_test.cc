@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -406,7 +407,6 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   } cases[] = {
       {"--train.stepz=3", "unknown config key 'train.stepz'"},
       {"--train.micro_batch=abc", "train.micro_batch = 'abc' is not an integer"},
-      {"--data.path=/nonexistent/data", "/nonexistent/data"},
       {"--train.resume=" + root_ + "/nope/step-00000005", "is not a complete checkpoint"},
       {"--train.init=" + std::string(FTRAIN_SOURCE_DIR) +
            "/tests/fixtures/llama_golden.safetensors --model.hidden_size=32",
@@ -417,8 +417,6 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
       {"--train.device=tpu", "train.device"},
       {"--train.device=cuda", "train.device = cuda needs dist.backend = nccl"},
       {"--dist.backend=nccl", "dist.backend = nccl needs train.device = cuda"},
-      // This machine has no GPU (the CUDA LibTorch is linked; CUDA is unavailable at run time).
-      {"--train.device=cuda --dist.backend=nccl", "no usable GPU"},
       // A 70B shape on this host: refused by the plan before anything is allocated, not
       // killed by the OOM killer at step 1.
       {"--model.hidden_size=8192 --model.intermediate_size=28672 --model.num_layers=80 "
@@ -432,6 +430,32 @@ TEST_F(TrainTest, BadInputIsOneClearLineAndExit2) {
   }
   auto r = RunCommand(Ftrain() + " train", 30);
   EXPECT_EQ(r.exit_code, 2);
+  // This machine has no GPU (the CUDA LibTorch is linked; CUDA is unavailable at run time):
+  // this node's fault, not the configuration's: exit 76 and a line in RUN/node_faults.jsonl
+  // naming the host (the job controller moves the ranks), no RUN/.config_error.
+  const std::string nogpu = root_ + "/nogpu";
+  std::filesystem::create_directories(nogpu);
+  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR +
+                     "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + nogpu +
+                     " --train.steps=2 --train.device=cuda --dist.backend=nccl",
+                 120);
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  EXPECT_TRUE(Contains(r.output, "no usable GPU")) << r.output;
+  std::ifstream faults(nogpu + "/node_faults.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(faults, line)) << "no line in node_faults.jsonl";
+  EXPECT_TRUE(Contains(line, "\"reason\":\"train.device = cuda, but no usable GPU")) << line;
+  EXPECT_TRUE(Contains(line, "\"host\":")) << line;
+  EXPECT_FALSE(std::filesystem::exists(nogpu + "/.config_error"));
+  // A local data path this node cannot read (a mount missing here) is the node's too: 76
+  // naming the path (on every node at once `ftrain job` fails the job as a config error).
+  r = RunCommand(Ftrain() + " train --config " + FTRAIN_SOURCE_DIR +
+                     "/configs/tiny.cfg --data.path=/nonexistent/data --run.dir=" + nogpu +
+                     " --train.steps=2",
+                 120);
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  EXPECT_TRUE(Contains(r.output, "data.path '/nonexistent/data' is not readable on this node"))
+      << r.output;
   // Data tokenized with a larger vocabulary than the model's: one line, exit 2 (not an abort).
   const std::string big = root_ + "/vocab2000";
   ASSERT_EQ(RunCommand(Ftrain() +

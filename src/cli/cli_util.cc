@@ -28,6 +28,8 @@ int ExitCodeFor(const Status& s) {
     case C::kDeadlineExceeded:
     case C::kIOError:
       return kExitUsage;
+    case C::kNodeFault:
+      return kExitNodeFault;
   }
   return kExitBad;
 }

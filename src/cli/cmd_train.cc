@@ -1,9 +1,14 @@
 // `ftrain train --config FILE [--section.key=value ...]`: flags only; the loop is in
 // src/train. Exit codes: 0 done, 75 checkpointed on a signal (requeue me), 1 bad data, a
 // failed rank, a timeout or an I/O error (worth a restart), 2 usage, config or input error
-// (a restart cannot help: slurm/train.sh fails the job), 77 replicas disagree (silent data
+// (a restart cannot help: slurm/train.sh fails the job), 76 this node cannot run its ranks
+// (RUN_DIR/node_faults.jsonl names it; `ftrain job` moves them), 77 replicas disagree (silent data
 // corruption), 78 a rank hung (the hang guard named it), 79 rolled back (guard.policy =
 // rollback): all three restart from a checkpoint.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -12,6 +17,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "records/config_error.h"
+#include "records/node_faults.h"
 #include "train/trainer.h"
 
 namespace ftrain::cli {
@@ -27,10 +33,25 @@ constexpr char kHelp[] =
     "  2 usage, config or input error (a restart cannot help; RUN_DIR/.config_error says why),\n"
     "  74 the checkpoint storage could not be read at resume for ckpt.resume_retry_s\n"
     "     (nothing was moved aside; retry once the file system answers),\n"
+    "  76 this node cannot run its ranks: no usable GPU, fewer GPUs than its ranks, a CUDA\n"
+    "     driver failure, a local data.path it cannot read (RUN_DIR/node_faults.jsonl names\n"
+    "     the host; the job controller moves its ranks to a spare or requeues without it)\n"
     "  77 replicas disagree: silent data corruption (RUN_DIR/quarantine.jsonl names the nodes),\n"
     "  78 a rank hung while the others waited for it (restart me: RUN_DIR/hangs.jsonl names it),\n"
     "  79 guard.policy = rollback rolled the run back (restart me: RUN_DIR/rollbacks.jsonl)\n";
+
+// A local data path this node cannot read (its file system not mounted here) is this node's
+// fault (exit 76); the job controller calls it the configuration's when every training node
+// reports it (a path that exists nowhere). A URL is the data server's business.
+Status LocalDataReadable(const std::string& path) {
+  if (path.empty() || path.find("://") != std::string::npos) return Status::Ok();
+  if (::access(path.c_str(), R_OK) == 0) return Status::Ok();
+  const int e = errno;
+  return Status::NodeFault("data.path '" + path + "' is not readable on this node: " +
+                           std::strerror(e) + " (its file system not mounted here?)");
 }
+
+}  // namespace
 
 int RunTrain(int argc, char** argv) {
   const std::string program = "ftrain train";
@@ -79,9 +100,9 @@ int RunTrain(int argc, char** argv) {
   auto tc = train::TrainConfig::Load(*config);
   if (!tc.ok()) return config_error(tc.status());
   int exit_code = 0;
-  Status s;
+  Status s = LocalDataReadable(tc->data.path);
   try {
-    s = train::RunTraining(*tc, &exit_code);
+    if (s.ok()) s = train::RunTraining(*tc, &exit_code);
   } catch (const StatusError& e) {
     // The model validates its inputs by throwing (e.g. a token id outside the vocabulary).
     s = e.status();
@@ -98,6 +119,14 @@ int RunTrain(int argc, char** argv) {
     // Checkpoint storage that did not answer for ckpt.resume_retry_s: 74, which `ftrain job`
     // retries as a storage outage (nothing was moved aside).
     if (s.IsStorageUnavailable()) return kExitStorage;
+    // This node cannot run its ranks (no usable GPU, too few, the driver): 76, and a line in
+    // RUN/node_faults.jsonl naming the host, so that `ftrain job` moves its ranks to a spare
+    // or requeues without it (the same on every node: the job fails as a config error).
+    if (s.IsNodeFault()) {
+      Status w = records::RecordNodeFault(tc->run_dir, s.message());
+      if (!w.ok()) FT_LOG(Warning) << "cannot record the node fault: " << w.message();
+      return kExitNodeFault;
+    }
     if (s.code() == Status::Code::kDeadlineExceeded || s.code() == Status::Code::kIOError) {
       return kExitBad;
     }

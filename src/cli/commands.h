@@ -12,6 +12,7 @@ int RunCommcheck(int argc, char** argv);  // cmd_commcheck.cc
 int RunTrain(int argc, char** argv);      // cmd_train.cc
 int RunReport(int argc, char** argv);     // cmd_report.cc
 int RunPaths(int argc, char** argv);      // cmd_paths.cc
+int RunHealth(int argc, char** argv);     // cmd_health.cc
 int RunEval(int argc, char** argv);       // cmd_eval.cc
 int RunJob(int argc, char** argv);        // cmd_job.cc (the Slurm job controller)
 int RunAgent(int argc, char** argv);      // cmd_job.cc (the node agent)

@@ -34,6 +34,8 @@ const Subcommand kSubcommands[] = {
     {"eval", Torch<kEval>, "mean loss and perplexity of weights on packed data"},
     {"report", ftrain::cli::RunReport, "summary and SVG timeline of a run directory"},
     {"paths", ftrain::cli::RunPaths, "where a run directory keeps its files (for scripts)"},
+    {"health", ftrain::cli::RunHealth,
+     "can this node run its ranks (run dir, GPUs)? the job's probe"},
     {"plan", ftrain::cli::RunPlan, "memory per GPU for DDP/ZeRO/FSDP and the checkpoint interval"},
     {"launch", Torch<kLaunch>, "start N local ranks with an env rendezvous (torchrun-like)"},
     {"commcheck", Torch<kCommcheck>, "check collectives for correctness and print bus bandwidth"},

@@ -15,6 +15,7 @@ std::string RunLayout::restarts_spool(const std::string& node) const {
 }
 std::string RunLayout::quarantine() const { return JoinPath(run_dir_, "quarantine.jsonl"); }
 std::string RunLayout::hangs() const { return JoinPath(run_dir_, "hangs.jsonl"); }
+std::string RunLayout::node_faults() const { return JoinPath(run_dir_, "node_faults.jsonl"); }
 std::string RunLayout::progress_dir() const { return JoinPath(run_dir_, "progress"); }
 std::string RunLayout::progress(int rank) const {
   return JoinPath(progress_dir(), "rank-" + std::to_string(rank) + ".json");

@@ -11,6 +11,8 @@
 //   RUN/quarantine.jsonl      nodes a replica check found computing wrong bits (rank 0)
 //   RUN/hangs.jsonl           ranks the hang guard found stuck while the others waited (one
 //                             line per hang, by the lowest rank that was not hung)
+//   RUN/node_faults.jsonl     nodes that could not run their ranks (no usable GPU, the driver,
+//                             a local data path; the trainer exits 76), one line per rank
 //   RUN/progress/             rank-<R>.json: each rank's step, phase and collectives launched,
 //                             rewritten every second (train/hang_watch.h)
 //   RUN/.faults_fired         FTRAIN_FAULT items that ended a process and must not fire again
@@ -56,6 +58,9 @@ class RunLayout {
   std::string quarantine() const;
   // RUN/hangs.jsonl: ranks the hang guard named (train/hang_watch.h); read by `ftrain report`.
   std::string hangs() const;
+  // RUN/node_faults.jsonl: ranks whose node could not run them (records/node_faults.h; exit
+  // 76); the job controller reads the lines a step added.
+  std::string node_faults() const;
   // RUN/progress and RUN/progress/rank-<R>.json: each rank's published progress.
   std::string progress_dir() const;
   std::string progress(int rank) const;

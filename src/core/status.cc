@@ -27,6 +27,8 @@ const char* Status::CodeName(Code code) {
       return "Internal error";
     case Code::kStorageUnavailable:
       return "Storage unavailable";
+    case Code::kNodeFault:
+      return "Node fault";
   }
   return "Unknown";
 }

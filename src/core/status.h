@@ -27,6 +27,9 @@ class [[nodiscard]] Status {
     // Storage that holds good data could not be read for a bounded time (EIO, ESTALE, a file
     // gone missing): an outage to retry later, never damage (ftrain train exits 74).
     kStorageUnavailable,
+    // This node cannot run the work (no usable GPU, a driver that does not start, a local
+    // path missing here): the node's fault, not the configuration's (ftrain train exits 76).
+    kNodeFault,
   };
 
   Status() = default;
@@ -44,6 +47,7 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status NodeFault(std::string m) { return {Code::kNodeFault, std::move(m)}; }
   static Status StorageUnavailable(std::string m) {
     return {Code::kStorageUnavailable, std::move(m)};
   }
@@ -55,6 +59,7 @@ class [[nodiscard]] Status {
   bool IsNotFound() const { return code_ == Code::kNotFound; }
   bool IsCorruption() const { return code_ == Code::kCorruption; }
   bool IsStorageUnavailable() const { return code_ == Code::kStorageUnavailable; }
+  bool IsNodeFault() const { return code_ == Code::kNodeFault; }
 
   // "Corruption: <message>"; "OK" for success.
   std::string ToString() const;

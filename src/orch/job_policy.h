@@ -103,6 +103,7 @@ struct JobState {
   std::vector<std::string> quarantined;
   std::vector<QuarantineLine> step_quarantine;  // RUN/quarantine.jsonl when the step ended
   std::vector<HangLine> step_hangs;             // RUN/hangs.jsonl when the step ended
+  std::vector<NodeFaultLine> step_node_faults;  // RUN/node_faults.jsonl: the step's new lines
   std::vector<std::string> quarantine_bad;      // quarantined nodes that held ranks
   // A requeue with fewer spares (quarantined nodes, the partition too small for the whole
   // job): NumNodes of the requeued job, 0 when unchanged. train_count: the training node
@@ -178,6 +179,10 @@ class JobPolicy {
   Decision ChooseSpares(std::vector<Action>* acts);
   Decision QuarantineAtStart(std::vector<Action>* acts, std::string* rule);
   Decision QuarantineAfterStep();
+  Decision NodeFaultAfterStep();  // job_policy_node_fault.cc
+  Decision NodeFaultAfterProbe(const Observation& health);
+  Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
+                              const std::vector<NodeFaultLine>& lines, const std::string& why);
   Decision RoomKnown(const Observation& o);
   std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();

@@ -72,6 +72,7 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.config_error = o.config_error;
   st_.step_quarantine = o.quarantine;
   st_.step_hangs = o.hangs;
+  st_.step_node_faults = o.node_faults;
   st_.localised = false;
   st_.lease_retry_until = -1;  // a step ran: the run lease was renewed
   // A step that ended 0 after one of its nodes was declared dead did not finish.
@@ -119,6 +120,7 @@ Decision JobPolicy::Decide(double now) {
          LastStop("preempted"), Record("stopped", "preempted", {Lost()})},
         {});
   }
+  if (Decision nf = NodeFaultAfterStep(); !nf.rule.empty()) return nf;  // exit 76
   if (rc == kExitConfig || !st_.config_error.empty()) {
     const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
                                                      : st_.config_error.substr(0, 2000);
@@ -189,6 +191,7 @@ Decision JobPolicy::FoundDead(const Observation& o) {
 Decision JobPolicy::Probed(const Observation& o) {
   const std::string exit = std::to_string(st_.rc);
   if (o.ok) return RankFailure(o.now);
+  if (Decision nf = NodeFaultAfterProbe(o); !nf.rule.empty()) return nf;  // alive, cannot train
   st_.wait_until = o.now + s_.health_wait_s;
   if (st_.probe_for_spares) {
     st_.phase = Phase::kHealthPoll;

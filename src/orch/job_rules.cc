@@ -93,6 +93,24 @@ const std::vector<Rule> kRules = {
   {"step.config_error", "training", "exit 2 or RUN/.config_error",
    "log FAILED with the trainer's message, record failed/config_error, exit 2 (no restart)",
    "the trainer exits 2 (configuration or input)"},
+  {"step.node_fault_replaced", "training / confirming / probing",
+   "exit 76 (or a failed step whose ranks added lines to RUN/node_faults.jsonl) naming some "
+   "training nodes, or some but not all fail `ftrain health`; a spare for each",
+   "record restarted/node_fault; a spare takes each one's ranks, every survivor keeps its own; "
+   "release them; relaunch at once",
+   "a node cannot run its ranks (no usable GPU, too few GPUs, the CUDA driver: exit 76; or it "
+   "fails the health probe) and a spare is left"},
+  {"step.node_fault_exclude", "training / confirming / probing",
+   "exit 76 naming some training nodes, or some but not all fail `ftrain health`; no spare for "
+   "each",
+   "record step_failed/node_fault; requeue excluding them (they stay excluded from the job's "
+   "later requeues)",
+   "a node cannot run its ranks (exit 76, or it fails the health probe) and no spare is left"},
+  {"step.node_fault_everywhere", "training / confirming",
+   "exit 76 and RUN/node_faults.jsonl names every training node",
+   "log FAILED with the reason, record failed/config_error, exit 2 (no restart)",
+   "every training node reports the same fault (exit 76): a configuration error, e.g. more "
+   "ranks per node than GPUs"},
   {"step.rollback", "training", "exit 79 (guard.policy = rollback; RUN/rollbacks.jsonl)",
    "record restarted/rollback; relaunch at once (no back-off, no in-job restart or failed start "
    "counted: guard.max_rollbacks in the trainer bounds it)",
@@ -141,13 +159,14 @@ const std::vector<Rule> kRules = {
    "a training node fails and a spare is left (--no-kill)"},
   {"step.dead_no_spare_left", "finding dead", "a training node is dead and no spare is left",
    "record step_failed; requeue (excluding declared nodes)", "a training node fails and no spare is left"},
-  {"step.probe", "finding dead / training", "no dead node known", "can every node run a task?",
-   ""},
+  {"step.probe", "finding dead / training", "no dead node known",
+   "can every node train? (`ftrain health` on each: the run directory, the GPUs)", ""},
   {"step.unhealthy_spares", "probing", "a training node does not answer (spares)",
    "poll Slurm's view every second for FTRAIN_HEALTH_WAIT_S", ""},
   {"step.unhealthy", "probing", "a node does not answer (no spares)",
    "record step_failed/node_failure; wait FTRAIN_HEALTH_WAIT_S for Slurm's requeue",
-   "a node does not answer the health probe (detection off or not confirmed)"},
+   "a node does not answer the health probe, or every node fails it (detection off or not "
+   "confirmed)"},
   {"healthpoll.look", "health poll", "every second", "ask Slurm for the job's nodes", ""},
   {"healthpoll.found", "health poll", "Slurm took a training node out", "as step.dead_replaced",
    ""},

@@ -230,6 +230,7 @@ void JobRunner::WaitForEvents(double max_s) {
         if (ce.ok()) o.config_error = ce->substr(0, 2000);
         while (!o.config_error.empty() && o.config_error.back() == '\n') o.config_error.pop_back();
         ReadQuarantine(&o);
+        ReadNodeFaults(&o);
         pending_.push_back(o);
       }
     }
@@ -345,6 +346,7 @@ void JobRunner::Launch(const Action& a) {
   argv.push_back(s_.ckptd ? "--ckpt.daemon=auto" : "--ckpt.daemon=off");
   for (const auto& x : s_.train_args) argv.push_back(x);
   std::remove(layout_.config_error().c_str());  // the trainer writes it when it exits 2
+  node_faults_at_launch_ = ReadTextOr(layout_.node_faults()).size();  // the step's lines follow
   SpawnOptions o;
   o.add_env = env;
   auto pid = Spawn(argv, o);

@@ -77,6 +77,7 @@ class JobRunner {
   void StopAgents();
   void MergeRecords();
   void ReadQuarantine(Observation* o) const;
+  void ReadNodeFaults(Observation* o) const;
   void Quarantine(const Action& a);
   std::vector<records::Field> LostFields(bool at_failure);
   std::vector<std::string> AgentSteps();
@@ -112,6 +113,7 @@ class JobRunner {
   std::vector<std::string> declared_;            // nodes declared dead (their sruns wait for ever)
   std::map<std::string, std::string> node_env_;  // SLURM_JOB_NODELIST & co after a release
   std::string metrics_at_failure_;               // metrics.jsonl's last line when the step ended
+  size_t node_faults_at_launch_ = 0;  // RUN/node_faults.jsonl's size when the step started
   // Detection.
   std::unique_ptr<Prober> prober_;
   std::unique_ptr<Detector> detector_;

@@ -19,6 +19,7 @@
 #include "orch/files.h"
 #include "orch/job_runner.h"
 #include "orch/process.h"
+#include "orch/quarantine.h"
 #include "orch/submission.h"
 
 namespace ftrain::orch {
@@ -148,12 +149,28 @@ void JobRunner::ProbeHealth(const std::vector<std::string>& nodes) {
   o.timeout_s = s_.health_timeout_s;
   o.add_env = SrunEnv();
   const std::string n = std::to_string(nodes.size());
-  RunResult r = RunCommand(
-      {"srun", "--overlap", "--mpi=none", "--nodelist=" + Join(nodes, ","), "--nodes=" + n,
-       "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1", "true"},
-      o);
+  // What training needs of each node, not only that it runs a task: the run directory
+  // writable, the GPUs there (cmd_health.cc). Any node failing fails the probe.
+  std::vector<std::string> argv{
+      "srun",         "--overlap",     "--mpi=none",          "--nodelist=" + Join(nodes, ","),
+      "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1"};
+  for (const std::string& x :
+       {s_.bin, std::string("health"), std::string("--run-dir"), s_.run_dir}) {
+    argv.push_back(x);
+  }
+  if (s_.health_gpus > 0) {
+    argv.push_back("--gpus");
+    argv.push_back(std::to_string(s_.health_gpus));
+  }
+  RunResult r = RunCommand(argv, o);
   Observation obs = Obs(Observation::Kind::kHealth);
   obs.ok = r.ok();
+  if (!obs.ok) {
+    // Which nodes answered but cannot train, and why (each named in the job's log).
+    obs.node_faults = ParseHealthProblems(r.err + "\n" + r.out);
+    for (const auto& f : obs.node_faults) Log("health probe: " + f.host + ": " + f.reason);
+    if (obs.node_faults.empty()) Log("health probe failed: " + r.Describe(o.timeout_s));
+  }
   answers_.push_back(obs);
 }
 

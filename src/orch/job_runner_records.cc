@@ -76,6 +76,12 @@ void JobRunner::ReadQuarantine(Observation* o) const {
   o->hangs = ParseHangs(ReadTextOr(layout_.hangs()));
 }
 
+// The lines RUN/node_faults.jsonl gained since the step was launched (the ranks of a node that
+// cannot run them append one each before exiting 76).
+void JobRunner::ReadNodeFaults(Observation* o) const {
+  o->node_faults = NodeFaultsSince(ReadTextOr(layout_.node_faults()), node_faults_at_launch_);
+}
+
 // A line of RUN/quarantine.jsonl for a host the policy quarantined (a repeated hang). The
 // trainer has exited: nobody else appends now.
 void JobRunner::Quarantine(const Action& a) {

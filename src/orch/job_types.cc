@@ -167,6 +167,7 @@ std::string ToText(const Observation& o) {
       s += " rc=" + std::to_string(o.rc);
       if (!o.quarantine.empty()) s += " quarantine=" + std::to_string(o.quarantine.size());
       if (!o.hangs.empty()) s += " hangs=" + std::to_string(o.hangs.size());
+      if (!o.node_faults.empty()) s += " node_faults=" + std::to_string(o.node_faults.size());
       break;
     case K::kSignal:
       s += " " + o.signal;

@@ -29,6 +29,14 @@ struct HangLine {
   double time = -1;  // unix seconds of the record ("time"); -1: the line has none
 };
 
+// One line of RUN/node_faults.jsonl (records/node_faults.h): a rank whose node could not run
+// it (the trainer exits 76).
+struct NodeFaultLine {
+  std::string host, reason;
+  int rank = -1, node = -1;
+  double time = -1;
+};
+
 // What the policy is told. `now` is the controller's monotonic clock (seconds).
 struct Observation {
   enum class Kind {
@@ -72,6 +80,9 @@ struct Observation {
   // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
   std::vector<QuarantineLine> quarantine;
   std::vector<HangLine> hangs;
+  // kStepExited: the lines RUN/node_faults.jsonl gained while the step ran; kHealth: one per
+  // problem `ftrain health` reported (host, reason)
+  std::vector<NodeFaultLine> node_faults;
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;
   bool known = true;  // kNodesInJob: false when slurmctld did not answer

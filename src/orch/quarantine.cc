@@ -70,6 +70,40 @@ std::vector<HangLine> ParseHangs(const std::string& text) {
   return out;
 }
 
+std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text) {
+  std::vector<NodeFaultLine> out;
+  for (const auto& j : Objects(text)) {
+    NodeFaultLine f;
+    Read(j, "host", &f.host);
+    Read(j, "reason", &f.reason);
+    Read(j, "rank", &f.rank);
+    Read(j, "node", &f.node);
+    Read(j, "time", &f.time);
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from) {
+  return ParseNodeFaults(text.substr(text.size() >= from ? from : 0));
+}
+
+std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output) {
+  static const std::string kPrefix = "ftrain health: node ";
+  std::vector<NodeFaultLine> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(kPrefix, 0) != 0) continue;
+    const size_t colon = line.find(": ", kPrefix.size());
+    if (colon == std::string::npos || colon == kPrefix.size()) continue;
+    NodeFaultLine f;
+    f.host = line.substr(kPrefix.size(), colon - kPrefix.size());
+    f.reason = line.substr(colon + 2);
+    out.push_back(f);
+  }
+  return out;
+}
+
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
   std::vector<std::string> out;
   for (const auto& q : lines) {

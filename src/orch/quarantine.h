@@ -1,7 +1,8 @@
-// orch/quarantine.h - reading RUN/quarantine.jsonl and RUN/hangs.jsonl for the job controller
-// (pure: text in, typed lines out), and which hosts the records quarantine. The files' writers
-// are the trainer (train/sdc_check.h: "sdc" lines; the hang detector: hangs.jsonl) and the
-// job controller ("hang" lines, job_runner.cc); `ftrain report` reads them on its own.
+// orch/quarantine.h - reading RUN/quarantine.jsonl, RUN/hangs.jsonl and RUN/node_faults.jsonl
+// for the job controller (pure: text in, typed lines out), and which hosts the records
+// quarantine. The files' writers are the trainer (train/sdc_check.h: "sdc" lines; the hang
+// detector: hangs.jsonl; records/node_faults.h) and the job controller ("hang" lines,
+// job_runner.cc); `ftrain report` reads them on its own.
 #pragma once
 
 #include <string>
@@ -15,6 +16,16 @@ namespace ftrain::orch {
 // operator's edit) is skipped: the rest still count.
 std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
 std::vector<HangLine> ParseHangs(const std::string& text);
+// RUN/node_faults.jsonl (records/node_faults.h), the same way.
+std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text);
+// The lines of RUN/node_faults.jsonl's `text` past byte `from` (its size when the step was
+// launched): the step's own. The file is only appended to; one that shrank (an operator
+// cleaned it up) is read whole.
+std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from);
+// The problems `ftrain health` reported on its nodes (src/cli/cmd_health.cc): each line
+// "ftrain health: node HOST: PROBLEM" of `output` (the probe's srun, all nodes) as a line with
+// host and reason; other lines (srun's own) are skipped.
+std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output);
 // Every host the quarantine names, once each, in the order of its first line.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
 // The hang records that count towards a repeat: those at most `window_s` seconds older than

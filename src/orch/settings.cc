@@ -127,6 +127,18 @@ bool MemoryTierOn(const std::string& config, const std::vector<std::string>& arg
          (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
 }
 
+// Whether the run's config with FTRAIN_ARGS' overrides trains on GPUs (train.device = cuda);
+// false when it does not say so or cannot be read (the trainer reports a bad config itself).
+bool TrainsOnGpus(const std::string& config, const std::vector<std::string>& args) {
+  auto c = Config::LoadFile(config);
+  if (!c.ok()) return false;
+  for (const auto& a : args) {
+    if (a.rfind("--train.", 0) == 0) (void)c->ApplyOverride(a);  // a bad one: the trainer's
+  }
+  std::string device;
+  return c->GetString("train.device", &device).ok() && device == "cuda";
+}
+
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   Reader r(env);
   JobSettings s;
@@ -163,6 +175,7 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   // The memory tier counts a step restorable only once the buddy holds it: auto turns buddy
   // replication on for it, as it does for spares.
   if (s.replication == "auto" && MemoryTierOn(s.config, s.train_args)) s.replication = "1";
+  s.health_gpus = TrainsOnGpus(s.config, s.train_args) ? s.ranks_per_node : 0;
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_TERM_ASK_S", 10, &s.term_ask_s));

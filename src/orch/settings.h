@@ -41,6 +41,9 @@ struct JobSettings {
   int max_failed_starts = 3;
   double restart_backoff_s = 5;
   double health_timeout_s = 20;
+  // The GPUs `ftrain health` wants on each node: the ranks per node when the config (with
+  // FTRAIN_ARGS) says train.device = cuda, else 0.
+  int health_gpus = 0;
   double health_wait_s = 300;
   double stop_timeout_s = 90;
   bool ckptd = true;

@@ -17,6 +17,11 @@ constexpr int kExitConfig = kExitUsage;
 constexpr int kExitStorage = 74;
 // ftrain train: checkpointed on request (USR1/TERM); requeue me (EX_TEMPFAIL).
 constexpr int kExitRequeue = 75;
+// ftrain train: this node cannot run its ranks (no usable GPU, fewer GPUs than its ranks, the
+// CUDA driver failed to start, the data path unreadable here); RUN/node_faults.jsonl names
+// the host. The job controller gives its ranks to a spare or requeues excluding it; the same
+// fault on every training node is a configuration error (it fails the job with exit 2).
+constexpr int kExitNodeFault = 76;
 // ftrain train: replicas disagreed (silent data corruption); RUN/quarantine.jsonl names nodes.
 constexpr int kExitSdc = 77;
 // ftrain train: a rank hung; RUN/hangs.jsonl names it.
@@ -32,6 +37,7 @@ struct ExitCodeInfo {
 constexpr ExitCodeInfo kTrainerExitCodes[] = {
     {kExitStorage, "the checkpoint storage could not be read at resume"},
     {kExitRequeue, "checkpointed on USR1/TERM, requeue me"},
+    {kExitNodeFault, "this node cannot run its ranks (RUN/node_faults.jsonl)"},
     {kExitSdc, "replicas disagreed"},
     {kExitHang, "a rank hung"},
     {kExitRollback, "guard.policy = rollback rolled the run back"},

@@ -287,7 +287,8 @@ struct Run {
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
 // fingerprint. The device comes first: NCCL communicators are bound to it, and a machine that
-// cannot give this rank a GPU is a one-line configuration error (exit 2), not a crash later.
+// cannot give this rank a GPU is a one-line node fault (exit 76, RUN/node_faults.jsonl), not
+// a crash later.
 Status StartDistributed(Run* run) {
   const TrainConfig& cfg = run->cfg;
   FT_ASSIGN_OR_RETURN(run->dev, ChooseDevice(cfg.train.device, 0));

@@ -21,6 +21,19 @@ int LocalRankFromEnv() {
   return 0;
 }
 
+// Why CUDA sees no device, in the driver's words ("; CUDA: cudaErrorInsufficientDriver: ...":
+// a driver older than the runtime, a driver that did not load); "" when it says nothing.
+std::string CudaInitError() {
+#ifdef FTRAIN_WITH_NCCL
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    return std::string("; CUDA: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+  }
+#endif
+  return "";
+}
+
 }  // namespace
 
 StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
@@ -39,18 +52,20 @@ StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
         "train.device = cuda, but this ftrain is linked with a LibTorch built without CUDA; "
         "rebuild against a CUDA LibTorch (docs/building.md) or use train.device = cpu");
   }
+  // From here on a refusal is THIS node's (NodeFault, exit 76): its GPUs, its driver. The job
+  // controller tells a node's fault from the configuration's by how many nodes report it.
   const int visible = at::hasCUDA() ? static_cast<int>(torch::cuda::device_count()) : 0;
   if (visible == 0) {
     const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
-    return Status::FailedPrecondition(
+    return Status::NodeFault(
         std::string("train.device = cuda, but no usable GPU is visible (CUDA_VISIBLE_DEVICES=") +
-        (cvd ? cvd : "<unset>") +
+        (cvd ? cvd : "<unset>") + CudaInitError() +
         "; no driver, or the job asked Slurm for no GPUs: add --gpus-per-node); use "
         "train.device = cpu to train on CPUs");
   }
   const int local = LocalRankFromEnv();
   if (visible > 1 && (local >= visible || local_world_size > visible)) {
-    return Status::FailedPrecondition(
+    return Status::NodeFault(
         "train.device = cuda: " + std::to_string(std::max(local + 1, local_world_size)) +
         " ranks on this node but only " + std::to_string(visible) +
         " GPUs are visible; run one rank per GPU (srun --ntasks-per-node = GPUs per node)");
@@ -61,9 +76,12 @@ StatusOr<DeviceChoice> ChooseDevice(Device wanted, int local_world_size) {
                   " visible (local rank " + std::to_string(local) + ")";
 #ifdef FTRAIN_WITH_NCCL
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, c.cuda_index) == cudaSuccess) {
-    c.memory_bytes = prop.totalGlobalMem;
+  const cudaError_t e = cudaGetDeviceProperties(&prop, c.cuda_index);
+  if (e != cudaSuccess) {  // the GPU or its driver failed here (a GPU fallen off the bus)
+    return Status::NodeFault("train.device = cuda: CUDA cannot query " + c.description + ": " +
+                             cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
+  c.memory_bytes = prop.totalGlobalMem;
 #endif
   return c;
 }

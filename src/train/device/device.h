@@ -1,7 +1,10 @@
 // train.device: which device this rank trains on, chosen and checked before anything is
 // allocated. cuda: one rank per GPU, the GPU Slurm (or the launcher) bound to the task, with
-// the math modes that keep runs bit-exact pinned and recorded. Every refusal is one line and
-// exit 2 (InvalidArgument / FailedPrecondition).
+// the math modes that keep runs bit-exact pinned and recorded. Every refusal is one line: exit
+// 2 (FailedPrecondition) for what no node can fix (a LibTorch without CUDA), exit 76
+// (NodeFault) for what this node lacks (no usable GPU, fewer GPUs than its ranks, a CUDA
+// driver that fails on the chosen GPU); the job controller decides whether a NodeFault on
+// every node is the configuration's.
 #pragma once
 
 #include <torch/torch.h>
