@@ -2,6 +2,7 @@
 // fault does to the cluster, the training step and Slurm's view of the job. A fault only
 // changes the world and says so through observations the real runner would make (a step's
 // exit, a declared node, a signal, Slurm's answers); it never touches the policy's state.
+// MarkHit/CloseInterruption account for what a fault costs (SimInterruption).
 #include <algorithm>
 #include <cmath>
 
@@ -256,6 +257,27 @@ void World::SignalJob(const std::string& sig) {
   o.kind = Observation::Kind::kSignal;
   o.signal = sig;
   PushObs(t_, o, false);
+}
+
+// A fault (`report`; SIZE_MAX: the leftover of an earlier one) hit the launch or the recovery.
+void World::MarkHit(size_t report) {
+  const bool excused = report < facts_.faults.size() &&
+                       (facts_.faults[report].may_fail || facts_.faults[report].persistent);
+  if (intr_open_) {
+    intr_.faults += report < facts_.faults.size() ? 1 : 0;
+    intr_.excused = intr_.excused || excused;
+  }
+  if (!step_live_) return;
+  if (!hit_) hit_t_ = t_;
+  hit_ = true;
+  hit_excused_ = hit_excused_ || excused;
+}
+
+void World::CloseInterruption() {
+  if (!intr_open_) return;
+  intr_open_ = false;
+  intr_.lost_s += (t_ - intr_.t) - (external_wait_s_ - intr_wait0_);
+  facts_.interruptions.push_back(intr_);
 }
 
 }  // namespace ftrain::orch::sim

@@ -370,6 +370,12 @@ void World::StepEnded(const Observation& end) {
     intr_.faults = 1;
     intr_.excused = hit_excused_;
     intr_wait0_ = external_wait_s_;
+    for (const auto& o : fs_out_) {  // an outage that kept checkpoints from landing counts too
+      if (o.t0 < hit_t_ && o.t1 > hit_t_ - intr_.lost_s) {
+        intr_.faults += 1;
+        intr_.excused = intr_.excused || facts_.faults[o.report].may_fail;
+      }
+    }
   }
   Observation o;
   o.kind = Observation::Kind::kStepExited;
@@ -377,27 +383,6 @@ void World::StepEnded(const Observation& end) {
   o.quarantine = quarantine_;
   o.hangs = hangs_;
   PushObs(t_, o, false);
-}
-
-// A fault (`report`; SIZE_MAX: the leftover of an earlier one) hit the launch or the recovery.
-void World::MarkHit(size_t report) {
-  const bool excused = report < facts_.faults.size() &&
-                       (facts_.faults[report].may_fail || facts_.faults[report].persistent);
-  if (intr_open_) {
-    intr_.faults += report < facts_.faults.size() ? 1 : 0;
-    intr_.excused = intr_.excused || excused;
-  }
-  if (!step_live_) return;
-  if (!hit_) hit_t_ = t_;
-  hit_ = true;
-  hit_excused_ = hit_excused_ || excused;
-}
-
-void World::CloseInterruption() {
-  if (!intr_open_) return;
-  intr_open_ = false;
-  intr_.lost_s += (t_ - intr_.t) - (external_wait_s_ - intr_wait0_);
-  facts_.interruptions.push_back(intr_);
 }
 
 }  // namespace ftrain::orch::sim

@@ -19,19 +19,20 @@ namespace ftrain::orch::sim {
 // splitmix64: the same numbers on every platform (std:: distributions are not specified).
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  // The seed is mixed first: seeds k and k+1 must not start one step apart in one stream.
+  explicit Rng(uint64_t seed) : s_(Mix(seed ^ 0x2545F4914F6CDD1Dull)) {}
+  uint64_t Next() { return Mix(s_ += 0x9E3779B97F4A7C15ull); }
   double Unit() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   double Uniform(double a, double b) { return a + (b - a) * Unit(); }
   int Int(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
   bool Chance(double p) { return Unit() < p; }
 
  private:
+  static uint64_t Mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
   uint64_t s_;
 };
 
@@ -100,10 +101,8 @@ class World {
   void StepEnded(const Observation& o);
   void SettleProgress();
   void BeginTraining();
-  void MarkHit(size_t report);
-  void CloseInterruption();
-  int PickJobNode();
   // sim_faults.cc: what each fault does to the world.
+  int PickJobNode();
   void FireFault(const Fault& f);
   void FirePoison(const Fault& f);
   void CrashNode(int n, double repair_s, size_t report);
@@ -111,6 +110,8 @@ class World {
   void LoseGpu(int n, double repair_s, size_t report);
   void SlurmNoticed(int n);
   void SignalJob(const std::string& sig);
+  void MarkHit(size_t report);  // what a fault costs: the interruption it opens
+  void CloseInterruption();
   // sim_exec.cc: one action of the current start's decision, and the answers.
   void Execute(const Action& a);
   void Answer(Observation o, double latency);
