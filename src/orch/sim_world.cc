@@ -345,19 +345,26 @@ void World::SettleProgress() {
 
 void World::StepEnded(const Observation& end) {
   const bool was_training = training_;
+  int rc = end.rc;
+  for (const auto& o : fs_out_) {
+    if (rc == 0 && t_ >= o.t0 && t_ < o.t1) {  // the final checkpoint cannot be written
+      rc = 1;
+      MarkHit(o.report);
+    }
+  }
   SettleProgress();
   if (!was_training) end_lost_s_ = 0;
   if (end.ok && FsUp(t_)) {  // the stop's (or the finish's) checkpoint
     committed_ = was_training
                      ? std::min(total_, s0_ + static_cast<int64_t>((t_ - t_train_) / step_s_))
                      : committed_;
-    if (end.rc == 0) committed_ = total_;
+    if (rc == 0) committed_ = total_;
     end_lost_s_ = 0;
   }
   step_live_ = false;
   SimLaunch& l = facts_.launches.back();
-  l.rc = end.rc;
-  l.stopped = stopping_ || end.rc == 0;
+  l.rc = rc;
+  l.stopped = stopping_ || rc == 0;
   if (committed_ > best_committed_) {
     best_committed_ = committed_;
     l.progressed = true;
@@ -379,7 +386,7 @@ void World::StepEnded(const Observation& end) {
   }
   Observation o;
   o.kind = Observation::Kind::kStepExited;
-  o.rc = end.rc;
+  o.rc = rc;
   o.quarantine = quarantine_;
   o.hangs = hangs_;
   PushObs(t_, o, false);
