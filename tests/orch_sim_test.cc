@@ -88,7 +88,7 @@ TEST(OrchSim, CampaignKeepsEveryInvariant) {
   for (const auto& name : kKnownBroken) {
     auto it = broken.find(name);
     if (it == broken.end()) {
-      std::cout << "known broken " << name << ": held in every seed (fixed? empty kKnownBroken)\n";
+      std::cout << "known broken " << name << ": held in these seeds (fixed? then drop it)\n";
     } else {
       std::cout << "known broken " << name << ": " << it->second.first << " seeds; replay: "
                 << "ftrain sim --seed " << it->second.second << " --days " << kDays << " --trace\n";
