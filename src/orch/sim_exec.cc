@@ -65,7 +65,87 @@ void World::Answer(Observation o, double latency) {
   PushObs(answer_t_, std::move(o), true);
 }
 
+// A question to Slurm or the nodes: its answer is scheduled. False: not a question.
+bool World::Ask(const Action& a) {
+  switch (a.kind) {
+    case K::kLocalise: {
+      std::vector<bool> alone, pair;
+      for (const auto& n : a.nodes) alone.push_back(NodeHealthy(NodeIndex(n)));
+      for (size_t i = 0; i < alone.size(); ++i)
+        pair.push_back(alone[i] && alone[(i + 1) % alone.size()]);
+      Observation o = Obs(O::kLocalised);
+      o.nodes = BlameNodes(a.nodes, alone, pair);
+      Answer(o, rng_.Uniform(20, 60));
+      return true;
+    }
+    case K::kStartAgents: {
+      Observation o = Obs(O::kAgentsReady);
+      for (const auto& n : a.nodes) o.count += NodeOk(NodeIndex(n));
+      Answer(o, rng_.Uniform(2, 10));
+      return true;
+    }
+    case K::kQueryNodesInJob: {
+      Observation o = Obs(O::kNodesInJob);
+      o.known = SlurmctldUp(t_) && !EmptyAnswer();
+      if (o.known) o.nodes = Names(job_nodes_);
+      Answer(o, SlurmLatency());
+      return true;
+    }
+    case K::kQueryJobState:
+      Answer(JobStateAnswer(), SlurmLatency());
+      return true;
+    case K::kProbeHealth: {
+      Observation o = Obs(O::kHealth);
+      o.ok = true;
+      for (const auto& n : a.nodes) o.ok = o.ok && NodeOk(NodeIndex(n));
+      Answer(o, o.ok ? rng_.Uniform(1, 3) : settings_.health_timeout_s);
+      return true;
+    }
+    case K::kConfirmDeath: {
+      Observation o = Obs(O::kConfirmed);
+      for (const auto& n : a.nodes) {
+        if (o.node.empty() && nodes_[NodeIndex(n)].down_until > t_) o.node = n;
+      }
+      o.detail = o.node.empty() ? "" : "node " + o.node + " confirmed dead";
+      Answer(o, rng_.Uniform(2, 5));
+      return true;
+    }
+    case K::kRelease: {
+      Observation o = Obs(O::kReleased);
+      o.ok = SlurmctldUp(t_);
+      for (const auto& n : a.nodes) {
+        auto it = std::find(job_nodes_.begin(), job_nodes_.end(), NodeIndex(n));
+        if (o.ok && it != job_nodes_.end() && it != job_nodes_.begin()) job_nodes_.erase(it);
+      }
+      Answer(o, SlurmLatency());
+      return true;
+    }
+    case K::kWaitNotResponding: {
+      Observation o = Obs(O::kNotRespondingWaited);
+      o.detail = "down*";
+      Answer(o, rng_.Uniform(1, std::max(1.0, a.seconds)));
+      return true;
+    }
+    case K::kWaitAgents:
+    case K::kStopAgents:
+      Answer(Obs(O::kAgentsStopped), rng_.Uniform(0.5, 5));
+      return true;
+    case K::kQueryRoom: {
+      Observation o = Obs(O::kRoom);
+      o.known = SlurmctldUp(t_) && !EmptyAnswer();
+      for (const auto& n : nodes_) {
+        if (o.known) o.nodes.push_back(n.name);  // every node of the partition, any state
+      }
+      Answer(o, SlurmLatency());
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 void World::Execute(const Action& a) {
+  if (Ask(a)) return;
   switch (a.kind) {
     case K::kRecord:
       records_.push_back(ToText(a));
@@ -99,22 +179,6 @@ void World::Execute(const Action& a) {
       PushObs(t_ + (alive ? rng_.Uniform(15, 40) : settings_.preflight_timeout_s), o, false);
       return;
     }
-    case K::kLocalise: {
-      std::vector<bool> alone, pair;
-      for (const auto& n : a.nodes) alone.push_back(NodeHealthy(NodeIndex(n)));
-      for (size_t i = 0; i < alone.size(); ++i)
-        pair.push_back(alone[i] && alone[(i + 1) % alone.size()]);
-      Observation o = Obs(O::kLocalised);
-      o.nodes = BlameNodes(a.nodes, alone, pair);
-      Answer(o, rng_.Uniform(20, 60));
-      return;
-    }
-    case K::kStartAgents: {
-      Observation o = Obs(O::kAgentsReady);
-      for (const auto& n : a.nodes) o.count += NodeOk(NodeIndex(n));
-      Answer(o, rng_.Uniform(2, 10));
-      return;
-    }
     case K::kLaunch:
       Launch(a);
       return;
@@ -124,70 +188,12 @@ void World::Execute(const Action& a) {
     case K::kEndStep:
       if (step_live_) EndStepAfter(137, rng_.Uniform(0.5, 3));
       return;
-    case K::kQueryNodesInJob: {
-      Observation o = Obs(O::kNodesInJob);
-      o.known = SlurmctldUp(t_) && !EmptyAnswer();
-      if (o.known) o.nodes = Names(job_nodes_);
-      Answer(o, SlurmLatency());
-      return;
-    }
-    case K::kQueryJobState:
-      Answer(JobStateAnswer(), SlurmLatency());
-      return;
-    case K::kProbeHealth: {
-      Observation o = Obs(O::kHealth);
-      o.ok = true;
-      for (const auto& n : a.nodes) o.ok = o.ok && NodeOk(NodeIndex(n));
-      Answer(o, o.ok ? rng_.Uniform(1, 3) : settings_.health_timeout_s);
-      return;
-    }
-    case K::kConfirmDeath: {
-      Observation o = Obs(O::kConfirmed);
-      for (const auto& n : a.nodes) {
-        if (o.node.empty() && nodes_[NodeIndex(n)].down_until > t_) o.node = n;
-      }
-      o.detail = o.node.empty() ? "" : "node " + o.node + " confirmed dead";
-      Answer(o, rng_.Uniform(2, 5));
-      return;
-    }
-    case K::kRelease: {
-      Observation o = Obs(O::kReleased);
-      o.ok = SlurmctldUp(t_);
-      for (const auto& n : a.nodes) {
-        auto it = std::find(job_nodes_.begin(), job_nodes_.end(), NodeIndex(n));
-        if (o.ok && it != job_nodes_.end() && it != job_nodes_.begin()) job_nodes_.erase(it);
-      }
-      Answer(o, SlurmLatency());
-      return;
-    }
-    case K::kWaitNotResponding: {
-      Observation o = Obs(O::kNotRespondingWaited);
-      o.detail = "down*";
-      Answer(o, rng_.Uniform(1, std::max(1.0, a.seconds)));
-      return;
-    }
     case K::kRequeue:
       Requeue(a.seconds);
       return;
     case K::kExclude:
       Exclude(a);
       return;
-    case K::kWaitAgents:
-    case K::kStopAgents:
-      Answer(Obs(O::kAgentsStopped), rng_.Uniform(0.5, 5));
-      return;
-    case K::kQueryRoom: {
-      Observation o = Obs(O::kRoom);
-      o.known = SlurmctldUp(t_) && !EmptyAnswer();
-      if (o.known)
-        o.nodes = Names([&] {
-          std::vector<int> all(nodes_.size());
-          for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-          return all;
-        }());
-      Answer(o, SlurmLatency());
-      return;
-    }
     case K::kQuarantine: {
       const std::string host = a.nodes.empty() ? "" : a.nodes[0];
       facts_.exclusions.push_back({t_, host, "quarantine " + a.text, Recorded(host)});

@@ -114,6 +114,7 @@ class World {
   void CloseInterruption();
   // sim_exec.cc: one action of the current start's decision, and the answers.
   void Execute(const Action& a);
+  bool Ask(const Action& a);
   void Answer(Observation o, double latency);
   void Launch(const Action& a);
   void SignalStep(const std::string& sig);
