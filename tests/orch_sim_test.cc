@@ -20,8 +20,9 @@ namespace {
 const std::set<std::string> kKnownBroken = {
     "no_false_complete",      // (a) TERM + an empty `scontrol show job` answer: exit 0
     "rollback_loop_bounded",  // (b) exit 79 relaunches without a limit
-    "requeue_loop_bounded",   // (c) node-failure/quarantine/localisation requeues uncounted;
-                              // (e) a localised node is excluded from the next requeue only
+    "requeue_loop_bounded",   // (c) node-failure/quarantine/localisation requeues uncounted
+    "kept_out_stays_out",     // (e) found here: a localised node is excluded from the next
+                              // requeue only (kExclude replaces ftrain's earlier exclusions)
     "run_ends",         // (d) found here: a requeue excluding dead or localised nodes asks no room
                         // (a quarantine's does): in a small partition the job pends for ever
     "cancel_is_final",  // (f) found here: a scancel while the controller is already ending
@@ -191,6 +192,12 @@ TEST(OrchSimCheck, QuarantineHasRecord) {
   ExpectOnly(f, "quarantine_has_record");
 }
 
+TEST(OrchSimCheck, KeptOutStaysOut) {
+  SimFacts f = Clean();
+  f.readmitted = {"node004 at t=500 s"};
+  ExpectOnly(f, "kept_out_stays_out");
+}
+
 TEST(OrchSimCheck, LostWorkBounded) {
   SimFacts f = Clean();
   SimInterruption x;
@@ -222,7 +229,8 @@ TEST(OrchSimCheck, EveryInvariantIsShownToFail) {
                                         "one_exit_per_start",    "injob_loop_bounded",
                                         "rollback_loop_bounded", "requeue_loop_bounded",
                                         "quarantine_has_record", "lost_work_bounded",
-                                        "cancel_is_final",       "run_ends"};
+                                        "cancel_is_final",       "run_ends",
+                                        "kept_out_stays_out"};
   for (const auto& name : SimInvariants()) EXPECT_TRUE(tested.count(name)) << name;
   for (const auto& name : kKnownBroken) {
     EXPECT_NE(std::find(SimInvariants().begin(), SimInvariants().end(), name),

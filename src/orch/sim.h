@@ -89,6 +89,9 @@ struct SimFacts {
   double end_t = 0;
   bool cut_by_loop = false;         // stopped at the simulation's cap on starts and launches
   bool requeued_cancelled = false;  // a requeue landed after a user cancelled the job
+  // Nodes Slurm gave the job again after the controller kept them out: quarantined, or
+  // excluded as faulty and still faulty ("node004 at t=123 s").
+  std::vector<std::string> readmitted;
   int decisions = 0;
   std::map<std::string, int> rules;  // how often each rule of kRules fired
   std::vector<std::string> trace;    // SimOptions::trace

@@ -126,6 +126,13 @@ std::string LostWorkBounded(const SimFacts& f) {
   return "";
 }
 
+// A node kept out stays out: a quarantined one for the run, a faulty one until it is repaired.
+std::string KeptOutStaysOut(const SimFacts& f) {
+  if (f.readmitted.empty()) return "";
+  return "the job was given back " + f.readmitted.front() + " (" +
+         std::to_string(f.readmitted.size()) + " time(s)), kept out as faulty or quarantined";
+}
+
 // A cancelled job stays cancelled (Slurm 22.05 runs a requeued COMPLETING job again).
 std::string CancelIsFinal(const SimFacts& f) {
   return f.requeued_cancelled ? "the job was requeued after a user cancelled it" : "";
@@ -153,6 +160,7 @@ const Named kChecks[] = {
     {"rollback_loop_bounded", RollbackLoopBounded},
     {"requeue_loop_bounded", RequeueLoopBounded},
     {"quarantine_has_record", QuarantineHasRecord},
+    {"kept_out_stays_out", KeptOutStaysOut},
     {"lost_work_bounded", LostWorkBounded},
     {"cancel_is_final", CancelIsFinal},
     {"run_ends", RunEnds},

@@ -316,6 +316,13 @@ void World::Exclude(const Action& a) {
     if (std::find(hosts.begin(), hosts.end(), f) == hosts.end()) hosts.push_back(f);
   }
   for (const auto& h : hosts) facts_.exclusions.push_back({t_, h, "exclude", Recorded(h)});
+  for (const auto& f : a.faulty) {
+    const int n = NodeIndex(f);
+    if (nodes_[n].bad_gpu &&
+        std::find(excluded_faulty_.begin(), excluded_faulty_.end(), n) == excluded_faulty_.end()) {
+      excluded_faulty_.push_back(n);
+    }
+  }
   exclude_ = hosts;
   if (a.num_nodes > 0) {
     num_nodes_ = a.num_nodes;

@@ -166,6 +166,8 @@ void World::Handle(const Event& e) {
         Push(t_ + 600, Ev::kRepair, e.aux);
       } else {
         nodes_[e.aux].bad_gpu = false;
+        excluded_faulty_.erase(std::remove(excluded_faulty_.begin(), excluded_faulty_.end(), e.aux),
+                               excluded_faulty_.end());
       }
       return;
     case Ev::kPendingDone:
@@ -246,6 +248,17 @@ void World::BeginStart() {
   if (pending_since_ >= 0) external_wait_s_ += t_ - pending_since_;
   pending_since_ = -1;
   job_nodes_.assign(avail.begin(), avail.begin() + num_nodes_);  // Slurm's lowest names
+  for (int n : job_nodes_) {
+    const bool faulty =
+        nodes_[n].bad_gpu &&
+        std::find(excluded_faulty_.begin(), excluded_faulty_.end(), n) != excluded_faulty_.end();
+    const bool quarantined =
+        std::any_of(quarantine_.begin(), quarantine_.end(),
+                    [&](const QuarantineLine& q) { return q.host == nodes_[n].name; });
+    if (faulty || quarantined) {
+      facts_.readmitted.push_back(nodes_[n].name + " at t=" + std::to_string(int64_t(t_)) + " s");
+    }
+  }
   ++gen_;
   start_live_ = true;
   policy_ = std::make_unique<JobPolicy>(settings_);

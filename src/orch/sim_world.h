@@ -153,6 +153,7 @@ class World {
   int train_n_ = 0, spare_n_ = 0, num_nodes_ = 0, restart_count_ = 0, train_count_ = 0;
   int64_t epoch_ = 0;
   std::vector<std::string> exclude_;
+  std::vector<int> excluded_faulty_;  // excluded as faulty by some requeue, not repaired since
   std::vector<QuarantineLine> quarantine_;
   std::vector<HangLine> hangs_;
   std::string failed_starts_, last_stop_;
