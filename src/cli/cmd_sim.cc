@@ -149,14 +149,15 @@ int RunSim(int argc, char** argv) {
       "schedule; checks its invariants (docs/design.md, \"Controller simulation\")");
   uint64_t seed = 1, seeds = 1, max_print = 50;
   double days = 2;
-  unsigned threads = 1;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   bool trace = false;
   opts.add_options()("help,h", "show this help")("seed", po::value<uint64_t>(&seed),
                                                  "the first seed (default 1)")(
       "seeds", po::value<uint64_t>(&seeds), "how many seeds from --seed (default 1)")(
       "days", po::value<double>(&days), "simulated training time of each run (default 2)")(
       "trace", po::bool_switch(&trace), "print every event of the (first failing) seed")(
-      "threads", po::value<unsigned>(&threads), "worker threads (default 1)")(
+      "threads", po::value<unsigned>(&threads),
+      "worker threads (default: every core; the results do not depend on it)")(
       "max-print", po::value<uint64_t>(&max_print), "failing seeds listed (default 50)");
   po::variables_map vm;
   Status s = ParseFlags(program, argc, argv, opts, {}, &vm);
