@@ -45,22 +45,22 @@ struct Node {
 
 // A fault of the schedule, as the world plays it (the public SimFault is its report).
 struct Fault {
-  std::string kind;  // node_crash rack gpu_lost node_hang fs_outage slurmctld_outage
-                     // rank_exit usr1 term_running scancel preempt
-  double t = 0, duration = 0;
-  int node = -1, node2 = -1;  // indexes into World::nodes_ (-1: picked when it fires)
-  int rc = 0;                 // rank_exit
-  int64_t step = -1;          // persistent: the poison step
-  size_t report = 0;          // index into facts_.faults
+  std::string kind;            // node_crash rack gpu_lost node_hang fs_outage slurmctld_outage
+                               // rank_exit usr1 term_running scancel preempt
+  double t = 0, duration = 0;  // its nodes are picked when it fires
+  int rc = 0;                  // rank_exit
+  int64_t step = -1;           // persistent: the poison step
+  size_t report = 0;           // index into facts_.faults
 };
 
+// `gen` is the start an event belongs to, `launch` the launch (-1: none).
 enum class Ev {
-  kObserve,     // deliver obs to the start `gen`
-  kTick,        // the runner's tick (gen: start, aux: tick generation)
+  kObserve,     // deliver its observation (aux 1: an answer to a question)
+  kTick,        // the runner's tick (aux: the tick generation; older ones are stale)
   kFault,       // aux: index into faults_
-  kTrainBegin,  // the launch `aux` finished resuming
-  kStepEnd,     // the launch `aux` exits with obs.rc
-  kPoison,      // a persistent fault (aux) reached by the launch in obs.rc
+  kTrainBegin,  // the launch finished resuming: the ranks train
+  kStepEnd,     // the launch exits with its observation's rc (ok: a checkpoint first)
+  kPoison,      // the persistent fault `aux` is reached by the launch
   kTimeLimit,   // the start `gen` reached its time limit (TERM)
   kKillWait,    // Slurm's KillWait after a TERM of the start `gen` ended
   kSlurmNode,   // Slurm notices the node `aux` is dead (SlurmdTimeout)
