@@ -16,6 +16,7 @@ int RunHealth(int argc, char** argv);     // cmd_health.cc
 int RunEval(int argc, char** argv);       // cmd_eval.cc
 int RunJob(int argc, char** argv);        // cmd_job.cc (the Slurm job controller)
 int RunAgent(int argc, char** argv);      // cmd_job.cc (the node agent)
+int RunSim(int argc, char** argv);        // cmd_sim.cc (the controller's simulation)
 int RunPack(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data pack)
 int RunData(int argc, char** argv);       // sibling_exec.cc (runs ftrain-data data)
 // sibling_exec.cc: exec `ftrain-torch SUBCOMMAND argv[1..]` with argv[0] = argv0.

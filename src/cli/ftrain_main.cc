@@ -43,6 +43,7 @@ const Subcommand kSubcommands[] = {
     {"data", ftrain::cli::RunData, "inspect | verify | batches of a packed dataset (dir or URL)"},
     {"job", ftrain::cli::RunJob, "the Slurm job controller (slurm/train.sh execs it)"},
     {"agent", ftrain::cli::RunAgent, "the node agent: ckptd, heartbeat, batch-host watch"},
+    {"sim", ftrain::cli::RunSim, "the job controller under a seeded simulation of faults"},
 };
 
 void Usage(std::ostream& out) {
