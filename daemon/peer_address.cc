@@ -56,7 +56,7 @@ bool IsLoopbackHost(const std::string& host) {
 
 Status WriteAddressFile(const std::string& path, const PeerAddress& a) {
   const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::IOError("open '" + tmp + "': " + std::strerror(errno));
   const std::string text =
       a.address + "\nstart=" + a.start + " since=" + std::to_string(a.since) + "\n";

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "records/json_lines.h"
 #include "records/node_faults.h"
 #include "records/restarts.h"
@@ -127,6 +128,22 @@ TEST_F(Spools, ALinkInPlaceOfARecordFileIsNotFollowed) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
   EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+// Issue 44, hole 14: the Env's file creation (temp files of every durable write, the
+// heartbeats' and the progress files' writers) never truncates through a planted link.
+TEST_F(Spools, TheEnvCreatesNoFileThroughALink) {
+  const std::string victim = tmp_.path() + "/victim";
+  const std::string link = tmp_.path() + "/planted.tmp";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+  auto f = Env::Default()->NewWritableFile(link);
+  EXPECT_FALSE(f.ok());
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+  // A durable write replaces the link itself (rename), never its target.
+  ASSERT_TRUE(WriteFileDurably(Env::Default(), link, "new\n").ok());
+  EXPECT_EQ(ReadFile(victim), "keep\n");
+  EXPECT_EQ(ReadFile(link), "new\n");
 }
 
 // RUN/node_faults.jsonl: the rank's line names its host, node and rank from the launcher's

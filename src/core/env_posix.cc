@@ -63,7 +63,9 @@ class PosixWritableFile : public WritableFile {
 class PosixEnv : public Env {
  public:
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: the run directory may be shared (a group-writable project tree); a file is
+    // never created or truncated through a link someone planted in its place (ELOOP).
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) return PosixError("create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }

@@ -44,7 +44,7 @@ namespace {
 
 // Writes `text` to a new `path` (truncating an old one).
 Status WriteWhole(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::IOError("cannot create '" + path + "': " + Errno());
   size_t done = 0;
   while (done < text.size()) {

@@ -47,7 +47,7 @@ void OnStackSignal(int) {
 // torn file. Not synced: the file says where a live rank is; a crash makes it moot.
 bool WriteReplace(const std::string& path, const std::string& text, std::string* why) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     *why = "open " + tmp + ": " + std::strerror(errno);
     return false;
