@@ -7,7 +7,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${FTRAIN_BUILD_DIR:-${ROOT}/build}"
 JOBS="${FTRAIN_JOBS:-$(nproc)}"
-CTEST_JOBS="${FTRAIN_CTEST_JOBS:-1}"
+CTEST_JOBS="${FTRAIN_CTEST_JOBS:-1}"          # the process, Slurm and GPU tiers
+UNIT_JOBS="${FTRAIN_UNIT_JOBS:-$(nproc)}"     # the unit tier: in-process, its own temp dirs
 CLUSTER_NODES="${FTRAIN_TEST_NODES:-4}"     # 4: the spare topology test needs two spares
 CLUSTER_CPUS="${FTRAIN_TEST_CPUS_PER_NODE:-2}"
 
@@ -43,4 +44,14 @@ eval "$(slurm/local-cluster.sh env)"
 export SLURM_CONF
 
 echo "== test.sh: ctest"
-ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" "$@"
+# Without arguments, the whole suite in two tiers: the unit tests (in-process) in parallel,
+# then the tests that start processes, bind ports or share the local Slurm cluster one at a
+# time. Both run even when the first fails; the script fails if either did.
+rc=0
+if [ "$#" -gt 0 ]; then
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" "$@" || rc=1
+else
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${UNIT_JOBS}" -L unit || rc=1
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" -LE unit || rc=1
+fi
+[ "${rc}" -eq 0 ]
