@@ -401,12 +401,28 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta, const std::string& pa
   return Status::Ok();
 }
 
+namespace {
+
+// Whether `dir` lists in full and `name` is not in it: a file that is verifiably not there,
+// unlike one whose open failed (an outage, an NFS negative entry cached for a file that is).
+bool VerifiablyAbsent(Env* env, const std::string& dir, const std::string& name) {
+  auto names = env->ListDir(dir);
+  return names.ok() && std::find(names->begin(), names->end(), name) == names->end();
+}
+
+}  // namespace
+
 Status CheckpointStore::CheckComplete(const std::string& dir, Manifest* manifest) {
   const std::string path = JoinPath(dir, kManifestName);
   std::string text;
   // A manifest or shard that cannot be read or found keeps its I/O kind (IOError, NotFound):
-  // an outage is not damage. Only what was read and is wrong is Corruption.
+  // an outage is not damage. Only what was read and is wrong is Corruption, and a file the
+  // directory's own listing (read in full) does not hold: it is verifiably not there.
   Status s = env_->ReadFile(path, &text);
+  if (!s.ok() && VerifiablyAbsent(env_, dir, kManifestName)) {
+    return Status::Corruption("'" + dir + "' has no " + kManifestName +
+                              ": not a complete checkpoint");
+  }
   if (!s.ok()) return s.Annotate("manifest '" + path + "' cannot be read");
   FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, path));
   RootEntry e = ParseRootEntry(Basename(dir));
@@ -417,6 +433,10 @@ Status CheckpointStore::CheckComplete(const std::string& dir, Manifest* manifest
   for (const auto& f : m.files) {
     const std::string fp = JoinPath(dir, f.path);
     auto size = env_->FileSize(fp);
+    if (!size.ok() && VerifiablyAbsent(env_, Dirname(fp), Basename(fp))) {
+      return Status::Corruption("shard '" + fp + "' of rank " + std::to_string(f.rank) +
+                                " is missing");
+    }
     if (!size.ok()) {
       return size.status().Annotate("shard '" + fp + "' of rank " + std::to_string(f.rank) +
                                     " cannot be found or read");
