@@ -77,6 +77,8 @@ class JobRunner {
   void StopAgents();
   void MergeRecords();
   void ReadQuarantine(Observation* o) const;
+  void ReadRunRecords(Observation* o) const;  // rollbacks.jsonl, the newest checkpoint
+  std::string NewestCheckpoint() const;       // its name, or "none"
   void Quarantine(const Action& a);
   std::vector<records::Field> LostFields(bool at_failure);
   std::vector<std::string> AgentSteps();

@@ -41,6 +41,8 @@ std::string ToText(const Action& a) {
       return "reset_failed_starts";
     case K::kCountFailedStart:
       return "count_failed_start";
+    case K::kWriteNodeRequeues:
+      return "write_node_requeues " + a.text;
     case K::kAcquireLease:
       return "acquire_lease";
     case K::kCaptureSubmission:
@@ -165,6 +167,8 @@ std::string ToText(const Observation& o) {
       s += " rc=" + std::to_string(o.rc);
       if (!o.quarantine.empty()) s += " quarantine=" + std::to_string(o.quarantine.size());
       if (!o.hangs.empty()) s += " hangs=" + std::to_string(o.hangs.size());
+      if (o.rollbacks != 0) s += " rollbacks=" + std::to_string(o.rollbacks);
+      if (!o.checkpoint.empty()) s += " checkpoint=" + o.checkpoint;
       break;
     case K::kSignal:
       s += " " + o.signal;
@@ -177,8 +181,10 @@ std::string ToText(const Observation& o) {
       s += " bad=" + List(o.nodes);
       break;
     case K::kAgentsReady:
-    case K::kFailedStartCounted:
       s += " count=" + std::to_string(o.count);
+      break;
+    case K::kFailedStartCounted:
+      s += " count=" + std::to_string(o.count) + " checkpoint=" + o.checkpoint;
       break;
     case K::kJobState:
       s += " " + o.job_state + " reason=" + o.reason;
