@@ -106,6 +106,9 @@ TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
   EXPECT_EQ(bare->preflight_timeout_s, set->preflight_timeout_s);
   EXPECT_EQ(bare->max_injob_restarts, set->max_injob_restarts);
   EXPECT_EQ(bare->max_failed_starts, set->max_failed_starts);
+  EXPECT_EQ(bare->max_rollback_restarts, set->max_rollback_restarts);
+  EXPECT_EQ(bare->max_node_requeues, set->max_node_requeues);
+  EXPECT_EQ(bare->storage_outage_s, set->storage_outage_s);
   EXPECT_EQ(bare->restart_backoff_s, set->restart_backoff_s);
   EXPECT_EQ(bare->health_timeout_s, set->health_timeout_s);
   EXPECT_EQ(bare->health_wait_s, set->health_wait_s);

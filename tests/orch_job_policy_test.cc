@@ -86,6 +86,8 @@ class Sim {
     st.spare_list = spare_list;
     st.quarantine = start_quarantine;
     st.train_count = start_train_count;
+    st.checkpoint = start_checkpoint;
+    st.node_requeues = start_node_requeues;
     st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
     On(st);
     Observation lease = Obs(K::kLease);
@@ -106,6 +108,21 @@ class Sim {
     Observation o = Obs(K::kStepExited);
     o.rc = rc;
     o.config_error = std::move(config_error);
+    return On(o);
+  }
+  // A step's end with RUN/rollbacks.jsonl's record count and the newest checkpoint as the
+  // runner read them.
+  Decision StepExitAt(int rc, int rollbacks, std::string checkpoint = "step-00000010") {
+    Observation o = Obs(K::kStepExited);
+    o.rc = rc;
+    o.rollbacks = rollbacks;
+    o.checkpoint = std::move(checkpoint);
+    return On(o);
+  }
+  Decision Counted(int count, std::string checkpoint = "step-00000010") {
+    Observation o = Obs(K::kFailedStartCounted);
+    o.count = count;
+    o.checkpoint = std::move(checkpoint);
     return On(o);
   }
   // A step's end with RUN/quarantine.jsonl and RUN/hangs.jsonl as the runner read them.
@@ -184,8 +201,10 @@ class Sim {
   }
 
   double t = 0;
-  std::vector<QuarantineLine> start_quarantine;  // RUN/quarantine.jsonl at the start
-  int start_train_count = 0;                     // RUN/.submit/train-nodes-42 at the start
+  std::vector<QuarantineLine> start_quarantine;    // RUN/quarantine.jsonl at the start
+  int start_train_count = 0;                       // RUN/.submit/train-nodes-42 at the start
+  std::string start_checkpoint = "step-00000010";  // the newest checkpoint at the start
+  std::string start_node_requeues;                 // RUN/.node_requeues at the start
   Decision last;
   std::vector<std::string> rules;
   std::vector<Action> actions;  // every action so far
@@ -193,6 +212,12 @@ class Sim {
  private:
   std::unique_ptr<JobPolicy> policy_;
 };
+
+std::string Fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 std::map<std::string, std::string> NoPreflight(std::map<std::string, std::string> e = {}) {
   e["FTRAIN_PREFLIGHT"] = "0";
@@ -1123,14 +1148,19 @@ TEST(JobPolicyRankFailure, ARollbackRestartsInPlaceAtOnceAndCountsNothing) {
   // Detection on (the default): exit 79 is intended, no node is confirmed first.
   Sim sim(NoPreflight({{"FTRAIN_MAX_INJOB_RESTARTS", "1"}}));
   sim.StartTraining();
-  for (int i = 0; i < 3; ++i) {  // more than the in-job restarts: none is used
-    sim.StepExit(79);
+  for (int i = 1; i <= 3; ++i) {  // more than the in-job restarts: none is used
+    sim.StepExitAt(79, i);        // rank 0 appended a record to RUN/rollbacks.jsonl each time
     EXPECT_EQ(sim.last.rule, "step.rollback");
     EXPECT_TRUE(
         sim.LastHas("the trainer rolled the run back (exit 79, RUN/rollbacks.jsonl): "
                     "restarting in place at once"))
         << sim.Text();
-    EXPECT_TRUE(sim.LastHas("record restarted/rollback {@LOST@=,exit=79}")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("(rollback restart " + std::to_string(i) +
+                            " of at most 6 with no checkpoint newer than step-00000010)"))
+        << sim.Text();
+    EXPECT_TRUE(sim.LastHas(
+        "record restarted/rollback {@LOST@=,exit=79,rollback_restarts=" + std::to_string(i) + "}"))
+        << sim.Text();
     EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2]")) << sim.Text();
     EXPECT_FALSE(sim.LastHas("confirm_death"));
     EXPECT_EQ(sim.state().injob_restarts, 0);
@@ -1146,9 +1176,238 @@ TEST(JobPolicyRankFailure, ARollbackRestartsInPlaceAtOnceAndCountsNothing) {
   // With spares: in place too, on the same training nodes.
   Sim spare(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
   spare.StartTraining({"n1", "n2", "n3"});
-  spare.StepExit(79);
+  spare.StepExitAt(79, 1);
   EXPECT_EQ(spare.last.rule, "step.rollback");
   EXPECT_TRUE(spare.LastHas("launch nodes=[n1 n2] hosts=[n1 n1 n2 n2]")) << spare.Text();
+}
+
+// Hole 8: a 79 is a rollback only when RUN/rollbacks.jsonl has a new record; else it is a rank
+// failure with the in-job restart and failed-start budgets (it relaunched without limit).
+TEST(JobPolicyRankFailure, A79WithoutANewRollbackRecordIsARankFailure) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_MAX_INJOB_RESTARTS", "1"}}));
+  sim.StartTraining();  // RUN/rollbacks.jsonl: no records
+  sim.StepExitAt(79, 0);
+  EXPECT_EQ(sim.last.rule, "step.probe") << sim.Text();
+  EXPECT_TRUE(
+      sim.LastHas("the step exited 79 but RUN/rollbacks.jsonl has no new record (0 records, "
+                  "0 before): not a rollback; treated as a rank failure"))
+      << sim.Text();
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  EXPECT_TRUE(sim.LastHas("training step failed (exit 79) with healthy nodes: in-job restart 1/1"));
+  sim.t += 5;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "backoff.relaunch");
+  sim.StepExitAt(79, -1);  // unreadable: no rollback either
+  EXPECT_TRUE(sim.LastHas("(unreadable): not a rollback")) << sim.Text();
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.count_failed_start");
+  // Detection on: a 79 without its record is confirmed like any failed step.
+  Sim watched(NoPreflight());
+  watched.StartTraining();
+  watched.StepExitAt(79, 0);
+  EXPECT_EQ(watched.last.rule, "step.confirm");
+}
+
+// Hole 8: rollbacks that never reach a newer checkpoint are bounded by
+// FTRAIN_MAX_ROLLBACK_RESTARTS; then failed starts count (and end the job).
+TEST(JobPolicyRankFailure, RollbacksWithoutANewerCheckpointAreBoundedThenCountFailedStarts) {
+  Sim sim(NoPreflight({{"FTRAIN_MAX_ROLLBACK_RESTARTS", "2"}}));
+  sim.StartTraining();
+  sim.StepExitAt(79, 1);
+  EXPECT_EQ(sim.last.rule, "step.rollback");
+  sim.StepExitAt(79, 2, "step-00000020");  // a newer checkpoint: the count starts again
+  EXPECT_EQ(sim.last.rule, "step.rollback");
+  EXPECT_TRUE(
+      sim.LastHas("rollback restart 1 of at most 2 with no checkpoint newer than "
+                  "step-00000020"))
+      << sim.Text();
+  sim.StepExitAt(79, 3, "step-00000020");
+  EXPECT_EQ(sim.last.rule, "step.rollback");
+  sim.StepExitAt(79, 4, "step-00000020");
+  EXPECT_EQ(sim.last.rule, "step.rollback_budget");
+  EXPECT_TRUE(
+      sim.LastHas("the trainer rolled the run back (exit 79) 3 times with no checkpoint newer "
+                  "than step-00000020: past FTRAIN_MAX_ROLLBACK_RESTARTS=2"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("count_failed_start"));
+  EXPECT_FALSE(sim.LastHas("launch"));
+  sim.Counted(1, "step-00000020");
+  EXPECT_EQ(sim.last.rule, "failed_start.requeue");
+  EXPECT_TRUE(
+      sim.LastHas("requeueing (failed start 1 of at most 3 with no newer checkpoint "
+                  "than step-00000020)"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record step_failed/rollback_requeue"));
+  EXPECT_TRUE(sim.LastHas("last_stop rollback"));
+  // The last failed start ends the job.
+  Sim last(NoPreflight({{"FTRAIN_MAX_ROLLBACK_RESTARTS", "0"}}));
+  last.StartTraining();
+  last.StepExitAt(79, 1);
+  EXPECT_EQ(last.last.rule, "step.rollback_budget");
+  last.Counted(3);
+  EXPECT_EQ(last.last.rule, "failed_start.fail");
+  EXPECT_TRUE(
+      last.LastHas("FAILED: the trainer rolled the run back (exit 79) more than 0 times "
+                   "(FTRAIN_MAX_ROLLBACK_RESTARTS) with no checkpoint newer than "
+                   "step-00000010, in 3 starts in a row"))
+      << last.Text();
+  EXPECT_TRUE(last.LastHas("record failed/rollback_repeated"));
+  last.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(last.ExitCode(), 1);
+  // The default: 6 per newest checkpoint (2 x guard.max_rollbacks' default).
+  Sim def(NoPreflight());
+  def.StartTraining();
+  for (int i = 1; i <= 6; ++i) {
+    def.StepExitAt(79, i);
+    EXPECT_EQ(def.last.rule, "step.rollback");
+  }
+  def.StepExitAt(79, 7);
+  EXPECT_EQ(def.last.rule, "step.rollback_budget");
+}
+
+// Holes 8 and 13 as the issue reproduced them in a dry run: six 79s without records are not
+// six relaunches; a node requeue past the bound ends the job.
+TEST(JobPolicyDryRun, TheIssuesLoopsEnd) {
+  std::string text =
+      "env FTRAIN_PREFLIGHT=0 FTRAIN_DETECT=0\n"
+      "0 started job=42 nodes=n1,n2 batch_host=n1\n0 lease ok=1 epoch=1\n1 agents_ready count=2\n";
+  for (int i = 0; i < 6; ++i) {
+    const std::string t = std::to_string(10 + 100 * i);
+    text += t + " step_exited rc=79\n" + t + " health ok=1\n" + std::to_string(100 + 100 * i) +
+            " tick\n";
+  }
+  std::ostringstream out;
+  ASSERT_TRUE(DryRun(text, out).ok());
+  const std::string o = out.str();
+  EXPECT_EQ(o.find("-> step.rollback "), std::string::npos) << o;
+  EXPECT_NE(o.find("-> step.count_failed_start [counting]"), std::string::npos) << o;
+  std::ostringstream dead;
+  ASSERT_TRUE(DryRun("env FTRAIN_PREFLIGHT=0\n"
+                     "0 started job=42 nodes=n1,n2 batch_host=n1 restart_count=5 "
+                     "checkpoint=step-10 node_requeues=step-10,5\n"
+                     "0 lease ok=1 epoch=6\n1 agents_ready count=2\n"
+                     "5 node_declared node=n2 verdict=dead\n6 step_exited rc=137\n"
+                     "6 released ok=1\n7 not_responding_waited\n8 agents_stopped\n",
+                     dead)
+                  .ok());
+  EXPECT_NE(dead.str().find("-> end.requeue_excluding+requeue.no_progress [draining]"),
+            std::string::npos)
+      << dead.str();
+  EXPECT_NE(dead.str().find("exit 1"), std::string::npos) << dead.str();
+}
+
+// ---- storage outages at resume (exit 74) ------------------------------------------------------
+
+// Restarted in place after a back-off of 10 s doubling up to 120 s, counted neither as an in-job
+// restart nor a failed start; no node is confirmed dead (the trainer chose to exit).
+TEST(JobPolicyStorage, AnOutageAtResumeRestartsInPlaceAfterABackoffAndCountsNothing) {
+  Sim sim(NoPreflight({{"FTRAIN_MAX_INJOB_RESTARTS", "1"}}));
+  sim.StartTraining();
+  const std::vector<double> waits = {10, 20, 40, 80, 120, 120};
+  for (size_t i = 0; i < waits.size(); ++i) {
+    sim.StepExit(74);
+    EXPECT_EQ(sim.last.rule, "step.storage_retry") << sim.Text();
+    EXPECT_FALSE(sim.LastHas("confirm_death"));
+    EXPECT_TRUE(sim.LastHas("restarting in place in " + Fmt(waits[i]) + " s")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("counted neither as an in-job restart nor a failed start"));
+    EXPECT_TRUE(sim.LastHas("record restarted/storage_outage {exit=74,outage_s=")) << sim.Text();
+    EXPECT_TRUE(sim.LastHas("tries=" + std::to_string(i + 1) + "}")) << sim.Text();
+    EXPECT_EQ(sim.state().phase, Phase::kBackoff);
+    sim.t += waits[i] - 0.5;
+    sim.Tick();
+    EXPECT_TRUE(sim.last.actions.empty());
+    sim.t += 0.5;
+    sim.Tick();
+    EXPECT_EQ(sim.last.rule, "backoff.relaunch");
+    EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2]"));
+    sim.t += 30;  // the trainer retries ckpt.resume_retry_s before it exits 74 again
+  }
+  EXPECT_EQ(sim.state().injob_restarts, 0);
+  EXPECT_FALSE(sim.Did(Action::Kind::kCountFailedStart));
+  // The outage's back-off leaves the rank failures' own: a crash after it backs off 5 s.
+  sim.StepExit(1);
+  sim.Confirmed("");
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  EXPECT_TRUE(sim.LastHas("in-job restart 1/1 in 5 s")) << sim.Text();
+}
+
+TEST(JobPolicyStorage, AnOutageLongerThanTheLimitFailsTheJobNamingWhatToDo) {
+  Sim sim(NoPreflight({{"FTRAIN_STORAGE_OUTAGE_S", "100"}}));
+  sim.StartTraining();
+  sim.t = 1000;
+  sim.StepExit(74);  // outage 0 s
+  sim.t += 10;
+  sim.Tick();
+  sim.t = 1050;
+  sim.StepExit(74);  // 50 s
+  EXPECT_EQ(sim.last.rule, "step.storage_retry");
+  EXPECT_TRUE(sim.LastHas("(outage 50 s so far, at most FTRAIN_STORAGE_OUTAGE_S=100;"))
+      << sim.Text();
+  sim.t += 20;
+  sim.Tick();
+  sim.t = 1101;
+  sim.StepExit(74);  // 101 s
+  EXPECT_EQ(sim.last.rule, "step.storage_outage");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: the checkpoint storage could not be read at resume (exit 74) for 101 s "
+                  "(3 tries in a row): past FTRAIN_STORAGE_OUTAGE_S=100, not restarting. The "
+                  "checkpoints are untouched"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("submit the job again; it resumes from the newest complete checkpoint"));
+  EXPECT_TRUE(sim.LastHas("record failed/storage_outage {exit=74,outage_s=101.0,tries=3}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("last_stop storage_outage"));
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+// Any other end of a step ends the outage: the clock and the back-off start again.
+TEST(JobPolicyStorage, AnyOtherStepEndEndsTheOutage) {
+  Sim sim(NoPreflight({{"FTRAIN_STORAGE_OUTAGE_S", "100"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining();
+  sim.StepExit(74);
+  sim.t = 10;
+  sim.Tick();
+  sim.t = 90;
+  sim.StepExit(74);  // 90 s into the outage, back-off 20 s
+  sim.t = 110;
+  sim.Tick();
+  sim.t = 120;
+  sim.StepExit(1);  // it resumed, then a rank crashed: the outage is over
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t = 125;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "backoff.relaunch");
+  sim.t = 200;  // 200 s after the first 74: a new outage, not the old one's end
+  sim.StepExit(74);
+  EXPECT_EQ(sim.last.rule, "step.storage_retry");
+  EXPECT_TRUE(sim.LastHas("restarting in place in 10 s (outage 0 s so far")) << sim.Text();
+}
+
+// A stop request during the outage's back-off requeues at once, as in any back-off.
+TEST(JobPolicyStorage, Usr1OrTermDuringTheBackoffRequeues) {
+  Sim sim(NoPreflight());
+  sim.StartTraining();
+  sim.StepExit(74);
+  sim.t += 3;
+  sim.Signal("USR1");
+  EXPECT_EQ(sim.last.rule, "stop.requeue_now");
+  EXPECT_TRUE(sim.LastHas("record stopped/preempted {during=\"the restart back-off\"}"));
+  EXPECT_TRUE(sim.LastHas("requeue budget="));
+  Sim term(NoPreflight());
+  term.StartTraining();
+  term.StepExit(74);
+  term.Signal("TERM");
+  EXPECT_EQ(term.last.rule, "term.ask");
+  Observation js = Obs(K::kJobState);
+  js.job_state = "RUNNING";
+  term.On(js);
+  EXPECT_EQ(term.last.rule, "term.running+stop.requeue_now");
+  EXPECT_TRUE(term.LastHas("requeue budget="));
 }
 
 TEST(JobPolicyRankFailure, AUsr1BeforeARollbackExitRequeues) {
@@ -1764,6 +2023,148 @@ TEST(JobPolicyNodeFault, TheRecordParses) {
   EXPECT_EQ(h[0].reason, "GPUs: 2 visible (/dev/nvidia[0-9]*), this node's ranks need 4");
   EXPECT_EQ(h[1].host, "n3");
   EXPECT_EQ(h[1].reason, "run directory /r: x: y");
+}
+
+// ---- requeues for nodes (hole 13) ---------------------------------------------------------------
+
+// A requeue for a dead node is counted in RUN/.node_requeues against the newest checkpoint.
+TEST(JobPolicyNodeRequeue, ADeadNodeRequeueIsCountedAgainstTheNewestCheckpoint) {
+  Sim sim(NoPreflight());
+  sim.start_node_requeues = "step-00000010 2\n";
+  sim.StartTraining({"n1", "n2"}, 2);  // a requeued start
+  sim.Declared("n2");
+  sim.StepExitAt(1, 0, "step-00000010");
+  sim.On([] {
+    Observation o = Obs(K::kReleased);
+    o.ok = true;
+    return o;
+  }());
+  sim.On(Obs(K::kNotRespondingWaited));
+  EXPECT_EQ(sim.last.rule, "end.requeue_excluding");
+  EXPECT_TRUE(sim.LastHas("write_node_requeues step-00000010 3")) << sim.Text();
+  EXPECT_TRUE(
+      sim.LastHas("node requeue 3 of at most 5 with no checkpoint newer than "
+                  "step-00000010"));
+  EXPECT_TRUE(sim.LastHas("requeue budget="));
+  // A newer checkpoint since: the count starts again (a node failure a day never adds up).
+  Sim later(NoPreflight());
+  later.start_node_requeues = "step-00000010 5\n";
+  later.StartTraining({"n1", "n2"}, 5);
+  later.Declared("n2");
+  later.StepExitAt(1, 0, "step-00000090");
+  later.On(Obs(K::kReleased));
+  later.On(Obs(K::kNotRespondingWaited));
+  EXPECT_EQ(later.last.rule, "end.requeue_excluding");
+  EXPECT_TRUE(later.LastHas("write_node_requeues step-00000090 1")) << later.Text();
+  // A new submission (not a requeue) starts a new count.
+  Sim fresh(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_HEALTH_WAIT_S", "30"}}));
+  fresh.start_node_requeues = "step-00000010 5\n";
+  fresh.StartTraining();
+  EXPECT_TRUE(fresh.AnyHas("reset_failed_starts"));
+  fresh.StepExit(1);
+  fresh.Health(false);
+  fresh.t += 30;
+  fresh.Tick();
+  EXPECT_EQ(fresh.last.rule, "healthwait.timeout");
+  EXPECT_TRUE(fresh.LastHas("write_node_requeues step-00000010 1")) << fresh.Text();
+}
+
+// Hole 13: the requeue past FTRAIN_MAX_NODE_REQUEUES ends the job FAILED, naming the checkpoint.
+TEST(JobPolicyNodeRequeue, OneRequeueTooManyForNodesFailsTheJobNamingTheCheckpoint) {
+  Sim sim(NoPreflight());
+  sim.start_node_requeues = "step-00000010 5\n";
+  sim.StartTraining({"n1", "n2"}, 5);
+  sim.Declared("n2");
+  sim.StepExitAt(1, 0, "step-00000010");
+  sim.On(Obs(K::kReleased));
+  sim.On(Obs(K::kNotRespondingWaited));
+  EXPECT_EQ(sim.last.rule, "end.requeue_excluding+requeue.no_progress");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: not requeueing after all: job 42 was requeued 5 times in a row for a "
+                  "node's failure, fault or quarantine (node_failure now) with no checkpoint "
+                  "newer than step-00000010 (FTRAIN_MAX_NODE_REQUEUES=5)"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("submit again (it resumes from step-00000010"));
+  EXPECT_TRUE(
+      sim.LastHas("record failed/node_requeues_repeated {after=\"node_failure\","
+                  "node_requeues=5,checkpoint=\"step-00000010\"}"))
+      << sim.Text();
+  EXPECT_FALSE(sim.LastHas("requeue budget="));
+  EXPECT_FALSE(sim.LastHas("write_node_requeues"));
+  sim.On(Obs(K::kAgentsStopped));
+  EXPECT_EQ(sim.ExitCode(), 1);
+}
+
+// Quarantine and localisation requeues count alike.
+TEST(JobPolicyNodeRequeue, QuarantineAndLocalisationRequeuesCountToo) {
+  Sim q(NoPreflight({{"FTRAIN_MAX_NODE_REQUEUES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  q.start_node_requeues = "step-00000010 1\n";
+  q.StartTraining({"n1", "n2", "n3"}, 1);
+  q.StepExitWith(77, {Suspect("n2", true)});
+  EXPECT_EQ(q.last.rule, "step.quarantine_room");
+  q.Room({"n1", "n2", "n3", "n4"});
+  EXPECT_EQ(q.last.rule, "step.quarantine_requeue+requeue.no_progress") << q.Text();
+  EXPECT_TRUE(q.LastHas("(quarantine now)"));
+  Sim l(Env{{"FTRAIN_DETECT", "0"}});
+  l.start_node_requeues = "step-00000010 1\n";
+  l.StartTraining({"n1", "n2", "n3"}, 1);
+  l.StepExit(1);
+  l.Health(true);
+  l.t += 5;
+  l.Tick();
+  l.StepExit(1);
+  l.Health(true);
+  EXPECT_EQ(l.last.rule, "step.localise");
+  Observation loc = Obs(K::kLocalised);
+  loc.nodes = {"n2"};
+  l.On(loc);
+  EXPECT_EQ(l.last.rule, "localise.exclude");
+  EXPECT_TRUE(l.LastHas("write_node_requeues step-00000010 2")) << l.Text();
+}
+
+// A node-fault requeue (exit 76 or a failed health probe, no spare) counts too.
+TEST(JobPolicyNodeRequeue, NodeFaultRequeuesCountToo) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.start_node_requeues = "step-00000010 2\n";
+  sim.StartTraining({"n1", "n2", "n3"}, 2);
+  StepExitFaults(&sim, 76, {Fault("n3", 4, kNoGpu)});
+  EXPECT_EQ(sim.last.rule, "step.node_fault_exclude");
+  EXPECT_TRUE(sim.LastHas("write_node_requeues step-00000010 3")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("requeue budget="));
+  Sim past(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_MAX_NODE_REQUEUES", "2"}}));
+  past.start_node_requeues = "step-00000010 2\n";
+  past.StartTraining({"n1", "n2", "n3"}, 2);
+  past.StepExit(1);
+  HealthFailed(&past, {Fault("n1", -1, "GPUs: 0 visible")});
+  EXPECT_EQ(past.last.rule, "step.node_fault_exclude+requeue.no_progress") << past.Text();
+  EXPECT_TRUE(past.LastHas("(node_fault now)"));
+  EXPECT_FALSE(past.LastHas("requeue budget="));
+}
+
+// Hole 13 as the issue reproduced it: a workload that brings its node down at the same step is
+// requeued, a node fewer each time; now the sixth such requeue ends the job.
+TEST(JobPolicyNodeRequeue, AWorkloadThatKillsItsNodeAtTheSameStepEndsFailed) {
+  std::string file;  // RUN/.node_requeues, carried from start to start
+  std::vector<std::string> nodes = {"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"};
+  int starts = 0;
+  for (; starts < 8; ++starts) {
+    Sim sim(NoPreflight());
+    sim.start_node_requeues = file;
+    sim.StartTraining(nodes, starts);
+    sim.Declared(nodes.back());
+    sim.StepExitAt(1, 0, "step-00000010");
+    sim.On(Obs(K::kReleased));
+    sim.On(Obs(K::kNotRespondingWaited));
+    if (!sim.LastHas("requeue budget=")) {
+      EXPECT_EQ(sim.last.rule, "end.requeue_excluding+requeue.no_progress");
+      break;
+    }
+    for (const auto& a : sim.last.actions) {
+      if (a.kind == Action::Kind::kWriteNodeRequeues) file = a.text;
+    }
+    nodes.pop_back();
+  }
+  EXPECT_EQ(starts, 5);  // 5 requeues, the sixth start's failure ends the job
 }
 
 // ---- the table ------------------------------------------------------------------------------

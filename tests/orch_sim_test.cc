@@ -14,15 +14,14 @@
 namespace ftrain::orch {
 namespace {
 
-// Empty this once the fixes of the TERM/empty-answer exit 0, the unbounded rollback relaunch
-// and the uncounted node-failure/quarantine/localisation requeues are merged; (d), (e) and (f)
-// were found by this simulator and have no fix yet.
+// Empty this once the fixes below are merged. (c') is what remains of the uncounted requeues
+// after the bounded loops (issue 44); (d), (e) and (f) were found by this simulator and have no
+// fix yet.
 const std::set<std::string> kKnownBroken = {
-    "no_false_complete",      // (a) TERM + an empty `scontrol show job` answer: exit 0
-    "rollback_loop_bounded",  // (b) exit 79 relaunches without a limit
-    "requeue_loop_bounded",   // (c) node-failure/quarantine/localisation requeues uncounted
-    "kept_out_stays_out",     // (e) found here: a localised node is excluded from the next
-                              // requeue only (kExclude replaces ftrain's earlier exclusions)
+    "requeue_loop_bounded",  // (c') FTRAIN_DETECT=0: step.unhealthy waits for Slurm's own
+                             // node-failure requeue, which RUN/.node_requeues does not count
+    "kept_out_stays_out",    // (e) found here: a localised node is excluded from the next
+                             // requeue only (kExclude replaces ftrain's earlier exclusions)
     "run_ends",         // (d) found here: a requeue excluding dead or localised nodes asks no room
                         // (a quarantine's does): in a small partition the job pends for ever
     "cancel_is_final",  // (f) found here: a scancel while the controller is already ending

@@ -67,6 +67,7 @@ PathList RunPathsOf(const RunLayout& layout, const Resolved& root) {
       {"config_error", layout.config_error()},
       {"last_stop", layout.last_stop()},
       {"failed_starts", layout.failed_starts()},
+      {"node_requeues", layout.node_requeues()},
       {"logs", layout.logs()},
       {"tensorboard", layout.tensorboard()},
       {"profile", layout.profile()},

@@ -31,6 +31,7 @@ std::string RunLayout::hf_config_copy() const {
 }
 std::string RunLayout::last_stop() const { return JoinPath(run_dir_, ".last_stop"); }
 std::string RunLayout::failed_starts() const { return JoinPath(run_dir_, ".failed_starts"); }
+std::string RunLayout::node_requeues() const { return JoinPath(run_dir_, ".node_requeues"); }
 std::string RunLayout::logs() const { return JoinPath(run_dir_, "logs"); }
 std::string RunLayout::daemon_dir(const std::string& node) const {
   return JoinPath(run_dir_, "ckptd-" + node);

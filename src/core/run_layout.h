@@ -22,6 +22,8 @@
 //   RUN/.last_stop            why the previous start ended (slurm/train.sh)
 //   RUN/.failed_starts        "NEWEST_CHECKPOINT COUNT": starts in a row whose rank failures
 //                             outlasted the in-job restarts with no newer checkpoint (train.sh)
+//   RUN/.node_requeues        "NEWEST_CHECKPOINT COUNT": requeues in a row for a node's failure,
+//                             fault or quarantine with no newer checkpoint (ftrain job)
 //   RUN/logs/                 logs of the node agents and daemons: ckptd-<node>.log
 //   RUN/ckptd-<node>/         the node's checkpoint daemon: sock, lock (ckpt/ckptd_protocol.h),
 //                             peer-addr (where its buddy-replication port listens),
@@ -78,6 +80,7 @@ class RunLayout {
   std::string config_error() const;
   std::string last_stop() const;
   std::string failed_starts() const;
+  std::string node_requeues() const;
   std::string logs() const;
   std::string daemon_dir(const std::string& node) const;
   std::string daemon_log(const std::string& node) const;

@@ -1,6 +1,7 @@
 // orch/dry_run.cc - the recorded-observations replay and the generated table (dry_run.h).
 #include "orch/dry_run.h"
 
+#include <algorithm>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -85,7 +86,12 @@ Status Set(Observation* o, const std::string& key, const std::string& v) {
     o->reason = v;
   else if (key == "checkpoint")
     o->checkpoint = v;
-  else if (key == "detail")
+  else if (key == "rollbacks")
+    return num(&o->rollbacks);
+  else if (key == "node_requeues") {  // RUN/.node_requeues: NEWEST,COUNT (the comma: its space)
+    o->node_requeues = v;
+    std::replace(o->node_requeues.begin(), o->node_requeues.end(), ',', ' ');
+  } else if (key == "detail")
     o->detail = v;
   else
     return Status::InvalidArgument("unknown key '" + key + "'");

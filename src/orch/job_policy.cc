@@ -69,6 +69,7 @@ const char* PhaseName(Phase p) {
 
 JobPolicy::JobPolicy(JobSettings settings) : s_(std::move(settings)) {
   st_.backoff_s = s_.restart_backoff_s;
+  st_.storage_backoff_s = kStorageBackoffS;
 }
 
 double JobPolicy::StopTimeout() const {

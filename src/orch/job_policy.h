@@ -110,6 +110,24 @@ struct JobState {
   // count a start of this job keeps (kStarted; 0 when no such requeue happened).
   int requeue_nodes = 0;
   int train_count = 0;
+  // The newest complete checkpoint as the runner last saw it (the start, a step's end).
+  std::string newest_checkpoint;
+  // Exit 79 (guard.policy = rollback): RUN/rollbacks.jsonl's records after the previous step
+  // (-1: unreadable); whether the step that ended added one; the rollbacks restarted in place
+  // since rollback_checkpoint became the newest checkpoint.
+  int rollbacks_seen = -1;
+  bool rollback_recorded = false;
+  std::string rollback_checkpoint;
+  int rollback_restarts = 0;
+  std::string counting = "rank_failure";  // what a failed start counts: rank_failure | rollback
+  // Exit 74 (the checkpoint storage unreadable at resume): when the current run of 74s began
+  // (-1: none), how many, the next back-off; storage_wait: the back-off is the outage's.
+  double storage_since = -1;
+  int storage_exits = 0;
+  double storage_backoff_s = 0;
+  bool storage_wait = false;
+  // RUN/.node_requeues ("NEWEST COUNT") as this start found it, then as it wrote it.
+  std::string node_requeues;
 };
 
 // What slurmctld's answer to a TERM's question says. Only an explicit answer counts: an empty
@@ -148,6 +166,9 @@ class JobPolicy {
   static constexpr double kTermAskEveryS = 2;     // TERM, slurmctld silent: how often to ask
   static constexpr double kTermAskBoundS = 5;     // the bound of one such question
   static constexpr double kLeaseRetryEveryS = 5;  // the run lease's renewal failed: try again
+  // Exit 74: the back-off before a restart in place, doubling up to the cap.
+  static constexpr double kStorageBackoffS = 10;
+  static constexpr double kStorageBackoffMaxS = 120;
 
  private:
   Decision Start(const Observation& o);
@@ -189,6 +210,11 @@ class JobPolicy {
   Decision StartAgentsOrLaunch();
   Decision StepExited(const Observation& o);
   Decision RankFailure(double now);
+  Decision Rollback();
+  Decision RollbackCounted(const Observation& o);
+  Decision StorageOutage(double now);
+  Decision NodeRequeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude,
+                       const std::string& cause);
   Decision StopRequest(const std::string& sig, double now);
   void DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,
                       std::vector<Action>* acts);

@@ -75,17 +75,42 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.step_node_faults = o.node_faults;
   st_.localised = false;
   st_.lease_retry_until = -1;  // a step ran: the run lease was renewed
+  if (!o.checkpoint.empty()) st_.newest_checkpoint = o.checkpoint;
+  // A 79 is a rollback only when rank 0 recorded it (it appends before any rank exits): a 79
+  // without a new line of RUN/rollbacks.jsonl is a rank failure like any other.
+  const int rollbacks_before = st_.rollbacks_seen;
+  st_.rollback_recorded = o.rc == kExitRollback && o.rollbacks >= 0 && rollbacks_before >= 0 &&
+                          o.rollbacks > rollbacks_before;
+  st_.rollbacks_seen = o.rollbacks;
+  if (o.rc != kExitStorage) {  // any other end of a step ends a storage outage
+    st_.storage_since = -1;
+    st_.storage_exits = 0;
+    st_.storage_backoff_s = kStorageBackoffS;
+  }
   // A step that ended 0 after one of its nodes was declared dead did not finish.
   if (st_.rc == 0 && !st_.detect_node.empty()) st_.rc = 1;
-  const bool failed =
-      st_.rc != 0 && st_.rc != kExitRequeue && st_.rc != kExitConfig && st_.rc != kExitRollback;
-  if (failed && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
+  const bool intended = st_.rc == 0 || st_.rc == kExitRequeue || st_.rc == kExitConfig ||
+                        st_.rc == kExitStorage ||
+                        (st_.rc == kExitRollback && st_.rollback_recorded);
+  Decision d;
+  if (!intended && !st_.stop_requested && st_.detect_node.empty() && !st_.watch.empty()) {
     // A node whose slurmd refuses may have died a moment ago (its peers' collectives broke at
     // once): its heartbeat gets the time to confirm it.
     st_.phase = Phase::kConfirming;
-    return {"step.confirm", {WithNodes(Action::Kind::kConfirmDeath, st_.watch)}};
+    d = {"step.confirm", {WithNodes(Action::Kind::kConfirmDeath, st_.watch)}};
+  } else {
+    d = Decide(o.now);
   }
-  return Decide(o.now);
+  if (st_.rc == kExitRollback && !st_.rollback_recorded && !st_.stop_requested &&
+      st_.detect_node.empty()) {
+    d.actions.insert(d.actions.begin(),
+                     Log("the step exited 79 but RUN/rollbacks.jsonl has no new record (" +
+                         (o.rollbacks < 0 ? std::string("unreadable")
+                                          : std::to_string(o.rollbacks) + " records, " +
+                                                std::to_string(rollbacks_before) + " before") +
+                         "): not a rollback; treated as a rank failure"));
+  }
+  return d;
 }
 
 Decision JobPolicy::AfterConfirm(const Observation& o) {
@@ -132,16 +157,8 @@ Decision JobPolicy::Decide(double now) {
          LastStop("config_error"), Record("failed", "config_error", {records::Int("exit", rc)})},
         2);
   }
-  if (rc == kExitRollback && st_.detect_node.empty()) {
-    // Intended: rank 0 recorded the rollback in RUN/rollbacks.jsonl and every rank exited.
-    // No back-off, no in-job restart or failed start counted: guard.max_rollbacks in the
-    // trainer ends a diverging run (exit 2).
-    return Launch("step.rollback",
-                  {Log("the trainer rolled the run back (exit " + exit +
-                       ", RUN/rollbacks.jsonl): restarting in place at once; it resumes the "
-                       "newest restorable snapshot and skips the rolled-back steps"),
-                   Record("restarted", "rollback", {Lost(), records::Int("exit", rc)}, true)});
-  }
+  if (rc == kExitStorage && st_.detect_node.empty()) return StorageOutage(now);
+  if (rc == kExitRollback && st_.detect_node.empty() && st_.rollback_recorded) return Rollback();
   if ((rc == kExitSdc || rc == kExitHang) && !st_.stop_requested) {
     Decision q = QuarantineAfterStep();  // else: a rank failure like any other
     if (!q.rule.empty()) return q;
@@ -231,16 +248,16 @@ Decision JobPolicy::HealthPoll(const Observation& o) {
                      " s: requeueing job " + st_.job));
   acts.push_back(
       Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true));
-  return Requeue("healthpoll.timeout", acts, {});
+  return NodeRequeue("healthpoll.timeout", acts, {}, "node_failure");
 }
 
 Decision JobPolicy::HealthWait(const Observation& o) {
   if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
-  return Requeue("healthwait.timeout",
-                 {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
-                      " s: requeueing job " + st_.job),
-                  LastStop("node_failure")},
-                 {});
+  return NodeRequeue("healthwait.timeout",
+                     {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
+                          " s: requeueing job " + st_.job),
+                      LastStop("node_failure")},
+                     {}, "node_failure");
 }
 
 // A rank failed and every node answers.
@@ -261,10 +278,12 @@ Decision JobPolicy::RankFailure(double now) {
   }
   if (st_.injob_restarts >= s_.max_injob_restarts) {
     st_.phase = Phase::kCounting;
+    st_.counting = "rank_failure";
     return {"step.count_failed_start", {Act(Action::Kind::kCountFailedStart)}};
   }
   st_.injob_restarts += 1;
   st_.phase = Phase::kBackoff;
+  st_.storage_wait = false;
   st_.wait_until = now + st_.backoff_s;
   return {"step.rank_failure_restart",
           {Log("training step failed (exit " + exit + ") with healthy nodes: in-job restart " +
@@ -278,6 +297,7 @@ Decision JobPolicy::RankFailure(double now) {
 Decision JobPolicy::Counted(const Observation& o) {
   const std::string exit = std::to_string(st_.rc);
   const std::string n = std::to_string(o.count), k = std::to_string(s_.max_failed_starts);
+  if (st_.counting == "rollback") return RollbackCounted(o);
   if (o.count >= s_.max_failed_starts) {
     return Fail(
         "failed_start.fail",
@@ -307,7 +327,8 @@ Decision JobPolicy::Counted(const Observation& o) {
 
 Decision JobPolicy::Backoff(const Observation& o) {
   if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
-  st_.backoff_s *= 2;
+  if (!st_.storage_wait) st_.backoff_s *= 2;  // a storage outage keeps its own (StorageOutage)
+  st_.storage_wait = false;
   return Launch("backoff.relaunch");
 }
 
@@ -324,7 +345,7 @@ Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, doubl
       acts.push_back(Log("training node " + d + " failed (step exit " + exit +
                          ") and no spare is left: requeueing job " + st_.job));
       if (!st_.declared.empty()) return RequeueExcludingDead("step.dead_no_spare_left", acts);
-      return Requeue("step.dead_no_spare_left", acts, {});
+      return NodeRequeue("step.dead_no_spare_left", acts, {}, "node_failure");
     }
     const std::string spare = st_.spare_nodes.front();
     st_.spare_nodes.erase(st_.spare_nodes.begin());
@@ -371,7 +392,7 @@ Decision JobPolicy::Localised(const Observation& o) {
         after_preflight ? "preflight_failed" : "step_failed", "node_fault",
         {records::Str("nodes", Join(o.nodes, ",")), records::Str("after", st_.localise_after)}));
     acts.push_back(Log("requeueing job " + st_.job + " excluding " + Join(o.nodes, ",")));
-    return Requeue("localise.exclude", acts, {});
+    return NodeRequeue("localise.exclude", acts, {}, "node_fault");
   }
   for (const auto& n : bad_train) {  // a spare takes each bad node's ranks
     const std::string spare = st_.spare_nodes.front();
@@ -460,14 +481,14 @@ Decision JobPolicy::Ending(const Observation& o) {
     return {"end.released", {w}};
   }
   if (st_.phase == Phase::kWaitingFlag && o.kind == K::kNotRespondingWaited) {
-    return Requeue(
+    return NodeRequeue(
         "end.requeue_excluding",
         {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
              " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + o.detail + ")"),
          Record("requeue_excluding", "node_failure",
                 {records::Str("nodes", Join(st_.declared, ",")),
                  records::Int("released", st_.released ? 1 : 0)})},
-        st_.declared);
+        st_.declared, "node_failure");
   }
   if (st_.phase == Phase::kRequeueing && o.kind == K::kRequeued) {
     std::vector<Action> acts;

@@ -107,7 +107,7 @@ Decision JobPolicy::MoveOffFaultyNodes(const std::vector<std::string>& bad,
         true));
     acts.push_back(Log("no spare for " + std::string(bad.size() > 1 ? "each" : "it") +
                        ": requeueing job " + st_.job + " excluding " + Join(st_.faulty, ",")));
-    return Requeue("step.node_fault_exclude", acts, {});
+    return NodeRequeue("step.node_fault_exclude", acts, {}, "node_fault");
   }
   for (const auto& n : bad) {  // a spare takes each faulty node's ranks; survivors keep theirs
     const std::string spare = st_.spare_nodes.front();

@@ -144,7 +144,7 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
                                    ? "without its spare(s)"
                                    : "with " + std::to_string(spares_after) + " of its " +
                                          std::to_string(st_.all_nodes.size() - train) + " spare(s)";
-    return Requeue(
+    return NodeRequeue(
         "step.quarantine_requeue_fewer",
         {Log("requeued " + spares + ": node(s) " + Join(bad, " ") +
              " quarantined (RUN/quarantine.jsonl; step exit " + exit +
@@ -160,7 +160,7 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
               records::Int("spares", static_cast<int64_t>(spares_after)),
               records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
              true)},
-        {});
+        {}, "quarantine");
   }
   if (o.known && room < st_.all_nodes.size()) {
     return Fail("step.quarantine_no_room",
@@ -190,7 +190,7 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
              {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_excluding"),
               records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
              true)};
-  return Requeue("step.quarantine_requeue", acts, {});
+  return NodeRequeue("step.quarantine_requeue", acts, {}, "quarantine");
 }
 
 // At a start, after the spares were chosen: a quarantined node of the allocation gets no

@@ -44,6 +44,9 @@ Decision JobPolicy::Start(const Observation& o) {
   st_.spare_list = o.spare_list;
   st_.train_count = o.train_count;
   st_.quarantined = QuarantinedHosts(o.quarantine);
+  st_.rollbacks_seen = o.rollbacks;
+  st_.newest_checkpoint = o.checkpoint;
+  st_.node_requeues = o.node_requeues;
   st_.phase = Phase::kLease;
   return {"start.lease", {Act(Action::Kind::kAcquireLease)}};
 }
@@ -103,6 +106,7 @@ Decision JobPolicy::AfterLease() {
     rule = "start.first";
     acts.push_back(Record("started", "initial"));
     acts.push_back(Act(Action::Kind::kResetFailedStarts));
+    st_.node_requeues.clear();  // a new submission: a new budget
   }
   Action last = Act(Action::Kind::kWriteLastStop);
   last.text = "node_failure";  // what a start after a silent death assumes

@@ -111,10 +111,25 @@ const std::vector<Rule> kRules = {
    "log FAILED with the reason, record failed/config_error, exit 2 (no restart)",
    "every training node reports the same fault (exit 76): a configuration error, e.g. more "
    "ranks per node than GPUs"},
-  {"step.rollback", "training", "exit 79 (guard.policy = rollback; RUN/rollbacks.jsonl)",
+  {"step.rollback", "training",
+   "exit 79 and a new record in RUN/rollbacks.jsonl (else: a rank failure), at most "
+   "FTRAIN_MAX_ROLLBACK_RESTARTS with no newer checkpoint",
    "record restarted/rollback; relaunch at once (no back-off, no in-job restart or failed start "
-   "counted: guard.max_rollbacks in the trainer bounds it)",
+   "counted; guard.max_rollbacks in the trainer bounds a diverging run)",
    "a step's loss is not finite or spikes and guard.policy = rollback"},
+  {"step.rollback_budget", "training",
+   "exit 79 with its record, past FTRAIN_MAX_ROLLBACK_RESTARTS with no newer checkpoint",
+   "count a failed start (then failed_start.requeue or failed_start.fail)",
+   "the trainer rolls back again and again and never commits a newer checkpoint"},
+  {"step.storage_retry", "training",
+   "exit 74, the outage (since the first 74 in a row) shorter than FTRAIN_STORAGE_OUTAGE_S",
+   "record restarted/storage_outage; back off 10 s (doubling, at most 120 s); relaunch (no "
+   "in-job restart or failed start counted)",
+   "the trainer cannot read the checkpoint storage at resume (exit 74: EIO, ESTALE, a file gone)"},
+  {"step.storage_outage", "training", "exit 74, the outage reached FTRAIN_STORAGE_OUTAGE_S",
+   "log FAILED (the checkpoints are untouched; submit again when the storage is back), record "
+   "failed/storage_outage, exit 1",
+   "the checkpoint storage stays unreadable for FTRAIN_STORAGE_OUTAGE_S"},
   {"step.hang_repeated", "training / confirming",
    "exit 78 and a host named by two records of RUN/hangs.jsonl at most "
    "FTRAIN_HANG_REPEAT_WINDOW_S older than the newest",
@@ -196,12 +211,20 @@ const std::vector<Rule> kRules = {
   {"step.count_failed_start", "probing", "in-job restarts used up",
    "count the failed start against the newest checkpoint", ""},
   {"failed_start.requeue", "counting", "fewer than FTRAIN_MAX_FAILED_STARTS",
-   "record step_failed/rank_failure_requeue; requeue",
+   "record step_failed/rank_failure_requeue (rollback_requeue after exit 79s); requeue",
    "rank failures outlast FTRAIN_MAX_INJOB_RESTARTS"},
   {"failed_start.fail", "counting",
    "FTRAIN_MAX_FAILED_STARTS starts in a row with no newer checkpoint",
-   "log FAILED naming the checkpoint, record failed/rank_failure_repeated, exit 1",
+   "log FAILED naming the checkpoint, record failed/rank_failure_repeated (rollback_repeated "
+   "after exit 79s), exit 1",
    "a rank failure that every start repeats"},
+  {"requeue.no_progress", "any requeue for a node (dead, unhealthy, faulty, quarantined)",
+   "it would be requeue FTRAIN_MAX_NODE_REQUEUES + 1 in a row with no newer checkpoint "
+   "(RUN/.node_requeues)",
+   "log FAILED naming the checkpoint and what to do, record failed/node_requeues_repeated, "
+   "exit 1 (below the bound: write RUN/.node_requeues, requeue)",
+   "a node failure, fault or quarantine that every start repeats (the workload brings its node "
+   "down)"},
   // ---- the end
   {"end.released", "releasing", "the dead nodes released (or not)",
    "wait up to FTRAIN_NORESPOND_WAIT_S for slurmctld to flag them", ""},

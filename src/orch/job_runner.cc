@@ -149,6 +149,8 @@ int JobRunner::Run() {
     if (spares.ok()) st.spare_list = *spares;
   }
   ReadQuarantine(&st);
+  ReadRunRecords(&st);
+  st.node_requeues = ReadTextOr(layout_.node_requeues());
   if (auto t = ReadText(layout_.submit() + "/train-nodes-" + ctx_.job);
       t.ok() && !ctx_.job.empty()) {
     st.train_count = std::atoi(t->c_str());  // requeued with fewer nodes (job_runner_nodes.cc)
@@ -231,6 +233,7 @@ void JobRunner::WaitForEvents(double max_s) {
         while (!o.config_error.empty() && o.config_error.back() == '\n') o.config_error.pop_back();
         ReadQuarantine(&o);
         ReadNodeFaults(&o);
+        ReadRunRecords(&o);
         pending_.push_back(o);
       }
     }
@@ -468,7 +471,13 @@ void JobRunner::Execute(const Action& a) {
     }
     case K::kResetFailedStarts:
       std::remove(layout_.failed_starts().c_str());
+      std::remove(layout_.node_requeues().c_str());
       break;
+    case K::kWriteNodeRequeues: {
+      Status w = WriteFileDurably(Env::Default(), layout_.node_requeues(), a.text + "\n");
+      if (!w.ok()) Log("WARNING: cannot write " + layout_.node_requeues() + ": " + w.message());
+      break;
+    }
     case K::kCountFailedStart:
       CountFailedStart();
       break;

@@ -78,6 +78,8 @@ class JobRunner {
   void MergeRecords();
   void ReadQuarantine(Observation* o) const;
   void ReadNodeFaults(Observation* o) const;
+  void ReadRunRecords(Observation* o) const;  // rollbacks.jsonl, the newest checkpoint
+  std::string NewestCheckpoint() const;       // its name, or "none"
   void Quarantine(const Action& a);
   std::vector<records::Field> LostFields(bool at_failure);
   std::vector<std::string> AgentSteps();

@@ -305,7 +305,7 @@ void JobRunner::Exclude(const Action& a) {
   }
 }
 
-void JobRunner::CountFailedStart() {
+std::string JobRunner::NewestCheckpoint() const {
   std::string newest = "none";
   auto list = ckpt::CheckpointStore(ckpt_root_).List();
   if (list.ok()) {
@@ -317,6 +317,11 @@ void JobRunner::CountFailedStart() {
       }
     }
   }
+  return newest;
+}
+
+void JobRunner::CountFailedStart() {
+  const std::string newest = NewestCheckpoint();
   auto prev = ReadText(layout_.failed_starts());
   const int count = NextFailedStartCount(prev.ok() ? *prev : "", newest);
   Status w = WriteFileDurably(Env::Default(), layout_.failed_starts(),

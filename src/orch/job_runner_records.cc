@@ -9,6 +9,7 @@
 #include "orch/job_runner.h"
 #include "orch/quarantine.h"
 #include "records/json_lines.h"
+#include "train/config/rollback.h"
 
 namespace ftrain::orch {
 
@@ -80,6 +81,15 @@ void JobRunner::ReadQuarantine(Observation* o) const {
 // cannot run them append one each before exiting 76).
 void JobRunner::ReadNodeFaults(Observation* o) const {
   o->node_faults = NodeFaultsSince(ReadTextOr(layout_.node_faults()), node_faults_at_launch_);
+}
+
+// RUN/rollbacks.jsonl's records (train/config/rollback.h owns the file; -1 when it cannot be
+// read: a 79 is then no rollback) and the newest complete checkpoint, for a start or a step's
+// end: the policy bounds rollbacks and node requeues per newest checkpoint.
+void JobRunner::ReadRunRecords(Observation* o) const {
+  auto r = train::ReadRollbacks(layout_.run_dir());
+  o->rollbacks = r.ok() ? static_cast<int>(r->size()) : -1;
+  o->checkpoint = NewestCheckpoint();
 }
 
 // A line of RUN/quarantine.jsonl for a host the policy quarantined (a repeated hang). The

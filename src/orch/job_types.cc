@@ -41,6 +41,8 @@ std::string ToText(const Action& a) {
       return "reset_failed_starts";
     case K::kCountFailedStart:
       return "count_failed_start";
+    case K::kWriteNodeRequeues:
+      return "write_node_requeues " + a.text;
     case K::kAcquireLease:
       return "acquire_lease";
     case K::kCaptureSubmission:
@@ -168,6 +170,8 @@ std::string ToText(const Observation& o) {
       if (!o.quarantine.empty()) s += " quarantine=" + std::to_string(o.quarantine.size());
       if (!o.hangs.empty()) s += " hangs=" + std::to_string(o.hangs.size());
       if (!o.node_faults.empty()) s += " node_faults=" + std::to_string(o.node_faults.size());
+      if (o.rollbacks != 0) s += " rollbacks=" + std::to_string(o.rollbacks);
+      if (!o.checkpoint.empty()) s += " checkpoint=" + o.checkpoint;
       break;
     case K::kSignal:
       s += " " + o.signal;
@@ -180,8 +184,10 @@ std::string ToText(const Observation& o) {
       s += " bad=" + List(o.nodes);
       break;
     case K::kAgentsReady:
-    case K::kFailedStartCounted:
       s += " count=" + std::to_string(o.count);
+      break;
+    case K::kFailedStartCounted:
+      s += " count=" + std::to_string(o.count) + " checkpoint=" + o.checkpoint;
       break;
     case K::kJobState:
       s += " " + o.job_state + " reason=" + o.reason;

@@ -83,6 +83,11 @@ struct Observation {
   // kStepExited: the lines RUN/node_faults.jsonl gained while the step ran; kHealth: one per
   // problem `ftrain health` reported (host, reason)
   std::vector<NodeFaultLine> node_faults;
+  // kStarted, kStepExited: the records of RUN/rollbacks.jsonl (-1: unreadable), and the newest
+  // complete checkpoint ("checkpoint" below; "none")
+  int rollbacks = 0;
+  // kStarted: RUN/.node_requeues as it is ("NEWEST COUNT"; "" : none)
+  std::string node_requeues;
   // kStarted (all nodes of the job), kLocalised, kNodesInJob, kAgentsReady
   std::vector<std::string> nodes;
   bool known = true;  // kNodesInJob: false when slurmctld did not answer
@@ -102,7 +107,10 @@ struct Observation {
   std::vector<records::Field> fields;
   // kHealth, kReleased, kRequeued
   bool ok = false;
-  std::string detail, checkpoint;
+  std::string detail;
+  // kFailedStartCounted (what the count is against), kStarted, kStepExited: the newest
+  // complete checkpoint ("none")
+  std::string checkpoint;
   // kJobState
   std::string job_state, reason;
 };
@@ -113,8 +121,9 @@ struct Action {
     kLog,                // text
     kRecord,             // record (lost: with the lost-work fields, see below)
     kWriteLastStop,      // text: RUN/.last_stop
-    kResetFailedStarts,  // a new submission: RUN/.failed_starts removed
+    kResetFailedStarts,  // a new submission: RUN/.failed_starts and RUN/.node_requeues removed
     kCountFailedStart,   // -> kFailedStartCounted
+    kWriteNodeRequeues,  // text: RUN/.node_requeues ("NEWEST COUNT")
     kAcquireLease,       // -> kLease
     kCaptureSubmission,  // RUN/.submit for the watchers
     kCancelPending,      // text: a job id (the old job of a resubmission, if still pending)

@@ -158,6 +158,9 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_PREFLIGHT_TIMEOUT_S", 120, &s.preflight_timeout_s));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_INJOB_RESTARTS", 2, &s.max_injob_restarts));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_FAILED_STARTS", 3, &s.max_failed_starts));
+  FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_ROLLBACK_RESTARTS", 6, &s.max_rollback_restarts));
+  FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_NODE_REQUEUES", 5, &s.max_node_requeues));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_STORAGE_OUTAGE_S", 1800, &s.storage_outage_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_RESTART_BACKOFF_S", 5, &s.restart_backoff_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_HEALTH_TIMEOUT_S", 20, &s.health_timeout_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_HEALTH_WAIT_S", 300, &s.health_wait_s));

@@ -39,6 +39,15 @@ struct JobSettings {
   double preflight_timeout_s = 120;
   int max_injob_restarts = 2;
   int max_failed_starts = 3;
+  // FTRAIN_MAX_ROLLBACK_RESTARTS: exits 79 (guard.policy = rollback) restarted in place with no
+  // newer complete checkpoint; past it a failed start is counted (2 x guard.max_rollbacks).
+  int max_rollback_restarts = 6;
+  // FTRAIN_MAX_NODE_REQUEUES: requeues in a row for a node's failure, fault or quarantine with
+  // no newer complete checkpoint (RUN/.node_requeues); one more ends the job FAILED.
+  int max_node_requeues = 5;
+  // FTRAIN_STORAGE_OUTAGE_S: how long the trainer's exit 74 (the checkpoint storage unreadable
+  // at resume) is restarted in place, from the first 74 in a row; past it the job FAILS.
+  double storage_outage_s = 1800;
   double restart_backoff_s = 5;
   double health_timeout_s = 20;
   // The GPUs `ftrain health` wants on each node: the ranks per node when the config (with

@@ -46,14 +46,16 @@ std::string OneExitPerStart(const SimFacts& f) {
   return "";
 }
 
-// Launches in one start that failed in a row without a new checkpoint (rollbacks apart).
+// Launches in one start that failed in a row without a new checkpoint (rollbacks apart, and
+// exit 74: a storage outage at resume restarts in place until FTRAIN_STORAGE_OUTAGE_S, a bound
+// in time, not in launches).
 std::string InjobLoopBounded(const SimFacts& f) {
   int run = 0, start = -1;
   for (const auto& l : f.launches) {
     if (l.start != start) run = 0;
     start = l.start;
     if (l.progressed || l.stopped) run = 0;
-    if (l.stopped || l.rc == 79 || l.rc == -1) continue;
+    if (l.stopped || l.rc == 79 || l.rc == 74 || l.rc == -1) continue;
     if (++run > f.injob_budget) {
       return std::to_string(run) + " failed launches in a row in start " + std::to_string(start) +
              " without a new checkpoint (budget " + std::to_string(f.injob_budget) + ")";

@@ -2,7 +2,8 @@
 // played as the runner (job_runner*.cc) and Slurm would: a question's answer comes after
 // seeded latency, before anything else reaches the policy (the runner blocks on it); slurmctld
 // down or busy answers nothing; a launch resumes, trains and ends; the run directory's files
-// (.failed_starts, .last_stop, quarantine.jsonl, hangs.jsonl) persist across starts.
+// (.failed_starts, .node_requeues, .last_stop, quarantine.jsonl, hangs.jsonl, rollbacks.jsonl)
+// persist across starts.
 #include <algorithm>
 
 #include "orch/sim_world.h"
@@ -153,12 +154,16 @@ void World::Execute(const Action& a) {
     case K::kWriteLastStop:
       last_stop_ = a.text;
       return;
-    case K::kResetFailedStarts:
+    case K::kResetFailedStarts:  // the runner removes both counts (job_runner.cc)
       failed_starts_.clear();
+      node_requeues_.clear();
+      return;
+    case K::kWriteNodeRequeues:
+      node_requeues_ = a.text + "\n";
       return;
     case K::kCountFailedStart: {
       Observation o = Obs(O::kFailedStartCounted);
-      o.checkpoint = committed_ > 0 ? "step_" + std::to_string(committed_) : "none";
+      o.checkpoint = Newest();
       o.count = NextFailedStartCount(failed_starts_, o.checkpoint);
       failed_starts_ = o.checkpoint + " " + std::to_string(o.count) + "\n";
       Answer(o, 0.05);

@@ -55,8 +55,14 @@ void World::Setup() {
   facts_.seed = opt_.seed;
   facts_.total_steps = total_;
   facts_.injob_budget = s.max_injob_restarts + 2 + spare_n_;
-  facts_.rollback_budget = (s.max_injob_restarts + 1) * s.max_failed_starts;
-  facts_.requeue_budget = s.max_failed_starts + 1;
+  // A start restarts at most FTRAIN_MAX_ROLLBACK_RESTARTS rollbacks in place; the next one
+  // counts a failed start (job_policy_loops.cc). The budget is per start: the starts without a
+  // newer checkpoint are bounded by the failed starts and the node requeues.
+  facts_.rollback_budget =
+      (s.max_rollback_restarts + 1) * (s.max_failed_starts + s.max_node_requeues);
+  // Failed starts requeue at most FTRAIN_MAX_FAILED_STARTS - 1 times, and requeues for nodes
+  // at most FTRAIN_MAX_NODE_REQUEUES times, per newest checkpoint: one requeue of slack.
+  facts_.requeue_budget = s.max_failed_starts + s.max_node_requeues;
   facts_.ckpt_interval_s = every_ * step_s_;
   // Every wait the controller may add to one recovery (docs/operations.md's settings), the
   // slowest resume the world plays (90 s) three times, and a margin of 5 minutes.
@@ -281,6 +287,9 @@ void World::BeginStart() {
   o.train_count = train_count_;
   o.quarantine = quarantine_;
   o.hangs = hangs_;
+  o.rollbacks = rollbacks_;  // as the runner reads them (job_runner_records.cc)
+  o.checkpoint = Newest();
+  o.node_requeues = node_requeues_;
   Trace("SLURM start #" + std::to_string(gen_) + " restart_count " +
         std::to_string(restart_count_) + " on " + std::to_string(num_nodes_) + " nodes");
   Observation usr1;
@@ -397,11 +406,15 @@ void World::StepEnded(const Observation& end) {
       }
     }
   }
+  // Rank 0 appends the rollback's record to RUN/rollbacks.jsonl before any rank exits 79.
+  if (rc == kExitRollback) ++rollbacks_;
   Observation o;
   o.kind = Observation::Kind::kStepExited;
   o.rc = rc;
   o.quarantine = quarantine_;
   o.hangs = hangs_;
+  o.rollbacks = rollbacks_;
+  o.checkpoint = Newest();
   PushObs(t_, o, false);
 }
 

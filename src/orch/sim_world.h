@@ -128,6 +128,10 @@ class World {
   double SlurmLatency() { return SlurmctldUp(t_) ? rng_.Uniform(0.02, 0.5) : 20; }
   bool NodeOk(int n) const { return nodes_[n].down_until <= t_ && nodes_[n].hung_until <= t_; }
   bool NodeHealthy(int n) const { return NodeOk(n) && !nodes_[n].bad_gpu; }
+  // The newest complete checkpoint's name as the runner reports it ("none": none yet).
+  std::string Newest() const {
+    return committed_ > 0 ? "step_" + std::to_string(committed_) : "none";
+  }
   bool FsUp(double t) const;
   int NodeIndex(const std::string& name) const;
   std::vector<std::string> Names(const std::vector<int>& idx) const;
@@ -157,6 +161,8 @@ class World {
   std::vector<QuarantineLine> quarantine_;
   std::vector<HangLine> hangs_;
   std::string failed_starts_, last_stop_;
+  std::string node_requeues_;  // RUN/.node_requeues ("NEWEST COUNT\n"; "": none)
+  int rollbacks_ = 0;          // RUN/rollbacks.jsonl's records (rank 0 appends one per 79)
   double step_s_ = 1, time_limit_s_ = 86400, pending_since_ = -1, external_wait_s_ = 0;
   int64_t total_ = 0, every_ = 0, committed_ = 0, best_committed_ = 0;
   bool cancelled_ = false, preempted_ = false, timed_out_ = false, ended_ = false;

@@ -14,6 +14,7 @@ constexpr int kExitConfig = kExitUsage;
 
 // ftrain train: the checkpoint storage could not be read at resume (I/O errors, files that
 // went missing) for ckpt.resume_retry_s; nothing was moved aside: retry later (EX_IOERR).
+// The job controller restarts in place after a back-off until FTRAIN_STORAGE_OUTAGE_S.
 constexpr int kExitStorage = 74;
 // ftrain train: checkpointed on request (USR1/TERM); requeue me (EX_TEMPFAIL).
 constexpr int kExitRequeue = 75;

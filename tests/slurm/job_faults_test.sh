@@ -16,7 +16,16 @@
 #   silentcancelled: slurmctld answers only after the deadline, and says cancelled: not
 #              requeued (22.05 would run it again), exit 1;
 #   twojobs:   a second job on the same run directory while the first runs (a user's second
-#              sbatch): it refuses to train (exit 1, refused/lease_held), never starts a step.
+#              sbatch): it refuses to train (exit 1, refused/lease_held), never starts a step;
+#   (issue 44: every loop ends)
+#   storage:   every step exits 74 (checkpoint storage unreadable at resume): restarted in place
+#              after the back-off, then FAILED past FTRAIN_STORAGE_OUTAGE_S, nothing requeued;
+#   norecord:  exits 79 with nothing in RUN/rollbacks.jsonl: rank failures, FAILED by the
+#              failed-start budget;
+#   rollbacks: exits 79, each recorded: restarted in place FTRAIN_MAX_ROLLBACK_RESTARTS times,
+#              then a failed start (FAILED at FTRAIN_MAX_FAILED_STARTS=1);
+#   nodes:     a node that does not answer the health probe: the requeue is counted in
+#              RUN/.node_requeues; with FTRAIN_MAX_NODE_REQUEUES requeues behind it, FAILED.
 # Exit 0 pass, 1 fail.
 set -euo pipefail
 
@@ -35,10 +44,15 @@ log() { echo "[$(date '+%T')] job_faults_test: $*"; }
 fail() { echo "job_faults_test: FAIL: $*" >&2; exit 1; }
 
 mkdir -p "${WORK}/bin"
-# srun: the training step exits STUB_STEP_RC (after STUB_STEP_S seconds); it records its call.
+# srun: the training step exits STUB_STEP_RC (after STUB_STEP_S seconds; with STUB_ROLLBACK=1
+# after appending a record to RUN/rollbacks.jsonl, as rank 0 does); the health probe exits
+# STUB_PROBE_RC; it records its call.
 cat >"${WORK}/bin/srun" <<'EOF'
 #!/usr/bin/env bash
 echo "$*" >>"${STUB_STATE}/srun_calls"
+[[ " $* " == *" train "* ]] || exit "${STUB_PROBE_RC:-0}"
+[[ "${STUB_ROLLBACK:-0}" == 0 ]] ||
+  echo '{"time":1,"step":5,"reason":"spike","resumed_from":0}' >>"${FTRAIN_RUN_DIR}/rollbacks.jsonl"
 [[ "${STUB_STEP_S:-0}" == 0 ]] || exec sleep "${STUB_STEP_S}"
 exit "${STUB_STEP_RC:-0}"
 EOF
@@ -88,6 +102,11 @@ finish() {  # finish NAME: waits for the start; sets RC
 }
 records() { cat "${WORK}/$1/run/restarts.jsonl" "${WORK}/$1/run/.records/"*.jsonl 2>/dev/null | sort -u || true; }
 count() { cat "${WORK}/$1/state/$2" 2>/dev/null || echo 0; }
+steps() {  # steps NAME: how many training steps were launched
+  local n
+  n=$(grep -c ' train ' "${WORK}/$1/state/srun_calls" 2>/dev/null) || true
+  echo "${n:-0}"
+}
 
 start failonce 42 STUB_STEP_RC=75 REQUEUE_MODE=fail_once
 finish failonce
@@ -170,4 +189,56 @@ kill -TERM "${first}" 2>/dev/null || true
 wait "${first}" 2>/dev/null || true  # it writes its stop record: before the work dir goes
 BG=()
 log "twojobs: a second job on a run held by a running one refused to train"
+
+start storage 42 STUB_STEP_RC=74 FTRAIN_STORAGE_OUTAGE_S=5
+finish storage
+((RC == 1)) || fail "storage: exit ${RC}, not 1: $(cat "${WORK}/storage/out")"
+(($(steps storage) == 2 && $(count storage requeue_calls) == 0)) ||
+  fail "storage: $(steps storage) steps, $(count storage requeue_calls) requeues: not restarted once in place"
+grep -q "restarting in place in 10 s" "${WORK}/storage/out" || fail "storage: no back-off: $(cat "${WORK}/storage/out")"
+grep -q "FAILED: the checkpoint storage could not be read at resume (exit 74)" "${WORK}/storage/out" ||
+  fail "storage: no FAILED line: $(cat "${WORK}/storage/out")"
+grep -q '"event":"failed","cause":"storage_outage"' <<<"$(records storage)" ||
+  fail "storage: no failed/storage_outage record: $(records storage)"
+log "storage: exit 74 restarted in place after 10 s, FAILED past FTRAIN_STORAGE_OUTAGE_S=5"
+
+start norecord 42 STUB_STEP_RC=79 FTRAIN_RESTART_BACKOFF_S=0 FTRAIN_MAX_INJOB_RESTARTS=1 \
+  FTRAIN_MAX_FAILED_STARTS=1
+finish norecord
+((RC == 1)) || fail "norecord: exit ${RC}, not 1: $(cat "${WORK}/norecord/out")"
+(($(steps norecord) == 2)) || fail "norecord: $(steps norecord) steps, not 2 (one in-job restart)"
+grep -q "exited 79 but RUN/rollbacks.jsonl has no new record" "${WORK}/norecord/out" ||
+  fail "norecord: a 79 without a record not taken as a rank failure: $(cat "${WORK}/norecord/out")"
+grep -q '"event":"failed","cause":"rank_failure_repeated"' <<<"$(records norecord)" ||
+  fail "norecord: no failed/rank_failure_repeated record: $(records norecord)"
+log "norecord: exits 79 without a rollback record: rank failures, FAILED by the failed-start budget"
+
+start rollbacks 42 STUB_STEP_RC=79 STUB_ROLLBACK=1 FTRAIN_MAX_ROLLBACK_RESTARTS=2 \
+  FTRAIN_MAX_FAILED_STARTS=1
+finish rollbacks
+((RC == 1)) || fail "rollbacks: exit ${RC}, not 1: $(cat "${WORK}/rollbacks/out")"
+(($(steps rollbacks) == 3)) || fail "rollbacks: $(steps rollbacks) steps, not 3 (2 rollback restarts)"
+grep -q "past FTRAIN_MAX_ROLLBACK_RESTARTS=2" "${WORK}/rollbacks/out" ||
+  fail "rollbacks: no budget line: $(cat "${WORK}/rollbacks/out")"
+grep -q '"event":"failed","cause":"rollback_repeated"' <<<"$(records rollbacks)" ||
+  fail "rollbacks: no failed/rollback_repeated record: $(records rollbacks)"
+log "rollbacks: 2 recorded rollbacks restarted in place, the third counted a failed start: FAILED"
+
+start nodes 42 STUB_STEP_RC=1 STUB_PROBE_RC=1 FTRAIN_HEALTH_WAIT_S=1
+finish nodes
+((RC == 0 && $(count nodes requeue_calls) == 1)) ||
+  fail "nodes: exit ${RC}, $(count nodes requeue_calls) requeues: $(cat "${WORK}/nodes/out")"
+[[ "$(cat "${WORK}/nodes/run/.node_requeues")" == "none 1" ]] ||
+  fail "nodes: RUN/.node_requeues is '$(cat "${WORK}/nodes/run/.node_requeues" 2>&1)', not 'none 1'"
+mkdir -p "${WORK}/nodeloop/run"
+echo "none 5" >"${WORK}/nodeloop/run/.node_requeues"
+start nodeloop 42 STUB_STEP_RC=1 STUB_PROBE_RC=1 FTRAIN_HEALTH_WAIT_S=1 SLURM_RESTART_COUNT=5
+finish nodeloop
+((RC == 1 && $(count nodeloop requeue_calls) == 0)) ||
+  fail "nodeloop: exit ${RC}, $(count nodeloop requeue_calls) requeues: $(cat "${WORK}/nodeloop/out")"
+grep -q "FAILED: not requeueing after all: job 42 was requeued 5 times in a row" "${WORK}/nodeloop/out" ||
+  fail "nodeloop: no FAILED line: $(cat "${WORK}/nodeloop/out")"
+grep -q '"event":"failed","cause":"node_requeues_repeated"' <<<"$(records nodeloop)" ||
+  fail "nodeloop: no failed/node_requeues_repeated record: $(records nodeloop)"
+log "nodes: a node requeue is counted in RUN/.node_requeues; the sixth in a row ends the job FAILED"
 log "PASS"
