@@ -25,8 +25,6 @@ const std::set<std::string> kKnownBroken = {
                               // requeue only (kExclude replaces ftrain's earlier exclusions)
     "run_ends",         // (d) found here: a requeue excluding dead or localised nodes asks no room
                         // (a quarantine's does): in a small partition the job pends for ever
-    "cancel_is_final",  // (f) found here: a scancel while the controller is already ending
-                        // (releasing, waiting_flag) is ignored and its requeue runs the job again
 };
 
 constexpr uint64_t kSeeds = 2000;

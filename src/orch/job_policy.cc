@@ -159,12 +159,17 @@ Decision JobPolicy::On(const Observation& o) {
     case Phase::kAskingJob:
       return AskingJob(o);
     case Phase::kCheckingRoom:
-      if (o.kind == K::kRoom) return RoomKnown(o);
+      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
+      if (o.kind == K::kRoom) return st_.room_for == "dead" ? DeadRoomKnown(o) : RoomKnown(o);
       break;
     case Phase::kReleasing:
     case Phase::kWaitingFlag:
     case Phase::kRequeueing:
     case Phase::kDraining:
+      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
+      if (o.kind == K::kRequeued && !o.ok && o.job_state == "CANCELLED") {
+        return RequeueRefusedCancelled(o);
+      }
       return Ending(o);
     case Phase::kDone:
       break;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "orch/quarantine.h"
+
 namespace ftrain::orch::sim {
 namespace {
 
@@ -252,9 +254,11 @@ void World::BeginStart() {
     const bool faulty =
         nodes_[n].bad_gpu &&
         std::find(excluded_faulty_.begin(), excluded_faulty_.end(), n) != excluded_faulty_.end();
+    // A node kept out as faulty (a node_fault line) may come back once repaired.
     const bool quarantined =
-        std::any_of(quarantine_.begin(), quarantine_.end(),
-                    [&](const QuarantineLine& q) { return q.host == nodes_[n].name; });
+        std::any_of(quarantine_.begin(), quarantine_.end(), [&](const QuarantineLine& q) {
+          return q.host == nodes_[n].name && (q.cause != kFaultyCause || nodes_[n].bad_gpu);
+        });
     if (faulty || quarantined) {
       facts_.readmitted.push_back(nodes_[n].name + " at t=" + std::to_string(int64_t(t_)) + " s");
     }

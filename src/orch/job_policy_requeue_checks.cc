@@ -1,0 +1,160 @@
+// orch/job_policy_requeue_checks.cc - JobPolicy, part 7: what the job checks on its way to a
+// requeue. A requeue excluding dead nodes first asks whether the partition can hold the job
+// without them (else it pends for ever: its ExcNodeList outlives the repair); a node found
+// faulty is kept out of the run's later starts and requeues (a RUN/quarantine.jsonl line, cause
+// node_fault, for FTRAIN_FAULTY_KEEP_S); a user's cancel that comes while the requeue is on its
+// way is honoured (slurmctld is asked, and no try of the requeue runs a cancelled job).
+#include "orch/job_policy.h"
+#include "orch/job_policy_util.h"
+#include "orch/quarantine.h"
+
+namespace ftrain::orch {
+
+using policy_util::Act;
+using policy_util::Contains;
+using policy_util::Fmt;
+using policy_util::Join;
+using policy_util::WithNodes;
+
+// A line of RUN/quarantine.jsonl (cause node_fault) for each node, and the node among this
+// start's quarantined ones: the exclusion of the next requeue alone would not hold (a later
+// requeue's ExcNodeList replaces it).
+void JobPolicy::KeepOutFaulty(const std::vector<std::string>& nodes, const std::string& reason,
+                              std::vector<Action>* acts) {
+  for (const auto& n : nodes) {
+    // Excluded by every requeue of this start too (a spare took its ranks: a later requeue).
+    if (!Contains(st_.quarantined, n)) st_.quarantined.push_back(n);
+    Action q = WithNodes(Action::Kind::kQuarantine, {n});
+    q.text = kFaultyCause;
+    q.record.fields = {records::Str("reason", reason), records::Int("exit", st_.rc)};
+    acts->push_back(q);
+  }
+  if (nodes.empty()) return;
+  acts->push_back(
+      Log("node(s) " + Join(nodes, " ") + " stay out of this run's starts and requeues for " +
+          (s_.faulty_keep_s > 0 ? Fmt(s_.faulty_keep_s) + " s (FTRAIN_FAULTY_KEEP_S)"
+                                : std::string("the whole run (FTRAIN_FAULTY_KEEP_S=0)")) +
+          ": " + s_.run_dir + "/quarantine.jsonl, cause " + kFaultyCause +
+          "; delete a node's node_fault lines once it is repaired to use it again sooner"));
+}
+
+// No spare for the faulty nodes: they are kept out like quarantined ones, so the requeue asks the
+// partition first (job_policy_quarantine.cc, RoomKnown): fewer spares, or FAILED naming them
+// when the partition cannot hold the job without them (it would pend for ever).
+Decision JobPolicy::CheckRoomForFaulty(std::string rule, const std::vector<std::string>& bad,
+                                       std::vector<Action> acts) {
+  for (const auto& b : bad) {
+    if (!Contains(st_.quarantined, b)) st_.quarantined.push_back(b);
+  }
+  st_.quarantine_bad = bad;
+  st_.room_for = "quarantine";
+  st_.phase = Phase::kCheckingRoom;
+  acts.push_back(Act(Action::Kind::kQueryRoom));
+  return {std::move(rule), acts};
+}
+
+// The dead nodes are flagged (or the wait is over): can the partition hold the job without
+// them and the run's faulty and quarantined nodes?
+Decision JobPolicy::AskRoomForDead(const std::string& flagged) {
+  st_.dead_seen = flagged;
+  st_.room_for = "dead";
+  st_.phase = Phase::kCheckingRoom;
+  return {"end.room", {Act(Action::Kind::kQueryRoom)}};
+}
+
+Decision JobPolicy::DeadRoomKnown(const Observation& o) {
+  std::vector<std::string> out = st_.declared;
+  for (const auto& v : {st_.faulty, st_.quarantined}) {
+    for (const auto& n : v) {
+      if (!Contains(out, n)) out.push_back(n);
+    }
+  }
+  size_t room = 0;
+  for (const auto& n : o.nodes) room += Contains(out, n) ? 0 : 1;
+  if (!o.known || room >= st_.all_nodes.size()) {
+    return Requeue(
+        "end.requeue_excluding",
+        {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
+             " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + st_.dead_seen + ")"),
+         Record("requeue_excluding", "node_failure",
+                {records::Str("nodes", Join(st_.declared, ",")),
+                 records::Int("released", st_.released ? 1 : 0)})},
+        st_.declared);
+  }
+  // Excluded, they would stay excluded after their repair: the job would pend for ever. Slurm
+  // schedules no node while it is down: without the exclusion the job pends until enough are
+  // back, then runs.
+  st_.exclude.clear();
+  return Requeue(
+      "end.requeue_no_room",
+      {Log("the job's partition has " + std::to_string(room) + " node(s) besides " +
+           Join(out, ",") + " for the job's " + std::to_string(st_.all_nodes.size()) +
+           ": requeueing job " + st_.job + " without excluding the dead node(s) " +
+           Join(st_.declared, ",") +
+           " (Slurm does not schedule a node while it is down; the job pends until enough "
+           "nodes are back; Slurm sees: " +
+           st_.dead_seen + ")"),
+       Record("requeue_no_room", "node_failure",
+              {records::Str("nodes", Join(st_.declared, ",")),
+               records::Int("room", static_cast<int64_t>(room)),
+               records::Int("released", st_.released ? 1 : 0)})},
+      {});
+}
+
+// A TERM while the job is on its way to a requeue (releasing dead nodes, waiting for their
+// flag, asking the partition's room): a user's scancel must not be requeued. Slurm's own TERM
+// after the requeue comes later, in kRequeueing or kDraining, and is ignored there.
+Decision JobPolicy::TermWhileEnding(const Observation& o) {
+  (void)o;
+  if (st_.term_ending) return {"", {}};  // asked already
+  st_.term_ending = true;
+  Action ask = Act(Action::Kind::kQueryJobState);
+  ask.seconds = kTermAskBoundS;
+  return {"term.ask_ending",
+          {Log("TERM while job " + st_.job + " is on its way to a requeue (" +
+               PhaseName(st_.phase) + "): asking slurmctld whether it is cancelled"),
+           ask}};
+}
+
+Decision JobPolicy::EndingJobState(const Observation& o) {
+  const TermAnswer answer = ClassifyTermAnswer(o.job_state, o.reason);
+  const bool before_requeue = st_.phase == Phase::kReleasing || st_.phase == Phase::kWaitingFlag ||
+                              st_.phase == Phase::kCheckingRoom;
+  if (answer == TermAnswer::kCancelled && before_requeue) {
+    return Fail("term.cancelled_ending",
+                {Log("TERM: job " + st_.job + " is cancelled (" + o.job_state +
+                     (o.reason.empty() ? "" : ", " + o.reason) +
+                     "): not requeueing it (a cancelled job stays cancelled); stopping"),
+                 Record("stopped", "cancelled", {records::Str("during", PhaseName(st_.phase))})},
+                0);
+  }
+  return {"term.ending_goes_on",
+          {Log("TERM while ending: slurmctld says " +
+               (o.job_state.empty() ? std::string("nothing") : o.job_state + ", " + o.reason) +
+               ": the requeue goes on (no try of it requeues a job slurmctld says is "
+               "cancelled)")}};
+}
+
+// The runner's requeue found the job cancelled (a scancel while the controller decided): the
+// job ends as the user asked, exit 0, never requeued.
+Decision JobPolicy::RequeueRefusedCancelled(const Observation& o) {
+  st_.exit_code = 0;
+  std::vector<Action> acts{
+      Log("not requeueing job " + st_.job + ": " + o.detail +
+          " (a user cancelled it while the controller was deciding; it stays cancelled)"),
+      Record("stopped", "cancelled", {records::Str("during", "the requeue")})};
+  if (st_.agents) {
+    Action w = Act(Action::Kind::kWaitAgents);
+    w.seconds = 10;
+    acts.push_back(w);
+    st_.phase = Phase::kDraining;
+    return {"end.requeue_cancelled", acts};
+  }
+  st_.phase = Phase::kDone;
+  Action exit = Act(Action::Kind::kExit);
+  exit.code = 0;
+  acts.push_back(exit);
+  return {"end.requeue_cancelled", acts};
+}
+
+}  // namespace ftrain::orch
