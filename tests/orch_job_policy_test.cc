@@ -979,6 +979,27 @@ TEST(JobPolicyTraining, ADeadNodeInAPartitionWithoutRoomIsRequeuedNotExcluded) {
   EXPECT_EQ(sim.ExitCode(), 0);
 }
 
+// Too few nodes for the spares only: the dead node is excluded and the spares give way.
+TEST(JobPolicySpares, ADeadNodeWithoutSpareLeftAndRoomOnlyForTheTrainingNodesRequeuesFewer) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3", "n4"}, 0, {"n4"});  // training n1 n2 n3, spare n4
+  sim.NodesInJob({"n1", "n2", "n3"});                      // the spare is gone
+  sim.Declared("n2");
+  sim.StepExit(137);
+  sim.NodesInJob({"n1", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.dead_no_spare_left") << sim.Text();
+  Observation rel = Obs(K::kReleased);
+  rel.ok = true;
+  sim.On(rel);
+  sim.On(Obs(K::kNotRespondingWaited));
+  EXPECT_EQ(sim.last.rule, "end.room");
+  sim.Room({"n1", "n2", "n3", "n4"});  // 3 besides n2: the training nodes, no spare
+  EXPECT_EQ(sim.last.rule, "end.requeue_fewer") << sim.Text();
+  sim.Requeued(true);
+  EXPECT_TRUE(sim.LastHas("exclude dead=[n2] faulty=[] released num_nodes=3 train_count=3"))
+      << sim.Text();
+}
+
 // Simulation seed 16684 (hole f): a user's scancel while the controller is on its way to a
 // requeue must not be requeued (Slurm 22.05 runs a requeued COMPLETING job again).
 TEST(JobPolicyTerm, ATermWhileRequeueingAsksAndACancelledJobIsNeverRequeued) {
@@ -1365,7 +1386,34 @@ TEST(JobPolicyRankFailure, ALocalisedNodeStaysOutOfLaterRequeuesUntilItsLineExpi
   next.Signal("USR1");
   next.StepExit(75);
   next.Requeued(true);
+  // The stop did not ask the partition (it races the time limit): asked once it landed.
+  EXPECT_EQ(next.last.rule, "end.room_after_requeue");
+  next.Room({"n1", "n2", "n3", "n4"});
+  EXPECT_EQ(next.last.rule, "end.room_ok+end.requeued");
   EXPECT_TRUE(next.LastHas("exclude dead=[] faulty=[n2]")) << next.Text();
+  // Too few nodes without n2 for the spare: the requeued job gets fewer; too few even for the
+  // training nodes: a warning saying what to do (it would pend until an operator acts).
+  for (const bool some : {true, false}) {
+    Sim fewer(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_SPARE_NODES", "1"}});
+    fewer.start_quarantine = lines;
+    fewer.t = 1000;
+    fewer.StartTraining({"n1", "n3", "n4"}, 0, {"n4"});
+    fewer.Signal("USR1");
+    fewer.StepExit(75);
+    fewer.Requeued(true);
+    EXPECT_EQ(fewer.last.rule, "end.room_after_requeue");
+    if (some) {
+      fewer.Room({"n1", "n2", "n3"});
+      EXPECT_EQ(fewer.last.rule, "end.requeued_fewer+end.requeued");
+      EXPECT_TRUE(fewer.LastHas("exclude dead=[] faulty=[n2] num_nodes=2 train_count=2"))
+          << fewer.Text();
+    } else {
+      fewer.Room({"n1", "n2"});
+      EXPECT_EQ(fewer.last.rule, "end.requeued_no_room+end.requeued");
+      EXPECT_TRUE(fewer.LastHas("WARNING: the job's partition has 1 node(s) besides n2"))
+          << fewer.Text();
+    }
+  }
 
   // FTRAIN_FAULTY_KEEP_S after its line, the node is presumably repaired: no longer excluded.
   Sim later(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_FAULTY_KEEP_S", "3600"}});
@@ -1702,7 +1750,9 @@ TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
   // A later requeue for another reason keeps them excluded.
   sim.Signal("USR1");
   sim.StepExit(75);
-  sim.FinishRequeue();
+  sim.Requeued(true);
+  sim.Room({"n1", "n2", "n3", "n4", "n5", "n6"});  // asked once the requeue landed
+  sim.On(Obs(K::kAgentsStopped));
   bool excluded = false;
   for (const auto& a : sim.actions)
     excluded = excluded || ToText(a) == "exclude dead=[] faulty=[n2 n4]";

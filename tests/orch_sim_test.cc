@@ -15,17 +15,14 @@ namespace ftrain::orch {
 namespace {
 
 // Empty this once the fixes of the TERM/empty-answer exit 0, the unbounded rollback relaunch
-// and the uncounted node-failure/quarantine/localisation requeues are merged. (e) and (f),
-// found by this simulator, are fixed; (d) is fixed for the requeues that exclude dead, faulty
-// or quarantined nodes, not yet for a later requeue (a stop, a rank failure) that excludes the
-// run's kept-out nodes after its own start lost nodes.
+// and the uncounted node-failure/quarantine/localisation requeues are merged. (d), (e) and (f),
+// found by this simulator, are fixed, but for one case of (d).
 const std::set<std::string> kKnownBroken = {
     "no_false_complete",      // (a) TERM + an empty `scontrol show job` answer: exit 0
     "rollback_loop_bounded",  // (b) exit 79 relaunches without a limit
     "requeue_loop_bounded",   // (c) node-failure/quarantine/localisation requeues uncounted
-    "run_ends",  // (d) found here: a requeue that excludes the run's kept-out nodes for another
-                 // cause (a stop, a rank failure) asks no room: in a small partition the job
-                 // pends for ever (seed 449 at one day)
+    "run_ends",  // (d) left: sinfo does not answer the room question and the requeue excludes
+                 // the run's kept-out nodes anyway: in a small partition it pends for ever
 };
 
 constexpr uint64_t kSeeds = 2000;

@@ -113,7 +113,9 @@ struct JobState {
   // What the partition's room is asked for (kCheckingRoom): "quarantine" or "dead" (a requeue
   // excluding dead nodes, job_policy_requeue_checks.cc).
   std::string room_for;
-  std::string dead_seen;     // Slurm's view of the dead nodes after the wait for the flag
+  std::string dead_seen;    // Slurm's view of the dead nodes after the wait for the flag
+  bool room_known = false;  // this end asked the partition's room already
+  std::optional<Observation> held_requeued;  // a verified requeue, held for the room's answer
   bool term_ending = false;  // a TERM came while the job was already ending: slurmctld asked
 };
 
@@ -199,6 +201,8 @@ class JobPolicy {
   Decision TermWhileEnding(const Observation& o);
   Decision EndingJobState(const Observation& o);
   Decision RequeueRefusedCancelled(const Observation& o);
+  bool NeedsRoomAfterRequeue() const;
+  Decision RoomAfterRequeue(const Observation& o);
   std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();

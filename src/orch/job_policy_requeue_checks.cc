@@ -63,7 +63,81 @@ Decision JobPolicy::AskRoomForDead(const std::string& flagged) {
 }
 
 Decision JobPolicy::DeadRoomKnown(const Observation& o) {
-  std::vector<std::string> out = st_.declared;
+  std::vector<std::string> kept;  // the run's faulty and quarantined nodes
+  for (const auto& v : {st_.faulty, st_.quarantined}) {
+    for (const auto& n : v) {
+      if (!Contains(kept, n)) kept.push_back(n);
+    }
+  }
+  size_t room = 0, room_with_dead = 0;
+  for (const auto& n : o.nodes) {
+    if (Contains(kept, n)) continue;
+    room_with_dead += 1;
+    room += Contains(st_.declared, n) ? 0 : 1;
+  }
+  const size_t all = st_.all_nodes.size();
+  const size_t train = st_.spares ? st_.train_nodes.size() : all;
+  const std::string seen = "Slurm sees: " + st_.dead_seen;
+  if (!o.known || room >= all) {
+    return Requeue("end.requeue_excluding",
+                   {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
+                        " (released: " + (st_.released ? "1" : "0") + "; " + seen + ")"),
+                    Record("requeue_excluding", "node_failure",
+                           {records::Str("nodes", Join(st_.declared, ",")),
+                            records::Int("released", st_.released ? 1 : 0)})},
+                   st_.declared);
+  }
+  if (room >= train) {  // only the spares give way (as a quarantine's requeue_fewer)
+    st_.requeue_nodes = static_cast<int>(room);
+    return Requeue("end.requeue_fewer",
+                   {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
+                        " on " + std::to_string(room) + " node(s) (" + std::to_string(train) +
+                        " training, as before): the job's partition has no more besides them and " +
+                        (kept.empty() ? "none kept out" : Join(kept, ",")) + " (" + seen + ")"),
+                    Record("requeue_excluding", "node_failure",
+                           {records::Str("nodes", Join(st_.declared, ",")),
+                            records::Int("released", st_.released ? 1 : 0),
+                            records::Int("num_nodes", static_cast<int64_t>(room))})},
+                   st_.declared);
+  }
+  // Excluded, they would stay excluded after their repair: the job would pend for ever. Slurm
+  // schedules no node while it is down: without the exclusion the job pends until enough are
+  // back, then runs (with fewer spares if the kept-out nodes leave too few for them).
+  st_.exclude.clear();
+  if (room_with_dead < all && room_with_dead >= train) {
+    st_.requeue_nodes = static_cast<int>(room_with_dead);
+  }
+  return Requeue(
+      "end.requeue_no_room",
+      {Log("the job's partition has " + std::to_string(room) + " node(s) besides " +
+           Join(st_.declared, ",") + (kept.empty() ? "" : " and " + Join(kept, ",")) +
+           " for the job's " + std::to_string(train) + " training node(s): requeueing job " +
+           st_.job + " without excluding the dead node(s) " + Join(st_.declared, ",") +
+           " (Slurm does not schedule a node while it is down; the job pends until enough "
+           "nodes are back; " +
+           seen + ")"),
+       Record("requeue_no_room", "node_failure",
+              {records::Str("nodes", Join(st_.declared, ",")),
+               records::Int("room", static_cast<int64_t>(room)),
+               records::Int("released", st_.released ? 1 : 0)})},
+      {});
+}
+
+// A requeue that did not ask the partition (a stop, a rank failure, the run lease) but excludes
+// the run's kept-out nodes: without room for the job the requeued job would pend for ever.
+// Asked after the requeue landed (the stop paths race the time limit; ExcNodeList is set on
+// the pending job anyway).
+bool JobPolicy::NeedsRoomAfterRequeue() const {
+  if (st_.room_known) return false;
+  return !st_.exclude.empty() || !st_.faulty.empty() || !st_.quarantined.empty();
+}
+
+Decision JobPolicy::RoomAfterRequeue(const Observation& o) {
+  st_.room_known = true;
+  st_.phase = Phase::kRequeueing;
+  Observation requeued = *st_.held_requeued;
+  st_.held_requeued.reset();
+  std::vector<std::string> out = st_.exclude;
   for (const auto& v : {st_.faulty, st_.quarantined}) {
     for (const auto& n : v) {
       if (!Contains(out, n)) out.push_back(n);
@@ -71,34 +145,34 @@ Decision JobPolicy::DeadRoomKnown(const Observation& o) {
   }
   size_t room = 0;
   for (const auto& n : o.nodes) room += Contains(out, n) ? 0 : 1;
-  if (!o.known || room >= st_.all_nodes.size()) {
-    return Requeue(
-        "end.requeue_excluding",
-        {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
-             " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + st_.dead_seen + ")"),
-         Record("requeue_excluding", "node_failure",
-                {records::Str("nodes", Join(st_.declared, ",")),
-                 records::Int("released", st_.released ? 1 : 0)})},
-        st_.declared);
+  const size_t train = st_.spares ? st_.train_nodes.size() : st_.all_nodes.size();
+  std::vector<Action> acts;
+  std::string rule = "end.room_ok";
+  if (o.known && room < st_.all_nodes.size() && room >= train) {
+    st_.requeue_nodes = static_cast<int>(room);  // fewer spares, the same training nodes
+    rule = "end.requeued_fewer";
+    acts.push_back(Log("the job's partition has " + std::to_string(room) + " node(s) besides " +
+                       Join(out, ",") + " for the job's " + std::to_string(st_.all_nodes.size()) +
+                       ": the requeued job " + st_.job + " gets " + std::to_string(room) +
+                       " node(s) (" + std::to_string(train) + " training, as before)"));
+  } else if (o.known && room < train) {
+    // Dead nodes: Slurm skips them while they are down (see DeadRoomKnown). Faulty or
+    // quarantined ones leave too few: say so; the pending job waits for an operator.
+    st_.exclude.clear();
+    rule = "end.requeued_no_room";
+    acts.push_back(Log(
+        "WARNING: the job's partition has " + std::to_string(room) + " node(s) besides " +
+        Join(out, ",") + " for the job's " + std::to_string(train) +
+        " training node(s): the dead ones are not excluded (Slurm skips a node while it is "
+        "down); if job " +
+        st_.job +
+        " still pends, the run's kept-out nodes leave too few: scancel it and submit again with "
+        "fewer nodes, or delete the lines of repaired nodes from " +
+        s_.run_dir + "/quarantine.jsonl"));
   }
-  // Excluded, they would stay excluded after their repair: the job would pend for ever. Slurm
-  // schedules no node while it is down: without the exclusion the job pends until enough are
-  // back, then runs.
-  st_.exclude.clear();
-  return Requeue(
-      "end.requeue_no_room",
-      {Log("the job's partition has " + std::to_string(room) + " node(s) besides " +
-           Join(out, ",") + " for the job's " + std::to_string(st_.all_nodes.size()) +
-           ": requeueing job " + st_.job + " without excluding the dead node(s) " +
-           Join(st_.declared, ",") +
-           " (Slurm does not schedule a node while it is down; the job pends until enough "
-           "nodes are back; Slurm sees: " +
-           st_.dead_seen + ")"),
-       Record("requeue_no_room", "node_failure",
-              {records::Str("nodes", Join(st_.declared, ",")),
-               records::Int("room", static_cast<int64_t>(room)),
-               records::Int("released", st_.released ? 1 : 0)})},
-      {});
+  Decision d = Ending(requeued);
+  acts.insert(acts.end(), d.actions.begin(), d.actions.end());
+  return {rule + "+" + d.rule, acts};
 }
 
 // A TERM while the job is on its way to a requeue (releasing dead nodes, waiting for their
