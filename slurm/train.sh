@@ -39,6 +39,7 @@ export FTRAIN_USR1_LEAD_S="${FTRAIN_USR1_LEAD_S:-120}"          # the lead of --
 export FTRAIN_TERM_ASK_S="${FTRAIN_TERM_ASK_S:-10}"            # TERM and slurmctld does not answer: ask this long, then requeue
 export FTRAIN_REQUEUE_RETRY_S="${FTRAIN_REQUEUE_RETRY_S:-180}"    # budget of a requeue not racing the time limit (node/rank failure)
 export FTRAIN_LEASE_RETRY_S="${FTRAIN_LEASE_RETRY_S:-60}"        # the run lease cannot be renewed (I/O error): retry this long, then requeue
+export FTRAIN_FAULTY_KEEP_S="${FTRAIN_FAULTY_KEEP_S:-86400}"     # a node that failed a localisation or exit 76 stays out this long (0: the run)
 export FTRAIN_CKPTD="${FTRAIN_CKPTD:-1}"                  # 1: one ckptd per node, through the node agents
 export FTRAIN_CKPTD_START_TIMEOUT_S="${FTRAIN_CKPTD_START_TIMEOUT_S:-60}"
 export FTRAIN_CKPTD_MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"

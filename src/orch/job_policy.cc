@@ -160,12 +160,27 @@ Decision JobPolicy::On(const Observation& o) {
     case Phase::kAskingJob:
       return AskingJob(o);
     case Phase::kCheckingRoom:
-      if (o.kind == K::kRoom) return RoomKnown(o);
+      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
+      if (o.kind != K::kRoom) break;
+      if (st_.room_for == "after_requeue") return RoomAfterRequeue(o);
+      st_.room_known = true;
+      return st_.room_for == "dead" ? DeadRoomKnown(o) : RoomKnown(o);
       break;
     case Phase::kReleasing:
     case Phase::kWaitingFlag:
     case Phase::kRequeueing:
     case Phase::kDraining:
+      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
+      if (o.kind == K::kRequeued && !o.ok && o.job_state == "CANCELLED") {
+        return RequeueRefusedCancelled(o);
+      }
+      if (o.kind == K::kRequeued && o.ok && st_.phase == Phase::kRequeueing &&
+          NeedsRoomAfterRequeue()) {
+        st_.held_requeued = o;  // the exclusion waits for the partition's room
+        st_.room_for = "after_requeue";
+        st_.phase = Phase::kCheckingRoom;
+        return {"end.room_after_requeue", {Act(Action::Kind::kQueryRoom)}};
+      }
       return Ending(o);
     case Phase::kDone:
       break;

@@ -128,6 +128,13 @@ struct JobState {
   bool storage_wait = false;
   // RUN/.node_requeues ("NEWEST COUNT") as this start found it, then as it wrote it.
   std::string node_requeues;
+  // What the partition's room is asked for (kCheckingRoom): "quarantine" or "dead" (a requeue
+  // excluding dead nodes, job_policy_requeue_checks.cc).
+  std::string room_for;
+  std::string dead_seen;    // Slurm's view of the dead nodes after the wait for the flag
+  bool room_known = false;  // this end asked the partition's room already
+  std::optional<Observation> held_requeued;  // a verified requeue, held for the room's answer
+  bool term_ending = false;  // a TERM came while the job was already ending: slurmctld asked
 };
 
 // What slurmctld's answer to a TERM's question says. Only an explicit answer counts: an empty
@@ -205,6 +212,18 @@ class JobPolicy {
   Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
                               const std::vector<NodeFaultLine>& lines, const std::string& why);
   Decision RoomKnown(const Observation& o);
+  // job_policy_requeue_checks.cc: what a requeue checks first (room, a cancel).
+  void KeepOutFaulty(const std::vector<std::string>& nodes, const std::string& reason,
+                     std::vector<Action>* acts);
+  Decision CheckRoomForFaulty(std::string rule, const std::vector<std::string>& bad,
+                              std::vector<Action> acts);
+  Decision AskRoomForDead(const std::string& flagged);
+  Decision DeadRoomKnown(const Observation& o);
+  Decision TermWhileEnding(const Observation& o);
+  Decision EndingJobState(const Observation& o);
+  Decision RequeueRefusedCancelled(const Observation& o);
+  bool NeedsRoomAfterRequeue() const;
+  Decision RoomAfterRequeue(const Observation& o);
   std::vector<std::string> QuarantinedInUse() const;
   Decision PreflightFailed();
   Decision StartAgentsOrLaunch();

@@ -392,7 +392,8 @@ Decision JobPolicy::Localised(const Observation& o) {
         after_preflight ? "preflight_failed" : "step_failed", "node_fault",
         {records::Str("nodes", Join(o.nodes, ",")), records::Str("after", st_.localise_after)}));
     acts.push_back(Log("requeueing job " + st_.job + " excluding " + Join(o.nodes, ",")));
-    return NodeRequeue("localise.exclude", acts, {}, "node_fault");
+    KeepOutFaulty(o.nodes, "failed the localisation after the " + st_.localise_after, &acts);
+    return CheckRoomForFaulty("localise.exclude", o.nodes, acts);
   }
   for (const auto& n : bad_train) {  // a spare takes each bad node's ranks
     const std::string spare = st_.spare_nodes.front();
@@ -408,6 +409,7 @@ Decision JobPolicy::Localised(const Observation& o) {
                 records::Int("spares_left", static_cast<int64_t>(st_.spare_nodes.size())),
                 records::Int("replacement", st_.replacements)}));
   }
+  KeepOutFaulty(o.nodes, "failed the localisation after the " + st_.localise_after, &acts);
   acts.push_back(WithNodes(Action::Kind::kRelease, o.nodes));  // out of the job: not used again
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
   if (after_preflight) {
@@ -442,6 +444,9 @@ Decision JobPolicy::Requeue(std::string rule, std::vector<Action> acts,
   }
   Action rq = Act(Action::Kind::kRequeue);
   rq.seconds = RequeueBudget();
+  // A user's scancel may come while the controller decides (a signal waits for the running
+  // action): no try requeues a job slurmctld says is cancelled (Slurm 22.05 would run it again).
+  rq.text = "unless_cancelled";
   acts.push_back(rq);
   st_.phase = Phase::kRequeueing;
   return {std::move(rule), acts};
@@ -481,14 +486,7 @@ Decision JobPolicy::Ending(const Observation& o) {
     return {"end.released", {w}};
   }
   if (st_.phase == Phase::kWaitingFlag && o.kind == K::kNotRespondingWaited) {
-    return NodeRequeue(
-        "end.requeue_excluding",
-        {Log("requeueing job " + st_.job + " excluding " + Join(st_.declared, ",") +
-             " (released: " + (st_.released ? "1" : "0") + "; Slurm sees: " + o.detail + ")"),
-         Record("requeue_excluding", "node_failure",
-                {records::Str("nodes", Join(st_.declared, ",")),
-                 records::Int("released", st_.released ? 1 : 0)})},
-        st_.declared, "node_failure");
+    return AskRoomForDead(o.detail);  // job_policy_requeue_checks.cc
   }
   if (st_.phase == Phase::kRequeueing && o.kind == K::kRequeued) {
     std::vector<Action> acts;

@@ -107,7 +107,8 @@ Decision JobPolicy::MoveOffFaultyNodes(const std::vector<std::string>& bad,
         true));
     acts.push_back(Log("no spare for " + std::string(bad.size() > 1 ? "each" : "it") +
                        ": requeueing job " + st_.job + " excluding " + Join(st_.faulty, ",")));
-    return NodeRequeue("step.node_fault_exclude", acts, {}, "node_fault");
+    for (const auto& b : bad) KeepOutFaulty({b}, ReasonOf(lines, b), &acts);
+    return CheckRoomForFaulty("step.node_fault_exclude", bad, acts);
   }
   for (const auto& n : bad) {  // a spare takes each faulty node's ranks; survivors keep theirs
     const std::string spare = st_.spare_nodes.front();
@@ -125,6 +126,7 @@ Decision JobPolicy::MoveOffFaultyNodes(const std::vector<std::string>& bad,
          records::Raw("@LOST@", ""), records::Int("exit", rc)},
         true));
   }
+  for (const auto& b : bad) KeepOutFaulty({b}, ReasonOf(lines, b), &acts);
   acts.push_back(WithNodes(Action::Kind::kRelease, bad));  // out of the job: not used again
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
   return Launch("step.node_fault_replaced", acts);

@@ -56,7 +56,7 @@ void DropQuarantinedSpares(const std::vector<std::string>& quarantined,
 Decision JobPolicy::QuarantineAfterStep() {
   std::vector<Action> acts;
   std::string rule;
-  for (const auto& h : QuarantinedHosts(st_.step_quarantine)) {
+  for (const auto& h : QuarantinedHosts(st_.step_quarantine, st_.step_end_wall, s_.faulty_keep_s)) {
     if (!Contains(st_.quarantined, h)) st_.quarantined.push_back(h);
   }
   if (st_.rc == kExitHang) {
@@ -96,6 +96,7 @@ Decision JobPolicy::QuarantineAfterStep() {
     // A requeue excluding them must still find enough nodes: first ask the partition.
     st_.quarantine_bad = bad;
     st_.phase = Phase::kCheckingRoom;
+    st_.room_for = "quarantine";
     acts.push_back(Act(Action::Kind::kQueryRoom));
     return {rule + "step.quarantine_room", acts};
   }

@@ -51,6 +51,10 @@ TermAnswer ClassifyTermAnswer(const std::string& job_state, const std::string& r
 }
 
 Decision JobPolicy::OnSignal(const Observation& o) {
+  if (o.signal == "TERM" && (st_.phase == Phase::kReleasing || st_.phase == Phase::kWaitingFlag ||
+                             st_.phase == Phase::kCheckingRoom)) {
+    return TermWhileEnding(o);  // a requeue is on its way: is the job cancelled?
+  }
   if (o.signal == "TERM" && st_.phase != Phase::kDone && !IsEnding() &&
       st_.phase != Phase::kAskingJob) {
     st_.asked_from = st_.phase;

@@ -75,6 +75,15 @@ const std::vector<Rule> kRules = {
    "record stopped/preempted; requeue as at the time limit (never exit 0; a requeue that does "
    "not land ends FAILED)",
    "TERM while slurmctld does not answer"},
+  {"term.ask_ending", "releasing / waiting flag / checking room",
+   "TERM while a requeue is on its way (not asked yet)",
+   "ask slurmctld for the job's state; the requeue's steps go on meanwhile", ""},
+  {"term.cancelled_ending", "releasing / waiting flag / checking room",
+   "the answer: CANCELLED or COMPLETING (not at the time limit)",
+   "record stopped/cancelled; no requeue; exit 0",
+   "scancel while the job is on its way to a requeue (dead nodes released, flagged)"},
+  {"term.ending_goes_on", "ending", "the answer: running, the time limit, none",
+   "log; the requeue goes on (no try of it requeues a job slurmctld says is cancelled)", ""},
   {"train.declared", "training", "a training node declared dead or hung (orch/detect.h)",
    "end the step; release the node from the job when a spare is left",
    "a node's heartbeat stops and its slurmd does not answer (ftrain's detection)"},
@@ -103,8 +112,9 @@ const std::vector<Rule> kRules = {
   {"step.node_fault_exclude", "training / confirming / probing",
    "exit 76 naming some training nodes, or some but not all fail `ftrain health`; no spare for "
    "each",
-   "record step_failed/node_fault; requeue excluding them (they stay excluded from the job's "
-   "later requeues)",
+   "record step_failed/node_fault; a RUN/quarantine.jsonl line (cause node_fault) for each; ask "
+   "Slurm for the nodes of the job's partition, then as a quarantine (excluded from every later "
+   "start and requeue for FTRAIN_FAULTY_KEEP_S)",
    "a node cannot run its ranks (exit 76, or it fails the health probe) and no spare is left"},
   {"step.node_fault_everywhere", "training / confirming",
    "exit 76 and RUN/node_faults.jsonl names every training node",
@@ -195,7 +205,9 @@ const std::vector<Rule> kRules = {
    "record restarted/node_fault; spares take their ranks; release them; relaunch",
    "a node fails the pre-flight or repeats a GPU/NCCL fault, spares left"},
   {"localise.exclude", "localising", "bad nodes found, no spare for them",
-   "record step_failed or preflight_failed/node_fault; requeue excluding them",
+   "record step_failed or preflight_failed/node_fault; a RUN/quarantine.jsonl line (cause "
+   "node_fault) for each; ask Slurm for the nodes of the job's partition, then as a quarantine "
+   "(excluded from every later start and requeue for FTRAIN_FAULTY_KEEP_S)",
    "a node fails the pre-flight or repeats a GPU/NCCL fault, no spare"},
   {"step.rank_failure_restart", "probing", "a rank failed, nodes healthy, restarts left",
    "record restarted/rank_failure; back off FTRAIN_RESTART_BACKOFF_S (doubling); relaunch",
@@ -228,14 +240,46 @@ const std::vector<Rule> kRules = {
   // ---- the end
   {"end.released", "releasing", "the dead nodes released (or not)",
    "wait up to FTRAIN_NORESPOND_WAIT_S for slurmctld to flag them", ""},
-  {"end.requeue_excluding", "waiting flag", "flagged or waited",
+  {"end.room", "waiting flag", "flagged or waited",
+   "ask Slurm for the nodes of the job's partition", ""},
+  {"end.requeue_excluding", "checking room",
+   "the partition holds the job without the dead, faulty and quarantined nodes (or sinfo did not "
+   "answer)",
    "record requeue_excluding; requeue", ""},
+  {"end.requeue_fewer", "checking room",
+   "the partition holds the job's training nodes without the dead, faulty and quarantined "
+   "nodes, not its spares",
+   "record requeue_excluding; requeue excluding the dead nodes, NumNodes lowered (fewer spares)",
+   "a dead node, no spare left, and too few other nodes in the partition for the spares"},
+  {"end.requeue_no_room", "checking room",
+   "the partition does not hold the job's training nodes without the dead, faulty and "
+   "quarantined nodes",
+   "record requeue_no_room; requeue NOT excluding the dead nodes (Slurm schedules no node while "
+   "it is down: the job pends until enough are back, never for ever)",
+   "a dead node, no spare, and too few other nodes in the partition"},
   {"end.requeued", "requeueing", "the requeue verified",
    "exclude the dead/bad nodes (ExcNodeList, the user's own kept); wait for the agents; exit 0",
    ""},
   {"end.requeue_failed", "requeueing", "every try of the requeue failed",
    "log FAILED, record failed/requeue_failed, exit 1 (never COMPLETED)",
    "scontrol requeue keeps failing (15 s on the stop paths, FTRAIN_REQUEUE_RETRY_S otherwise)"},
+  {"end.room_after_requeue", "requeueing",
+   "the requeue verified; it excludes kept-out nodes and no room was asked in this end",
+   "ask Slurm for the nodes of the job's partition", ""},
+  {"end.room_ok", "checking room", "the partition holds the job without them (or no answer)",
+   "as end.requeued", ""},
+  {"end.requeued_fewer", "checking room",
+   "the partition holds the job's training nodes without them, not its spares",
+   "NumNodes of the requeued job lowered with its exclusion (fewer spares); as end.requeued",
+   "a requeue excluding the run's kept-out nodes, too few nodes for the spares"},
+  {"end.requeued_no_room", "checking room",
+   "the partition does not hold the job's training nodes without them",
+   "log WARNING (what to do); the dead nodes not excluded; as end.requeued",
+   "a requeue excluding the run's kept-out nodes, too few nodes left in the partition"},
+  {"end.requeue_cancelled", "requeueing",
+   "the requeue refused: slurmctld said the job is cancelled (every requeue asks first)",
+   "record stopped/cancelled; wait for the agents; exit 0 (never requeued)",
+   "scancel while the controller decides on a requeue"},
   {"end.exit", "draining", "the agents stopped", "exit with the job's code", ""},
 };
 // clang-format on

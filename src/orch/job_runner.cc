@@ -452,6 +452,8 @@ void JobRunner::Requeue(double budget_s, bool unless_cancelled) {
   Status r = slurm_->Requeue(ctx_.job, ctx_.restart_count, budget_s, guard);
   o.ok = r.ok();
   o.detail = r.message();
+  // Only the guard aborts: slurmctld said the job is cancelled (the policy ends it exit 0).
+  if (r.code() == Status::Code::kAborted) o.job_state = "CANCELLED";
   answers_.push_back(o);
 }
 

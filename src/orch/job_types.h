@@ -19,6 +19,7 @@ struct QuarantineLine {
   int64_t step = -1;
   int rank = -1;
   bool by_majority = false;
+  double time = -1;  // unix seconds of the line ("time"); -1: the line has none
 };
 
 // One record of RUN/hangs.jsonl: a rank found stuck (the detecting rank appends it).

@@ -51,6 +51,7 @@ std::vector<QuarantineLine> ParseQuarantine(const std::string& text) {
     Read(j, "step", &q.step);
     Read(j, "rank", &q.rank);
     Read(j, "by_majority", &q.by_majority);
+    Read(j, "time", &q.time);
     out.push_back(q);
   }
   return out;
@@ -110,6 +111,17 @@ std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lin
     if (std::find(out.begin(), out.end(), q.host) == out.end()) out.push_back(q.host);
   }
   return out;
+}
+
+std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
+                                          double faulty_keep_s) {
+  std::vector<QuarantineLine> kept;
+  for (const auto& q : lines) {
+    const bool expired =
+        q.cause == kFaultyCause && faulty_keep_s > 0 && q.time >= 0 && now - q.time > faulty_keep_s;
+    if (!expired) kept.push_back(q);
+  }
+  return QuarantinedHosts(kept);
 }
 
 std::vector<HangLine> RecentHangs(const std::vector<HangLine>& hangs, double window_s) {

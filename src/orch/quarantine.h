@@ -28,6 +28,14 @@ std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from)
 std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output);
 // Every host the quarantine names, once each, in the order of its first line.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
+// The cause of the lines the job controller appends for a node that failed a localisation or
+// reported a node fault (exit 76): kept out until repaired, not for ever (see below).
+inline constexpr const char* kFaultyCause = "node_fault";
+// The same at unix time `now`, less the hosts named only by kFaultyCause lines all older than
+// `faulty_keep_s` (FTRAIN_FAULTY_KEEP_S; 0: none expires; a line without a time never does):
+// such a node was presumably repaired. "sdc" and "hang" lines never expire.
+std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
+                                          double faulty_keep_s);
 // The hang records that count towards a repeat: those at most `window_s` seconds older than
 // the newest record (the hang that just ended the step; the records' own clock, so the answer
 // is a function of the file alone). window_s = 0: every record of the run. A record without a

@@ -81,6 +81,11 @@ struct JobSettings {
   // FTRAIN_HANG_REPEAT_WINDOW_S: two hang records of a host at most this far apart (the
   // newest record's time back) quarantine it; 0 = any two of the run.
   double hang_repeat_window_s = 21600;
+  // FTRAIN_FAULTY_KEEP_S: a node that failed a localisation or reported a node fault (exit 76)
+  // has a "node_fault" line in RUN/quarantine.jsonl and stays out of every start and requeue of
+  // the run for this long after its newest such line; 0 = for the whole run. Deleting its lines
+  // returns it at once (docs/operations.md, "Faulty nodes").
+  double faulty_keep_s = 86400;
   DetectSettings detect;
 };
 

@@ -194,7 +194,7 @@ void World::Execute(const Action& a) {
       if (step_live_) EndStepAfter(137, rng_.Uniform(0.5, 3));
       return;
     case K::kRequeue:
-      Requeue(a.seconds);
+      Requeue(a.seconds, a.text == "unless_cancelled");
       return;
     case K::kExclude:
       Exclude(a);
@@ -202,7 +202,9 @@ void World::Execute(const Action& a) {
     case K::kQuarantine: {
       const std::string host = a.nodes.empty() ? "" : a.nodes[0];
       facts_.exclusions.push_back({t_, host, "quarantine " + a.text, Recorded(host)});
-      quarantine_.push_back({host, a.text, -1, -1, false});
+      QuarantineLine q{host, a.text, -1, -1, false};
+      q.time = 1.7e9 + t_;  // the runner's "time": the wall clock the policy sees (Deliver)
+      quarantine_.push_back(q);
       return;
     }
     case K::kExit:
@@ -291,7 +293,8 @@ void World::SignalStep(const std::string& sig) {
 }
 
 // Retried within its budget: it lands at the first moment slurmctld answers.
-void World::Requeue(double budget) {
+// With `unless_cancelled` each try first asks slurmctld: a cancelled job is not requeued.
+void World::Requeue(double budget, bool unless_cancelled) {
   Observation o = Obs(O::kRequeued);
   double t_ok = -1;
   for (double t = t_; t <= t_ + budget; t += 0.5) {
@@ -303,6 +306,11 @@ void World::Requeue(double budget) {
   if (t_ok < 0) {
     o.detail = "slurmctld did not answer within " + std::to_string(static_cast<int>(budget)) + " s";
     return Answer(o, budget);
+  }
+  if (unless_cancelled && cancelled_) {
+    o.job_state = "CANCELLED";
+    o.detail = "job 1000 was cancelled (JobState=CANCELLED): not requeueing it";
+    return Answer(o, t_ok - t_ + rng_.Uniform(0.1, 1));
   }
   o.ok = true;
   facts_.starts.back().requeued = true;

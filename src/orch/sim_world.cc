@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "orch/quarantine.h"
+
 namespace ftrain::orch::sim {
 namespace {
 
@@ -258,9 +260,17 @@ void World::BeginStart() {
     const bool faulty =
         nodes_[n].bad_gpu &&
         std::find(excluded_faulty_.begin(), excluded_faulty_.end(), n) != excluded_faulty_.end();
+    // A node kept out as faulty (a node_fault line) may come back once repaired.
     const bool quarantined =
-        std::any_of(quarantine_.begin(), quarantine_.end(),
-                    [&](const QuarantineLine& q) { return q.host == nodes_[n].name; });
+        std::any_of(quarantine_.begin(), quarantine_.end(), [&](const QuarantineLine& q) {
+          if (q.host != nodes_[n].name) return false;
+          if (q.cause != kFaultyCause) return true;
+          // Its line kept out the fault it recorded, for FTRAIN_FAULTY_KEEP_S: a node broken
+          // again after an expired line's repair is a new fault nobody found yet.
+          const bool expired =
+              settings_.faulty_keep_s > 0 && 1.7e9 + t_ - q.time > settings_.faulty_keep_s;
+          return nodes_[n].bad_gpu && !expired;
+        });
     if (faulty || quarantined) {
       facts_.readmitted.push_back(nodes_[n].name + " at t=" + std::to_string(int64_t(t_)) + " s");
     }

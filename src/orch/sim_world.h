@@ -119,7 +119,7 @@ class World {
   void Launch(const Action& a);
   void SignalStep(const std::string& sig);
   void EndStepAfter(int rc, double after_s, bool commit = false);
-  void Requeue(double budget);
+  void Requeue(double budget, bool unless_cancelled);
   void Exclude(const Action& a);
   void Exit(int code);
   Observation JobStateAnswer();

@@ -6,6 +6,7 @@
 #include "train/checkpoint/resume.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -95,7 +96,9 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       ckpt::Manifest m;
       ckpt::CheckpointStore parent(Dirname(r));
       Status s = parent.CheckComplete(r, &m);
-      if (!s.ok() && !s.IsCorruption() && !s.IsInvalidArgument()) {
+      struct stat st {};
+      const bool no_such_dir = ::stat(r.c_str(), &st) != 0 && errno == ENOENT;
+      if (!s.ok() && !s.IsCorruption() && !s.IsInvalidArgument() && !no_such_dir) {
         decision = Status::StorageUnavailable("train.resume = '" + r + "': " + s.message());
       } else if (!s.ok() || ckpt::ParseRootEntry(Basename(r)).kind != ckpt::EntryKind::kComplete) {
         decision =
