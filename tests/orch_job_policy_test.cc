@@ -2278,10 +2278,27 @@ TEST(JobPolicyNodeRequeue, ADeadNodeRequeueIsCountedAgainstTheNewestCheckpoint) 
   EXPECT_TRUE(fresh.AnyHas("reset_failed_starts"));
   fresh.StepExit(1);
   fresh.Health(false);
+  // Slurm's own node-failure requeue is counted when the wait for it begins (it ends this
+  // script without asking), and the controller's requeue after the wait is the same one.
+  EXPECT_EQ(fresh.last.rule, "step.unhealthy");
+  EXPECT_TRUE(fresh.LastHas("write_node_requeues step-00000010 1")) << fresh.Text();
   fresh.t += 30;
   fresh.Tick();
   EXPECT_EQ(fresh.last.rule, "healthwait.timeout");
-  EXPECT_TRUE(fresh.LastHas("write_node_requeues step-00000010 1")) << fresh.Text();
+  EXPECT_FALSE(fresh.LastHas("write_node_requeues")) << fresh.Text();
+}
+
+// (c') found by the simulation (seed 602): with FTRAIN_DETECT=0 a node that dies at the same
+// step each start was left to Slurm's requeue, which nothing counted: requeued for ever. The
+// wait for Slurm's requeue past the bound ends the job instead.
+TEST(JobPolicyNodeRequeue, SlurmsOwnNodeFailureRequeueCountsToo) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}, {"FTRAIN_MAX_NODE_REQUEUES", "2"}}));
+  sim.start_node_requeues = "step-00000010 2\n";
+  sim.StartTraining({"n1", "n2"}, 2);
+  sim.StepExit(1);
+  sim.Health(false);
+  EXPECT_EQ(sim.last.rule, "step.unhealthy+requeue.no_progress") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("FTRAIN_MAX_NODE_REQUEUES=2")) << sim.Text();
 }
 
 // Hole 13: the requeue past FTRAIN_MAX_NODE_REQUEUES ends the job FAILED, naming the checkpoint.

@@ -14,11 +14,9 @@
 namespace ftrain::orch {
 namespace {
 
-// Empty this once the fixes below are merged. (c') is what remains of the uncounted requeues
-// after the bounded loops (issue 44); (d), found by this simulator, is fixed but for one case.
+// Empty this once the fix below is merged: (d), found by this simulator, is fixed but for one
+// case.
 const std::set<std::string> kKnownBroken = {
-    "requeue_loop_bounded",  // (c') FTRAIN_DETECT=0: step.unhealthy waits for Slurm's own
-                             // node-failure requeue, which RUN/.node_requeues does not count
     "run_ends",  // (d) left: sinfo does not answer the room question and the requeue excludes
                  // the run's kept-out nodes anyway: in a small partition it pends for ever
 };

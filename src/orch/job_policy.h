@@ -232,6 +232,8 @@ class JobPolicy {
   Decision Rollback();
   Decision RollbackCounted(const Observation& o);
   Decision StorageOutage(double now);
+  Decision CountNodeRequeue(const std::string& rule, std::vector<Action>* acts,
+                            const std::string& cause);
   Decision NodeRequeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude,
                        const std::string& cause);
   Decision StopRequest(const std::string& sig, double now);

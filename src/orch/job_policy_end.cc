@@ -219,13 +219,18 @@ Decision JobPolicy::Probed(const Observation& o) {
                  "up to " +
                  Fmt(s_.health_wait_s) + " s for Slurm to take it out of the job")}};
   }
+  std::vector<Action> acts{
+      Log("training step failed (exit " + exit +
+          ") and a node does not answer: leaving it "
+          "to Slurm's node-failure requeue for up to " +
+          Fmt(s_.health_wait_s) + " s"),
+      Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true)};
+  // Slurm's own requeue ends this script without asking: it is counted now, as one of the
+  // run's node requeues (the healthwait.timeout requeue is the same one, not counted again).
+  Decision spent = CountNodeRequeue("step.unhealthy", &acts, "node_failure");
+  if (!spent.rule.empty()) return spent;
   st_.phase = Phase::kHealthWait;
-  return {"step.unhealthy",
-          {Log("training step failed (exit " + exit +
-               ") and a node does not answer: leaving it "
-               "to Slurm's node-failure requeue for up to " +
-               Fmt(s_.health_wait_s) + " s"),
-           Record("step_failed", "node_failure", {Lost(), records::Int("exit", st_.rc)}, true)}};
+  return {"step.unhealthy", acts};
 }
 
 Decision JobPolicy::HealthPoll(const Observation& o) {
@@ -253,11 +258,11 @@ Decision JobPolicy::HealthPoll(const Observation& o) {
 
 Decision JobPolicy::HealthWait(const Observation& o) {
   if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
-  return NodeRequeue("healthwait.timeout",
-                     {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
-                          " s: requeueing job " + st_.job),
-                      LastStop("node_failure")},
-                     {}, "node_failure");
+  return Requeue("healthwait.timeout",  // counted when the wait began (step.unhealthy)
+                 {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
+                      " s: requeueing job " + st_.job),
+                  LastStop("node_failure")},
+                 {});
 }
 
 // A rank failed and every node answers.

@@ -137,6 +137,17 @@ Decision JobPolicy::StorageOutage(double now) {
 // the release of dead nodes) stand.
 Decision JobPolicy::NodeRequeue(std::string rule, std::vector<Action> acts,
                                 std::vector<std::string> exclude, const std::string& cause) {
+  Decision spent = CountNodeRequeue(rule, &acts, cause);
+  if (!spent.rule.empty()) return spent;
+  return Requeue(std::move(rule), acts, std::move(exclude));
+}
+
+// One more node requeue in RUN/.node_requeues (its write appended to `acts`); past
+// FTRAIN_MAX_NODE_REQUEUES without a newer checkpoint, the job's FAILED end instead (a
+// decision with its rule; an empty rule: counted, go on).
+Decision JobPolicy::CountNodeRequeue(const std::string& rule, std::vector<Action>* out,
+                                     const std::string& cause) {
+  std::vector<Action>& acts = *out;
   const std::string newest = Newest(st_.newest_checkpoint);
   const int count = NextFailedStartCount(st_.node_requeues, newest);
   const std::string k = std::to_string(s_.max_node_requeues);
@@ -161,7 +172,7 @@ Decision JobPolicy::NodeRequeue(std::string rule, std::vector<Action> acts,
   acts.push_back(w);
   acts.push_back(Log("node requeue " + std::to_string(count) + " of at most " + k +
                      " with no checkpoint newer than " + newest));
-  return Requeue(std::move(rule), acts, std::move(exclude));
+  return {"", {}};
 }
 
 }  // namespace ftrain::orch
