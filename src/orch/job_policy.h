@@ -232,6 +232,7 @@ class JobPolicy {
   Decision Rollback();
   Decision RollbackCounted(const Observation& o);
   Decision StorageOutage(double now);
+  std::string TakeSpare(const std::string& node);
   Decision CountNodeRequeue(const std::string& rule, std::vector<Action>* acts,
                             const std::string& cause);
   Decision NodeRequeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude,

@@ -352,10 +352,7 @@ Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, doubl
       if (!st_.declared.empty()) return RequeueExcludingDead("step.dead_no_spare_left", acts);
       return NodeRequeue("step.dead_no_spare_left", acts, {}, "node_failure");
     }
-    const std::string spare = st_.spare_nodes.front();
-    st_.spare_nodes.erase(st_.spare_nodes.begin());
-    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), d, spare);
-    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), d, spare);
+    const std::string spare = TakeSpare(d);
     st_.replacements += 1;
     acts.push_back(Log("training node " + d + " failed (step exit " + exit +
                        "): its ranks move to spare " + spare + " (" +
@@ -401,10 +398,7 @@ Decision JobPolicy::Localised(const Observation& o) {
     return CheckRoomForFaulty("localise.exclude", o.nodes, acts);
   }
   for (const auto& n : bad_train) {  // a spare takes each bad node's ranks
-    const std::string spare = st_.spare_nodes.front();
-    st_.spare_nodes.erase(st_.spare_nodes.begin());
-    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), n, spare);
-    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), n, spare);
+    const std::string spare = TakeSpare(n);
     st_.replacements += 1;
     acts.push_back(Log("its ranks move from " + n + " to spare " + spare + " (" +
                        std::to_string(st_.spare_nodes.size()) + " spare(s) left)"));
@@ -423,6 +417,15 @@ Decision JobPolicy::Localised(const Observation& o) {
     return {"localise.replaced+" + d.rule, acts};
   }
   return Launch("localise.replaced", acts);
+}
+
+// The first spare takes `node`'s ranks and its place among the training nodes; returns it.
+std::string JobPolicy::TakeSpare(const std::string& node) {
+  const std::string spare = st_.spare_nodes.front();
+  st_.spare_nodes.erase(st_.spare_nodes.begin());
+  std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), node, spare);
+  std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), node, spare);
+  return spare;
 }
 
 // ---- the job's end --------------------------------------------------------------------------

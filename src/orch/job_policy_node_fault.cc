@@ -111,10 +111,7 @@ Decision JobPolicy::MoveOffFaultyNodes(const std::vector<std::string>& bad,
     return CheckRoomForFaulty("step.node_fault_exclude", bad, acts);
   }
   for (const auto& n : bad) {  // a spare takes each faulty node's ranks; survivors keep theirs
-    const std::string spare = st_.spare_nodes.front();
-    st_.spare_nodes.erase(st_.spare_nodes.begin());
-    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), n, spare);
-    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), n, spare);
+    const std::string spare = TakeSpare(n);
     st_.replacements += 1;
     acts.push_back(Log("its ranks move from " + n + " to spare " + spare + " (" +
                        std::to_string(st_.spare_nodes.size()) + " spare(s) left)"));

@@ -101,10 +101,7 @@ Decision JobPolicy::QuarantineAfterStep() {
     return {rule + "step.quarantine_room", acts};
   }
   for (const auto& n : bad) {  // a spare takes each quarantined node's ranks
-    const std::string spare = st_.spare_nodes.front();
-    st_.spare_nodes.erase(st_.spare_nodes.begin());
-    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), n, spare);
-    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), n, spare);
+    const std::string spare = TakeSpare(n);
     st_.replacements += 1;
     acts.push_back(Log("node " + n + " is quarantined (RUN/quarantine.jsonl; step exit " + exit +
                        "): its ranks move to spare " + spare + " (" +
@@ -222,10 +219,7 @@ Decision JobPolicy::QuarantineAtStart(std::vector<Action>* acts, std::string* ru
     return {*rule + "+start.quarantined", *acts};
   }
   for (const auto& n : bad) {
-    const std::string spare = st_.spare_nodes.front();
-    st_.spare_nodes.erase(st_.spare_nodes.begin());
-    std::replace(st_.rank_hosts.begin(), st_.rank_hosts.end(), n, spare);
-    std::replace(st_.train_nodes.begin(), st_.train_nodes.end(), n, spare);
+    TakeSpare(n);
   }
   acts->push_back(Log("quarantined node(s) " + Join(in_job, " ") +
                       " (RUN/quarantine.jsonl) get no ranks: training on " +
