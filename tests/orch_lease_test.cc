@@ -13,6 +13,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "orch/lease.h"
+#include "records/launch_context.h"
 #include "test_util.h"
 
 namespace ftrain::orch {
@@ -171,12 +172,17 @@ TEST_F(Lease, RacingTakersGetOneEpochEach) {
 // Hole 7: the fence is the lease's epoch. A generation of a later epoch is newer than any of an
 // earlier one and than any clock-made one, whatever the clocks of the nodes say.
 TEST(Fence, GenerationsFollowTheLeaseEpochNotAClock) {
-  setenv("FTRAIN_FENCE_EPOCH", "7", 1);
-  const std::string seven = ckpt::NewGeneration();
-  setenv("FTRAIN_FENCE_EPOCH", "12", 1);
-  const std::string twelve = ckpt::NewGeneration();
-  unsetenv("FTRAIN_FENCE_EPOCH");
-  const std::string clock = ckpt::NewGeneration();  // outside a job: the old clock-made form
+  // The epoch as a trainer's main reads it from `ftrain job`'s FTRAIN_FENCE_EPOCH.
+  auto epoch = [](const char* v) {
+    return records::LaunchContext::FromLookup([v](const char* name) {
+             return std::string(name) == "FTRAIN_FENCE_EPOCH" ? v : nullptr;
+           })
+        .fence_epoch;
+  };
+  const std::string seven = ckpt::NewGeneration(epoch("7"));
+  const std::string twelve = ckpt::NewGeneration(epoch("12"));
+  const std::string clock = ckpt::NewGeneration(epoch(nullptr));  // outside a job: clock-made
+  EXPECT_NE(ckpt::NewGeneration(epoch("12x"))[0], 'e');           // malformed: no epoch
   EXPECT_EQ(seven.substr(0, 16), "e000000000000007");
   EXPECT_LT(seven, twelve);
   EXPECT_LT(clock, seven);   // a fenced start always wins over an unfenced one
