@@ -23,6 +23,7 @@
 #include "orch/detect.h"
 #include "orch/job_policy.h"
 #include "orch/lease.h"
+#include "orch/probe_async.h"
 #include "orch/slurm.h"
 #include "records/restarts.h"
 
@@ -117,7 +118,8 @@ class JobRunner {
   std::string metrics_at_failure_;               // metrics.jsonl's last line when the step ended
   size_t node_faults_at_launch_ = 0;  // RUN/node_faults.jsonl's size when the step started
   // Detection.
-  std::unique_ptr<Prober> prober_;
+  std::unique_ptr<Prober> prober_;             // heartbeats, and the probes after a failure
+  std::unique_ptr<AsyncProbes> async_probes_;  // the tick's probes (orch/probe_async.h)
   std::unique_ptr<Detector> detector_;
   std::vector<std::string> watch_;
   double next_tick_ = 0;
