@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ class AgentRunner {
   int restart_count_ = 0;
   std::vector<std::string> job_nodelist_;
   std::string buddy_;
+  // node -> leaf switch (orch/topology.h), read once before the follower thread starts, then
+  // read-only; the buddy computed for `buddy_ring_` (the shift is O(N^2) at worst).
+  std::map<std::string, std::string> leaf_switch_;
+  std::vector<std::string> buddy_ring_;
+  std::string buddy_of_ring_;
   std::mutex log_mu_;  // guards stdout between the threads
   std::atomic<bool> stop_{false};
   std::atomic<int> daemon_pid_{0};
