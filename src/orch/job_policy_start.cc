@@ -21,6 +21,8 @@ using records::Field;
 
 Decision JobPolicy::Start(const Observation& o) {
   st_.job = o.job;
+  st_.job_end.end_wall = o.job_end_wall;
+  st_.job_end.grace_s = o.grace_s;
   st_.restart_count = o.restart_count;
   st_.resubmitted_from = o.resubmitted_from;
   st_.batch_host = o.batch_host;

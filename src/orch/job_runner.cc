@@ -154,6 +154,12 @@ int JobRunner::Run() {
     auto spares = slurm_->Hostnames(s_.spare_nodelist);
     if (spares.ok()) st.spare_list = *spares;
   }
+  if (!s_.usr1_lead_set) {
+    // The stop's lead from what Slurm says of the job's end (orch/stop_lead.h); bounded.
+    const JobEnd end = ReadJobEnd(slurm_, ctx_.job);
+    st.job_end_wall = end.end_wall;
+    st.grace_s = end.grace_s;
+  }
   ReadQuarantine(&st);
   ReadRunRecords(&st);
   st.node_requeues = ReadTextOr(layout_.node_requeues());
