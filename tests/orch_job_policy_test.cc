@@ -285,6 +285,30 @@ TEST(JobPolicyStart, ALeaseHeldByAnotherLiveJobRefusesToTrain) {
   EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
 }
 
+// Hole 15: another run's live job holds the checkpoint root's lease: exit 2, both run
+// directories named, nothing launched.
+TEST(JobPolicyStart, ACheckpointRootLeasedByAnotherRunRefusesToTrain) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n3", "n4"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.ckpt_root_held = true;
+  lease.holder = "job 42 (on n1), epoch 1, run directory /runs/other";
+  lease.detail = "/shared/ckpt";
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.ckpt_root_held");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: checkpoint root /shared/ckpt is used by another run: job 42 "
+                  "(on n1), epoch 1, run directory /runs/other holds its lease; run "
+                  "/runs/r (job 43) does not train there"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record refused/ckpt_root_held"));
+  EXPECT_EQ(sim.ExitCode(), 2);
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
 TEST(JobPolicyStart, ALeaseHeldByThisJobsResubmissionSupersedesIt) {
   Sim sim;
   Observation st = Obs(K::kStarted);

@@ -54,6 +54,9 @@ class JobRunner {
   // Actions, by area.
   void Record(const Action& a);
   void AcquireLease();
+  // One lease's tries (slurmctld may be busy); `out`: lease_ok, epoch, holder, superseded.
+  void AcquireLeaseOn(RunLease* lease, const LeaseHolder& me, const JobAlive& alive,
+                      Observation* out);
   void CaptureSubmission();
   void RunPreflight();
   void Localise(const std::vector<std::string>& nodes);

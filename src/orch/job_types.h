@@ -102,6 +102,9 @@ struct Observation {
   int64_t epoch = 0;
   std::string holder;       // who holds it, in words
   bool superseded = false;  // the holder is this job's resubmission
+  // kLease, not lease_ok: the run lease is ours but another run's job holds the checkpoint
+  // root's lease (holder names it and its run directory, detail the root; orch/lease.h)
+  bool ckpt_root_held = false;
   // kPreflightExited, kStepExited
   int rc = 0;
   std::string record_error, config_error;
