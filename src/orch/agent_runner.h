@@ -7,7 +7,8 @@
 //     whether the daemon answers on this node (through its socket, on this node: the only
 //     place a Unix socket can be reached), which is how the controller learns readiness.
 //   - A follower thread reads RUN/.job-nodes every FTRAIN_AGENT_PERIOD_S: it points the
-//     daemon's buddy link at the next live node (replication) and, on the two watchers of the
+//     daemon's buddy link at its buddy among the live nodes (replication; BuddyOf: the far
+//     side of the ring, or under another leaf switch) and, on the two watchers of the
 //     batch host, drives WatcherPolicy: the batch host's heartbeat and slurmd (orch/detect.h),
 //     Slurm's view of it (spares), the claim, the run lease, the resubmission, the cancel.
 #pragma once
