@@ -55,8 +55,9 @@ class JobRunner {
   void Record(const Action& a);
   void AcquireLease();
   // One lease's tries (slurmctld may be busy); `out`: lease_ok, epoch, holder, superseded.
-  void AcquireLeaseOn(RunLease* lease, const LeaseHolder& me, const JobAlive& alive,
-                      Observation* out);
+  // An error reading or writing the lease's files is returned (out: not lease_ok).
+  Status AcquireLeaseOn(RunLease* lease, const LeaseHolder& me, const JobAlive& alive,
+                        Observation* out);
   void CaptureSubmission();
   void RunPreflight();
   void Localise(const std::vector<std::string>& nodes);
