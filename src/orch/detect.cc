@@ -202,13 +202,38 @@ std::vector<Finding> Detector::Look(const std::vector<std::string>& nodes) {
   return late;
 }
 
+std::optional<std::map<std::string, std::string>> Detector::ProbeAll(
+    const std::vector<std::string>& nodes, const std::function<bool(double)>& sleep) {
+  std::map<std::string, std::string> tcp;
+  if (async_ == nullptr) {
+    for (const auto& n : nodes) tcp[n] = prober_->ProbeTcp(n);
+    return tcp;
+  }
+  // Asked now (silent 0: the slurmd only); an answer asked before now is another question's.
+  const double asked = clock_->Monotonic() - 1e-9;
+  while (true) {
+    for (const auto& n : nodes) {
+      if (tcp.count(n)) continue;
+      if (auto e = async_->Take(n, asked)) {
+        tcp[n] = e->tcp;
+      } else {
+        async_->Ask(n, 0, nodes, clock_->Monotonic());
+      }
+    }
+    if (tcp.size() == nodes.size()) return tcp;
+    if (!sleep(0.05)) return std::nullopt;  // each probe is bounded: this ends
+  }
+}
+
 std::optional<Finding> Detector::ConfirmAfterFailure(
-    const std::vector<std::string>& nodes, const std::function<void(double)>& sleep,
+    const std::vector<std::string>& nodes, const std::function<bool(double)>& sleep,
     const std::function<void(const std::string&)>& log) {
   std::vector<std::string> suspects;
   bool timeouts = false;
+  const auto probed = ProbeAll(nodes, sleep);
+  if (!probed) return std::nullopt;
   for (const auto& n : nodes) {
-    const std::string tcp = prober_->ProbeTcp(n);
+    const std::string tcp = probed->at(n);
     if (tcp != "open") suspects.push_back(n);
     timeouts = timeouts || tcp == "timeout" || tcp == "unreachable";
   }
@@ -225,7 +250,7 @@ std::optional<Finding> Detector::ConfirmAfterFailure(
     for (const auto& f : Look(suspects)) {
       if (f.verdict == Verdict::kDead || f.verdict == Verdict::kHung) return f;
     }
-    sleep(0.5);
+    if (!sleep(0.5)) return std::nullopt;
   }
   return std::nullopt;
 }

@@ -130,14 +130,19 @@ class Detector {
   std::vector<Finding> Look(const std::vector<std::string>& nodes);
   // After a failed step nobody declared: the nodes whose slurmd does not answer get the time
   // their heartbeat needs to confirm (refused: the heartbeat timeout; a timeout: the blip
-  // window) + 2 s. Returns the node declared, if any.
+  // window) + 2 s. Returns the node declared, if any. `sleep` waits and returns false when the
+  // wait must end at once (a signal came: nothing is declared). With AsyncProbes the nodes'
+  // slurmds are probed in parallel, and the wait for them is `sleep`'s too.
   std::optional<Finding> ConfirmAfterFailure(const std::vector<std::string>& nodes,
-                                             const std::function<void(double)>& sleep,
+                                             const std::function<bool(double)>& sleep,
                                              const std::function<void(const std::string&)>& log);
 
  private:
   Finding Declare(const std::string& node, Verdict v, const Evidence& e);
   Finding Late(const std::string& node, const Evidence& e) const;
+  // Each node's slurmd, probed (in parallel with AsyncProbes); nothing when `sleep` said stop.
+  std::optional<std::map<std::string, std::string>> ProbeAll(
+      const std::vector<std::string>& nodes, const std::function<bool(double)>& sleep);
   DetectSettings s_;
   Prober* prober_;
   const Clock* clock_;
