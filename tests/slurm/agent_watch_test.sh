@@ -15,6 +15,8 @@
 #            link ckptd reads (RUN/ckptd-<node>/buddy-addr) must follow to the far side of the
 #            live nodes' ring,
 #            and the batch-host watchers must be re-chosen among the live nodes;
+#   topology: `scontrol show topology` puts the far side under the node's own leaf switch: the
+#            buddy moves to the nearest node under the other switch (issue 44 hole 12);
 #   paused:  the batch host's heartbeat stops but its "slurmd" (a local listener) accepts: a
 #            heartbeat_late record, no resubmission;
 #   blip:    its heartbeat stops and its "slurmd" does not answer (a listener whose queue is
@@ -86,6 +88,16 @@ case "$*" in
     echo "   StdOut=${STUB_STATE}/out-${3}.out"
     echo "   MailUser=alice@example.org MailType=END,FAIL" ;;
   "-o show node "*) echo "NodeName=${4} NodeAddr=127.0.0.1 Port=${STUB_SLURMD_PORT:-1}" ;;
+  "show topology")
+    # STUB_TOPOLOGY=parity: two leaf switches, even hosts under s0, odd ones under s1.
+    [[ "${STUB_TOPOLOGY:-}" == parity ]] || { echo "No topology information available" >&2; exit 1; }
+    even="" odd=""
+    for i in $(seq 0 599); do
+      if ((i % 2)); then odd+="$(printf 'host%04d,' "${i}")"; else even+="$(printf 'host%04d,' "${i}")"; fi
+    done
+    echo "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=${even%,}"
+    echo "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=${odd%,}"
+    echo "SwitchName=top Level=1 LinkSpeed=1 Switches=s[0-1]" ;;
   "requeue "*) echo "$2" >>"${STUB_STATE}/requeued" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
 esac
@@ -217,6 +229,23 @@ until (($(requeues ring) >= 1)); do  # now a watcher of the batch host
 done
 stop_agent
 log "ring: the buddy link followed .job-nodes (host0303, then host0005); the watchers too"
+
+# ---- topology -----------------------------------------------------------------------------
+# Slurm's topology puts even hosts under one leaf switch, odd ones under another: the far side
+# host0303 shares host0003's switch, so the buddy is host0304 (the shift 301, the nearest to
+# N/2 that puts every buddy under the other switch).
+run_agent topo host0003 FTRAIN_REPLICATION=1 STUB_TOPOLOGY=parity
+link="$("${FTRAIN_BIN}" paths "${WORK}/topo/run" --node host0003 --get ckptd_buddy_addr)"
+want="$("${FTRAIN_BIN}" paths "${WORK}/topo/run" --node host0304 --get ckptd_peer_addr)"
+deadline=$((SECONDS + 60))
+until [[ "$(readlink "${link}" 2>/dev/null)" == "${want}" ]]; do
+  ((SECONDS < deadline)) || fail "topology: ${link} -> '$(readlink "${link}")', not host0304's peer-addr: $(cat "${WORK}/topo/agent.log")"
+  sleep 0.1
+done
+grep -q "Slurm's topology places the buddy under another leaf switch (600 nodes known)" "${WORK}/topo/agent.log" ||
+  fail "topology: the agent did not say it used the topology: $(cat "${WORK}/topo/agent.log")"
+stop_agent
+log "topology: the buddy is under the other leaf switch (host0304), not the far side's same switch"
 
 # ---- the batch host's heartbeat: paused, dead, the resubmission limit -----------------------
 port() {  # port open|closed|blackhole: a local TCP port that accepts (listening until
