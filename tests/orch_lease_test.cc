@@ -169,8 +169,6 @@ TEST_F(Lease, RacingTakersGetOneEpochEach) {
   EXPECT_EQ((*cur)->epoch, static_cast<int64_t>(won.load()));
 }
 
-// Hole 7: the fence is the lease's epoch. A generation of a later epoch is newer than any of an
-// earlier one and than any clock-made one, whatever the clocks of the nodes say.
 // Hole 15: two runs share one checkpoint root. The root's lease (the same mechanism, its
 // holder naming the run directory) refuses the second run while the first one's job runs,
 // lets any job of the same run take it (the run lease decided between those), and passes to
@@ -224,6 +222,8 @@ TEST(RootLease, ARootInsideTheRunDirectoryIsTheRunLeasesAlready) {
   EXPECT_TRUE(PathInside(tmp.path() + "/alias/checkpoints", run));
 }
 
+// Hole 7: the fence is the lease's epoch. A generation of a later epoch is newer than any of an
+// earlier one and than any clock-made one, whatever the clocks of the nodes say.
 TEST(Fence, GenerationsFollowTheLeaseEpochNotAClock) {
   setenv("FTRAIN_FENCE_EPOCH", "7", 1);
   const std::string seven = ckpt::NewGeneration();
