@@ -164,7 +164,7 @@ TEST(AsyncProbes, ATermIsReadWithinOneTickWhileAProbeHangs) {
   d.Reset({"n1"});
   d.Look({"n1"});
   c2.Advance(3);
-  EXPECT_LT(TermLatency(&d, &c2, sigfd), 0.25);
+  EXPECT_LT(TermLatency(&d, &c2, sigfd), 0.5);  // within one tick
   EXPECT_TRUE(async.InFlight("n1"));
   EXPECT_EQ(heartbeats.probes, 0);  // the caller's prober only read heartbeats
 
