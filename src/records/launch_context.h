@@ -12,15 +12,16 @@
 namespace ftrain::records {
 
 struct LaunchContext {
-  std::string job_id;     // SLURM_JOB_ID ("" outside Slurm)
-  std::string node_name;  // SLURMD_NODENAME, else this host's name
+  std::string job_id;      // SLURM_JOB_ID ("" outside Slurm)
+  std::string node_name;   // SLURMD_NODENAME, else this host's name
   std::string short_host;  // node_name up to its first '.'
   int node_index = -1;     // SLURM_NODEID (-1: unknown)
   int rank = -1;           // RANK, else SLURM_PROCID (-1: unknown)
   // FTRAIN_FENCE_EPOCH: the run lease's epoch `ftrain job` took for this launch (0: none, a
   // start outside the controller). Orders checkpoint writers (ckpt::NewGeneration).
   int64_t fence_epoch = 0;
-  // FTRAIN_RECORDS_SPOOL set (to anything): under `ftrain job`, restarts records go to this node's spool.
+  // FTRAIN_RECORDS_SPOOL set (to anything): under `ftrain job`, restarts records go to this node's
+  // spool.
   bool records_spool = false;
   // FTRAIN_CKPTD_NODE: the node id a test gives a ckptd and its trainer ("" : node_name).
   std::string ckptd_node;
