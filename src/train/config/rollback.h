@@ -18,23 +18,17 @@
 
 #include "core/status.h"
 #include "records/exit_codes.h"
+#include "records/rollbacks.h"
 #include "train/config/guard.h"
 
 namespace ftrain::train {
 
 using ftrain::kExitRollback;  // records/exit_codes.h
 
-// One line of RUN/rollbacks.jsonl.
-struct RollbackRecord {
-  int64_t step = 0;          // the step that was not applied (1-based, as metrics.jsonl's)
-  std::string reason;        // "nonfinite" or "spike"
-  int64_t resumed_from = 0;  // the step the start that met it had resumed from (0: fresh)
-  double grad_norm = -1;     // the step's norm when it was finite (-1: not recorded)
-};
-
-// The records of `run_dir` (no file: none). A bad line is Corruption naming file:line.
-StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir);
-Status AppendRollback(const std::string& run_dir, const RollbackRecord& r, double grad_norm);
+// The record and its reader/writer live in records/rollbacks.h (the file's one owner).
+using records::AppendRollback;
+using records::ReadRollbacks;
+using records::RollbackRecord;
 
 // Pure. FailedPrecondition when rolling back at `step` would be more than g.max_rollbacks
 // rollbacks within the last g.max_skips_window steps (`past`: the records before this one).
