@@ -95,18 +95,29 @@ TEST(GuardConfig, RollbackIsAPolicyWithABudget) {
   EXPECT_TRUE(StepGuard(t->guard, {}).nonfinite_on());
 }
 
-// A start that resumed step R after rollbacks at steps K skips R+1 .. max K: the records it
-// resumed past are in its checkpoint already.
-TEST(Rollback, AStartSkipsFromTheStepItResumedToTheNewestRolledBackStep) {
+// Pending rollbacks (no applied line after them; every version 1 file): a start that resumed
+// step R after rollbacks at steps K skips R+1 .. max K, as the trainer always did, and records
+// that range; the records it resumed past are in its checkpoint already.
+TEST(Rollback, APendingRollbackSkipsFromTheResumedStepAndIsRecordedAsApplied) {
   using Ranges = std::vector<std::pair<int64_t, int64_t>>;
   const std::vector<RollbackRecord> one = {{50, "spike", 20}};
-  EXPECT_EQ(RolledBackRanges(one, 40), (Ranges{{41, 50}}));
-  EXPECT_EQ(RolledBackRanges(one, 45), (Ranges{{46, 50}})) << "resumed inside the skipped range";
-  EXPECT_EQ(RolledBackRanges(one, 50), Ranges{});
-  EXPECT_EQ(RolledBackRanges(one, 60), Ranges{}) << "resumed past it: its skips are checkpointed";
-  EXPECT_EQ(RolledBackRanges({}, 0), Ranges{});
-  const std::vector<RollbackRecord> two = {{50, "spike", 20}, {80, "nonfinite", 60}};
-  EXPECT_EQ(RolledBackRanges(two, 70), (Ranges{{71, 80}}));
+  EXPECT_EQ(PlanRollbackSkips(one, 40, 100).ranges, (Ranges{{41, 50}}));
+  EXPECT_EQ(PlanRollbackSkips(one, 45, 100).ranges, (Ranges{{46, 50}})) << "resumed inside";
+  EXPECT_EQ(PlanRollbackSkips(one, 50, 100).ranges, Ranges{});
+  EXPECT_EQ(PlanRollbackSkips(one, 60, 100).ranges, Ranges{}) << "resumed past it";
+  EXPECT_FALSE(PlanRollbackSkips(one, 60, 100).must_record());
+  EXPECT_EQ(PlanRollbackSkips({}, 0, 100).ranges, Ranges{});
+  const RollbackSkips p = PlanRollbackSkips(one, 40, 100);
+  ASSERT_TRUE(p.must_record());
+  EXPECT_EQ(p.to_record.step, 50);
+  EXPECT_EQ(p.to_record.first, 41);
+  EXPECT_EQ(p.to_record.last, 50);
+  EXPECT_EQ(p.to_record.resumed_from, 40);
+  RollbackRecord v1a{50, "spike", 20}, v1b{80, "nonfinite", 60};
+  v1a.version = v1b.version = 1;
+  EXPECT_EQ(PlanRollbackSkips({v1a, v1b}, 70, 100).ranges, (Ranges{{71, 80}}));
+  EXPECT_EQ(PlanRollbackSkips({v1a, v1b}, 30, 100).ranges, (Ranges{{31, 80}}))
+      << "the old rule for the old form: resumed + 1 to the newest rollback";
   StepGuard g(GuardSection{}, {3});
   g.AddRolledBack(41, 43);
   EXPECT_TRUE(g.Listed(3));
@@ -115,6 +126,85 @@ TEST(Rollback, AStartSkipsFromTheStepItResumedToTheNewestRolledBackStep) {
   EXPECT_STREQ(g.ListedReason(42), "rollback");
   EXPECT_FALSE(g.Listed(44));
   ASSERT_TRUE(g.Record(42, std::nan(""), "rollback").ok()) << "not counted against max_skips";
+}
+
+// Hole 10 of issue 44: the first start after a rollback at 50 resumed step 40 and skipped
+// 41-50 (its applied line). Every later start skips exactly that, whatever it resumes: from an
+// older checkpoint (20: steps 21-40 are trained again, as the recorded run trained them; the
+// old rule skipped 21-50), from inside the range, or from after it.
+TEST(Rollback, RecordedRangesAreReplayedExactlyWhateverALaterStartResumes) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 50;
+  applied.first = 41;
+  applied.last = 50;
+  applied.resumed_from = 40;
+  const std::vector<RollbackRecord> log = {{50, "spike", 20}, applied};
+  EXPECT_EQ(PlanRollbackSkips(log, 20, 100).ranges, (Ranges{{41, 50}})) << "older checkpoint";
+  EXPECT_EQ(PlanRollbackSkips(log, 0, 100).ranges, (Ranges{{41, 50}})) << "fresh start";
+  EXPECT_EQ(PlanRollbackSkips(log, 40, 100).ranges, (Ranges{{41, 50}}));
+  EXPECT_EQ(PlanRollbackSkips(log, 45, 100).ranges, (Ranges{{46, 50}})) << "inside it";
+  EXPECT_EQ(PlanRollbackSkips(log, 55, 100).ranges, Ranges{}) << "after it";
+  for (int64_t r : {0, 20, 45, 55}) {
+    EXPECT_FALSE(PlanRollbackSkips(log, r, 100).must_record()) << "answered: nothing to add";
+  }
+  // A second rollback at 70, met by a start that resumed 60. Before any start applies it, a
+  // start from 30 skips 31-70 (pending: resumed + 1 to 70, merged with 41-50) and records
+  // 31-70. Here its restart resumed 45 instead and recorded 46-70: overlapping records merge,
+  // and a start from step 10 replays both.
+  RollbackRecord second = applied;
+  second.step = 70;
+  second.first = 46;
+  second.last = 70;
+  second.resumed_from = 45;
+  std::vector<RollbackRecord> two = log;
+  two.push_back({70, "nonfinite", 60});
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).ranges, (Ranges{{31, 70}}));
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).to_record.first, 31);
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).to_record.last, 70);
+  two.push_back(second);
+  EXPECT_EQ(PlanRollbackSkips(two, 10, 100).ranges, (Ranges{{41, 70}}));
+  EXPECT_EQ(PlanRollbackSkips(two, 60, 100).ranges, (Ranges{{61, 70}}));
+  // A rollback after an applied line, below the applied range, is pending again on its own.
+  std::vector<RollbackRecord> low = log;
+  low.push_back({35, "nonfinite", 30});
+  const RollbackSkips l = PlanRollbackSkips(low, 30, 100);
+  EXPECT_EQ(l.ranges, (Ranges{{31, 35}, {41, 50}}));
+  EXPECT_EQ(l.to_record.first, 31);
+  EXPECT_EQ(l.to_record.last, 35);
+}
+
+// Nothing is skipped past train.steps: a recorded range, or a pending one, is clipped at the
+// run's end (a run restarted with fewer steps), and nothing is recorded past it.
+TEST(Rollback, SkipRangesAreBoundedByTheRun) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 50;
+  applied.first = 41;
+  applied.last = 50;
+  EXPECT_EQ(PlanRollbackSkips({{50, "spike", 20}, applied}, 20, 45).ranges, (Ranges{{41, 45}}));
+  EXPECT_EQ(PlanRollbackSkips({{50, "spike", 20}, applied}, 20, 40).ranges, Ranges{});
+  const RollbackSkips p = PlanRollbackSkips({{50, "spike", 20}}, 40, 44);
+  EXPECT_EQ(p.ranges, (Ranges{{41, 44}}));
+  EXPECT_EQ(p.to_record.last, 44);
+  EXPECT_FALSE(PlanRollbackSkips({{50, "spike", 20}}, 44, 44).must_record());
+}
+
+// Applied lines are no rollbacks: the budget and the controller's count see only the events.
+TEST(Rollback, AppliedLinesCountNeitherAgainstTheBudgetNorAsRollbacks) {
+  GuardSection g;
+  g.policy = GuardPolicy::kRollback;
+  g.max_rollbacks = 1;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 10;
+  applied.first = 1;
+  applied.last = 10;
+  EXPECT_TRUE(CheckRollbackBudget({applied, applied}, 30, g).ok());
+  EXPECT_FALSE(CheckRollbackBudget({{10, "spike", 0}, applied}, 30, g).ok());
+  EXPECT_EQ(records::CountRollbacks({{10, "spike", 0}, applied, {20, "spike", 0}}), 2);
 }
 
 TEST(Rollback, TheBudgetCountsRollbacksWithinTheWindowAndNamesThem) {
@@ -367,7 +457,9 @@ TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
     StepGuard g(c, {});
     g.Restore(at20.norms(), at20.skipped(), at20.recent());
     g.AddSuspects(RolledBackSuspects(records, 20));
-    for (const auto& [first, last] : RolledBackRanges(records, 20)) g.AddRolledBack(first, last);
+    for (const auto& [first, last] : PlanRollbackSkips(records, 20, 100).ranges) {
+      g.AddRolledBack(first, last);
+    }
     const int64_t step = 21 + k;
     for (int64_t s = 21; s < step; ++s) {
       ASSERT_TRUE(g.Listed(s));

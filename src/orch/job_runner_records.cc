@@ -88,7 +88,7 @@ void JobRunner::ReadNodeFaults(Observation* o) const {
 // end: the policy bounds rollbacks and node requeues per newest checkpoint.
 void JobRunner::ReadRunRecords(Observation* o) const {
   auto r = records::ReadRollbacks(layout_.run_dir());
-  o->rollbacks = r.ok() ? static_cast<int>(r->size()) : -1;
+  o->rollbacks = r.ok() ? records::CountRollbacks(*r) : -1;
   o->checkpoint = NewestCheckpoint();
 }
 

@@ -586,12 +586,21 @@ Status Stall(int64_t step, int rank) {
 }
 
 // guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
-// that come after the step this start resumed are skipped, like data.skip.
+// that come after the step this start resumed are skipped, like data.skip. A rollback no start
+// has applied yet is applied now, and rank 0 records the exact range before any step trains.
 Status ApplyRollbacks(Run* run) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
   run->guard->AddSuspects(RolledBackSuspects(records, run->state.step));
   run->state.guard_recent = run->guard->recent();
-  for (const auto& [first, last] : RolledBackRanges(records, run->state.step)) {
+  const RollbackSkips skips = PlanRollbackSkips(records, run->state.step, run->cfg.train.steps);
+  if (skips.must_record()) {
+    // Every rank has read the file before rank 0 appends to it: all plan from the same lines.
+    FT_RETURN_IF_ERROR(run->ctx->control().Barrier()->Wait());
+    if (run->leader) {
+      FT_RETURN_IF_ERROR(AppendAppliedRollback(run->cfg.run_dir, skips.to_record));
+    }
+  }
+  for (const auto& [first, last] : skips.ranges) {
     run->guard->AddRolledBack(first, last);
     if (run->leader) {
       FT_LOG(Warning) << "guard: rolled back to step " << run->state.step << ": steps " << first

@@ -10,6 +10,7 @@ Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step
   std::string steps;
   int64_t count = 1;  // this one
   for (const RollbackRecord& r : past) {
+    if (r.kind != records::RollbackKind::kRollback) continue;  // an applied range, not an event
     if (r.step >= step || r.step <= step - g.max_skips_window) continue;
     ++count;
     steps += std::to_string(r.step) + ",";
@@ -25,19 +26,58 @@ Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step
       "larger guard.max_rollbacks or --data.skip");
 }
 
-std::vector<std::pair<int64_t, int64_t>> RolledBackRanges(
-    const std::vector<RollbackRecord>& records, int64_t resumed_step) {
-  int64_t last = resumed_step;
-  for (const RollbackRecord& r : records) last = std::max(last, r.step);
-  if (last == resumed_step) return {};
-  return {{resumed_step + 1, last}};
+namespace {
+
+// Sorted, with overlapping or adjacent ranges joined.
+std::vector<std::pair<int64_t, int64_t>> Merge(std::vector<std::pair<int64_t, int64_t>> in) {
+  std::sort(in.begin(), in.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& r : in) {
+    if (!out.empty() && r.first <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, r.second);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+RollbackSkips PlanRollbackSkips(const std::vector<RollbackRecord>& records, int64_t resumed_step,
+                                int64_t train_steps) {
+  RollbackSkips out;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t pending = resumed_step;  // the newest rollback step no applied line answers yet
+  for (const RollbackRecord& r : records) {
+    if (r.kind == records::RollbackKind::kApplied) {
+      const int64_t first = std::max(r.first, resumed_step + 1);
+      const int64_t last = std::min(r.last, train_steps);
+      if (first <= last) ranges.emplace_back(first, last);
+      pending = resumed_step;  // every rollback before it is answered by it
+    } else {
+      pending = std::max(pending, r.step);
+    }
+  }
+  const int64_t last = std::min(pending, train_steps);
+  if (last > resumed_step) {
+    ranges.emplace_back(resumed_step + 1, last);
+    out.to_record.kind = records::RollbackKind::kApplied;
+    out.to_record.step = pending;
+    out.to_record.first = resumed_step + 1;
+    out.to_record.last = last;
+    out.to_record.resumed_from = resumed_step;
+  }
+  out.ranges = Merge(std::move(ranges));
+  return out;
 }
 
 std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
                                        int64_t resumed_step) {
   std::vector<std::pair<int64_t, double>> later;
   for (const RollbackRecord& r : records) {
-    if (r.step > resumed_step && r.reason == "spike" && r.grad_norm >= 0) {
+    if (r.kind == records::RollbackKind::kRollback && r.step > resumed_step &&
+        r.reason == "spike" && r.grad_norm >= 0) {
       later.emplace_back(r.step, r.grad_norm);
     }
   }
