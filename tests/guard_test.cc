@@ -456,7 +456,7 @@ TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
   for (int k = 0; k < 4; ++k) {
     StepGuard g(c, {});
     g.Restore(at20.norms(), at20.skipped(), at20.recent());
-    g.AddSuspects(RolledBackSuspects(records, 20));
+    g.AddSuspects(RolledBackSuspects(records, 20)[20]);
     for (const auto& [first, last] : PlanRollbackSkips(records, 20, 100).ranges) {
       g.AddRolledBack(first, last);
     }
@@ -477,13 +477,33 @@ TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
     }
   }
   // Only spike records later than the resumed step, in step order, with a recorded norm.
+  // Only spike records later than the resumed step, in step order, with a recorded norm; all
+  // pending (no applied line): taken right after the resumed step.
+  using Suspects = std::map<int64_t, std::vector<double>>;
   EXPECT_EQ(RolledBackSuspects({{30, "spike", 20, 1.5},
                                 {25, "spike", 20, 1.4},
                                 {27, "nonfinite", 20, -1},
                                 {28, "spike", 20},
                                 {19, "spike", 10, 9}},
                                20),
-            (std::vector<double>{1.4, 1.5}));
+            (Suspects{{20, {1.4, 1.5}}}));
+  // Applied (issue 44, hole 10): the start that applied the spike at 30 had resumed step 25 and
+  // took its suspect there. A start from step 10 takes it after step 25, as the recorded run
+  // did; a start from 25 at once; a start from 27 has it in its checkpoint already.
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 30;
+  applied.first = 26;
+  applied.last = 30;
+  applied.resumed_from = 25;
+  const std::vector<RollbackRecord> log = {{30, "spike", 20, 1.5}, applied};
+  EXPECT_EQ(RolledBackSuspects(log, 10), (Suspects{{25, {1.5}}}));
+  EXPECT_EQ(RolledBackSuspects(log, 25), (Suspects{{25, {1.5}}}));
+  EXPECT_EQ(RolledBackSuspects(log, 27), Suspects{});
+  std::vector<RollbackRecord> more = log;
+  more.push_back({40, "spike", 35, 2.5});  // pending, met after a resume at 35
+  EXPECT_EQ(RolledBackSuspects(more, 35), (Suspects{{35, {2.5}}}));
+  EXPECT_EQ(RolledBackSuspects(more, 10), (Suspects{{10, {2.5}}, {25, {1.5}}}));
 }
 
 TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {

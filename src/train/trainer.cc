@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -283,7 +284,9 @@ struct Run {
   bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
   ReplicaPlace place;                // this rank's shard, for the replica check
   bool sdc_timed = false;            // the first check's time was logged
-  std::unique_ptr<HangWatch> hang;   // the hang guard (last: stopped first)
+  // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
+  std::map<int64_t, std::vector<double>> suspects_at;
+  std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -585,13 +588,22 @@ Status Stall(int64_t step, int rank) {
                              std::to_string(step) + " and was asked to stop");
 }
 
+// The suspects due after `step` (RolledBackSuspects): where the recorded run took them.
+void AddDueSuspects(Run* run, int64_t step) {
+  auto it = run->suspects_at.find(step);
+  if (it == run->suspects_at.end()) return;
+  run->guard->AddSuspects(it->second);
+  run->state.guard_recent = run->guard->recent();
+  run->suspects_at.erase(it);
+}
+
 // guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
 // that come after the step this start resumed are skipped, like data.skip. A rollback no start
 // has applied yet is applied now, and rank 0 records the exact range before any step trains.
 Status ApplyRollbacks(Run* run) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
-  run->guard->AddSuspects(RolledBackSuspects(records, run->state.step));
-  run->state.guard_recent = run->guard->recent();
+  run->suspects_at = RolledBackSuspects(records, run->state.step);
+  AddDueSuspects(run, run->state.step);
   const RollbackSkips skips = PlanRollbackSkips(records, run->state.step, run->cfg.train.steps);
   if (skips.must_record()) {
     // Every rank has read the file before rank 0 appends to it: all plan from the same lines.
@@ -877,6 +889,7 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
     run->hang->Enter(step + 1, HangPhase::kCompute);
+    AddDueSuspects(run.get(), step);
     const double lr = run->sched.At(step);
     FT_ASSIGN_OR_RETURN(StepResult r, TrainStep(*run, step, lr));
     run->hang->Enter(step + 1, HangPhase::kBoundary);

@@ -72,19 +72,31 @@ RollbackSkips PlanRollbackSkips(const std::vector<RollbackRecord>& records, int6
   return out;
 }
 
-std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
-                                       int64_t resumed_step) {
-  std::vector<std::pair<int64_t, double>> later;
+std::map<int64_t, std::vector<double>> RolledBackSuspects(
+    const std::vector<RollbackRecord>& records, int64_t resumed_step) {
+  std::map<int64_t, std::vector<std::pair<int64_t, double>>> at;
+  std::vector<std::pair<int64_t, double>> since;  // spike rollbacks since the last applied line
   for (const RollbackRecord& r : records) {
-    if (r.kind == records::RollbackKind::kRollback && r.step > resumed_step &&
-        r.reason == "spike" && r.grad_norm >= 0) {
-      later.emplace_back(r.step, r.grad_norm);
+    if (r.kind == records::RollbackKind::kApplied) {
+      for (const auto& x : since) {
+        if (x.first > r.resumed_from && r.resumed_from >= resumed_step) {
+          at[r.resumed_from].push_back(x);
+        }
+      }
+      since.clear();
+    } else if (r.reason == "spike" && r.grad_norm >= 0) {
+      since.emplace_back(r.step, r.grad_norm);
     }
   }
-  std::stable_sort(later.begin(), later.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<double> out;
-  for (const auto& [step, norm] : later) out.push_back(norm);
+  for (const auto& x : since) {  // pending: this start applies them
+    if (x.first > resumed_step) at[resumed_step].push_back(x);
+  }
+  std::map<int64_t, std::vector<double>> out;
+  for (auto& [key, list] : at) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& x : list) out[key].push_back(x.second);
+  }
   return out;
 }
 

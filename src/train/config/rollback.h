@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,11 +60,15 @@ struct RollbackSkips {
 // Every range is clipped at train_steps (the run ends there; nothing after it is skipped).
 RollbackSkips PlanRollbackSkips(const std::vector<RollbackRecord>& records, int64_t resumed_step,
                                 int64_t train_steps);
-// Pure. The norms of the spike steps a start that resumed after `resumed_step` rolls back over,
-// in step order: suspects for the guard's re-admission of a new level (StepGuard::AddSuspects).
-// The snapshot it resumed predates them, so without these a level shift would roll back until
-// the budget ends the run.
-std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
-                                       int64_t resumed_step);
+// Pure. The norms of the spike steps rolled back over that a start which resumed
+// `resumed_step` counts as suspects for the guard's re-admission of a new level
+// (StepGuard::AddSuspects), keyed by the step after which the guard takes them, in step order:
+// the step the start that applied them had resumed (an applied line's resumed_from), so that a
+// start from an older checkpoint adds them where the recorded run did; `resumed_step` for the
+// rollbacks this start applies itself. Rollbacks applied by a start that resumed before
+// `resumed_step` are in the resumed checkpoint's guard state already. Without suspects a level
+// shift would roll back until the budget ends the run.
+std::map<int64_t, std::vector<double>> RolledBackSuspects(
+    const std::vector<RollbackRecord>& records, int64_t resumed_step);
 
 }  // namespace ftrain::train
