@@ -589,6 +589,18 @@ TEST(SkippedStepRecord, NonFiniteValuesAreNullAndTheReasonRoundTrips) {
 std::vector<ReplicaHash> Rows(std::initializer_list<ReplicaHash> r) { return r; }
 const std::vector<std::string> kHosts = {"h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3"};
 
+// Issue 44, hole 7: the check runs every N steps and before every snapshot a restart could
+// take, disk or memory, so a memory snapshot between two periodic checks (step 8 with the
+// check every 6) is checked before it is taken; with the check off nothing runs.
+TEST(SdcVerdict, TheCheckRunsBeforeEverySnapshotAndEveryNSteps) {
+  EXPECT_TRUE(SdcCheckDue(6, 6, false));
+  EXPECT_TRUE(SdcCheckDue(12, 6, false));
+  EXPECT_FALSE(SdcCheckDue(8, 6, false)) << "no snapshot, not a multiple: no check";
+  EXPECT_TRUE(SdcCheckDue(8, 6, true)) << "a memory (or disk) snapshot follows";
+  EXPECT_TRUE(SdcCheckDue(7, 100, true)) << "a time-based snapshot at any step";
+  EXPECT_FALSE(SdcCheckDue(8, 0, true)) << "guard.sdc_every_steps = 0: off";
+}
+
 TEST(SdcVerdict, AgreeingReplicasAreOk) {
   const SdcVerdict v =
       JudgeReplicas(Rows({{0, 0, 0, 7}, {1, 1, 0, 9}, {2, 0, 1, 7}, {3, 1, 1, 9}}), kHosts);

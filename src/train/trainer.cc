@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "ckpt/memory_manifest.h"
 #include "ckpt/store.h"
 #include "comm/context.h"
 #include "core/env.h"
@@ -284,6 +285,7 @@ struct Run {
   bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
   ReplicaPlace place;                // this rank's shard, for the replica check
   bool sdc_timed = false;            // the first check's time was logged
+  int64_t sdc_passed = 0;            // the newest step a check passed at (or the one resumed)
   // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
   std::map<int64_t, std::vector<double>> suspects_at;
   std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
@@ -497,6 +499,8 @@ void StartSdcCheck(Run* run) {
   if (every <= 0) return;
   const comm::WorldInfo& w = run->ctx->world();
   const fsdp::Sharding s = run->engine->config().sharding;
+  // The resumed state was checked before it was saved (disk or memory): the last known good.
+  run->sdc_passed = std::max<int64_t>(0, run->state.step);
   run->place.rank = w.rank;
   run->place.node = w.node_rank;
   run->place.shard = s == fsdp::Sharding::kNoShard ? 0 : w.local_rank;
@@ -515,11 +519,26 @@ void StartSdcCheck(Run* run) {
   }
 }
 
-// The replica check after step `step` when it is due; true when the replicas disagree (the
-// ERROR is logged, rank 0 has recorded it, and the trainer is to exit with kExitSdc).
-StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
+// After silent data corruption (rank 0): the memory tier's record of a step newer than the last
+// passed check is dropped, so that the restart goes to a checked state (issue 44, hole 7).
+void DropUncheckedMemoryRecord(const Run& run) {
+  auto dropped =
+      ckpt::DropMemoryManifestNewerThan(Env::Default(), run.cfg.ckpt.root, run.sdc_passed);
+  if (!dropped.ok()) {
+    FT_LOG(Error) << "guard: " << dropped.status().message();
+  } else if (*dropped >= 0) {
+    FT_LOG(Error) << "guard: dropped the memory tier's record of step " << *dropped
+                  << ": it is newer than the last passed replica check (step " << run.sdc_passed
+                  << "), so it may hold the corruption; the restart resumes a checked step";
+  }
+}
+
+// The replica check after step `step` when it is due (SdcCheckDue: `snapshot_due` when a disk
+// checkpoint or a memory snapshot follows); true when the replicas disagree (the ERROR is
+// logged, rank 0 has recorded it, and the trainer is to exit with kExitSdc).
+StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool snapshot_due) {
   if (!run.sdc_check) return false;
-  if (step % run.cfg.guard.sdc_every_steps != 0 && !disk_due) return false;
+  if (!SdcCheckDue(step, run.cfg.guard.sdc_every_steps, snapshot_due)) return false;
   const auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(SdcVerdict v,
                       CheckReplicas(*run.engine, run.ctx->control(), run.place, run.hosts));
@@ -528,7 +547,10 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
     FT_LOG(Info) << "guard: replica check after step " << step << " took "
                  << Seconds(t0, Clock::now()) * 1e3 << " ms (hash + gather)";
   }
-  if (v.ok) return false;
+  if (v.ok) {
+    run.sdc_passed = step;
+    return false;
+  }
   FT_LOG(Error) << "guard: silent data corruption after step " << step
                 << ": replicas of a master shard hold different bits: " << v.summary
                 << (v.by_majority ? "" : " (no majority: every replica named is a suspect)")
@@ -537,6 +559,7 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
   if (run.leader) {
     Status w = RecordSdc(run.cfg.run_dir, run.launch, step, v);
     if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
+    DropUncheckedMemoryRecord(run);
   }
   // No rank exits (77) before rank 0's record is durable: the controller reads it to keep the
   // nodes out, and srun's kill-on-bad-exit would otherwise end rank 0 mid-append.
@@ -900,8 +923,9 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
 
     FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(*run->ctx, r.loss, r.votes.disk,
                                                               r.votes.memory, *run->clock));
-    FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step,
-                                                  ckpt.DiskDue(state.step, at.time_due, at.stop)));
+    const bool snapshot_due = ckpt.DiskDue(state.step, at.time_due, at.stop) ||
+                              ckpt.MemoryDue(state.step, at.memory_time_due);
+    FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step, snapshot_due));
     if (corrupt) {
       *exit_code = kExitSdc;
       return Status::Ok();
