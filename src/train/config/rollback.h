@@ -54,7 +54,7 @@ struct RollbackSkips {
 //  - an applied line's range [first, last], the part after resumed_step: exactly the steps the
 //    start that applied it skipped, whatever this start resumed (older or newer);
 //  - rollback lines after the last applied line (pending: their 79 ended the start before
-//    this one, or a start that died before it trained; version 1 lines are always pending):
+//    this one, or a start that died before it trained; a version 1 file has no applied line):
 //    resumed_step + 1 to the newest of them, as the trainer did before applied lines existed.
 //    This start records that range (to_record), and later starts replay it.
 // Every range is clipped at train_steps (the run ends there; nothing after it is skipped).
