@@ -188,6 +188,53 @@ TEST_F(GuardRunTest, RollbackGoesBackToTheNewestCheckpointAndSkipsToTheSpikeLike
   ExpectAllVerify(run);
 }
 
+// Issue 44, hole 10: skip ranges are recorded as applied and replayed exactly. A NaN loss at
+// step 12 rolls back; the first continuation resumes step 10, skips 11-12 and records that
+// range. A later start that resumes an OLDER checkpoint (step 5: the newer ones are gone, as
+// after damage or a requeue onto another root copy) trains 6-10 again and skips only 11-12, so
+// its final checkpoint and losses equal the first continuation's bit for bit. (The old rule
+// skipped from whatever the start resumed: 6-12.)
+TEST_F(GuardRunTest, ARestartFromAnOlderCheckpointReplaysTheRecordedRollbackExactly) {
+  const std::string opts = "--dist.sharding=full_shard --guard.policy=rollback";
+  const std::string run = Path("rollback_older"), kept = Path("rollback_older_first");
+  auto a = Train(run, opts, "FTRAIN_FAULT=nan_loss@12");
+  ASSERT_EQ(a.exit_code, 79) << a.output;
+  auto first = Train(run, opts);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(Contains(first.output, "rolled back to step 10: steps 11-12 are read and not"))
+      << first.output;
+  auto lines = JsonLines(run + "/rollbacks.jsonl");
+  ASSERT_GE(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "rollback");
+  EXPECT_EQ(lines[0]["step"], 12);
+  EXPECT_EQ(lines.size(), 2u) << "the applied range is recorded";
+  if (lines.size() >= 2) {
+    EXPECT_EQ(lines[1]["kind"], "applied");
+    EXPECT_EQ(lines[1]["first"], 11);
+    EXPECT_EQ(lines[1]["last"], 12);
+    EXPECT_EQ(lines[1]["resumed_from"], 10);
+  }
+  const auto first_losses = Losses(run);
+  ASSERT_EQ(
+      RunCommand("mkdir -p " + kept + " && cp -r " + Final(run) + " " + kept + "/", 60).exit_code,
+      0);
+  ASSERT_EQ(RunCommand("rm -rf " + run + "/checkpoints/step-00000010 " + run +
+                           "/checkpoints/step-00000015 " + Final(run),
+                       60)
+                .exit_code,
+            0);
+  auto later = Train(run, opts);
+  ASSERT_EQ(later.exit_code, 0) << later.output;
+  EXPECT_TRUE(Contains(later.output, "rolled back to step 5: steps 11-12 are read and not"))
+      << later.output;
+  EXPECT_EQ(Diff(Final(run), kept + "/step-00000020"), 0)
+      << "the start from step 5 differs from the first continuation";
+  EXPECT_EQ(Losses(run), first_losses);
+  EXPECT_EQ(Records(run)[8].count("skipped"), 0u) << "step 8 was trained by the recorded run";
+  EXPECT_EQ(JsonLines(run + "/rollbacks.jsonl").size(), 2u) << "nothing new to record";
+  ExpectAllVerify(run);
+}
+
 // A NaN loss at step 4 and at step 8 with guard.max_rollbacks = 1: the first rolls back to
 // the start (no checkpoint yet); the second would be one too many, so the run ends with exit 2
 // naming both steps instead of looping.
@@ -206,7 +253,13 @@ TEST_F(GuardRunTest, TheRollbackBudgetEndsTheRunInsteadOfLooping) {
                        "step 8 would be rollback number 2 within the last 100 steps "
                        "(earlier: 4; guard.max_rollbacks = 1)"))
       << b.output;
-  EXPECT_EQ(JsonLines(run + "/rollbacks.jsonl").size(), 1u);
+  // The rollback of step 4 and the range its restart applied; no rollback of step 8.
+  const auto lines = JsonLines(run + "/rollbacks.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["kind"], "rollback");
+  EXPECT_EQ(lines[1]["kind"], "applied");
+  EXPECT_EQ(lines[1]["first"], 1);
+  EXPECT_EQ(lines[1]["last"], 4);
   ExpectAllVerify(run);
 }
 

@@ -95,18 +95,29 @@ TEST(GuardConfig, RollbackIsAPolicyWithABudget) {
   EXPECT_TRUE(StepGuard(t->guard, {}).nonfinite_on());
 }
 
-// A start that resumed step R after rollbacks at steps K skips R+1 .. max K: the records it
-// resumed past are in its checkpoint already.
-TEST(Rollback, AStartSkipsFromTheStepItResumedToTheNewestRolledBackStep) {
+// Pending rollbacks (no applied line after them; every version 1 file): a start that resumed
+// step R after rollbacks at steps K skips R+1 .. max K, as the trainer always did, and records
+// that range; the records it resumed past are in its checkpoint already.
+TEST(Rollback, APendingRollbackSkipsFromTheResumedStepAndIsRecordedAsApplied) {
   using Ranges = std::vector<std::pair<int64_t, int64_t>>;
   const std::vector<RollbackRecord> one = {{50, "spike", 20}};
-  EXPECT_EQ(RolledBackRanges(one, 40), (Ranges{{41, 50}}));
-  EXPECT_EQ(RolledBackRanges(one, 45), (Ranges{{46, 50}})) << "resumed inside the skipped range";
-  EXPECT_EQ(RolledBackRanges(one, 50), Ranges{});
-  EXPECT_EQ(RolledBackRanges(one, 60), Ranges{}) << "resumed past it: its skips are checkpointed";
-  EXPECT_EQ(RolledBackRanges({}, 0), Ranges{});
-  const std::vector<RollbackRecord> two = {{50, "spike", 20}, {80, "nonfinite", 60}};
-  EXPECT_EQ(RolledBackRanges(two, 70), (Ranges{{71, 80}}));
+  EXPECT_EQ(PlanRollbackSkips(one, 40, 100).ranges, (Ranges{{41, 50}}));
+  EXPECT_EQ(PlanRollbackSkips(one, 45, 100).ranges, (Ranges{{46, 50}})) << "resumed inside";
+  EXPECT_EQ(PlanRollbackSkips(one, 50, 100).ranges, Ranges{});
+  EXPECT_EQ(PlanRollbackSkips(one, 60, 100).ranges, Ranges{}) << "resumed past it";
+  EXPECT_FALSE(PlanRollbackSkips(one, 60, 100).must_record());
+  EXPECT_EQ(PlanRollbackSkips({}, 0, 100).ranges, Ranges{});
+  const RollbackSkips p = PlanRollbackSkips(one, 40, 100);
+  ASSERT_TRUE(p.must_record());
+  EXPECT_EQ(p.to_record.step, 50);
+  EXPECT_EQ(p.to_record.first, 41);
+  EXPECT_EQ(p.to_record.last, 50);
+  EXPECT_EQ(p.to_record.resumed_from, 40);
+  RollbackRecord v1a{50, "spike", 20}, v1b{80, "nonfinite", 60};
+  v1a.version = v1b.version = 1;
+  EXPECT_EQ(PlanRollbackSkips({v1a, v1b}, 70, 100).ranges, (Ranges{{71, 80}}));
+  EXPECT_EQ(PlanRollbackSkips({v1a, v1b}, 30, 100).ranges, (Ranges{{31, 80}}))
+      << "the old rule for the old form: resumed + 1 to the newest rollback";
   StepGuard g(GuardSection{}, {3});
   g.AddRolledBack(41, 43);
   EXPECT_TRUE(g.Listed(3));
@@ -115,6 +126,85 @@ TEST(Rollback, AStartSkipsFromTheStepItResumedToTheNewestRolledBackStep) {
   EXPECT_STREQ(g.ListedReason(42), "rollback");
   EXPECT_FALSE(g.Listed(44));
   ASSERT_TRUE(g.Record(42, std::nan(""), "rollback").ok()) << "not counted against max_skips";
+}
+
+// Hole 10 of issue 44: the first start after a rollback at 50 resumed step 40 and skipped
+// 41-50 (its applied line). Every later start skips exactly that, whatever it resumes: from an
+// older checkpoint (20: steps 21-40 are trained again, as the recorded run trained them; the
+// old rule skipped 21-50), from inside the range, or from after it.
+TEST(Rollback, RecordedRangesAreReplayedExactlyWhateverALaterStartResumes) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 50;
+  applied.first = 41;
+  applied.last = 50;
+  applied.resumed_from = 40;
+  const std::vector<RollbackRecord> log = {{50, "spike", 20}, applied};
+  EXPECT_EQ(PlanRollbackSkips(log, 20, 100).ranges, (Ranges{{41, 50}})) << "older checkpoint";
+  EXPECT_EQ(PlanRollbackSkips(log, 0, 100).ranges, (Ranges{{41, 50}})) << "fresh start";
+  EXPECT_EQ(PlanRollbackSkips(log, 40, 100).ranges, (Ranges{{41, 50}}));
+  EXPECT_EQ(PlanRollbackSkips(log, 45, 100).ranges, (Ranges{{46, 50}})) << "inside it";
+  EXPECT_EQ(PlanRollbackSkips(log, 55, 100).ranges, Ranges{}) << "after it";
+  for (int64_t r : {0, 20, 45, 55}) {
+    EXPECT_FALSE(PlanRollbackSkips(log, r, 100).must_record()) << "answered: nothing to add";
+  }
+  // A second rollback at 70, met by a start that resumed 60. Before any start applies it, a
+  // start from 30 skips 31-70 (pending: resumed + 1 to 70, merged with 41-50) and records
+  // 31-70. Here its restart resumed 45 instead and recorded 46-70: overlapping records merge,
+  // and a start from step 10 replays both.
+  RollbackRecord second = applied;
+  second.step = 70;
+  second.first = 46;
+  second.last = 70;
+  second.resumed_from = 45;
+  std::vector<RollbackRecord> two = log;
+  two.push_back({70, "nonfinite", 60});
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).ranges, (Ranges{{31, 70}}));
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).to_record.first, 31);
+  EXPECT_EQ(PlanRollbackSkips(two, 30, 100).to_record.last, 70);
+  two.push_back(second);
+  EXPECT_EQ(PlanRollbackSkips(two, 10, 100).ranges, (Ranges{{41, 70}}));
+  EXPECT_EQ(PlanRollbackSkips(two, 60, 100).ranges, (Ranges{{61, 70}}));
+  // A rollback after an applied line, below the applied range, is pending again on its own.
+  std::vector<RollbackRecord> low = log;
+  low.push_back({35, "nonfinite", 30});
+  const RollbackSkips l = PlanRollbackSkips(low, 30, 100);
+  EXPECT_EQ(l.ranges, (Ranges{{31, 35}, {41, 50}}));
+  EXPECT_EQ(l.to_record.first, 31);
+  EXPECT_EQ(l.to_record.last, 35);
+}
+
+// Nothing is skipped past train.steps: a recorded range, or a pending one, is clipped at the
+// run's end (a run restarted with fewer steps), and nothing is recorded past it.
+TEST(Rollback, SkipRangesAreBoundedByTheRun) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 50;
+  applied.first = 41;
+  applied.last = 50;
+  EXPECT_EQ(PlanRollbackSkips({{50, "spike", 20}, applied}, 20, 45).ranges, (Ranges{{41, 45}}));
+  EXPECT_EQ(PlanRollbackSkips({{50, "spike", 20}, applied}, 20, 40).ranges, Ranges{});
+  const RollbackSkips p = PlanRollbackSkips({{50, "spike", 20}}, 40, 44);
+  EXPECT_EQ(p.ranges, (Ranges{{41, 44}}));
+  EXPECT_EQ(p.to_record.last, 44);
+  EXPECT_FALSE(PlanRollbackSkips({{50, "spike", 20}}, 44, 44).must_record());
+}
+
+// Applied lines are no rollbacks: the budget and the controller's count see only the events.
+TEST(Rollback, AppliedLinesCountNeitherAgainstTheBudgetNorAsRollbacks) {
+  GuardSection g;
+  g.policy = GuardPolicy::kRollback;
+  g.max_rollbacks = 1;
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 10;
+  applied.first = 1;
+  applied.last = 10;
+  EXPECT_TRUE(CheckRollbackBudget({applied, applied}, 30, g).ok());
+  EXPECT_FALSE(CheckRollbackBudget({{10, "spike", 0}, applied}, 30, g).ok());
+  EXPECT_EQ(records::CountRollbacks({{10, "spike", 0}, applied, {20, "spike", 0}}), 2);
 }
 
 TEST(Rollback, TheBudgetCountsRollbacksWithinTheWindowAndNamesThem) {
@@ -366,8 +456,10 @@ TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
   for (int k = 0; k < 4; ++k) {
     StepGuard g(c, {});
     g.Restore(at20.norms(), at20.skipped(), at20.recent());
-    g.AddSuspects(RolledBackSuspects(records, 20));
-    for (const auto& [first, last] : RolledBackRanges(records, 20)) g.AddRolledBack(first, last);
+    g.AddSuspects(RolledBackSuspects(records, 20)[20]);
+    for (const auto& [first, last] : PlanRollbackSkips(records, 20, 100).ranges) {
+      g.AddRolledBack(first, last);
+    }
     const int64_t step = 21 + k;
     for (int64_t s = 21; s < step; ++s) {
       ASSERT_TRUE(g.Listed(s));
@@ -385,13 +477,33 @@ TEST(Rollback, ASustainedShiftIsReadmittedAfterTheRollbacksItsSuspectsCaused) {
     }
   }
   // Only spike records later than the resumed step, in step order, with a recorded norm.
+  // Only spike records later than the resumed step, in step order, with a recorded norm; all
+  // pending (no applied line): taken right after the resumed step.
+  using Suspects = std::map<int64_t, std::vector<double>>;
   EXPECT_EQ(RolledBackSuspects({{30, "spike", 20, 1.5},
                                 {25, "spike", 20, 1.4},
                                 {27, "nonfinite", 20, -1},
                                 {28, "spike", 20},
                                 {19, "spike", 10, 9}},
                                20),
-            (std::vector<double>{1.4, 1.5}));
+            (Suspects{{20, {1.4, 1.5}}}));
+  // Applied (issue 44, hole 10): the start that applied the spike at 30 had resumed step 25 and
+  // took its suspect there. A start from step 10 takes it after step 25, as the recorded run
+  // did; a start from 25 at once; a start from 27 has it in its checkpoint already.
+  RollbackRecord applied;
+  applied.kind = records::RollbackKind::kApplied;
+  applied.step = 30;
+  applied.first = 26;
+  applied.last = 30;
+  applied.resumed_from = 25;
+  const std::vector<RollbackRecord> log = {{30, "spike", 20, 1.5}, applied};
+  EXPECT_EQ(RolledBackSuspects(log, 10), (Suspects{{25, {1.5}}}));
+  EXPECT_EQ(RolledBackSuspects(log, 25), (Suspects{{25, {1.5}}}));
+  EXPECT_EQ(RolledBackSuspects(log, 27), Suspects{});
+  std::vector<RollbackRecord> more = log;
+  more.push_back({40, "spike", 35, 2.5});  // pending, met after a resume at 35
+  EXPECT_EQ(RolledBackSuspects(more, 35), (Suspects{{35, {2.5}}}));
+  EXPECT_EQ(RolledBackSuspects(more, 10), (Suspects{{10, {2.5}}, {25, {1.5}}}));
 }
 
 TEST(FaultPlan, ParsesKindsStepsRanksAndFactor) {
@@ -476,6 +588,18 @@ TEST(SkippedStepRecord, NonFiniteValuesAreNullAndTheReasonRoundTrips) {
 // Hashes of (rank, shard, node, hash) rows; hosts h0, h1, ... by node for the tests.
 std::vector<ReplicaHash> Rows(std::initializer_list<ReplicaHash> r) { return r; }
 const std::vector<std::string> kHosts = {"h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3"};
+
+// Issue 44, hole 7: the check runs every N steps and before every snapshot a restart could
+// take, disk or memory, so a memory snapshot between two periodic checks (step 8 with the
+// check every 6) is checked before it is taken; with the check off nothing runs.
+TEST(SdcVerdict, TheCheckRunsBeforeEverySnapshotAndEveryNSteps) {
+  EXPECT_TRUE(SdcCheckDue(6, 6, false));
+  EXPECT_TRUE(SdcCheckDue(12, 6, false));
+  EXPECT_FALSE(SdcCheckDue(8, 6, false)) << "no snapshot, not a multiple: no check";
+  EXPECT_TRUE(SdcCheckDue(8, 6, true)) << "a memory (or disk) snapshot follows";
+  EXPECT_TRUE(SdcCheckDue(7, 100, true)) << "a time-based snapshot at any step";
+  EXPECT_FALSE(SdcCheckDue(8, 0, true)) << "guard.sdc_every_steps = 0: off";
+}
 
 TEST(SdcVerdict, AgreeingReplicasAreOk) {
   const SdcVerdict v =

@@ -127,6 +127,35 @@ TEST_F(MemoryManifestTest, AFailedWriteAtAnyPointLeavesThePreviousRecord) {
   EXPECT_TRUE(succeeded) << "no write succeeded within 10 operations";
 }
 
+// Issue 44, hole 7: after exit 77 a record newer than the last passed replica check is
+// dropped (the restart goes to a checked state); one at or before it stays; a failed removal
+// is an IOError naming the file and leaves the record for the resume to see.
+TEST_F(MemoryManifestTest, SdcDropsARecordNewerThanTheLastPassedCheckOnly) {
+  auto none = DropMemoryManifestNewerThan(Env::Default(), root(), 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, -1) << "no record: nothing to drop";
+  ASSERT_TRUE(WriteMemoryManifest(Env::Default(), root(), Make(12, "g")).ok());
+  auto kept = DropMemoryManifestNewerThan(Env::Default(), root(), 12);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, -1) << "step 12 was checked: it stays restorable";
+  ASSERT_TRUE((*ReadMemoryManifest(Env::Default(), root())).has_value());
+
+  FaultInjectionEnv failing(Env::Default());
+  failing.FailAt(1, EIO);
+  auto bad = DropMemoryManifestNewerThan(&failing, root(), 9);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Status::Code::kIOError);
+  EXPECT_NE(bad.status().message().find(kMemoryManifestName), std::string::npos)
+      << bad.status().message();
+
+  auto dropped = DropMemoryManifestNewerThan(Env::Default(), root(), 9);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(*dropped, 12);
+  auto after = ReadMemoryManifest(Env::Default(), root());
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value()) << "the unchecked step is no longer restorable";
+}
+
 TEST(MemoryTierWire, SubmitCarriesTheMemoryOnlyFlagAndOldEncodingsStayDiskSnapshots) {
   proto::Submit m;
   m.step = 12;

@@ -14,6 +14,7 @@
 #include "records/launch_context.h"
 #include "records/node_faults.h"
 #include "records/restarts.h"
+#include "records/rollbacks.h"
 #include "test_util.h"
 
 namespace ftrain::records {
@@ -218,6 +219,60 @@ TEST(LaunchContextTest, ReadsTheLaunchFactsOnceAndRefusesMalformedNumbers) {
   EXPECT_FALSE(bad.records_spool);
   EXPECT_EQ(bad.CkptdNodeId(), "d1");
   EXPECT_FALSE(Launch({}).node_name.empty());  // the host name
+}
+
+// The file: version 2 lines written, read back in order; version 1 lines (no "v", no "kind")
+// still read as rollbacks; a newer version, an unknown kind or a bad range is Corruption
+// naming file:line and the field.
+TEST(Rollbacks, TheFileRoundTripsReadsTheOldFormAndRejectsWhatItCannotRead) {
+  TempDir dir("ftrain-rollbacks");
+  const std::string file = dir.path() + "/rollbacks.jsonl";
+  ASSERT_TRUE(AppendRollback(dir.path(), {12, "spike", 10}, 3.5).ok());
+  RollbackRecord applied;
+  applied.kind = RollbackKind::kApplied;
+  applied.step = 12;
+  applied.first = 11;
+  applied.last = 12;
+  applied.resumed_from = 10;
+  ASSERT_TRUE(AppendAppliedRollback(dir.path(), applied).ok());
+  auto r = ReadRollbacks(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].kind, RollbackKind::kRollback);
+  EXPECT_EQ((*r)[0].version, 2);
+  EXPECT_EQ((*r)[0].grad_norm, 3.5);
+  EXPECT_EQ((*r)[1].kind, RollbackKind::kApplied);
+  EXPECT_EQ((*r)[1].first, 11);
+  EXPECT_EQ((*r)[1].last, 12);
+  EXPECT_EQ((*r)[1].resumed_from, 10);
+  EXPECT_TRUE(ftrain::testing::Contains(ReadFile(file), "\"v\":2")) << ReadFile(file);
+
+  ASSERT_TRUE(
+      WriteFileDurably(Env::Default(), file,
+                       "{\"time\":1,\"step\":50,\"reason\":\"spike\",\"resumed_from\":20}\n")
+          .ok());
+  r = ReadRollbacks(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].version, 1);
+  EXPECT_EQ((*r)[0].kind, RollbackKind::kRollback);
+  EXPECT_EQ((*r)[0].step, 50);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"v\":3,\"kind\":\"rollback\",\"step\":5,\"reason\":\"spike\"}",
+       "rollbacks.jsonl:1: field 'v' is 3; this ftrain reads versions 1 to 2"},
+      {"{\"v\":2,\"kind\":\"undo\",\"step\":5}", "field 'kind' is 'undo'"},
+      {"{\"v\":2,\"step\":5,\"reason\":\"spike\"}", "field 'kind' is missing"},
+      {"{\"v\":2,\"kind\":\"applied\",\"step\":5,\"first\":6,\"last\":5}",
+       "must name a range 1 <= first <= last"},
+      {"{\"v\":2,\"kind\":\"applied\",\"step\":5,\"first\":2}", "field 'last' is missing"},
+  };
+  for (const auto& [line, want] : bad) {
+    ASSERT_TRUE(WriteFileDurably(Env::Default(), file, line + "\n").ok());
+    auto b = ReadRollbacks(dir.path());
+    ASSERT_FALSE(b.ok()) << line;
+    EXPECT_TRUE(ftrain::testing::Contains(b.status().message(), want)) << b.status().message();
+  }
 }
 
 }  // namespace

@@ -109,4 +109,19 @@ Status WriteMemoryManifest(Env* env, const std::string& root, const MemoryManife
   return WriteFileDurably(env, JoinPath(root, kMemoryManifestName), m.ToJson());
 }
 
+StatusOr<int64_t> DropMemoryManifestNewerThan(Env* env, const std::string& root,
+                                              int64_t checked_step) {
+  auto rec = ReadMemoryManifest(env, root);
+  if (!rec.ok() || !rec->has_value() || (**rec).step <= checked_step) return int64_t{-1};
+  const std::string path = JoinPath(root, kMemoryManifestName);
+  Status s = env->RemoveFile(path);
+  if (s.ok()) s = env->SyncDir(root);
+  if (!s.ok()) {
+    return Status::IOError("dropping the unchecked memory record " + path + " (step " +
+                           std::to_string((**rec).step) + "): " + s.message() +
+                           "; remove it by hand before the restart");
+  }
+  return (**rec).step;
+}
+
 }  // namespace ftrain::ckpt

@@ -37,4 +37,12 @@ StatusOr<std::optional<MemoryManifest>> ReadMemoryManifest(Env* env, const std::
 // generation's record (a stale writer), or this generation's record of a newer step.
 Status WriteMemoryManifest(Env* env, const std::string& root, const MemoryManifest& m);
 
+// Drops the record when it names a step newer than `checked_step` (removes the file, then
+// syncs the root): after silent data corruption was found, a snapshot that no passed replica
+// check covers must not be restored (train/sdc_check.h). Returns the dropped step, or -1 when
+// there is no record, it is not newer, or it cannot be parsed (resume ignores such a file).
+// Errors: the removal or the sync failed (IOError naming the path).
+StatusOr<int64_t> DropMemoryManifestNewerThan(Env* env, const std::string& root,
+                                              int64_t checked_step);
+
 }  // namespace ftrain::ckpt

@@ -9,7 +9,7 @@
 #include "orch/job_runner.h"
 #include "orch/quarantine.h"
 #include "records/json_lines.h"
-#include "train/config/rollback.h"
+#include "records/rollbacks.h"
 
 namespace ftrain::orch {
 
@@ -83,12 +83,12 @@ void JobRunner::ReadNodeFaults(Observation* o) const {
   o->node_faults = NodeFaultsSince(ReadTextOr(layout_.node_faults()), node_faults_at_launch_);
 }
 
-// RUN/rollbacks.jsonl's records (train/config/rollback.h owns the file; -1 when it cannot be
+// RUN/rollbacks.jsonl's records (records/rollbacks.h owns the file; -1 when it cannot be
 // read: a 79 is then no rollback) and the newest complete checkpoint, for a start or a step's
 // end: the policy bounds rollbacks and node requeues per newest checkpoint.
 void JobRunner::ReadRunRecords(Observation* o) const {
-  auto r = train::ReadRollbacks(layout_.run_dir());
-  o->rollbacks = r.ok() ? static_cast<int>(r->size()) : -1;
+  auto r = records::ReadRollbacks(layout_.run_dir());
+  o->rollbacks = r.ok() ? records::CountRollbacks(*r) : -1;
   o->checkpoint = NewestCheckpoint();
 }
 

@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "ckpt/memory_manifest.h"
 #include "ckpt/store.h"
 #include "comm/context.h"
 #include "core/env.h"
@@ -283,7 +285,10 @@ struct Run {
   bool sdc_check = false;            // guard.sdc_every_steps > 0 and the shards have replicas
   ReplicaPlace place;                // this rank's shard, for the replica check
   bool sdc_timed = false;            // the first check's time was logged
-  std::unique_ptr<HangWatch> hang;   // the hang guard (last: stopped first)
+  int64_t sdc_passed = 0;            // the newest step a check passed at (or the one resumed)
+  // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
+  std::map<int64_t, std::vector<double>> suspects_at;
+  std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -494,6 +499,8 @@ void StartSdcCheck(Run* run) {
   if (every <= 0) return;
   const comm::WorldInfo& w = run->ctx->world();
   const fsdp::Sharding s = run->engine->config().sharding;
+  // The resumed state was checked before it was saved (disk or memory): the last known good.
+  run->sdc_passed = std::max<int64_t>(0, run->state.step);
   run->place.rank = w.rank;
   run->place.node = w.node_rank;
   run->place.shard = s == fsdp::Sharding::kNoShard ? 0 : w.local_rank;
@@ -512,11 +519,26 @@ void StartSdcCheck(Run* run) {
   }
 }
 
-// The replica check after step `step` when it is due; true when the replicas disagree (the
-// ERROR is logged, rank 0 has recorded it, and the trainer is to exit with kExitSdc).
-StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
+// After silent data corruption (rank 0): the memory tier's record of a step newer than the last
+// passed check is dropped, so that the restart goes to a checked state (issue 44, hole 7).
+void DropUncheckedMemoryRecord(const Run& run) {
+  auto dropped =
+      ckpt::DropMemoryManifestNewerThan(Env::Default(), run.cfg.ckpt.root, run.sdc_passed);
+  if (!dropped.ok()) {
+    FT_LOG(Error) << "guard: " << dropped.status().message();
+  } else if (*dropped >= 0) {
+    FT_LOG(Error) << "guard: dropped the memory tier's record of step " << *dropped
+                  << ": it is newer than the last passed replica check (step " << run.sdc_passed
+                  << "), so it may hold the corruption; the restart resumes a checked step";
+  }
+}
+
+// The replica check after step `step` when it is due (SdcCheckDue: `snapshot_due` when a disk
+// checkpoint or a memory snapshot follows); true when the replicas disagree (the ERROR is
+// logged, rank 0 has recorded it, and the trainer is to exit with kExitSdc).
+StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool snapshot_due) {
   if (!run.sdc_check) return false;
-  if (step % run.cfg.guard.sdc_every_steps != 0 && !disk_due) return false;
+  if (!SdcCheckDue(step, run.cfg.guard.sdc_every_steps, snapshot_due)) return false;
   const auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(SdcVerdict v,
                       CheckReplicas(*run.engine, run.ctx->control(), run.place, run.hosts));
@@ -525,7 +547,10 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
     FT_LOG(Info) << "guard: replica check after step " << step << " took "
                  << Seconds(t0, Clock::now()) * 1e3 << " ms (hash + gather)";
   }
-  if (v.ok) return false;
+  if (v.ok) {
+    run.sdc_passed = step;
+    return false;
+  }
   FT_LOG(Error) << "guard: silent data corruption after step " << step
                 << ": replicas of a master shard hold different bits: " << v.summary
                 << (v.by_majority ? "" : " (no majority: every replica named is a suspect)")
@@ -534,6 +559,7 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
   if (run.leader) {
     Status w = RecordSdc(run.cfg.run_dir, run.launch, step, v);
     if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
+    DropUncheckedMemoryRecord(run);
   }
   // No rank exits (77) before rank 0's record is durable: the controller reads it to keep the
   // nodes out, and srun's kill-on-bad-exit would otherwise end rank 0 mid-append.
@@ -585,13 +611,31 @@ Status Stall(int64_t step, int rank) {
                              std::to_string(step) + " and was asked to stop");
 }
 
+// The suspects due after `step` (RolledBackSuspects): where the recorded run took them.
+void AddDueSuspects(Run* run, int64_t step) {
+  auto it = run->suspects_at.find(step);
+  if (it == run->suspects_at.end()) return;
+  run->guard->AddSuspects(it->second);
+  run->state.guard_recent = run->guard->recent();
+  run->suspects_at.erase(it);
+}
+
 // guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
-// that come after the step this start resumed are skipped, like data.skip.
+// that come after the step this start resumed are skipped, like data.skip. A rollback no start
+// has applied yet is applied now, and rank 0 records the exact range before any step trains.
 Status ApplyRollbacks(Run* run) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
-  run->guard->AddSuspects(RolledBackSuspects(records, run->state.step));
-  run->state.guard_recent = run->guard->recent();
-  for (const auto& [first, last] : RolledBackRanges(records, run->state.step)) {
+  run->suspects_at = RolledBackSuspects(records, run->state.step);
+  AddDueSuspects(run, run->state.step);
+  const RollbackSkips skips = PlanRollbackSkips(records, run->state.step, run->cfg.train.steps);
+  if (skips.must_record()) {
+    // Every rank has read the file before rank 0 appends to it: all plan from the same lines.
+    FT_RETURN_IF_ERROR(run->ctx->control().Barrier()->Wait());
+    if (run->leader) {
+      FT_RETURN_IF_ERROR(AppendAppliedRollback(run->cfg.run_dir, skips.to_record));
+    }
+  }
+  for (const auto& [first, last] : skips.ranges) {
     run->guard->AddRolledBack(first, last);
     if (run->leader) {
       FT_LOG(Warning) << "guard: rolled back to step " << run->state.step << ": steps " << first
@@ -868,6 +912,7 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
     run->hang->Enter(step + 1, HangPhase::kCompute);
+    AddDueSuspects(run.get(), step);
     const double lr = run->sched.At(step);
     FT_ASSIGN_OR_RETURN(StepResult r, TrainStep(*run, step, lr));
     run->hang->Enter(step + 1, HangPhase::kBoundary);
@@ -878,8 +923,9 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
 
     FT_ASSIGN_OR_RETURN(BoundaryDecision at, DecideAtBoundary(*run->ctx, r.loss, r.votes.disk,
                                                               r.votes.memory, *run->clock));
-    FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step,
-                                                  ckpt.DiskDue(state.step, at.time_due, at.stop)));
+    const bool snapshot_due = ckpt.DiskDue(state.step, at.time_due, at.stop) ||
+                              ckpt.MemoryDue(state.step, at.memory_time_due);
+    FT_ASSIGN_OR_RETURN(bool corrupt, SdcMismatch(*run, state.step, snapshot_due));
     if (corrupt) {
       *exit_code = kExitSdc;
       return Status::Ok();

@@ -67,6 +67,10 @@ int64_t CheckpointCoordinator::memory_restorable() const {
   return memory_ ? memory_->restorable_step() : -1;
 }
 
+bool CheckpointCoordinator::MemoryDue(int64_t step, bool memory_time_due) const {
+  return memory_ != nullptr && memory_->Due(step, memory_time_due);
+}
+
 ckpt::CheckpointMeta CheckpointCoordinator::MetaNow(const records::StepMetrics& m) {
   RunState& state = *parts_.state;
   state.metrics_line = parts_.leader ? records::FormatMetricsLine(m) : "";

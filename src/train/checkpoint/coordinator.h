@@ -119,6 +119,10 @@ class CheckpointCoordinator {
   bool DiskDue(int64_t step, bool time_due, bool stop) const {
     return schedule_.Due(step, time_due, stop);
   }
+  // Whether a memory-tier snapshot is due after `step` (`memory_time_due`: the agreed vote;
+  // at a disk step the disk takes it instead). The replica check runs before every one too:
+  // only checked steps become restorable from memory (issue 44, hole 7).
+  bool MemoryDue(int64_t step, bool memory_time_due) const;
   // The newest step this start saved (or resumed from); -1 when none.
   int64_t last_saved() const { return last_saved_; }
   // The newest step this start recorded as restorable from memory; -1 when none.

@@ -1,49 +1,16 @@
-// guard.policy = rollback's records and rules (rollback.h).
+// guard.policy = rollback's rules (rollback.h; the record is records/rollbacks.h).
 #include "train/config/rollback.h"
 
 #include <algorithm>
-#include <cmath>
-#include <ctime>
-#include <nlohmann/json.hpp>
-
-#include "core/run_layout.h"
-#include "records/json_lines.h"
 
 namespace ftrain::train {
-
-StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir) {
-  const std::string path = RunLayout(run_dir).rollbacks();
-  std::vector<std::pair<int, nlohmann::json>> lines;
-  std::vector<std::string> warnings;
-  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &warnings));
-  std::vector<RollbackRecord> out;
-  for (const auto& [n, j] : lines) {
-    const std::string where = path + ":" + std::to_string(n);
-    RollbackRecord r;
-    FT_RETURN_IF_ERROR(records::ReadField(j, "step", true, where, &r.step));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "reason", true, where, &r.reason));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "resumed_from", false, where, &r.resumed_from));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "grad_norm", false, where, &r.grad_norm));
-    if (r.step < 1) return Status::Corruption(where + ": field 'step' must be >= 1");
-    out.push_back(r);
-  }
-  return out;
-}
-
-Status AppendRollback(const std::string& run_dir, const RollbackRecord& r, double grad_norm) {
-  nlohmann::json j = {{"time", static_cast<double>(std::time(nullptr))},
-                      {"step", r.step},
-                      {"reason", r.reason},
-                      {"resumed_from", r.resumed_from}};
-  if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
-  return records::AppendJsonLine(RunLayout(run_dir).rollbacks(), j.dump());
-}
 
 Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step,
                            const GuardSection& g) {
   std::string steps;
   int64_t count = 1;  // this one
   for (const RollbackRecord& r : past) {
+    if (r.kind != records::RollbackKind::kRollback) continue;  // an applied range, not an event
     if (r.step >= step || r.step <= step - g.max_skips_window) continue;
     ++count;
     steps += std::to_string(r.step) + ",";
@@ -59,26 +26,77 @@ Status CheckRollbackBudget(const std::vector<RollbackRecord>& past, int64_t step
       "larger guard.max_rollbacks or --data.skip");
 }
 
-std::vector<std::pair<int64_t, int64_t>> RolledBackRanges(
-    const std::vector<RollbackRecord>& records, int64_t resumed_step) {
-  int64_t last = resumed_step;
-  for (const RollbackRecord& r : records) last = std::max(last, r.step);
-  if (last == resumed_step) return {};
-  return {{resumed_step + 1, last}};
-}
+namespace {
 
-std::vector<double> RolledBackSuspects(const std::vector<RollbackRecord>& records,
-                                       int64_t resumed_step) {
-  std::vector<std::pair<int64_t, double>> later;
-  for (const RollbackRecord& r : records) {
-    if (r.step > resumed_step && r.reason == "spike" && r.grad_norm >= 0) {
-      later.emplace_back(r.step, r.grad_norm);
+// Sorted, with overlapping or adjacent ranges joined.
+std::vector<std::pair<int64_t, int64_t>> Merge(std::vector<std::pair<int64_t, int64_t>> in) {
+  std::sort(in.begin(), in.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& r : in) {
+    if (!out.empty() && r.first <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, r.second);
+    } else {
+      out.push_back(r);
     }
   }
-  std::stable_sort(later.begin(), later.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<double> out;
-  for (const auto& [step, norm] : later) out.push_back(norm);
+  return out;
+}
+
+}  // namespace
+
+RollbackSkips PlanRollbackSkips(const std::vector<RollbackRecord>& records, int64_t resumed_step,
+                                int64_t train_steps) {
+  RollbackSkips out;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t pending = resumed_step;  // the newest rollback step no applied line answers yet
+  for (const RollbackRecord& r : records) {
+    if (r.kind == records::RollbackKind::kApplied) {
+      const int64_t first = std::max(r.first, resumed_step + 1);
+      const int64_t last = std::min(r.last, train_steps);
+      if (first <= last) ranges.emplace_back(first, last);
+      pending = resumed_step;  // every rollback before it is answered by it
+    } else {
+      pending = std::max(pending, r.step);
+    }
+  }
+  const int64_t last = std::min(pending, train_steps);
+  if (last > resumed_step) {
+    ranges.emplace_back(resumed_step + 1, last);
+    out.to_record.kind = records::RollbackKind::kApplied;
+    out.to_record.step = pending;
+    out.to_record.first = resumed_step + 1;
+    out.to_record.last = last;
+    out.to_record.resumed_from = resumed_step;
+  }
+  out.ranges = Merge(std::move(ranges));
+  return out;
+}
+
+std::map<int64_t, std::vector<double>> RolledBackSuspects(
+    const std::vector<RollbackRecord>& records, int64_t resumed_step) {
+  std::map<int64_t, std::vector<std::pair<int64_t, double>>> at;
+  std::vector<std::pair<int64_t, double>> since;  // spike rollbacks since the last applied line
+  for (const RollbackRecord& r : records) {
+    if (r.kind == records::RollbackKind::kApplied) {
+      for (const auto& x : since) {
+        if (x.first > r.resumed_from && r.resumed_from >= resumed_step) {
+          at[r.resumed_from].push_back(x);
+        }
+      }
+      since.clear();
+    } else if (r.reason == "spike" && r.grad_norm >= 0) {
+      since.emplace_back(r.step, r.grad_norm);
+    }
+  }
+  for (const auto& x : since) {  // pending: this start applies them
+    if (x.first > resumed_step) at[resumed_step].push_back(x);
+  }
+  std::map<int64_t, std::vector<double>> out;
+  for (auto& [key, list] : at) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& x : list) out[key].push_back(x.second);
+  }
   return out;
 }
 

@@ -68,4 +68,9 @@ SdcVerdict JudgeReplicas(const std::vector<ReplicaHash>& hashes,
   return v;
 }
 
+bool SdcCheckDue(int64_t step, int64_t every, bool snapshot_due) {
+  if (every <= 0) return false;
+  return snapshot_due || step % every == 0;
+}
+
 }  // namespace ftrain::train

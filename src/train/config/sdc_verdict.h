@@ -45,4 +45,10 @@ struct SdcVerdict {
 SdcVerdict JudgeReplicas(const std::vector<ReplicaHash>& hashes,
                          const std::vector<std::string>& hosts);
 
+// Whether the replica check runs after step `step`: every `every` steps, and before every
+// snapshot that a restart could take (`snapshot_due`: a disk checkpoint or a memory-tier
+// snapshot), so that only checked steps are ever restorable (issue 44, hole 7). Never when
+// `every` <= 0 (guard.sdc_every_steps off).
+bool SdcCheckDue(int64_t step, int64_t every, bool snapshot_due);
+
 }  // namespace ftrain::train
