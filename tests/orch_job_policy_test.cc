@@ -1632,7 +1632,7 @@ TEST(JobPolicyRankFailure, ALocalisedNodeStaysOutOfLaterRequeuesUntilItsLineExpi
   EXPECT_EQ(sim.last.rule, "localise.exclude");
   EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=node_fault")) << sim.Text();
   EXPECT_LT(sim.IndexOf(Action::Kind::kQuarantine), sim.IndexOf(Action::Kind::kRequeue));
-  const auto lines = ParseQuarantine(
+  const auto lines = records::ParseQuarantineText(
       "{\"time\":1700000100.5,\"host\":\"n2\",\"cause\":\"node_fault\",\"job\":\"42\"}\n");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].time, 1700000100.5);
@@ -1988,7 +1988,8 @@ TEST(JobPolicyQuarantine, TheHangWindowIsASettingAndZeroCountsTheWholeRun) {
   EXPECT_EQ(RepeatedHangHosts(RecentHangs({untimed, HangAt("a", 9, 60000)}, 3600)),
             std::vector<std::string>({"a"}));
   // Parsed from the file, the record's time comes along.
-  const auto parsed = ParseHangs("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
+  const auto parsed =
+      records::ParseHangsText("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
   ASSERT_EQ(parsed.size(), 1u);
   EXPECT_EQ(parsed[0].time, 1733500000.25);
 }
@@ -2033,7 +2034,7 @@ TEST(JobPolicyQuarantine, AStartOnAQuarantinedNodeWithoutASpareFailsNamingIt) {
 }
 
 TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
-  const auto q = ParseQuarantine(
+  const auto q = records::ParseQuarantineText(
       "{\"time\":1,\"host\":\"h1\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
       "\"cause\":\"sdc\",\"by_majority\":false}\nnot json\n{\"host\":\"\"}\n"
       "{\"host\":\"h0\",\"cause\":\"sdc\",\"by_majority\":true}\n{\"host\":\"h1\"}\n{\"ho");
@@ -2044,7 +2045,7 @@ TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
   EXPECT_FALSE(q[0].by_majority);
   EXPECT_TRUE(q[1].by_majority);
   EXPECT_EQ(QuarantinedHosts(q), std::vector<std::string>({"h1", "h0"}));
-  const auto h = ParseHangs(
+  const auto h = records::ParseHangsText(
       "{\"time\":1,\"step\":4,\"rank\":2,\"node\":1,\"host\":\"a\",\"phase\":\"compute\"}\n"
       "{\"step\":5,\"rank\":0,\"host\":\"b\"}\n{\"step\":7,\"rank\":2,\"host\":\"a\"}\n");
   ASSERT_EQ(h.size(), 3u);

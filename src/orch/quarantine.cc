@@ -1,85 +1,23 @@
-// orch/quarantine.cc - parsing the quarantine and hang records (quarantine.h).
+// orch/quarantine.cc - which hosts the quarantine and hang records keep out, and the node-fault
+// and health-probe lines (quarantine.h).
 #include "orch/quarantine.h"
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
-#include <type_traits>
+
+#include "records/lenient_json.h"
 
 namespace ftrain::orch {
-namespace {
-
-template <typename T>
-void Read(const nlohmann::json& j, const char* key, T* out) {
-  if (!j.contains(key)) return;
-  const nlohmann::json& v = j[key];
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (v.is_string()) *out = v.get<std::string>();
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (v.is_boolean()) *out = v.get<bool>();
-  } else if constexpr (std::is_same_v<T, double>) {
-    if (v.is_number()) *out = v.get<double>();
-  } else {
-    if (v.is_number_integer()) *out = v.get<T>();
-  }
-}
-
-// Each line of `text` that is a JSON object with a non-empty "host".
-std::vector<nlohmann::json> Objects(const std::string& text) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j["host"].is_string() ||
-        j["host"].get<std::string>().empty()) {
-      continue;
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<QuarantineLine> ParseQuarantine(const std::string& text) {
-  std::vector<QuarantineLine> out;
-  for (const auto& j : Objects(text)) {
-    QuarantineLine q;
-    Read(j, "host", &q.host);
-    Read(j, "cause", &q.cause);
-    Read(j, "step", &q.step);
-    Read(j, "rank", &q.rank);
-    Read(j, "by_majority", &q.by_majority);
-    Read(j, "time", &q.time);
-    out.push_back(q);
-  }
-  return out;
-}
-
-std::vector<HangLine> ParseHangs(const std::string& text) {
-  std::vector<HangLine> out;
-  for (const auto& j : Objects(text)) {
-    HangLine h;
-    Read(j, "host", &h.host);
-    Read(j, "step", &h.step);
-    Read(j, "rank", &h.rank);
-    Read(j, "node", &h.node);
-    Read(j, "time", &h.time);
-    out.push_back(h);
-  }
-  return out;
-}
-
 std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text) {
   std::vector<NodeFaultLine> out;
-  for (const auto& j : Objects(text)) {
+  for (const auto& j : records::HostObjects(text, nullptr)) {
     NodeFaultLine f;
-    Read(j, "host", &f.host);
-    Read(j, "reason", &f.reason);
-    Read(j, "rank", &f.rank);
-    Read(j, "node", &f.node);
-    Read(j, "time", &f.time);
+    records::ReadLenient(j, "host", &f.host);
+    records::ReadLenient(j, "reason", &f.reason);
+    records::ReadLenient(j, "rank", &f.rank);
+    records::ReadLenient(j, "node", &f.node);
+    records::ReadLenient(j, "time", &f.time);
     out.push_back(f);
   }
   return out;

@@ -1,8 +1,7 @@
-// orch/quarantine.h - reading RUN/quarantine.jsonl, RUN/hangs.jsonl and RUN/node_faults.jsonl
-// for the job controller (pure: text in, typed lines out), and which hosts the records
-// quarantine. The files' writers are the trainer (train/sdc_check.h: "sdc" lines; the hang
-// detector: hangs.jsonl; records/node_faults.h) and the job controller ("hang" lines,
-// job_runner.cc); `ftrain report` reads them on its own.
+// orch/quarantine.h - which hosts RUN/quarantine.jsonl and RUN/hangs.jsonl keep out of the
+// job (pure: typed lines in, hosts out), and reading RUN/node_faults.jsonl and the health
+// probe's output for the job controller. The quarantine and hang lines themselves (struct,
+// writer, readers) are records/quarantine.h and records/hangs.h.
 #pragma once
 
 #include <string>
@@ -12,11 +11,8 @@
 
 namespace ftrain::orch {
 
-// Every line that parses and names a host; a line that does not (a torn last line, an
-// operator's edit) is skipped: the rest still count.
-std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
-std::vector<HangLine> ParseHangs(const std::string& text);
-// RUN/node_faults.jsonl (records/node_faults.h), the same way.
+// RUN/node_faults.jsonl (records/node_faults.h): every line that parses and names a host; a
+// line that does not (a torn last line, an operator's edit) is skipped: the rest still count.
 std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text);
 // The lines of RUN/node_faults.jsonl's `text` past byte `from` (its size when the step was
 // launched): the step's own. The file is only appended to; one that shrank (an operator

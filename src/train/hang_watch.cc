@@ -17,7 +17,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "records/json_lines.h"
+#include "records/hangs.h"
 
 namespace ftrain::train {
 
@@ -211,14 +211,20 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
   if (o_.rank == v.recorder) {
     const char* job = std::getenv("SLURM_JOB_ID");
     for (const RankProgress& h : v.hung) {
-      nlohmann::json rec = {{"time", UnixNow()},      {"step", h.step},
-                            {"rank", h.rank},         {"node", h.node},
-                            {"host", h.host},         {"phase", h.phase},
-                            {"stuck_s", h.stuck_s},   {"threshold_s", h.threshold_s},
-                            {"detected_by", o_.rank}, {"generation", o_.generation},
-                            {"launched", h.launched}};
-      if (job != nullptr) rec["job"] = job;
-      Status s = records::AppendJsonLine(RunLayout(o_.run_dir).hangs(), rec.dump());
+      records::HangRecord rec;
+      rec.time = UnixNow();
+      rec.step = h.step;
+      rec.rank = h.rank;
+      rec.node = h.node;
+      rec.host = h.host;
+      rec.phase = h.phase;
+      rec.stuck_s = h.stuck_s;
+      rec.threshold_s = h.threshold_s;
+      rec.detected_by = o_.rank;
+      rec.generation = o_.generation;
+      rec.launched = h.launched;
+      if (job != nullptr) rec.job = job;
+      Status s = records::AppendHang(RunLayout(o_.run_dir).hangs(), rec);
       if (!s.ok()) FT_LOG(Error) << "hang guard: cannot record the hang: " << s.message();
     }
   } else {
