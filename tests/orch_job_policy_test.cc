@@ -1684,7 +1684,7 @@ TEST(JobPolicyRankFailure, ALocalisedNodeStaysOutOfLaterRequeuesUntilItsLineExpi
   later.Requeued(true);
   EXPECT_FALSE(later.LastHas("n2")) << later.Text();
   // An "sdc" line never expires.
-  EXPECT_EQ(QuarantinedHosts({{"n5", "sdc", 1, 1, true, 1.0}}, 1e10, 3600),
+  EXPECT_EQ(QuarantinedHosts({{"n5", "sdc", 1, 1, true, 1.0}}, 1e10, {3600, 3600}),
             std::vector<std::string>{"n5"});
 }
 
@@ -1992,6 +1992,66 @@ TEST(JobPolicyQuarantine, TheHangWindowIsASettingAndZeroCountsTheWholeRun) {
       records::ParseHangsText("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
   ASSERT_EQ(parsed.size(), 1u);
   EXPECT_EQ(parsed[0].time, 1733500000.25);
+}
+
+// Hole 6 of issue 44: a hang quarantine never expired, so two hangs on a healthy host kept
+// it out for the rest of the run, then the next one, until the job could not start. A "hang"
+// line now expires after FTRAIN_HANG_QUARANTINE_KEEP_S, and an operator's cleared line
+// (`ftrain quarantine clear`) returns a host at once and restarts its hang count.
+TEST(JobPolicyQuarantine, HangQuarantineExpiresAndAClearedLineReturnsTheHost) {
+  QuarantineLine hang = Suspect("a", false);
+  hang.cause = kHangCause;
+  hang.time = 1000;
+  QuarantineLine sdc = Suspect("b", true);
+  sdc.time = 1000;
+  const QuarantineKeep keep{3600, 7200};
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1000 + 7200, keep), std::vector<std::string>({"a", "b"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1000 + 7201, keep), std::vector<std::string>({"b"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1e10, {3600, 0}), std::vector<std::string>({"a", "b"}))
+      << "0: for the whole run";
+  QuarantineLine cleared;
+  cleared.host = "b";
+  cleared.cause = records::kClearedCause;
+  cleared.time = 2000;
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared}, 2001, keep), std::vector<std::string>({"a"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared}), std::vector<std::string>({"a"}));
+  // A line after the clear counts again.
+  QuarantineLine again = sdc;
+  again.time = 3000;
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared, again}, 3001, keep),
+            std::vector<std::string>({"a", "b"}));
+  // After a clear, only new hangs count towards a repeat.
+  const std::vector<HangLine> hangs = {HangAt("b", 4, 1500), HangAt("b", 9, 1900),
+                                       HangAt("b", 12, 2500)};
+  EXPECT_EQ(RepeatedHangHosts(hangs), std::vector<std::string>({"b"}));
+  EXPECT_EQ(HangsSinceCleared(hangs, {hang, sdc, cleared}).size(), 1u);
+  EXPECT_TRUE(RepeatedHangHosts(HangsSinceCleared(hangs, {hang, sdc, cleared})).empty());
+  // The setting: default a day, a bad value names the variable.
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", "c"}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto def = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(def.ok()) << def.status().message();
+  EXPECT_EQ(def->hang_quarantine_keep_s, 86400);
+  env["FTRAIN_HANG_QUARANTINE_KEEP_S"] = "a day";
+  auto bad = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FTRAIN_HANG_QUARANTINE_KEEP_S='a day'"),
+            std::string::npos);
+}
+
+// The policy: a host quarantined by a hang line a day old trains again at the next start.
+TEST(JobPolicyQuarantine, AnExpiredHangQuarantineLetsTheHostTrain) {
+  Sim sim(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_HANG_QUARANTINE_KEEP_S", "3600"}});
+  QuarantineLine hang = Suspect("n2", false);
+  hang.cause = kHangCause;
+  hang.time = 1.7e9 - 4000;  // the policy's wall clock starts at 1.7e9
+  sim.start_quarantine = {hang};
+  sim.StartTraining();
+  EXPECT_TRUE(sim.state().quarantined.empty()) << sim.Text();
+  Sim kept(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_HANG_QUARANTINE_KEEP_S", "0"}});
+  kept.start_quarantine = {hang};
+  kept.StartTraining();
+  EXPECT_EQ(kept.state().quarantined, std::vector<std::string>({"n2"})) << kept.Text();
 }
 
 TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {

@@ -43,23 +43,60 @@ std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output) {
   return out;
 }
 
+namespace {
+
+// The lines that still speak for their host: those after the host's newest cleared line,
+// cleared lines left out.
+std::vector<QuarantineLine> SinceCleared(const std::vector<QuarantineLine>& lines) {
+  std::map<std::string, size_t> cleared_at;  // host -> index of its newest cleared line
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].cause == records::kClearedCause) cleared_at[lines[i].host] = i;
+  }
+  std::vector<QuarantineLine> out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto c = cleared_at.find(lines[i].host);
+    if (c != cleared_at.end() && i <= c->second) continue;
+    out.push_back(lines[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
   std::vector<std::string> out;
-  for (const auto& q : lines) {
+  for (const auto& q : SinceCleared(lines)) {
     if (std::find(out.begin(), out.end(), q.host) == out.end()) out.push_back(q.host);
   }
   return out;
 }
 
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
-                                          double faulty_keep_s) {
+                                          const QuarantineKeep& keep) {
   std::vector<QuarantineLine> kept;
-  for (const auto& q : lines) {
-    const bool expired =
-        q.cause == kFaultyCause && faulty_keep_s > 0 && q.time >= 0 && now - q.time > faulty_keep_s;
+  for (const auto& q : SinceCleared(lines)) {
+    const double keep_s = q.cause == kFaultyCause ? keep.faulty_s
+                          : q.cause == kHangCause ? keep.hang_s
+                                                  : 0;
+    const bool expired = keep_s > 0 && q.time >= 0 && now - q.time > keep_s;
     if (!expired) kept.push_back(q);
   }
   return QuarantinedHosts(kept);
+}
+
+std::vector<HangLine> HangsSinceCleared(const std::vector<HangLine>& hangs,
+                                        const std::vector<QuarantineLine>& quarantine) {
+  std::map<std::string, double> cleared;  // host -> time of its newest cleared line
+  for (const auto& q : quarantine) {
+    if (q.cause == records::kClearedCause) cleared[q.host] = std::max(cleared[q.host], q.time);
+  }
+  std::vector<HangLine> out;
+  for (const auto& h : hangs) {
+    auto c = cleared.find(h.host);
+    if (c != cleared.end() && h.time >= 0 && h.time <= c->second) continue;
+    out.push_back(h);
+  }
+  return out;
 }
 
 std::vector<HangLine> RecentHangs(const std::vector<HangLine>& hangs, double window_s) {

@@ -27,6 +27,11 @@ struct QuarantineRecord {
   std::vector<Field> fields = {};  // the writer's other fields (reason, exit, hangs, ...)
 };
 
+// The cause of an operator's line (`ftrain quarantine clear`, src/cli/cmd_quarantine.cc): the
+// host's earlier lines no longer keep it out, and its earlier hang records no longer count
+// towards a repeat. History is appended to, never edited.
+inline constexpr const char* kClearedCause = "cleared";
+
 // The line (no newline): a JSON object with sorted keys; node, rank, shard and step only when
 // set (>= 0), job only when not empty, `fields` as given.
 std::string EncodeQuarantine(const QuarantineRecord& q);
