@@ -73,8 +73,23 @@ void DumpStackOf(std::thread::native_handle_type main) {
   }
 }
 
+namespace {
+
+// The intervals at most a quarter of the smallest threshold (a test's or a tiny model's few
+// seconds): a hang is then still named within about 2 x the threshold. The defaults hold for
+// thresholds of 12 s and more (production: 60 s and more).
+HangWatch::Options Tuned(HangWatch::Options o) {
+  const double least = o.settings.timeout_s > 0 ? o.settings.timeout_s : o.settings.floor_s;
+  const auto cap = std::max(o.poll, std::chrono::milliseconds(static_cast<int64_t>(least * 250)));
+  o.judge_every = std::min(o.judge_every, cap);
+  o.publish_every = std::min(o.publish_every, cap);
+  return o;
+}
+
+}  // namespace
+
 HangWatch::HangWatch(Options o)
-    : o_(std::move(o)),
+    : o_(Tuned(std::move(o))),
       main_(pthread_self()),
       local_(NodeLocalProgress::DirFor(o_.local_root, o_.run_dir, o_.generation, o_.node), o_.rank,
              o_.generation) {
