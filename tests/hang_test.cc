@@ -373,6 +373,10 @@ TEST(HangWatchProcesses, AStuckRankIsNamedOnceAndEveryRankExits78) {
   ASSERT_TRUE(Env::Default()->ReadFile(RunLayout(run.path()).node_progress(1), &text).ok());
   ASSERT_TRUE(ParseNodeProgress(text, &n)) << text;
   EXPECT_EQ(n.ranks.size(), 2u);
+  // The node-local directories went with the last rank of each node.
+  auto left = Env::Default()->ListDir(local.path());
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty()) << left->front();
 }
 
 // Rank 0 spends 2.5 s in a metrics write (kIo, allowance 6 s) while the others wait in a

@@ -112,8 +112,15 @@ bool NodeLocalProgress::ReadVerdict(HangVerdict* v) const {
 
 void NodeLocalProgress::Remove() {
   ::unlink((dir_ + "/rank-" + std::to_string(rank_) + ".json").c_str());
-  ::unlink((dir_ + "/verdict.json").c_str());  // the last rank out takes it (may be gone)
-  ::rmdir(dir_.c_str());                       // fails while another rank's file is there: fine
+  // A rank removes its entry only once it has read the verdict (or ends without one): with no
+  // entry left, nobody needs the verdict. Otherwise a later rank's Remove takes them.
+  auto names = Env::Default()->ListDir(dir_);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    if (name.rfind("rank-", 0) == 0) return;
+  }
+  ::unlink((dir_ + "/verdict.json").c_str());
+  ::rmdir(dir_.c_str());  // fails if a rank wrote again meanwhile: its own Remove comes later
 }
 
 }  // namespace ftrain::train

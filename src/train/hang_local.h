@@ -35,8 +35,9 @@ class NodeLocalProgress {
   // The node's verdict: <dir>/verdict.json (the hung ranks and the recorder).
   Status WriteVerdict(const HangVerdict& v);
   bool ReadVerdict(HangVerdict* v) const;
-  // Removes this rank's entry, and the directory once it is empty (errors ignored: a file left
-  // in tmpfs is harmless and keyed by a generation no later start uses).
+  // Removes this rank's entry and, when no rank's entry is left, the verdict and the directory
+  // (errors ignored: a file left in tmpfs is harmless and keyed by a generation no later start
+  // uses). Call it only after this rank has read the verdict, if there is one.
   void Remove();
 
  private:

@@ -255,6 +255,9 @@ void HangWatch::Loop() {
 }
 
 void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
+  // This rank has the verdict: its entry goes now, before the waits below, during which srun
+  // or the launcher may kill it; the last rank of the node removes the directory.
+  local_.Remove();
   std::string names;
   for (const RankProgress& h : v.hung) names += (names.empty() ? "" : "; ") + DescribeHung(h);
   if (v.me_hung) {
