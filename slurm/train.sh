@@ -62,6 +62,7 @@ export FTRAIN_AGENT_PERIOD_S="${FTRAIN_AGENT_PERIOD_S:-2}"         # how often t
 export FTRAIN_NORESPOND_WAIT_S="${FTRAIN_NORESPOND_WAIT_S:-30}"
 export FTRAIN_MAX_RESUBMITS="${FTRAIN_MAX_RESUBMITS:-3}"          # batch host dead: resubmissions in a row, at most
 export FTRAIN_HANG_REPEAT_WINDOW_S="${FTRAIN_HANG_REPEAT_WINDOW_S:-21600}"  # two hangs on a host this close quarantine it (0: any two of the run)
+export FTRAIN_HANG_QUARANTINE_KEEP_S="${FTRAIN_HANG_QUARANTINE_KEEP_S:-86400}"  # a host quarantined for hangs stays out this long (0: the run)
 export FTRAIN_RESUBMIT_SAME_SIZE="${FTRAIN_RESUBMIT_SAME_SIZE:-0}"     # 1: a resubmitted job keeps its size and spares
 
 exec "${FTRAIN_BIN}" job --script "${BASH_SOURCE[0]}"

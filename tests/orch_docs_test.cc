@@ -126,6 +126,7 @@ TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
   EXPECT_EQ(bare->max_resubmits, set->max_resubmits);
   EXPECT_EQ(bare->hang_repeat_window_s, set->hang_repeat_window_s);
   EXPECT_EQ(bare->faulty_keep_s, set->faulty_keep_s);
+  EXPECT_EQ(bare->hang_quarantine_keep_s, set->hang_quarantine_keep_s);
   EXPECT_EQ(bare->detect.on, set->detect.on);
   EXPECT_EQ(bare->detect.heartbeat_timeout_s, set->detect.heartbeat_timeout_s);
   EXPECT_EQ(bare->detect.probe_timeout_s, set->detect.probe_timeout_s);

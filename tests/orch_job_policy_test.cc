@@ -1704,7 +1704,7 @@ TEST(JobPolicyRankFailure, ALocalisedNodeStaysOutOfLaterRequeuesUntilItsLineExpi
   EXPECT_EQ(sim.last.rule, "localise.exclude");
   EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=node_fault")) << sim.Text();
   EXPECT_LT(sim.IndexOf(Action::Kind::kQuarantine), sim.IndexOf(Action::Kind::kRequeue));
-  const auto lines = ParseQuarantine(
+  const auto lines = records::ParseQuarantineText(
       "{\"time\":1700000100.5,\"host\":\"n2\",\"cause\":\"node_fault\",\"job\":\"42\"}\n");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].time, 1700000100.5);
@@ -1756,7 +1756,7 @@ TEST(JobPolicyRankFailure, ALocalisedNodeStaysOutOfLaterRequeuesUntilItsLineExpi
   later.Requeued(true);
   EXPECT_FALSE(later.LastHas("n2")) << later.Text();
   // An "sdc" line never expires.
-  EXPECT_EQ(QuarantinedHosts({{"n5", "sdc", 1, 1, true, 1.0}}, 1e10, 3600),
+  EXPECT_EQ(QuarantinedHosts({{"n5", "sdc", 1, 1, true, 1.0}}, 1e10, {3600, 3600}),
             std::vector<std::string>{"n5"});
 }
 
@@ -2060,9 +2060,70 @@ TEST(JobPolicyQuarantine, TheHangWindowIsASettingAndZeroCountsTheWholeRun) {
   EXPECT_EQ(RepeatedHangHosts(RecentHangs({untimed, HangAt("a", 9, 60000)}, 3600)),
             std::vector<std::string>({"a"}));
   // Parsed from the file, the record's time comes along.
-  const auto parsed = ParseHangs("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
+  const auto parsed =
+      records::ParseHangsText("{\"time\":1733500000.25,\"host\":\"a\",\"step\":4}\n");
   ASSERT_EQ(parsed.size(), 1u);
   EXPECT_EQ(parsed[0].time, 1733500000.25);
+}
+
+// Hole 6 of issue 44: a hang quarantine never expired, so two hangs on a healthy host kept
+// it out for the rest of the run, then the next one, until the job could not start. A "hang"
+// line now expires after FTRAIN_HANG_QUARANTINE_KEEP_S, and an operator's cleared line
+// (`ftrain quarantine clear`) returns a host at once and restarts its hang count.
+TEST(JobPolicyQuarantine, HangQuarantineExpiresAndAClearedLineReturnsTheHost) {
+  QuarantineLine hang = Suspect("a", false);
+  hang.cause = kHangCause;
+  hang.time = 1000;
+  QuarantineLine sdc = Suspect("b", true);
+  sdc.time = 1000;
+  const QuarantineKeep keep{3600, 7200};
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1000 + 7200, keep), std::vector<std::string>({"a", "b"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1000 + 7201, keep), std::vector<std::string>({"b"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc}, 1e10, {3600, 0}), std::vector<std::string>({"a", "b"}))
+      << "0: for the whole run";
+  QuarantineLine cleared;
+  cleared.host = "b";
+  cleared.cause = records::kClearedCause;
+  cleared.time = 2000;
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared}, 2001, keep), std::vector<std::string>({"a"}));
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared}), std::vector<std::string>({"a"}));
+  // A line after the clear counts again.
+  QuarantineLine again = sdc;
+  again.time = 3000;
+  EXPECT_EQ(QuarantinedHosts({hang, sdc, cleared, again}, 3001, keep),
+            std::vector<std::string>({"a", "b"}));
+  // After a clear, only new hangs count towards a repeat.
+  const std::vector<HangLine> hangs = {HangAt("b", 4, 1500), HangAt("b", 9, 1900),
+                                       HangAt("b", 12, 2500)};
+  EXPECT_EQ(RepeatedHangHosts(hangs), std::vector<std::string>({"b"}));
+  EXPECT_EQ(HangsSinceCleared(hangs, {hang, sdc, cleared}).size(), 1u);
+  EXPECT_TRUE(RepeatedHangHosts(HangsSinceCleared(hangs, {hang, sdc, cleared})).empty());
+  // The setting: default a day, a bad value names the variable.
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", "c"}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto def = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(def.ok()) << def.status().message();
+  EXPECT_EQ(def->hang_quarantine_keep_s, 86400);
+  env["FTRAIN_HANG_QUARANTINE_KEEP_S"] = "a day";
+  auto bad = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FTRAIN_HANG_QUARANTINE_KEEP_S='a day'"),
+            std::string::npos);
+}
+
+// The policy: a host quarantined by a hang line a day old trains again at the next start.
+TEST(JobPolicyQuarantine, AnExpiredHangQuarantineLetsTheHostTrain) {
+  Sim sim(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_HANG_QUARANTINE_KEEP_S", "3600"}});
+  QuarantineLine hang = Suspect("n2", false);
+  hang.cause = kHangCause;
+  hang.time = 1.7e9 - 4000;  // the policy's wall clock starts at 1.7e9
+  sim.start_quarantine = {hang};
+  sim.StartTraining();
+  EXPECT_TRUE(sim.state().quarantined.empty()) << sim.Text();
+  Sim kept(Env{{"FTRAIN_DETECT", "0"}, {"FTRAIN_HANG_QUARANTINE_KEEP_S", "0"}});
+  kept.start_quarantine = {hang};
+  kept.StartTraining();
+  EXPECT_EQ(kept.state().quarantined, std::vector<std::string>({"n2"})) << kept.Text();
 }
 
 TEST(JobPolicyQuarantine, AStartLeavesAQuarantinedNodeForACleanSpare) {
@@ -2105,7 +2166,7 @@ TEST(JobPolicyQuarantine, AStartOnAQuarantinedNodeWithoutASpareFailsNamingIt) {
 }
 
 TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
-  const auto q = ParseQuarantine(
+  const auto q = records::ParseQuarantineText(
       "{\"time\":1,\"host\":\"h1\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
       "\"cause\":\"sdc\",\"by_majority\":false}\nnot json\n{\"host\":\"\"}\n"
       "{\"host\":\"h0\",\"cause\":\"sdc\",\"by_majority\":true}\n{\"host\":\"h1\"}\n{\"ho");
@@ -2116,7 +2177,7 @@ TEST(JobPolicyQuarantine, TheRecordsParseAndARepeatedHangIsCounted) {
   EXPECT_FALSE(q[0].by_majority);
   EXPECT_TRUE(q[1].by_majority);
   EXPECT_EQ(QuarantinedHosts(q), std::vector<std::string>({"h1", "h0"}));
-  const auto h = ParseHangs(
+  const auto h = records::ParseHangsText(
       "{\"time\":1,\"step\":4,\"rank\":2,\"node\":1,\"host\":\"a\",\"phase\":\"compute\"}\n"
       "{\"step\":5,\"rank\":0,\"host\":\"b\"}\n{\"step\":7,\"rank\":2,\"host\":\"a\"}\n");
   ASSERT_EQ(h.size(), 3u);

@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/env.h"
+#include "records/hangs.h"
 #include "records/json_lines.h"
 #include "records/launch_context.h"
 #include "records/node_faults.h"
+#include "records/quarantine.h"
 #include "records/restarts.h"
 #include "records/rollbacks.h"
 #include "test_util.h"
@@ -273,6 +275,94 @@ TEST(Rollbacks, TheFileRoundTripsReadsTheOldFormAndRejectsWhatItCannotRead) {
     ASSERT_FALSE(b.ok()) << line;
     EXPECT_TRUE(ftrain::testing::Contains(b.status().message(), want)) << b.status().message();
   }
+}
+
+// RUN/quarantine.jsonl and RUN/hangs.jsonl have one definition each (issue 45): the writers'
+// bytes are the former ones (sorted keys; the sdc line and the controller's line), the strict
+// reader names file:line of a bad line, the lenient one skips and counts it.
+TEST(QuarantineRecords, TheWrittenLinesAreTheFormerBytesAndBothReadersReadThem) {
+  QuarantineRecord sdc;
+  sdc.time = 1733500000.5;
+  sdc.host = "gpu-b";
+  sdc.node = 1;
+  sdc.rank = 3;
+  sdc.shard = 1;
+  sdc.step = 9;
+  sdc.cause = "sdc";
+  sdc.by_majority = true;
+  sdc.job = "77";
+  EXPECT_EQ(EncodeQuarantine(sdc),
+            "{\"by_majority\":true,\"cause\":\"sdc\",\"host\":\"gpu-b\",\"job\":\"77\",\"node\":1,"
+            "\"rank\":3,\"shard\":1,\"step\":9,\"time\":1733500000.5}");
+  QuarantineRecord hang;  // the controller's: its numbers come as the action's fields
+  hang.time = 1733500100;
+  hang.host = "gpu-a";
+  hang.cause = "hang";
+  hang.fields = {Int("node", 0), Int("rank", 1), Int("step", 14), Int("hangs", 2)};
+  EXPECT_EQ(EncodeQuarantine(hang),
+            "{\"by_majority\":false,\"cause\":\"hang\",\"hangs\":2,\"host\":\"gpu-a\",\"node\":0,"
+            "\"rank\":1,\"step\":14,\"time\":1733500100.0}");
+  TempDir dir("records_quarantine");
+  const std::string path = dir.path() + "/quarantine.jsonl";
+  ASSERT_TRUE(AppendQuarantine(path, sdc).ok());
+  ASSERT_TRUE(AppendQuarantine(path, hang).ok());
+  std::vector<std::string> warnings;
+  auto strict = ReadQuarantineFile(path, &warnings);
+  ASSERT_TRUE(strict.ok()) << strict.status().message();
+  ASSERT_EQ(strict->size(), 2u);
+  EXPECT_EQ((*strict)[0].shard, 1);
+  EXPECT_EQ((*strict)[1].rank, 1);
+  EXPECT_EQ((*strict)[1].cause, "hang");
+  int skipped = 0;
+  const auto lenient = ParseQuarantineText(
+      ReadFile(path) + "not json\n{\"host\":\"h\",\"rank\":\"x\"}\n{\"ti", &skipped);
+  ASSERT_EQ(lenient.size(), 3u);
+  EXPECT_EQ(skipped, 2);
+  EXPECT_EQ(lenient[2].rank, -1);  // a field of the wrong type keeps its default
+  std::ofstream(path, std::ios::app) << "{\"time\":1,\"host\":\"h\",\"rank\":\"x\"}\n";
+  auto bad = ReadQuarantineFile(path, &warnings);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path + ":3: field 'rank'"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(HangRecords, TheWrittenLineIsTheFormerBytesAndBothReadersReadIt) {
+  HangRecord h;
+  h.time = 1733500000.25;
+  h.step = 7;
+  h.rank = 3;
+  h.node = 1;
+  h.host = "h1";
+  h.phase = "compute";
+  h.stuck_s = 12.5;
+  h.threshold_s = 10;
+  h.detected_by = 0;
+  h.generation = "g1";
+  h.launched = 40;
+  EXPECT_EQ(EncodeHang(h),
+            "{\"detected_by\":0,\"generation\":\"g1\",\"host\":\"h1\",\"launched\":40,\"node\":1,"
+            "\"phase\":\"compute\",\"rank\":3,\"step\":7,\"stuck_s\":12.5,\"threshold_s\":10.0,"
+            "\"time\":1733500000.25}");
+  TempDir dir("records_hangs");
+  const std::string path = dir.path() + "/hangs.jsonl";
+  h.job = "12";
+  ASSERT_TRUE(AppendHang(path, h).ok());
+  std::vector<std::string> warnings;
+  auto strict = ReadHangsFile(path, &warnings);
+  ASSERT_TRUE(strict.ok()) << strict.status().message();
+  ASSERT_EQ(strict->size(), 1u);
+  EXPECT_EQ((*strict)[0].job, "12");
+  EXPECT_EQ((*strict)[0].launched, 40u);
+  int skipped = 0;
+  const auto lenient = ParseHangsText(ReadFile(path) + "{\"rank\":1}\n", &skipped);
+  ASSERT_EQ(lenient.size(), 1u);
+  EXPECT_EQ(lenient[0].phase, "compute");
+  EXPECT_EQ(skipped, 1);  // no host: the controller cannot count it against one
+  std::ofstream(path, std::ios::app) << "{\"time\":2}\n";
+  auto bad = ReadHangsFile(path, &warnings);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path + ":2: field 'rank' is missing"), std::string::npos)
+      << bad.status().message();
 }
 
 }  // namespace

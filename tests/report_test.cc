@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -837,4 +838,69 @@ TEST(ReportTest, CommcheckRecordOverOtherRanksOrNodesIsNamed) {
 }
 
 }  // namespace
+// `ftrain quarantine list|clear` (hole 6 of issue 44): a hang quarantine shows when it expires,
+// an sdc one lasts until cleared; clear appends a "cleared" line (the history stays), after
+// which the host is no longer listed and the report says who returned it.
+CliResult RunQuarantineCli(std::vector<std::string> args) {
+  args.insert(args.begin(), "quarantine");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int code = cli::RunQuarantine(static_cast<int>(argv.size()), argv.data());
+  std::string out = testing::internal::GetCapturedStdout();
+  std::string err = testing::internal::GetCapturedStderr();
+  return {code, out, err};
+}
+
+TEST(QuarantineCliTest, ListShowsExpiryAndClearAppendsACleanLine) {
+  const std::string dir = WriteSmallRun("quarantine_cli");
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string before = "{\"time\":" + std::to_string(now - 100) +
+                             ",\"host\":\"gpu-a\",\"node\":0,\"rank\":1,\"step\":14,"
+                             "\"cause\":\"hang\",\"hangs\":2,\"by_majority\":false}\n"
+                             "{\"time\":" +
+                             std::to_string(now - 50) +
+                             ",\"host\":\"gpu-b\",\"node\":1,\"rank\":3,\"shard\":1,\"step\":9,"
+                             "\"cause\":\"sdc\",\"by_majority\":true}\n";
+  WriteFile(dir + "/quarantine.jsonl", before);
+  unsetenv("FTRAIN_HANG_QUARANTINE_KEEP_S");
+  auto list = RunQuarantineCli({"list", dir});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("2 host(s) kept out of this run now"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("gpu-a  cause hang, until " + report::IsoTime(now - 100 + 86400)),
+            std::string::npos)
+      << list.out;
+  EXPECT_NE(list.out.find("gpu-b  cause sdc, until cleared"), std::string::npos) << list.out;
+  // A hang line older than FTRAIN_HANG_QUARANTINE_KEEP_S keeps nobody out.
+  setenv("FTRAIN_HANG_QUARANTINE_KEEP_S", "60", 1);
+  list = RunQuarantineCli({"list", dir});
+  EXPECT_NE(list.out.find("1 host(s) kept out"), std::string::npos) << list.out;
+  setenv("FTRAIN_HANG_QUARANTINE_KEEP_S", "a day", 1);
+  auto bad = RunQuarantineCli({"list", dir});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("FTRAIN_HANG_QUARANTINE_KEEP_S='a day'"), std::string::npos) << bad.err;
+  unsetenv("FTRAIN_HANG_QUARANTINE_KEEP_S");
+  // A host the file does not name is a mistake, named.
+  auto typo = RunQuarantineCli({"clear", dir, "--host", "gpu-z"});
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("--host gpu-z"), std::string::npos) << typo.err;
+  auto clear = RunQuarantineCli({"clear", dir, "--host", "gpu-b"});
+  ASSERT_EQ(clear.code, 0) << clear.err;
+  const std::string after = ReadFile(dir + "/quarantine.jsonl");
+  ASSERT_EQ(after.rfind(before, 0), 0u) << "the history is appended to, never edited";
+  const auto added = nlohmann::json::parse(after.substr(before.size()));
+  EXPECT_EQ(added["host"], "gpu-b");
+  EXPECT_EQ(added["cause"], "cleared");
+  list = RunQuarantineCli({"list", dir});
+  EXPECT_NE(list.out.find("1 host(s) kept out"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("cleared: gpu-b"), std::string::npos) << list.out;
+  auto r = RunCli({dir});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("host gpu-b cleared by an operator (ftrain quarantine clear)"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace ftrain

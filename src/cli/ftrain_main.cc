@@ -44,6 +44,8 @@ const Subcommand kSubcommands[] = {
     {"job", ftrain::cli::RunJob, "the Slurm job controller (slurm/train.sh execs it)"},
     {"agent", ftrain::cli::RunAgent, "the node agent: ckptd, heartbeat, batch-host watch"},
     {"sim", ftrain::cli::RunSim, "the job controller under a seeded simulation of faults"},
+    {"quarantine", ftrain::cli::RunQuarantine,
+     "list the hosts RUN/quarantine.jsonl keeps out, or clear one"},
 };
 
 void Usage(std::ostream& out) {

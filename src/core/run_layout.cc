@@ -17,8 +17,8 @@ std::string RunLayout::quarantine() const { return JoinPath(run_dir_, "quarantin
 std::string RunLayout::hangs() const { return JoinPath(run_dir_, "hangs.jsonl"); }
 std::string RunLayout::node_faults() const { return JoinPath(run_dir_, "node_faults.jsonl"); }
 std::string RunLayout::progress_dir() const { return JoinPath(run_dir_, "progress"); }
-std::string RunLayout::progress(int rank) const {
-  return JoinPath(progress_dir(), "rank-" + std::to_string(rank) + ".json");
+std::string RunLayout::node_progress(int node) const {
+  return JoinPath(progress_dir(), "node-" + std::to_string(node) + ".json");
 }
 std::string RunLayout::faults_fired() const { return JoinPath(run_dir_, ".faults_fired"); }
 std::string RunLayout::rollbacks() const { return JoinPath(run_dir_, "rollbacks.jsonl"); }

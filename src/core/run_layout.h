@@ -13,8 +13,9 @@
 //                             line per hang, by the lowest rank that was not hung)
 //   RUN/node_faults.jsonl     nodes that could not run their ranks (no usable GPU, the driver,
 //                             a local data path; the trainer exits 76), one line per rank
-//   RUN/progress/             rank-<R>.json: each rank's step, phase and collectives launched,
-//                             rewritten every second (train/hang_watch.h)
+//   RUN/progress/             node-<N>.json: the step, phase and collectives launched of each
+//                             rank of node N, rewritten every 2 s by one rank of the node
+//                             (train/hang_watch.h)
 //   RUN/.faults_fired         FTRAIN_FAULT items that ended a process and must not fire again
 //   RUN/rollbacks.jsonl       guard.policy = rollback: the steps that rolled the run back (rank 0)
 //   RUN/config.resolved.cfg   the configuration the newest start resolved (rank 0)
@@ -63,9 +64,9 @@ class RunLayout {
   // RUN/node_faults.jsonl: ranks whose node could not run them (records/node_faults.h; exit
   // 76); the job controller reads the lines a step added.
   std::string node_faults() const;
-  // RUN/progress and RUN/progress/rank-<R>.json: each rank's published progress.
+  // RUN/progress and RUN/progress/node-<N>.json: the published progress of node N's ranks.
   std::string progress_dir() const;
-  std::string progress(int rank) const;
+  std::string node_progress(int node) const;
   // RUN/.faults_fired: the FTRAIN_FAULT items (testing only) that end the process and have
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;

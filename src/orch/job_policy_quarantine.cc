@@ -56,13 +56,16 @@ void DropQuarantinedSpares(const std::vector<std::string>& quarantined,
 Decision JobPolicy::QuarantineAfterStep() {
   std::vector<Action> acts;
   std::string rule;
-  for (const auto& h : QuarantinedHosts(st_.step_quarantine, st_.step_end_wall, s_.faulty_keep_s)) {
+  for (const auto& h : QuarantinedHosts(st_.step_quarantine, st_.step_end_wall,
+                                        {s_.faulty_keep_s, s_.hang_quarantine_keep_s})) {
     if (!Contains(st_.quarantined, h)) st_.quarantined.push_back(h);
   }
   if (st_.rc == kExitHang) {
     // Only hangs close together repeat (FTRAIN_HANG_REPEAT_WINDOW_S): two months apart, the
     // whole run's history would quarantine one healthy host after another.
-    const std::vector<HangLine> recent = RecentHangs(st_.step_hangs, s_.hang_repeat_window_s);
+    // An operator's clear (`ftrain quarantine clear`) starts the host's count afresh.
+    const std::vector<HangLine> recent = RecentHangs(
+        HangsSinceCleared(st_.step_hangs, st_.step_quarantine), s_.hang_repeat_window_s);
     for (const auto& h : RepeatedHangHosts(recent)) {
       if (Contains(st_.quarantined, h)) continue;
       st_.quarantined.push_back(h);
@@ -74,7 +77,7 @@ Decision JobPolicy::QuarantineAfterStep() {
         ++count;
       }
       Action q = WithNodes(Action::Kind::kQuarantine, {h});
-      q.text = "hang";
+      q.text = kHangCause;
       q.record.fields = {records::Int("node", last.node), records::Int("rank", last.rank),
                          records::Int("step", last.step), records::Int("hangs", count)};
       acts.push_back(Log("a rank hung on " + h + " again (" + std::to_string(count) +
@@ -169,8 +172,8 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
                      ": not requeueing (it would never start). Submit again with --exclude=" +
                      Join(st_.quarantined, ",") +
                      " and fewer nodes or more spares, or, once a diagnosis cleared a node, "
-                     "delete its lines from " +
-                     s_.run_dir + "/quarantine.jsonl"),
+                     "ftrain quarantine clear " +
+                     s_.run_dir + " --host NODE"),
                  LastStop("quarantine"),
                  Record("failed", "quarantined",
                         {records::Str("nodes", Join(bad, ",")), records::Raw("@LOST@", ""),
@@ -209,7 +212,8 @@ Decision JobPolicy::QuarantineAtStart(std::vector<Action>* acts, std::string* ru
             "/quarantine.jsonl) and no clean spare can take their ranks: submit again with "
             "--exclude=" +
             Join(st_.quarantined, ",") +
-            " (or, once a diagnosis cleared a node, delete its lines from quarantine.jsonl)"));
+            " (or, once a diagnosis cleared a node, ftrain quarantine clear " + s_.run_dir +
+            " --host NODE)"));
     acts->push_back(LastStop("quarantine"));
     acts->push_back(Record("failed", "quarantined", {records::Str("nodes", Join(bad, ","))}));
     Action exit = Act(Action::Kind::kExit);

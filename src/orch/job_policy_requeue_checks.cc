@@ -35,7 +35,8 @@ void JobPolicy::KeepOutFaulty(const std::vector<std::string>& nodes, const std::
           (s_.faulty_keep_s > 0 ? Fmt(s_.faulty_keep_s) + " s (FTRAIN_FAULTY_KEEP_S)"
                                 : std::string("the whole run (FTRAIN_FAULTY_KEEP_S=0)")) +
           ": " + s_.run_dir + "/quarantine.jsonl, cause " + kFaultyCause +
-          "; delete a node's node_fault lines once it is repaired to use it again sooner"));
+          "; ftrain quarantine clear " + s_.run_dir +
+          " --host NODE once it is repaired uses it again sooner"));
 }
 
 // No spare for the faulty nodes: they are kept out like quarantined ones, so the requeue asks the

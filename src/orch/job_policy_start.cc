@@ -45,7 +45,8 @@ Decision JobPolicy::Start(const Observation& o) {
   st_.resubmits = o.resubmits;
   st_.spare_list = o.spare_list;
   st_.train_count = o.train_count;
-  st_.quarantined = QuarantinedHosts(o.quarantine, o.wall, s_.faulty_keep_s);
+  st_.quarantined =
+      QuarantinedHosts(o.quarantine, o.wall, {s_.faulty_keep_s, s_.hang_quarantine_keep_s});
   st_.rollbacks_seen = o.rollbacks;
   st_.newest_checkpoint = o.checkpoint;
   st_.node_requeues = o.node_requeues;

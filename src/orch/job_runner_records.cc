@@ -73,8 +73,8 @@ void JobRunner::MergeRecords() {
 
 // RUN/quarantine.jsonl and RUN/hangs.jsonl for the policy (absent: nothing recorded).
 void JobRunner::ReadQuarantine(Observation* o) const {
-  o->quarantine = ParseQuarantine(ReadTextOr(layout_.quarantine()));
-  o->hangs = ParseHangs(ReadTextOr(layout_.hangs()));
+  o->quarantine = records::ParseQuarantineText(ReadTextOr(layout_.quarantine()));
+  o->hangs = records::ParseHangsText(ReadTextOr(layout_.hangs()));
 }
 
 // The lines RUN/node_faults.jsonl gained since the step was launched (the ranks of a node that
@@ -96,15 +96,13 @@ void JobRunner::ReadRunRecords(Observation* o) const {
 // trainer has exited: nobody else appends now.
 void JobRunner::Quarantine(const Action& a) {
   if (a.nodes.empty()) return;
-  nlohmann::json q = {{"time", clock_->Wall()}, {"host", a.nodes[0]}};
-  for (const auto& f : a.record.fields) {
-    auto v = nlohmann::json::parse(f.json, nullptr, false);
-    if (!v.is_discarded()) q[f.key] = v;
-  }
-  q["cause"] = a.text;
-  q["by_majority"] = false;
-  if (!ctx_.job.empty()) q["job"] = ctx_.job;
-  Status w = records::AppendJsonLine(layout_.quarantine(), q.dump());
+  records::QuarantineRecord q;
+  q.time = clock_->Wall();
+  q.host = a.nodes[0];
+  q.fields = a.record.fields;
+  q.cause = a.text;
+  q.job = ctx_.job;
+  Status w = records::AppendQuarantine(layout_.quarantine(), q);
   // The policy has the host quarantined for this start either way; the file carries it on.
   if (!w.ok())
     Log("WARNING: could not record the quarantine of " + a.nodes[0] + ": " + w.message());

@@ -8,27 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "records/hangs.h"
+#include "records/quarantine.h"
 #include "records/restarts.h"
 
 namespace ftrain::orch {
 
-// One line of RUN/quarantine.jsonl (train/sdc_check.h writes "sdc" lines, the job controller
-// "hang" lines): a host that must not train this run again.
-struct QuarantineLine {
-  std::string host, cause;
-  int64_t step = -1;
-  int rank = -1;
-  bool by_majority = false;
-  double time = -1;  // unix seconds of the line ("time"); -1: the line has none
-};
-
-// One record of RUN/hangs.jsonl: a rank found stuck (the detecting rank appends it).
-struct HangLine {
-  std::string host;
-  int64_t step = -1;
-  int rank = -1, node = -1;
-  double time = -1;  // unix seconds of the record ("time"); -1: the line has none
-};
+// One line of RUN/quarantine.jsonl and one record of RUN/hangs.jsonl (records/quarantine.h,
+// records/hangs.h own them).
+using QuarantineLine = records::QuarantineRecord;
+using HangLine = records::HangRecord;
 
 // One line of RUN/node_faults.jsonl (records/node_faults.h): a rank whose node could not run
 // it (the trainer exits 76).

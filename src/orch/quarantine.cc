@@ -1,85 +1,23 @@
-// orch/quarantine.cc - parsing the quarantine and hang records (quarantine.h).
+// orch/quarantine.cc - which hosts the quarantine and hang records keep out, and the node-fault
+// and health-probe lines (quarantine.h).
 #include "orch/quarantine.h"
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
-#include <type_traits>
+
+#include "records/lenient_json.h"
 
 namespace ftrain::orch {
-namespace {
-
-template <typename T>
-void Read(const nlohmann::json& j, const char* key, T* out) {
-  if (!j.contains(key)) return;
-  const nlohmann::json& v = j[key];
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (v.is_string()) *out = v.get<std::string>();
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (v.is_boolean()) *out = v.get<bool>();
-  } else if constexpr (std::is_same_v<T, double>) {
-    if (v.is_number()) *out = v.get<double>();
-  } else {
-    if (v.is_number_integer()) *out = v.get<T>();
-  }
-}
-
-// Each line of `text` that is a JSON object with a non-empty "host".
-std::vector<nlohmann::json> Objects(const std::string& text) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j["host"].is_string() ||
-        j["host"].get<std::string>().empty()) {
-      continue;
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<QuarantineLine> ParseQuarantine(const std::string& text) {
-  std::vector<QuarantineLine> out;
-  for (const auto& j : Objects(text)) {
-    QuarantineLine q;
-    Read(j, "host", &q.host);
-    Read(j, "cause", &q.cause);
-    Read(j, "step", &q.step);
-    Read(j, "rank", &q.rank);
-    Read(j, "by_majority", &q.by_majority);
-    Read(j, "time", &q.time);
-    out.push_back(q);
-  }
-  return out;
-}
-
-std::vector<HangLine> ParseHangs(const std::string& text) {
-  std::vector<HangLine> out;
-  for (const auto& j : Objects(text)) {
-    HangLine h;
-    Read(j, "host", &h.host);
-    Read(j, "step", &h.step);
-    Read(j, "rank", &h.rank);
-    Read(j, "node", &h.node);
-    Read(j, "time", &h.time);
-    out.push_back(h);
-  }
-  return out;
-}
-
 std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text) {
   std::vector<NodeFaultLine> out;
-  for (const auto& j : Objects(text)) {
+  for (const auto& j : records::HostObjects(text, nullptr)) {
     NodeFaultLine f;
-    Read(j, "host", &f.host);
-    Read(j, "reason", &f.reason);
-    Read(j, "rank", &f.rank);
-    Read(j, "node", &f.node);
-    Read(j, "time", &f.time);
+    records::ReadLenient(j, "host", &f.host);
+    records::ReadLenient(j, "reason", &f.reason);
+    records::ReadLenient(j, "rank", &f.rank);
+    records::ReadLenient(j, "node", &f.node);
+    records::ReadLenient(j, "time", &f.time);
     out.push_back(f);
   }
   return out;
@@ -105,23 +43,60 @@ std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output) {
   return out;
 }
 
+namespace {
+
+// The lines that still speak for their host: those after the host's newest cleared line,
+// cleared lines left out.
+std::vector<QuarantineLine> SinceCleared(const std::vector<QuarantineLine>& lines) {
+  std::map<std::string, size_t> cleared_at;  // host -> index of its newest cleared line
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].cause == records::kClearedCause) cleared_at[lines[i].host] = i;
+  }
+  std::vector<QuarantineLine> out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto c = cleared_at.find(lines[i].host);
+    if (c != cleared_at.end() && i <= c->second) continue;
+    out.push_back(lines[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines) {
   std::vector<std::string> out;
-  for (const auto& q : lines) {
+  for (const auto& q : SinceCleared(lines)) {
     if (std::find(out.begin(), out.end(), q.host) == out.end()) out.push_back(q.host);
   }
   return out;
 }
 
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
-                                          double faulty_keep_s) {
+                                          const QuarantineKeep& keep) {
   std::vector<QuarantineLine> kept;
-  for (const auto& q : lines) {
-    const bool expired =
-        q.cause == kFaultyCause && faulty_keep_s > 0 && q.time >= 0 && now - q.time > faulty_keep_s;
+  for (const auto& q : SinceCleared(lines)) {
+    const double keep_s = q.cause == kFaultyCause ? keep.faulty_s
+                          : q.cause == kHangCause ? keep.hang_s
+                                                  : 0;
+    const bool expired = keep_s > 0 && q.time >= 0 && now - q.time > keep_s;
     if (!expired) kept.push_back(q);
   }
   return QuarantinedHosts(kept);
+}
+
+std::vector<HangLine> HangsSinceCleared(const std::vector<HangLine>& hangs,
+                                        const std::vector<QuarantineLine>& quarantine) {
+  std::map<std::string, double> cleared;  // host -> time of its newest cleared line
+  for (const auto& q : quarantine) {
+    if (q.cause == records::kClearedCause) cleared[q.host] = std::max(cleared[q.host], q.time);
+  }
+  std::vector<HangLine> out;
+  for (const auto& h : hangs) {
+    auto c = cleared.find(h.host);
+    if (c != cleared.end() && h.time >= 0 && h.time <= c->second) continue;
+    out.push_back(h);
+  }
+  return out;
 }
 
 std::vector<HangLine> RecentHangs(const std::vector<HangLine>& hangs, double window_s) {

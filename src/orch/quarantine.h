@@ -1,8 +1,7 @@
-// orch/quarantine.h - reading RUN/quarantine.jsonl, RUN/hangs.jsonl and RUN/node_faults.jsonl
-// for the job controller (pure: text in, typed lines out), and which hosts the records
-// quarantine. The files' writers are the trainer (train/sdc_check.h: "sdc" lines; the hang
-// detector: hangs.jsonl; records/node_faults.h) and the job controller ("hang" lines,
-// job_runner.cc); `ftrain report` reads them on its own.
+// orch/quarantine.h - which hosts RUN/quarantine.jsonl and RUN/hangs.jsonl keep out of the
+// job (pure: typed lines in, hosts out), and reading RUN/node_faults.jsonl and the health
+// probe's output for the job controller. The quarantine and hang lines themselves (struct,
+// writer, readers) are records/quarantine.h and records/hangs.h.
 #pragma once
 
 #include <string>
@@ -12,11 +11,8 @@
 
 namespace ftrain::orch {
 
-// Every line that parses and names a host; a line that does not (a torn last line, an
-// operator's edit) is skipped: the rest still count.
-std::vector<QuarantineLine> ParseQuarantine(const std::string& text);
-std::vector<HangLine> ParseHangs(const std::string& text);
-// RUN/node_faults.jsonl (records/node_faults.h), the same way.
+// RUN/node_faults.jsonl (records/node_faults.h): every line that parses and names a host; a
+// line that does not (a torn last line, an operator's edit) is skipped: the rest still count.
 std::vector<NodeFaultLine> ParseNodeFaults(const std::string& text);
 // The lines of RUN/node_faults.jsonl's `text` past byte `from` (its size when the step was
 // launched): the step's own. The file is only appended to; one that shrank (an operator
@@ -26,16 +22,32 @@ std::vector<NodeFaultLine> NodeFaultsSince(const std::string& text, size_t from)
 // "ftrain health: node HOST: PROBLEM" of `output` (the probe's srun, all nodes) as a line with
 // host and reason; other lines (srun's own) are skipped.
 std::vector<NodeFaultLine> ParseHealthProblems(const std::string& output);
-// Every host the quarantine names, once each, in the order of its first line.
+// Every host the quarantine names, once each, in the order of its first line; a host's lines
+// up to its newest records::kClearedCause line (an operator's `ftrain quarantine clear`) and
+// the cleared lines themselves name nobody.
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines);
 // The cause of the lines the job controller appends for a node that failed a localisation or
 // reported a node fault (exit 76): kept out until repaired, not for ever (see below).
 inline constexpr const char* kFaultyCause = "node_fault";
-// The same at unix time `now`, less the hosts named only by kFaultyCause lines all older than
-// `faulty_keep_s` (FTRAIN_FAULTY_KEEP_S; 0: none expires; a line without a time never does):
-// such a node was presumably repaired. "sdc" and "hang" lines never expire.
+inline constexpr const char* kHangCause = "hang";
+// How long a line keeps its host out, by cause (0: for the whole run), and the defaults of
+// FTRAIN_FAULTY_KEEP_S and FTRAIN_HANG_QUARANTINE_KEEP_S (orch/settings.cc, slurm/train.sh).
+inline constexpr double kDefaultFaultyKeepS = 86400;
+inline constexpr double kDefaultHangQuarantineKeepS = 86400;
+struct QuarantineKeep {
+  double faulty_s = 0;  // FTRAIN_FAULTY_KEEP_S: kFaultyCause lines
+  double hang_s = 0;    // FTRAIN_HANG_QUARANTINE_KEEP_S: kHangCause lines
+};
+// The same at unix time `now`, less the lines that expired: a kFaultyCause line older than
+// keep.faulty_s (the node was presumably repaired), a kHangCause line older than keep.hang_s
+// (two hangs long ago are no reason to lose a node for ever). A line without a time never
+// expires; "sdc" lines never do (an operator clears them).
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
-                                          double faulty_keep_s);
+                                          const QuarantineKeep& keep);
+// The hang records not older than their host's newest cleared line (a record without a time
+// is kept): after a clear, only new hangs count towards a repeat.
+std::vector<HangLine> HangsSinceCleared(const std::vector<HangLine>& hangs,
+                                        const std::vector<QuarantineLine>& quarantine);
 // The hang records that count towards a repeat: those at most `window_s` seconds older than
 // the newest record (the hang that just ended the step; the records' own clock, so the answer
 // is a function of the file alone). window_s = 0: every record of the run. A record without a

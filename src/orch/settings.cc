@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "orch/quarantine.h"
 
 namespace ftrain::orch {
 namespace {
@@ -187,7 +188,9 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_LEASE_RETRY_S", 60, &s.lease_retry_s));
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_MAX_RESUBMITS", 3, &s.max_resubmits));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_HANG_REPEAT_WINDOW_S", 21600, &s.hang_repeat_window_s));
-  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_FAULTY_KEEP_S", 86400, &s.faulty_keep_s));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_FAULTY_KEEP_S", kDefaultFaultyKeepS, &s.faulty_keep_s));
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_HANG_QUARANTINE_KEEP_S", kDefaultHangQuarantineKeepS,
+                               &s.hang_quarantine_keep_s));
   FT_RETURN_IF_ERROR(LoadDetect(r, &s.detect));
   return s;
 }

@@ -90,6 +90,10 @@ struct JobSettings {
   // the run for this long after its newest such line; 0 = for the whole run. Deleting its lines
   // returns it at once (docs/operations.md, "Faulty nodes").
   double faulty_keep_s = 86400;
+  // FTRAIN_HANG_QUARANTINE_KEEP_S: a host quarantined for repeated hangs (a "hang" line in
+  // RUN/quarantine.jsonl) stays out for this long after its line; 0 = for the whole run.
+  // `ftrain quarantine clear` returns it at once (docs/operations.md, "Quarantined nodes").
+  double hang_quarantine_keep_s = 86400;
   DetectSettings detect;
 };
 

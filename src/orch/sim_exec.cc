@@ -202,7 +202,7 @@ void World::Execute(const Action& a) {
     case K::kQuarantine: {
       const std::string host = a.nodes.empty() ? "" : a.nodes[0];
       facts_.exclusions.push_back({t_, host, "quarantine " + a.text, Recorded(host)});
-      QuarantineLine q{host, a.text, -1, -1, false};
+      QuarantineLine q = SimQuarantine(host, a.text, -1, -1);
       q.time = 1.7e9 + t_;  // the runner's "time": the wall clock the policy sees (Deliver)
       quarantine_.push_back(q);
       return;

@@ -141,8 +141,8 @@ void World::FireFault(const Fault& f) {
       }
     }
     const int64_t step = committed_;
-    if (f.rc == kExitSdc) quarantine_.push_back({nodes_[n].name, "sdc", step, 0, false});
-    if (f.rc == kExitHang) hangs_.push_back({nodes_[n].name, step, 0, 0});
+    if (f.rc == kExitSdc) quarantine_.push_back(SimQuarantine(nodes_[n].name, "sdc", step, 0));
+    if (f.rc == kExitHang) hangs_.push_back(SimHang(nodes_[n].name, step));
     MarkHit(f.report);
     EndStepAfter(f.rc, rng_.Uniform(1, 10));
   } else if (f.kind == "usr1" || f.kind == "term_running") {
@@ -220,7 +220,7 @@ void World::HangNode(int n, double d, size_t report) {
       PushObs(t_ + hung_after, o, false, launch_);
     } else if (d >= 120) {  // the trainer's hang guard: exit 78, RUN/hangs.jsonl
       MarkHit(report);
-      hangs_.push_back({nodes_[n].name, committed_, 0, 0});
+      hangs_.push_back(SimHang(nodes_[n].name, committed_));
       EndStepAfter(kExitHang, 120);
     }
   }

@@ -264,6 +264,11 @@ void World::BeginStart() {
     const bool quarantined =
         std::any_of(quarantine_.begin(), quarantine_.end(), [&](const QuarantineLine& q) {
           if (q.host != nodes_[n].name) return false;
+          // A hang line keeps its host out for FTRAIN_HANG_QUARANTINE_KEEP_S only.
+          if (q.cause == kHangCause) {
+            const double keep = settings_.hang_quarantine_keep_s;
+            return keep <= 0 || 1.7e9 + t_ - q.time <= keep;
+          }
           if (q.cause != kFaultyCause) return true;
           // Its line kept out the fault it recorded, for FTRAIN_FAULTY_KEEP_S: a node broken
           // again after an expired line's repair is a new fault nobody found yet.

@@ -16,6 +16,25 @@
 
 namespace ftrain::orch::sim {
 
+// The records the simulated trainer and runner append (records/quarantine.h, records/hangs.h).
+inline QuarantineLine SimQuarantine(const std::string& host, const std::string& cause, int64_t step,
+                                    int rank) {
+  QuarantineLine q;
+  q.host = host;
+  q.cause = cause;
+  q.step = step;
+  q.rank = rank;
+  return q;
+}
+inline HangLine SimHang(const std::string& host, int64_t step) {
+  HangLine h;
+  h.host = host;
+  h.step = step;
+  h.rank = 0;
+  h.node = 0;
+  return h;
+}
+
 // splitmix64: the same numbers on every platform (std:: distributions are not specified).
 class Rng {
  public:

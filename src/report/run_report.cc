@@ -323,20 +323,16 @@ void Analyze(RunSummary* r) {
 }
 
 // RUN/quarantine.jsonl (absent: nothing quarantined). A bad line is Corruption naming it.
+// A number a line lacks is shown as 0, as the report always has.
 Status ReadQuarantine(const std::string& path, RunSummary* r) {
-  std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &r->warnings));
-  for (const auto& [no, j] : lines) {
-    const std::string where = path + ":" + std::to_string(no);
+  auto lines = records::ReadQuarantineFile(path, &r->warnings);
+  FT_RETURN_IF_ERROR(lines.status());
+  for (records::QuarantineRecord& l : *lines) {
     QuarantinedNode q;
-    FT_RETURN_IF_ERROR(records::ReadField(j, "time", true, where, &q.time));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "host", true, where, &q.host));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "cause", false, where, &q.cause));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "node", false, where, &q.node));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "rank", false, where, &q.rank));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "step", false, where, &q.step));
-    q.by_majority =
-        j.contains("by_majority") && j["by_majority"].is_boolean() && j["by_majority"].get<bool>();
+    static_cast<records::QuarantineRecord&>(q) = std::move(l);
+    q.node = std::max(q.node, 0);
+    q.rank = std::max(q.rank, 0);
+    q.step = std::max<int64_t>(q.step, 0);
     r->quarantined.push_back(std::move(q));
   }
   return Status::Ok();
@@ -344,20 +340,12 @@ Status ReadQuarantine(const std::string& path, RunSummary* r) {
 
 // RUN/hangs.jsonl (absent: no hang). A bad line is Corruption naming it.
 Status ReadHangs(const std::string& path, RunSummary* r) {
-  std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(records::ReadJsonLines(path, &lines, &r->warnings));
-  for (const auto& [no, j] : lines) {
-    const std::string where = path + ":" + std::to_string(no);
-    HungRank h;
-    FT_RETURN_IF_ERROR(records::ReadField(j, "time", true, where, &h.time));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "rank", true, where, &h.rank));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "host", false, where, &h.host));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "node", false, where, &h.node));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "step", false, where, &h.step));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "phase", false, where, &h.phase));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "stuck_s", false, where, &h.stuck_s));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "threshold_s", false, where, &h.threshold_s));
-    FT_RETURN_IF_ERROR(records::ReadField(j, "detected_by", false, where, &h.detected_by));
+  auto lines = records::ReadHangsFile(path, &r->warnings);
+  FT_RETURN_IF_ERROR(lines.status());
+  for (HungRank& h : *lines) {
+    h.node = std::max(h.node, 0);
+    h.step = std::max<int64_t>(h.step, 0);
+    h.detected_by = std::max(h.detected_by, 0);
     r->hangs.push_back(std::move(h));
   }
   return Status::Ok();

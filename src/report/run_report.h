@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "records/hangs.h"
 #include "records/metrics_record.h"
 #include "records/phases.h"
+#include "records/quarantine.h"
 
 namespace ftrain::report {
 
@@ -103,28 +105,17 @@ struct EvalSummary {
   double total_s = 0;  // their wall time, part of the steps' step_time_s
 };
 
-// One line of RUN/quarantine.jsonl: a rank whose master shard disagreed with its replicas
-// (train/sdc_check.h), and its host.
-struct QuarantinedNode {
-  double time = 0;
-  std::string host, cause;
-  int node = 0, rank = 0;
-  int64_t step = 0;
-  bool by_majority = false;  // outvoted; false: one of two replicas that could not be told apart
+// One line of RUN/quarantine.jsonl (records/quarantine.h): a host kept out of the run (replicas
+// of its shard disagreed, its ranks hung twice, its node could not run them).
+struct QuarantinedNode : records::QuarantineRecord {
   // What the job controller did about it (its "quarantine" records in restarts.jsonl):
   // "replaced by spare n3", "excluded when job 12 was requeued", ... ("" : nothing recorded).
   std::string action;
 };
 
-// One line of RUN/hangs.jsonl: a rank the others waited for in a collective beyond the hang
-// guard's threshold (train/hang_watch.h), and its host.
-struct HungRank {
-  double time = 0;
-  std::string host, phase;
-  int node = 0, rank = 0, detected_by = 0;
-  int64_t step = 0;
-  double stuck_s = 0, threshold_s = 0;
-};
+// One line of RUN/hangs.jsonl (records/hangs.h): a rank the others waited for in a collective
+// beyond the hang guard's threshold (train/hang_watch.h), and its host.
+using HungRank = records::HangRecord;
 
 struct RunSummary {
   std::string run_dir, ckpt_root;

@@ -111,6 +111,12 @@ void PrintQuarantine(const RunSummary& r, std::ostream& out) {
   out << "\nquarantined (RUN/quarantine.jsonl: replicas of a shard disagreed or ranks hung "
          "twice there; ftrain job gives them no ranks of this run again)\n";
   for (const QuarantinedNode& q : r.quarantined) {
+    if (q.cause == records::kClearedCause) {
+      out << "  " << At(r, q.time) << "  host " << q.host
+          << " cleared by an operator (ftrain quarantine clear): its earlier lines no longer "
+             "keep it out\n";
+      continue;
+    }
     out << "  " << At(r, q.time) << "  host " << q.host << " (node " << q.node << ", rank "
         << q.rank << "), after step " << q.step << ", " << (q.cause.empty() ? "sdc" : q.cause)
         << (q.cause == "hang" ? ": ranks hung there twice"

@@ -17,7 +17,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
-#include "records/json_lines.h"
+#include "records/hangs.h"
 
 namespace ftrain::train {
 
@@ -25,6 +25,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kRecentSteps = 20;  // the step times the automatic threshold is the median of
+// A node-local entry older than this (its writer's CLOCK_MONOTONIC, same host) is of a rank
+// whose watchdog is not running: it cannot lead its node.
+constexpr double kFreshS = 5;
+// A judge that found a rank behind but under its threshold looks again when the threshold
+// could be reached, but at least this often (the rank may change phase meanwhile).
+constexpr double kMaxJudgeWaitS = 30;
+
+double MonoNow() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+double Secs(std::chrono::milliseconds ms) { return std::chrono::duration<double>(ms).count(); }
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -41,29 +50,6 @@ void OnStackSignal(int) {
   (void)ignored;  // stderr is where the stack goes; nothing to do if it is closed
   backtrace_symbols_fd(frames, n, STDERR_FILENO);
   g_stack_written.store(true);
-}
-
-// Writes `text` to `path` through a temporary and a rename, so that a reader never sees a
-// torn file. Not synced: the file says where a live rank is; a crash makes it moot.
-bool WriteReplace(const std::string& path, const std::string& text, std::string* why) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) {
-    *why = "open " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int write_errno = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    *why = "write " + tmp + ": " + (n < 0 ? std::strerror(write_errno) : "short write");
-    return false;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    *why = "rename " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -87,12 +73,39 @@ void DumpStackOf(std::thread::native_handle_type main) {
   }
 }
 
-HangWatch::HangWatch(Options o) : o_(std::move(o)), main_(pthread_self()) {
+namespace {
+
+// The intervals at most a quarter of the smallest threshold (a test's or a tiny model's few
+// seconds): a hang is then still named within about 2 x the threshold. The defaults hold for
+// thresholds of 12 s and more (production: 60 s and more).
+HangWatch::Options Tuned(HangWatch::Options o) {
+  const double least = o.settings.timeout_s > 0 ? o.settings.timeout_s : o.settings.floor_s;
+  const auto cap = std::max(o.poll, std::chrono::milliseconds(static_cast<int64_t>(least * 250)));
+  o.judge_every = std::min(o.judge_every, cap);
+  o.publish_every = std::min(o.publish_every, cap);
+  return o;
+}
+
+}  // namespace
+
+HangWatch::HangWatch(Options o)
+    : o_(Tuned(std::move(o))),
+      main_(pthread_self()),
+      local_(NodeLocalProgress::DirFor(o_.local_root, o_.run_dir, o_.generation, o_.node), o_.rank,
+             o_.generation) {
   InstallStackDumpHandler();
   // The directory may be made by every rank at once; one that exists is fine.
   Status s = CreateDirs(Env::Default(), RunLayout(o_.run_dir).progress_dir());
   if (!s.ok()) FT_LOG(Warning) << "hang guard: " << s.message() << " (no progress is published)";
-  Publish(Snapshot(Sample{}, 0, o_.settings.startup_s));
+  if (Status l = local_.Open(); !l.ok()) {
+    const std::string shared = NodeLocalProgress::DirFor(RunLayout(o_.run_dir).progress_dir(),
+                                                         o_.run_dir, o_.generation, o_.node);
+    FT_LOG(Warning) << "hang guard: node-local directory: " << l.message() << "; sharing "
+                    << "through " << shared << " on the run's file system instead";
+    local_ = NodeLocalProgress(shared, o_.rank, o_.generation);
+    if (Status l2 = local_.Open(); !l2.ok()) FT_LOG(Warning) << "hang guard: " << l2.message();
+  }
+  ShareLocal(Snapshot(Sample{}, 0, o_.settings.startup_s));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -105,7 +118,10 @@ HangWatch::~HangWatch() {
   if (thread_.joinable()) thread_.join();
   // The last word: where this rank ended (every rank of a clean run shows the same count).
   const Sample last{step_.load(), phase_.load(), comm::CollectivesLaunched().load()};
-  Publish(Snapshot(last, 0, o_.settings.startup_s));
+  ShareLocal(Snapshot(last, 0, o_.settings.startup_s));
+  const std::vector<RankProgress> local = local_.ReadAll();
+  if (IsNodeLeader(local)) PublishNode(local);
+  local_.Remove();
 }
 
 RankProgress HangWatch::Snapshot(const Sample& s, double stuck_s, double threshold_s) const {
@@ -121,36 +137,72 @@ RankProgress HangWatch::Snapshot(const Sample& s, double stuck_s, double thresho
   p.threshold_s = threshold_s;
   p.time = UnixNow();
   p.pid = static_cast<int64_t>(getpid());
+  p.mono = MonoNow();
   return p;
 }
 
-void HangWatch::Publish(const RankProgress& p) {
-  std::string why;
-  if (WriteReplace(RunLayout(o_.run_dir).progress(o_.rank), ProgressJson(p), &why)) return;
-  if (!write_warned_) {  // once: the guard is blind to this rank, the run goes on
-    write_warned_ = true;
-    FT_LOG(Warning) << "hang guard: cannot publish this rank's progress: " << why;
-  }
+void HangWatch::ShareLocal(const RankProgress& p) {
+  Status s = local_.Write(p);
+  if (s.ok() || local_warned_) return;
+  local_warned_ = true;  // once: the guard is blind to this rank, the run goes on
+  FT_LOG(Warning) << "hang guard: cannot share this rank's progress: " << s.message();
 }
 
-std::vector<RankProgress> HangWatch::ReadAll() const {
+bool HangWatch::IsNodeLeader(const std::vector<RankProgress>& local) const {
+  const double now = MonoNow();
+  for (const RankProgress& p : local) {
+    if (p.rank < o_.rank && now - p.mono <= kFreshS) return false;
+  }
+  return true;
+}
+
+void HangWatch::PublishNode(const std::vector<RankProgress>& local) {
+  NodeProgress n;
+  n.node = o_.node;
+  n.host = o_.host;
+  n.generation = o_.generation;
+  n.time = UnixNow();
+  n.ranks = local;
+  Status s = WriteReplace(RunLayout(o_.run_dir).node_progress(o_.node), NodeProgressJson(n));
+  if (s.ok() || node_warned_) return;
+  node_warned_ = true;  // once: the guard is blind to this node, the run goes on
+  FT_LOG(Warning) << "hang guard: cannot publish this node's progress: " << s.message();
+}
+
+std::vector<RankProgress> HangWatch::ReadNodes() const {
   std::vector<RankProgress> out;
   const RunLayout layout(o_.run_dir);
-  for (int r = 0; r < o_.world_size; ++r) {
+  for (int n = 0; n < o_.num_nodes; ++n) {
     std::string text;
-    RankProgress p;
-    // A file that is missing or torn leaves that rank out: no verdict this time.
-    if (!Env::Default()->ReadFile(layout.progress(r), &text).ok()) continue;
-    if (!ParseProgress(text, &p) || p.generation != o_.generation || p.rank != r) continue;
-    out.push_back(p);
+    NodeProgress np;
+    // A file that is missing or torn leaves that node's ranks out: no verdict this time.
+    if (!Env::Default()->ReadFile(layout.node_progress(n), &text).ok()) continue;
+    if (!ParseNodeProgress(text, &np) || np.generation != o_.generation || np.node != n) continue;
+    for (RankProgress& p : np.ranks) out.push_back(std::move(p));
   }
   return out;
+}
+
+bool HangWatch::JudgeOnce(std::vector<int>* previous, double* wait_s) {
+  *wait_s = 0;
+  const HangVerdict v = JudgeHang(ages_.Aged(ReadNodes(), MonoNow()), o_.world_size, o_.rank);
+  std::vector<int> ranks;
+  for (const RankProgress& h : v.hung) ranks.push_back(h.rank);
+  if (ranks.empty() || ranks != *previous) {
+    *previous = ranks;
+    *wait_s = v.wait_s;
+    return false;
+  }
+  if (Status s = local_.WriteVerdict(v); !s.ok()) {
+    FT_LOG(Error) << "hang guard: cannot hand the verdict to this node's ranks: " << s.message();
+  }
+  return true;
 }
 
 void HangWatch::Loop() {
   Sample last;
   bool first = true;
-  Clock::time_point since = Clock::now(), written = since;
+  Clock::time_point since = Clock::now(), published = since - o_.publish_every, next_look = since;
   std::vector<int> previous;  // the ranks the previous look named: a verdict must repeat
   for (;;) {
     {
@@ -173,29 +225,39 @@ void HangWatch::Loop() {
     const double stuck = std::chrono::duration<double>(now - since).count();
     const RankProgress mine =
         Snapshot(s, stuck, HangThreshold(o_.settings, recent_, static_cast<HangPhase>(s.phase)));
-    if (now - written >= std::chrono::seconds(1)) {
-      Publish(mine);
-      written = now;
+    ShareLocal(mine);
+    HangVerdict v;
+    if (local_.ReadVerdict(&v)) {
+      Act(v, mine);
+      return;
     }
-    // Judged only once this rank itself has waited a step's threshold (the least any rank
-    // gets): until then there is nothing to read.
-    if (stuck < HangThreshold(o_.settings, recent_, HangPhase::kCompute)) {
+    const std::vector<RankProgress> local = local_.ReadAll();
+    if (!IsNodeLeader(local)) continue;
+    if (now - published >= o_.publish_every) {
+      PublishNode(local);
+      published = now;
+    }
+    // Judged only while a rank of this node has waited past its own threshold: until then
+    // there is nothing to read.
+    const bool over = std::any_of(local.begin(), local.end(),
+                                  [](const RankProgress& p) { return p.stuck_s >= p.threshold_s; });
+    if (!over) {
       previous.clear();
       continue;
     }
-    const HangVerdict v = JudgeHang(ReadAll(), o_.world_size, o_.rank, UnixNow());
-    std::vector<int> ranks;
-    for (const RankProgress& h : v.hung) ranks.push_back(h.rank);
-    if (ranks.empty() || ranks != previous) {
-      previous = ranks;
-      continue;
-    }
-    Act(v, mine);
-    return;
+    if (now < next_look) continue;
+    double wait = 0;
+    if (JudgeOnce(&previous, &wait)) continue;  // the verdict is read back at the next poll
+    const double next = std::max(Secs(o_.judge_every), std::min(wait, kMaxJudgeWaitS));
+    next_look =
+        now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(next));
   }
 }
 
 void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
+  // This rank has the verdict: its entry goes now, before the waits below, during which srun
+  // or the launcher may kill it; the last rank of the node removes the directory.
+  local_.Remove();
   std::string names;
   for (const RankProgress& h : v.hung) names += (names.empty() ? "" : "; ") + DescribeHung(h);
   if (v.me_hung) {
@@ -203,28 +265,35 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
                   << " (threshold " << mine.threshold_s << " s); its main thread's stack "
                   << "follows; exiting with " << kExitHang;
     DumpStackOf(main_);
-    // The lowest rank that is not hung writes the record; it judged on the same files.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // The lowest rank that is not hung writes the record once its node's judge has looked
+    // (at most a judge interval later).
+    std::this_thread::sleep_for(o_.judge_every + std::chrono::seconds(2));
     o_.exit_process(kExitHang);
     return;
   }
   if (o_.rank == v.recorder) {
     const std::string& job = o_.job_id;
     for (const RankProgress& h : v.hung) {
-      nlohmann::json rec = {{"time", UnixNow()},      {"step", h.step},
-                            {"rank", h.rank},         {"node", h.node},
-                            {"host", h.host},         {"phase", h.phase},
-                            {"stuck_s", h.stuck_s},   {"threshold_s", h.threshold_s},
-                            {"detected_by", o_.rank}, {"generation", o_.generation},
-                            {"launched", h.launched}};
-      if (!job.empty()) rec["job"] = job;
-      Status s = records::AppendJsonLine(RunLayout(o_.run_dir).hangs(), rec.dump());
+      records::HangRecord rec;
+      rec.time = UnixNow();
+      rec.step = h.step;
+      rec.rank = h.rank;
+      rec.node = h.node;
+      rec.host = h.host;
+      rec.phase = h.phase;
+      rec.stuck_s = h.stuck_s;
+      rec.threshold_s = h.threshold_s;
+      rec.detected_by = o_.rank;
+      rec.generation = o_.generation;
+      rec.launched = h.launched;
+      if (!job.empty()) rec.job = job;
+      Status s = records::AppendHang(RunLayout(o_.run_dir).hangs(), rec);
       if (!s.ok()) FT_LOG(Error) << "hang guard: cannot record the hang: " << s.message();
     }
   } else {
-    // The recorder judged on the same files within a look: give it that look before this
-    // rank's exit makes srun or the launcher signal the job.
-    std::this_thread::sleep_for(o_.poll);
+    // The recorder's node judges on the same files within a judge interval: give it that look
+    // before this rank's exit makes srun or the launcher signal the job.
+    std::this_thread::sleep_for(o_.judge_every + o_.poll);
   }
   FT_LOG(Error) << "hang guard: " << names << " while this rank (in " << mine.phase << " of step "
                 << mine.step << ") waited for it in a collective; exiting with " << kExitHang

@@ -1,12 +1,16 @@
 // The hang guard's watchdog: the main thread says where it is (step, phase) through atomics;
-// a thread of this rank publishes that, with how many collectives the rank has launched
-// (comm/launch_count.h), to RUN/progress/rank-<R>.json once a second, and keeps doing so
-// while the main thread is stuck. When this rank has not moved for longer than its threshold,
-// it reads every rank's file and judges (train/config/hang_verdict.h): twice the same verdict
-// naming the ranks the others wait for, and every rank ends itself with kExitHang, the lowest
-// rank that is not hung having appended the record to RUN/hangs.jsonl, the hung rank having
-// logged its phase and its main thread's stack. The collective timeout (Gloo's, NCCL's
-// watchdog) stays the backstop. Files only (shared run directory), no sockets. No LibTorch.
+// a thread of this rank samples that, with how many collectives the rank has launched
+// (comm/launch_count.h), twice a second and shares it with the other ranks of its node through
+// node-local files (train/hang_local.h). One rank per node (the lowest whose watchdog is alive)
+// writes RUN/progress/node-<N>.json with all of them every publish_every, and, only while a
+// rank of its node has not moved for longer than its threshold, reads the N node files every
+// judge_every or later and judges (train/config/hang_verdict.h) on its own monotonic clock:
+// twice the same verdict naming the ranks the others wait for, written to the node-local
+// verdict that every rank of the node reads. Then every rank ends itself with kExitHang, the
+// lowest rank that is not hung having appended the record to RUN/hangs.jsonl, the hung rank
+// having logged its phase and its main thread's stack. The collective timeout (Gloo's, NCCL's
+// watchdog) stays the backstop. Plain files (node-local and the shared run directory), no
+// sockets. No LibTorch.
 #pragma once
 
 #include <atomic>
@@ -22,6 +26,7 @@
 
 #include "records/exit_codes.h"
 #include "train/config/hang_verdict.h"
+#include "train/hang_local.h"
 
 namespace ftrain::train {
 
@@ -35,6 +40,7 @@ class HangWatch {
     int rank = 0;
     int world_size = 1;
     int node = 0;
+    int num_nodes = 1;  // the node files a judge reads: node-0 .. node-<num_nodes-1>
     std::string host;
     std::string generation;  // this start's (every rank's file carries it)
     std::string job_id;      // SLURM_JOB_ID as main read it (the record's "job"); "" = none
@@ -42,10 +48,15 @@ class HangWatch {
     // Ends the process with the code (the main thread may be stuck: it cannot return).
     std::function<void(int code)> exit_process;
     std::chrono::milliseconds poll{500};
+    // Where the ranks of a node share their progress (tmpfs); the run directory when it
+    // cannot be used (slower: every rank's file on the shared file system again).
+    std::string local_root = "/dev/shm";
+    std::chrono::milliseconds publish_every{2000};  // the node file's rewrite interval
+    std::chrono::milliseconds judge_every{3000};    // the least time between two judge looks
   };
 
-  // Creates RUN/progress, writes this rank's first file and starts the thread. Call it on the
-  // main thread: its stack is the one a hang dumps.
+  // Creates RUN/progress and the node-local directory, writes this rank's first entry and
+  // starts the thread. Call it on the main thread: its stack is the one a hang dumps.
   explicit HangWatch(Options o);
   ~HangWatch();  // stops the thread
   HangWatch(const HangWatch&) = delete;
@@ -70,8 +81,13 @@ class HangWatch {
   };
   void Loop();
   RankProgress Snapshot(const Sample& s, double stuck_s, double threshold_s) const;
-  void Publish(const RankProgress& p);
-  std::vector<RankProgress> ReadAll() const;
+  void ShareLocal(const RankProgress& p);
+  // The rank of the node that publishes and judges: the lowest whose entry is fresh.
+  bool IsNodeLeader(const std::vector<RankProgress>& local) const;
+  void PublishNode(const std::vector<RankProgress>& local);
+  std::vector<RankProgress> ReadNodes() const;
+  // The node judge's look; true once a verdict repeated (it is then in the node-local file).
+  bool JudgeOnce(std::vector<int>* previous, double* wait_s);
   void Act(const HangVerdict& v, const RankProgress& mine);
 
   const Options o_;
@@ -79,8 +95,11 @@ class HangWatch {
   std::atomic<int64_t> step_{0};
   std::atomic<int> phase_{0};
   std::atomic<double> step_time_{0};
+  NodeLocalProgress local_;
   std::vector<double> recent_;  // the watchdog thread's: the last step times it saw
-  bool write_warned_ = false;   // the watchdog thread's
+  ProgressAges ages_;           // the watchdog thread's: the judge's view of every rank
+  bool local_warned_ = false;   // the watchdog thread's
+  bool node_warned_ = false;    // the watchdog thread's
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

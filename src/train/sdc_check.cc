@@ -12,6 +12,7 @@
 #include "core/run_layout.h"
 #include "fsdp/engine.h"
 #include "records/json_lines.h"
+#include "records/quarantine.h"
 #include "records/restarts.h"
 
 namespace ftrain::train {
@@ -114,11 +115,17 @@ Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launc
     ranks.push_back(s.rank);
     hosts.push_back(s.host);
     nodes.push_back(s.node);
-    nlohmann::json q = {
-        {"time", Now()},    {"host", s.host}, {"node", s.node}, {"rank", s.rank},
-        {"shard", s.shard}, {"step", step},   {"cause", "sdc"}, {"by_majority", v.by_majority}};
-    if (!job.empty()) q["job"] = job;
-    FT_RETURN_IF_ERROR(records::AppendJsonLine(layout.quarantine(), q.dump()));
+    records::QuarantineRecord q;
+    q.time = Now();
+    q.host = s.host;
+    q.node = s.node;
+    q.rank = s.rank;
+    q.shard = s.shard;
+    q.step = step;
+    q.cause = "sdc";
+    q.by_majority = v.by_majority;
+    if (!job.empty()) q.job = job;
+    FT_RETURN_IF_ERROR(records::AppendQuarantine(layout.quarantine(), q));
   }
   nlohmann::json rec = {{"time", Now()},          {"event", "sdc"},
                         {"cause", "sdc"},         {"step", step},

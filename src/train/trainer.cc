@@ -167,11 +167,14 @@ struct MicroBatches {
   double data_wait_s = 0;  // waiting for the reader
 };
 StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngine& engine,
-                                       int64_t K, const torch::Device& device, int64_t vocab) {
+                                       int64_t K, const torch::Device& device, int64_t vocab,
+                                       HangWatch& hang, int64_t step) {
   MicroBatches out;
   for (int64_t k = 0; k < K; ++k) {
     auto td = Clock::now();
+    hang.Enter(step, HangPhase::kIo);  // a wait for storage gets the I/O allowance
     FT_ASSIGN_OR_RETURN(data::Batch batch, reader.Next());
+    hang.Enter(step, HangPhase::kCompute);
     out.data_wait_s += Seconds(td, Clock::now());
     FT_RETURN_IF_ERROR(model::CheckTokenIds(batch.tokens.data(), batch.tokens.size(), vocab));
     torch::Tensor tokens =
@@ -189,13 +192,16 @@ StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngi
 
 // A step data.skip names: its micro-batches are read (the data position moves on exactly as
 // if they had been trained on) and nothing else happens.
-StatusOr<MicroBatches> SkipMicroBatches(data::TokenReader& reader, int64_t K) {
+StatusOr<MicroBatches> SkipMicroBatches(data::TokenReader& reader, int64_t K, HangWatch& hang,
+                                        int64_t step) {
   MicroBatches out;
+  hang.Enter(step, HangPhase::kIo);
   for (int64_t k = 0; k < K; ++k) {
     auto td = Clock::now();
     FT_RETURN_IF_ERROR(reader.Next().status());
     out.data_wait_s += Seconds(td, Clock::now());
   }
+  hang.Enter(step, HangPhase::kCompute);
   return out;
 }
 
@@ -288,7 +294,8 @@ struct Run {
   int64_t sdc_passed = 0;            // the newest step a check passed at (or the one resumed)
   // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
   std::map<int64_t, std::vector<double>> suspects_at;
-  std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
+  double hang_io_s = 0;              // FTRAIN_HANG_IO_S, else dist.timeout_s
+  std::unique_ptr<HangWatch> hang;   // the hang guard (last: stopped first)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
@@ -576,12 +583,14 @@ void StartHangWatch(Run* run) {
   o.rank = w.rank;
   o.world_size = w.world_size;
   o.node = w.node_rank;
+  o.num_nodes = w.num_nodes;
   o.host = run->hosts.at(static_cast<size_t>(w.rank));
   o.generation = run->generation;
   o.job_id = run->launch.job_id;
   o.settings.timeout_s = run->cfg.guard.hang_timeout_s;
   o.settings.floor_s = run->cfg.guard.hang_floor_s;
   o.settings.startup_s = static_cast<double>(run->cfg.dist.timeout_s);
+  o.settings.io_s = run->hang_io_s;
   // The main thread may be stuck (that is the point): only the watchdog can end the process.
   o.exit_process = [](int code) { std::_Exit(code); };
   run->hang = std::make_unique<HangWatch>(std::move(o));
@@ -596,7 +605,8 @@ void StartHangWatch(Run* run) {
   }
   FT_LOG(Info) << "hang guard: a rank the others wait for is named after " << rule.str()
                << ", after " << run->cfg.dist.timeout_s
-               << " s in the first step, a checkpoint or an evaluation (progress in "
+               << " s in the first step, a checkpoint or an evaluation, after " << run->hang_io_s
+               << " s in metrics writes or data reads (FTRAIN_HANG_IO_S; progress in "
                << RunLayout(run->cfg.run_dir).progress_dir() << ")";
 }
 
@@ -757,6 +767,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
+  FT_ASSIGN_OR_RETURN(run->hang_io_s, HangIoAllowance(std::getenv("FTRAIN_HANG_IO_S"),
+                                                      static_cast<double>(cfg.dist.timeout_s)));
   StartHangWatch(run.get());
   if (run->leader && !cfg.data.skip.empty()) {
     FT_LOG(Info) << "guard: data.skip lists " << cfg.data.skip.size()
@@ -802,15 +814,15 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   StepResult out;
   MicroBatches mb;
   if (run.guard->Listed(step + 1)) {
-    FT_ASSIGN_OR_RETURN(mb, SkipMicroBatches(*run.reader, K));
+    FT_ASSIGN_OR_RETURN(mb, SkipMicroBatches(*run.reader, K, *run.hang, step + 1));
     out.stats.skipped = true;
     out.stats.grad_norm = std::nan("");
     out.loss = std::nan("");
     out.skipped = run.guard->ListedReason(step + 1);
   } else {
     FT_RETURN_IF_ERROR(ArmFaults(run, step + 1));
-    FT_ASSIGN_OR_RETURN(
-        mb, RunMicroBatches(*run.reader, *run.engine, K, run.dev.device, cfg.model.vocab_size));
+    FT_ASSIGN_OR_RETURN(mb, RunMicroBatches(*run.reader, *run.engine, K, run.dev.device,
+                                            cfg.model.vocab_size, *run.hang, step + 1));
   }
   out.data_wait_s = mb.data_wait_s;
   run.clock->ComputeEnd(mb.data_wait_s);
@@ -950,7 +962,10 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
                         ckpt.AtBoundary(state.step, {at.time_due, at.memory_time_due}, at.stop, m));
     run->hang->Enter(state.step, HangPhase::kBoundary);
     if (run->leader) {
+      // metrics.jsonl, TensorBoard, Prometheus: storage, under the I/O allowance.
+      run->hang->Enter(state.step, HangPhase::kIo);
       FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, saved));
+      run->hang->Enter(state.step, HangPhase::kBoundary);
       if (state.step % cfg.train.log_every == 0 || state.step == cfg.train.steps || at.stop) {
         LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step,
                     saved.stall_s > 0);

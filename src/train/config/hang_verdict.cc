@@ -2,7 +2,9 @@
 #include "train/config/hang_verdict.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "train/config/guard.h"
@@ -11,33 +13,25 @@ namespace ftrain::train {
 
 namespace {
 constexpr const char* kPhaseNames[] = {"start", "compute",    "optimizer", "boundary",
-                                       "eval",  "checkpoint", "done"};
-}  // namespace
+                                       "eval",  "checkpoint", "io",        "done"};
 
-const char* HangPhaseName(HangPhase p) { return kPhaseNames[static_cast<int>(p)]; }
-
-bool IsLongPhase(HangPhase p) {
-  return p == HangPhase::kStart || p == HangPhase::kEval || p == HangPhase::kCheckpoint ||
-         p == HangPhase::kDone;
+nlohmann::json ProgressObject(const RankProgress& p) {
+  nlohmann::json j = {{"rank", p.rank},
+                      {"node", p.node},
+                      {"host", p.host},
+                      {"generation", p.generation},
+                      {"step", p.step},
+                      {"phase", p.phase},
+                      {"launched", p.launched},
+                      {"stuck_s", p.stuck_s},
+                      {"threshold_s", p.threshold_s},
+                      {"time", p.time},
+                      {"pid", p.pid}};
+  if (p.mono > 0) j["mono"] = p.mono;
+  return j;
 }
 
-std::string ProgressJson(const RankProgress& p) {
-  return nlohmann::json({{"rank", p.rank},
-                         {"node", p.node},
-                         {"host", p.host},
-                         {"generation", p.generation},
-                         {"step", p.step},
-                         {"phase", p.phase},
-                         {"launched", p.launched},
-                         {"stuck_s", p.stuck_s},
-                         {"threshold_s", p.threshold_s},
-                         {"time", p.time},
-                         {"pid", p.pid}})
-      .dump();
-}
-
-bool ParseProgress(const std::string& text, RankProgress* out) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+bool ProgressFrom(const nlohmann::json& j, RankProgress* out) {
   if (!j.is_object()) return false;
   try {
     RankProgress p;
@@ -52,6 +46,7 @@ bool ParseProgress(const std::string& text, RankProgress* out) {
     p.threshold_s = j.at("threshold_s").get<double>();
     p.time = j.at("time").get<double>();
     p.pid = j.value("pid", int64_t{0});
+    p.mono = j.value("mono", 0.0);
     *out = std::move(p);
     return true;
   } catch (const nlohmann::json::exception&) {
@@ -59,14 +54,91 @@ bool ParseProgress(const std::string& text, RankProgress* out) {
   }
 }
 
+}  // namespace
+
+const char* HangPhaseName(HangPhase p) { return kPhaseNames[static_cast<int>(p)]; }
+
+bool IsLongPhase(HangPhase p) {
+  return p == HangPhase::kStart || p == HangPhase::kEval || p == HangPhase::kCheckpoint ||
+         p == HangPhase::kDone;
+}
+
+std::string ProgressJson(const RankProgress& p) { return ProgressObject(p).dump(); }
+
+bool ParseProgress(const std::string& text, RankProgress* out) {
+  return ProgressFrom(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false), out);
+}
+
+std::string NodeProgressJson(const NodeProgress& n) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankProgress& p : n.ranks) ranks.push_back(ProgressObject(p));
+  return nlohmann::json({{"node", n.node},
+                         {"host", n.host},
+                         {"generation", n.generation},
+                         {"time", n.time},
+                         {"ranks", ranks}})
+      .dump();
+}
+
+bool ParseNodeProgress(const std::string& text, NodeProgress* out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  try {
+    NodeProgress n;
+    n.node = j.at("node").get<int>();
+    n.host = j.at("host").get<std::string>();
+    n.generation = j.at("generation").get<std::string>();
+    n.time = j.at("time").get<double>();
+    const nlohmann::json& ranks = j.at("ranks");
+    if (!ranks.is_array()) return false;
+    for (const nlohmann::json& r : ranks) {
+      RankProgress p;
+      if (!ProgressFrom(r, &p)) return false;
+      n.ranks.push_back(std::move(p));
+    }
+    *out = std::move(n);
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
 double HangThreshold(const HangSettings& s, const std::vector<double>& recent_step_s,
                      HangPhase phase) {
+  if (phase == HangPhase::kIo) return s.io_s;
   if (IsLongPhase(phase) || recent_step_s.empty()) return s.startup_s;
   if (s.timeout_s > 0) return s.timeout_s;
   return std::max(s.floor_s, kHangStepFactor * MedianOf(recent_step_s));
 }
 
-HangVerdict JudgeHang(const std::vector<RankProgress>& all, int world_size, int me, double now) {
+StatusOr<double> HangIoAllowance(const char* value, double startup_s) {
+  if (value == nullptr || *value == '\0') return startup_s;
+  char* end = nullptr;
+  const double v = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !std::isfinite(v) || v <= 0) {
+    return Status::InvalidArgument(std::string("FTRAIN_HANG_IO_S='") + value +
+                                   "' is not a number of seconds > 0: the hang guard's allowance "
+                                   "for metrics writes and data reads (unset: dist.timeout_s)");
+  }
+  return v;
+}
+
+std::vector<RankProgress> ProgressAges::Aged(const std::vector<RankProgress>& all, double now) {
+  std::vector<RankProgress> out = all;
+  for (RankProgress& p : out) {
+    if (p.rank < 0) continue;
+    if (static_cast<size_t>(p.rank) >= seen_.size()) seen_.resize(p.rank + 1, Seen{0, "", 0, -1});
+    Seen& s = seen_[static_cast<size_t>(p.rank)];
+    if (s.since < 0 || s.step != p.step || s.phase != p.phase || s.launched != p.launched) {
+      // A new value: it began stuck_s ago by the rank's own clock (a duration, not a time).
+      s = Seen{p.step, p.phase, p.launched, now - std::max(0.0, p.stuck_s)};
+    }
+    p.stuck_s = now - s.since;
+  }
+  return out;
+}
+
+HangVerdict JudgeHang(const std::vector<RankProgress>& all, int world_size, int me) {
   HangVerdict v;
   std::vector<bool> seen(static_cast<size_t>(std::max(world_size, 0)), false);
   uint64_t lo = UINT64_MAX, hi = 0;
@@ -77,12 +149,17 @@ HangVerdict JudgeHang(const std::vector<RankProgress>& all, int world_size, int 
     hi = std::max(hi, p.launched);
   }
   if (std::count(seen.begin(), seen.end(), true) != world_size || lo == hi) return v;
+  double wait = 0;
   for (const RankProgress& p : all) {
     if (p.launched != lo) continue;
-    RankProgress h = p;
-    h.stuck_s = p.stuck_s + std::max(0.0, now - p.time);
-    if (h.stuck_s < p.threshold_s) return HangVerdict();  // it may still be on its way
-    v.hung.push_back(h);
+    // One still under its threshold may be on its way: no verdict yet.
+    if (p.stuck_s < p.threshold_s) wait = std::max(wait, p.threshold_s - p.stuck_s);
+    v.hung.push_back(p);
+  }
+  if (wait > 0) {
+    HangVerdict none;
+    none.wait_s = wait;
+    return none;
   }
   std::sort(v.hung.begin(), v.hung.end(),
             [](const RankProgress& a, const RankProgress& b) { return a.rank < b.rank; });

@@ -1,23 +1,29 @@
 // The hang guard's decisions as pure functions of what the ranks published: the threshold a
-// rank gets in a phase, and, from every rank's progress file, which rank the others wait for.
-// No clock, no files, no threads here (train/hang_watch.h reads the files and acts), so that
-// tests drive every case in milliseconds. No LibTorch.
+// rank gets in a phase, the age of each rank's progress on the judge's own monotonic clock
+// (ProgressAges: never another host's wall clock), and, from every node's progress file, which
+// rank the others wait for. No clock, no files, no threads here (train/hang_watch.h reads the
+// files and acts; the caller passes `now`), so that tests drive every case in milliseconds.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace ftrain::train {
 
 // Where a rank's main thread is (it says so through atomics; train/hang_watch.h).
-enum class HangPhase { kStart, kCompute, kOptimizer, kBoundary, kEval, kCheckpoint, kDone };
+// kIo: rank 0's metrics, TensorBoard and Prometheus writes and a rank's wait for its data
+// (storage, not compute: a storage recovery takes minutes).
+enum class HangPhase { kStart, kCompute, kOptimizer, kBoundary, kEval, kCheckpoint, kIo, kDone };
 const char* HangPhaseName(HangPhase p);  // "start", "compute", ...
 // Phases whose length the step time does not predict (start-up, the first step, evaluation,
-// a checkpoint): they get the start-up allowance, dist.timeout_s.
+// a checkpoint): they get the start-up allowance, dist.timeout_s. kIo has its own (io_s).
 bool IsLongPhase(HangPhase p);
 
-// One rank's RUN/progress/rank-<R>.json.
+// One rank's progress: its entry of RUN/progress/node-<N>.json (and of its node-local file,
+// train/hang_local.h).
 struct RankProgress {
   int rank = -1;
   int node = 0;
@@ -26,38 +32,80 @@ struct RankProgress {
   int64_t step = 0;        // the optimizer step it is in (1-based, as metrics.jsonl's "step")
   std::string phase;       // HangPhaseName
   uint64_t launched = 0;   // collectives it has launched, on every group, since its start
-  double stuck_s = 0;      // how long (step, phase, launched) had not changed at `time`
+  double stuck_s = 0;      // how long (step, phase, launched) had not changed at the write, on
+                           // the rank's own monotonic clock (a duration, comparable anywhere)
   double threshold_s = 0;  // its hang threshold in that phase
-  double time = 0;         // unix time of the write
+  double time = 0;         // unix time of the write: for people only, never compared
   int64_t pid = 0;
+  double mono = 0;  // the writer's CLOCK_MONOTONIC seconds: compared on its own host only
 };
 std::string ProgressJson(const RankProgress& p);
 // False for text that is not a whole record (a torn or foreign file).
 bool ParseProgress(const std::string& text, RankProgress* out);
 
+// RUN/progress/node-<N>.json: the progress of a node's ranks, written by one rank of the node
+// (train/hang_watch.h) every few seconds.
+struct NodeProgress {
+  int node = 0;
+  std::string host;
+  std::string generation;
+  double time = 0;  // unix time of the write: for people only
+  std::vector<RankProgress> ranks;
+};
+std::string NodeProgressJson(const NodeProgress& n);
+// False for text that is not a whole node record, or holds a rank entry that is not one.
+bool ParseNodeProgress(const std::string& text, NodeProgress* out);
+
 struct HangSettings {
   double timeout_s = 0;    // guard.hang_timeout_s (0: automatic)
   double floor_s = 60;     // guard.hang_floor_s
   double startup_s = 600;  // dist.timeout_s: the first step of a start, long phases
+  double io_s = 600;       // FTRAIN_HANG_IO_S (default dist.timeout_s): the kIo phase
 };
 // The threshold for a rank in `phase` whose recent step times (the first step of this start
-// left out) are `recent_step_s`: the start-up allowance in a long phase or with no step
-// measured yet, else hang_timeout_s when set, else max(floor, kHangStepFactor x median).
+// left out) are `recent_step_s`: io_s in kIo, the start-up allowance in a long phase or with no
+// step measured yet, else hang_timeout_s when set, else max(floor, kHangStepFactor x median).
 double HangThreshold(const HangSettings& s, const std::vector<double>& recent_step_s,
                      HangPhase phase);
 
+// How long each rank's (step, phase, launched) has not changed, on the judge's own monotonic
+// clock: the judge notes when it first saw each value (back-dated by the rank's own stuck_s,
+// a duration its host measured, the first time it sees it). A rank whose files stopped (its
+// node froze) keeps ageing on the judge's clock. The wall-clock `time` of a file is never used:
+// a judge whose clock is ahead of another host's does not see that host's ranks as old.
+class ProgressAges {
+ public:
+  // `all` with each stuck_s replaced by its age at `now` (the judge's monotonic seconds).
+  std::vector<RankProgress> Aged(const std::vector<RankProgress>& all, double now);
+
+ private:
+  struct Seen {
+    int64_t step = 0;
+    std::string phase;
+    uint64_t launched = 0;
+    double since = 0;  // judge's clock: when this value began
+  };
+  std::vector<Seen> seen_;  // by rank; since < 0: never seen
+};
+
+// The kIo allowance from FTRAIN_HANG_IO_S's `value` (nullptr or "": `startup_s`, i.e.
+// dist.timeout_s): seconds > 0. Anything else is InvalidArgument naming the variable.
+StatusOr<double> HangIoAllowance(const char* value, double startup_s);
+
 struct HangVerdict {
-  std::vector<RankProgress> hung;  // the ranks the others wait for (stuck_s: as of `now`)
+  std::vector<RankProgress> hung;  // the ranks the others wait for (stuck_s: their age)
   bool me_hung = false;            // the judging rank is one of them
   int recorder = -1;               // the lowest rank that is not hung: it writes the record
+  // No verdict because a rank behind is still under its threshold: the least time until one
+  // could come (0: none pending). A judge need not look again sooner.
+  double wait_s = 0;
 };
-// Judged by rank `me` from `all` (this start's files, one per rank) at unix time `now`. The
-// ranks that launched the fewest collectives are not in the collective the others wait in;
-// they are hung when each has been stuck at least its own threshold (the time since its file
-// was written counts: a rank whose watchdog froze with it is still named). No verdict while a
-// rank has no file, or when every rank launched as many (all inside one collective: a network
-// fault, left to the collective timeout).
-HangVerdict JudgeHang(const std::vector<RankProgress>& all, int world_size, int me, double now);
+// Judged by rank `me` from `all` (this start's progress, one entry per rank, stuck_s as aged
+// by ProgressAges). The ranks that launched the fewest collectives are not in the collective
+// the others wait in; they are hung when each has been stuck at least its own threshold. No
+// verdict while a rank has no entry, or when every rank launched as many (all inside one
+// collective: a network fault, left to the collective timeout).
+HangVerdict JudgeHang(const std::vector<RankProgress>& all, int world_size, int me);
 
 // "rank 3 (node 1, host h1) hung in compute of step 7 for 12.3 s"
 std::string DescribeHung(const RankProgress& p);
