@@ -31,6 +31,11 @@ struct FetchRequest {
   const FetchSigning* signing = nullptr;  // nullptr: an anonymous request
 };
 
+// "HTTP 403" plus an S3-style error body's Code and Message when there is one.
+std::string HttpErrorText(long code, const std::string& error_body);
+// Delay before retry `attempt` (0-based): exponential, capped, with jitter in [d/2, d].
+int64_t RetryBackoffMs(const HttpOptions& o, int attempt);
+
 class HttpFetcher {
  public:
   // `owner`, when given, cancels in-flight and later requests (Source::Cancel).
