@@ -35,8 +35,9 @@ StatusOr<std::unique_ptr<S3CheckpointStore>> S3CheckpointStore::Open(const std::
   while (!url.key.empty() && url.key.back() == '/') url.key.pop_back();
   FT_ASSIGN_OR_RETURN(data::S3Config config, data::S3Config::FromEnvironment());
   auto client = std::make_unique<data::S3Client>(std::move(config), options.http);
+  std::string name = url.ToString();
   return std::unique_ptr<S3CheckpointStore>(
-      new S3CheckpointStore(url.ToString(), std::move(url), std::move(client), options));
+      new S3CheckpointStore(std::move(name), std::move(url), std::move(client), options));
 }
 
 Status S3CheckpointStore::CheckUsable() {
@@ -97,8 +98,10 @@ StatusOr<MirrorOutcome> S3CheckpointStore::Upload(const std::string& dir,
   FT_RETURN_IF_ERROR(env->ReadFile(JoinPath(dir, kManifestName), &text));
   FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, JoinPath(dir, kManifestName)));
   const int64_t step = m.meta.step;
+  auto head = client_->Head(Url(S3ManifestKey(url_.key, step)));
+  if (head.ok()) return MirrorOutcome::kAlreadyCommitted;
+  if (!head.status().IsNotFound()) return head.status();
   FT_ASSIGN_OR_RETURN(std::optional<int64_t> newest, Latest());
-  if (newest && *newest == step) return MirrorOutcome::kAlreadyCommitted;
   if (newest && *newest > step) {
     return Status::FailedPrecondition(root_ + ": step " + std::to_string(step) +
                                       " is older than the newest committed step " +

@@ -1,0 +1,353 @@
+// Checkpoints on object storage against a real S3 server: moto's (FTRAIN_MOTO_PYTHONPATH),
+// started once for the binary, with a fault-injecting proxy (tests/s3_fault_proxy.py) where a
+// test needs throttling or a store that ignores If-None-Match. Real processes, real sockets:
+// ckptctl mirror is killed with SIGKILL in the middle of a multipart upload.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "ckpt/filename.h"
+#include "ckpt/s3_layout.h"
+#include "ckpt/s3_store.h"
+#include "ckpt/store.h"
+#include "ckpt/tools.h"
+#include "ckpt_fixture.h"
+#include "test_util.h"
+
+namespace ftrain::ckpt {
+namespace {
+
+using ::ftrain::testing::Contains;
+using ::ftrain::testing::RunCommand;
+using ::ftrain::testing::TempDir;
+namespace fs = std::filesystem;
+
+constexpr const char* kBucket = "ftrain-ckpt";
+
+struct Moto {
+  int pid = -1;
+  std::string endpoint;
+  std::unique_ptr<TempDir> dir;
+};
+Moto* moto = nullptr;
+
+std::string Q(const std::string& s) { return "'" + s + "'"; }
+
+// A child process with PR_SET_PDEATHSIG running argv; its output goes to `log`.
+int Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const int pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed test binary leaves nothing behind
+    ::setenv("PYTHONPATH", FTRAIN_MOTO_PYTHONPATH, 1);
+    ::setenv("S3_UPLOAD_PART_MIN_SIZE", "4096", 1);  // small parts in the tests
+    FILE* f = std::fopen(log.c_str(), "w");
+    ::dup2(fileno(f), 1);
+    ::dup2(fileno(f), 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+class S3Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    moto = new Moto;
+    moto->dir = std::make_unique<TempDir>("ftrain-ckpt-s3");
+    ASSERT_TRUE(fs::exists(std::string(FTRAIN_MOTO_PYTHONPATH) + "/moto/server.py"))
+        << FTRAIN_MOTO_PYTHONPATH << " holds no moto: run scripts/install-deps.sh";
+    const int port = ::ftrain::testing::FreePort();
+    moto->endpoint = "http://127.0.0.1:" + std::to_string(port);
+    moto->pid = Spawn({"python3", "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                       std::to_string(port)},
+                      (*moto->dir) / "moto.log");
+    ASSERT_GT(moto->pid, 0);
+    auto r = RunCommand("PYTHONPATH=" + Q(FTRAIN_MOTO_PYTHONPATH) +
+                            " python3 -c \"import boto3,time\n"
+                            "for i in range(300):\n"
+                            "  try:\n"
+                            "    boto3.client('s3', endpoint_url='" + moto->endpoint +
+                            "', region_name='us-east-1', aws_access_key_id='k', "
+                            "aws_secret_access_key='s').create_bucket(Bucket='" + kBucket +
+                            "'); break\n"
+                            "  except Exception: time.sleep(0.1)\"",
+                        60);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ::setenv("AWS_ENDPOINT_URL", moto->endpoint.c_str(), 1);
+    ::setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", "secret/for+tests", 1);
+    ::unsetenv("AWS_PROFILE");
+    ::unsetenv("AWS_SESSION_TOKEN");
+  }
+  void TearDown() override {
+    if (moto != nullptr && moto->pid > 0) ::ftrain::testing::SignalAndReap(moto->pid, SIGKILL);
+    delete moto;
+    moto = nullptr;
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new S3Env);
+
+// A fresh prefix per test, so tests never see each other's objects.
+std::string Root(const std::string& name) { return std::string("s3://") + kBucket + "/" + name; }
+
+std::string Ckptctl() { return ::ftrain::testing::BinDir() + "/ckptctl"; }
+
+S3StoreOptions SmallParts() {
+  S3StoreOptions o;
+  o.upload.part_bytes = 64 << 10;  // many parts per shard, sent 4 at a time
+  o.upload.threads = 4;
+  o.range_bytes = 48 << 10;
+  o.http.backoff_ms = 5;
+  o.http.max_backoff_ms = 50;
+  return o;
+}
+
+// File-system checkpoints of `steps` (world 2) in dir; returns the root.
+std::string SaveSteps(const TempDir& dir, const std::vector<int64_t>& steps, int64_t scale = 4) {
+  const std::string root = dir / "fs";
+  CheckpointStore store(root);
+  for (int64_t s : steps) {
+    Status st = ::ftrain::testing::SaveFixture(&store, s, 2, {}, scale);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  return root;
+}
+
+std::unique_ptr<S3CheckpointStore> Open(const std::string& root, S3StoreOptions o = SmallParts()) {
+  auto s = S3CheckpointStore::Open(root, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(*s);
+}
+
+// A proxy in front of moto with `flags`; returns its endpoint and pid.
+std::pair<std::string, int> StartProxy(const TempDir& dir, const std::vector<std::string>& flags) {
+  const std::string port_file = dir / "proxy.port";
+  std::vector<std::string> argv = {"python3", std::string(FTRAIN_SOURCE_DIR) + "/tests/s3_fault_proxy.py",
+                                   moto->endpoint, port_file};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const int pid = Spawn(argv, dir / "proxy.log");
+  for (int i = 0; i < 300 && !fs::exists(port_file); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {"http://127.0.0.1:" + ::ftrain::testing::ReadFile(port_file), pid};
+}
+
+TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {10, 20, 30});
+  auto s3 = Open(Root("roundtrip"));
+  ASSERT_TRUE(s3->CheckUsable().ok());
+  ASSERT_TRUE(s3->ClaimFence("e000000000000001-00000001").ok());
+  for (int64_t step : {10, 20, 30}) {
+    auto out = s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001");
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(*out, MirrorOutcome::kCommitted);
+  }
+  // The same step again: the conditional manifest PUT is refused, nothing overwritten.
+  auto again = s3->Upload(fs_root + "/" + StepDirName(30), "e000000000000001-00000001");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, MirrorOutcome::kAlreadyCommitted);
+  // An older step than the newest committed one is superseded, as on a file system.
+  auto old = s3->Upload(fs_root + "/" + StepDirName(10), "e000000000000001-00000001");
+  ASSERT_TRUE(old.ok());  // step 10 is committed already
+  EXPECT_EQ(*old, MirrorOutcome::kAlreadyCommitted);
+  auto list = s3->List();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].step, 30);
+  EXPECT_TRUE((*list)[0].committed);
+
+  auto rep = s3->Verify(30, dir.path(), 2);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0].problem);
+  EXPECT_GT(rep->datasets_checked, 0);
+
+  // ckptctl on the s3:// root.
+  auto r = RunCommand(Ckptctl() + " list " + Root("roundtrip") + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "step-00000030  complete")) << r.output;
+  r = RunCommand(Ckptctl() + " latest " + Root("roundtrip") + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, Root("roundtrip") + "/step-00000030")) << r.output;
+  r = RunCommand(Ckptctl() + " verify " + Root("roundtrip") + " --all 2>&1", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "OK  " + Root("roundtrip") + "/step-00000010")) << r.output;
+  r = RunCommand(Ckptctl() + " prune " + Root("roundtrip") + " --keep 1 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "deleted " + Root("roundtrip") + "/step-00000010/manifest.json"))
+      << r.output;
+  list = s3->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);  // only the newest is left, whole
+  EXPECT_EQ((*list)[0].step, 30);
+
+  // The scratch space is purged: the restore brings the newest back, bit-identical.
+  const std::string purged = dir / "purged";
+  auto restored = RestoreFromMirror(Root("roundtrip"), purged);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ(**restored, 30);
+  CheckpointStore back(purged);
+  auto latest = back.Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 30);
+  std::ostringstream diff;
+  auto d = DiffCheckpoints(fs_root + "/" + StepDirName(30), (*latest)->path, diff);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->identical) << diff.str();
+  // Nothing more to restore once the file system is as new.
+  auto none = RestoreFromMirror(Root("roundtrip"), purged);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+}
+
+TEST(CkptS3, OlderGenerationIsFencedAndCommitsNothing) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {5});
+  auto s3 = Open(Root("fenced"));
+  ASSERT_TRUE(s3->ClaimFence("e000000000000002-0000aaaa").ok());
+  Status claim = s3->ClaimFence("e000000000000001-0000bbbb");
+  EXPECT_EQ(claim.code(), Status::Code::kFailedPrecondition) << claim.ToString();
+  auto out = s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000001-0000bbbb");
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(Contains(out.status().message(), "fenced")) << out.status().ToString();
+  auto latest = s3->Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());  // its objects are there, its manifest is not
+  // The owner of the fence commits.
+  auto owner = s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000002-0000aaaa");
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+}
+
+TEST(CkptS3, KilledUploadLeavesNothingVisibleAndPruneAbortsIt) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {7, 8}, 400);
+  const std::string root = Root("killed");
+  auto s3 = Open(root);
+  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(7), "g").ok());
+  // A real process uploading step 8 at 1 MB/s, killed once its multipart upload exists.
+  const int pid = Spawn({Ckptctl(), "mirror", fs_root + "/" + StepDirName(8), root,
+                         "--max-mb-per-s", "0.2", "--part-mb", "5", "--generation", "g"},
+                        dir / "mirror.log");
+  bool uploading = false;
+  for (int i = 0; i < 600 && !uploading; ++i) {
+    auto ups = s3->client()->ListUploads({kBucket, "killed/"});
+    uploading = ups.ok() && !ups->empty();
+    if (!uploading) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(uploading) << ::ftrain::testing::ReadFile(dir / "mirror.log");
+  ::ftrain::testing::SignalAndReap(pid, SIGKILL);
+  auto latest = s3->Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->value_or(-1), 7);  // step 8 is invisible
+  auto r = RunCommand(Ckptctl() + " latest " + root + " 2>&1", 60);
+  EXPECT_TRUE(Contains(r.output, "step-00000007")) << r.output;
+  // Without --abandoned the newer upload may still be alive: left alone.
+  r = RunCommand(Ckptctl() + " prune " + root + " --keep 1 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(Contains(r.output, "upload ")) << r.output;
+  r = RunCommand(Ckptctl() + " prune " + root + " --keep 1 --abandoned 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "deleted upload s3://" + std::string(kBucket) + "/killed/step-00000008/"))
+      << r.output;
+  auto ups = s3->client()->ListUploads({kBucket, "killed/"});
+  ASSERT_TRUE(ups.ok());
+  EXPECT_TRUE(ups->empty());
+  auto list = s3->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step, 7);
+}
+
+TEST(CkptS3, ThrottlingIsRetriedAndOutagesAreNotDamage) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {3});
+  // Two stalled requests (no answer for 3 s, past the 1 s stall timeout), then every third
+  // request SlowDown: listings, part uploads, completions and the commit all meet one.
+  auto [endpoint, pid] = StartProxy(dir, {"--stall-first", "2", "--stall-s", "3", "--fail-every", "3"});
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  S3StoreOptions o = SmallParts();
+  o.http.stall_timeout_ms = 1000;
+  auto s3 = Open(Root("throttled"), o);
+  auto out = s3->Upload(fs_root + "/" + StepDirName(3), "g");
+  ::setenv("AWS_ENDPOINT_URL", moto->endpoint.c_str(), 1);
+  ::ftrain::testing::SignalAndReap(pid, SIGKILL);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_GE(std::stoi(::ftrain::testing::ReadFile(dir / "proxy.port.faults")), 5);
+  auto rep = Open(Root("throttled"))->Verify(3, dir.path(), 2);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok());
+
+  // The store goes down after the start-up check and the listing (5 requests): ckptctl
+  // verify says so (exit 2), never "bad" (exit 1).
+  TempDir dir2("ckpt-s3");
+  auto [down, pid2] = StartProxy(dir2, {"--fail-after", "5"});
+  auto r = RunCommand("AWS_ENDPOINT_URL=" + down + " " + Ckptctl() + " verify " +
+                          Root("throttled") + " 2>&1",
+                      300);
+  ::ftrain::testing::SignalAndReap(pid2, SIGKILL);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "SlowDown")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "an outage, not damage")) << r.output;
+}
+
+TEST(CkptS3, DamagedObjectIsCorruption) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {4});
+  auto s3 = Open(Root("damaged"));
+  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(4), "g").ok());
+  auto m = s3->ReadManifest(4);
+  ASSERT_TRUE(m.ok());
+  const std::string key = S3FileKey("damaged", 4, m->meta.generation, m->files[1].path);
+  std::string bytes;
+  ASSERT_TRUE(s3->client()->Get({kBucket, key}, &bytes).ok());
+  bytes[bytes.size() / 2] ^= 0x10;
+  ASSERT_TRUE(s3->client()->Put({kBucket, key}, bytes).ok());
+  auto r = RunCommand(Ckptctl() + " verify " + Root("damaged") + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "XXH3")) << r.output;
+  auto restored = RestoreFromMirror(Root("damaged"), dir / "restore");
+  EXPECT_EQ(restored.status().code(), Status::Code::kCorruption) << restored.status().ToString();
+  CheckpointStore fs(dir / "restore");
+  auto latest = fs.Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());  // nothing half-restored is visible
+}
+
+TEST(CkptS3, BadStoresExitTwoBeforeTouchingAnything) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {2});
+  const std::string ck = fs_root + "/" + StepDirName(2);
+  // No bucket.
+  auto r = RunCommand(Ckptctl() + " mirror " + ck + " s3://no-such-bucket/x 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "no-such-bucket")) << r.output;
+  // No credentials.
+  r = RunCommand("env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=" + dir.path() + " " +
+                     Ckptctl() + " list " + Root("creds") + " 2>&1",
+                 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "AWS_ACCESS_KEY_ID")) << r.output;
+  // A store that ignores If-None-Match: fencing cannot work there.
+  auto [endpoint, pid] = StartProxy(dir, {"--strip-if-none-match"});
+  r = RunCommand("AWS_ENDPOINT_URL=" + endpoint + " " + Ckptctl() + " mirror " + ck + " " +
+                     Root("nocond") + " 2>&1",
+                 60);
+  ::ftrain::testing::SignalAndReap(pid, SIGKILL);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "If-None-Match")) << r.output;
+  auto list = Open(Root("nocond"))->List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());  // nothing was uploaded
+}
+
+}  // namespace
+}  // namespace ftrain::ckpt
