@@ -66,17 +66,19 @@ class S3Env : public ::testing::Environment {
         << FTRAIN_MOTO_PYTHONPATH << " holds no moto: run scripts/install-deps.sh";
     const int port = ::ftrain::testing::FreePort();
     moto->endpoint = "http://127.0.0.1:" + std::to_string(port);
-    moto->pid = Spawn({"python3", "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                       std::to_string(port)},
-                      (*moto->dir) / "moto.log");
+    moto->pid =
+        Spawn({"python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", std::to_string(port)},
+              (*moto->dir) / "moto.log");
     ASSERT_GT(moto->pid, 0);
     auto r = RunCommand("PYTHONPATH=" + Q(FTRAIN_MOTO_PYTHONPATH) +
                             " python3 -c \"import boto3,time\n"
                             "for i in range(300):\n"
                             "  try:\n"
-                            "    boto3.client('s3', endpoint_url='" + moto->endpoint +
+                            "    boto3.client('s3', endpoint_url='" +
+                            moto->endpoint +
                             "', region_name='us-east-1', aws_access_key_id='k', "
-                            "aws_secret_access_key='s').create_bucket(Bucket='" + kBucket +
+                            "aws_secret_access_key='s').create_bucket(Bucket='" +
+                            kBucket +
                             "'); break\n"
                             "  except Exception: time.sleep(0.1)\"",
                         60);
@@ -130,7 +132,8 @@ std::unique_ptr<S3CheckpointStore> Open(const std::string& root, S3StoreOptions 
 // A proxy in front of moto with `flags`; returns its endpoint and pid.
 std::pair<std::string, int> StartProxy(const TempDir& dir, const std::vector<std::string>& flags) {
   const std::string port_file = dir / "proxy.port";
-  std::vector<std::string> argv = {"python3", std::string(FTRAIN_SOURCE_DIR) + "/tests/s3_fault_proxy.py",
+  std::vector<std::string> argv = {"python3",
+                                   std::string(FTRAIN_SOURCE_DIR) + "/tests/s3_fault_proxy.py",
                                    moto->endpoint, port_file};
   argv.insert(argv.end(), flags.begin(), flags.end());
   const int pid = Spawn(argv, dir / "proxy.log");
@@ -256,7 +259,8 @@ TEST(CkptS3, KilledUploadLeavesNothingVisibleAndPruneAbortsIt) {
   EXPECT_FALSE(Contains(r.output, "upload ")) << r.output;
   r = RunCommand(Ckptctl() + " prune " + root + " --keep 1 --abandoned 2>&1", 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(Contains(r.output, "deleted upload s3://" + std::string(kBucket) + "/killed/step-00000008/"))
+  EXPECT_TRUE(
+      Contains(r.output, "deleted upload s3://" + std::string(kBucket) + "/killed/step-00000008/"))
       << r.output;
   auto ups = s3->client()->ListUploads({kBucket, "killed/"});
   ASSERT_TRUE(ups.ok());
@@ -272,7 +276,8 @@ TEST(CkptS3, ThrottlingIsRetriedAndOutagesAreNotDamage) {
   const std::string fs_root = SaveSteps(dir, {3});
   // Two stalled requests (no answer for 3 s, past the 1 s stall timeout), then every third
   // request SlowDown: listings, part uploads, completions and the commit all meet one.
-  auto [endpoint, pid] = StartProxy(dir, {"--stall-first", "2", "--stall-s", "3", "--fail-every", "3"});
+  auto [endpoint, pid] =
+      StartProxy(dir, {"--stall-first", "2", "--stall-s", "3", "--fail-every", "3"});
   ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
   S3StoreOptions o = SmallParts();
   o.http.stall_timeout_ms = 1000;
@@ -290,9 +295,8 @@ TEST(CkptS3, ThrottlingIsRetriedAndOutagesAreNotDamage) {
   // verify says so (exit 2), never "bad" (exit 1).
   TempDir dir2("ckpt-s3");
   auto [down, pid2] = StartProxy(dir2, {"--fail-after", "5"});
-  auto r = RunCommand("AWS_ENDPOINT_URL=" + down + " " + Ckptctl() + " verify " +
-                          Root("throttled") + " 2>&1",
-                      300);
+  auto r = RunCommand(
+      "AWS_ENDPOINT_URL=" + down + " " + Ckptctl() + " verify " + Root("throttled") + " 2>&1", 300);
   ::ftrain::testing::SignalAndReap(pid2, SIGKILL);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "SlowDown")) << r.output;

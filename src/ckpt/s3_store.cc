@@ -22,12 +22,8 @@ namespace ftrain::ckpt {
 bool IsS3Root(const std::string& root) { return data::IsS3Url(root); }
 
 S3CheckpointStore::S3CheckpointStore(std::string root, data::S3Url url,
-                                     std::unique_ptr<data::S3Client> client,
-                                     S3StoreOptions options)
-    : root_(std::move(root)),
-      url_(std::move(url)),
-      client_(std::move(client)),
-      options_(options) {}
+                                     std::unique_ptr<data::S3Client> client, S3StoreOptions options)
+    : root_(std::move(root)), url_(std::move(url)), client_(std::move(client)), options_(options) {}
 
 StatusOr<std::unique_ptr<S3CheckpointStore>> S3CheckpointStore::Open(const std::string& root,
                                                                      S3StoreOptions options) {
@@ -43,9 +39,10 @@ StatusOr<std::unique_ptr<S3CheckpointStore>> S3CheckpointStore::Open(const std::
 Status S3CheckpointStore::CheckUsable() {
   if (client_->config().access_key.empty()) {
     return Status::FailedPrecondition(
-        root_ + ": no AWS credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                "or AWS_PROFILE (a profile of ~/.aws/credentials), and AWS_ENDPOINT_URL for a "
-                "store other than AWS");
+        root_ +
+        ": no AWS credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+        "or AWS_PROFILE (a profile of ~/.aws/credentials), and AWS_ENDPOINT_URL for a "
+        "store other than AWS");
   }
   Status s = client_->HeadBucket(url_.bucket);
   if (!s.ok()) return Status::FailedPrecondition(root_ + ": " + s.message());
@@ -60,8 +57,10 @@ Status S3CheckpointStore::CheckUsable() {
   if (!second.ok()) return Status::FailedPrecondition(root_ + ": " + second.status().message());
   if (!*first || *second) {
     return Status::FailedPrecondition(
-        root_ + ": the store does not honour 'If-None-Match: *' on PutObject (a second "
-                "conditional put of " + probe.ToString() +
+        root_ +
+        ": the store does not honour 'If-None-Match: *' on PutObject (a second "
+        "conditional put of " +
+        probe.ToString() +
         " was accepted); checkpoint commits and fencing need it: use a store that supports "
         "conditional writes (AWS S3, MinIO >= 2024, Ceph RGW >= 18) or a file-system ckpt.root");
   }
@@ -114,12 +113,14 @@ StatusOr<MirrorOutcome> S3CheckpointStore::Upload(const std::string& dir,
     std::string bytes;
     FT_RETURN_IF_ERROR(env->ReadFile(JoinPath(dir, f.path), &bytes));
     if (bytes.size() != f.size || Xxh3(bytes.data(), bytes.size()) != f.xxh3) {
-      return Status::Corruption(JoinPath(dir, f.path) + ": size or XXH3 differs from the "
+      return Status::Corruption(JoinPath(dir, f.path) +
+                                ": size or XXH3 differs from the "
                                 "manifest; not uploading a damaged checkpoint");
     }
     const data::S3Url obj = Url(S3FileKey(url_.key, step, m.meta.generation, f.path));
-    FT_ASSIGN_OR_RETURN(bool ok, client_->Upload(obj, reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                 bytes.size(), options_.upload));
+    FT_ASSIGN_OR_RETURN(
+        bool ok, client_->Upload(obj, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                 options_.upload));
     (void)ok;  // unconditional upload
     FT_ASSIGN_OR_RETURN(uint64_t stored, client_->Head(obj));
     if (stored != f.size) {
@@ -135,8 +136,8 @@ StatusOr<MirrorOutcome> S3CheckpointStore::Upload(const std::string& dir,
                                       ": " + kS3FenceName + " holds generation " + fence +
                                       ", newer than this writer's " + generation + " (fenced)");
   }
-  FT_ASSIGN_OR_RETURN(bool committed,
-                      client_->Put(Url(S3ManifestKey(url_.key, step)), text, /*if_none_match=*/true));
+  FT_ASSIGN_OR_RETURN(bool committed, client_->Put(Url(S3ManifestKey(url_.key, step)), text,
+                                                   /*if_none_match=*/true));
   if (!committed) return MirrorOutcome::kAlreadyCommitted;
   FT_LOG(Info) << "s3 checkpoints: committed " << root_ << "/" << StepDirName(step) << " ("
                << m.files.size() << " files, " << m.stored_bytes << " bytes)";

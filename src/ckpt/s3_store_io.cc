@@ -112,7 +112,7 @@ StatusOr<std::vector<std::string>> S3CheckpointStore::Prune(int keep_last, bool 
       continue;
     }
     if (!is_committed && step > newest && !abandoned) continue;  // may still be uploading
-    if (is_committed) remove(S3ManifestKey(url_.key, step));  // invisible first
+    if (is_committed) remove(S3ManifestKey(url_.key, step));     // invisible first
     for (const auto& k : ks) {
       if (k != S3ManifestKey(url_.key, step)) remove(k);
     }
@@ -141,15 +141,17 @@ StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
   if (local && local->step >= *remote) return std::optional<int64_t>();
   const std::string final_dir = JoinPath(fs_root, StepDirName(*remote));
   if (env->FileExists(final_dir)) {
-    return Status::FailedPrecondition(final_dir + " exists but is not a complete checkpoint; "
-                                      "move it aside to restore step " + std::to_string(*remote) +
-                                      " from " + mirror);
+    return Status::FailedPrecondition(final_dir +
+                                      " exists but is not a complete checkpoint; "
+                                      "move it aside to restore step " +
+                                      std::to_string(*remote) + " from " + mirror);
   }
   const std::string tmp = final_dir + ".restore";
   if (env->FileExists(tmp)) FT_RETURN_IF_ERROR(env->RemoveDirRecursive(tmp));
   FT_LOG(Info) << "checkpoint: restoring step " << *remote << " from " << mirror << " into "
-               << fs_root << (local ? " (newest there: step " + std::to_string(local->step) + ")"
-                                    : " (no complete checkpoint there)");
+               << fs_root
+               << (local ? " (newest there: step " + std::to_string(local->step) + ")"
+                         : " (no complete checkpoint there)");
   FT_RETURN_IF_ERROR(s3->Download(*remote, {}, tmp, env));
   Manifest m;
   FT_RETURN_IF_ERROR(fs.CheckComplete(tmp, &m));

@@ -402,8 +402,8 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
-    {"list", List}, {"verify", Verify}, {"latest", Latest}, {"inspect", Inspect},
-    {"diff", Diff}, {"prune", Prune},   {"export", Export}, {"status", DaemonStatus},
+    {"list", List},     {"verify", Verify},   {"latest", Latest}, {"inspect", Inspect},
+    {"diff", Diff},     {"prune", Prune},     {"export", Export}, {"status", DaemonStatus},
     {"mirror", Mirror}, {"restore", Restore},
 };
 

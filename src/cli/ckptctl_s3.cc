@@ -20,7 +20,7 @@ namespace {
 namespace po = boost::program_options;
 
 StatusOr<std::unique_ptr<ckpt::S3CheckpointStore>> OpenChecked(const std::string& root,
-                                                                ckpt::S3StoreOptions o = {}) {
+                                                               ckpt::S3StoreOptions o = {}) {
   FT_ASSIGN_OR_RETURN(auto store, ckpt::S3CheckpointStore::Open(root, o));
   FT_RETURN_IF_ERROR(store->CheckUsable());
   return store;
@@ -89,12 +89,14 @@ int S3Verify(const std::string& root, bool all, bool json, int threads) {
     ++checked;
     if (!rep->ok()) rc = kExitBad;
     if (json) {
-      out.push_back({{"path", rep->dir}, {"step", i.step}, {"ok", rep->ok()},
+      out.push_back({{"path", rep->dir},
+                     {"step", i.step},
+                     {"ok", rep->ok()},
                      {"datasets", rep->datasets_checked}});
     } else {
       for (const auto& p : rep->problems) {
-        std::cout << "BAD " << p.file << (p.dataset.empty() ? "" : " dataset " + p.dataset)
-                  << ": " << p.problem << "\n";
+        std::cout << "BAD " << p.file << (p.dataset.empty() ? "" : " dataset " + p.dataset) << ": "
+                  << p.problem << "\n";
       }
       std::cout << (rep->ok() ? "OK  " : "BAD ") << rep->dir << ": " << rep->datasets_checked
                 << " datasets\n";
@@ -129,8 +131,9 @@ int Mirror(int argc, char** argv) {
                      "this writer's job generation (default: a new one)")(
       "part-mb", po::value<int>(&part_mb)->default_value(8), "multipart part size (>= 5)")(
       "threads", po::value<int>(&threads)->default_value(4), "parts uploaded at once")(
-      "max-mb-per-s", po::value<double>(&max_mb_per_s)->default_value(0), "bandwidth cap (0: none)")(
-      "args", po::value<std::vector<std::string>>(&args)->composing(), "DIR S3ROOT");
+      "max-mb-per-s", po::value<double>(&max_mb_per_s)->default_value(0),
+      "bandwidth cap (0: none)")("args", po::value<std::vector<std::string>>(&args)->composing(),
+                                 "DIR S3ROOT");
   po::positional_options_description pos;
   pos.add("args", -1);
   po::variables_map vm;
@@ -139,7 +142,8 @@ int Mirror(int argc, char** argv) {
   if (s.ok() && (part_mb < 5 || threads < 1 || max_mb_per_s < 0)) {
     s = Status::InvalidArgument("--part-mb must be >= 5, --threads >= 1, --max-mb-per-s >= 0");
   }
-  if (s.ok() && !ckpt::IsS3Root(args[1])) s = Status::InvalidArgument("'" + args[1] + "' is not s3://BUCKET/PREFIX");
+  if (s.ok() && !ckpt::IsS3Root(args[1]))
+    s = Status::InvalidArgument("'" + args[1] + "' is not s3://BUCKET/PREFIX");
   if (!s.ok()) return Fail(prog, s);
   if (generation.empty()) generation = ckpt::NewGeneration();
   auto dir = ckpt::ResolveCheckpointDir(args[0]);

@@ -52,9 +52,9 @@ struct SendRequest {
 
 struct SendReply {
   long code = 0;
-  std::string body;                                         // capped at 1 MiB
+  std::string body;                                          // capped at 1 MiB
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
-  std::string Header(const std::string& lower_name) const;  // "" when absent
+  std::string Header(const std::string& lower_name) const;   // "" when absent
 };
 
 class HttpFetcher {

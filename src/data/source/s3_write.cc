@@ -114,8 +114,8 @@ StatusOr<bool> S3Client::Put(const S3Url& object, const std::string& data, bool 
 }
 
 Status S3Client::AbortUpload(const S3Url& object, const std::string& upload_id) {
-  SendRequest r = MakeSend(*this, "DELETE", object,
-                           "uploadId=" + S3UriEncode(upload_id, false), "abort multipart upload");
+  SendRequest r = MakeSend(*this, "DELETE", object, "uploadId=" + S3UriEncode(upload_id, false),
+                           "abort multipart upload");
   SendReply reply;
   FT_RETURN_IF_ERROR(Explain(fetcher()->Send(r, &reply)));
   if (reply.code == 404) return Status::Ok();  // already gone (aborted or completed)
@@ -136,7 +136,8 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
   const std::string id = XmlText(reply.body, "UploadId");
   if (id.empty()) return Status::Corruption(create.name + ": no UploadId in the answer");
 
-  const int n_parts = static_cast<int>(std::max<uint64_t>(1, (len + o.part_bytes - 1) / o.part_bytes));
+  const int n_parts =
+      static_cast<int>(std::max<uint64_t>(1, (len + o.part_bytes - 1) / o.part_bytes));
   std::vector<Part> parts(n_parts);
   std::atomic<int> next{0};
   std::mutex mu;
@@ -149,13 +150,14 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
         if (!first_error.ok()) return;
       }
       const uint64_t off = uint64_t(i) * o.part_bytes;
-      SendRequest r = MakeSend(*this, "PUT", object,
-                               "partNumber=" + std::to_string(i + 1) +
-                                   "&uploadId=" + S3UriEncode(id, false),
-                               "part " + std::to_string(i + 1) + " of " + std::to_string(n_parts));
+      SendRequest r =
+          MakeSend(*this, "PUT", object,
+                   "partNumber=" + std::to_string(i + 1) + "&uploadId=" + S3UriEncode(id, false),
+                   "part " + std::to_string(i + 1) + " of " + std::to_string(n_parts));
       r.body = data + off;
       r.body_len = std::min<uint64_t>(o.part_bytes, len - off);
-      r.max_bytes_per_s = o.max_bytes_per_s > 0 ? std::max<int64_t>(1, o.max_bytes_per_s / threads) : 0;
+      r.max_bytes_per_s =
+          o.max_bytes_per_s > 0 ? std::max<int64_t>(1, o.max_bytes_per_s / threads) : 0;
       parts[i].number = i + 1;
       parts[i].crc = Crc32cHeader(r.body, r.body_len);
       r.headers.push_back("x-amz-checksum-crc32c: " + parts[i].crc);
@@ -213,10 +215,11 @@ StatusOr<std::vector<S3Upload>> S3Client::ListUploads(const S3Url& prefix) {
   std::vector<S3Upload> out;
   std::string key_marker, id_marker;
   for (int page = 0;; ++page) {
-    std::string q = (key_marker.empty() ? "" : "key-marker=" + S3UriEncode(key_marker, false) + "&") +
-                    "prefix=" + S3UriEncode(prefix.key, false) +
-                    (id_marker.empty() ? "" : "&upload-id-marker=" + S3UriEncode(id_marker, false)) +
-                    "&uploads=";
+    std::string q =
+        (key_marker.empty() ? "" : "key-marker=" + S3UriEncode(key_marker, false) + "&") +
+        "prefix=" + S3UriEncode(prefix.key, false) +
+        (id_marker.empty() ? "" : "&upload-id-marker=" + S3UriEncode(id_marker, false)) +
+        "&uploads=";
     SendRequest r = MakeSend(*this, "GET", S3Url{prefix.bucket, ""}, q,
                              "list multipart uploads under " + prefix.ToString());
     SendReply reply;
@@ -256,8 +259,8 @@ Status S3Client::HeadBucket(const std::string& bucket) {
   SendReply reply;
   FT_RETURN_IF_ERROR(Explain(fetcher()->Send(r, &reply)));
   if (reply.code == 404) {
-    return Explain(Status::FailedPrecondition(
-        r.name + ": HTTP 404 NoSuchBucket: the bucket '" + bucket + "' does not exist"));
+    return Explain(Status::FailedPrecondition(r.name + ": HTTP 404 NoSuchBucket: the bucket '" +
+                                              bucket + "' does not exist"));
   }
   if (reply.code == 403) {
     return Explain(Status::FailedPrecondition(r.name + ": HTTP 403 AccessDenied"));
