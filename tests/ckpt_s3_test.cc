@@ -4,7 +4,6 @@
 // ckptctl mirror is killed with SIGKILL in the middle of a multipart upload.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,11 +11,13 @@
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "ckpt/mirror.h"
 #include "ckpt/s3_layout.h"
 #include "ckpt/s3_store.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
 #include "ckpt_fixture.h"
+#include "moto_server.h"
 #include "test_util.h"
 
 namespace ftrain::ckpt {
@@ -27,75 +28,18 @@ using ::ftrain::testing::RunCommand;
 using ::ftrain::testing::TempDir;
 namespace fs = std::filesystem;
 
-constexpr const char* kBucket = "ftrain-ckpt";
+using ::ftrain::testing::kS3Bucket;
+using ::ftrain::testing::MotoEndpoint;
+constexpr const char* kBucket = kS3Bucket;
+const bool kMoto = ::ftrain::testing::RegisterMotoEnvironment();
 
-struct Moto {
-  int pid = -1;
-  std::string endpoint;
-  std::unique_ptr<TempDir> dir;
-};
-Moto* moto = nullptr;
-
-std::string Q(const std::string& s) { return "'" + s + "'"; }
-
-// A child process with PR_SET_PDEATHSIG running argv; its output goes to `log`.
 int Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  const int pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed test binary leaves nothing behind
-    ::setenv("PYTHONPATH", FTRAIN_MOTO_PYTHONPATH, 1);
-    ::setenv("S3_UPLOAD_PART_MIN_SIZE", "4096", 1);  // small parts in the tests
-    FILE* f = std::fopen(log.c_str(), "w");
-    ::dup2(fileno(f), 1);
-    ::dup2(fileno(f), 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  return pid;
+  return ::ftrain::testing::SpawnChild(argv, log);
 }
 
-class S3Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    moto = new Moto;
-    moto->dir = std::make_unique<TempDir>("ftrain-ckpt-s3");
-    ASSERT_TRUE(fs::exists(std::string(FTRAIN_MOTO_PYTHONPATH) + "/moto/server.py"))
-        << FTRAIN_MOTO_PYTHONPATH << " holds no moto: run scripts/install-deps.sh";
-    const int port = ::ftrain::testing::FreePort();
-    moto->endpoint = "http://127.0.0.1:" + std::to_string(port);
-    moto->pid =
-        Spawn({"python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", std::to_string(port)},
-              (*moto->dir) / "moto.log");
-    ASSERT_GT(moto->pid, 0);
-    auto r = RunCommand("PYTHONPATH=" + Q(FTRAIN_MOTO_PYTHONPATH) +
-                            " python3 -c \"import boto3,time\n"
-                            "for i in range(300):\n"
-                            "  try:\n"
-                            "    boto3.client('s3', endpoint_url='" +
-                            moto->endpoint +
-                            "', region_name='us-east-1', aws_access_key_id='k', "
-                            "aws_secret_access_key='s').create_bucket(Bucket='" +
-                            kBucket +
-                            "'); break\n"
-                            "  except Exception: time.sleep(0.1)\"",
-                        60);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    ::setenv("AWS_ENDPOINT_URL", moto->endpoint.c_str(), 1);
-    ::setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", "secret/for+tests", 1);
-    ::unsetenv("AWS_PROFILE");
-    ::unsetenv("AWS_SESSION_TOKEN");
-  }
-  void TearDown() override {
-    if (moto != nullptr && moto->pid > 0) ::ftrain::testing::SignalAndReap(moto->pid, SIGKILL);
-    delete moto;
-    moto = nullptr;
-  }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new S3Env);
+std::pair<std::string, int> StartProxy(const TempDir& dir, const std::vector<std::string>& flags) {
+  return ::ftrain::testing::StartS3Proxy(dir, flags);
+}
 
 // A fresh prefix per test, so tests never see each other's objects.
 std::string Root(const std::string& name) { return std::string("s3://") + kBucket + "/" + name; }
@@ -127,20 +71,6 @@ std::unique_ptr<S3CheckpointStore> Open(const std::string& root, S3StoreOptions 
   auto s = S3CheckpointStore::Open(root, o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return std::move(*s);
-}
-
-// A proxy in front of moto with `flags`; returns its endpoint and pid.
-std::pair<std::string, int> StartProxy(const TempDir& dir, const std::vector<std::string>& flags) {
-  const std::string port_file = dir / "proxy.port";
-  std::vector<std::string> argv = {"python3",
-                                   std::string(FTRAIN_SOURCE_DIR) + "/tests/s3_fault_proxy.py",
-                                   moto->endpoint, port_file};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  const int pid = Spawn(argv, dir / "proxy.log");
-  for (int i = 0; i < 300 && !fs::exists(port_file); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return {"http://127.0.0.1:" + ::ftrain::testing::ReadFile(port_file), pid};
 }
 
 TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
@@ -210,6 +140,43 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
   auto none = RestoreFromMirror(Root("roundtrip"), purged);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
+}
+
+TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {
+  TempDir dir("ckpt-s3");
+  const std::string fs_root = SaveSteps(dir, {1});
+  MirrorOptions o;
+  o.url = Root("mirror");
+  o.keep = 2;
+  o.every_s = 0.2;
+  o.store = SmallParts();
+  auto m = CheckpointMirror::Open(o, fs_root, "e000000000000005-00000001");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  (*m)->Start();
+  CheckpointStore store(fs_root);
+  auto s3 = Open(o.url);
+  for (int64_t step : {2, 3, 4}) {
+    ASSERT_TRUE(::ftrain::testing::SaveFixture(&store, step, 2, {}, 4).ok());
+    std::optional<int64_t> latest;
+    for (int i = 0; i < 500 && latest.value_or(-1) < step; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto l = s3->Latest();
+      if (l.ok()) latest = *l;
+    }
+    EXPECT_EQ(latest.value_or(-1), step);  // copied while "training" goes on
+  }
+  ASSERT_TRUE(::ftrain::testing::SaveFixture(&store, 5, 2, {}, 4).ok());
+  ASSERT_TRUE((*m)->Stop(/*final_pass=*/true).ok());  // the end of a run: the final one too
+  auto list = s3->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);  // ckpt.mirror_keep = 2
+  EXPECT_EQ((*list)[0].step, 5);
+  EXPECT_EQ((*list)[1].step, 4);
+  // A job older than the one that claimed the mirror is refused at its start.
+  auto old = CheckpointMirror::Open(o, fs_root, "e000000000000004-00000001");
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), Status::Code::kFailedPrecondition) << old.status().ToString();
+  EXPECT_TRUE(Contains(old.status().message(), "newer job")) << old.status().ToString();
 }
 
 TEST(CkptS3, OlderGenerationIsFencedAndCommitsNothing) {
@@ -283,7 +250,7 @@ TEST(CkptS3, ThrottlingIsRetriedAndOutagesAreNotDamage) {
   o.http.stall_timeout_ms = 1000;
   auto s3 = Open(Root("throttled"), o);
   auto out = s3->Upload(fs_root + "/" + StepDirName(3), "g");
-  ::setenv("AWS_ENDPOINT_URL", moto->endpoint.c_str(), 1);
+  ::setenv("AWS_ENDPOINT_URL", MotoEndpoint().c_str(), 1);
   ::ftrain::testing::SignalAndReap(pid, SIGKILL);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_GE(std::stoi(::ftrain::testing::ReadFile(dir / "proxy.port.faults")), 5);

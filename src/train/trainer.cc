@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "ckpt/mirror.h"
 #include "ckpt/store.h"
 #include "comm/context.h"
 #include "core/env.h"
@@ -39,6 +40,7 @@
 #include "train/checkpoint/train_state.h"
 #include "train/config/guard.h"
 #include "train/config/lr_schedule.h"
+#include "train/config/mirror_config.h"
 #include "train/config/rollback.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
@@ -255,6 +257,7 @@ struct Run {
   std::unique_ptr<CheckpointSink> ckpt_sink;
   std::string data_version;
   std::string generation;
+  std::unique_ptr<ckpt::CheckpointMirror> mirror;  // ckpt.mirror (rank 0)
   RunState state;
   int64_t resume_step = 0;
   std::unique_ptr<data::TokenReader> reader;
@@ -600,6 +603,39 @@ Status ApplyRollbacks(Run* run) {
   return Status::Ok();
 }
 
+// ckpt.mirror (ckpt/mirror.h): rank 0 checks the store and claims its fence before step 1
+// (exit 2 with what to set) and, with train.resume = auto, restores the mirror's newest
+// checkpoint into ckpt.root when it is newer than the newest there (scratch purged); the
+// barrier makes every rank choose after that.
+Status OpenMirror(Run* run) {
+  FT_ASSIGN_OR_RETURN(MirrorConfig mc, ParseMirrorConfig(run->cfg.raw));
+  if (!mc.enabled()) return Status::Ok();
+  Status s;
+  if (run->leader) {
+    ckpt::MirrorOptions o;
+    o.url = mc.url;
+    o.keep = mc.keep;
+    o.every_s = mc.every_s;
+    o.store.upload.part_bytes = uint64_t(mc.part_mb) << 20;
+    o.store.upload.threads = mc.threads;
+    o.store.upload.max_bytes_per_s = static_cast<int64_t>(mc.max_mb_s * 1e6);
+    auto m = ckpt::OpenMirrorAtStart(o, run->cfg.ckpt.root, run->generation,
+                                     run->cfg.train.resume == "auto");
+    if (m.ok()) run->mirror = std::move(*m);
+    s = m.status();
+  }
+  FT_RETURN_IF_ERROR(run->ctx->control().Barrier()->Wait());
+  return s;
+}
+
+// The end of a start (done or stopped): the mirror copies the final checkpoint. A failure is
+// logged, not fatal: the checkpoint is committed on the file system.
+void FinishMirror(Run& run) {
+  if (!run.mirror) return;
+  Status s = run.mirror->Stop(/*final_pass=*/true);
+  if (!s.ok()) FT_LOG(Warning) << "ckpt.mirror: the final copy failed: " << s.ToString();
+}
+
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
@@ -670,10 +706,12 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
   FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx));
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
+  FT_RETURN_IF_ERROR(OpenMirror(run.get()));
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
                              *run->engine, &run->state, &resume_dir, run->generation));
+  if (run->mirror) run->mirror->Start();
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
     FT_RETURN_IF_ERROR(LoadBaseWeights(cfg.train.init, ctx, *run->engine));
@@ -912,11 +950,13 @@ Status RunTraining(const TrainConfig& cfg, int* exit_code) {
       FT_LOG(Warning) << "stop requested by signal: checkpointed step " << ckpt.last_saved()
                       << "; exiting with " << kExitRequeue << " (requeue me)";
       *exit_code = kExitRequeue;
+      FinishMirror(*run);
       return Status::Ok();
     }
   }
   run->hang->Enter(state.step, HangPhase::kDone);
   if (run->leader) FT_LOG(Info) << "train: done at step " << state.step;
+  FinishMirror(*run);
   return Status::Ok();
 }
 
