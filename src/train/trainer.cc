@@ -605,8 +605,9 @@ Status ApplyRollbacks(Run* run) {
 
 // ckpt.mirror (ckpt/mirror.h): rank 0 checks the store and claims its fence before step 1
 // (exit 2 with what to set) and, with train.resume = auto, restores the mirror's newest
-// checkpoint into ckpt.root when it is newer than the newest there (scratch purged); the
-// barrier makes every rank choose after that.
+// checkpoint into ckpt.root when it is newer than the newest there (scratch purged). Its
+// outcome is broadcast: every rank chooses after the restore, and a refused mirror ends every
+// rank with rank 0's code (exit 2), not a peer's broken collective.
 Status OpenMirror(Run* run) {
   FT_ASSIGN_OR_RETURN(MirrorConfig mc, ParseMirrorConfig(run->cfg.raw));
   if (!mc.enabled()) return Status::Ok();
@@ -624,8 +625,11 @@ Status OpenMirror(Run* run) {
     if (m.ok()) run->mirror = std::move(*m);
     s = m.status();
   }
-  FT_RETURN_IF_ERROR(run->ctx->control().Barrier()->Wait());
-  return s;
+  torch::Tensor t = torch::tensor({static_cast<double>(s.code())}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(run->ctx->control().Broadcast(t, 0)->Wait());
+  const auto code = static_cast<Status::Code>(static_cast<int>(t[0].item<double>()));
+  if (run->leader || code == Status::Code::kOk) return s;
+  return Status(code, "ckpt.mirror: refused by rank 0 (its log says why)");
 }
 
 // The end of a start (done or stopped): the mirror copies the final checkpoint. A failure is
