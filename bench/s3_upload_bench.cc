@@ -35,8 +35,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < std::atoi(argv[5]); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     auto s = client.Upload(*url, reinterpret_cast<const uint8_t*>(data.data()), data.size(), o);
-    const double sec =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
       std::fprintf(stderr, "s3_upload_bench: %s\n", s.status().ToString().c_str());
       return 1;

@@ -122,6 +122,8 @@ Status HttpFetcher::Send(const SendRequest& r, SendReply* reply) {
       curl_easy_setopt(h, CURLOPT_READFUNCTION, OnRead);
       curl_easy_setopt(h, CURLOPT_READDATA, &st);
       curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body_len));
+      // Bigger reads than the 64 KiB default: fewer callbacks and syscalls per part.
+      curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
     } else if (r.method == "POST") {
       curl_easy_setopt(h, CURLOPT_POST, 1L);
       curl_easy_setopt(h, CURLOPT_POSTFIELDS, r.body == nullptr ? "" : (const char*)r.body);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -14,7 +15,7 @@
 namespace ftrain::data {
 namespace {
 
-uint32_t Crc32c(const uint8_t* p, uint64_t n) {
+uint32_t Crc32cTable(const uint8_t* p, uint64_t n) {
   static const auto table = [] {
     std::array<uint32_t, 256> t{};
     for (uint32_t i = 0; i < 256; ++i) {
@@ -27,6 +28,31 @@ uint32_t Crc32c(const uint8_t* p, uint64_t n) {
   uint32_t c = 0xFFFFFFFFu;
   for (uint64_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
+}
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes CRC32C: ~20x the table, so the checksum of each part
+// costs little next to sending it.
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const uint8_t* p, uint64_t n) {
+  uint64_t c = 0xFFFFFFFFu;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; i < n; ++i) c32 = __builtin_ia32_crc32qi(c32, p[i]);
+  return c32 ^ 0xFFFFFFFFu;
+}
+#endif
+
+uint32_t Crc32c(const uint8_t* p, uint64_t n) {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return Crc32cSse42(p, n);
+#endif
+  return Crc32cTable(p, n);
 }
 
 std::string Base64(const uint8_t* p, size_t n) {
