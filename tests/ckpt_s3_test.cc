@@ -98,13 +98,25 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
   EXPECT_EQ((*list)[0].step, 30);
   EXPECT_TRUE((*list)[0].committed);
 
+  // boto3 and an independent CRC32C as the oracle: the layout on the server, and the commit
+  // object carrying the CRC32C of the bytes it holds (tests/s3_checksum_oracle.py).
+  auto oracle = RunCommand("PYTHONPATH=" + std::string(FTRAIN_MOTO_PYTHONPATH) + " python3 " +
+                               FTRAIN_SOURCE_DIR + "/tests/s3_checksum_oracle.py " +
+                               MotoEndpoint() + " " + kBucket + " roundtrip/step-00000030/ 2>&1",
+                           60);
+  EXPECT_EQ(oracle.exit_code, 0) << oracle.output;
+  EXPECT_TRUE(Contains(oracle.output, "roundtrip/step-00000030/data-none/shard-00001.h5 "))
+      << oracle.output;
+  EXPECT_TRUE(Contains(oracle.output, "roundtrip/step-00000030/manifest.json ")) << oracle.output;
+
   auto rep = s3->Verify(30, dir.path(), 2);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0].problem);
   EXPECT_GT(rep->datasets_checked, 0);
 
   // ckptctl on the s3:// root.
-  auto r = RunCommand(Ckptctl() + " list " + Root("roundtrip") + " 2>&1", 60);
+  auto r = RunCommand(Ckptctl() + " --log-level debug list " + Root("roundtrip") + " 2>&1", 60);
+  EXPECT_FALSE(Contains(r.output, "secret/for+tests")) << r.output;  // never in any message
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "step-00000030  complete")) << r.output;
   r = RunCommand(Ckptctl() + " latest " + Root("roundtrip") + " 2>&1", 60);

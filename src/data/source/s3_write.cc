@@ -130,6 +130,7 @@ StatusOr<bool> S3Client::Put(const S3Url& object, const std::string& data, bool 
   SendRequest r = MakeSend(*this, "PUT", object, "", if_none_match ? "if absent" : "");
   r.body = reinterpret_cast<const uint8_t*>(data.data());
   r.body_len = data.size();
+  r.headers.push_back("x-amz-sdk-checksum-algorithm: CRC32C");
   r.headers.push_back("x-amz-checksum-crc32c: " + Crc32cHeader(r.body, r.body_len));
   if (if_none_match) r.headers.push_back("If-None-Match: *");
   SendReply reply;
@@ -186,6 +187,7 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
           o.max_bytes_per_s > 0 ? std::max<int64_t>(1, o.max_bytes_per_s / threads) : 0;
       parts[i].number = i + 1;
       parts[i].crc = Crc32cHeader(r.body, r.body_len);
+      r.headers.push_back("x-amz-sdk-checksum-algorithm: CRC32C");
       r.headers.push_back("x-amz-checksum-crc32c: " + parts[i].crc);
       SendReply rep;
       Status s = fetcher()->Send(r, &rep);
