@@ -88,22 +88,4 @@ StatusOr<int64_t> CheckpointMirror::SyncOnce() {
   return newest->step;
 }
 
-StatusOr<std::unique_ptr<CheckpointMirror>> OpenMirrorAtStart(const MirrorOptions& options,
-                                                              const std::string& fs_root,
-                                                              const std::string& generation,
-                                                              bool restore) {
-  FT_ASSIGN_OR_RETURN(auto mirror, CheckpointMirror::Open(options, fs_root, generation));
-  if (restore) {
-    auto step = RestoreFromMirror(options.url, fs_root);
-    if (!step.ok()) {
-      FT_LOG(Warning) << "ckpt.mirror: not restored from " << options.url << ": "
-                      << step.status().ToString() << " (resuming from " << fs_root << ")";
-    } else if (*step) {
-      FT_LOG(Info) << "ckpt.mirror: restored step " << **step << " from " << options.url << " into "
-                   << fs_root;
-    }
-  }
-  return mirror;
-}
-
 }  // namespace ftrain::ckpt

@@ -58,13 +58,4 @@ class CheckpointMirror {
   std::thread thread_;
 };
 
-// A run's start with a mirror (rank 0, before the resume): Open (checks and fence, before
-// step 1) and, with `restore`, RestoreFromMirror into fs_root. A restore that fails (an
-// outage, a damaged object) is logged and skipped: the file system's own checkpoints still
-// resume, and the next start tries again.
-StatusOr<std::unique_ptr<CheckpointMirror>> OpenMirrorAtStart(const MirrorOptions& options,
-                                                              const std::string& fs_root,
-                                                              const std::string& generation,
-                                                              bool restore);
-
 }  // namespace ftrain::ckpt

@@ -169,11 +169,16 @@ StatusOr<std::optional<int64_t>> S3CheckpointStore::Latest() {
   return std::optional<int64_t>();
 }
 
-StatusOr<Manifest> S3CheckpointStore::ReadManifest(int64_t step) {
-  std::string text;
+StatusOr<Manifest> S3CheckpointStore::ReadManifest(int64_t step, std::string* text) {
+  std::string bytes;
   const data::S3Url u = Url(S3ManifestKey(url_.key, step));
-  FT_RETURN_IF_ERROR(client_->Get(u, &text));
-  return Manifest::FromJson(text, u.ToString());
+  FT_RETURN_IF_ERROR(client_->Get(u, &bytes));
+  FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(bytes, u.ToString()));
+  if (m.meta.step != step) {
+    return Status::Corruption(u.ToString() + ": records step " + std::to_string(m.meta.step));
+  }
+  if (text != nullptr) *text = std::move(bytes);
+  return m;
 }
 
 }  // namespace ftrain::ckpt

@@ -64,14 +64,15 @@ class S3CheckpointStore {
   // Every step with objects, newest first; `committed` says whether its manifest exists.
   StatusOr<std::vector<S3CheckpointInfo>> List();
   StatusOr<std::optional<int64_t>> Latest();  // the newest committed step
-  StatusOr<Manifest> ReadManifest(int64_t step);
+  // `text`, when given, receives the manifest's bytes as stored.
+  StatusOr<Manifest> ReadManifest(int64_t step, std::string* text = nullptr);
 
   // Downloads the files of committed step `step` whose rank is in `ranks` (every file when
   // empty) into dir/ (made if missing) by parallel Range GETs, each checked against the
   // manifest's size and XXH3 (Corruption on a mismatch; outages are retried by the client
-  // and reported as Unavailable, never as damage), and writes the manifest last.
+  // and reported as Unavailable, never as damage), and, `with_manifest`, the manifest last.
   Status Download(int64_t step, const std::vector<int>& ranks, const std::string& dir,
-                  Env* env = Env::Default());
+                  Env* env = Env::Default(), bool with_manifest = true);
 
   // Downloads step `step` into a private temp directory and runs the file-system deep
   // verify on it (every dataset's XXH3), then removes the copy.
@@ -99,10 +100,23 @@ class S3CheckpointStore {
   S3StoreOptions options_;
 };
 
-// The restore at a start: when the newest committed step in `mirror` is newer than the newest
-// complete checkpoint in the file-system root `fs_root` (none: scratch purged), downloads it
-// into fs_root/step-N.restore.tmp, verified, and renames it to step-N (fsync, LATEST), so the
-// ordinary resume finds it. Returns the step restored, or nullopt when nothing was needed.
+// The restore at a start, in three phases so that each rank fetches only its own objects:
+//  1. (rank 0) PlanRestore: the mirror's newest committed step if it is newer than the newest
+//     complete checkpoint in the file-system root `fs_root` (none: scratch purged), else
+//     nullopt; clears a stale fs_root/step-N.restore.
+//  2. (every rank) RestoreFiles: downloads the files of the ranks r with r % world == rank
+//     (parallel Range GETs, each checked against the manifest's XXH3) into
+//     fs_root/step-N.restore.
+//  3. (rank 0, after every rank's phase 2) FinishRestore: writes the manifest, checks the
+//     directory as a complete checkpoint, renames it to step-N (fsync of the root) and
+//     updates LATEST, so the ordinary resume finds it.
+// RestoreFromMirror runs all three in one process.
+StatusOr<std::optional<int64_t>> PlanRestore(const std::string& mirror, const std::string& fs_root,
+                                             Env* env = Env::Default());
+Status RestoreFiles(const std::string& mirror, const std::string& fs_root, int64_t step, int rank,
+                    int world, Env* env = Env::Default());
+Status FinishRestore(const std::string& mirror, const std::string& fs_root, int64_t step,
+                     Env* env = Env::Default());
 StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
                                                    const std::string& fs_root,
                                                    Env* env = Env::Default());

@@ -18,7 +18,7 @@
 namespace ftrain::ckpt {
 
 Status S3CheckpointStore::Download(int64_t step, const std::vector<int>& ranks,
-                                   const std::string& dir, Env* env) {
+                                   const std::string& dir, Env* env, bool with_manifest) {
   std::string text;
   const data::S3Url mu = Url(S3ManifestKey(url_.key, step));
   FT_RETURN_IF_ERROR(client_->Get(mu, &text));
@@ -52,7 +52,9 @@ Status S3CheckpointStore::Download(int64_t step, const std::vector<int>& ranks,
     FT_RETURN_IF_ERROR(out->Close());
     FT_RETURN_IF_ERROR(env->Rename(tmp, JoinPath(dir, f.path)));
   }
-  FT_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(dir, kManifestName), text));
+  if (with_manifest) {
+    FT_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(dir, kManifestName), text));
+  }
   return env->SyncDir(dir);
 }
 
@@ -130,8 +132,8 @@ StatusOr<std::vector<std::string>> S3CheckpointStore::Prune(int keep_last, bool 
   return deleted;
 }
 
-StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
-                                                   const std::string& fs_root, Env* env) {
+StatusOr<std::optional<int64_t>> PlanRestore(const std::string& mirror, const std::string& fs_root,
+                                             Env* env) {
   FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(mirror));
   FT_ASSIGN_OR_RETURN(std::optional<int64_t> remote, s3->Latest());
   if (!remote) return std::optional<int64_t>();
@@ -146,20 +148,54 @@ StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
                                       "move it aside to restore step " +
                                       std::to_string(*remote) + " from " + mirror);
   }
-  const std::string tmp = final_dir + ".restore";
+  const std::string tmp = JoinPath(fs_root, RestoreDirName(*remote));
   if (env->FileExists(tmp)) FT_RETURN_IF_ERROR(env->RemoveDirRecursive(tmp));
+  FT_RETURN_IF_ERROR(CreateDirs(env, tmp));
   FT_LOG(Info) << "checkpoint: restoring step " << *remote << " from " << mirror << " into "
                << fs_root
                << (local ? " (newest there: step " + std::to_string(local->step) + ")"
                          : " (no complete checkpoint there)");
-  FT_RETURN_IF_ERROR(s3->Download(*remote, {}, tmp, env));
-  Manifest m;
-  FT_RETURN_IF_ERROR(fs.CheckComplete(tmp, &m));
+  return remote;
+}
+
+Status RestoreFiles(const std::string& mirror, const std::string& fs_root, int64_t step, int rank,
+                    int world, Env* env) {
+  FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(mirror));
+  FT_ASSIGN_OR_RETURN(Manifest m, s3->ReadManifest(step));
+  std::vector<int> mine;
+  for (int r = 0; r < m.meta.world_size; ++r) {
+    if (r % std::max(1, world) == rank) mine.push_back(r);
+  }
+  if (mine.empty()) return Status::Ok();  // more ranks now than shards then
+  return s3->Download(step, mine, JoinPath(fs_root, RestoreDirName(step)), env,
+                      /*with_manifest=*/false);
+}
+
+Status FinishRestore(const std::string& mirror, const std::string& fs_root, int64_t step,
+                     Env* env) {
+  FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(mirror));
+  std::string text;
+  FT_ASSIGN_OR_RETURN(Manifest m, s3->ReadManifest(step, &text));
+  (void)m;  // parsed and checked; the bytes go down verbatim
+  const std::string tmp = JoinPath(fs_root, RestoreDirName(step));
+  const std::string final_dir = JoinPath(fs_root, StepDirName(step));
+  FT_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(tmp, kManifestName), text));
+  FT_RETURN_IF_ERROR(env->SyncDir(tmp));
+  CheckpointStore fs(fs_root, env);
+  Manifest check;
+  FT_RETURN_IF_ERROR(fs.CheckComplete(tmp, &check));
   FT_RETURN_IF_ERROR(env->Rename(tmp, final_dir));
   FT_RETURN_IF_ERROR(env->SyncDir(fs_root));
-  FT_RETURN_IF_ERROR(
-      WriteFileDurably(env, JoinPath(fs_root, kLatestName), StepDirName(*remote) + "\n"));
-  return remote;
+  return WriteFileDurably(env, JoinPath(fs_root, kLatestName), StepDirName(step) + "\n");
+}
+
+StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
+                                                   const std::string& fs_root, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::optional<int64_t> step, PlanRestore(mirror, fs_root, env));
+  if (!step) return step;
+  FT_RETURN_IF_ERROR(RestoreFiles(mirror, fs_root, *step, 0, 1, env));
+  FT_RETURN_IF_ERROR(FinishRestore(mirror, fs_root, *step, env));
+  return step;
 }
 
 }  // namespace ftrain::ckpt

@@ -603,11 +603,51 @@ Status ApplyRollbacks(Run* run) {
   return Status::Ok();
 }
 
+// `v` from rank 0 on every rank (a control collective).
+StatusOr<double> FromLeader(comm::DistContext& ctx, double v) {
+  torch::Tensor t = torch::tensor({v}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
+  return t[0].item<double>();
+}
+
+// ckpt.mirror, restore (train.resume = auto): when the mirror's newest committed checkpoint is
+// newer than the newest in ckpt.root (scratch purged), each rank downloads its own ranks'
+// shard objects (ckpt/s3_store.h RestoreFiles) and rank 0 commits the directory once every
+// rank's files are there. Any failure (an outage, a damaged object) is logged and the start
+// resumes from what the file system has; every rank agrees on that.
+Status RestoreMirrorAtStart(Run* run, const std::string& url) {
+  comm::DistContext& ctx = *run->ctx;
+  const std::string& root = run->cfg.ckpt.root;
+  double step = -1;
+  if (run->leader) {
+    auto plan = ckpt::PlanRestore(url, root);
+    if (!plan.ok()) FT_LOG(Warning) << "ckpt.mirror: not restored: " << plan.status().ToString();
+    if (plan.ok() && *plan) step = static_cast<double>(**plan);
+  }
+  FT_ASSIGN_OR_RETURN(step, FromLeader(ctx, step));
+  if (step < 0) return Status::Ok();
+  const int64_t s = static_cast<int64_t>(step);
+  Status mine = ckpt::RestoreFiles(url, root, s, ctx.world().rank, ctx.world().world_size);
+  if (!mine.ok()) FT_LOG(Warning) << "ckpt.mirror: restoring my files: " << mine.ToString();
+  torch::Tensor failed = torch::tensor({mine.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(failed, comm::ReduceOp::kSum)->Wait());
+  if (run->leader) {
+    Status done = failed[0].item<double>() > 0 ? Status::Unavailable("a rank's download failed")
+                                               : ckpt::FinishRestore(url, root, s);
+    if (done.ok()) {
+      FT_LOG(Info) << "ckpt.mirror: restored step " << s << " from " << url << " into " << root;
+    } else {
+      FT_LOG(Warning) << "ckpt.mirror: step " << s << " not restored: " << done.ToString()
+                      << " (resuming from " << root << ")";
+    }
+  }
+  // Every rank chooses the resume after rank 0's rename.
+  return ctx.control().Barrier()->Wait();
+}
+
 // ckpt.mirror (ckpt/mirror.h): rank 0 checks the store and claims its fence before step 1
-// (exit 2 with what to set) and, with train.resume = auto, restores the mirror's newest
-// checkpoint into ckpt.root when it is newer than the newest there (scratch purged). Its
-// outcome is broadcast: every rank chooses after the restore, and a refused mirror ends every
-// rank with rank 0's code (exit 2), not a peer's broken collective.
+// (exit 2 with what to set); a refused mirror ends every rank with rank 0's code, not a
+// peer's broken collective. Then the restore (above).
 Status OpenMirror(Run* run) {
   FT_ASSIGN_OR_RETURN(MirrorConfig mc, ParseMirrorConfig(run->cfg.raw));
   if (!mc.enabled()) return Status::Ok();
@@ -620,16 +660,17 @@ Status OpenMirror(Run* run) {
     o.store.upload.part_bytes = uint64_t(mc.part_mb) << 20;
     o.store.upload.threads = mc.threads;
     o.store.upload.max_bytes_per_s = static_cast<int64_t>(mc.max_mb_s * 1e6);
-    auto m = ckpt::OpenMirrorAtStart(o, run->cfg.ckpt.root, run->generation,
-                                     run->cfg.train.resume == "auto");
+    auto m = ckpt::CheckpointMirror::Open(o, run->cfg.ckpt.root, run->generation);
     if (m.ok()) run->mirror = std::move(*m);
     s = m.status();
   }
-  torch::Tensor t = torch::tensor({static_cast<double>(s.code())}, torch::kFloat64);
-  FT_RETURN_IF_ERROR(run->ctx->control().Broadcast(t, 0)->Wait());
-  const auto code = static_cast<Status::Code>(static_cast<int>(t[0].item<double>()));
-  if (run->leader || code == Status::Code::kOk) return s;
-  return Status(code, "ckpt.mirror: refused by rank 0 (its log says why)");
+  FT_ASSIGN_OR_RETURN(double c, FromLeader(*run->ctx, static_cast<double>(s.code())));
+  const auto code = static_cast<Status::Code>(static_cast<int>(c));
+  if (code != Status::Code::kOk) {
+    return run->leader ? s : Status(code, "ckpt.mirror: refused by rank 0 (its log says why)");
+  }
+  if (run->cfg.train.resume != "auto") return Status::Ok();
+  return RestoreMirrorAtStart(run, mc.url);
 }
 
 // The end of a start (done or stopped): the mirror copies the final checkpoint. A failure is

@@ -230,9 +230,10 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
       s = Judge(r, rep);
     }
     if (!s.ok()) first_error = Explain(s);
-    if (s.ok()) return written;
+    if (s.ok() && written) return true;
   }
-  // Leaves no parts billed for ever; an abort that fails too is left to prune (ListUploads).
+  // Leaves no parts billed for ever (a refused conditional completion keeps its upload open
+  // on S3); an abort that fails too is left to prune (ListUploads).
   Status a = AbortUpload(object, id);
   (void)a;  // the upload's own error is the one to report; prune retries the abort
   if (!first_error.ok()) return first_error;
