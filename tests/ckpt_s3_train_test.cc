@@ -115,6 +115,11 @@ TEST_F(S3TrainTest, ScratchPurgedRunResumesFromTheMirrorBitExactly) {
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_EQ(Losses(run), Losses(ref));
   EXPECT_EQ(MirrorLatest(url), 40);  // the final checkpoint went to the mirror too
+  // ftrain report shows each checkpoint's tiers.
+  auto report = RunCommand(Ftrain() + " report " + run + " 2>&1", 120);
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_TRUE(Contains(report.output, "committed in " + url)) << report.output;
+  EXPECT_TRUE(Contains(report.output, "tiers          step 40: file+mirror")) << report.output;
 }
 
 TEST_F(S3TrainTest, BadMirrorSettingsExitTwoBeforeStepOne) {
