@@ -1,6 +1,10 @@
 // CheckpointMirror: the interval thread and one pass (mirror.h).
 #include "ckpt/mirror.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include "ckpt/store.h"
@@ -51,6 +55,10 @@ Status CheckpointMirror::Stop(bool final_pass) {
 }
 
 void CheckpointMirror::Loop() {
+  // Below the training threads, as ckptd's persist thread (its upload threads inherit it).
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) != 0) {
+    FT_LOG(Warning) << "ckpt.mirror: could not lower the mirror thread's priority (nice 10)";
+  }
   const auto every =
       std::chrono::milliseconds(static_cast<int64_t>(std::max(0.2, options_.every_s) * 1000));
   for (;;) {
