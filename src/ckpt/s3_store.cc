@@ -36,7 +36,7 @@ StatusOr<std::unique_ptr<S3CheckpointStore>> S3CheckpointStore::Open(const std::
       new S3CheckpointStore(std::move(name), std::move(url), std::move(client), options));
 }
 
-Status S3CheckpointStore::CheckUsable() {
+Status S3CheckpointStore::CheckReadable() {
   if (client_->config().access_key.empty()) {
     return Status::FailedPrecondition(
         root_ +
@@ -46,6 +46,11 @@ Status S3CheckpointStore::CheckUsable() {
   }
   Status s = client_->HeadBucket(url_.bucket);
   if (!s.ok()) return Status::FailedPrecondition(root_ + ": " + s.message());
+  return Status::Ok();
+}
+
+Status S3CheckpointStore::CheckUsable() {
+  FT_RETURN_IF_ERROR(CheckReadable());
   std::random_device rd;
   const std::string nonce = std::to_string(::getpid()) + "-" + std::to_string(rd());
   const data::S3Url probe = Url(S3ProbeKey(url_.key, nonce));

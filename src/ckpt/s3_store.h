@@ -50,6 +50,9 @@ class S3CheckpointStore {
   // twice conditionally must be refused the second time; it is deleted afterwards). Touches
   // no checkpoint.
   Status CheckUsable();
+  // The readers' check (list, latest, verify, restore): credentials and the bucket, no probe
+  // write, so read-only credentials do.
+  Status CheckReadable();
 
   // Job start: records `generation` in PREFIX/FENCE unless a newer one is there
   // (FailedPrecondition: this job is older than the root's owner).

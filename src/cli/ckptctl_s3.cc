@@ -19,10 +19,13 @@ namespace {
 
 namespace po = boost::program_options;
 
+// Writers (mirror, prune) get the full start-up check, the conditional-write probe included;
+// readers only the credentials and the bucket, so read-only credentials do.
 StatusOr<std::unique_ptr<ckpt::S3CheckpointStore>> OpenChecked(const std::string& root,
-                                                               ckpt::S3StoreOptions o = {}) {
+                                                               ckpt::S3StoreOptions o = {},
+                                                               bool writer = false) {
   FT_ASSIGN_OR_RETURN(auto store, ckpt::S3CheckpointStore::Open(root, o));
-  FT_RETURN_IF_ERROR(store->CheckUsable());
+  FT_RETURN_IF_ERROR(writer ? store->CheckUsable() : store->CheckReadable());
   return store;
 }
 
@@ -111,7 +114,7 @@ int S3Verify(const std::string& root, bool all, bool json, int threads) {
 }
 
 int S3Prune(const std::string& root, int keep, bool abandoned, bool dry_run) {
-  auto store = OpenChecked(root);
+  auto store = OpenChecked(root, {}, /*writer=*/true);
   if (!store.ok()) return Fail("ckptctl prune", store.status());
   auto deleted = (*store)->Prune(keep, abandoned, dry_run);
   if (!deleted.ok()) return Fail("ckptctl prune", deleted.status());
@@ -152,7 +155,7 @@ int Mirror(int argc, char** argv) {
   o.upload.part_bytes = uint64_t(part_mb) << 20;
   o.upload.threads = threads;
   o.upload.max_bytes_per_s = static_cast<int64_t>(max_mb_per_s * 1e6);
-  auto store = OpenChecked(args[1], o);
+  auto store = OpenChecked(args[1], o, /*writer=*/true);
   if (!store.ok()) return Fail(prog, store.status());
   auto out = (*store)->Upload(*dir, generation);
   if (!out.ok()) return Fail(prog, out.status());
