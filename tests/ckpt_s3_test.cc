@@ -294,6 +294,23 @@ TEST(CkptS3, DamagedObjectIsCorruption) {
   ASSERT_TRUE(s3->client()->Get({kBucket, key}, &bytes).ok());
   bytes[bytes.size() / 2] ^= 0x10;
   ASSERT_TRUE(s3->client()->Put({kBucket, key}, bytes).ok());
+  // A damaged local shard is never uploaded: step 5's upload stops before its commit.
+  const std::string fs5 = SaveSteps(dir, {5}) + "/" + StepDirName(5) + "/" + m->files[0].path;
+  {
+    std::string local = ::ftrain::testing::ReadFile(fs5);
+    local[local.size() / 3] ^= 0x01;
+    std::FILE* f = std::fopen(fs5.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(local.data(), 1, local.size(), f), local.size());
+    std::fclose(f);
+  }
+  auto bad_upload = s3->Upload(fs5.substr(0, fs5.rfind('/')), "g");
+  EXPECT_EQ(bad_upload.status().code(), Status::Code::kCorruption)
+      << bad_upload.status().ToString();
+  auto latest4 = s3->Latest();
+  ASSERT_TRUE(latest4.ok());
+  EXPECT_EQ(latest4->value_or(-1), 4);
+
   auto r = RunCommand(Ckptctl() + " verify " + Root("damaged") + " 2>&1", 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(Contains(r.output, "XXH3")) << r.output;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,11 @@ class S3Client {
   // A multipart upload of data[0, len): create, parts in parallel, complete (conditional when
   // options.if_none_match: false when the key exists). Any failure aborts the upload.
   StatusOr<bool> Upload(const S3Url& object, const uint8_t* data, uint64_t len,
+                        const UploadOptions& options);
+  // The same with the bytes read part by part: read(offset, n, out) fills out[0, n) (called
+  // concurrently from the upload threads), so at most `threads` parts are in memory at once.
+  using PartReader = std::function<Status(uint64_t offset, uint64_t n, uint8_t* out)>;
+  StatusOr<bool> Upload(const S3Url& object, uint64_t len, const PartReader& read,
                         const UploadOptions& options);
   Status AbortUpload(const S3Url& object, const std::string& upload_id);
   // Unfinished multipart uploads whose key starts with prefix.key.

@@ -151,6 +151,17 @@ Status S3Client::AbortUpload(const S3Url& object, const std::string& upload_id) 
 
 StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64_t len,
                                 const UploadOptions& o) {
+  return Upload(
+      object, len,
+      [data](uint64_t off, uint64_t n, uint8_t* out) {
+        std::memcpy(out, data + off, n);
+        return Status::Ok();
+      },
+      o);
+}
+
+StatusOr<bool> S3Client::Upload(const S3Url& object, uint64_t len, const PartReader& read,
+                                const UploadOptions& o) {
   if (o.part_bytes == 0 || o.threads < 1) {
     return Status::InvalidArgument("upload of " + object.ToString() +
                                    ": part_bytes and threads must be positive");
@@ -171,6 +182,7 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
   Status first_error;  // guarded by mu
   const int threads = std::min(o.threads, n_parts);
   auto worker = [&] {
+    std::vector<uint8_t> buf;  // this thread's part
     for (int i = next++; i < n_parts; i = next++) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -181,8 +193,15 @@ StatusOr<bool> S3Client::Upload(const S3Url& object, const uint8_t* data, uint64
           MakeSend(*this, "PUT", object,
                    "partNumber=" + std::to_string(i + 1) + "&uploadId=" + S3UriEncode(id, false),
                    "part " + std::to_string(i + 1) + " of " + std::to_string(n_parts));
-      r.body = data + off;
       r.body_len = std::min<uint64_t>(o.part_bytes, len - off);
+      buf.resize(r.body_len);
+      Status rs = read(off, r.body_len, buf.data());
+      if (!rs.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = rs.Annotate("reading part " + std::to_string(i + 1));
+        return;
+      }
+      r.body = buf.data();
       r.max_bytes_per_s =
           o.max_bytes_per_s > 0 ? std::max<int64_t>(1, o.max_bytes_per_s / threads) : 0;
       parts[i].number = i + 1;
