@@ -336,6 +336,21 @@ TEST(CkptS3, BadStoresExitTwoBeforeTouchingAnything) {
                  60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "AWS_ACCESS_KEY_ID")) << r.output;
+  // Access denied (moto checking keys: ours is no IAM user's): the message names the bucket,
+  // the operation and the variables to check, and never the secret.
+  auto auth = [](const char* on) {
+    return RunCommand("curl -sf -X POST --data " + std::string(on) + " " + MotoEndpoint() +
+                          "/moto-api/reset-auth -H 'Content-Type: text/plain'",
+                      30);
+  };
+  ASSERT_EQ(auth("0").exit_code, 0);
+  r = RunCommand(Ckptctl() + " mirror " + ck + " " + Root("denied") + " 2>&1", 60);
+  ASSERT_EQ(auth("inf").exit_code, 0);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "HEAD s3://" + std::string(kBucket))) << r.output;
+  EXPECT_TRUE(Contains(r.output, "AWS_ACCESS_KEY_ID")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "AWS_ENDPOINT_URL")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "secret/for+tests")) << r.output;
   // A store that ignores If-None-Match: fencing cannot work there.
   auto [endpoint, pid] = StartProxy(dir, {"--strip-if-none-match"});
   r = RunCommand("AWS_ENDPOINT_URL=" + endpoint + " " + Ckptctl() + " mirror " + ck + " " +
