@@ -18,6 +18,7 @@
 #include "daemon/peer_wire.h"
 #include "daemon/server.h"
 #include "daemon/shm_slots.h"
+#include "records/launch_context.h"
 
 namespace {
 
@@ -39,6 +40,7 @@ struct Flags {
   double memory_gb = 8, max_mb_s = 0;
   int64_t test_uid = -1;
   std::string secret_file;
+  ftrain::records::LaunchContext launch;  // read once, here
 };
 
 po::options_description DescribeFlags(Flags* f) {
@@ -105,7 +107,7 @@ Status CheckServing(Flags* f) {
   if (::stat(o.run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Bad("--run-dir '" + o.run_dir + "' does not exist or is not a directory");
   }
-  if (o.node.empty()) o.node = ftrain::ckpt::proto::DefaultNodeId();
+  if (o.node.empty()) o.node = f->launch.CkptdNodeId();
   if (!ftrain::ckpt::proto::IsSafeNodeId(o.node))
     return Bad("--node '" + o.node + "' must be [A-Za-z0-9._-]{1,64}");
   if (f->threads < 1 || f->threads > 64)
@@ -141,8 +143,9 @@ Status CheckPeers(Flags* f, const po::variables_map& vm) {
     return Bad("buddy replication needs --job-id (or $SLURM_JOB_ID): it is part of the handshake");
   if (!ftrain::ckptd::peer::IsSafeJobId(p.job))
     return Bad("--job-id '" + p.job + "' must be [A-Za-z0-9._-]{1,64}");
-  auto secret = !f->secret_file.empty() ? ftrain::ckptd::peer::ReadSecretFile(f->secret_file)
-                                        : ftrain::ckptd::peer::SecretFromEnv();
+  auto secret = !f->secret_file.empty()
+                    ? ftrain::ckptd::peer::ReadSecretFile(f->secret_file)
+                    : ftrain::ckptd::peer::SecretFromEnvValue(std::getenv("FTRAIN_JOB_SECRET"));
   if (!secret.ok()) {
     if (secret.status().code() == Status::Code::kNotFound) {
       return Bad(
@@ -229,6 +232,8 @@ int main(int argc, char** argv) {
   const Status log = ftrain::cli::InitLogLevel(&argc, argv);  // --log-level, FTRAIN_LOG_LEVEL
   if (!log.ok()) return ftrain::cli::Fail(prog, log);
   Flags f;
+  f.launch = ftrain::records::LaunchContext::FromEnvironment();
+  f.o.job_id = f.launch.job_id;
   const po::options_description opts = DescribeFlags(&f);
   po::variables_map vm;
   Status s = ftrain::cli::ParseFlags(prog, argc, argv, opts, {}, &vm);

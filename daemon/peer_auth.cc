@@ -81,8 +81,7 @@ StatusOr<std::string> ReadSecretFile(const std::string& path) {
   return s;
 }
 
-StatusOr<std::string> SecretFromEnv() {
-  const char* e = std::getenv("FTRAIN_JOB_SECRET");
+StatusOr<std::string> SecretFromEnvValue(const char* e) {
   if (e == nullptr || *e == '\0') return Status::NotFound("FTRAIN_JOB_SECRET is not set");
   std::string s = e;
   FT_RETURN_IF_ERROR(CheckLength(&s, "FTRAIN_JOB_SECRET"));

@@ -21,8 +21,9 @@ constexpr size_t kMaxSecretBytes = 4096;
 // other permission bits (0600 or 0400), 16..4096 bytes (one trailing newline is dropped).
 // Errors say what to fix.
 StatusOr<std::string> ReadSecretFile(const std::string& path);
-// The secret of FTRAIN_JOB_SECRET (same length rules); NotFound when unset.
-StatusOr<std::string> SecretFromEnv();
+// The secret given in FTRAIN_JOB_SECRET, `value` as ckptd's main read it (same length rules);
+// NotFound when unset or empty.
+StatusOr<std::string> SecretFromEnvValue(const char* value);
 
 // HMAC-SHA256(secret, role || nonce_c || nonce_s || u32 len || job), role "server"/"client".
 std::string ProofOf(const std::string& secret, const std::string& role, const std::string& nonce_c,

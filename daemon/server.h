@@ -34,6 +34,7 @@ struct ServerOptions {
   int slots_per_rank = 2;
   uid_t allowed_uid = 0;  // the job's user (getuid() unless a test says otherwise)
   std::string prom_dir;   // --prom-dir: node_exporter textfile directory; "" = none
+  std::string job_id;     // SLURM_JOB_ID as main read it (the Prometheus labels); "" = none
   PeerOptions peer;       // buddy replication (server_peer.cc)
 };
 

@@ -18,8 +18,8 @@ double Now() {
 
 Status Server::OpenPromFile() {
   if (options_.prom_dir.empty()) return Status::Ok();
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const bool have_job = job != nullptr && *job != '\0';
+  const std::string& job = options_.job_id;
+  const bool have_job = !job.empty();
   PromLabels labels;
   if (have_job) labels.push_back({"slurm_job_id", job});
   labels.push_back({"node", options_.node});

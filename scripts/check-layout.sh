@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Layout gate (docs/design.md is the code map): fails when a source folder (a directory under
 # src/ or daemon/ holding a tracked or new file) is not named in docs/design.md as `src/...`
-# in backticks, or when docs/design.md names such a folder that does not exist. Run by
-# scripts/check-style.sh (ctest `style`). Changes nothing.
+# in backticks, or when docs/design.md names such a folder that does not exist; and when a
+# library file below the mains reads the environment (getenv) without being one of the
+# exceptions listed below with its reason: the launch facts (job, node, rank, fence epoch) come
+# from records::LaunchContext, parsed once in each main. Run by scripts/check-style.sh (ctest
+# `style`). Changes nothing.
 # usage: scripts/check-layout.sh        (exit 0 clean, 1 findings, 2 not a git checkout)
 set -euo pipefail
 
@@ -41,7 +44,43 @@ for d in "${named[@]}"; do
     failed=1
   fi
 done
+
+# Library files that may read the environment, and why. Everything else gets its launch facts
+# from records::LaunchContext (src/records/launch_context.cc, read in each main: src/cli/,
+# daemon/ckptd_main.cc) and its settings from its config.
+declare -A getenv_ok=(
+  [src/records/launch_context.cc]="the one reader of the launch facts, called by the mains"
+  [src/core/log.cc]="FTRAIN_LOG_LEVEL, read by InitLogLevel for every binary"
+  [src/core/fault_inject.cc]="FTRAIN_FAULT: test-only fault injection"
+  [src/core/env.cc]="FTRAIN_CRASH_TRACE: test-only crash points"
+  [src/core/env_posix.cc]="FTRAIN_CRASH_AT/_RANK: test-only crash points"
+  [src/comm/context.cc]="the rendezvous: who am I is comm/world.h's (PMIx, Slurm, torchrun)"
+  [src/comm/gloo_comm.cc]="GLOO_SOCKET_IFNAME, Gloo's own variable"
+  [src/comm/nccl_comm.cc]="NCCL's own variables, echoed in errors"
+  [src/train/device/device.cc]="CUDA's and LibTorch's own variables, where the device is bound"
+  [src/train/telemetry/gpu_health.cc]="CUDA_VISIBLE_DEVICES, CUDA's own, to name the GPU"
+  [src/train/trainer.cc]="FTRAIN_SKIP_MEMORY_CHECK: test-only"
+  [src/data/source/s3.cc]="the AWS credential chain (AWS_*), as the AWS SDKs read it"
+  [src/data/pack/input_files_s3.cc]="FTRAIN_S3_PART_BYTES: test-only part size"
+  [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains"
+  [src/orch/job_runner.cc]="FTRAIN_* knobs of the controller's I/O runner"
+  [src/orch/agent_runner.cc]="FTRAIN_* knobs of the agent's I/O runner"
+  [src/orch/slurm.cc]="TMPDIR for the Slurm CLI's scratch files"
+)
+mapfile -t readers < <(git ls-files --cached --others --exclude-standard -- src daemon |
+  grep -E '\.(cc|h)$' | grep -v -E '^src/cli/|_main\.cc$' |
+  while IFS= read -r f; do
+    if [ -e "${f}" ] && grep -E 'getenv\(' "${f}" >/dev/null; then echo "${f}"; fi
+  done)
+for f in "${readers[@]}"; do
+  if [ -z "${getenv_ok[${f}]:-}" ]; then
+    echo "check-layout: ${f} reads the environment (getenv) below the mains: take the value" \
+      "from records::LaunchContext or the component's config, or list the file here with why" >&2
+    failed=1
+  fi
+done
 if [ "${failed}" -eq 0 ]; then
-  echo "check-layout: ${#actual[@]} source folders, each named in ${DESIGN}"
+  echo "check-layout: ${#actual[@]} source folders, each named in ${DESIGN};" \
+    "${#readers[@]} library files read the environment, each a listed exception"
 fi
 exit "${failed}"

@@ -35,7 +35,8 @@ export FTRAIN_STORAGE_OUTAGE_S="${FTRAIN_STORAGE_OUTAGE_S:-1800}"     # exit 74 
 export FTRAIN_HEALTH_TIMEOUT_S="${FTRAIN_HEALTH_TIMEOUT_S:-20}"      # a node that cannot run `true` in this is down
 export FTRAIN_HEALTH_WAIT_S="${FTRAIN_HEALTH_WAIT_S:-300}"        # then wait this long for Slurm to requeue, else requeue
 export FTRAIN_STOP_TIMEOUT_S="${FTRAIN_STOP_TIMEOUT_S:-90}"        # USR1 -> the ranks' checkpoint must end within this
-export FTRAIN_USR1_LEAD_S="${FTRAIN_USR1_LEAD_S:-120}"          # the lead of --signal=B:USR1@120 above: keep them equal
+# FTRAIN_USR1_LEAD_S: unset (the default), a USR1's lead is what Slurm says is left (the job's
+# EndTime, the partition's GraceTime), else 120, the @120 above; set it to override them.
 export FTRAIN_TERM_ASK_S="${FTRAIN_TERM_ASK_S:-10}"            # TERM and slurmctld does not answer: ask this long, then requeue
 export FTRAIN_REQUEUE_RETRY_S="${FTRAIN_REQUEUE_RETRY_S:-180}"    # budget of a requeue not racing the time limit (node/rank failure)
 export FTRAIN_LEASE_RETRY_S="${FTRAIN_LEASE_RETRY_S:-60}"        # the run lease cannot be renewed (I/O error): retry this long, then requeue

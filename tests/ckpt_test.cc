@@ -867,7 +867,7 @@ TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
   TempDir tmp;
   CheckpointStore store(tmp.path());
   const std::string old_gen = "000001700000000-0000000a", new_gen = "000001700000999-0000000b";
-  ASSERT_LT(old_gen, ckpt::NewGeneration());
+  ASSERT_LT(old_gen, ckpt::NewGeneration(0));
   auto meta_of = [&](const std::string& g) {
     ckpt::CheckpointMeta m = FixtureMeta(5, 2);
     m.generation = g;
@@ -960,7 +960,7 @@ std::string GenerationOf(const std::string& partial) {
 TEST(CkptFencing, APartialIsNeverVisibleWithoutItsGeneration) {
   TempDir tmp;
   const std::string partial = tmp.path() + "/step-00000007.partial";
-  const std::string gen = ckpt::NewGeneration();
+  const std::string gen = ckpt::NewGeneration(0);
   int looks = 0;
   std::vector<std::string> bare;
   HookEnv env([&](const std::string& op, const std::string& path, bool) {

@@ -4,7 +4,10 @@
 // dead claimant only, the Slurm-view requeue). Milliseconds, no processes.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "orch/agent_policy.h"
+#include "orch/topology.h"
 
 namespace ftrain::orch {
 namespace {
@@ -36,14 +39,82 @@ TEST(Daemon, AStopIsAStopWhateverTheExitCode) {
   EXPECT_EQ(d.kind, DaemonDecision::Kind::kStopped);
 }
 
-TEST(Ring, TheBuddyIsTheNextLiveNode) {
-  EXPECT_EQ(BuddyOf({"n1", "n2", "n3"}, "n3"), "n1");
-  EXPECT_EQ(BuddyOf({"n1", "n2", "n3"}, "n1"), "n2");
-  EXPECT_EQ(BuddyOf({"n1"}, "n1"), "");
-  EXPECT_EQ(BuddyOf({"n1", "n2"}, "n9"), "");
+std::vector<std::string> Ring(int n) {
+  std::vector<std::string> r;
+  for (int i = 0; i < n; ++i) r.push_back("n" + std::to_string(i));
+  return r;
+}
+
+// Hole 12: the buddy is the far side of the ring (i + N/2), not the next host name (its rack
+// neighbour); one shift for the ring, so every node holds exactly one replica.
+TEST(Ring, TheBuddyIsTheFarSideOfTheRingForOneToNineNodes) {
+  EXPECT_EQ(BuddyOf(Ring(1), "n0"), "");  // alone: no replication
+  for (int n = 2; n <= 9; ++n) {
+    const auto ring = Ring(n);
+    std::map<std::string, int> held;  // buddy -> replicas it holds
+    for (int i = 0; i < n; ++i) {
+      const std::string b = BuddyOf(ring, ring[i]);
+      EXPECT_EQ(b, ring[(i + n / 2) % n]) << "N=" << n << " i=" << i;
+      EXPECT_NE(b, ring[i]);
+      ++held[b];
+    }
+    EXPECT_EQ(held.size(), static_cast<size_t>(n)) << "N=" << n;  // one replica per node
+    if (n >= 4) {  // never the next node nor the one before it
+      for (int i = 0; i < n; ++i) {
+        EXPECT_NE(BuddyOf(ring, ring[i]), ring[(i + 1) % n]) << "N=" << n;
+        EXPECT_NE(BuddyOf(ring, ring[i]), ring[(i + n - 1) % n]) << "N=" << n;
+      }
+    }
+  }
+  EXPECT_EQ(BuddyOf(Ring(2), "n0"), "n1");  // N = 2: each the other's
+  EXPECT_EQ(BuddyOf(Ring(2), "n1"), "n0");
+  EXPECT_EQ(BuddyOf(Ring(3), "n2"), "n0");  // odd N: (N-1)/2 on; n2 holds n1's replica
+  EXPECT_EQ(BuddyOf(Ring(5), "n4"), "n1");
+  EXPECT_EQ(BuddyOf({"n1", "n2"}, "n9"), "");  // not in the ring
   EXPECT_EQ(RingOf("42 n1 n3", "42", {"n1", "n2", "n3"}), (std::vector<std::string>{"n1", "n3"}));
   EXPECT_EQ(RingOf("41 n1 n3", "42", {"n1", "n2"}), (std::vector<std::string>{"n1", "n2"}));
   EXPECT_EQ(RingOf("", "42", {"n1"}), (std::vector<std::string>{"n1"}));
+}
+
+// With Slurm's topology the shift puts every buddy under another leaf switch when one can.
+TEST(Ring, WithATopologyTheBuddyIsUnderAnotherLeafSwitch) {
+  // Two racks interleaved in name order: N/2 = 2 would pair n0 with n2, same switch; shift 1
+  // (nearest to N/2 among the shifts that separate all) pairs every node across.
+  const auto ring = Ring(4);
+  const std::map<std::string, std::string> sw = {
+      {"n0", "s0"}, {"n1", "s1"}, {"n2", "s0"}, {"n3", "s1"}};
+  EXPECT_EQ(BuddyShift(ring, sw), 3u);  // ties 1 and 3; N/2+1 is tried before N/2-1
+  for (const auto& n : ring) EXPECT_NE(sw.at(BuddyOf(ring, n, sw)), sw.at(n)) << n;
+  // Racks in blocks (the usual case): the far side is already across.
+  const auto six = Ring(6);
+  const std::map<std::string, std::string> blocks = {{"n0", "a"}, {"n1", "a"}, {"n2", "a"},
+                                                     {"n3", "b"}, {"n4", "b"}, {"n5", "b"}};
+  EXPECT_EQ(BuddyShift(six, blocks), 3u);
+  // Three racks of 3, 3, 3 in blocks: N/2 = 4 separates all of them.
+  const auto nine = Ring(9);
+  std::map<std::string, std::string> three;
+  for (int i = 0; i < 9; ++i) three["n" + std::to_string(i)] = "s" + std::to_string(i / 3);
+  for (const auto& n : nine) EXPECT_NE(three.at(BuddyOf(nine, n, three)), three.at(n)) << n;
+  // One switch, or none known: the far side of the ring.
+  EXPECT_EQ(BuddyShift(six, {{"n0", "a"}, {"n3", "a"}}), 3u);
+  EXPECT_EQ(BuddyShift(six, {}), 3u);
+  // Unbalanced (five nodes on one switch, one on another): the most pairs apart, N/2 first.
+  std::map<std::string, std::string> lop = {{"n0", "a"}, {"n1", "a"}, {"n2", "a"},
+                                            {"n3", "a"}, {"n4", "a"}, {"n5", "b"}};
+  EXPECT_EQ(BuddyShift(six, lop), 3u);
+  EXPECT_EQ(BuddyShift({"x"}, lop), 0u);
+}
+
+TEST(Topology, LeafSwitchesAreTheLinesThatListNodes) {
+  const auto leaves = ParseLeafSwitches(
+      "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=n[0-3]\n"
+      "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=n[4-7]\n"
+      "SwitchName=top Level=1 LinkSpeed=1 Switches=s[0-1]\n");
+  ASSERT_EQ(leaves.size(), 2u);
+  EXPECT_EQ(leaves[0], (std::pair<std::string, std::string>{"s0", "n[0-3]"}));
+  EXPECT_EQ(leaves[1], (std::pair<std::string, std::string>{"s1", "n[4-7]"}));
+  EXPECT_TRUE(ParseLeafSwitches("No topology information available").empty());
+  EXPECT_TRUE(ParseLeafSwitches("").empty());
 }
 
 // Hole 5: the watchers are a third and two thirds of the ring away from the batch host, never

@@ -166,7 +166,10 @@ TEST(Detector, ConfirmingAFailureWaitsForTheHeartbeatOnlyOfNodesThatDoNotAnswer)
   Detector d(Defaults(), &p, &clock);
   p.beats = {{"n1", "1"}, {"n2", "1"}};
   std::vector<std::string> logs;
-  auto sleep = [&clock](double s) { clock.Advance(s); };
+  auto sleep = [&clock](double s) {
+    clock.Advance(s);
+    return true;
+  };
   auto log = [&logs](const std::string& l) { logs.push_back(l); };
   EXPECT_FALSE(d.ConfirmAfterFailure({"n1", "n2"}, sleep, log));  // both answer: a rank failure
   EXPECT_TRUE(logs.empty());
@@ -177,6 +180,24 @@ TEST(Detector, ConfirmingAFailureWaitsForTheHeartbeatOnlyOfNodesThatDoNotAnswer)
   ASSERT_EQ(logs.size(), 1u);
   EXPECT_NE(logs[0].find("the slurmd of n2 does not answer: confirming by heartbeat"),
             std::string::npos);
+}
+
+// Hole 11: a signal during the confirmation ends it at once (the runner's sleep reads the
+// signalfd and says stop): nothing declared, the signal handled right after the answer.
+TEST(Detector, ASignalEndsTheConfirmationAtOnce) {
+  FakeClock clock;
+  FakeProber p;
+  Detector d(Defaults(), &p, &clock);
+  p.beats = {{"n1", "1"}, {"n2", "1"}};
+  p.tcp["n2"] = "timeout";  // confirmed only after the blip window: 12 s of sleeps
+  int sleeps = 0;
+  auto signalled = [&](double s) {
+    ++sleeps;
+    clock.Advance(s);
+    return false;  // a TERM came
+  };
+  EXPECT_FALSE(d.ConfirmAfterFailure({"n1", "n2"}, signalled, [](const std::string&) {}));
+  EXPECT_EQ(sleeps, 1);
 }
 
 }  // namespace

@@ -133,8 +133,12 @@ TEST(Scripts, TrainShDefaultsAreTheControllersDefaults) {
   EXPECT_EQ(bare->detect.blip_s, set->detect.blip_s);
   EXPECT_EQ(bare->detect.heartbeat_period_s, set->detect.heartbeat_period_s);
   EXPECT_EQ(bare->detect.detect_period_s, set->detect.detect_period_s);
-  // The USR1 lead documented is the #SBATCH line's.
-  EXPECT_NE(text.find("#SBATCH --signal=B:USR1@" + defaults["FTRAIN_USR1_LEAD_S"] + "\n"),
+  // The USR1 lead the controller assumes when Slurm does not say is the #SBATCH line's; train.sh
+  // leaves FTRAIN_USR1_LEAD_S unset (set, it overrides the job's EndTime and GraceTime).
+  EXPECT_EQ(defaults.count("FTRAIN_USR1_LEAD_S"), 0u);
+  EXPECT_FALSE(bare->usr1_lead_set);
+  EXPECT_NE(text.find("#SBATCH --signal=B:USR1@" +
+                      std::to_string(static_cast<int>(bare->usr1_lead_s)) + "\n"),
             std::string::npos);
 }
 

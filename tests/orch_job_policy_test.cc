@@ -88,6 +88,8 @@ class Sim {
     st.train_count = start_train_count;
     st.checkpoint = start_checkpoint;
     st.node_requeues = start_node_requeues;
+    st.job_end_wall = start_end_wall;
+    st.grace_s = start_grace_s;
     st.nodelist = "n[1-" + std::to_string(nodes.size()) + "]";
     On(st);
     Observation lease = Obs(K::kLease);
@@ -205,6 +207,7 @@ class Sim {
   int start_train_count = 0;                       // RUN/.submit/train-nodes-42 at the start
   std::string start_checkpoint = "step-00000010";  // the newest checkpoint at the start
   std::string start_node_requeues;                 // RUN/.node_requeues at the start
+  double start_end_wall = 0, start_grace_s = -1;   // EndTime, GraceTime (unknown)
   Decision last;
   std::vector<std::string> rules;
   std::vector<Action> actions;  // every action so far
@@ -279,6 +282,30 @@ TEST(JobPolicyStart, ALeaseHeldByAnotherLiveJobRefusesToTrain) {
   EXPECT_TRUE(sim.LastHas("record refused/lease_held"));
   EXPECT_EQ(sim.ExitCode(), 1);
   EXPECT_FALSE(sim.Did(Action::Kind::kCaptureSubmission));
+  EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
+}
+
+// Hole 15: another run's live job holds the checkpoint root's lease: exit 2, both run
+// directories named, nothing launched.
+TEST(JobPolicyStart, ACheckpointRootLeasedByAnotherRunRefusesToTrain) {
+  Sim sim;
+  Observation st = Obs(K::kStarted);
+  st.job = "43";
+  st.nodes = {"n3", "n4"};
+  sim.On(st);
+  Observation lease = Obs(K::kLease);
+  lease.ckpt_root_held = true;
+  lease.holder = "job 42 (on n1), epoch 1, run directory /runs/other";
+  lease.detail = "/shared/ckpt";
+  sim.On(lease);
+  EXPECT_EQ(sim.last.rule, "start.ckpt_root_held");
+  EXPECT_TRUE(
+      sim.LastHas("FAILED: checkpoint root /shared/ckpt is used by another run: job 42 "
+                  "(on n1), epoch 1, run directory /runs/other holds its lease; run "
+                  "/runs/r (job 43) does not train there"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record refused/ckpt_root_held"));
+  EXPECT_EQ(sim.ExitCode(), 2);
   EXPECT_FALSE(sim.Did(Action::Kind::kLaunch));
 }
 
@@ -580,6 +607,51 @@ TEST(JobPolicyStop, TheStopPathFitsTheUsr1LeadAndRequeuesBeforeAnyDrain) {
   }
   Sim sim(NoPreflight({{"FTRAIN_STOP_TIMEOUT_S", "300"}}));
   EXPECT_EQ(sim.policy().StopTimeout(), 95);
+}
+
+// Hole 15: the stop's budget comes from the job's real end. A USR1 that comes 200 s before
+// EndTime (the #SBATCH lead was raised, FTRAIN_USR1_LEAD_S left at 120) gives the ranks the
+// whole FTRAIN_STOP_TIMEOUT_S; one at a preemption with GraceTime 60 gives them 35 s (60 - the
+// kill grace, the requeue and the margin), not the 95 s of the configured lead; a user's
+// FTRAIN_USR1_LEAD_S overrides both.
+TEST(JobPolicyStop, TheStopBudgetComesFromEndTimeAndGraceTime) {
+  auto deadline_after_usr1 = [](Sim& sim) {
+    const double usr1_at = sim.t;
+    sim.Signal("USR1");
+    return sim.state().stop_deadline - usr1_at;
+  };
+  {
+    Sim sim(NoPreflight({{"FTRAIN_STOP_TIMEOUT_S", "150"}}));
+    sim.start_end_wall = 1.7e9 + 10000;
+    sim.StartTraining();
+    sim.t = 10000 - 200;
+    EXPECT_EQ(deadline_after_usr1(sim), 150);  // the old code: 95 (120 - 25)
+    EXPECT_TRUE(sim.LastHas("stop within 150 s (the job's EndTime is 200 s away)")) << sim.Text();
+  }
+  {
+    Sim sim(NoPreflight());
+    sim.start_end_wall = 1.7e9 + 86400;
+    sim.start_grace_s = 60;
+    sim.StartTraining();
+    sim.t = 5000;  // far from EndTime: a preemption
+    EXPECT_EQ(deadline_after_usr1(sim), 35);
+    EXPECT_TRUE(sim.LastHas("the partition's GraceTime is 60 s")) << sim.Text();
+  }
+  {
+    Sim sim(NoPreflight({{"FTRAIN_USR1_LEAD_S", "120"}}));
+    sim.start_end_wall = 1.7e9 + 86400;
+    sim.start_grace_s = 60;
+    sim.StartTraining();
+    sim.t = 5000;
+    EXPECT_EQ(deadline_after_usr1(sim), 90);  // the user's lead: 120 - 25, at most 90
+    EXPECT_TRUE(sim.LastHas("FTRAIN_USR1_LEAD_S=120")) << sim.Text();
+  }
+  {
+    Sim sim(NoPreflight());  // Slurm said nothing: the default lead
+    sim.StartTraining();
+    EXPECT_EQ(deadline_after_usr1(sim), 90);
+    EXPECT_TRUE(sim.LastHas("EndTime unknown: the default lead 120 s")) << sim.Text();
+  }
 }
 
 TEST(JobPolicyStop, RanksThatStopInTimeAreRequeuedWithoutTerm) {

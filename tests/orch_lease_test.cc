@@ -4,6 +4,7 @@
 // takers get one epoch each. The fence is the epoch, not a clock: a checkpoint generation of a
 // later epoch is newer whatever the nodes' clocks say. Files in a temp dir, milliseconds.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "orch/lease.h"
+#include "records/launch_context.h"
 #include "test_util.h"
 
 namespace ftrain::orch {
@@ -168,15 +170,73 @@ TEST_F(Lease, RacingTakersGetOneEpochEach) {
   EXPECT_EQ((*cur)->epoch, static_cast<int64_t>(won.load()));
 }
 
+// Hole 15: two runs share one checkpoint root. The root's lease (the same mechanism, its
+// holder naming the run directory) refuses the second run while the first one's job runs,
+// lets any job of the same run take it (the run lease decided between those), and passes to
+// the second run once the first run's job is gone.
+TEST(RootLease, TwoRunsOnOneCheckpointRootNeverBothHoldIt) {
+  TempDir tmp;
+  const std::string root = tmp.path() + "/ckpt";
+  ASSERT_TRUE(CreateDirs(Env::Default(), tmp.path() + "/runA").ok());
+  RunLease a_side(RootLeaseFile(root), RootLeaseDir(root));
+  RunLease b_side(RootLeaseFile(root), RootLeaseDir(root));  // another controller, same files
+  LeaseHolder a = Job("42");
+  a.run = CanonicalRunDir(tmp.path() + "/runA");
+  LeaseHolder b = Job("43");
+  b.run = CanonicalRunDir(tmp.path() + "/runB");
+  auto ra = a_side.Acquire(a, Running({"42", "43"}));
+  ASSERT_TRUE(ra.ok() && ra->ok);
+  auto rb = b_side.Acquire(b, Running({"42", "43"}));
+  ASSERT_TRUE(rb.ok());
+  EXPECT_FALSE(rb->ok);  // run A's job runs: run B does not train on its root
+  EXPECT_EQ(rb->holder.run, a.run);
+  EXPECT_NE(rb->holder.Describe().find("run directory " + a.run), std::string::npos)
+      << rb->holder.Describe();
+  // Another job of run A (a resubmission: new job id) takes it whatever Slurm says of 42.
+  LeaseHolder a2 = Job("44", 0, "42");
+  a2.run = a.run;
+  auto ra2 = a_side.Acquire(a2, Running({"42", "43", "44"}));
+  ASSERT_TRUE(ra2.ok() && ra2->ok);
+  EXPECT_EQ(ra2->holder.epoch, 2);
+  // Run A's jobs gone: run B takes the root over.
+  rb = b_side.Acquire(b, Running({"43"}));
+  ASSERT_TRUE(rb.ok() && rb->ok);
+  EXPECT_EQ(rb->holder.run, b.run);
+  // The run lease is unchanged by the `run` rule: a holder without it is judged as before.
+  TempDir run;
+  RunLease rl(run.path() + "/.lease", run.path() + "/.lease.d");
+  ASSERT_TRUE(rl.Acquire(Job("42"), Running({"42"}))->ok);
+  EXPECT_FALSE(rl.Acquire(Job("43"), Running({"42"}))->ok);
+}
+
+TEST(RootLease, ARootInsideTheRunDirectoryIsTheRunLeasesAlready) {
+  TempDir tmp;
+  const std::string run = tmp.path() + "/run";
+  ASSERT_TRUE(CreateDirs(Env::Default(), run + "/checkpoints").ok());
+  EXPECT_TRUE(PathInside(run + "/checkpoints", run));
+  EXPECT_TRUE(PathInside(run + "/", run));
+  EXPECT_TRUE(PathInside(run + "/sub/../checkpoints", run));
+  EXPECT_FALSE(PathInside(tmp.path() + "/run2/checkpoints", run));  // a prefix is not inside
+  EXPECT_FALSE(PathInside(tmp.path() + "/ckpt", run));
+  // Through a symbolic link: the run's checkpoints reached by another name are still inside.
+  ASSERT_EQ(symlink(run.c_str(), (tmp.path() + "/alias").c_str()), 0);
+  EXPECT_TRUE(PathInside(tmp.path() + "/alias/checkpoints", run));
+}
+
 // Hole 7: the fence is the lease's epoch. A generation of a later epoch is newer than any of an
 // earlier one and than any clock-made one, whatever the clocks of the nodes say.
 TEST(Fence, GenerationsFollowTheLeaseEpochNotAClock) {
-  setenv("FTRAIN_FENCE_EPOCH", "7", 1);
-  const std::string seven = ckpt::NewGeneration();
-  setenv("FTRAIN_FENCE_EPOCH", "12", 1);
-  const std::string twelve = ckpt::NewGeneration();
-  unsetenv("FTRAIN_FENCE_EPOCH");
-  const std::string clock = ckpt::NewGeneration();  // outside a job: the old clock-made form
+  // The epoch as a trainer's main reads it from `ftrain job`'s FTRAIN_FENCE_EPOCH.
+  auto epoch = [](const char* v) {
+    return records::LaunchContext::FromLookup([v](const char* name) {
+             return std::string(name) == "FTRAIN_FENCE_EPOCH" ? v : nullptr;
+           })
+        .fence_epoch;
+  };
+  const std::string seven = ckpt::NewGeneration(epoch("7"));
+  const std::string twelve = ckpt::NewGeneration(epoch("12"));
+  const std::string clock = ckpt::NewGeneration(epoch(nullptr));  // outside a job: clock-made
+  EXPECT_NE(ckpt::NewGeneration(epoch("12x"))[0], 'e');           // malformed: no epoch
   EXPECT_EQ(seven.substr(0, 16), "e000000000000007");
   EXPECT_LT(seven, twelve);
   EXPECT_LT(clock, seven);   // a fenced start always wins over an unfenced one

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/env.h"
 #include "records/json_lines.h"
+#include "records/launch_context.h"
 #include "records/node_faults.h"
 #include "records/restarts.h"
 #include "test_util.h"
@@ -96,13 +98,20 @@ TEST_F(Spools, ATornOrMalformedLineIsSkippedAndReported) {
   EXPECT_EQ(ReadFile(layout_.restarts()).find("step_fai"), std::string::npos);
 }
 
+// A LaunchContext as a main would read it from `vars` (NAME=VALUE).
+LaunchContext Launch(std::map<std::string, std::string> vars) {
+  return LaunchContext::FromLookup([vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
 TEST_F(Spools, UnderTheControllerTheTrainerWritesItsNodesSpool) {
-  setenv("FTRAIN_RECORDS_SPOOL", "1", 1);
-  setenv("SLURMD_NODENAME", "n7", 1);
-  ASSERT_TRUE(AppendForThisProcess(layout_, EncodeLine(Rec(1, "resumed"))).ok());
-  unsetenv("FTRAIN_RECORDS_SPOOL");
-  ASSERT_TRUE(AppendForThisProcess(layout_, EncodeLine(Rec(2, "fell_back"))).ok());
-  unsetenv("SLURMD_NODENAME");
+  const LaunchContext under_job =
+      Launch({{"FTRAIN_RECORDS_SPOOL", "1"}, {"SLURMD_NODENAME", "n7.cluster"}});
+  ASSERT_TRUE(AppendForThisProcess(layout_, under_job, EncodeLine(Rec(1, "resumed"))).ok());
+  const LaunchContext alone = Launch({{"SLURMD_NODENAME", "n7"}});
+  ASSERT_TRUE(AppendForThisProcess(layout_, alone, EncodeLine(Rec(2, "fell_back"))).ok());
   EXPECT_NE(ReadFile(layout_.restarts_spool("n7")).find("resumed"), std::string::npos);
   EXPECT_NE(ReadFile(layout_.restarts()).find("fell_back"), std::string::npos);  // on its own
 }
@@ -150,17 +159,11 @@ TEST_F(Spools, TheEnvCreatesNoFileThroughALink) {
 // environment and the reason; appended (not rewritten) by each failing rank; nothing is
 // written where no run directory exists, and a link in place of the file is refused.
 TEST_F(Spools, ANodeFaultLineNamesTheHostNodeAndRank) {
-  setenv("SLURMD_NODENAME", "n3", 1);
-  setenv("SLURM_NODEID", "2", 1);
-  setenv("SLURM_PROCID", "5", 1);
-  unsetenv("RANK");
-  ASSERT_TRUE(RecordNodeFault(tmp_.path(), "no usable GPU \"here\"").ok());
-  setenv("RANK", "4", 1);
-  ASSERT_TRUE(RecordNodeFault(tmp_.path(), "second").ok());
-  unsetenv("RANK");
-  unsetenv("SLURM_PROCID");
-  unsetenv("SLURM_NODEID");
-  unsetenv("SLURMD_NODENAME");
+  std::map<std::string, std::string> env = {
+      {"SLURMD_NODENAME", "n3"}, {"SLURM_NODEID", "2"}, {"SLURM_PROCID", "5"}};
+  ASSERT_TRUE(RecordNodeFault(tmp_.path(), Launch(env), "no usable GPU \"here\"").ok());
+  env["RANK"] = "4";
+  ASSERT_TRUE(RecordNodeFault(tmp_.path(), Launch(env), "second").ok());
   std::vector<std::pair<int, nlohmann::json>> lines;
   std::vector<std::string> warnings;
   ASSERT_TRUE(ReadJsonLines(layout_.node_faults(), &lines, &warnings).ok());
@@ -175,14 +178,46 @@ TEST_F(Spools, ANodeFaultLineNamesTheHostNodeAndRank) {
   NodeFaultWho nobody;
   nobody.host = "h";
   EXPECT_EQ(EncodeNodeFault(1.5, nobody, "x"), "{\"time\":1.5,\"host\":\"h\",\"reason\":\"x\"}");
-  EXPECT_TRUE(RecordNodeFault(tmp_.path() + "/missing", "x").ok());  // nothing to tell
+  EXPECT_TRUE(RecordNodeFault(tmp_.path() + "/missing", Launch(env), "x").ok());  // nothing to tell
   EXPECT_FALSE(std::ifstream(tmp_.path() + "/missing/node_faults.jsonl").good());
   const std::string victim = tmp_.path() + "/victim";
   std::ofstream(victim) << "keep\n";
   ASSERT_EQ(unlink(layout_.node_faults().c_str()), 0);
   ASSERT_EQ(symlink(victim.c_str(), layout_.node_faults().c_str()), 0);
-  EXPECT_FALSE(RecordNodeFault(tmp_.path(), "x").ok());
+  EXPECT_FALSE(RecordNodeFault(tmp_.path(), Launch(env), "x").ok());
   EXPECT_EQ(ReadFile(victim), "keep\n");
+}
+
+// The launch facts are read once, by the lookup a main gives; malformed numbers are unknown,
+// never a wrong rank or epoch.
+TEST(LaunchContextTest, ReadsTheLaunchFactsOnceAndRefusesMalformedNumbers) {
+  const LaunchContext c = Launch({{"SLURM_JOB_ID", "812"},
+                                  {"SLURMD_NODENAME", "gpu-a17.rack3"},
+                                  {"SLURM_NODEID", "3"},
+                                  {"RANK", "12"},
+                                  {"SLURM_PROCID", "9"},
+                                  {"FTRAIN_FENCE_EPOCH", "42"},
+                                  {"FTRAIN_RECORDS_SPOOL", "1"}});
+  EXPECT_EQ(c.job_id, "812");
+  EXPECT_EQ(c.node_name, "gpu-a17.rack3");
+  EXPECT_EQ(c.short_host, "gpu-a17");
+  EXPECT_EQ(c.node_index, 3);
+  EXPECT_EQ(c.rank, 12);  // RANK (ftrain launch, torchrun) before SLURM_PROCID
+  EXPECT_EQ(c.fence_epoch, 42);
+  EXPECT_TRUE(c.records_spool);
+  EXPECT_EQ(c.CkptdNodeId(), "gpu-a17.rack3");
+  const LaunchContext bad = Launch({{"SLURMD_NODENAME", "n1"},
+                                    {"SLURM_NODEID", "x"},
+                                    {"RANK", "-1"},
+                                    {"SLURM_PROCID", "7"},
+                                    {"FTRAIN_FENCE_EPOCH", "12x"},
+                                    {"FTRAIN_CKPTD_NODE", "d1"}});
+  EXPECT_EQ(bad.node_index, -1);
+  EXPECT_EQ(bad.rank, 7);
+  EXPECT_EQ(bad.fence_epoch, 0);
+  EXPECT_FALSE(bad.records_spool);
+  EXPECT_EQ(bad.CkptdNodeId(), "d1");
+  EXPECT_FALSE(Launch({}).node_name.empty());  // the host name
 }
 
 }  // namespace

@@ -55,16 +55,6 @@ bool IsSafeNodeId(const std::string& node) {
   }
   return true;
 }
-std::string DefaultNodeId() {
-  const char* e = std::getenv("FTRAIN_CKPTD_NODE");
-  if (e != nullptr && *e != '\0') return e;
-  const char* s = std::getenv("SLURMD_NODENAME");
-  if (s != nullptr && *s != '\0') return s;
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
 std::string EncodeHeader(MsgType type, uint32_t length) {
   return EncodeFrameHeader16(kMagic, kVersion, static_cast<uint16_t>(type), length);
 }

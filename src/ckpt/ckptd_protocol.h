@@ -153,9 +153,6 @@ std::string ShmPrefix(const std::string& run_dir, const std::string& node);  // 
 std::string ShmName(const std::string& run_dir, const std::string& node, int rank, int slot);
 // A node id usable in a directory name: [A-Za-z0-9._-], 1..64 chars.
 bool IsSafeNodeId(const std::string& node);
-// FTRAIN_CKPTD_NODE if set, else SLURMD_NODENAME (so that several slurmd on one host, as in
-// the local cluster, get one daemon each), else the host name.
-std::string DefaultNodeId();
 
 // A tensor kind / blob group / name that can become an HDF5 path component: [A-Za-z0-9._/-],
 // non-empty, no "..", no leading or trailing '/', no "//".

@@ -157,16 +157,13 @@ namespace {
 bool Older(const std::string& a, const std::string& b) { return a < b; }
 }  // namespace
 
-std::string NewGeneration() {
+std::string NewGeneration(int64_t fence_epoch) {
   std::random_device rd;
   char buf[64];
   // Under `ftrain job` the fence is the run lease's epoch for this launch (orch/lease.h): no
   // node's clock decides which writer is stale.
-  const char* epoch = std::getenv("FTRAIN_FENCE_EPOCH");
-  char* end = nullptr;
-  const long long e = epoch != nullptr ? std::strtoll(epoch, &end, 10) : 0;
-  if (epoch != nullptr && end != epoch && *end == '\0' && e > 0) {
-    std::snprintf(buf, sizeof(buf), "e%015lld-%08x", e, rd());
+  if (fence_epoch > 0) {
+    std::snprintf(buf, sizeof(buf), "e%015lld-%08x", static_cast<long long>(fence_epoch), rd());
     return buf;
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(

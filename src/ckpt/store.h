@@ -154,10 +154,11 @@ class CheckpointStore {
 };
 
 // A fresh generation id for a job start (rank 0 makes it and hands it to every rank): under
-// `ftrain job`, "e<the run lease's epoch, 15 digits>-<8 hex random>" (FTRAIN_FENCE_EPOCH: the
-// epoch the controller took for this launch; no clock involved), else "<unix ms, 15
-// digits>-<8 hex random>". Text order is age: every epoch one is newer than every clock one.
-std::string NewGeneration();
+// `ftrain job`, "e<the run lease's epoch, 15 digits>-<8 hex random>" (`fence_epoch` > 0: the
+// epoch the controller took for this launch, records::LaunchContext::fence_epoch; no clock
+// involved), else "<unix ms, 15 digits>-<8 hex random>". Text order is age: every epoch one
+// is newer than every clock one.
+std::string NewGeneration(int64_t fence_epoch);
 
 // Shared lock held by readers on a checkpoint directory (flock on its manifest), so rotation
 // never deletes a checkpoint being read. Released by the destructor or at process death.

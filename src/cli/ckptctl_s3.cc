@@ -148,7 +148,7 @@ int Mirror(int argc, char** argv) {
   if (s.ok() && !ckpt::IsS3Root(args[1]))
     s = Status::InvalidArgument("'" + args[1] + "' is not s3://BUCKET/PREFIX");
   if (!s.ok()) return Fail(prog, s);
-  if (generation.empty()) generation = ckpt::NewGeneration();
+  if (generation.empty()) generation = ckpt::NewGeneration(/*fence_epoch=*/0);  // a clock one
   auto dir = ckpt::ResolveCheckpointDir(args[0]);
   if (!dir.ok()) return Fail(prog, dir.status());
   ckpt::S3StoreOptions o;

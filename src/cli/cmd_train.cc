@@ -100,9 +100,10 @@ int RunTrain(int argc, char** argv) {
   auto tc = train::TrainConfig::Load(*config);
   if (!tc.ok()) return config_error(tc.status());
   int exit_code = 0;
+  const records::LaunchContext launch = records::LaunchContext::FromEnvironment();
   Status s = LocalDataReadable(tc->data.path);
   try {
-    if (s.ok()) s = train::RunTraining(*tc, &exit_code);
+    if (s.ok()) s = train::RunTraining(*tc, launch, &exit_code);
   } catch (const StatusError& e) {
     // The model validates its inputs by throwing (e.g. a token id outside the vocabulary).
     s = e.status();
@@ -123,7 +124,7 @@ int RunTrain(int argc, char** argv) {
     // RUN/node_faults.jsonl naming the host, so that `ftrain job` moves its ranks to a spare
     // or requeues without it (the same on every node: the job fails as a config error).
     if (s.IsNodeFault()) {
-      Status w = records::RecordNodeFault(tc->run_dir, s.message());
+      Status w = records::RecordNodeFault(tc->run_dir, launch, s.message());
       if (!w.ok()) FT_LOG(Warning) << "cannot record the node fault: " << w.message();
       return kExitNodeFault;
     }

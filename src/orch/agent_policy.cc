@@ -46,13 +46,51 @@ DaemonDecision OnDaemonExit(int rc, bool stopping, int restarts, int max_restart
   return d;
 }
 
-std::string BuddyOf(const std::vector<std::string>& ring, const std::string& node) {
-  for (size_t i = 0; i < ring.size(); ++i) {
-    if (ring[i] != node) continue;
-    const std::string& next = ring[(i + 1) % ring.size()];
-    return next == node ? "" : next;
+size_t BuddyShift(const std::vector<std::string>& ring,
+                  const std::map<std::string, std::string>& leaf_switch) {
+  const size_t n = ring.size();
+  if (n < 2) return 0;
+  // Switches as numbers (-1: unknown); the most pairs a shift can put apart.
+  std::map<std::string, int> ids;
+  std::vector<int> sw(n, -1);
+  size_t known = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = leaf_switch.find(ring[i]);
+    if (it == leaf_switch.end() || it->second.empty()) continue;
+    sw[i] = ids.emplace(it->second, static_cast<int>(ids.size())).first->second;
+    ++known;
   }
-  return "";
+  const size_t half = n / 2;
+  if (ids.size() < 2) return half;  // no topology, or one switch: the far side of the ring
+  // Shifts from N/2 outwards: N/2, N/2+1, N/2-1, ...; the first with the most pairs apart.
+  size_t best = half, best_apart = 0;
+  for (size_t d = 0; d < n; ++d) {
+    for (int sign : {+1, -1}) {
+      if (d == 0 && sign < 0) continue;
+      const long k = static_cast<long>(half) + sign * static_cast<long>(d);
+      if (k < 1 || k >= static_cast<long>(n)) continue;
+      size_t apart = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int a = sw[i], b = sw[(i + static_cast<size_t>(k)) % n];
+        if (a >= 0 && b >= 0 && a != b) ++apart;
+      }
+      if (apart > best_apart) {
+        best = static_cast<size_t>(k);
+        best_apart = apart;
+      }
+      if (best_apart == known) return best;  // every known node's buddy is under another switch
+    }
+  }
+  return best;
+}
+
+std::string BuddyOf(const std::vector<std::string>& ring, const std::string& node,
+                    const std::map<std::string, std::string>& leaf_switch) {
+  auto at = std::find(ring.begin(), ring.end(), node);
+  if (at == ring.end() || ring.size() < 2) return "";
+  const size_t i = static_cast<size_t>(at - ring.begin());
+  const std::string& buddy = ring[(i + BuddyShift(ring, leaf_switch)) % ring.size()];
+  return buddy == node ? "" : buddy;
 }
 
 // The others in ring order starting after the batch host: o[0..k-1]. The watchers are

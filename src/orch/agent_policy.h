@@ -5,9 +5,11 @@
 //
 // The batch host's watchers are chosen apart from it: two live nodes a third and two thirds of
 // the ring away from the batch host (not its neighbours in host-name order, which usually share
-// its rack and die with it). With spares the job is --no-kill: nobody else would notice.
+// its rack and die with it). With spares the job is --no-kill: nobody else would notice. The
+// buddy is placed away from its node the same way (issue 44, hole 12): see BuddyOf.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,8 +32,18 @@ DaemonDecision OnDaemonExit(int rc, bool stopping, int restarts, int max_restart
                             double backoff_s);
 
 // ---- the ring -------------------------------------------------------------------------------
-// The live node after `node` in `ring` ("" when alone or not in it).
-std::string BuddyOf(const std::vector<std::string>& ring, const std::string& node);
+// The node whose daemon holds `node`'s memory replica ("" when alone or not in `ring`): the
+// far side of the ring, node i's buddy is i + k mod N with one shift k for the whole ring, so
+// every node holds exactly one replica. Without a topology k = N/2 (N = 2: the other node;
+// odd N: the node (N-1)/2 further on, so a node's buddy and the node whose replica it holds
+// differ). With `leaf_switch` (node -> its leaf switch, `scontrol show topology`; nodes
+// missing from it count as unknown) k is the shift that puts the most buddies under another
+// leaf switch than their node, the nearest to N/2 among equals.
+std::string BuddyOf(const std::vector<std::string>& ring, const std::string& node,
+                    const std::map<std::string, std::string>& leaf_switch = {});
+// That shift (0 when the ring has fewer than 2 nodes).
+size_t BuddyShift(const std::vector<std::string>& ring,
+                  const std::map<std::string, std::string>& leaf_switch);
 // 1 or 2 when `node` watches `batch_host` (first or second watcher), 0 otherwise.
 int WatcherRank(const std::vector<std::string>& ring, const std::string& batch_host,
                 const std::string& node);

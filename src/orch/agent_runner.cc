@@ -22,6 +22,7 @@
 #include "orch/probe.h"
 #include "orch/process.h"
 #include "orch/submission.h"
+#include "orch/topology.h"
 
 namespace ftrain::orch {
 namespace {
@@ -100,9 +101,14 @@ void AgentRunner::HeartbeatLoop() {
   }
 }
 
-// Points the daemon's buddy link at the peer-addr of the live node after this one.
+// Points the daemon's buddy link at the peer-addr of this node's buddy among the live nodes:
+// the far side of the ring, under another leaf switch when Slurm knows the topology.
 bool AgentRunner::PointBuddy(const std::vector<std::string>& ring) {
-  const std::string next = BuddyOf(ring, s_.node);
+  if (ring != buddy_ring_) {
+    buddy_ring_ = ring;
+    buddy_of_ring_ = BuddyOf(ring, s_.node, leaf_switch_);
+  }
+  const std::string next = buddy_of_ring_;
   if (next.empty() || next == buddy_) return true;
   const std::string link = layout_.daemon_buddy_addr(s_.node);
   const std::string target = layout_.daemon_peer_addr(next);
@@ -223,7 +229,14 @@ int AgentRunner::Run() {
   job_nodelist_ = nodes.ok() ? *nodes : std::vector<std::string>{s_.node};
   const std::vector<std::string> ring =
       RingOf(ReadTextOr(layout_.job_nodes()), job_, job_nodelist_);
-  if (s_.replication) PointBuddy(ring);
+  if (s_.replication) {
+    leaf_switch_ = LeafSwitchOfNodes(&slurm);
+    if (!leaf_switch_.empty()) {
+      Log("buddy replication: Slurm's topology places the buddy under another leaf switch (" +
+          std::to_string(leaf_switch_.size()) + " nodes known)");
+    }
+    PointBuddy(ring);
+  }
   const std::vector<std::string> peer = PeerArgs();
   (void)CreateDirs(Env::Default(), layout_.logs());
   std::thread hb([this] { HeartbeatLoop(); });

@@ -7,12 +7,14 @@
 //     whether the daemon answers on this node (through its socket, on this node: the only
 //     place a Unix socket can be reached), which is how the controller learns readiness.
 //   - A follower thread reads RUN/.job-nodes every FTRAIN_AGENT_PERIOD_S: it points the
-//     daemon's buddy link at the next live node (replication) and, on the two watchers of the
+//     daemon's buddy link at its buddy among the live nodes (replication; BuddyOf: the far
+//     side of the ring, or under another leaf switch) and, on the two watchers of the
 //     batch host, drives WatcherPolicy: the batch host's heartbeat and slurmd (orch/detect.h),
 //     Slurm's view of it (spares), the claim, the run lease, the resubmission, the cancel.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -58,6 +60,11 @@ class AgentRunner {
   int restart_count_ = 0;
   std::vector<std::string> job_nodelist_;
   std::string buddy_;
+  // node -> leaf switch (orch/topology.h), read once before the follower thread starts, then
+  // read-only; the buddy computed for `buddy_ring_` (the shift is O(N^2) at worst).
+  std::map<std::string, std::string> leaf_switch_;
+  std::vector<std::string> buddy_ring_;
+  std::string buddy_of_ring_;
   std::mutex log_mu_;  // guards stdout between the threads
   std::atomic<bool> stop_{false};
   std::atomic<int> daemon_pid_{0};

@@ -7,8 +7,10 @@
 //     the shared file system, `HeartbeatLine`); its silence is measured on the watcher's
 //     monotonic clock from the last time the counter was seen to change (no clocks compared,
 //     so a clock step or skew is never silence);
-//   - the node's slurmd: a TCP connect to NodeAddr:Port (refused: the kernel says nothing
-//     listens, the slurmd died; timeout: the host is gone, or the network is);
+//   - the node's slurmd: a TCP connect to NodeAddr:Port (refused: the node's kernel says
+//     nothing listens, the slurmd died; timeout: the host is gone, or the network is;
+//     unreachable (ENETUNREACH, EHOSTUNREACH): this side's network or a router said no, judged
+//     like a timeout, never dead at once);
 //   - the watcher's own view: a probe timeout convicts only when another node's slurmd (or
 //     slurmctld) still answers from here and the silence outlasted FTRAIN_BLIP_S, so a network
 //     or file-system blip of a few seconds convicts nobody, and a watcher cut off itself
@@ -19,7 +21,9 @@
 // "late" (once per silence), never dead.
 //
 // The decisions (HeartbeatMonitor, Judge) are pure; Detector does the I/O through the
-// Prober interface (SlurmCli-backed in orch/slurm.h, fakes in the tests).
+// Prober interface (SlurmCli-backed in orch/slurm.h, fakes in the tests). With AsyncProbes
+// (orch/probe_async.h, the job controller's) the probes run on threads of their own and a look
+// only reads heartbeats and takes the probes' finished answers: it never waits on a network.
 #pragma once
 
 #include <functional>
@@ -73,9 +77,11 @@ const char* VerdictName(Verdict v);
 // What the probes said about one silent node.
 struct Evidence {
   double silent_s = 0;
-  std::string tcp;                   // open | refused | timeout | unknown (no address)
-  bool others_answer = true;         // another node's slurmd (or slurmctld) answers from here
+  std::string tcp;            // open | refused | timeout | unreachable | unknown (no address)
+  bool others_answer = true;  // another node's slurmd (or slurmctld) answers from here
   std::optional<bool> task_started;  // asked only once silent past hung_after_s with tcp open
+  std::string address;               // the slurmd's "addr:port" (for the record; "" not asked)
+  double probe_s = -1;               // how long the probes took (-1: not measured)
 };
 Verdict Judge(const DetectSettings& s, const Evidence& e);
 // Whether Judge needs the task probe for this evidence (silent long enough, kernel answers).
@@ -96,6 +102,13 @@ class Prober {
   virtual bool OthersAnswer(const std::vector<std::string>& nodes, const std::string& except) = 0;
 };
 
+// The probes of one node silent for `silent_s`, in Judge's order: its slurmd, then the
+// watcher's own view or a task as the evidence needs them. Blocks for as long as they take.
+Evidence GatherEvidence(const DetectSettings& s, Prober* prober, const std::string& node,
+                        const std::vector<std::string>& nodes, double silent_s);
+
+class AsyncProbes;  // orch/probe_async.h
+
 // What a look found: a node declared (dead or hung) with its evidence, or a late one.
 struct Finding {
   std::string node;
@@ -106,24 +119,34 @@ struct Finding {
 
 class Detector {
  public:
-  Detector(DetectSettings s, Prober* prober, const Clock* clock)
-      : s_(s), prober_(prober), clock_(clock) {}
+  // With `async`, the probes run there and `prober` only reads heartbeats.
+  Detector(DetectSettings s, Prober* prober, const Clock* clock, AsyncProbes* async = nullptr)
+      : s_(s), prober_(prober), clock_(clock), async_(async) {}
   void Reset(const std::vector<std::string>& nodes) { monitor_.Reset(nodes, clock_->Monotonic()); }
   // One look at every node of `nodes` (read the heartbeats, probe the silent ones). Returns
-  // the first node declared dead or hung, else any late ones noted for the first time.
+  // the first node declared dead or hung, else any late ones noted for the first time. With
+  // AsyncProbes a silent node's probes are asked for and judged at a later look, once
+  // answered (an answer asked before the node's current silence began is dropped).
   std::vector<Finding> Look(const std::vector<std::string>& nodes);
   // After a failed step nobody declared: the nodes whose slurmd does not answer get the time
   // their heartbeat needs to confirm (refused: the heartbeat timeout; a timeout: the blip
-  // window) + 2 s. Returns the node declared, if any.
+  // window) + 2 s. Returns the node declared, if any. `sleep` waits and returns false when the
+  // wait must end at once (a signal came: nothing is declared). With AsyncProbes the nodes'
+  // slurmds are probed in parallel, and the wait for them is `sleep`'s too.
   std::optional<Finding> ConfirmAfterFailure(const std::vector<std::string>& nodes,
-                                             const std::function<void(double)>& sleep,
+                                             const std::function<bool(double)>& sleep,
                                              const std::function<void(const std::string&)>& log);
 
  private:
-  Finding Declare(const std::string& node, Verdict v, const Evidence& e, double probe_start);
+  Finding Declare(const std::string& node, Verdict v, const Evidence& e);
+  Finding Late(const std::string& node, const Evidence& e) const;
+  // Each node's slurmd, probed (in parallel with AsyncProbes); nothing when `sleep` said stop.
+  std::optional<std::map<std::string, std::string>> ProbeAll(
+      const std::vector<std::string>& nodes, const std::function<bool(double)>& sleep);
   DetectSettings s_;
   Prober* prober_;
   const Clock* clock_;
+  AsyncProbes* async_;
   HeartbeatMonitor monitor_;
 };
 

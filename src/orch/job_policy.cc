@@ -72,9 +72,13 @@ JobPolicy::JobPolicy(JobSettings settings) : s_(std::move(settings)) {
   st_.storage_backoff_s = kStorageBackoffS;
 }
 
-double JobPolicy::StopTimeout() const {
-  const double room = s_.usr1_lead_s - kKillGraceS - kRequeueBudgetS - kLeadMarginS;
+double JobPolicy::StopTimeout(double lead_s) const {
+  const double room = lead_s - kKillGraceS - kRequeueBudgetS - kLeadMarginS;
   return std::max(0.0, std::min(s_.stop_timeout_s, room));
+}
+
+StopLead JobPolicy::StopLeadNow() const {
+  return DeriveStopLead(s_.usr1_lead_s, s_.usr1_lead_set, st_.job_end, st_.wall);
 }
 
 // The stop paths (USR1, TERM, ranks that stopped with 75) race the time limit: the 15 s that
@@ -115,6 +119,7 @@ std::vector<std::string> JobPolicy::LiveNodes() const {
 
 Decision JobPolicy::On(const Observation& o) {
   using K = Observation::Kind;
+  if (o.wall > 0) st_.wall = o.wall;
   if (o.kind == K::kSignal) return OnSignal(o);
   switch (st_.phase) {
     case Phase::kStart:

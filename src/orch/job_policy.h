@@ -14,6 +14,7 @@
 
 #include "orch/job_types.h"
 #include "orch/settings.h"
+#include "orch/stop_lead.h"
 #include "records/exit_codes.h"
 
 namespace ftrain::orch {
@@ -66,6 +67,9 @@ struct JobState {
   bool watch_batch_host = false;
   bool stop_requested = false;
   double stop_deadline = -1, kill_at = -1;
+  double stop_budget_s = 0;  // the ranks' stop timeout of the current stop
+  JobEnd job_end;            // kStarted: EndTime, GraceTime (orch/stop_lead.h)
+  double wall = 0;           // the latest observation's wall clock (the stop's lead only)
   int injob_restarts = 0;
   double backoff_s = 0;
   double wait_until = -1, next_poll = -1, next_spare_check = -1;
@@ -163,9 +167,13 @@ class JobPolicy {
   explicit JobPolicy(JobSettings settings);
   Decision On(const Observation& o);
   const JobState& state() const { return st_; }
-  // The stop timeout actually used: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks'
-  // stop, the kill grace and the requeue's budget end inside the USR1 lead.
-  double StopTimeout() const;
+  // The stop timeout: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks' stop, the kill
+  // grace and the requeue's budget end inside the USR1 lead (FTRAIN_USR1_LEAD_S; with `lead_s`,
+  // that lead: a stop uses the one derived from EndTime/GraceTime, StopLeadNow).
+  double StopTimeout() const { return StopTimeout(s_.usr1_lead_s); }
+  double StopTimeout(double lead_s) const;
+  // The lead of a USR1 seen now (orch/stop_lead.h), from the facts of the start.
+  StopLead StopLeadNow() const;
   // The trainer's exit codes: records/exit_codes.h.
   static constexpr double kKillGraceS = 5;        // TERM -> KILL of a step that did not stop
   static constexpr double kRequeueBudgetS = 15;   // every try of the requeue, verified

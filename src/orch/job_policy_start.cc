@@ -21,6 +21,8 @@ using records::Field;
 
 Decision JobPolicy::Start(const Observation& o) {
   st_.job = o.job;
+  st_.job_end.end_wall = o.job_end_wall;
+  st_.job_end.grace_s = o.grace_s;
   st_.restart_count = o.restart_count;
   st_.resubmitted_from = o.resubmitted_from;
   st_.batch_host = o.batch_host;
@@ -61,6 +63,18 @@ Decision JobPolicy::Leased(const Observation& o) {
             {Log("run " + s_.run_dir + " is trained by " + o.holder +
                  ", which took this job's place: this start of job " + st_.job + " ends here"),
              Record("superseded", "lease", {records::Str("holder", o.holder)}), exit}};
+  }
+  if (o.ckpt_root_held) {
+    exit.code = 2;  // a configuration error: two runs configured on one checkpoint root
+    return {"start.ckpt_root_held",
+            {Log("FAILED: checkpoint root " + o.detail + " is used by another run: " + o.holder +
+                 " holds its lease; run " + s_.run_dir + " (job " + st_.job +
+                 ") does not train there (two runs on one checkpoint root would overwrite each "
+                 "other's checkpoints): give this run its own ckpt.root (or FTRAIN_CKPT_ROOT), "
+                 "or end the other run"),
+             Record("refused", "ckpt_root_held",
+                    {records::Str("holder", o.holder), records::Str("ckpt_root", o.detail)}),
+             exit}};
   }
   exit.code = 1;
   return {"start.lease_held",

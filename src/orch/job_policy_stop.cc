@@ -24,7 +24,7 @@ Decision JobPolicy::Stopping(const Observation& o) {
     Action term = Act(Action::Kind::kSignalStep);
     term.text = "TERM";
     return {"stop.deadline",
-            {Log("the ranks did not stop within " + Fmt(StopTimeout()) + " s of " +
+            {Log("the ranks did not stop within " + Fmt(st_.stop_budget_s) + " s of " +
                  st_.stop_signal + ": ending the step"),
              term}};
   }
@@ -81,14 +81,17 @@ Decision JobPolicy::StopRequest(const std::string& sig, double now) {
     case Phase::kTraining: {
       st_.stop_requested = true;
       st_.stop_signal = sig;
-      st_.stop_deadline = now + StopTimeout();
+      const StopLead lead = StopLeadNow();
+      st_.stop_budget_s = StopTimeout(lead.lead_s);
+      st_.stop_deadline = now + st_.stop_budget_s;
       st_.kill_at = -1;
       st_.phase = Phase::kStopping;
       Action fwd = Act(Action::Kind::kSignalStep);
       fwd.text = sig;
       return {"train.usr1",
               {Log(sig + (sig == "USR1" ? " (time limit or preemption)" : " while the job runs") +
-                   ": asking every rank to checkpoint and stop"),
+                   ": asking every rank to checkpoint and stop within " + Fmt(st_.stop_budget_s) +
+                   " s (" + lead.source + ")"),
                fwd}};
     }
     case Phase::kPreflight: {
@@ -161,7 +164,8 @@ Decision JobPolicy::JobStateKnown(const Observation& o) {
       // exits at once on a second TERM.
       st_.stop_requested = true;
       st_.stop_signal = "TERM";
-      st_.stop_deadline = o.now + StopTimeout();
+      st_.stop_budget_s = StopTimeout(StopLeadNow().lead_s);
+      st_.stop_deadline = o.now + st_.stop_budget_s;
       st_.kill_at = -1;
       st_.asked_from = Phase::kStopping;
       st_.term_stop_sent = true;

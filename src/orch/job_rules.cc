@@ -18,6 +18,11 @@ const std::vector<Rule> kRules = {
   {"start.lease_held", "lease", "the run lease is held by another live job",
    "log FAILED, record refused/lease_held, exit 1 (never two jobs on one run)",
    "another job holds the run (a second submission, a resubmission racing a requeue)"},
+  {"start.ckpt_root_held", "lease",
+   "the run lease is ours; the checkpoint root (outside the run directory) is leased by a live "
+   "job of another run",
+   "log FAILED naming both run directories, record refused/ckpt_root_held, exit 2",
+   "another run trains on the same checkpoint root (ckpt.root or FTRAIN_CKPT_ROOT shared)"},
   {"start.first", "lease", "leased; restart count 0, not a resubmission",
    "save the submission, record started/initial, reset the failed-start count", ""},
   {"start.requeued", "lease", "leased; restart count > 0",

@@ -19,6 +19,7 @@
 #include "core/env.h"
 #include "orch/files.h"
 #include "orch/probe.h"
+#include "orch/probe_async.h"
 #include "orch/process.h"
 #include "orch/quarantine.h"
 
@@ -83,7 +84,12 @@ JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* c
       lease_(layout_.lease(), layout_.lease_dir()),
       merger_(layout_) {
   prober_ = std::make_unique<SlurmProber>(layout_.heartbeats(), slurm_, s_.detect.probe_timeout_s);
-  detector_ = std::make_unique<Detector>(s_.detect, prober_.get(), clock_);
+  // The tick's probes run on threads with a Slurm client of their own (hole 11): a probe that
+  // hangs never holds up a signal.
+  async_probes_ = std::make_unique<AsyncProbes>(
+      s_.detect, std::make_shared<SlurmProber>(layout_.heartbeats(), std::make_unique<SlurmCli>(),
+                                               s_.detect.probe_timeout_s));
+  detector_ = std::make_unique<Detector>(s_.detect, prober_.get(), clock_, async_probes_.get());
 }
 
 JobRunner::~JobRunner() {
@@ -147,6 +153,12 @@ int JobRunner::Run() {
   if (!s_.spare_nodelist.empty()) {
     auto spares = slurm_->Hostnames(s_.spare_nodelist);
     if (spares.ok()) st.spare_list = *spares;
+  }
+  if (!s_.usr1_lead_set) {
+    // The stop's lead from what Slurm says of the job's end (orch/stop_lead.h); bounded.
+    const JobEnd end = ReadJobEnd(slurm_, ctx_.job);
+    st.job_end_wall = end.end_wall;
+    st.grace_s = end.grace_s;
   }
   ReadQuarantine(&st);
   ReadRunRecords(&st);

@@ -23,6 +23,7 @@
 #include "orch/detect.h"
 #include "orch/job_policy.h"
 #include "orch/lease.h"
+#include "orch/probe_async.h"
 #include "orch/slurm.h"
 #include "records/restarts.h"
 
@@ -53,6 +54,10 @@ class JobRunner {
   // Actions, by area.
   void Record(const Action& a);
   void AcquireLease();
+  // One lease's tries (slurmctld may be busy); `out`: lease_ok, epoch, holder, superseded.
+  // An error reading or writing the lease's files is returned (out: not lease_ok).
+  Status AcquireLeaseOn(RunLease* lease, const LeaseHolder& me, const JobAlive& alive,
+                        Observation* out);
   void CaptureSubmission();
   void RunPreflight();
   void Localise(const std::vector<std::string>& nodes);
@@ -117,7 +122,8 @@ class JobRunner {
   std::string metrics_at_failure_;               // metrics.jsonl's last line when the step ended
   size_t node_faults_at_launch_ = 0;  // RUN/node_faults.jsonl's size when the step started
   // Detection.
-  std::unique_ptr<Prober> prober_;
+  std::unique_ptr<Prober> prober_;             // heartbeats, and the probes after a failure
+  std::unique_ptr<AsyncProbes> async_probes_;  // the tick's probes (orch/probe_async.h)
   std::unique_ptr<Detector> detector_;
   std::vector<std::string> watch_;
   double next_tick_ = 0;

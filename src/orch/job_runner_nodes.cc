@@ -175,8 +175,20 @@ void JobRunner::ProbeHealth(const std::vector<std::string>& nodes) {
 }
 
 void JobRunner::ConfirmDeath(const std::vector<std::string>& nodes) {
-  auto f = detector_->ConfirmAfterFailure(
-      nodes, [](double s) { SleepS(s); }, [this](const std::string& l) { Log(l); });
+  // A signal ends the wait (nothing confirmed): the policy hears of it right after the answer.
+  auto sleep = [this](double s) {
+    signalfd_siginfo info{};
+    bool signalled = false;
+    while (read(sigfd_, &info, sizeof(info)) == sizeof(info)) {
+      Observation o = Obs(Observation::Kind::kSignal);
+      o.signal = info.ssi_signo == SIGUSR1 ? "USR1" : "TERM";  // INT: as TERM
+      pending_.push_back(o);
+      signalled = true;
+    }
+    if (!signalled) SleepS(s);
+    return !signalled;
+  };
+  auto f = detector_->ConfirmAfterFailure(nodes, sleep, [this](const std::string& l) { Log(l); });
   Observation o = Obs(Observation::Kind::kConfirmed);
   if (f) {
     o.node = f->node;

@@ -127,22 +127,50 @@ void JobRunner::AcquireLease() {
     return st == "RUNNING" || st == "CONFIGURING" || st == "SUSPENDED";
   };
   Observation o = Obs(Observation::Kind::kLease);
+  // An I/O error is in the observation already ("nobody known (...)": refused, exit 1).
+  (void)AcquireLeaseOn(&lease_, me, alive, &o);
+  if (o.lease_ok && !PathInside(ckpt_root_, s_.run_dir)) {
+    // The checkpoint root outside the run directory: another run must not train on it.
+    RunLease root(RootLeaseFile(ckpt_root_), RootLeaseDir(ckpt_root_));
+    LeaseHolder run_me = me;
+    run_me.run = CanonicalRunDir(s_.run_dir);
+    Observation r = Obs(Observation::Kind::kLease);
+    Status io = AcquireLeaseOn(&root, run_me, alive, &r);
+    if (!io.ok()) {
+      // An I/O error on the root (not another run's lease): the trainer meets the same root
+      // and says what is wrong with it; refusing here would turn a storage hiccup into a
+      // FAILED job.
+      Log("WARNING: could not take the checkpoint root's lease in " + ckpt_root_ + ": " +
+          io.message() + "; training without it");
+    } else if (!r.lease_ok) {
+      o.lease_ok = false;
+      o.ckpt_root_held = true;
+      o.holder = r.holder;
+      o.detail = ckpt_root_;
+    }
+  }
+  answers_.push_back(o);
+}
+
+Status JobRunner::AcquireLeaseOn(RunLease* lease, const LeaseHolder& me, const JobAlive& alive,
+                                 Observation* out) {
+  Observation& o = *out;
   for (int tries = 0; tries < 12; ++tries) {  // slurmctld may be busy: up to ~1 min
-    auto r = lease_.Acquire(me, alive);
+    auto r = lease->Acquire(me, alive);
     if (!r.ok()) {
       o.holder = "nobody known (" + r.status().message() + ")";
-      break;
+      return r.status();
     }
     o.lease_ok = r->ok;
     o.epoch = r->holder.epoch;
     o.holder =
         r->holder.Describe() + (r->unknown ? " (slurmctld could not say whether it runs)" : "");
     o.superseded = r->superseded;
-    if (r->ok) mine_ = r->holder;
+    if (r->ok && lease == &lease_) mine_ = r->holder;
     if (!r->unknown) break;
     std::this_thread::sleep_for(std::chrono::seconds(5));
   }
-  answers_.push_back(o);
+  return Status::Ok();
 }
 
 }  // namespace ftrain::orch

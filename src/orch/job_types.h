@@ -78,6 +78,10 @@ struct Observation {
   std::string nodelist;          // SLURM_JOB_NODELIST as given (for the log)
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
   int train_count = 0;  // kStarted: RUN/.submit/train-nodes-JOB (a requeue with fewer spares)
+  // kStarted: the job's EndTime (unix seconds, 0 unknown) and its partition's GraceTime (-1
+  // unknown), what the stop's budget is derived from (orch/stop_lead.h)
+  double job_end_wall = 0;
+  double grace_s = -1;
   // kStarted, kStepExited: RUN/quarantine.jsonl and RUN/hangs.jsonl as they are now
   std::vector<QuarantineLine> quarantine;
   std::vector<HangLine> hangs;
@@ -98,6 +102,9 @@ struct Observation {
   int64_t epoch = 0;
   std::string holder;       // who holds it, in words
   bool superseded = false;  // the holder is this job's resubmission
+  // kLease, not lease_ok: the run lease is ours but another run's job holds the checkpoint
+  // root's lease (holder names it and its run directory, detail the root; orch/lease.h)
+  bool ckpt_root_held = false;
   // kPreflightExited, kStepExited
   int rc = 0;
   std::string record_error, config_error;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <sstream>
 
@@ -59,12 +60,29 @@ std::string NewToken() {
 
 }  // namespace
 
+std::string RootLeaseFile(const std::string& ckpt_root) { return ckpt_root + "/.root-lease"; }
+std::string RootLeaseDir(const std::string& ckpt_root) { return ckpt_root + "/.root-lease.d"; }
+
+std::string CanonicalRunDir(const std::string& run_dir) {
+  std::error_code ec;
+  const auto p = std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir, ec), ec);
+  return ec ? run_dir : p.string();
+}
+
+bool PathInside(const std::string& path, const std::string& dir) {
+  std::string p = CanonicalRunDir(path), d = CanonicalRunDir(dir);
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return p == d || p.rfind(d == "/" ? d : d + "/", 0) == 0;
+}
+
 std::string LeaseHolder::Describe() const {
   std::string s = (role == "watcher" ? "the watcher on " + host + " of job " + job
                                      : "job " + job + " (on " + host + ")");
   s += ", epoch " + std::to_string(epoch);
   if (!handoff.empty()) s += ", handed to job " + handoff;
   if (!from.empty()) s += ", resubmitted from job " + from;
+  if (!run.empty()) s += ", run directory " + run;
   return s;
 }
 
@@ -73,6 +91,7 @@ std::string FormatHolder(const LeaseHolder& h) {
   o << "epoch=" << h.epoch << "\njob=" << h.job << "\nrestart=" << h.restart << "\nhost=" << h.host
     << "\nrole=" << h.role << "\nhandoff=" << h.handoff << "\nfrom=" << h.from
     << "\ntoken=" << h.token << "\n";
+  if (!h.run.empty()) o << "run=" << h.run << "\n";
   return o.str();
 }
 
@@ -102,6 +121,8 @@ std::optional<LeaseHolder> ParseHolder(const std::string& text) {
       h.from = v;
     } else if (k == "token") {
       h.token = v;
+    } else if (k == "run") {
+      h.run = v;
     }
   }
   if (!epoch) return std::nullopt;
@@ -167,7 +188,9 @@ StatusOr<LeaseResult> RunLease::Acquire(LeaseHolder me, const JobAlive& alive) {
       // run to another job meanwhile.
       const bool earlier_start = same_job && cur->restart <= me.restart && cur->handoff.empty();
       const bool handed_to_me = !cur->handoff.empty() && cur->handoff == me.job;
-      take = earlier_start || handed_to_me;
+      // The checkpoint root's lease: a job of the same run (the run lease decided between them).
+      const bool same_run = !me.run.empty() && cur->run == me.run;
+      take = earlier_start || handed_to_me || same_run;
       if (!take) {
         // Another job (or a watcher of one): it keeps the run only while Slurm runs it.
         const std::string holder_job = cur->handoff.empty() ? cur->job : cur->handoff;

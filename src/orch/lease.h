@@ -14,6 +14,11 @@
 //     and gives it to them (FTRAIN_FENCE_EPOCH); checkpoint generations are ordered by it
 //     (ckpt::NewGeneration), so a writer of an older epoch is refused by the store whatever
 //     any node's clock says.
+// The checkpoint root's lease (issue 44, hole 15) is the same mechanism on
+// CKPT/.root-lease.d and CKPT/.root-lease (CheckpointRootLease), its holder naming its run
+// directory (`run`): any job of the same run takes it over (the run lease fences those), a
+// job of another run only from a job Slurm says is not running. Two runs sharing one
+// checkpoint root never both train.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +39,7 @@ struct LeaseHolder {
   std::string handoff;           // the job a watcher handed the run to
   std::string from;              // the job this one was submitted again from
   std::string token;             // random: tells our own entry from another's
+  std::string run;               // the checkpoint root's lease only: the holder's run directory
   std::string Describe() const;  // "job 42 (epoch 7, on node1)" for logs
 };
 std::string FormatHolder(const LeaseHolder& h);
@@ -49,13 +55,24 @@ struct LeaseResult {
   bool unknown = false;     // not ok: slurmctld could not say whether the holder runs
 };
 
+// The checkpoint root's lease files: CKPT/.root-lease and CKPT/.root-lease.d (not checkpoint
+// entries: the store ignores names it does not parse, ckpt/filename.h).
+std::string RootLeaseFile(const std::string& ckpt_root);
+std::string RootLeaseDir(const std::string& ckpt_root);
+// Whether `path` is `dir` or inside it, after resolving both (symbolic links, `..`) as far as
+// they exist: a checkpoint root inside the run directory is covered by the run lease.
+bool PathInside(const std::string& path, const std::string& dir);
+// The run directory as the checkpoint root's lease names it (resolved, absolute).
+std::string CanonicalRunDir(const std::string& run_dir);
+
 class RunLease {
  public:
   RunLease(std::string lease_file, std::string lease_dir)
       : file_(std::move(lease_file)), dir_(std::move(lease_dir)) {}
   // The holder now (the highest epoch), nothing when the run was never leased.
   StatusOr<std::optional<LeaseHolder>> Current() const;
-  // Takes the lease for `me` (epoch and token are filled in) if the rules above allow.
+  // Takes the lease for `me` (epoch and token are filled in) if the rules above allow; a
+  // holder of the same `run` (when set: the checkpoint root's lease) is always taken over.
   StatusOr<LeaseResult> Acquire(LeaseHolder me, const JobAlive& alive);
   // A new epoch for the holder `mine` (a launch). Aborted only when someone else provably took
   // the run (a later epoch that is not ours); any other error (IOError...) says nothing about

@@ -33,7 +33,7 @@ std::string ConnectOnce(const std::string& host, int port, double timeout_s) {
   if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
     verdict = "open";
   } else if (errno != EINPROGRESS) {
-    verdict = "refused";  // ECONNREFUSED, EHOSTUNREACH...: the network said no at once
+    verdict = ClassifyConnectError(errno);  // the network said no at once: which no?
   } else {
     pollfd p{fd, POLLOUT, 0};
     const int r = poll(&p, 1, static_cast<int>(timeout_s * 1000));
@@ -42,8 +42,8 @@ std::string ConnectOnce(const std::string& host, int port, double timeout_s) {
     } else {
       int err = 0;
       socklen_t len = sizeof(err);
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      verdict = err == 0 ? "open" : (err == ETIMEDOUT ? "timeout" : "refused");
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      verdict = ClassifyConnectError(err);
     }
   }
   close(fd);
@@ -53,10 +53,26 @@ std::string ConnectOnce(const std::string& host, int port, double timeout_s) {
 
 }  // namespace
 
+const char* ClassifyConnectError(int err) {
+  switch (err) {
+    case 0:
+      return "open";
+    case ECONNREFUSED:
+      return "refused";  // a RST from the node's own address: its kernel, nothing listens
+    case ETIMEDOUT:
+      return "timeout";
+    default:
+      // ENETUNREACH, EHOSTUNREACH (a link flap here, a router's ICMP), anything else: the
+      // network said no, not the node. Judged like a timeout, never dead at once.
+      return "unreachable";
+  }
+}
+
 std::string ConnectProbe(const std::string& host, int port, double timeout_s) {
-  // A timeout is tried once more (a loaded prober can be slow too): both must time out.
+  // A timeout (or an unreachable network) is tried once more (a loaded prober can be slow
+  // too, a link flap can end): both must fail.
   std::string v = ConnectOnce(host, port, timeout_s);
-  if (v == "timeout") v = ConnectOnce(host, port, timeout_s);
+  if (v == "timeout" || v == "unreachable") v = ConnectOnce(host, port, timeout_s);
   return v;
 }
 
@@ -69,8 +85,13 @@ bool SlurmProber::HeartbeatExists(const std::string& node) {
   return access((dir_ + "/" + node).c_str(), F_OK) == 0;
 }
 
+StatusOr<std::string> SlurmProber::Address(const std::string& node) {
+  std::lock_guard<std::mutex> lock(slurm_mu_);
+  return slurm_->SlurmdAddress(node);
+}
+
 std::string SlurmProber::SlurmdAddress(const std::string& node) {
-  auto a = slurm_->SlurmdAddress(node);
+  auto a = Address(node);
   if (!a.ok()) return "?";
   std::string s = *a;
   const size_t sp = s.find(' ');
@@ -78,7 +99,7 @@ std::string SlurmProber::SlurmdAddress(const std::string& node) {
 }
 
 std::string SlurmProber::ProbeTcp(const std::string& node) {
-  auto a = slurm_->SlurmdAddress(node);
+  auto a = Address(node);
   if (!a.ok()) return "unknown";
   const size_t sp = a->find(' ');
   if (sp == std::string::npos) return "unknown";
@@ -101,6 +122,7 @@ bool SlurmProber::OthersAnswer(const std::vector<std::string>& nodes, const std:
   for (const auto& n : nodes) {
     if (n != except && ProbeTcp(n) == "open") return true;
   }
+  std::lock_guard<std::mutex> lock(slurm_mu_);
   return slurm_->Ping();
 }
 

@@ -181,6 +181,7 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   s.health_gpus = TrainsOnGpus(s.config, s.train_args) ? s.ranks_per_node : 0;
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
+  s.usr1_lead_set = !r.Str("FTRAIN_USR1_LEAD_S", "").empty();
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_TERM_ASK_S", 10, &s.term_ask_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_REQUEUE_RETRY_S", 180, &s.requeue_retry_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_LEASE_RETRY_S", 60, &s.lease_retry_s));

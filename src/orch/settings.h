@@ -65,7 +65,11 @@ struct JobSettings {
   // spares decide.
   std::string replication = "auto";
   double norespond_wait_s = 30;
-  double usr1_lead_s = 120;  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>
+  // FTRAIN_USR1_LEAD_S: train.sh's --signal=B:USR1@<lead>. Unset, the lead of a USR1 is taken
+  // from the job's EndTime and the partition's GraceTime (orch/stop_lead.h), this the default
+  // when Slurm does not say; set, it overrides them (usr1_lead_set).
+  double usr1_lead_s = 120;
+  bool usr1_lead_set = false;
   // FTRAIN_TERM_ASK_S: after a TERM, how long an unanswered question to slurmctld (cancelled,
   // at the time limit, or running?) is asked again before the job is requeued as at the time
   // limit; with the requeue's 15 s it ends inside Slurm's default KillWait (30 s).

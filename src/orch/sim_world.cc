@@ -300,6 +300,7 @@ void World::BeginStart() {
   o.rollbacks = rollbacks_;  // as the runner reads them (job_runner_records.cc)
   o.checkpoint = Newest();
   o.node_requeues = node_requeues_;
+  o.job_end_wall = 1.7e9 + t_ + time_limit_s_;  // EndTime, as the runner reads it (stop_lead.h)
   Trace("SLURM start #" + std::to_string(gen_) + " restart_count " +
         std::to_string(restart_count_) + " on " + std::to_string(num_nodes_) + " nodes");
   Observation usr1;

@@ -1,10 +1,7 @@
 // Appending RUN/node_faults.jsonl (node_faults.h).
 #include "records/node_faults.h"
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "core/env.h"
@@ -12,31 +9,11 @@
 #include "records/json_lines.h"
 
 namespace ftrain::records {
-namespace {
-
-// A non-negative integer environment variable, else -1 (unset or not a number).
-int EnvIndex(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return (*end == '\0' && x >= 0 && x < (1L << 30)) ? static_cast<int>(x) : -1;
-}
-
-}  // namespace
-
-NodeFaultWho NodeFaultWhoFromEnv() {
+NodeFaultWho NodeFaultWhoOf(const LaunchContext& launch) {
   NodeFaultWho w;
-  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') {
-    w.host = n;
-  } else {
-    char buf[256] = {};
-    // Without a host name the line still says what failed; the controller skips it.
-    if (::gethostname(buf, sizeof(buf) - 1) == 0) w.host = buf;
-  }
-  w.node = EnvIndex("SLURM_NODEID");
-  w.rank = EnvIndex("RANK");
-  if (w.rank < 0) w.rank = EnvIndex("SLURM_PROCID");
+  w.host = launch.node_name;
+  w.node = launch.node_index;
+  w.rank = launch.rank;
   return w;
 }
 
@@ -51,12 +28,13 @@ std::string EncodeNodeFault(double time, const NodeFaultWho& who, const std::str
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-Status RecordNodeFault(const std::string& run_dir, const std::string& reason) {
+Status RecordNodeFault(const std::string& run_dir, const LaunchContext& launch,
+                       const std::string& reason) {
   if (run_dir.empty() || !Env::Default()->IsDirectory(run_dir)) return Status::Ok();
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return AppendJsonLine(RunLayout(run_dir).node_faults(),
-                        EncodeNodeFault(now, NodeFaultWhoFromEnv(), reason));
+                        EncodeNodeFault(now, NodeFaultWhoOf(launch), reason));
 }
 
 }  // namespace ftrain::records

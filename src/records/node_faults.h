@@ -9,16 +9,17 @@
 #include <string>
 
 #include "core/status.h"
+#include "records/launch_context.h"
 
 namespace ftrain::records {
 
-// Who this rank is, for the line: the launcher's environment (Slurm's or `ftrain launch`'s).
+// Who this rank is, for the line (from its LaunchContext).
 struct NodeFaultWho {
   std::string host;  // SLURMD_NODENAME, else the host name
   int node = -1;     // SLURM_NODEID (-1: unknown)
   int rank = -1;     // RANK, else SLURM_PROCID (-1: unknown)
 };
-NodeFaultWho NodeFaultWhoFromEnv();
+NodeFaultWho NodeFaultWhoOf(const LaunchContext& launch);
 
 // The line itself: {"time":..,"host":..,"node":..,"rank":..,"reason":..} (node and rank left
 // out when unknown).
@@ -27,6 +28,7 @@ std::string EncodeNodeFault(double time, const NodeFaultWho& who, const std::str
 // Appends this rank's line with one O_APPEND write (records::AppendJsonLine: fsynced, no
 // link followed). Does nothing when `run_dir` is empty or not a directory (nothing started:
 // nothing to tell).
-Status RecordNodeFault(const std::string& run_dir, const std::string& reason);
+Status RecordNodeFault(const std::string& run_dir, const LaunchContext& launch,
+                       const std::string& reason);
 
 }  // namespace ftrain::records

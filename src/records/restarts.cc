@@ -81,19 +81,10 @@ Status AppendToSpool(const RunLayout& layout, const std::string& node, const std
   return AppendJsonLine(layout.restarts_spool(node), line);
 }
 
-Status AppendForThisProcess(const RunLayout& layout, const std::string& line) {
-  const char* spool = std::getenv("FTRAIN_RECORDS_SPOOL");
-  if (spool == nullptr || *spool == '\0') return AppendJsonLine(layout.restarts(), line);
-  // The spool of the node this process runs on (a rank of a step: SLURMD_NODENAME).
-  std::string node;
-  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') {
-    node = n;
-  } else {
-    char buf[256] = {0};
-    gethostname(buf, sizeof(buf) - 1);
-    node = std::string(buf).substr(0, std::string(buf).find('.'));
-  }
-  return AppendToSpool(layout, node, line);
+Status AppendForThisProcess(const RunLayout& layout, const LaunchContext& launch,
+                            const std::string& line) {
+  if (!launch.records_spool) return AppendJsonLine(layout.restarts(), line);
+  return AppendToSpool(layout, launch.short_host, line);
 }
 
 namespace {

@@ -20,6 +20,7 @@
 
 #include "core/run_layout.h"
 #include "core/status.h"
+#include "records/launch_context.h"
 
 namespace ftrain::records {
 
@@ -56,10 +57,10 @@ std::string EncodeLine(const RestartRecord& r);
 // The spool of `node` (RUN/.records/restarts-<node>.jsonl), created as needed.
 Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line);
 // Where a process that is not the job controller writes: under `ftrain job`
-// (FTRAIN_RECORDS_SPOOL=1 in its environment) the spool of the node it runs on
-// (SLURMD_NODENAME, else the short host name), else, run on its own (one writer),
-// restarts.jsonl itself.
-Status AppendForThisProcess(const RunLayout& layout, const std::string& line);
+// (launch.records_spool) the spool of the node it runs on (launch.short_host), else, run on
+// its own (one writer), restarts.jsonl itself.
+Status AppendForThisProcess(const RunLayout& layout, const LaunchContext& launch,
+                            const std::string& line);
 
 // A record read back: its text, its time, where it came from ("file:line") and the object.
 struct Line {

@@ -209,7 +209,7 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
     return;
   }
   if (o_.rank == v.recorder) {
-    const char* job = std::getenv("SLURM_JOB_ID");
+    const std::string& job = o_.job_id;
     for (const RankProgress& h : v.hung) {
       nlohmann::json rec = {{"time", UnixNow()},      {"step", h.step},
                             {"rank", h.rank},         {"node", h.node},
@@ -217,7 +217,7 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
                             {"stuck_s", h.stuck_s},   {"threshold_s", h.threshold_s},
                             {"detected_by", o_.rank}, {"generation", o_.generation},
                             {"launched", h.launched}};
-      if (job != nullptr) rec["job"] = job;
+      if (!job.empty()) rec["job"] = job;
       Status s = records::AppendJsonLine(RunLayout(o_.run_dir).hangs(), rec.dump());
       if (!s.ok()) FT_LOG(Error) << "hang guard: cannot record the hang: " << s.message();
     }

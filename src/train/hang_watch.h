@@ -37,6 +37,7 @@ class HangWatch {
     int node = 0;
     std::string host;
     std::string generation;  // this start's (every rank's file carries it)
+    std::string job_id;      // SLURM_JOB_ID as main read it (the record's "job"); "" = none
     HangSettings settings;
     // Ends the process with the code (the main thread may be stuck: it cannot return).
     std::function<void(int code)> exit_process;

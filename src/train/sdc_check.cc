@@ -104,11 +104,12 @@ StatusOr<SdcVerdict> CheckReplicas(const fsdp::FsdpEngine& engine, comm::Comm& c
   return JudgeReplicas(all, hosts);
 }
 
-Status RecordSdc(const std::string& run_dir, int64_t step, const SdcVerdict& v) {
+Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launch, int64_t step,
+                 const SdcVerdict& v) {
   const RunLayout layout(run_dir);
   nlohmann::json ranks = nlohmann::json::array(), hosts = nlohmann::json::array(),
                  nodes = nlohmann::json::array();
-  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::string& job = launch.job_id;
   for (const SdcSuspect& s : v.suspects) {
     ranks.push_back(s.rank);
     hosts.push_back(s.host);
@@ -116,7 +117,7 @@ Status RecordSdc(const std::string& run_dir, int64_t step, const SdcVerdict& v) 
     nlohmann::json q = {
         {"time", Now()},    {"host", s.host}, {"node", s.node}, {"rank", s.rank},
         {"shard", s.shard}, {"step", step},   {"cause", "sdc"}, {"by_majority", v.by_majority}};
-    if (job != nullptr) q["job"] = job;
+    if (!job.empty()) q["job"] = job;
     FT_RETURN_IF_ERROR(records::AppendJsonLine(layout.quarantine(), q.dump()));
   }
   nlohmann::json rec = {{"time", Now()},          {"event", "sdc"},
@@ -124,8 +125,8 @@ Status RecordSdc(const std::string& run_dir, int64_t step, const SdcVerdict& v) 
                         {"ranks", ranks},         {"hosts", hosts},
                         {"nodes", nodes},         {"by_majority", v.by_majority},
                         {"replicas", v.replicas}, {"detail", v.summary}};
-  if (job != nullptr) rec["job"] = job;
-  return records::AppendForThisProcess(layout, rec.dump());
+  if (!job.empty()) rec["job"] = job;
+  return records::AppendForThisProcess(layout, launch, rec.dump());
 }
 
 }  // namespace ftrain::train

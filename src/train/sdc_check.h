@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "records/exit_codes.h"
+#include "records/launch_context.h"
 #include "train/config/sdc_verdict.h"
 
 namespace ftrain::fsdp {
@@ -52,6 +53,7 @@ StatusOr<SdcVerdict> CheckReplicas(const fsdp::FsdpEngine& engine, comm::Comm& c
 
 // After a mismatch at `step` (rank 0 only): a "sdc" record in restarts.jsonl (through its
 // spool under `ftrain job`) and one line per suspect in RUN/quarantine.jsonl.
-Status RecordSdc(const std::string& run_dir, int64_t step, const SdcVerdict& v);
+Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launch, int64_t step,
+                 const SdcVerdict& v);
 
 }  // namespace ftrain::train

@@ -72,10 +72,10 @@ std::string FormatEta(double s) {
 // Rank 0's NewGeneration(), handed to every rank ("<15-digit ms>-<8 hex>", or under the job
 // controller "e<15-digit lease epoch>-<8 hex>", sent negated: two doubles carry it exactly
 // through the world's broadcast).
-StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx) {
+StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx, int64_t fence_epoch) {
   double ms = 0, rnd = 0;
   if (ctx.world().rank == 0) {
-    const std::string g = ckpt::NewGeneration();
+    const std::string g = ckpt::NewGeneration(fence_epoch);
     const size_t at = g[0] == 'e' ? 1 : 0;
     ms = static_cast<double>(std::stoll(g.substr(at, 15))) * (at == 1 ? -1 : 1);
     rnd = static_cast<double>(std::stoul(g.substr(at + 16), nullptr, 16));
@@ -129,12 +129,12 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
 
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
 // synchronously through the library.
-StatusOr<CheckpointSinkOptions> SinkOptionsFor(const TrainConfig& cfg,
-                                               const comm::WorldInfo& world) {
+StatusOr<CheckpointSinkOptions> SinkOptionsFor(const TrainConfig& cfg, const comm::WorldInfo& world,
+                                               const records::LaunchContext& launch) {
   CheckpointSinkOptions co;
   co.daemon = cfg.ckpt.daemon;
   co.run_dir = cfg.run_dir;
-  co.node = ckpt::proto::DefaultNodeId();
+  co.node = launch.CkptdNodeId();
   co.root = cfg.ckpt.root;
   co.rank = world.rank;
   co.world = world.world_size;
@@ -245,8 +245,9 @@ void LogProgress(const TrainConfig& cfg, const records::StepMetrics& m, double e
 // Everything one start of the trainer holds, in the order it is built (and destroyed in
 // reverse: the checkpoint sink before the device memory its copies use).
 struct Run {
-  explicit Run(const TrainConfig& c) : cfg(c) {}
+  Run(const TrainConfig& c, const records::LaunchContext& l) : cfg(c), launch(l) {}
   const TrainConfig& cfg;
+  const records::LaunchContext& launch;
   DeviceChoice dev;
   std::string math_modes;
   std::unique_ptr<comm::DistContext> ctx;
@@ -453,7 +454,7 @@ Status StartPhases(Run* run) {
       t.profile_first, t.profile_last,
       RunLayout(run->cfg.run_dir).profile_trace(run->ctx->world().rank), run->dev.device.is_cuda());
   FT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
-                      GatherHosts(run->ctx->control(), ckpt::proto::DefaultNodeId()));
+                      GatherHosts(run->ctx->control(), run->launch.CkptdNodeId()));
   run->hosts = hosts;
   if (!run->leader) return Status::Ok();
   const MetricsSection& m = run->cfg.metrics;
@@ -534,7 +535,7 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool disk_due) {
                 << "; nothing of this step is saved, exiting with " << kExitSdc
                 << " to restart from the newest checkpoint";
   if (run.leader) {
-    Status w = RecordSdc(run.cfg.run_dir, step, v);
+    Status w = RecordSdc(run.cfg.run_dir, run.launch, step, v);
     if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
   }
   // No rank exits (77) before rank 0's record is durable: the controller reads it to keep the
@@ -554,6 +555,7 @@ void StartHangWatch(Run* run) {
   o.node = w.node_rank;
   o.host = run->hosts.at(static_cast<size_t>(w.rank));
   o.generation = run->generation;
+  o.job_id = run->launch.job_id;
   o.settings.timeout_s = run->cfg.guard.hang_timeout_s;
   o.settings.floor_s = run->cfg.guard.hang_floor_s;
   o.settings.startup_s = static_cast<double>(run->cfg.dist.timeout_s);
@@ -683,8 +685,9 @@ void FinishMirror(Run& run) {
 
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
-StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
-  auto run = std::make_unique<Run>(cfg);
+StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
+                                        const records::LaunchContext& launch) {
+  auto run = std::make_unique<Run>(cfg, launch);
   FT_RETURN_IF_ERROR(StartDistributed(run.get()));
   comm::DistContext& ctx = *run->ctx;
   const comm::WorldInfo& world = ctx.world();
@@ -719,7 +722,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   // Checkpoint path: this node's ckptd if there is one (ckpt.daemon), else synchronous.
   // Start() waits until the daemon has persisted what an earlier trainer of this job handed
   // over, so that the recovery below sees no live writer.
-  FT_ASSIGN_OR_RETURN(CheckpointSinkOptions co, SinkOptionsFor(cfg, world));
+  FT_ASSIGN_OR_RETURN(CheckpointSinkOptions co, SinkOptionsFor(cfg, world, run->launch));
   if (run->dev.device.is_cuda()) {
     run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
     co.device = run->device_memory.get();
@@ -749,13 +752,13 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
   // Resume: the newest complete checkpoint that loads and verifies on every rank.
   // This start's generation: every shard this run writes carries it, so that a writer of an
   // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
-  FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx));
+  FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx, run->launch.fence_epoch));
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
   FT_RETURN_IF_ERROR(OpenMirror(run.get()));
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
-                             *run->engine, &run->state, &resume_dir, run->generation));
+                             *run->engine, &run->state, &resume_dir, run->launch, run->generation));
   if (run->mirror) run->mirror->Start();
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
@@ -771,6 +774,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg) {
                                             run->state.metrics_line));
     SinkContext sink{world.world_size, run->dev.cuda_index, run->engine->NumParameters(),
                      run->resume_step};
+    sink.node = run->launch.CkptdNodeId();
+    sink.job_id = run->launch.job_id;
     sink.attention_flops_per_token = 12.0 * static_cast<double>(cfg.model.num_layers) *
                                      static_cast<double>(cfg.model.hidden_size) *
                                      static_cast<double>(run->seq_len);
@@ -931,9 +936,9 @@ Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
 
 }  // namespace
 
-Status RunTraining(const TrainConfig& cfg, int* exit_code) {
+Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch, int* exit_code) {
   *exit_code = 0;
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg, launch));
   RunState& state = run->state;
   const int64_t tokens_per_step = run->effective_batch * run->seq_len;
   CheckpointCoordinator& ckpt = *run->checkpoints;

@@ -6,13 +6,15 @@
 #pragma once
 
 #include "core/status.h"
+#include "records/launch_context.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::train {
 
 // Runs the whole training; *exit_code is 0 when the run finished, kExitRequeue when it
 // stopped on a signal after checkpointing. A non-OK Status is an error (its code decides the
-// exit code in main).
-Status RunTraining(const TrainConfig& config, int* exit_code);
+// exit code in main). `launch`: the facts main read from the environment (job, node, fence
+// epoch), which the records, the checkpoint generation and the daemon's node id use.
+Status RunTraining(const TrainConfig& config, const records::LaunchContext& launch, int* exit_code);
 
 }  // namespace ftrain::train

@@ -12,8 +12,11 @@
 #   hiccup:  the batch host left for good, and `scontrol show job` fails twice first: the
 #            watcher must keep looking (it used to end for good) and requeue exactly once;
 #   ring:    replication on; RUN/.job-nodes (the controller) drops this node's buddy: the buddy
-#            link ckptd reads (RUN/ckptd-<node>/buddy-addr) must follow to the next live node,
+#            link ckptd reads (RUN/ckptd-<node>/buddy-addr) must follow to the far side of the
+#            live nodes' ring,
 #            and the batch-host watchers must be re-chosen among the live nodes;
+#   topology: `scontrol show topology` puts the far side under the node's own leaf switch: the
+#            buddy moves to the nearest node under the other switch (issue 44 hole 12);
 #   paused:  the batch host's heartbeat stops but its "slurmd" (a local listener) accepts: a
 #            heartbeat_late record, no resubmission;
 #   blip:    its heartbeat stops and its "slurmd" does not answer (a listener whose queue is
@@ -85,6 +88,16 @@ case "$*" in
     echo "   StdOut=${STUB_STATE}/out-${3}.out"
     echo "   MailUser=alice@example.org MailType=END,FAIL" ;;
   "-o show node "*) echo "NodeName=${4} NodeAddr=127.0.0.1 Port=${STUB_SLURMD_PORT:-1}" ;;
+  "show topology")
+    # STUB_TOPOLOGY=parity: two leaf switches, even hosts under s0, odd ones under s1.
+    [[ "${STUB_TOPOLOGY:-}" == parity ]] || { echo "No topology information available" >&2; exit 1; }
+    even="" odd=""
+    for i in $(seq 0 599); do
+      if ((i % 2)); then odd+="$(printf 'host%04d,' "${i}")"; else even+="$(printf 'host%04d,' "${i}")"; fi
+    done
+    echo "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=${even%,}"
+    echo "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=${odd%,}"
+    echo "SwitchName=top Level=1 LinkSpeed=1 Switches=s[0-1]" ;;
   "requeue "*) echo "$2" >>"${STUB_STATE}/requeued" ;;
   *) echo "scontrol stand-in: unexpected: $*" >&2; exit 1 ;;
 esac
@@ -178,11 +191,13 @@ grep -q '"event":"step_failed","cause":"node_failure","node":"host0001","batch_h
 log "hiccup: two failed 'scontrol show job', then one requeue and one record"
 
 # ---- ring ---------------------------------------------------------------------------------
-# host0003: not a watcher of the full job (host0201 and host0400 are); its buddy is host0004.
+# host0003: not a watcher of the full job (host0201 and host0400 are); its buddy is the far
+# side of the 600-node ring, host0303 (hole 12: not host0004, its rack neighbour; the stand-in
+# scontrol knows no topology).
 run_agent ring host0003 FTRAIN_REPLICATION=1
 link="$("${FTRAIN_BIN}" paths "${WORK}/ring/run" --node host0003 --get ckptd_buddy_addr)"
 declare -A peer_addr=()
-for n in host0004 host0005; do
+for n in host0303 host0005; do
   peer_addr[${n}]="$("${FTRAIN_BIN}" paths "${WORK}/ring/run" --node "${n}" --get ckptd_peer_addr)"
 done
 links_to() { [[ "$(readlink "${link}" 2>/dev/null)" == "${peer_addr[$1]}" ]]; }
@@ -193,7 +208,7 @@ wait_link() {  # wait_link NODE WHY
     sleep 0.1
   done
 }
-wait_link host0004 "the next node of the job"
+wait_link host0303 "the far side of the job's ring"
 for ((i = 0; i < 100; i++)); do [[ -s "${WORK}/ring/state/ckptd_args" ]] && break; sleep 0.1; done  # ckptd starts after the link
 grep -qF -- "--buddy-file ${link} " "${WORK}/ring/state/ckptd_args" ||
   fail "ring: ckptd was not given --buddy-file ${link}: $(cat "${WORK}/ring/state/ckptd_args")"
@@ -202,18 +217,35 @@ sleep 0.5
 (($(requeues ring) == 0)) || fail "ring: host0003 requeued though it is not a watcher"
 echo "41 host0003 host0009" >"${WORK}/ring/run/.job-nodes"  # another job's: ignored
 sleep 0.5
-links_to host0004 || fail "ring: followed another job's .job-nodes"
+links_to host0303 || fail "ring: followed another job's .job-nodes"
 # A replacement: all but host0001, host0003 and host0005 left the job (the controller rewrote
-# the live nodes): host0003 is now the first watcher, host0005 its buddy.
+# the live nodes): host0003 is now the first watcher, host0005 its buddy (N = 3: one on).
 echo "42 host0001 host0003 host0005" >"${WORK}/ring/run/.job-nodes"
-wait_link host0005 "host0004 left the ring"
+wait_link host0005 "host0303 left the ring"
 deadline=$((SECONDS + 60))
 until (($(requeues ring) >= 1)); do  # now a watcher of the batch host
   ((SECONDS < deadline)) || fail "ring: host0003 did not become a watcher: $(cat "${WORK}/ring/agent.log")"
   sleep 0.1
 done
 stop_agent
-log "ring: the buddy link followed .job-nodes (host0004, then host0005); the watchers too"
+log "ring: the buddy link followed .job-nodes (host0303, then host0005); the watchers too"
+
+# ---- topology -----------------------------------------------------------------------------
+# Slurm's topology puts even hosts under one leaf switch, odd ones under another: the far side
+# host0303 shares host0003's switch, so the buddy is host0304 (the shift 301, the nearest to
+# N/2 that puts every buddy under the other switch).
+run_agent topo host0003 FTRAIN_REPLICATION=1 STUB_TOPOLOGY=parity
+link="$("${FTRAIN_BIN}" paths "${WORK}/topo/run" --node host0003 --get ckptd_buddy_addr)"
+want="$("${FTRAIN_BIN}" paths "${WORK}/topo/run" --node host0304 --get ckptd_peer_addr)"
+deadline=$((SECONDS + 60))
+until [[ "$(readlink "${link}" 2>/dev/null)" == "${want}" ]]; do
+  ((SECONDS < deadline)) || fail "topology: ${link} -> '$(readlink "${link}")', not host0304's peer-addr: $(cat "${WORK}/topo/agent.log")"
+  sleep 0.1
+done
+grep -q "Slurm's topology places the buddy under another leaf switch (600 nodes known)" "${WORK}/topo/agent.log" ||
+  fail "topology: the agent did not say it used the topology: $(cat "${WORK}/topo/agent.log")"
+stop_agent
+log "topology: the buddy is under the other leaf switch (host0304), not the far side's same switch"
 
 # ---- the batch host's heartbeat: paused, dead, the resubmission limit -----------------------
 port() {  # port open|closed|blackhole: a local TCP port that accepts (listening until

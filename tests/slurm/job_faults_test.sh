@@ -17,6 +17,9 @@
 #              requeued (22.05 would run it again), exit 0 as any cancelled job (never a requeue);
 #   twojobs:   a second job on the same run directory while the first runs (a user's second
 #              sbatch): it refuses to train (exit 1, refused/lease_held), never starts a step;
+#   tworoots:  a job of another run on the first run's checkpoint root (FTRAIN_CKPT_ROOT shared)
+#              while the first runs: it refuses to train (exit 2, refused/ckpt_root_held, both
+#              run directories named; issue 44 hole 15), never starts a step;
 #   (issue 44: every loop ends)
 #   storage:   every step exits 74 (checkpoint storage unreadable at resume): restarted in place
 #              after the back-off, then FAILED past FTRAIN_STORAGE_OUTAGE_S, nothing requeued;
@@ -136,8 +139,10 @@ grep -q '"event":"stopped","cause":"cancelled"' <<<"$(records cancelled)" ||
 log "cancelled: TERM of a cancelled job: no requeue, recorded"
 
 # silent*: slurmctld does not answer the TERM's question (asked at 0 and 2 s); at 3 s the job
-# is requeued, each try only once slurmctld says the job is not cancelled.
-start silent 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=2 FTRAIN_TERM_ASK_S=3
+# is requeued, each try only once slurmctld says the job is not cancelled. The first failed
+# `show job` is the start's own question (the job's EndTime, for the stop's lead): unanswered,
+# the default lead.
+start silent 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=3 FTRAIN_TERM_ASK_S=3
 until [[ -s "${WORK}/silent/state/srun_calls" ]]; do sleep 0.1; done
 kill -TERM "${PID}"
 finish silent
@@ -163,7 +168,7 @@ log "silentdown: TERM, slurmctld away for good: no requeue sent blind -> exit 1 
 # silentcancelled: slurmctld answers again only after the deadline, and the job was cancelled:
 # never requeued (22.05 would run it again); it ends as a TERM of a cancelled job does (exit 0,
 # recorded stopped/cancelled: the requeue's own check of the job's state refused it).
-start silentcancelled 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=2 FTRAIN_TERM_ASK_S=3 \
+start silentcancelled 42 STUB_STEP_S=60 STUB_SHOW_JOB_FAILS=3 FTRAIN_TERM_ASK_S=3 \
   STUB_JOB_STATE=COMPLETING STUB_REASON=None
 until [[ -s "${WORK}/silentcancelled/state/srun_calls" ]]; do sleep 0.1; done
 kill -TERM "${PID}"
@@ -190,6 +195,27 @@ kill -TERM "${first}" 2>/dev/null || true
 wait "${first}" 2>/dev/null || true  # it writes its stop record: before the work dir goes
 BG=()
 log "twojobs: a second job on a run held by a running one refused to train"
+
+# tworoots: run A (job 42) trains on a shared checkpoint root; run B (job 43) starts on it.
+SHARED="${WORK}/shared-ckpt"
+start tworoots 42 STUB_STEP_S=60 FTRAIN_CKPT_ROOT="${SHARED}"
+first="${PID}"
+BG+=("${first}")
+until [[ -s "${WORK}/tworoots/state/srun_calls" ]]; do sleep 0.1; done
+start otherrun 43 FTRAIN_CKPT_ROOT="${SHARED}"
+finish otherrun
+((RC == 2)) || fail "tworoots: the other run's job exited ${RC}, not 2: $(cat "${WORK}/otherrun/out")"
+[[ ! -e "${WORK}/otherrun/state/srun_calls" ]] || fail "tworoots: the other run started a step"
+line="$(grep "FAILED: checkpoint root ${SHARED} is used by another run" "${WORK}/otherrun/out")" ||
+  fail "tworoots: no refusal naming the root: $(cat "${WORK}/otherrun/out")"
+[[ "${line}" == *"run directory ${WORK}/tworoots/run"* && "${line}" == *"run ${WORK}/otherrun/run "* ]] ||
+  fail "tworoots: the refusal does not name both run directories: ${line}"
+grep -q '"job":"43",.*"event":"refused","cause":"ckpt_root_held"' <<<"$(records otherrun)" ||
+  fail "tworoots: no refused/ckpt_root_held record: $(records otherrun)"
+kill -TERM "${first}" 2>/dev/null || true
+wait "${first}" 2>/dev/null || true
+BG=()
+log "tworoots: a job of another run on a checkpoint root held by a running one refused to train (exit 2)"
 
 start storage 42 STUB_STEP_RC=74 FTRAIN_STORAGE_OUTAGE_S=5
 finish storage

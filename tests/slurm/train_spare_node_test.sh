@@ -8,7 +8,8 @@
 # The spare is the batch host (node1) and the crash hits the last training node, so the spare
 # sorts before the survivor: Slurm numbers the relaunched step's nodes the other way round and
 # the trainer must number them by lowest rank. With spares the daemons replicate their
-# snapshots to the next node of the ring node1 -> node2 -> node3 -> node1, so the spare holds
+# snapshots to their buddy, the far side of the ring (three nodes: the next one, node1 -> node2
+# -> node3 -> node1), so the spare holds
 # the dead node's snapshots: the test freezes the ranks at the crash step until the newest
 # checkpoint is committed and replicated (else the resume would rightly read those ranks from
 # disk), and asserts that ranks 2,3 restored from peer memory, ranks 0,1 from their own

@@ -2,10 +2,12 @@
 # train_spare_topology_test.sh - the replication ring and the batch-host watchers follow the
 # replacements. `sbatch --nodes=4 --no-kill` with two spares, the batch host among them
 # (FTRAIN_SPARE_NODELIST=n1,n4): ranks 0,1 on n2, ranks 2,3 on n3; the ring is
-# n1 -> n2 -> n3 -> n4 -> n1 and the batch host n1 is watched by n2 and n3.
-#   1. n3 dies: spare n1 takes ranks 2,3 (restored from n4, n3's buddy). The ring re-forms as
-#      n1 -> n2 -> n4: n2, n3's predecessor, now replicates to n4 (it used to keep sending to
-#      the dead n3, so its ranks were no longer replicated anywhere);
+# n1 n2 n3 n4, each node's buddy the far side of it (hole 12: n1 <-> n3, n2 <-> n4), and the
+# batch host n1 is watched by n2 and n3.
+#   1. n3 dies: spare n1 takes ranks 2,3 and restores them from its own replica store (n1 is
+#      n3's buddy). The ring re-forms as n1 n2 n4 (N = 3: the buddy is the next node): n2 now
+#      replicates to n4, n4 to n1 (a node whose buddy died used to keep sending to it, so its
+#      ranks were no longer replicated anywhere);
 #   2. n2 dies: spare n4 takes ranks 0,1 and must restore them from its own replica store;
 #   3. the batch host n1 dies: both watchers (n2, n3) are gone; n4, the watcher re-chosen
 #      among the live nodes, must submit the job again (it used to stay RUNNING with nothing
@@ -44,8 +46,8 @@ replaced() {  # replaced N DEAD SPARE
     "${RUN}/restarts.jsonl" || fail "replacement $1 is not $2 -> $3: $(cat "${RUN}/restarts.jsonl")"
 }
 
-log "1. ${n3} (ranks 2,3) dies once ${n4} holds their replicas"
-e2e_freeze_settled topo "${n4}" "2 3"
+log "1. ${n3} (ranks 2,3) dies once ${n1}, its buddy, holds their replicas"
+e2e_freeze_settled topo "${n1}" "2 3"
 e2e_fail_node "${n3}"
 e2e_thaw_ranks topo
 replaced 1 "${n3}" "${n1}"

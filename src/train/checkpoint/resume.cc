@@ -340,8 +340,9 @@ bool RereadsInFull(const std::string& dir, int rank, int world_size) {
 // restarts.jsonl by rank 0: disk, or how many ranks took how many bytes from ckptd memory and
 // how many of those fetched their snapshot from a peer's memory first; restore_s is the
 // slowest rank's load.
-Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step,
-                    const std::string& dir, const RestoreSources& src, const MemoryRestore& mem) {
+Status RecordResume(const TrainConfig& cfg, const records::LaunchContext& launch,
+                    comm::DistContext& ctx, int64_t step, const std::string& dir,
+                    const RestoreSources& src, const MemoryRestore& mem) {
   torch::Tensor sum =
       torch::tensor({static_cast<double>(src.from_memory), src.from_memory > 0 ? 1.0 : 0.0,
                      static_cast<double>(src.from_peer), src.from_peer > 0 ? 1.0 : 0.0},
@@ -389,8 +390,8 @@ Status RecordResume(const TrainConfig& cfg, comm::DistContext& ctx, int64_t step
       {"tier", memory_tier ? "memory" : "disk"}};
   if (mem.recorded >= 0) rec["memory_recorded_step"] = mem.recorded;
   if (!mem.why_not.empty()) rec["memory_fallback"] = mem.why_not;
-  if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
+  if (!launch.job_id.empty()) rec["job"] = launch.job_id;
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump());
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
@@ -455,7 +456,8 @@ StatusOr<ResumeStep> VoteOnLoad(const TrainConfig& cfg, comm::DistContext& ctx,
 }
 
 // Rank 0 moves a checkpoint that failed verification aside (kept as evidence) and records it.
-void SetAside(const TrainConfig& cfg, int64_t step, const std::string& dir, const Status& loaded) {
+void SetAside(const TrainConfig& cfg, const records::LaunchContext& launch, int64_t step,
+              const std::string& dir, const Status& loaded) {
   ckpt::CheckpointStore store(cfg.ckpt.root);
   auto moved = store.MarkCorrupt(step);
   const std::string why =
@@ -477,8 +479,8 @@ void SetAside(const TrainConfig& cfg, int64_t step, const std::string& dir, cons
       {"step", step},
       {"moved_to", *moved},
       {"problem", why}};
-  if (const char* job = std::getenv("SLURM_JOB_ID")) rec["job"] = job;
-  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), rec.dump());
+  if (!launch.job_id.empty()) rec["job"] = launch.job_id;
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump());
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
 }
 
@@ -487,7 +489,7 @@ void SetAside(const TrainConfig& cfg, int64_t step, const std::string& dir, cons
 StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
                          fsdp::FsdpEngine& engine, RunState* state, std::string* dir,
-                         const std::string& generation) {
+                         const records::LaunchContext& launch, const std::string& generation) {
   const comm::WorldInfo& world = ctx.world();
   MemoryRestore mem;
   bool memory_tried = cfg.train.resume != "auto" || !cfg.ckpt.restore_from_memory;
@@ -522,7 +524,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
         state->restarts += 1;
         FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
                      << state->restarts << ", every byte verified)";
-        FT_RETURN_IF_ERROR(RecordResume(cfg, ctx, step, *dir, src, mem));
+        FT_RETURN_IF_ERROR(RecordResume(cfg, launch, ctx, step, *dir, src, mem));
         return step;
       case ResumeStep::kFail:
         if (!loaded.ok()) return loaded;
@@ -533,7 +535,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                                      next == ResumeStep::kGiveUp));
         continue;
       case ResumeStep::kFallBack:
-        if (world.rank == 0) SetAside(cfg, step, *dir, loaded);
+        if (world.rank == 0) SetAside(cfg, launch, step, *dir, loaded);
         // Everyone waits until the damaged checkpoint is out of the way before choosing again.
         FT_RETURN_IF_ERROR(ctx.control().Barrier()->Wait());
         continue;

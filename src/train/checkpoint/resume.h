@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "fsdp/engine.h"
+#include "records/launch_context.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
 #include "train/config/train_config.h"
@@ -39,6 +40,6 @@ namespace ftrain::train {
 StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, CheckpointSink& sink,
                          const std::string& data_version, const nlohmann::json& hardware,
                          fsdp::FsdpEngine& engine, RunState* state, std::string* dir,
-                         const std::string& generation = "");
+                         const records::LaunchContext& launch, const std::string& generation = "");
 
 }  // namespace ftrain::train

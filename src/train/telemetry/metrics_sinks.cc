@@ -1,6 +1,8 @@
 // Health fields, TensorBoard and Prometheus publishing of rank 0's steps.
 #include "train/telemetry/metrics_sinks.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 
@@ -18,13 +20,20 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The host's name, for a node id that the caller left empty (tests).
+std::string HostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  return host;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cfg,
                                                            const SinkContext& ctx) {
   std::unique_ptr<MetricsSinks> s(new MetricsSinks());
   s->ctx_ = ctx;
-  if (s->ctx_.node.empty()) s->ctx_.node = ckpt::proto::DefaultNodeId();
+  if (s->ctx_.node.empty()) s->ctx_.node = HostName();
   s->ckpt_root_ = cfg.ckpt.root;
   s->baseline_ = cfg.metrics.baseline_tokens_per_s_per_gpu;
   s->window_ = StepTimeWindow(static_cast<size_t>(cfg.metrics.step_time_window));
@@ -55,13 +64,13 @@ StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cf
                                                 std::max<int64_t>(ctx.resume_step, 0) + 1, now));
   }
   if (cfg.metrics.prometheus_dir != "off") {
-    const char* job = std::getenv("SLURM_JOB_ID");
+    const std::string& job = s->ctx_.job_id;
     PromLabels labels;
-    if (job != nullptr && *job != '\0') labels.push_back({"slurm_job_id", job});
+    if (!job.empty()) labels.push_back({"slurm_job_id", job});
     labels.push_back({"node", s->ctx_.node});
     labels.push_back({"rank", "0"});
     const std::string file =
-        "ftrain-" + (job != nullptr && *job != '\0' ? PromSafeName(job) + "-" : "") + "rank0.prom";
+        "ftrain-" + (!job.empty() ? PromSafeName(job) + "-" : "") + "rank0.prom";
     auto prom = PromTextfile::Open(cfg.metrics.prometheus_dir, file, std::move(labels));
     if (!prom.ok()) {
       return Status::InvalidArgument(prom.status().message() +

@@ -32,7 +32,8 @@ struct SinkContext {
   double attention_flops_per_token = 0;
   int64_t resume_step = -1;  // the committed step this run resumed from, -1 for none
   std::string nvml_library = NvmlGpu::kLibrary;  // tests: a stand-in NVML
-  std::string node;                              // default ckpt::proto::DefaultNodeId()
+  std::string node;    // the node's id (records::LaunchContext::CkptdNodeId); "" = the host name
+  std::string job_id;  // SLURM_JOB_ID as main read it (Prometheus labels); "" outside Slurm
 };
 
 class MetricsSinks {
