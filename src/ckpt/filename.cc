@@ -32,6 +32,7 @@ std::string Fmt(const char* pattern, int64_t v) {
 std::string StepDirName(int64_t step) { return Fmt("step-%08lld", step); }
 std::string PartialDirName(int64_t step) { return StepDirName(step) + ".partial"; }
 std::string DeletingDirName(int64_t step) { return StepDirName(step) + ".deleting"; }
+std::string RestoreDirName(int64_t step) { return StepDirName(step) + ".restore"; }
 
 RootEntry ParseRootEntry(const std::string& name) {
   RootEntry e;

@@ -2,6 +2,7 @@
 //   step-00000120/            a complete checkpoint (the only kind ever chosen for resume)
 //   step-00000120.partial/    being written; never chosen
 //   step-00000120.deleting/   being removed by rotation; never chosen
+//   step-00000120.restore/    being restored from the S3 mirror (s3_store.h); never chosen
 //   step-00000120.corrupt/    failed verification at resume, moved aside as evidence; never
 //                             chosen, never deleted by rotation (ckptctl prune --corrupt)
 //   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
@@ -28,6 +29,9 @@ constexpr int kMaxWorldSize = 99999;    // 5 digits
 std::string StepDirName(int64_t step);      // step-00000120
 std::string PartialDirName(int64_t step);   // step-00000120.partial
 std::string DeletingDirName(int64_t step);  // step-00000120.deleting
+// step-00000120.restore: being downloaded from the S3 mirror at a start (ckpt/s3_store.h);
+// never chosen, removed by the next restore
+std::string RestoreDirName(int64_t step);
 // step-00000120.corrupt, or step-00000120.corrupt-N for the Nth time that step was set aside
 std::string CorruptDirName(int64_t step, int n = 1);
 RootEntry ParseRootEntry(const std::string& name);

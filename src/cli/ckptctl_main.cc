@@ -8,9 +8,11 @@
 #include <optional>
 
 #include "ckpt/ckptd_client.h"
+#include "ckpt/s3_store.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
 #include "ckpt/verify.h"
+#include "cli/ckptctl_s3.h"
 #include "cli/cli_util.h"
 #include "core/run_layout.h"
 
@@ -29,7 +31,12 @@ constexpr char kUsage[] =
     "  prune ROOT --keep K [--keep-every M] [--dry-run] [--corrupt]\n"
     "  export PATH --format safetensors -o FILE [--dtype bf16|fp32]\n"
     "  export PATH --format hf -o DIR [--dtype bf16|fp32] [--shard-gb 5]\n"
-    "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n\n"
+    "  status RUN_DIR [--json] [--node N]...   every node's ckptd (exit 1 if one is down)\n"
+    "  mirror PATH s3://B/P [--part-mb 8] [--threads 4] [--max-mb-per-s X] [--generation G]\n"
+    "                                          upload a complete checkpoint, commit it there\n"
+    "  restore s3://B/P ROOT                   newest s3 checkpoint into ROOT if newer there\n"
+    "list, latest, verify and prune also take s3://BUCKET/PREFIX roots (prune: --abandoned\n"
+    "also deletes uncommitted steps and aborts unfinished uploads; only with no writer alive)\n\n"
     "every command takes --log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL)\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
@@ -184,6 +191,7 @@ int List(int argc, char** argv) {
   opts.add_options()("json", "JSON output");
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  if (ckpt::IsS3Root(p.args[0])) return S3List(p.args[0], p.vm.count("json") > 0);
   Status s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout);
   return s.ok() ? kExitOk : Fail(prog, s.IsNotFound() ? Status::InvalidArgument(s.message()) : s);
 }
@@ -227,6 +235,9 @@ int Verify(int argc, char** argv) {
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
   const int threads = p.vm["threads"].as<int>();
+  if (ckpt::IsS3Root(p.args[0])) {
+    return S3Verify(p.args[0], p.vm.count("all") > 0, p.vm.count("json") > 0, threads);
+  }
   auto dirs = VerifyTargets(p.args[0], p.vm.count("all") > 0);
   if (!dirs.ok()) return Fail(prog, dirs.status());
   int rc = kExitOk;
@@ -246,6 +257,13 @@ int Latest(int argc, char** argv) {
   opts.add_options()("verified", "the newest checkpoint that also verifies");
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
+  if (ckpt::IsS3Root(p.args[0])) {
+    if (p.vm.count("verified")) {
+      return Fail(prog, Status::InvalidArgument("--verified is not supported on s3:// roots; "
+                                                "run 'ckptctl verify' on the root"));
+    }
+    return S3Latest(p.args[0]);
+  }
   ckpt::CheckpointStore store(p.args[0]);
   if (!Env::Default()->IsDirectory(p.args[0])) {
     return Fail(prog, Status::InvalidArgument("checkpoint root '" + p.args[0] +
@@ -308,11 +326,19 @@ int Prune(int argc, char** argv) {
                      "newest complete checkpoints to keep")(
       "keep-every", po::value<int64_t>(&keep_every)->default_value(0), "also keep multiples of M")(
       "dry-run", "print what would be deleted")(
-      "corrupt", "also remove step-N.corrupt directories that resume set aside");
+      "corrupt", "also remove step-N.corrupt directories that resume set aside")(
+      "abandoned", "s3://: also uncommitted steps and unfinished multipart uploads");
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
   if (keep < 1) return Fail(prog, Status::InvalidArgument("--keep must be at least 1"));
   if (keep_every < 0) return Fail(prog, Status::InvalidArgument("--keep-every must be >= 0"));
+  if (ckpt::IsS3Root(p.args[0])) {
+    if (keep_every != 0 || p.vm.count("corrupt")) {
+      return Fail(prog, Status::InvalidArgument("--keep-every and --corrupt are not supported "
+                                                "on s3:// roots"));
+    }
+    return S3Prune(p.args[0], keep, p.vm.count("abandoned") > 0, p.vm.count("dry-run") > 0);
+  }
   if (!Env::Default()->IsDirectory(p.args[0])) {
     return Fail(prog, Status::InvalidArgument("'" + p.args[0] + "' is not a directory"));
   }
@@ -376,8 +402,9 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
-    {"list", List}, {"verify", Verify}, {"latest", Latest}, {"inspect", Inspect},
-    {"diff", Diff}, {"prune", Prune},   {"export", Export}, {"status", DaemonStatus},
+    {"list", List},     {"verify", Verify},   {"latest", Latest}, {"inspect", Inspect},
+    {"diff", Diff},     {"prune", Prune},     {"export", Export}, {"status", DaemonStatus},
+    {"mirror", Mirror}, {"restore", Restore},
 };
 
 int Run(int argc, char** argv) {

@@ -13,6 +13,7 @@
 #include "core/run_layout.h"
 #include "records/json_lines.h"
 #include "records/restarts.h"
+#include "report/tiers.h"
 #include "report/time_breakdown.h"
 
 namespace ftrain::report {
@@ -442,6 +443,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
       if (c.status == ckpt::CheckpointStatus::kCorrupt) ++r.corrupt_in_root;
     }
   }
+  ReadCheckpointTiers(run_dir, &r);
   FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
   FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r));
   MatchQuarantineActions(&r);

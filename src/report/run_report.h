@@ -138,6 +138,16 @@ struct RunSummary {
   double stall_total_s = 0;
   int checkpoints_in_root = 0, corrupt_in_root = 0;
   std::optional<int64_t> latest_in_root;
+  // ckpt.mirror (report/tiers.cc): the object-store tier and which tiers hold each step, newest
+  // first ("" / empty when the run has no mirror; unreachable: a warning).
+  struct StepTiers {
+    int64_t step = -1;
+    bool file = false;    // complete in the file-system root
+    bool mirror = false;  // committed in the mirror
+  };
+  std::string mirror;
+  int checkpoints_in_mirror = 0;
+  std::vector<StepTiers> tiers;
   // Where the time goes (report/time_breakdown.cc), in the order to look.
   std::vector<records::Straggler> stragglers;  // as named, in step order
   std::vector<BreakdownItem> breakdown;

@@ -243,6 +243,18 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   if (r.latest_in_root) out << " (latest step " << *r.latest_in_root << ")";
   if (r.corrupt_in_root > 0) out << ", " << r.corrupt_in_root << " set aside as corrupt";
   out << "\n";
+  if (!r.mirror.empty()) {
+    out << "mirror         " << r.checkpoints_in_mirror << " committed in " << r.mirror << "\n";
+    std::string t;
+    for (size_t i = 0; i < r.tiers.size() && i < 8; ++i) {
+      const auto& s = r.tiers[i];
+      t += (t.empty() ? "" : ", ") + ("step " + std::to_string(s.step) + ": ") +
+           (s.file && s.mirror ? "file+mirror"
+            : s.file           ? "file"
+                               : "mirror");
+    }
+    if (!t.empty()) out << "tiers          " << t << (r.tiers.size() > 8 ? ", ..." : "") << "\n";
+  }
   PrintTimeBreakdown(r, out);
   PrintQuarantine(r, out);
   PrintHangs(r, out);
@@ -323,6 +335,16 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
                       {"complete_in_root", r.checkpoints_in_root},
                       {"corrupt_in_root", r.corrupt_in_root},
                       {"latest_in_root", r.latest_in_root ? ojson(*r.latest_in_root) : ojson()}};
+  ojson tiers = ojson::array();
+  for (const auto& s : r.tiers) {
+    ojson where = ojson::array();
+    if (s.file) where.push_back("file");
+    if (s.mirror) where.push_back("mirror");
+    tiers.push_back({{"step", s.step}, {"tiers", where}});
+  }
+  j["checkpoints"]["tiers"] = tiers;
+  j["checkpoints"]["mirror"] = r.mirror.empty() ? ojson() : ojson(r.mirror);
+  j["checkpoints"]["committed_in_mirror"] = r.checkpoints_in_mirror;
   ojson ins = ojson::array();
   for (const auto& in : r.interruptions) {
     ojson o = {

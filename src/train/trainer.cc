@@ -19,6 +19,7 @@
 
 #include "ckpt/filename.h"
 #include "ckpt/memory_manifest.h"
+#include "ckpt/mirror.h"
 #include "ckpt/store.h"
 #include "comm/context.h"
 #include "core/env.h"
@@ -41,6 +42,7 @@
 #include "train/checkpoint/train_state.h"
 #include "train/config/guard.h"
 #include "train/config/lr_schedule.h"
+#include "train/config/mirror_config.h"
 #include "train/config/rollback.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
@@ -264,6 +266,7 @@ struct Run {
   std::unique_ptr<CheckpointSink> ckpt_sink;
   std::string data_version;
   std::string generation;
+  std::unique_ptr<ckpt::CheckpointMirror> mirror;  // ckpt.mirror (rank 0)
   RunState state;
   int64_t resume_step = 0;
   std::unique_ptr<data::TokenReader> reader;
@@ -656,6 +659,84 @@ Status ApplyRollbacks(Run* run) {
   return Status::Ok();
 }
 
+// `v` from rank 0 on every rank (a control collective).
+StatusOr<double> FromLeader(comm::DistContext& ctx, double v) {
+  torch::Tensor t = torch::tensor({v}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().Broadcast(t, 0)->Wait());
+  return t[0].item<double>();
+}
+
+// ckpt.mirror, restore (train.resume = auto): when the mirror's newest committed checkpoint is
+// newer than the newest in ckpt.root (scratch purged), each rank downloads its own ranks'
+// shard objects (ckpt/s3_store.h RestoreFiles) and rank 0 commits the directory once every
+// rank's files are there. Any failure (an outage, a damaged object) is logged and the start
+// resumes from what the file system has; every rank agrees on that.
+Status RestoreMirrorAtStart(Run* run, const std::string& url) {
+  comm::DistContext& ctx = *run->ctx;
+  const std::string& root = run->cfg.ckpt.root;
+  double step = -1;
+  if (run->leader) {
+    auto plan = ckpt::PlanRestore(url, root);
+    if (!plan.ok()) FT_LOG(Warning) << "ckpt.mirror: not restored: " << plan.status().ToString();
+    if (plan.ok() && *plan) step = static_cast<double>(**plan);
+  }
+  FT_ASSIGN_OR_RETURN(step, FromLeader(ctx, step));
+  if (step < 0) return Status::Ok();
+  const int64_t s = static_cast<int64_t>(step);
+  Status mine = ckpt::RestoreFiles(url, root, s, ctx.world().rank, ctx.world().world_size);
+  if (!mine.ok()) FT_LOG(Warning) << "ckpt.mirror: restoring my files: " << mine.ToString();
+  torch::Tensor failed = torch::tensor({mine.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  FT_RETURN_IF_ERROR(ctx.control().AllReduce(failed, comm::ReduceOp::kSum)->Wait());
+  if (run->leader) {
+    Status done = failed[0].item<double>() > 0 ? Status::Unavailable("a rank's download failed")
+                                               : ckpt::FinishRestore(url, root, s);
+    if (done.ok()) {
+      FT_LOG(Info) << "ckpt.mirror: restored step " << s << " from " << url << " into " << root;
+    } else {
+      FT_LOG(Warning) << "ckpt.mirror: step " << s << " not restored: " << done.ToString()
+                      << " (resuming from " << root << ")";
+    }
+  }
+  // Every rank chooses the resume after rank 0's rename.
+  return ctx.control().Barrier()->Wait();
+}
+
+// ckpt.mirror (ckpt/mirror.h): rank 0 checks the store and claims its fence before step 1
+// (exit 2 with what to set); a refused mirror ends every rank with rank 0's code, not a
+// peer's broken collective. Then the restore (above).
+Status OpenMirror(Run* run) {
+  FT_ASSIGN_OR_RETURN(MirrorConfig mc, ParseMirrorConfig(run->cfg.raw));
+  if (!mc.enabled()) return Status::Ok();
+  Status s;
+  if (run->leader) {
+    ckpt::MirrorOptions o;
+    o.url = mc.url;
+    o.keep = mc.keep;
+    o.every_s = mc.every_s;
+    o.store.upload.part_bytes = uint64_t(mc.part_mb) << 20;
+    o.store.upload.threads = mc.threads;
+    o.store.upload.max_bytes_per_s = static_cast<int64_t>(mc.max_mb_s * 1e6);
+    auto m = ckpt::CheckpointMirror::Open(o, run->cfg.ckpt.root, run->generation);
+    if (m.ok()) run->mirror = std::move(*m);
+    s = m.status();
+  }
+  FT_ASSIGN_OR_RETURN(double c, FromLeader(*run->ctx, static_cast<double>(s.code())));
+  const auto code = static_cast<Status::Code>(static_cast<int>(c));
+  if (code != Status::Code::kOk) {
+    return run->leader ? s : Status(code, "ckpt.mirror: refused by rank 0 (its log says why)");
+  }
+  if (run->cfg.train.resume != "auto") return Status::Ok();
+  return RestoreMirrorAtStart(run, mc.url);
+}
+
+// The end of a start (done or stopped): the mirror copies the final checkpoint. A failure is
+// logged, not fatal: the checkpoint is committed on the file system.
+void FinishMirror(Run& run) {
+  if (!run.mirror) return;
+  Status s = run.mirror->Stop(/*final_pass=*/true);
+  if (!s.ok()) FT_LOG(Warning) << "ckpt.mirror: the final copy failed: " << s.ToString();
+}
+
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
@@ -727,10 +808,12 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   // earlier start that wakes up late is fenced off (ckpt/store.h). Rank 0 makes it.
   FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx, run->launch.fence_epoch));
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
+  FT_RETURN_IF_ERROR(OpenMirror(run.get()));
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
                              *run->engine, &run->state, &resume_dir, run->launch, run->generation));
+  if (run->mirror) run->mirror->Start();
   // Only a fresh start reads the base weights: a restart never needs the base directory.
   if (run->resume_step < 0 && cfg.train.init != "random") {
     FT_RETURN_IF_ERROR(LoadBaseWeights(cfg.train.init, ctx, *run->engine));
@@ -978,11 +1061,13 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
       FT_LOG(Warning) << "stop requested by signal: checkpointed step " << ckpt.last_saved()
                       << "; exiting with " << kExitRequeue << " (requeue me)";
       *exit_code = kExitRequeue;
+      FinishMirror(*run);
       return Status::Ok();
     }
   }
   run->hang->Enter(state.step, HangPhase::kDone);
   if (run->leader) FT_LOG(Info) << "train: done at step " << state.step;
+  FinishMirror(*run);
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -31,6 +32,31 @@ struct FetchRequest {
   const FetchSigning* signing = nullptr;  // nullptr: an anonymous request
 };
 
+// "HTTP 403" plus an S3-style error body's Code and Message when there is one.
+std::string HttpErrorText(long code, const std::string& error_body);
+// Delay before retry `attempt` (0-based): exponential, capped, with jitter in [d/2, d].
+int64_t RetryBackoffMs(const HttpOptions& o, int attempt);
+
+// A request with a method other than GET (PUT, POST, DELETE, HEAD) and a body from memory:
+// the S3 writer's calls (s3_write.cc).
+struct SendRequest {
+  std::string method;  // "PUT", "POST", "DELETE", "HEAD"
+  std::string url;
+  std::string name;  // what messages call it: "PUT s3://bucket/key (part 3)"
+  const FetchSigning* signing = nullptr;
+  std::vector<std::string> headers;  // extra "Name: value" lines
+  const uint8_t* body = nullptr;
+  uint64_t body_len = 0;
+  int64_t max_bytes_per_s = 0;  // upload speed cap of this request (0: none)
+};
+
+struct SendReply {
+  long code = 0;
+  std::string body;                                          // capped at 1 MiB
+  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
+  std::string Header(const std::string& lower_name) const;   // "" when absent
+};
+
 class HttpFetcher {
  public:
   // `owner`, when given, cancels in-flight and later requests (Source::Cancel).
@@ -43,6 +69,11 @@ class HttpFetcher {
   Status Get(const FetchRequest& r, std::string* out);
   // Exactly r.len bytes at r.offset into out (206 expected, Content-Range checked).
   Status GetRange(const FetchRequest& r, uint8_t* out);
+
+  // Sends r, retrying what a GET retries (connection errors, 5xx/408/429, stalls) with the
+  // same backoff and jitter; any other answer (2xx, 3xx, 4xx) comes back in *reply for the
+  // caller to judge. Unavailable once the retries are spent.
+  Status Send(const SendRequest& r, SendReply* reply);
 
   const HttpOptions& options() const { return opts_; }
   // Seconds each successful GetRange took since the last call (Source::TakeReadLatencies).

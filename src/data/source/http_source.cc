@@ -49,8 +49,10 @@ int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t)
   return 0;
 }
 
+}  // namespace
+
 // The text between <tag> and </tag> in an error body ("" when absent).
-std::string XmlField(const std::string& xml, const std::string& tag) {
+static std::string XmlField(const std::string& xml, const std::string& tag) {
   size_t a = xml.find("<" + tag + ">");
   if (a == std::string::npos) return "";
   a += tag.size() + 2;
@@ -59,7 +61,7 @@ std::string XmlField(const std::string& xml, const std::string& tag) {
 }
 
 // "HTTP 403" plus an S3-style error body's Code and Message when there is one.
-std::string HttpError(long code, const std::string& error_body) {
+std::string HttpErrorText(long code, const std::string& error_body) {
   std::string s = "HTTP " + std::to_string(code);
   std::string c = XmlField(error_body, "Code");
   if (!c.empty()) {
@@ -72,14 +74,12 @@ std::string HttpError(long code, const std::string& error_body) {
 
 // Delay before retry `attempt` (0-based): exponential, capped, with jitter in [d/2, d] so
 // many readers throttled at once do not come back in step.
-int64_t BackoffMs(const HttpOptions& o, int attempt) {
+int64_t RetryBackoffMs(const HttpOptions& o, int attempt) {
   int64_t d = std::min<int64_t>(o.max_backoff_ms, int64_t{o.backoff_ms} << std::min(attempt, 20));
   if (d <= 1) return d;
   thread_local std::minstd_rand rng(std::random_device{}());
   return d / 2 + static_cast<int64_t>(rng() % static_cast<uint64_t>(d - d / 2 + 1));
 }
-
-}  // namespace
 
 // What one request produced.
 struct HttpFetcher::Body {
@@ -209,7 +209,7 @@ Status HttpFetcher::Run(const FetchRequest& r, Body* body) {
     }
     if (!last.transient) return last.status.Annotate(what);
     if (attempt >= opts_.max_retries) break;
-    int64_t delay = BackoffMs(opts_, attempt);
+    int64_t delay = RetryBackoffMs(opts_, attempt);
     FT_LOG(Warning) << what << ": " << last.status.message() << " (attempt " << attempt + 1
                     << " of " << opts_.max_retries + 1 << "); retrying in " << delay << " ms";
     auto until = Clock::now() + std::chrono::milliseconds(delay);
@@ -231,10 +231,10 @@ Status CheckAnswer(const FetchRequest& r, long code, const std::string& content_
   *transient = false;
   if (code >= 500 || code == 408 || code == 429) {
     *transient = true;
-    return Status::Unavailable(HttpError(code, error_body));
+    return Status::Unavailable(HttpErrorText(code, error_body));
   }
   if (code == 404 || code == 410) {
-    return Status::NotFound(HttpError(code, error_body) + " (not found)");
+    return Status::NotFound(HttpErrorText(code, error_body) + " (not found)");
   }
   if (code == 416) {
     return Status::Corruption(
@@ -242,15 +242,15 @@ Status CheckAnswer(const FetchRequest& r, long code, const std::string& content_
         "(truncated shard?)");
   }
   if (code == 401 || code == 403) {
-    return Status::FailedPrecondition(HttpError(code, error_body) + " (access denied)");
+    return Status::FailedPrecondition(HttpErrorText(code, error_body) + " (access denied)");
   }
   if (!r.ranged) {
     return code == 200 ? Status::Ok()
-                       : Status::Unavailable("unexpected " + HttpError(code, error_body));
+                       : Status::Unavailable("unexpected " + HttpErrorText(code, error_body));
   }
   const std::string range = std::to_string(r.offset) + "-" + std::to_string(r.offset + r.len - 1);
   if (code != 206) {
-    return Status::FailedPrecondition(HttpError(code, error_body) +
+    return Status::FailedPrecondition(HttpErrorText(code, error_body) +
                                       " to a Range request; the server must support byte "
                                       "ranges (expected 206)");
   }

@@ -294,7 +294,8 @@ Status S3Client::Explain(const Status& s) const {
     hint = "the session token is expired or invalid (" + from + ")";
   } else if (m.find("AccessDenied") != std::string::npos ||
              m.find("HTTP 403") != std::string::npos) {
-    hint = "access denied (" + from + ")";
+    hint = "access denied (" + from +
+           "); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and AWS_ENDPOINT_URL";
   } else if (m.find("NoSuchBucket") != std::string::npos) {
     hint = "check the bucket name" + (config_.endpoint.empty()
                                           ? std::string(" and AWS_REGION")
@@ -319,6 +320,22 @@ Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t len, ui
   r.len = len;
   return Explain(impl_->fetch.GetRange(r, out));
 }
+
+std::string S3Client::UrlOf(const S3Url& u, const std::string& query) const {
+  return MakeRequest(config_, nullptr, u, query).url;
+}
+
+const FetchSigning* S3Client::signing() const {
+  return impl_->signed_requests ? &impl_->signing : nullptr;
+}
+
+HttpFetcher* S3Client::fetcher() { return &impl_->fetch; }
+
+std::string S3UriEncode(const std::string& s, bool keep_slash) { return UriEncode(s, keep_slash); }
+bool S3NextXml(const std::string& xml, const std::string& tag, size_t* pos, std::string* text) {
+  return NextXml(xml, tag, pos, text);
+}
+std::string S3XmlUnescape(const std::string& s) { return XmlUnescape(s); }
 
 std::vector<float> S3Client::TakeRangeLatencies() { return impl_->fetch.TakeRangeLatencies(); }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,25 @@ struct S3Object {
   uint64_t size = 0;
 };
 
+// An unfinished multipart upload (ListMultipartUploads).
+struct S3Upload {
+  std::string key;
+  std::string upload_id;
+};
+
+// How a multipart upload goes: parts of `part_bytes` (the last one shorter), `threads` at a
+// time, each sent with its CRC32C (x-amz-checksum-crc32c, which S3 checks on arrival), and
+// at most `max_bytes_per_s` in all (0: no cap; split evenly over the threads).
+struct UploadOptions {
+  uint64_t part_bytes = 8ull << 20;  // S3's minimum is 5 MiB for every part but the last
+  int threads = 4;
+  int64_t max_bytes_per_s = 0;
+  bool if_none_match = false;  // the completion is refused when the key exists
+};
+
+class HttpFetcher;
+struct FetchSigning;
+
 class S3Client {
  public:
   // `owner`, when given, cancels requests (Source::Cancel).
@@ -63,7 +83,32 @@ class S3Client {
   // Every object whose key starts with url.key, sorted by key (ListObjectsV2, all pages).
   StatusOr<std::vector<S3Object>> List(const S3Url& url, bool first_page_only = false);
 
+  // Writing (s3_write.cc). Conditional writes (`If-None-Match: *`) answer false, not an
+  // error, when the key already exists (HTTP 412 PreconditionFailed).
+  StatusOr<bool> Put(const S3Url& object, const std::string& data, bool if_none_match = false);
+  // A multipart upload of data[0, len): create, parts in parallel, complete (conditional when
+  // options.if_none_match: false when the key exists). Any failure aborts the upload.
+  StatusOr<bool> Upload(const S3Url& object, const uint8_t* data, uint64_t len,
+                        const UploadOptions& options);
+  // The same with the bytes read part by part: read(offset, n, out) fills out[0, n) (called
+  // concurrently from the upload threads), so at most `threads` parts are in memory at once.
+  using PartReader = std::function<Status(uint64_t offset, uint64_t n, uint8_t* out)>;
+  StatusOr<bool> Upload(const S3Url& object, uint64_t len, const PartReader& read,
+                        const UploadOptions& options);
+  Status AbortUpload(const S3Url& object, const std::string& upload_id);
+  // Unfinished multipart uploads whose key starts with prefix.key.
+  StatusOr<std::vector<S3Upload>> ListUploads(const S3Url& prefix);
+  Status Delete(const S3Url& object);  // no error when absent
+  // The object's size; NotFound when absent.
+  StatusOr<uint64_t> Head(const S3Url& object);
+  // The bucket exists and these credentials may use it.
+  Status HeadBucket(const std::string& bucket);
+
   const S3Config& config() const { return config_; }
+  // Plumbing for s3_write.cc.
+  std::string UrlOf(const S3Url& u, const std::string& query = "") const;
+  const FetchSigning* signing() const;
+  HttpFetcher* fetcher();
 
  private:
   struct Impl;
@@ -71,6 +116,11 @@ class S3Client {
   S3Config config_;
   std::unique_ptr<Impl> impl_;
 };
+
+// SigV4's URI encoding and the tiny XML reader the client uses (shared with s3_write.cc).
+std::string S3UriEncode(const std::string& s, bool keep_slash);
+bool S3NextXml(const std::string& xml, const std::string& tag, size_t* pos, std::string* text);
+std::string S3XmlUnescape(const std::string& s);
 
 // Source over s3://bucket/prefix (a packed directory in a bucket).
 StatusOr<std::unique_ptr<Source>> NewS3Source(const std::string& url, const HttpOptions& http);

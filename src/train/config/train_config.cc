@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/run_layout.h"
+#include "train/config/mirror_config.h"
 
 namespace ftrain::train {
 namespace {
@@ -215,6 +216,16 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
         "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
         "[0, 22], threads >= 0");
   }
+  if (t.ckpt.root.rfind("s3://", 0) == 0) {
+    std::string where = c.Has("ckpt.root") ? c.entries().at("ckpt.root").origin + ": " : "";
+    return Status::InvalidArgument(
+        where + "ckpt.root = " + t.ckpt.root +
+        ": checkpoints are written to a file system; put the object store behind it with "
+        "ckpt.mirror = s3://BUCKET/PREFIX (docs/checkpoint-format.md, \"Checkpoints on S3\")");
+  }
+  // The object-store tier: validated here (exit 2 naming the key), read by the trainer.
+  FT_ASSIGN_OR_RETURN(MirrorConfig mirror, ParseMirrorConfig(c));
+  (void)mirror;
   return Status::Ok();
 }
 

@@ -1,0 +1,147 @@
+// The object-store tier end to end: `ftrain launch` trains the tiny model with ckpt.mirror on
+// the moto server; a rank is SIGKILLed once the mirror holds a checkpoint, the file-system
+// checkpoint root is deleted (scratch purged), and the relaunch restores the mirror's newest
+// checkpoint and finishes bit-identical to an uninterrupted run (`ckptctl diff`, every loss).
+// Bad mirror settings exit 2 before step 1.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "moto_server.h"
+#include "test_util.h"
+
+namespace ftrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+const bool kMoto = RegisterMotoEnvironment();
+
+class S3TrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<TempDir>("ftrain-s3-train");
+    data_ = dir_->path() + "/data";
+    auto r = PackLicenses(data_, "--shard-rows 256");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  static std::string TrainCmd(const std::string& run, const std::string& extra = "") {
+    return Ftrain() + " launch --nproc 2 --nodes 1 --grace-s 2 -- train --config " +
+           FTRAIN_SOURCE_DIR + "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
+           " --train.steps=40 --ckpt.every_steps=5 --ckpt.every_minutes=0 --ckpt.daemon=off " +
+           extra;
+  }
+  static std::unique_ptr<TempDir> dir_;
+  static std::string data_;
+};
+std::unique_ptr<TempDir> S3TrainTest::dir_;
+std::string S3TrainTest::data_;
+
+// The pids of the rank processes of `run` (their command line names it).
+std::vector<pid_t> RankPids(const std::string& tag) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  while (struct dirent* e = d ? readdir(d) : nullptr) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    for (auto& c : env) {
+      if (c == '\0') c = '\n';
+    }
+    if (Contains(env, "\nFTRAIN_TEST_TAG=" + tag + "\n") && Contains("\n" + env, "\nRANK=1\n")) {
+      out.push_back(pid);
+    }
+  }
+  if (d) closedir(d);
+  return out;
+}
+
+// The newest committed step in the mirror (-1: none), by ckptctl.
+int MirrorLatest(const std::string& url) {
+  auto r = RunCommand(BinDir() + "/ckptctl latest " + url + " 2>/dev/null", 30);
+  const size_t at = r.output.rfind("step-");
+  return r.exit_code == 0 && at != std::string::npos ? std::stoi(r.output.substr(at + 5)) : -1;
+}
+
+TEST_F(S3TrainTest, ScratchPurgedRunResumesFromTheMirrorBitExactly) {
+  const std::string ref = dir_->path() + "/ref";
+  auto r = RunCommand(TrainCmd(ref), 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string run = dir_->path() + "/run";
+  const std::string url = std::string("s3://") + kS3Bucket + "/train";
+  const std::string mirror = "--ckpt.mirror=" + url + " --ckpt.mirror_every_s=0.2";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("FTRAIN_TEST_TAG", "mirror", 1);
+    execl("/bin/sh", "sh", "-c", (TrainCmd(run, mirror) + " >" + run + ".log 2>&1").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int mirrored = -1;
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 6000 && mirrored < 10; ++i) {  // up to 10 minutes
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    mirrored = MirrorLatest(url);
+  }
+  ASSERT_FALSE(exited) << "the run ended before the mirror held step 10: "
+                       << ReadFile(run + ".log");
+  for (pid_t p : RankPids("mirror")) kill(p, SIGKILL);
+  waitpid(pid, &status, 0);
+  ASSERT_GE(mirrored, 10) << ReadFile(run + ".log");
+  ASSERT_LT(mirrored, 40) << "the run finished before the kill";
+
+  // The scratch space is purged: the file-system root is gone, only the mirror is left.
+  fs::remove_all(run + "/checkpoints");
+  r = RunCommand(TrainCmd(run, mirror), 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "ckpt.mirror: restored step")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "resume: restored step")) << r.output;
+  auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000040 " + run +
+                             "/checkpoints/step-00000040",
+                         120);
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_EQ(Losses(run), Losses(ref));
+  EXPECT_EQ(MirrorLatest(url), 40);  // the final checkpoint went to the mirror too
+  // ftrain report shows each checkpoint's tiers.
+  auto report = RunCommand(Ftrain() + " report " + run + " 2>&1", 120);
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_TRUE(Contains(report.output, "committed in " + url)) << report.output;
+  EXPECT_TRUE(Contains(report.output, "tiers          step 40: file+mirror")) << report.output;
+}
+
+TEST_F(S3TrainTest, BadMirrorSettingsExitTwoBeforeStepOne) {
+  const std::string run = dir_->path() + "/bad";
+  struct Case {
+    std::string extra, env, expect;
+  } cases[] = {
+      {"--ckpt.mirror=http://x/y", "", "ckpt.mirror must be s3://"},
+      {"--ckpt.mirror=s3://b/p --ckpt.mirror_keep=0", "", "ckpt.mirror_keep"},
+      {"--ckpt.mirror=s3://b/p --ckpt.mirror_part_mb=1", "", "ckpt.mirror_part_mb"},
+      {"--ckpt.root=s3://b/p", "", "ckpt.mirror = s3://"},
+      {"--ckpt.mirror=s3://no-such-bucket/p", "", "no-such-bucket"},
+      {"--ckpt.mirror=s3://" + std::string(kS3Bucket) + "/p",
+       "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=/nonexistent ", "AWS_ACCESS_KEY_ID"},
+  };
+  for (const auto& c : cases) {
+    auto r = RunCommand(c.env + TrainCmd(run, c.extra), 300);
+    EXPECT_EQ(r.exit_code, 2) << c.extra << "\n" << r.output;
+    EXPECT_TRUE(Contains(r.output, c.expect)) << c.extra << "\n" << r.output;
+    EXPECT_TRUE(Losses(run).empty()) << c.extra;  // no step ran
+  }
+}
+
+}  // namespace
+}  // namespace ftrain::testing
