@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/env.h"
+#include "core/strings.h"
 #include "orch/agent_runner.h"
 #include "orch/detect.h"
 #include "orch/files.h"
@@ -23,12 +24,6 @@ namespace ftrain::orch {
 namespace {
 
 void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 std::string EvidenceWords(const std::vector<records::Field>& f) {
   for (const auto& x : f) {

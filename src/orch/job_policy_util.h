@@ -7,15 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/strings.h"
 #include "orch/job_types.h"
 
 namespace ftrain::orch::policy_util {
-
-inline std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 // Seconds as the scripts printed them: no needless decimals.
 inline std::string Fmt(double v) {

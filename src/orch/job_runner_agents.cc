@@ -11,18 +11,13 @@
 #include <set>
 #include <thread>
 
+#include "core/strings.h"
 #include "orch/files.h"
 #include "orch/job_runner.h"
 #include "orch/process.h"
 
 namespace ftrain::orch {
 namespace {
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 

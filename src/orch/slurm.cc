@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/strings.h"
+
 namespace ftrain::orch {
 namespace {
 
@@ -35,12 +37,6 @@ std::vector<std::string> Lines(const std::string& s) {
     if (!l.empty()) out.push_back(l);
   }
   return out;
-}
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
 }
 
 double Now() {

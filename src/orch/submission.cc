@@ -12,16 +12,11 @@
 #include <regex>
 #include <set>
 
+#include "core/strings.h"
 #include "orch/files.h"
 
 namespace ftrain::orch {
 namespace {
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 std::string NameOf(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/strings.h"
 #include "plan/internal.h"
 
 namespace ftrain::plan_internal {
@@ -37,12 +38,6 @@ Projection Shape(const std::string& target, const PlanResult& r) {
   if (target == "k" || target == "v") return {h, kv};
   if (target == "gate" || target == "up") return {h, inter};
   return {inter, h};  // down
-}
-
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
-  return out;
 }
 
 std::string Count(double n) {
@@ -128,7 +123,7 @@ void AppendAdapterText(const PlanResult& r, std::ostringstream& o) {
   const double p = static_cast<double>(r.parameters);
   o << "fine-tuning with adapters (frozen base, only the adapters train; the base is replicated "
        "on every GPU; ftrain train itself trains all weights):\n"
-    << "  LoRA rank " << r.input.lora_rank << " on " << Join(r.input.lora_targets) << ": "
+    << "  LoRA rank " << r.input.lora_rank << " on " << Join(r.input.lora_targets, ",") << ": "
     << Count(lora.adapter_parameters) << " adapter parameters ("
     << Num(100 * lora.adapter_parameters / p, 2) << "% of " << Count(p) << ")\n";
   const size_t kName = 15, kCol = 9;
