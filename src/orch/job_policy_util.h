@@ -12,6 +12,8 @@
 
 namespace ftrain::orch::policy_util {
 
+using ftrain::Join;  // core/strings.h (the policy files name it policy_util::Join)
+
 // Seconds as the scripts printed them: no needless decimals.
 inline std::string Fmt(double v) {
   char buf[32];
