@@ -297,8 +297,8 @@ struct Run {
   int64_t sdc_passed = 0;            // the newest step a check passed at (or the one resumed)
   // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
   std::map<int64_t, std::vector<double>> suspects_at;
-  double hang_io_s = 0;              // FTRAIN_HANG_IO_S, else dist.timeout_s
-  std::unique_ptr<HangWatch> hang;   // the hang guard (last: stopped first)
+  double hang_io_s = 0;             // FTRAIN_HANG_IO_S, else dist.timeout_s
+  std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
 };
 
 // The device, the math modes that keep it deterministic, the rendezvous and the hardware
