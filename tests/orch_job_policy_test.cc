@@ -1974,6 +1974,44 @@ TEST(JobPolicyQuarantine, APartitionTooSmallWithoutThemEndsFailedNamingThem) {
   EXPECT_EQ(sim.ExitCode(), 1);
 }
 
+// Sim seed 539: a node kept out only by an old node fault (a lost GPU, repaired since) must
+// not fail the job when the partition has no room without it: it is let back in with a
+// "cleared" line, checked again at the next start; an sdc or hang line never is, nor a node
+// that failed in this very step.
+TEST(JobPolicyQuarantine, NoRoomLetsBackANodeKeptOutOnlyByAnOldNodeFault) {
+  QuarantineLine old_fault = Suspect("n3", false, kFaultyCause);
+  old_fault.time = 1.7e9 - 3600;  // an hour before the step ended: still in force
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2"});
+  sim.StepExitWith(77, {old_fault, Suspect("n1", true)});
+  sim.Room({"n1", "n2", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.quarantine_requeue") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("quarantine [n3] cause=cleared {by=\"ftrain job\"")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("without node(s) n3, kept out only by node faults")) << sim.Text();
+  sim.FinishRequeue();
+  bool excluded = false;
+  for (const auto& a : sim.actions) {
+    excluded = excluded || ToText(a).find("exclude dead=[] faulty=[n1]") == 0;
+  }
+  EXPECT_TRUE(excluded) << sim.Text();
+  // An sdc line on the third node: nothing is let back, the job fails as before.
+  Sim sdc(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sdc.StartTraining({"n1", "n2"});
+  sdc.StepExitWith(77, {Suspect("n3", true), Suspect("n1", true)});
+  sdc.Room({"n1", "n2", "n3"});
+  EXPECT_EQ(sdc.last.rule, "step.quarantine_no_room") << sdc.Text();
+  EXPECT_FALSE(sdc.AnyHas("cause=cleared")) << sdc.Text();
+  // The pure rule: fault-only hosts, oldest first; a host with any other line in force is not.
+  QuarantineLine newer = old_fault;
+  newer.host = "n4";
+  newer.time = old_fault.time - 50;
+  QuarantineLine hang = Suspect("n5", false, kHangCause);
+  QuarantineLine fault5 = Suspect("n5", false, kFaultyCause);
+  EXPECT_EQ(FaultOnlyHosts({old_fault, newer, hang, fault5}, 1.7e9, {0, 0}, {"n3", "n4", "n5"}),
+            std::vector<std::string>({"n4", "n3"}));
+  EXPECT_TRUE(FaultOnlyHosts({old_fault}, 1.7e9, {0, 0}, {"n4"}).empty());
+}
+
 TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
   sim.StartTraining({"n1", "n2", "n3"});

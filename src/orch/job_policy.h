@@ -220,6 +220,8 @@ class JobPolicy {
   Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
                               const std::vector<NodeFaultLine>& lines, const std::string& why);
   Decision RoomKnown(const Observation& o);
+  void ReadmitFaultyForRoom(const std::vector<std::string>& partition, size_t train,
+                            std::vector<Action>* acts);
   // job_policy_requeue_checks.cc: what a requeue checks first (room, a cancel).
   void KeepOutFaulty(const std::vector<std::string>& nodes, const std::string& reason,
                      std::vector<Action>* acts);

@@ -123,6 +123,50 @@ Decision JobPolicy::QuarantineAfterStep() {
   return Launch(rule + "step.quarantine_replaced", acts);
 }
 
+namespace {
+// `first` then `rest`.
+std::vector<Action> With(std::vector<Action> first, const std::vector<Action>& rest) {
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
+}  // namespace
+
+// Too few nodes in the partition for the training nodes without the quarantined ones: the
+// hosts that only node faults keep out, and that did not fail in this step, are let back in,
+// oldest fault first, until the training nodes fit (quarantine.h, FaultOnlyHosts). Each gets
+// a "cleared" line in RUN/quarantine.jsonl (history appended, never edited): a node that is
+// still faulty fails the next start's check and is kept out again, and those requeues count
+// against FTRAIN_MAX_NODE_REQUEUES. Nothing is let in when even that would not make room.
+void JobPolicy::ReadmitFaultyForRoom(const std::vector<std::string>& partition, size_t train,
+                                     std::vector<Action>* acts) {
+  size_t room = 0;
+  for (const auto& n : partition) room += Contains(st_.quarantined, n) ? 0 : 1;
+  if (room >= train) return;
+  std::vector<std::string> back;
+  for (const auto& h :
+       FaultOnlyHosts(st_.step_quarantine, st_.step_end_wall,
+                      {s_.faulty_keep_s, s_.hang_quarantine_keep_s}, st_.quarantined)) {
+    if (room + back.size() >= train) break;
+    if (!Contains(st_.quarantine_bad, h) && Contains(partition, h)) back.push_back(h);
+  }
+  if (room + back.size() < train) return;
+  for (const auto& h : back) {
+    st_.quarantined.erase(std::find(st_.quarantined.begin(), st_.quarantined.end(), h));
+    Action q = WithNodes(Action::Kind::kQuarantine, {h});
+    q.text = records::kClearedCause;
+    q.record.fields = {
+        records::Str("by", "ftrain job"),
+        records::Str("reason", "no room without it: checked again at the next start")};
+    acts->push_back(q);
+  }
+  acts->push_back(Log("the job's partition has no room for its " + std::to_string(train) +
+                      " training node(s) without node(s) " + Join(back, " ") +
+                      ", kept out only by node faults (RUN/quarantine.jsonl, cause " +
+                      kFaultyCause +
+                      "): they are let back in (a \"cleared\" line each) and "
+                      "checked again at the next start rather than failing the job"));
+}
+
 // No spare for each quarantined node: requeue excluding every quarantined node of the run.
 // When the job's partition would be left with too few nodes for the whole job but enough for
 // its training nodes, the requeued job gets fewer nodes: fewer spares, or none. With too few
@@ -131,9 +175,11 @@ Decision JobPolicy::QuarantineAfterStep() {
 Decision JobPolicy::RoomKnown(const Observation& o) {
   const std::vector<std::string>& bad = st_.quarantine_bad;
   const std::string exit = std::to_string(st_.rc);
+  const size_t train = st_.spares ? st_.train_nodes.size() : st_.all_nodes.size();
+  std::vector<Action> readmitted;
+  if (o.known) ReadmitFaultyForRoom(o.nodes, train, &readmitted);
   size_t room = 0;
   for (const auto& n : o.nodes) room += Contains(st_.quarantined, n) ? 0 : 1;
-  const size_t train = st_.spares ? st_.train_nodes.size() : st_.all_nodes.size();
   if (o.known && room < st_.all_nodes.size() && room >= train) {
     // Too few nodes only for the spares: requeue with fewer (NumNodes lowered with the
     // exclusion, on the pending job), as many training nodes as before (a resume is
@@ -147,20 +193,22 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
                                          std::to_string(st_.all_nodes.size() - train) + " spare(s)";
     return NodeRequeue(
         "step.quarantine_requeue_fewer",
-        {Log("requeued " + spares + ": node(s) " + Join(bad, " ") +
-             " quarantined (RUN/quarantine.jsonl; step exit " + exit +
-             "), no spare for each, and the job's partition has " + std::to_string(room) +
-             " other node(s) for its " + std::to_string(st_.all_nodes.size()) + ": job " + st_.job +
-             " is requeued on " + std::to_string(room) + " node(s) (" + std::to_string(train) +
-             " training, as before) excluding " + Join(st_.quarantined, ",")),
-         LastStop("quarantine"),
-         Record(
-             "step_failed", "quarantine",
-             {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_fewer_spares"),
-              records::Int("num_nodes", static_cast<int64_t>(room)),
-              records::Int("spares", static_cast<int64_t>(spares_after)),
-              records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
-             true)},
+        With(readmitted,
+             {Log("requeued " + spares + ": node(s) " + Join(bad, " ") +
+                  " quarantined (RUN/quarantine.jsonl; step exit " + exit +
+                  "), no spare for each, and the job's partition has " + std::to_string(room) +
+                  " other node(s) for its " + std::to_string(st_.all_nodes.size()) + ": job " +
+                  st_.job + " is requeued on " + std::to_string(room) + " node(s) (" +
+                  std::to_string(train) + " training, as before) excluding " +
+                  Join(st_.quarantined, ",")),
+              LastStop("quarantine"),
+              Record("step_failed", "quarantine",
+                     {records::Str("nodes", Join(bad, ",")),
+                      records::Str("action", "requeue_fewer_spares"),
+                      records::Int("num_nodes", static_cast<int64_t>(room)),
+                      records::Int("spares", static_cast<int64_t>(spares_after)),
+                      records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
+                     true)}),
         {}, "quarantine");
   }
   if (o.known && room < st_.all_nodes.size()) {
@@ -182,7 +230,8 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
                 1);
   }
   st_.faulty = st_.quarantined;
-  std::vector<Action> acts{
+  std::vector<Action> acts = readmitted;
+  std::vector<Action> requeue{
       Log("node(s) " + Join(bad, " ") + " quarantined (RUN/quarantine.jsonl; step exit " + exit +
           ") and no spare for " + (bad.size() > 1 ? "each" : "it") + ": requeueing job " + st_.job +
           " excluding " + Join(st_.quarantined, ",")),
@@ -191,6 +240,7 @@ Decision JobPolicy::RoomKnown(const Observation& o) {
              {records::Str("nodes", Join(bad, ",")), records::Str("action", "requeue_excluding"),
               records::Raw("@LOST@", ""), records::Int("exit", st_.rc)},
              true)};
+  acts.insert(acts.end(), requeue.begin(), requeue.end());
   return NodeRequeue("step.quarantine_requeue", acts, {}, "quarantine");
 }
 

@@ -71,8 +71,11 @@ std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lin
   return out;
 }
 
-std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
-                                          const QuarantineKeep& keep) {
+namespace {
+
+// The lines that still keep their host out at unix time `now`.
+std::vector<QuarantineLine> InForce(const std::vector<QuarantineLine>& lines, double now,
+                                    const QuarantineKeep& keep) {
   std::vector<QuarantineLine> kept;
   for (const auto& q : SinceCleared(lines)) {
     const double keep_s = q.cause == kFaultyCause ? keep.faulty_s
@@ -81,7 +84,35 @@ std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lin
     const bool expired = keep_s > 0 && q.time >= 0 && now - q.time > keep_s;
     if (!expired) kept.push_back(q);
   }
-  return QuarantinedHosts(kept);
+  return kept;
+}
+
+}  // namespace
+
+std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
+                                          const QuarantineKeep& keep) {
+  return QuarantinedHosts(InForce(lines, now, keep));
+}
+
+std::vector<std::string> FaultOnlyHosts(const std::vector<QuarantineLine>& lines, double now,
+                                        const QuarantineKeep& keep,
+                                        const std::vector<std::string>& hosts) {
+  std::map<std::string, double> newest;  // host -> its newest line's time; -2: not fault-only
+  for (const auto& q : InForce(lines, now, keep)) {
+    if (std::find(hosts.begin(), hosts.end(), q.host) == hosts.end()) continue;
+    double& t = newest.emplace(q.host, -1).first->second;
+    if (q.cause != kFaultyCause) t = -2;
+    if (t != -2) t = std::max(t, q.time);
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [host, t] : newest) {
+    if (t != -2) order.push_back({t, host});
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (const auto& o : order) out.push_back(o.second);
+  return out;
 }
 
 std::vector<HangLine> HangsSinceCleared(const std::vector<HangLine>& hangs,

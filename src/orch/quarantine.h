@@ -44,6 +44,15 @@ struct QuarantineKeep {
 // expires; "sdc" lines never do (an operator clears them).
 std::vector<std::string> QuarantinedHosts(const std::vector<QuarantineLine>& lines, double now,
                                           const QuarantineKeep& keep);
+// The hosts of `hosts` that node faults alone keep out (every line still in force for them,
+// by the rules above, is a kFaultyCause one: no "sdc", no "hang"), oldest newest-line first.
+// When the job's partition has no room for its training nodes without them, the controller
+// lets these back in rather than fail the job (job_policy_quarantine.cc, RoomKnown): a
+// health check can show such a node repaired, Slurm keeps a node it drained out, and one still
+// faulty fails the next start's check and is kept out again, within the node-requeue budget.
+std::vector<std::string> FaultOnlyHosts(const std::vector<QuarantineLine>& lines, double now,
+                                        const QuarantineKeep& keep,
+                                        const std::vector<std::string>& hosts);
 // The hang records not older than their host's newest cleared line (a record without a time
 // is kept): after a clear, only new hangs count towards a repeat.
 std::vector<HangLine> HangsSinceCleared(const std::vector<HangLine>& hangs,

@@ -201,7 +201,15 @@ void World::Execute(const Action& a) {
       return;
     case K::kQuarantine: {
       const std::string host = a.nodes.empty() ? "" : a.nodes[0];
-      facts_.exclusions.push_back({t_, host, "quarantine " + a.text, Recorded(host)});
+      // A "cleared" line lets a host back in: no exclusion to justify, and the world no
+      // longer holds its earlier exclusion as faulty against the policy.
+      if (a.text != records::kClearedCause) {
+        facts_.exclusions.push_back({t_, host, "quarantine " + a.text, Recorded(host)});
+      } else {
+        const int n = NodeIndex(host);
+        excluded_faulty_.erase(std::remove(excluded_faulty_.begin(), excluded_faulty_.end(), n),
+                               excluded_faulty_.end());
+      }
       QuarantineLine q = SimQuarantine(host, a.text, -1, -1);
       q.time = 1.7e9 + t_;  // the runner's "time": the wall clock the policy sees (Deliver)
       quarantine_.push_back(q);

@@ -260,10 +260,16 @@ void World::BeginStart() {
     const bool faulty =
         nodes_[n].bad_gpu &&
         std::find(excluded_faulty_.begin(), excluded_faulty_.end(), n) != excluded_faulty_.end();
-    // A node kept out as faulty (a node_fault line) may come back once repaired.
+    // A node kept out as faulty (a node_fault line) may come back once repaired, and any after
+    // a "cleared" line (an operator's, or the controller's when the partition had no room
+    // without it: it is checked again at that start).
+    double cleared = -1;
+    for (const QuarantineLine& q : quarantine_) {
+      if (q.host == nodes_[n].name && q.cause == records::kClearedCause) cleared = q.time;
+    }
     const bool quarantined =
         std::any_of(quarantine_.begin(), quarantine_.end(), [&](const QuarantineLine& q) {
-          if (q.host != nodes_[n].name) return false;
+          if (q.host != nodes_[n].name || q.time <= cleared) return false;
           // A hang line keeps its host out for FTRAIN_HANG_QUARANTINE_KEEP_S only.
           if (q.cause == kHangCause) {
             const double keep = settings_.hang_quarantine_keep_s;
