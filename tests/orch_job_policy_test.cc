@@ -1481,7 +1481,8 @@ TEST(JobPolicyDryRun, TheIssuesLoopsEnd) {
                      "checkpoint=step-10 node_requeues=step-10,5\n"
                      "0 lease ok=1 epoch=6\n1 agents_ready count=2\n"
                      "5 node_declared node=n2 verdict=dead\n6 step_exited rc=137\n"
-                     "6 released ok=1\n7 not_responding_waited\n7 room known=0\n8 agents_stopped\n",
+                     "6 released ok=1\n7 not_responding_waited\n7 room known=0\n200 tick\n"
+                     "200 room known=0\n201 agents_stopped\n",
                      dead)
                   .ok());
   EXPECT_NE(dead.str().find("-> end.requeue_excluding+requeue.no_progress [draining]"),
@@ -1891,9 +1892,36 @@ TEST(JobPolicyQuarantine, WithoutASpareForEachTheJobIsRequeuedExcludingThem) {
   Sim plain(NoPreflight({{"FTRAIN_DETECT", "0"}}));
   plain.StartTraining();
   plain.StepExitWith(77, {Suspect("n2", true)});
-  plain.Room({}, false);  // sinfo did not answer: the requeue may fit
+  plain.Room({}, false);  // sinfo did not answer: asked again, then the requeue may fit
+  EXPECT_EQ(plain.last.rule, "");
+  plain.t += 10;
+  plain.Tick();
+  EXPECT_EQ(plain.last.rule, "room.ask_again");
+  EXPECT_TRUE(plain.Did(Action::Kind::kQueryRoom));
+  plain.t += 180;
+  plain.Room({}, false);  // still nothing after FTRAIN_REQUEUE_RETRY_S (180 s)
   EXPECT_EQ(plain.last.rule, "step.quarantine_requeue");
   EXPECT_TRUE(plain.LastHas("requeueing job 42 excluding n2"));
+}
+
+// Sim seed 4073: sinfo silent for a moment must not send a requeue that can never start (the
+// partition cannot hold the job without the excluded node): the room is asked again, and the
+// answer decides.
+TEST(JobPolicyQuarantine, ASilentSinfoIsAskedAgainBeforeTheRequeueGoesOnBlind) {
+  Sim sim(NoPreflight({{"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2"});
+  sim.StepExitWith(77, {Suspect("n2", true)});
+  sim.Room({}, false);
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.t += 5;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "");  // not yet: every 10 s
+  sim.t += 5;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "room.ask_again");
+  sim.Room({"n1", "n2"});  // it answers: no room without n2
+  EXPECT_EQ(sim.last.rule, "step.quarantine_no_room") << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
 }
 
 TEST(JobPolicyQuarantine, APartitionTooSmallOnlyForTheSparesRequeuesWithFewerNodes) {

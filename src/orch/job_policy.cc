@@ -166,7 +166,10 @@ Decision JobPolicy::On(const Observation& o) {
       return AskingJob(o);
     case Phase::kCheckingRoom:
       if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
+      if (o.kind == K::kTick) return RoomAskAgain(o);
       if (o.kind != K::kRoom) break;
+      if (!o.known && RoomUnanswered(o.now)) return {"", {}};
+      st_.room_unknown_since = st_.room_ask_at = -1;
       if (st_.room_for == "after_requeue") return RoomAfterRequeue(o);
       st_.room_known = true;
       return st_.room_for == "dead" ? DeadRoomKnown(o) : RoomKnown(o);

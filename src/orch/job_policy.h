@@ -94,6 +94,9 @@ struct JobState {
   bool term_unanswered = false;
   bool term_stop_sent = false;  // the ranks got USR1 when slurmctld did not answer
   std::optional<Observation> held_exit;
+  // The partition's room was asked and sinfo did not answer: since when, and when to ask again
+  // (-1: not waiting). Asked again for FTRAIN_REQUEUE_RETRY_S before a requeue goes on blind.
+  double room_unknown_since = -1, room_ask_at = -1;
   // The run lease could not be renewed for a launch (I/O error): until when it is retried.
   double lease_retry_until = -1;
   std::string stop_signal = "USR1";
@@ -179,6 +182,7 @@ class JobPolicy {
   static constexpr double kRequeueBudgetS = 15;   // every try of the requeue, verified
   static constexpr double kLeadMarginS = 5;       // left over before the time limit
   static constexpr double kTermAskEveryS = 2;     // TERM, slurmctld silent: how often to ask
+  static constexpr double kRoomAskEveryS = 10;    // sinfo silent on the room: how often to ask
   static constexpr double kTermAskBoundS = 5;     // the bound of one such question
   static constexpr double kLeaseRetryEveryS = 5;  // the run lease's renewal failed: try again
   // Exit 74: the back-off before a restart in place, doubling up to the cap.
@@ -220,6 +224,8 @@ class JobPolicy {
   Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
                               const std::vector<NodeFaultLine>& lines, const std::string& why);
   Decision RoomKnown(const Observation& o);
+  bool RoomUnanswered(double now);
+  Decision RoomAskAgain(const Observation& o);
   void ReadmitFaultyForRoom(const std::vector<std::string>& partition, size_t train,
                             std::vector<Action>* acts);
   // job_policy_requeue_checks.cc: what a requeue checks first (room, a cancel).

@@ -54,6 +54,26 @@ Decision JobPolicy::CheckRoomForFaulty(std::string rule, const std::vector<std::
   return {std::move(rule), acts};
 }
 
+// sinfo did not answer the room question: true while it is asked again (every kRoomAskEveryS
+// for FTRAIN_REQUEUE_RETRY_S, a slurmctld failover's length), false once that is over and the
+// caller goes on without the answer. A requeue sent blind may pend for ever in a partition
+// that cannot hold the job (simulation seed 4073).
+bool JobPolicy::RoomUnanswered(double now) {
+  if (st_.room_unknown_since < 0) st_.room_unknown_since = now;
+  if (now - st_.room_unknown_since >= s_.requeue_retry_s) return false;
+  st_.room_ask_at = now + kRoomAskEveryS;
+  return true;
+}
+
+Decision JobPolicy::RoomAskAgain(const Observation& o) {
+  if (st_.room_ask_at < 0 || o.now < st_.room_ask_at) return {"", {}};
+  st_.room_ask_at = -1;
+  return {"room.ask_again",
+          {Log("sinfo did not answer the partition's room (" + Fmt(o.now - st_.room_unknown_since) +
+               " s): asking again"),
+           Act(Action::Kind::kQueryRoom)}};
+}
+
 // The dead nodes are flagged (or the wait is over): can the partition hold the job without
 // them and the run's faulty and quarantined nodes?
 Decision JobPolicy::AskRoomForDead(const std::string& flagged) {

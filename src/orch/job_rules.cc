@@ -247,6 +247,10 @@ const std::vector<Rule> kRules = {
    "wait up to FTRAIN_NORESPOND_WAIT_S for slurmctld to flag them", ""},
   {"end.room", "waiting flag", "flagged or waited",
    "ask Slurm for the nodes of the job's partition", ""},
+  {"room.ask_again", "checking room",
+   "sinfo did not answer the room question, 10 s ago, within FTRAIN_REQUEUE_RETRY_S",
+   "ask Slurm for the nodes of the job's partition again (after FTRAIN_REQUEUE_RETRY_S the "
+   "requeue goes on without the answer)", ""},
   {"end.requeue_excluding", "checking room",
    "the partition holds the job without the dead, faulty and quarantined nodes (or sinfo did not "
    "answer)",
