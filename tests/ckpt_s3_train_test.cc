@@ -44,25 +44,6 @@ class S3TrainTest : public ::testing::Test {
 std::unique_ptr<TempDir> S3TrainTest::dir_;
 std::string S3TrainTest::data_;
 
-// The pids of the rank processes of `run` (their command line names it).
-std::vector<pid_t> RankPids(const std::string& tag) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  while (struct dirent* e = d ? readdir(d) : nullptr) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    for (auto& c : env) {
-      if (c == '\0') c = '\n';
-    }
-    if (Contains(env, "\nFTRAIN_TEST_TAG=" + tag + "\n") && Contains("\n" + env, "\nRANK=1\n")) {
-      out.push_back(pid);
-    }
-  }
-  if (d) closedir(d);
-  return out;
-}
-
 // The newest committed step in the mirror (-1: none), by ckptctl.
 int MirrorLatest(const std::string& url) {
   auto r = RunCommand(BinDir() + "/ckptctl latest " + url + " 2>/dev/null", 30);
@@ -98,7 +79,7 @@ TEST_F(S3TrainTest, ScratchPurgedRunResumesFromTheMirrorBitExactly) {
   }
   ASSERT_FALSE(exited) << "the run ended before the mirror held step 10: "
                        << ReadFile(run + ".log");
-  for (pid_t p : RankPids("mirror")) kill(p, SIGKILL);
+  for (pid_t p : RankPids("mirror", 1)) kill(p, SIGKILL);
   waitpid(pid, &status, 0);
   ASSERT_GE(mirrored, 10) << ReadFile(run + ".log");
   ASSERT_LT(mirrored, 40) << "the run finished before the kill";

@@ -1,6 +1,7 @@
 // Test helpers: temp directories, substring checks, processes, ports.
 #include "test_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -178,6 +179,25 @@ std::map<int, std::string> Losses(const std::string& run_dir) {
     if (s == std::string::npos || l == std::string::npos) continue;
     out[std::atoi(line.c_str() + s + 7)] = line.substr(l + 7, line.find(',', l) - l - 7);
   }
+  return out;
+}
+
+std::vector<int> RankPids(const std::string& tag, int rank) {
+  std::vector<int> out;
+  DIR* d = opendir("/proc");
+  while (struct dirent* e = d ? readdir(d) : nullptr) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    for (auto& c : env) {
+      if (c == '\0') c = '\n';
+    }
+    if (env.find("\nFTRAIN_TEST_TAG=" + tag + "\n") != std::string::npos &&
+        ("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) {
+      out.push_back(pid);
+    }
+  }
+  if (d) closedir(d);
   return out;
 }
 

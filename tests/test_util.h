@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ftrain::testing {
 
@@ -74,6 +75,10 @@ CommandResult PackLicenses(const std::string& out, const std::string& extra);
 // or "" when `make` returned false (its directory is removed).
 std::string CachedDir(const std::string& name, const std::string& inputs,
                       const std::function<bool(const std::string& dir)>& make);
+
+// The pids of the processes whose environment holds FTRAIN_TEST_TAG=tag and RANK=rank (the
+// trainer ranks a test started with that tag, to kill or stop them).
+std::vector<int> RankPids(const std::string& tag, int rank);
 
 // build/bin, from the FTRAIN_BIN_DIR compile definition.
 std::string BinDir();

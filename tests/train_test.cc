@@ -125,26 +125,6 @@ std::unique_ptr<TempDir> TrainTest::dir_;
 std::string TrainTest::root_;
 std::string TrainTest::data_;
 
-// Pids of the processes whose environment has FTRAIN_TEST_TAG=tag and RANK=rank.
-std::vector<pid_t> RankPids(const std::string& tag, int rank) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  while (struct dirent* e = d ? readdir(d) : nullptr) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    for (auto& c : env) {
-      if (c == '\0') c = '\n';
-    }
-    if (Contains(env, "\nFTRAIN_TEST_TAG=" + tag + "\n") &&
-        Contains("\n" + env, "\nRANK=" + std::to_string(rank) + "\n")) {
-      out.push_back(pid);
-    }
-  }
-  if (d) closedir(d);
-  return out;
-}
-
 // Starts `cmd` in the background (output to `log`, or discarded), runs `action` once
 // metrics.jsonl has `at_step` lines, and waits for the command to end. Returns its exit code.
 int LaunchAndActAt(const std::string& cmd, const std::string& run, int at_step,
