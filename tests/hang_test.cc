@@ -268,7 +268,13 @@ struct Scenario {
   int io_rank = -1;    // this rank spends io_pause_s in kIo at stop_step, then goes on
   double io_pause_s = 0;
   int steps = 10;  // without a victim: the steps every rank runs, then a clean end
+  // >= 0: the harness acts like srun with --kill-on-bad-exit: once a rank exits non-zero it
+  // sends the others SIGTERM, and SIGKILL this many seconds later (Slurm's KillWait).
+  double kill_wait_s = -1;
 };
+
+volatile sig_atomic_t g_term = 0;
+void OnTerm(int) { g_term = 1; }
 
 // The body of one rank: steps of (compute, one collective launched), then what `sc` says.
 [[noreturn]] void RankMain(const std::string& run, const std::string& local, int rank,
@@ -286,6 +292,8 @@ struct Scenario {
   o.settings.startup_s = 30;
   o.settings.io_s = 6;
   o.exit_process = [](int code) { _exit(code); };
+  signal(SIGTERM, OnTerm);
+  o.stop_asked = [] { return g_term != 0; };
   o.poll = std::chrono::milliseconds(50);
   o.local_root = local;
   o.publish_every = std::chrono::milliseconds(200);
@@ -320,9 +328,11 @@ struct Scenario {
   _exit(0);
 }
 
-// Forks the 4 ranks and returns their exit codes (-1: killed after `limit_s`).
+// Forks the 4 ranks and returns their exit codes (-1: killed, by the launcher's SIGKILL or
+// after `limit_s`).
 std::vector<int> RunRanks(const std::string& run, const std::string& local, const Scenario& sc,
                           double limit_s = 25) {
+  using Clock = std::chrono::steady_clock;
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r) {
     const pid_t pid = fork();
@@ -330,18 +340,32 @@ std::vector<int> RunRanks(const std::string& run, const std::string& local, cons
     pids.push_back(pid);
   }
   std::vector<int> codes(4, -1);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (waitpid(pids[i], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > until) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &status, 0);
-        break;
+  std::vector<bool> done(4, false);
+  const auto secs = [](double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const Clock::time_point until = Clock::now() + secs(limit_s);
+  Clock::time_point kill_at = Clock::time_point::max();
+  for (size_t left = pids.size(); left > 0;) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (done[i] || waitpid(pids[i], &status, WNOHANG) == 0) continue;
+      done[i] = true;
+      --left;
+      if (WIFEXITED(status)) codes[i] = WEXITSTATUS(status);
+      if (sc.kill_wait_s >= 0 && codes[i] != 0 && kill_at == Clock::time_point::max()) {
+        for (size_t j = 0; j < pids.size(); ++j) {
+          if (!done[j]) kill(pids[j], SIGTERM);
+        }
+        kill_at = Clock::now() + secs(sc.kill_wait_s);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (WIFEXITED(status)) codes[i] = WEXITSTATUS(status);
+    if (Clock::now() > std::min(until, kill_at)) {
+      for (size_t j = 0; j < pids.size(); ++j) {
+        if (!done[j]) kill(pids[j], SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return codes;
 }
@@ -381,6 +405,23 @@ TEST(HangWatchProcesses, AStuckRankIsNamedOnceAndEveryRankExits78) {
 
 // Rank 0 spends 2.5 s in a metrics write (kIo, allowance 6 s) while the others wait in a
 // collective past their 1 s compute threshold: nobody is named, the run ends cleanly.
+// srun with --kill-on-bad-exit: the first rank's exit 78 brings SIGTERM to the others, SIGKILL
+// a KillWait later. The hung rank's wait for the record ends at the TERM, so every task ends 78
+// (a task killed would make the step's code 137: a crash, not a hang, to the controller).
+TEST(HangWatchProcesses, UnderALauncherThatTerminatesOnTheFirstExitEveryRankStillExits78) {
+  testing::TempDir run("hang_run"), local("hang_local");
+  Scenario sc;
+  sc.victim = 3;
+  sc.kill_wait_s = 1;  // shorter than the hung rank's own wait (judge interval + 2 s)
+  const std::vector<int> codes = RunRanks(run.path(), local.path(), sc);
+  EXPECT_EQ(codes, std::vector<int>(4, kExitHang));
+  std::vector<std::string> warnings;
+  auto hangs = records::ReadHangsFile(RunLayout(run.path()).hangs(), &warnings);
+  ASSERT_TRUE(hangs.ok()) << hangs.status().message();
+  ASSERT_EQ(hangs->size(), 1u);
+  EXPECT_EQ((*hangs)[0].rank, 3);
+}
+
 TEST(HangWatchProcesses, ASlowWriteUnderTheIoAllowanceIsNotAHang) {
   testing::TempDir run("hang_io_run"), local("hang_io_local");
   Scenario sc;

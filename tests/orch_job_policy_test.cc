@@ -2068,6 +2068,37 @@ TEST(JobPolicyQuarantine, AHangThatRepeatsOnAHostQuarantinesIt) {
   EXPECT_EQ(other.last.rule, "step.probe");
 }
 
+// srun's SIGKILL can end the hung rank a KillWait after the first exit 78: the step ends 137.
+// A new record of RUN/hangs.jsonl makes it the hang it was; a 137 without one stays a crash.
+TEST(JobPolicyQuarantine, AStepKilledAfterANewHangRecordIsAHang) {
+  Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(78, {}, {Hang("n2", 4)});
+  sim.NodesInJob({"n1", "n2", "n3"});
+  sim.Health(true);
+  EXPECT_EQ(sim.last.rule, "step.rank_failure_restart");
+  sim.t += 5;
+  sim.Tick();
+  sim.StepExitWith(137, {}, {Hang("n2", 4), Hang("n2", 8)});
+  EXPECT_EQ(sim.last.rule, "step.hang_repeated+step.quarantine_replaced") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("quarantine [n2] cause=hang {node=1,rank=2,step=8,hangs=2}"))
+      << sim.Text();
+  // The first hang's record again, no new one: this 137 is a rank failure.
+  Sim old(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}, {"FTRAIN_DETECT", "0"}}));
+  old.StartTraining({"n1", "n2", "n3"});
+  old.StepExitWith(78, {}, {Hang("n2", 4)});
+  old.NodesInJob({"n1", "n2", "n3"});
+  old.Health(true);
+  old.t += 5;
+  old.Tick();
+  old.StepExitWith(137, {}, {Hang("n2", 4)});
+  EXPECT_EQ(old.last.rule, "step.find_dead");
+  old.NodesInJob({"n1", "n2", "n3"});
+  old.Health(true);
+  EXPECT_EQ(old.last.rule, "step.rank_failure_restart");
+  EXPECT_TRUE(old.state().quarantined.empty());
+}
+
 HangLine HangAt(const std::string& host, int64_t step, double time) {
   HangLine h = Hang(host, step);
   h.time = time;

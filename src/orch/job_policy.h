@@ -123,6 +123,7 @@ struct JobState {
   // (-1: unreadable); whether the step that ended added one; the rollbacks restarted in place
   // since rollback_checkpoint became the newest checkpoint.
   int rollbacks_seen = -1;
+  int hangs_seen = -1;  // RUN/hangs.jsonl's records at the start or the last step's end
   bool rollback_recorded = false;
   std::string rollback_checkpoint;
   int rollback_restarts = 0;

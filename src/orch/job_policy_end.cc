@@ -82,6 +82,12 @@ Decision JobPolicy::StepExited(const Observation& o) {
   st_.rollback_recorded = o.rc == kExitRollback && o.rollbacks >= 0 && rollbacks_before >= 0 &&
                           o.rollbacks > rollbacks_before;
   st_.rollbacks_seen = o.rollbacks;
+  // A hang's step may end with a task killed (128 + 9: srun's SIGKILL a KillWait after the
+  // first exit 78, to a rank whose wait outlasted it) rather than 78: a new record of
+  // RUN/hangs.jsonl says what the step's end was.
+  const bool new_hang = st_.hangs_seen >= 0 && static_cast<int>(o.hangs.size()) > st_.hangs_seen;
+  st_.hangs_seen = static_cast<int>(o.hangs.size());
+  if (new_hang && st_.rc > 128 && st_.detect_node.empty()) st_.rc = kExitHang;
   if (o.rc != kExitStorage) {  // any other end of a step ends a storage outage
     st_.storage_since = -1;
     st_.storage_exits = 0;

@@ -48,6 +48,7 @@ Decision JobPolicy::Start(const Observation& o) {
   st_.quarantined =
       QuarantinedHosts(o.quarantine, o.wall, {s_.faulty_keep_s, s_.hang_quarantine_keep_s});
   st_.rollbacks_seen = o.rollbacks;
+  st_.hangs_seen = static_cast<int>(o.hangs.size());
   st_.newest_checkpoint = o.checkpoint;
   st_.node_requeues = o.node_requeues;
   st_.phase = Phase::kLease;

@@ -254,6 +254,13 @@ void HangWatch::Loop() {
   }
 }
 
+void HangWatch::WaitUnlessStopped(std::chrono::milliseconds d) const {
+  const Clock::time_point end = Clock::now() + d;
+  while (Clock::now() < end && !(o_.stop_asked && o_.stop_asked())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
   // This rank has the verdict: its entry goes now, before the waits below, during which srun
   // or the launcher may kill it; the last rank of the node removes the directory.
@@ -267,7 +274,7 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
     DumpStackOf(main_);
     // The lowest rank that is not hung writes the record once its node's judge has looked
     // (at most a judge interval later).
-    std::this_thread::sleep_for(o_.judge_every + std::chrono::seconds(2));
+    WaitUnlessStopped(o_.judge_every + std::chrono::seconds(2));
     o_.exit_process(kExitHang);
     return;
   }
@@ -293,7 +300,7 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
   } else {
     // The recorder's node judges on the same files within a judge interval: give it that look
     // before this rank's exit makes srun or the launcher signal the job.
-    std::this_thread::sleep_for(o_.judge_every + o_.poll);
+    WaitUnlessStopped(o_.judge_every + o_.poll);
   }
   FT_LOG(Error) << "hang guard: " << names << " while this rank (in " << mine.phase << " of step "
                 << mine.step << ") waited for it in a collective; exiting with " << kExitHang

@@ -47,6 +47,10 @@ class HangWatch {
     HangSettings settings;
     // Ends the process with the code (the main thread may be stuck: it cannot return).
     std::function<void(int code)> exit_process;
+    // True once the launcher asked the process to stop (SIGTERM/SIGUSR1): the waits after a
+    // verdict end then, so that the exit code is this guard's 78 and not srun's SIGKILL a
+    // KillWait later (a step whose task was killed ends 137 and reads as a crash). Unset: never.
+    std::function<bool()> stop_asked;
     std::chrono::milliseconds poll{500};
     // Where the ranks of a node share their progress (tmpfs); the run directory when it
     // cannot be used (slower: every rank's file on the shared file system again).
@@ -89,6 +93,8 @@ class HangWatch {
   // The node judge's look; true once a verdict repeated (it is then in the node-local file).
   bool JudgeOnce(std::vector<int>* previous, double* wait_s);
   void Act(const HangVerdict& v, const RankProgress& mine);
+  // Sleeps d, or less once Options::stop_asked says the launcher is ending the process.
+  void WaitUnlessStopped(std::chrono::milliseconds d) const;
 
   const Options o_;
   const std::thread::native_handle_type main_;  // the thread that made this watch

@@ -596,6 +596,7 @@ void StartHangWatch(Run* run) {
   o.settings.io_s = run->hang_io_s;
   // The main thread may be stuck (that is the point): only the watchdog can end the process.
   o.exit_process = [](int code) { std::_Exit(code); };
+  o.stop_asked = [] { return StopRequested() != 0; };
   run->hang = std::make_unique<HangWatch>(std::move(o));
   run->hang->Enter(run->state.step + 1, HangPhase::kStart);
   if (!run->leader) return;
