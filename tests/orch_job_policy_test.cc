@@ -1582,6 +1582,27 @@ TEST(JobPolicyStorage, AnyOtherStepEndEndsTheOutage) {
   EXPECT_TRUE(sim.LastHas("restarting in place in 10 s (outage 0 s so far")) << sim.Text();
 }
 
+// A 74 after the restart saved a newer checkpoint is a new outage: the storage was read and
+// written in between (ftrain sim --seed 17498: 3 h of training counted as one outage).
+TEST(JobPolicyStorage, ANewerCheckpointBetweenTwo74sStartsANewOutage) {
+  Sim sim(NoPreflight({{"FTRAIN_STORAGE_OUTAGE_S", "100"}}));
+  sim.StartTraining();
+  sim.t = 1000;
+  sim.StepExitAt(74, -1, "step-00000010");
+  EXPECT_EQ(sim.last.rule, "step.storage_retry");
+  sim.t = 1010;
+  sim.Tick();
+  sim.t = 12000;  // trained for 3 h, then exit 74 again
+  sim.StepExitAt(74, -1, "step-00004000");
+  EXPECT_EQ(sim.last.rule, "step.storage_retry") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("restarting in place in 10 s (outage 0 s so far")) << sim.Text();
+  sim.t = 12010;
+  sim.Tick();
+  sim.t = 12200;  // the same checkpoint: the same outage, now past the limit
+  sim.StepExitAt(74, -1, "step-00004000");
+  EXPECT_EQ(sim.last.rule, "step.storage_outage") << sim.Text();
+}
+
 // A stop request during the outage's back-off requeues at once, as in any back-off.
 TEST(JobPolicyStorage, Usr1OrTermDuringTheBackoffRequeues) {
   Sim sim(NoPreflight());

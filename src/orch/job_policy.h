@@ -131,6 +131,7 @@ struct JobState {
   // Exit 74 (the checkpoint storage unreadable at resume): when the current run of 74s began
   // (-1: none), how many, the next back-off; storage_wait: the back-off is the outage's.
   double storage_since = -1;
+  std::string storage_checkpoint;  // the newest checkpoint when the outage began
   int storage_exits = 0;
   double storage_backoff_s = 0;
   bool storage_wait = false;

@@ -94,10 +94,20 @@ Decision JobPolicy::RollbackCounted(const Observation& o) {
 // Exit 74: the trainer could not read the checkpoint storage at resume (an outage, not
 // damage: it moved nothing aside). Restart in place after a back-off, counted neither as an
 // in-job restart nor a failed start (nothing crashed), until the outage - since the first 74
-// in a row - reaches FTRAIN_STORAGE_OUTAGE_S. A stop request in the back-off requeues
+// in a row - reaches FTRAIN_STORAGE_OUTAGE_S. A restart that saved a newer checkpoint before
+// its own 74 read the storage in between: that 74 starts a new outage (ftrain sim's seed 17498
+// failed a job whose outage 'lasted' 3 h of training). A stop request in the back-off requeues
 // (Phase::kBackoff, job_policy_stop.cc).
 Decision JobPolicy::StorageOutage(double now) {
-  if (st_.storage_since < 0) st_.storage_since = now;
+  if (st_.storage_since >= 0 && st_.newest_checkpoint != st_.storage_checkpoint) {
+    st_.storage_since = -1;
+    st_.storage_exits = 0;
+    st_.storage_backoff_s = kStorageBackoffS;
+  }
+  if (st_.storage_since < 0) {
+    st_.storage_since = now;
+    st_.storage_checkpoint = st_.newest_checkpoint;
+  }
   st_.storage_exits += 1;
   const double outage = now - st_.storage_since;
   const std::vector<records::Field> f{records::Int("exit", st_.rc),
