@@ -8,6 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${FTRAIN_BUILD_DIR:-${ROOT}/build}"
 JOBS="${FTRAIN_JOBS:-$(nproc)}"
 CTEST_JOBS="${FTRAIN_CTEST_JOBS:-1}"          # the process, Slurm and GPU tiers
+LIGHT_JOBS="${FTRAIN_LIGHT_JOBS:-$(nproc)}"   # the *-light tests: one core each (tests/CMakeLists.txt)
 UNIT_JOBS="${FTRAIN_UNIT_JOBS:-$(nproc)}"     # the unit tier: in-process, its own temp dirs
 CLUSTER_NODES="${FTRAIN_TEST_NODES:-4}"     # 4: the spare topology test needs two spares
 CLUSTER_CPUS="${FTRAIN_TEST_CPUS_PER_NODE:-2}"
@@ -44,14 +45,16 @@ eval "$(slurm/local-cluster.sh env)"
 export SLURM_CONF
 
 echo "== test.sh: ctest"
-# Without arguments, the whole suite in two tiers: the unit tests (in-process) in parallel,
-# then the tests that start processes, bind ports or share the local Slurm cluster one at a
-# time. Both run even when the first fails; the script fails if either did.
+# Without arguments, the whole suite in three tiers: the unit tests (in-process) in parallel;
+# the "-light" process tests (one core each, own ports and directories) nproc at a time; then
+# the training runs, daemons and the local Slurm cluster's tests one at a time. Every tier
+# runs even when one before failed; the script fails if any did.
 rc=0
 if [ "$#" -gt 0 ]; then
   ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" "$@" || rc=1
 else
   ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${UNIT_JOBS}" -L unit || rc=1
-  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" -LE unit || rc=1
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${LIGHT_JOBS}" -L -light || rc=1
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -j "${CTEST_JOBS}" -LE 'unit|-light' || rc=1
 fi
 [ "${rc}" -eq 0 ]
