@@ -193,6 +193,37 @@ TEST(Settings, TheHealthProbeWantsTheRanksGpusOnlyForACudaRun) {
   EXPECT_EQ(cuda->health_gpus, 4);
 }
 
+// FTRAIN_ELASTIC=auto is on exactly when the config (with FTRAIN_ARGS) reduces exactly.
+TEST(Settings, ExactReductionTurnsAutoElasticOnAndBadValuesAreNamed) {
+  TempDir tmp;
+  const std::string cfg = tmp.path() + "/run.cfg";
+  std::ofstream(cfg) << "[dist]\nsharding = full_shard\n";
+  std::map<std::string, std::string> env = {
+      {"FTRAIN_CONFIG", cfg}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
+  auto off = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->elastic);
+  env["FTRAIN_ARGS"] = "--dist.reduce=exact";
+  auto on = LoadJobSettings(MapEnv(env));
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->elastic);
+  EXPECT_EQ(on->elastic_min_nodes, 1);
+  env["FTRAIN_ELASTIC"] = "0";  // the user's word wins
+  EXPECT_FALSE(LoadJobSettings(MapEnv(env))->elastic);
+  env.erase("FTRAIN_ARGS");
+  env["FTRAIN_ELASTIC"] = "1";
+  EXPECT_TRUE(LoadJobSettings(MapEnv(env))->elastic);
+  env["FTRAIN_ELASTIC"] = "yes";
+  auto bad = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FTRAIN_ELASTIC='yes'"), std::string::npos);
+  env["FTRAIN_ELASTIC"] = "1";
+  env["FTRAIN_ELASTIC_MIN_NODES"] = "0";
+  auto zero = LoadJobSettings(MapEnv(env));
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("FTRAIN_ELASTIC_MIN_NODES"), std::string::npos);
+}
+
 TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";

@@ -1076,6 +1076,33 @@ TEST(JobPolicyTraining, ADeadNodeInAPartitionWithoutRoomIsRequeuedNotExcluded) {
   EXPECT_EQ(sim.ExitCode(), 0);
 }
 
+// Issue 47: FTRAIN_ELASTIC with no spare: a dead training node's ranks are dropped and the
+// run goes on in the allocation on the survivors, until fewer than FTRAIN_ELASTIC_MIN_NODES
+// would be left; then it is requeued as without elasticity.
+TEST(JobPolicySpares, ElasticWithoutASpareShrinksOntoTheSurvivorsDownToTheMinimum) {
+  Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_MIN_NODES", "2"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  EXPECT_TRUE(sim.AnyHas("launch nodes=[n1 n2 n3] hosts=[n1 n1 n2 n2 n3 n3]")) << sim.Text();
+  sim.StepExit(137);
+  EXPECT_EQ(sim.last.rule, "step.find_dead") << sim.Text();
+  sim.NodesInJob({"n1", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.dead_shrunk") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("no spare is left: shrinking to 2 node(s), 4 ranks")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record restarted/shrink {node=\"n2\",nodes=2,world=4,shrink=1"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap")) << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.StepExit(137);
+  sim.NodesInJob({"n1"});  // one survivor would be fewer than the minimum: requeue
+  EXPECT_EQ(sim.last.rule, "step.dead_no_spare_left") << sim.Text();
+  // Elasticity off (the default without dist.reduce = exact): the same death requeues.
+  Sim off(NoPreflight());
+  off.StartTraining({"n1", "n2", "n3"});
+  off.Declared("n2");
+  off.StepExit(137);
+  EXPECT_EQ(off.last.rule, "step.dead_requeue") << off.Text();
+}
+
 // Too few nodes for the spares only: the dead node is excluded and the spares give way.
 TEST(JobPolicySpares, ADeadNodeWithoutSpareLeftAndRoomOnlyForTheTrainingNodesRequeuesFewer) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));

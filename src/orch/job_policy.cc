@@ -205,7 +205,7 @@ Decision JobPolicy::Launch(std::string rule, std::vector<Action> before) {
     l.nodes = st_.train_nodes;
     // Slurm 22.05 may never end the failed step's record (its survivors exited before the
     // node was taken out): it keeps their CPUs, and a new step waits for them forever.
-    l.overlap = st_.replacements > 0;
+    l.overlap = st_.replacements > 0 || st_.shrinks > 0;
     before.push_back(Log("launching " + s_.bin + " train on " + std::to_string(ranks) +
                          " ranks: " + Join(st_.rank_hosts, " ")));
   } else {

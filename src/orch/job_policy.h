@@ -63,6 +63,7 @@ struct JobState {
   std::vector<std::string> all_nodes, train_nodes, spare_nodes, rank_hosts;
   bool spares = false;  // a spare job (FTRAIN_SPARE_NODES > 0)
   int replacements = 0;
+  int shrinks = 0;      // training nodes dropped without a spare (FTRAIN_ELASTIC)
   bool agents = false;  // node agents were started (and not yet stopped)
   bool watch_batch_host = false;
   bool stop_requested = false;
@@ -260,6 +261,10 @@ class JobPolicy {
                       std::vector<Action>* acts);
   std::vector<std::string> DeadOf(const Observation& nodes_in_job) const;
   bool IsEnding() const;
+  // FTRAIN_ELASTIC: drops the dead training node `d` and its ranks (no spare left); false
+  // when the survivors would be fewer than FTRAIN_ELASTIC_MIN_NODES.
+  bool Shrink(const std::string& d, const std::vector<records::Field>& detection,
+              std::vector<Action>* acts);
   Decision ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,
                             std::vector<Action> acts);
   Decision Requeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude);

@@ -348,10 +348,14 @@ Decision JobPolicy::Backoff(const Observation& o) {
 Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,
                                      std::vector<Action> acts) {
   const std::string exit = std::to_string(st_.rc);
+  const int replaced_before = st_.replacements;
   for (const auto& d : dead) {
     std::vector<Field> f{records::Str("node", d), Lost(), records::Int("exit", st_.rc)};
     for (const auto& x : DetectionFields(d, wall)) f.push_back(x);
     acts.push_back(Record("step_failed", "node_failure", f, true));
+    if (st_.spare_nodes.empty() && s_.elastic && Shrink(d, DetectionFields(d, wall), &acts)) {
+      continue;
+    }
     if (st_.spare_nodes.empty()) {
       acts.push_back(Log("training node " + d + " failed (step exit " + exit +
                          ") and no spare is left: requeueing job " + st_.job));
@@ -372,7 +376,30 @@ Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, doubl
   }
   // The agents re-form the replication ring and choose the batch-host watchers anew.
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
-  return Launch("step.dead_replaced", acts);
+  return Launch(st_.replacements > replaced_before ? "step.dead_replaced" : "step.dead_shrunk",
+                acts);
+}
+
+bool JobPolicy::Shrink(const std::string& d, const std::vector<Field>& detection,
+                       std::vector<Action>* acts) {
+  const size_t left = st_.train_nodes.size() - (Contains(st_.train_nodes, d) ? 1 : 0);
+  if (left < static_cast<size_t>(s_.elastic_min_nodes) || left == 0) return false;
+  st_.train_nodes.erase(std::remove(st_.train_nodes.begin(), st_.train_nodes.end(), d),
+                        st_.train_nodes.end());
+  st_.rank_hosts.erase(std::remove(st_.rank_hosts.begin(), st_.rank_hosts.end(), d),
+                       st_.rank_hosts.end());
+  st_.shrinks += 1;
+  const auto world = static_cast<int64_t>(st_.rank_hosts.size());
+  acts->push_back(Log("training node " + d + " failed (step exit " + std::to_string(st_.rc) +
+                      ") and no spare is left: shrinking to " + std::to_string(left) +
+                      " node(s), " + std::to_string(world) +
+                      " ranks, in this allocation (FTRAIN_ELASTIC; the global batch is "
+                      "unchanged, spread over fewer ranks)"));
+  std::vector<Field> r{records::Str("node", d), records::Int("nodes", static_cast<int64_t>(left)),
+                       records::Int("world", world), records::Int("shrink", st_.shrinks)};
+  for (const auto& x : detection) r.push_back(x);
+  acts->push_back(Record("restarted", "shrink", r));
+  return true;
 }
 
 Decision JobPolicy::Localised(const Observation& o) {

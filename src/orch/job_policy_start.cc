@@ -38,7 +38,8 @@ Decision JobPolicy::Start(const Observation& o) {
                return a;
              }()}};
   }
-  st_.spares = s_.spare_nodes != "0";
+  // FTRAIN_ELASTIC runs the spares' bookkeeping (training nodes, a host per rank) with none.
+  st_.spares = s_.spare_nodes != "0" || s_.elastic;
   st_.watch_batch_host = st_.spares || (s_.ckptd && s_.detect.on && st_.all_nodes.size() > 1);
   st_.nodelist = o.nodelist;
   st_.last_stop = o.last_stop;
@@ -208,6 +209,12 @@ Decision JobPolicy::ChooseSpares(std::vector<Action>* acts) {
                       Join(st_.train_nodes, " ") + ", spare " + Join(st_.spare_nodes, " ") +
                       "; a failed training node is replaced in this allocation only if the job "
                       "was submitted with --no-kill (else Slurm requeues it as without spares)"));
+  if (s_.elastic) {
+    acts->push_back(
+        Log("elastic (FTRAIN_ELASTIC): with no spare left, a failed training node's "
+            "ranks are dropped and the run goes on on the survivors (at least " +
+            std::to_string(s_.elastic_min_nodes) + " node(s))"));
+  }
   return {"", {}};
 }
 

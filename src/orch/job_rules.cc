@@ -187,6 +187,10 @@ const std::vector<Rule> kRules = {
    "record step_failed + restarted/node_failure; the spare takes the dead node's ranks, every "
    "survivor keeps its own; relaunch at once",
    "a training node fails and a spare is left (--no-kill)"},
+  {"step.dead_shrunk", "finding dead",
+   "a training node is dead, no spare is left, FTRAIN_ELASTIC on and enough survivors",
+   "record step_failed + restarted/shrink; drop its ranks; relaunch at once on the survivors",
+   "a training node fails, no spare is left and the run is elastic (dist.reduce = exact)"},
   {"step.dead_no_spare_left", "finding dead", "a training node is dead and no spare is left",
    "record step_failed; requeue (excluding declared nodes)", "a training node fails and no spare is left"},
   {"step.probe", "finding dead / training", "no dead node known",

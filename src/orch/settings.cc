@@ -140,6 +140,18 @@ bool TrainsOnGpus(const std::string& config, const std::vector<std::string>& arg
   return c->GetString("train.device", &device).ok() && device == "cuda";
 }
 
+// Whether the run's config with FTRAIN_ARGS' overrides sets dist.reduce = exact; false when
+// it does not or cannot be read (the trainer reports a bad config itself, exit 2).
+bool ExactReduceOn(const std::string& config, const std::vector<std::string>& args) {
+  auto c = Config::LoadFile(config);
+  if (!c.ok()) return false;
+  for (const auto& a : args) {
+    if (a.rfind("--dist.", 0) == 0) (void)c->ApplyOverride(a);
+  }
+  std::string reduce;
+  return c->GetString("dist.reduce", &reduce).ok() && reduce == "exact";
+}
+
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   Reader r(env);
   JobSettings s;
@@ -171,6 +183,15 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   s.spare_nodes = r.Str("FTRAIN_SPARE_NODES", "0");
   s.spare_nodelist = r.Str("FTRAIN_SPARE_NODELIST", "");
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_SPARE_CHECK_S", 5, &s.spare_check_s));
+  const std::string elastic = r.Str("FTRAIN_ELASTIC", "auto");
+  if (elastic != "auto" && elastic != "0" && elastic != "1") {
+    return Status::InvalidArgument("FTRAIN_ELASTIC='" + elastic + "' is not auto, 0 or 1");
+  }
+  s.elastic = elastic == "1" || (elastic == "auto" && ExactReduceOn(s.config, s.train_args));
+  FT_RETURN_IF_ERROR(r.Count("FTRAIN_ELASTIC_MIN_NODES", 1, &s.elastic_min_nodes));
+  if (s.elastic_min_nodes < 1) {
+    return Status::InvalidArgument("FTRAIN_ELASTIC_MIN_NODES must be >= 1");
+  }
   s.replication = r.Str("FTRAIN_REPLICATION", "auto");
   if (s.replication != "auto" && s.replication != "0" && s.replication != "1") {
     return Status::InvalidArgument("FTRAIN_REPLICATION='" + s.replication +

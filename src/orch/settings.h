@@ -60,6 +60,12 @@ struct JobSettings {
   std::string spare_nodes = "0";  // FTRAIN_SPARE_NODES: checked by the policy (a record)
   std::string spare_nodelist;
   double spare_check_s = 5;
+  // FTRAIN_ELASTIC: auto | 1 | 0. On, a training node that dies when no spare is left shrinks
+  // the run onto the survivors in this allocation (at least FTRAIN_ELASTIC_MIN_NODES) instead
+  // of requeueing it; auto is on when the config (with FTRAIN_ARGS) sets dist.reduce = exact,
+  // the reduction whose bits do not depend on the number of ranks.
+  bool elastic = false;
+  int elastic_min_nodes = 1;
   // FTRAIN_REPLICATION: auto | 1 | 0; auto becomes 1 when the config (with FTRAIN_ARGS) sets
   // ckpt.memory_every_steps or _seconds > 0 (the memory tier needs the buddy's copy), else
   // spares decide.
