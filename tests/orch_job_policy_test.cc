@@ -1083,6 +1083,8 @@ TEST(JobPolicySpares, ElasticWithoutASpareShrinksOntoTheSurvivorsDownToTheMinimu
   Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_MIN_NODES", "2"}}));
   sim.StartTraining({"n1", "n2", "n3"});
   EXPECT_TRUE(sim.AnyHas("launch nodes=[n1 n2 n3] hosts=[n1 n1 n2 n2 n3 n3]")) << sim.Text();
+  sim.Declared("n2");  // ftrain's detection: its heartbeat stopped, its slurmd is silent
+  EXPECT_TRUE(sim.LastHas("release [n2]")) << sim.Text();
   sim.StepExit(137);
   EXPECT_EQ(sim.last.rule, "step.find_dead") << sim.Text();
   sim.NodesInJob({"n1", "n3"});
@@ -1090,8 +1092,10 @@ TEST(JobPolicySpares, ElasticWithoutASpareShrinksOntoTheSurvivorsDownToTheMinimu
   EXPECT_TRUE(sim.LastHas("no spare is left: shrinking to 2 node(s), 4 ranks")) << sim.Text();
   EXPECT_TRUE(sim.LastHas("record restarted/shrink {node=\"n2\",nodes=2,world=4,shrink=1"))
       << sim.Text();
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n3]")) << sim.Text();
   EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3] hosts=[n1 n1 n3 n3] overlap")) << sim.Text();
   EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.Declared("n3");
   sim.StepExit(137);
   sim.NodesInJob({"n1"});  // one survivor would be fewer than the minimum: requeue
   EXPECT_EQ(sim.last.rule, "step.dead_no_spare_left") << sim.Text();

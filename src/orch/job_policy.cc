@@ -237,8 +237,11 @@ Decision JobPolicy::Training(const Observation& o) {
       st_.detect_node = o.node;
       st_.detect_fields = o.fields;
       std::vector<Action> acts{Log(o.detail), Act(Action::Kind::kEndStep)};
-      // Released from the job, Slurm no longer waits for the node (best effort).
-      if (st_.spares && !st_.spare_nodes.empty()) {
+      // Released from the job, Slurm no longer waits for the node (best effort): when a spare
+      // takes its ranks or the run shrinks without it (FTRAIN_ELASTIC).
+      const bool shrinks = s_.elastic && st_.train_nodes.size() > 1 &&
+                           st_.train_nodes.size() - 1 >= static_cast<size_t>(s_.elastic_min_nodes);
+      if (st_.spares && (!st_.spare_nodes.empty() || shrinks)) {
         Action rel = Act(Action::Kind::kRelease);
         rel.nodes = st_.declared;
         acts.push_back(rel);
