@@ -237,11 +237,11 @@ void World::LoseGpu(int n, double repair_s, size_t report) {
   }
 }
 
-// SlurmdTimeout after a node went silent: a job with spares (--no-kill) loses the node; any
-// other job is requeued by Slurm itself (its batch script killed).
+// SlurmdTimeout after a node went silent: a job with spares or elastic (both --no-kill) loses
+// the node; any other job is requeued by Slurm itself (its batch script killed).
 void World::SlurmNoticed(int n) {
   if (!start_live_ || !In(job_nodes_, n) || NodeOk(n)) return;
-  if (spare_n_ > 0) {
+  if (spare_n_ > 0 || elastic_) {
     job_nodes_.erase(std::find(job_nodes_.begin(), job_nodes_.end(), n));
     Trace("SLURM took " + nodes_[n].name + " out of the job");
     return;

@@ -52,11 +52,16 @@ void World::Setup() {
       {"FTRAIN_DETECT", rng_.Chance(0.8) ? "1" : "0"},
       {"FTRAIN_PREFLIGHT", rng_.Chance(0.85) ? "1" : "0"},
       {"FTRAIN_CKPTD", rng_.Chance(0.9) ? "1" : "0"}};
+  // A quarter of the jobs are elastic (FTRAIN_ELASTIC), chosen from the seed alone so that
+  // every other draw of a seed stays what it was before elasticity existed.
+  elastic_ = (opt_.seed * 2654435761ULL >> 7) % 4 == 0;
+  env["FTRAIN_ELASTIC"] = elastic_ ? "1" : "0";
   settings_ = *LoadJobSettings(MapEnv(env));  // constant, valid settings
   const JobSettings& s = settings_;
   facts_.seed = opt_.seed;
   facts_.total_steps = total_;
-  facts_.injob_budget = s.max_injob_restarts + 2 + spare_n_;
+  // Each spare and, when elastic, each shrink down to one node relaunches once more.
+  facts_.injob_budget = s.max_injob_restarts + 2 + spare_n_ + (elastic_ ? train_n_ - 1 : 0);
   // A start restarts at most FTRAIN_MAX_ROLLBACK_RESTARTS rollbacks in place; the next one
   // counts a failed start (job_policy_loops.cc). The budget is per start: the starts without a
   // newer checkpoint are bounded by the failed starts and the node requeues.

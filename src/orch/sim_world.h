@@ -174,6 +174,7 @@ class World {
   std::vector<Outage> fs_out_, ctl_out_;
   // The run directory and Slurm's facts of the job, across starts.
   int train_n_ = 0, spare_n_ = 0, num_nodes_ = 0, restart_count_ = 0, train_count_ = 0;
+  bool elastic_ = false;  // FTRAIN_ELASTIC: a dead training node without a spare shrinks the run
   int64_t epoch_ = 0;
   std::vector<std::string> exclude_;
   std::vector<int> excluded_faulty_;  // excluded as faulty by some requeue, not repaired since
