@@ -217,6 +217,28 @@ TEST(ReportTest, SupersededStartIsListedButIsNoInterruption) {
       << out.str();
 }
 
+// An elastic run's shrink (FTRAIN_ELASTIC, issue 47): the interruption says the new world.
+TEST(ReportTest, AShrinkSaysTheNewWorldSize) {
+  const std::string dir = WriteSmallRun("shrink");
+  std::string r = ReadFile(dir + "/restarts.jsonl");
+  const size_t at = r.find("\"event\":\"restarted\",\"cause\":\"rank_failure\"");
+  ASSERT_NE(at, std::string::npos) << r;
+  r.replace(r.find("\"cause\":\"rank_failure\"", at), 22,
+            "\"cause\":\"shrink\",\"node\":\"n3\",\"nodes\":2,\"world\":4,\"shrink\":1");
+  WriteFile(dir + "/restarts.jsonl", r);
+  auto s = report::AnalyzeRun(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->interruptions.size(), 2u);
+  EXPECT_NE(s->interruptions[1].how.find("restarted (job 1001) (shrank to 4 ranks on 2 nodes "
+                                         "without n3)"),
+            std::string::npos)
+      << s->interruptions[1].how;
+  std::ostringstream out;
+  report::PrintReport(*s, out);
+  EXPECT_NE(out.str().find("shrank to 4 ranks on 2 nodes without n3"), std::string::npos)
+      << out.str();
+}
+
 TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {
   auto text = [](const std::string& dir) {
     auto s = report::AnalyzeRun(dir);
