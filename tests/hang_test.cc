@@ -174,43 +174,6 @@ TEST(HangThreshold, IoWaitsHaveTheirOwnAllowance) {
   }
 }
 
-TEST(NodeProgressFile, RoundTripsAndRefusesTornText) {
-  NodeProgress n;
-  n.node = 3;
-  n.host = "h3";
-  n.generation = "g";
-  n.time = 5;
-  n.ranks = {Rank(6, 10, 1), Rank(7, 11, 2)};
-  const std::string text = NodeProgressJson(n);
-  NodeProgress m;
-  ASSERT_TRUE(ParseNodeProgress(text, &m));
-  EXPECT_EQ(m.node, 3);
-  ASSERT_EQ(m.ranks.size(), 2u);
-  EXPECT_EQ(m.ranks[1].rank, 7);
-  EXPECT_EQ(m.ranks[1].launched, 11u);
-  EXPECT_FALSE(ParseNodeProgress(text.substr(0, text.size() - 3), &m));
-  EXPECT_FALSE(
-      ParseNodeProgress("{\"node\":1,\"host\":\"h\",\"generation\":\"g\",\"time\":1,"
-                        "\"ranks\":[{\"rank\":1}]}",
-                        &m));
-}
-
-TEST(ProgressFile, RoundTripsAndRefusesTornText) {
-  RankProgress p = Rank(3, 12345678901ULL, 2.5);
-  p.pid = 77;
-  const std::string text = ProgressJson(p);
-  RankProgress q;
-  ASSERT_TRUE(ParseProgress(text, &q));
-  EXPECT_EQ(q.rank, 3);
-  EXPECT_EQ(q.host, "h1");
-  EXPECT_EQ(q.launched, 12345678901ULL);
-  EXPECT_EQ(q.stuck_s, 2.5);
-  EXPECT_EQ(q.pid, 77);
-  EXPECT_FALSE(ParseProgress(text.substr(0, text.size() / 2), &q));
-  EXPECT_FALSE(ParseProgress("{\"rank\": 1}", &q));
-  EXPECT_FALSE(ParseProgress("", &q));
-}
-
 TEST(HangConfig, DefaultsAreAutomaticWithASixtySecondFloorOutsideTheConfigHash) {
   auto a = LoadWith("");
   auto b = LoadWith("[guard]\nhang_timeout_s = 120\nhang_floor_s = 30\n");

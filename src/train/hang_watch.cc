@@ -11,13 +11,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "comm/launch_count.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
 #include "records/hangs.h"
+#include "records/progress.h"
 
 namespace ftrain::train {
 
@@ -163,7 +163,7 @@ void HangWatch::PublishNode(const std::vector<RankProgress>& local) {
   n.generation = o_.generation;
   n.time = UnixNow();
   n.ranks = local;
-  Status s = WriteReplace(RunLayout(o_.run_dir).node_progress(o_.node), NodeProgressJson(n));
+  Status s = records::WriteNodeProgress(RunLayout(o_.run_dir).node_progress(o_.node), n);
   if (s.ok() || node_warned_) return;
   node_warned_ = true;  // once: the guard is blind to this node, the run goes on
   FT_LOG(Warning) << "hang guard: cannot publish this node's progress: " << s.message();
@@ -173,11 +173,10 @@ std::vector<RankProgress> HangWatch::ReadNodes() const {
   std::vector<RankProgress> out;
   const RunLayout layout(o_.run_dir);
   for (int n = 0; n < o_.num_nodes; ++n) {
-    std::string text;
     NodeProgress np;
     // A file that is missing or torn leaves that node's ranks out: no verdict this time.
-    if (!Env::Default()->ReadFile(layout.node_progress(n), &text).ok()) continue;
-    if (!ParseNodeProgress(text, &np) || np.generation != o_.generation || np.node != n) continue;
+    if (!records::ReadNodeProgress(layout.node_progress(n), &np)) continue;
+    if (np.generation != o_.generation || np.node != n) continue;
     for (RankProgress& p : np.ranks) out.push_back(std::move(p));
   }
   return out;
