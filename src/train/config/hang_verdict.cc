@@ -30,14 +30,15 @@ double HangThreshold(const HangSettings& s, const std::vector<double>& recent_st
   return std::max(s.floor_s, kHangStepFactor * MedianOf(recent_step_s));
 }
 
-StatusOr<double> HangIoAllowance(const char* value, double startup_s) {
-  if (value == nullptr || *value == '\0') return startup_s;
+StatusOr<double> HangIoAllowance(const char* value, double configured) {
+  if (value == nullptr || *value == '\0') return configured;
   char* end = nullptr;
   const double v = std::strtod(value, &end);
   if (end == value || *end != '\0' || !std::isfinite(v) || v <= 0) {
     return Status::InvalidArgument(std::string("FTRAIN_HANG_IO_S='") + value +
                                    "' is not a number of seconds > 0: the hang guard's allowance "
-                                   "for metrics writes and data reads (unset: dist.timeout_s)");
+                                   "for metrics writes and data reads (deprecated: unset it and "
+                                   "set guard.hang_io_s in the config)");
   }
   return v;
 }

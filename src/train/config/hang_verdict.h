@@ -31,7 +31,7 @@ struct HangSettings {
   double timeout_s = 0;    // guard.hang_timeout_s (0: automatic)
   double floor_s = 60;     // guard.hang_floor_s
   double startup_s = 600;  // dist.timeout_s: the first step of a start, long phases
-  double io_s = 600;       // FTRAIN_HANG_IO_S (default dist.timeout_s): the kIo phase
+  double io_s = 600;       // guard.hang_io_s (default dist.timeout_s): the kIo phase
 };
 // The threshold for a rank in `phase` whose recent step times (the first step of this start
 // left out) are `recent_step_s`: io_s in kIo, the start-up allowance in a long phase or with no
@@ -59,9 +59,11 @@ class ProgressAges {
   std::vector<Seen> seen_;  // by rank; since < 0: never seen
 };
 
-// The kIo allowance from FTRAIN_HANG_IO_S's `value` (nullptr or "": `startup_s`, i.e.
-// dist.timeout_s): seconds > 0. Anything else is InvalidArgument naming the variable.
-StatusOr<double> HangIoAllowance(const char* value, double startup_s);
+// The kIo allowance: `configured` (guard.hang_io_s, itself dist.timeout_s when unset) unless
+// the deprecated FTRAIN_HANG_IO_S's `value` is set (not nullptr or ""): then that value, seconds
+// > 0; anything else is InvalidArgument naming the variable. The variable goes in a later
+// release (docs/operations.md).
+StatusOr<double> HangIoAllowance(const char* value, double configured);
 
 struct HangVerdict {
   std::vector<RankProgress> hung;  // the ranks the others wait for (stuck_s: their age)
