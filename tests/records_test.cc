@@ -369,18 +369,8 @@ TEST(HangRecords, TheWrittenLineIsTheFormerBytesAndBothReadersReadIt) {
 // RUN/progress/node-<N>.json and its rank entry have one definition (issue 45): the bytes the
 // hang guard wrote before the move, the round trip, and a torn or foreign file refused.
 RankProgress Progress(int rank, uint64_t launched, double stuck_s) {
-  RankProgress p;
-  p.rank = rank;
-  p.node = rank / 2;
-  p.host = "h" + std::to_string(rank / 2);
-  p.generation = "g";
-  p.step = 7;
-  p.phase = "compute";
-  p.launched = launched;
-  p.stuck_s = stuck_s;
-  p.threshold_s = 3;
-  p.time = 1000;
-  return p;
+  const std::string host = "h" + std::to_string(rank / 2);
+  return RankProgress{rank, rank / 2, host, "g", 7, "compute", launched, stuck_s, 3, 1000};
 }
 
 TEST(ProgressRecords, TheRankEntryIsTheFormerBytesAndTornTextIsRefused) {
