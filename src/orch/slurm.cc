@@ -24,12 +24,6 @@ const std::set<std::string> kWholeLineKeys = {"Command",       "WorkDir", "StdEr
                                               "StdOut",        "Comment", "AdminComment", "Power",
                                               "SystemComment", "Reason"};
 
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
