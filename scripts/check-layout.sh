@@ -62,9 +62,7 @@ declare -A getenv_ok=(
   [src/train/trainer.cc]="FTRAIN_SKIP_MEMORY_CHECK (test-only) and FTRAIN_HANG_IO_S, the deprecated override of guard.hang_io_s (one release)"
   [src/data/source/s3.cc]="the AWS credential chain (AWS_*), as the AWS SDKs read it"
   [src/data/pack/input_files_s3.cc]="FTRAIN_S3_PART_BYTES: test-only part size"
-  [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains"
-  [src/orch/job_runner.cc]="FTRAIN_* knobs of the controller's I/O runner"
-  [src/orch/agent_runner.cc]="FTRAIN_* knobs of the agent's I/O runner"
+  [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains; EnvOr(): the I/O runners' FTRAIN_* knobs"
   [src/orch/slurm.cc]="TMPDIR for the Slurm CLI's scratch files"
 )
 mapfile -t readers < <(git ls-files --cached --others --exclude-standard -- src daemon |

@@ -28,11 +28,6 @@
 namespace ftrain::orch {
 namespace {
 
-std::string EnvOr(const char* name, const std::string& def = "") {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? def : v;
-}
-
 std::string Stamp() {
   const std::time_t t = std::time(nullptr);
   char when[32];
