@@ -8,33 +8,17 @@
 # usage: bench/s3_ckpt_bench.sh [BIN_DIR]   (default: build/bin)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${1:-${ROOT}/build/bin}"
-MOTO="${FTRAIN_MOTO_PYTHONPATH:-/opt/ftrain/py-moto-5.2.1}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+BIN="${1:-${BIN}}"
 SIZE_MB="${FTRAIN_S3_BENCH_MB:-256}"
 PART_MB="${FTRAIN_S3_BENCH_PART_MB:-8}"
 THREADS="${FTRAIN_S3_BENCH_THREADS:-4}"
 ROUNDS="${FTRAIN_S3_BENCH_ROUNDS:-3}"
-WORK="$(mktemp -d /tmp/ftrain-s3-ckpt-bench-XXXXXX)"
-PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-PYTHONPATH="${MOTO}" python3 -m moto.server -H 127.0.0.1 -p "${PORT}" >"${WORK}/moto.log" 2>&1 &
-MOTO_PID=$!
-trap 'kill "${MOTO_PID}"; rm -rf "${WORK}"' EXIT
-
-export AWS_ENDPOINT_URL="http://127.0.0.1:${PORT}" AWS_ACCESS_KEY_ID=AKIABENCH
-export AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
+bench_workdir s3-ckpt-bench
+bench_moto bench
 # Incompressible bytes, like a zstd-compressed shard.
 head -c "$((SIZE_MB << 20))" /dev/urandom >"${WORK}/shard.h5"
-PYTHONPATH="${MOTO}" python3 - "${AWS_ENDPOINT_URL}" <<'PY'
-import sys, time, boto3
-s3 = boto3.client("s3", endpoint_url=sys.argv[1])
-for _ in range(300):
-    try:
-        s3.create_bucket(Bucket="bench")
-        break
-    except Exception:  # noqa: BLE001 - moto not up yet
-        time.sleep(0.1)
-PY
 
 boto3_once() {
   PYTHONPATH="${MOTO}" python3 - "${AWS_ENDPOINT_URL}" "${WORK}/shard.h5" "${PART_MB}" "${THREADS}" <<'PY'

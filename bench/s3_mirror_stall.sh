@@ -8,28 +8,13 @@
 # usage: bench/s3_mirror_stall.sh [BIN_DIR]   (default: build/bin)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${1:-${ROOT}/build/bin}"
-MOTO="${FTRAIN_MOTO_PYTHONPATH:-/opt/ftrain/py-moto-5.2.1}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+BIN="${1:-${BIN}}"
+ROOT="${BENCH_ROOT}"
 STEPS="${FTRAIN_MIRROR_BENCH_STEPS:-60}"
-WORK="$(mktemp -d /tmp/ftrain-s3-stall-XXXXXX)"
-PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-PYTHONPATH="${MOTO}" python3 -m moto.server -H 127.0.0.1 -p "${PORT}" >"${WORK}/moto.log" 2>&1 &
-MOTO_PID=$!
-trap 'kill "${MOTO_PID}"; rm -rf "${WORK}"' EXIT
-
-export AWS_ENDPOINT_URL="http://127.0.0.1:${PORT}" AWS_ACCESS_KEY_ID=AKIABENCH
-export AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
-PYTHONPATH="${MOTO}" python3 - "${AWS_ENDPOINT_URL}" <<'PY'
-import sys, time, boto3
-s3 = boto3.client("s3", endpoint_url=sys.argv[1])
-for _ in range(300):
-    try:
-        s3.create_bucket(Bucket="bench")
-        break
-    except Exception:  # noqa: BLE001 - moto not up yet
-        time.sleep(0.1)
-PY
+bench_workdir s3-stall
+bench_moto bench
 "${BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 --shard-rows 256 \
   --progress none --out "${WORK}/data" /usr/share/common-licenses >/dev/null
 

@@ -8,23 +8,16 @@
 # usage: bench/s3_pack_bench.sh [BIN_DIR]   (default: build/bin)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${1:-${ROOT}/build/bin}"
-MOTO="${FTRAIN_MOTO_PYTHONPATH:-/opt/ftrain/py-moto-5.2.1}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+BIN="${1:-${BIN}}"
+ROOT="${BENCH_ROOT}"
 COPIES="${FTRAIN_S3_BENCH_COPIES:-20}"
 THREADS="${FTRAIN_S3_BENCH_THREADS:-2}"
-WORK="$(mktemp -d /tmp/ftrain-s3-bench-XXXXXX)"
-PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-PYTHONPATH="${MOTO}" python3 -m moto.server -H 127.0.0.1 -p "${PORT}" >"${WORK}/moto.log" 2>&1 &
-MOTO_PID=$!
-trap 'kill "${MOTO_PID}"; rm -rf "${WORK}"' EXIT
-
+bench_workdir s3-bench
 mkdir -p "${WORK}/corpus/docs"
 for i in $(seq 1 "${COPIES}"); do cat "${ROOT}"/docs/*.md >"${WORK}/corpus/docs/copy${i}.md"; done
-export AWS_ENDPOINT_URL="http://127.0.0.1:${PORT}" AWS_ACCESS_KEY_ID=AKIABENCH
-export AWS_SECRET_ACCESS_KEY=bench-secret
-PYTHONPATH="${MOTO}" python3 "${ROOT}/tests/s3_fixture.py" "${AWS_ENDPOINT_URL}" bench \
-  --upload "${WORK}/corpus=corpus" >/dev/null
+bench_moto bench --upload "${WORK}/corpus=corpus"
 "${BIN}/ftrain" pack --train-tokenizer --vocab-size 2000 --seq-len 512 --progress none \
   --out "${WORK}/tok" "${WORK}/corpus/docs/copy1.md" >/dev/null 2>&1
 

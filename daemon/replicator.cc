@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "daemon/peer_auth.h"
 #include "daemon/peer_server.h"
@@ -25,10 +26,6 @@ namespace {
 // tokens the bucket could not hold).
 double BurstBytes(double mbps) {
   return std::max(0.25 * mbps * 1e6, static_cast<double>(peer::kChunkBytes));
-}
-
-double MonotonicSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "daemon/peer_fetch.h"  // the peer members: complete types for ~Server
 #include "daemon/peer_server.h"
@@ -27,12 +28,6 @@ namespace ftrain::ckptd {
 
 namespace proto = ckpt::proto;
 using proto::MsgType;
-
-namespace {
-double NowUnix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 Server::Server(ServerOptions options) : options_(std::move(options)), store_(options_.root) {}
 
@@ -52,7 +47,7 @@ Server::~Server() {
 }
 
 Status Server::Start() {
-  start_unix_ = NowUnix();
+  start_unix_ = UnixSeconds();
   const std::string dir = proto::SocketDir(options_.run_dir, options_.node);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::IOError("mkdir '" + dir + "': " + std::strerror(errno));
@@ -590,7 +585,7 @@ std::string Server::StatusJson() {
       {"root", options_.root},
       {"keep", options_.persist.keep},
       {"keep_every", options_.persist.keep_every},
-      {"uptime_s", NowUnix() - start_unix_},
+      {"uptime_s", UnixSeconds() - start_unix_},
       {"world_size", world_},
       {"ranks", ranks},
       {"memory_snapshots_taken", memory_snapshots_},

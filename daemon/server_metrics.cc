@@ -4,17 +4,11 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "daemon/server.h"
 
 namespace ftrain::ckptd {
-namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 Status Server::OpenPromFile() {
   if (options_.prom_dir.empty()) return Status::Ok();
@@ -36,7 +30,7 @@ Status Server::OpenPromFile() {
 }
 
 void Server::MaybeWritePromFile(bool force) {
-  const double now = Now();
+  const double now = UnixSeconds();
   if (prom_ == nullptr || (!force && now - prom_written_unix_ < 1.0)) return;
   prom_written_unix_ = now;
   int persisting = 0, connected = 0;

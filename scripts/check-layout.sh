@@ -59,12 +59,10 @@ declare -A getenv_ok=(
   [src/comm/nccl_comm.cc]="NCCL's own variables, echoed in errors"
   [src/train/device/device.cc]="CUDA's and LibTorch's own variables, where the device is bound"
   [src/train/telemetry/gpu_health.cc]="CUDA_VISIBLE_DEVICES, CUDA's own, to name the GPU"
-  [src/train/trainer.cc]="FTRAIN_SKIP_MEMORY_CHECK (test-only) and FTRAIN_HANG_IO_S, the hang guard's I/O allowance"
+  [src/train/trainer.cc]="FTRAIN_SKIP_MEMORY_CHECK (test-only) and FTRAIN_HANG_IO_S, the deprecated override of guard.hang_io_s (one release)"
   [src/data/source/s3.cc]="the AWS credential chain (AWS_*), as the AWS SDKs read it"
   [src/data/pack/input_files_s3.cc]="FTRAIN_S3_PART_BYTES: test-only part size"
-  [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains"
-  [src/orch/job_runner.cc]="FTRAIN_* knobs of the controller's I/O runner"
-  [src/orch/agent_runner.cc]="FTRAIN_* knobs of the agent's I/O runner"
+  [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains; EnvOr(): the I/O runners' FTRAIN_* knobs"
   [src/orch/slurm.cc]="TMPDIR for the Slurm CLI's scratch files"
 )
 mapfile -t readers < <(git ls-files --cached --others --exclude-standard -- src daemon |

@@ -144,7 +144,8 @@ TEST(ProgressAges, AJudgeWhoseWallClockIsAheadDoesNotNameARankInACheckpoint) {
 
 // Hole 6 of issue 44: rank 0's metrics/TensorBoard/Prometheus writes and data reads ran under
 // the compute threshold, so a 2-minute storage recovery named rank 0 hung. They are the kIo
-// phase now, with their own allowance (FTRAIN_HANG_IO_S, default dist.timeout_s).
+// phase now, with their own allowance (guard.hang_io_s, default dist.timeout_s; the deprecated
+// FTRAIN_HANG_IO_S overrides it).
 TEST(HangThreshold, IoWaitsHaveTheirOwnAllowance) {
   HangSettings s;
   s.floor_s = 60;
@@ -163,8 +164,10 @@ TEST(HangThreshold, IoWaitsHaveTheirOwnAllowance) {
   all[0].phase = "compute";
   all[0].threshold_s = HangThreshold(s, {1.0}, HangPhase::kCompute);
   EXPECT_EQ(JudgeHang(all, 4, 1).hung.size(), 1u);
-  // The setting: unset is dist.timeout_s; a bad value names the variable.
+  // The variable: unset or empty is the configured guard.hang_io_s; set, it overrides it; a bad
+  // value names the variable.
   EXPECT_EQ(*HangIoAllowance(nullptr, 600), 600);
+  EXPECT_EQ(*HangIoAllowance("", 450), 450);
   EXPECT_EQ(*HangIoAllowance("1800", 600), 1800);
   for (const char* bad : {"0", "-5", "abc", "12s", "nan"}) {
     auto r = HangIoAllowance(bad, 600);
@@ -172,43 +175,6 @@ TEST(HangThreshold, IoWaitsHaveTheirOwnAllowance) {
     EXPECT_TRUE(r.status().IsInvalidArgument());
     EXPECT_NE(r.status().message().find("FTRAIN_HANG_IO_S"), std::string::npos);
   }
-}
-
-TEST(NodeProgressFile, RoundTripsAndRefusesTornText) {
-  NodeProgress n;
-  n.node = 3;
-  n.host = "h3";
-  n.generation = "g";
-  n.time = 5;
-  n.ranks = {Rank(6, 10, 1), Rank(7, 11, 2)};
-  const std::string text = NodeProgressJson(n);
-  NodeProgress m;
-  ASSERT_TRUE(ParseNodeProgress(text, &m));
-  EXPECT_EQ(m.node, 3);
-  ASSERT_EQ(m.ranks.size(), 2u);
-  EXPECT_EQ(m.ranks[1].rank, 7);
-  EXPECT_EQ(m.ranks[1].launched, 11u);
-  EXPECT_FALSE(ParseNodeProgress(text.substr(0, text.size() - 3), &m));
-  EXPECT_FALSE(
-      ParseNodeProgress("{\"node\":1,\"host\":\"h\",\"generation\":\"g\",\"time\":1,"
-                        "\"ranks\":[{\"rank\":1}]}",
-                        &m));
-}
-
-TEST(ProgressFile, RoundTripsAndRefusesTornText) {
-  RankProgress p = Rank(3, 12345678901ULL, 2.5);
-  p.pid = 77;
-  const std::string text = ProgressJson(p);
-  RankProgress q;
-  ASSERT_TRUE(ParseProgress(text, &q));
-  EXPECT_EQ(q.rank, 3);
-  EXPECT_EQ(q.host, "h1");
-  EXPECT_EQ(q.launched, 12345678901ULL);
-  EXPECT_EQ(q.stuck_s, 2.5);
-  EXPECT_EQ(q.pid, 77);
-  EXPECT_FALSE(ParseProgress(text.substr(0, text.size() / 2), &q));
-  EXPECT_FALSE(ParseProgress("{\"rank\": 1}", &q));
-  EXPECT_FALSE(ParseProgress("", &q));
 }
 
 TEST(HangConfig, DefaultsAreAutomaticWithASixtySecondFloorOutsideTheConfigHash) {
@@ -224,6 +190,21 @@ TEST(HangConfig, DefaultsAreAutomaticWithASixtySecondFloorOutsideTheConfigHash) 
   EXPECT_TRUE(LoadWith("[dist]\ntimeout_s = 5\n").ok());
 }
 
+// issue 45: the io phase's allowance is a config key; unset, it is dist.timeout_s, as it was
+// when only FTRAIN_HANG_IO_S could set it.
+TEST(HangConfig, TheIoAllowanceIsAKeyThatDefaultsToTheCollectiveTimeout) {
+  auto a = LoadWith("");
+  auto b = LoadWith("[dist]\ntimeout_s = 300\n");
+  auto c = LoadWith("[guard]\nhang_io_s = 1800\n");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(a->guard.hang_io_s, static_cast<double>(a->dist.timeout_s));
+  EXPECT_EQ(b->guard.hang_io_s, 300);
+  EXPECT_EQ(c->guard.hang_io_s, 1800);  // above the timeout: allowed, the timeout ends it first
+  EXPECT_EQ(a->ConfigHash(), c->ConfigHash());  // operational
+}
+
 TEST(HangConfig, ContradictoryValuesNameTheKey) {
   struct Case {
     std::string text, expect;
@@ -232,6 +213,9 @@ TEST(HangConfig, ContradictoryValuesNameTheKey) {
        "guard.hang_timeout_s = 10.000000 is below guard.hang_floor_s = 30.000000"},
       {"[guard]\nhang_timeout_s = -1\n", "guard.hang_timeout_s must be 0 (automatic)"},
       {"[guard]\nhang_floor_s = 0\n", "guard.hang_floor_s must be >= 1 second"},
+      {"[guard]\nhang_io_s = 0\n", "guard.hang_io_s must be a number of seconds > 0"},
+      {"[guard]\nhang_io_s = -5\n", "guard.hang_io_s must be a number of seconds > 0"},
+      {"[guard]\nhang_io_s = abc\n", "guard.hang_io_s"},
       {"[guard]\nhang_floor_s = 700\n",
        "guard.hang_floor_s = 700.000000 is not below "
        "dist.timeout_s = 600"},

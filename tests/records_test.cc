@@ -14,6 +14,7 @@
 #include "records/json_lines.h"
 #include "records/launch_context.h"
 #include "records/node_faults.h"
+#include "records/progress.h"
 #include "records/quarantine.h"
 #include "records/restarts.h"
 #include "records/rollbacks.h"
@@ -363,6 +364,74 @@ TEST(HangRecords, TheWrittenLineIsTheFormerBytesAndBothReadersReadIt) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(path + ":2: field 'rank' is missing"), std::string::npos)
       << bad.status().message();
+}
+
+// RUN/progress/node-<N>.json and its rank entry have one definition (issue 45): the bytes the
+// hang guard wrote before the move, the round trip, and a torn or foreign file refused.
+RankProgress Progress(int rank, uint64_t launched, double stuck_s) {
+  const std::string host = "h" + std::to_string(rank / 2);
+  return RankProgress{rank, rank / 2, host, "g", 7, "compute", launched, stuck_s, 3, 1000};
+}
+
+TEST(ProgressRecords, TheRankEntryIsTheFormerBytesAndTornTextIsRefused) {
+  RankProgress p = Progress(3, 12345678901ULL, 2.5);
+  p.pid = 77;
+  EXPECT_EQ(ProgressJson(p),
+            "{\"generation\":\"g\",\"host\":\"h1\",\"launched\":12345678901,\"node\":1,"
+            "\"phase\":\"compute\",\"pid\":77,\"rank\":3,\"step\":7,\"stuck_s\":2.5,"
+            "\"threshold_s\":3.0,\"time\":1000.0}");
+  p.mono = 12.5;  // only when known
+  const std::string text = ProgressJson(p);
+  EXPECT_NE(text.find("\"mono\":12.5"), std::string::npos) << text;
+  RankProgress q;
+  ASSERT_TRUE(ParseProgress(text, &q));
+  EXPECT_EQ(q.rank, 3);
+  EXPECT_EQ(q.host, "h1");
+  EXPECT_EQ(q.launched, 12345678901ULL);
+  EXPECT_EQ(q.stuck_s, 2.5);
+  EXPECT_EQ(q.pid, 77);
+  EXPECT_EQ(q.mono, 12.5);
+  EXPECT_FALSE(ParseProgress(text.substr(0, text.size() / 2), &q));
+  EXPECT_FALSE(ParseProgress("{\"rank\": 1}", &q));
+  EXPECT_FALSE(ParseProgress("", &q));
+}
+
+TEST(ProgressRecords, TheNodeFileIsTheFormerBytesAndRoundTripsThroughItsPath) {
+  NodeProgress n;
+  n.node = 3;
+  n.host = "h3";
+  n.generation = "g";
+  n.time = 5;
+  n.ranks = {Progress(6, 10, 1)};
+  EXPECT_EQ(NodeProgressJson(n),
+            "{\"generation\":\"g\",\"host\":\"h3\",\"node\":3,\"ranks\":[{\"generation\":\"g\","
+            "\"host\":\"h3\",\"launched\":10,\"node\":3,\"phase\":\"compute\",\"pid\":0,\"rank\":6,"
+            "\"step\":7,\"stuck_s\":1.0,\"threshold_s\":3.0,\"time\":1000.0}],\"time\":5.0}");
+  n.ranks.push_back(Progress(7, 11, 2));
+  TempDir dir("records_progress");
+  const std::string path = dir.path() + "/node-3.json";
+  NodeProgress m;
+  EXPECT_FALSE(ReadNodeProgress(path, &m));  // missing: no verdict from it
+  ASSERT_TRUE(WriteNodeProgress(path, n).ok());
+  ASSERT_TRUE(ReadNodeProgress(path, &m));
+  EXPECT_EQ(ReadFile(path), NodeProgressJson(n));
+  EXPECT_EQ(m.node, 3);
+  ASSERT_EQ(m.ranks.size(), 2u);
+  EXPECT_EQ(m.ranks[1].rank, 7);
+  EXPECT_EQ(m.ranks[1].launched, 11u);
+  auto names = Env::Default()->ListDir(dir.path());
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>({"node-3.json"}));  // no temporary left
+  const std::string text = NodeProgressJson(n);
+  EXPECT_FALSE(ParseNodeProgress(text.substr(0, text.size() - 3), &m));
+  EXPECT_FALSE(
+      ParseNodeProgress("{\"node\":1,\"host\":\"h\",\"generation\":\"g\",\"time\":1,"
+                        "\"ranks\":[{\"rank\":1}]}",
+                        &m));
+  EXPECT_FALSE(
+      ParseNodeProgress("{\"node\":1,\"host\":\"h\",\"generation\":\"g\",\"time\":1,"
+                        "\"ranks\":{}}",
+                        &m));
 }
 
 }  // namespace

@@ -13,4 +13,17 @@ inline std::string Join(const std::vector<std::string>& items, const std::string
   return s;
 }
 
+// Whether `s` ends with `suffix`.
+inline bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// `s` without leading and trailing spaces, tabs, CRs and LFs.
+inline std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
 }  // namespace ftrain

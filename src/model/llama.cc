@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/strings.h"
 #include "model/lean_ops.h"
 #include "model/linear_cross_entropy.h"
 #include "model/weights_io.h"
@@ -51,11 +52,6 @@ uint64_t ParamSeed(const std::string& name, uint64_t seed) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Parameters must be gathered (right shape) and match the activations' dtype and device.

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/strings.h"
 #include "model/llama.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -25,11 +26,6 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kMaxIndexBytes = 64u << 20;  // HF indexes are a few hundred KB
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Buffers HF keeps in some old exports; they are recomputed, never loaded.
 bool IsIgnoredBuffer(const std::string& name) { return EndsWith(name, ".rotary_emb.inv_freq"); }

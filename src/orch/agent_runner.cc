@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ckpt/ckptd_protocol.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "orch/detect.h"
 #include "orch/files.h"
@@ -26,13 +27,6 @@
 
 namespace ftrain::orch {
 namespace {
-
-void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
-
-std::string EnvOr(const char* name, const std::string& def = "") {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? def : v;
-}
 
 std::string Stamp() {
   const std::time_t t = std::time(nullptr);
@@ -96,7 +90,7 @@ void AgentRunner::HeartbeatLoop() {
     // controller waits for `ckptd=up` before it launches the ranks.
     for (double t = 0; t < s_.detect.heartbeat_period_s && !stop_; t += 0.02) {
       if ((daemon_up_ ? "up" : (daemon_pid_ > 0 ? "starting" : "down")) != state) break;
-      SleepS(0.02);
+      SleepSeconds(0.02);
     }
   }
 }
@@ -165,7 +159,7 @@ int AgentRunner::Supervise(int sigfd, const std::vector<std::string>& argv) {
         kill(daemon_pid_, SIGTERM);  // it finishes its snapshots first
       }
       if (!daemon_up_ && DaemonAnswers()) daemon_up_ = true;
-      SleepS(0.05);
+      SleepSeconds(0.05);
     }
     daemon_pid_ = 0;
     daemon_up_ = false;
@@ -178,7 +172,7 @@ int AgentRunner::Supervise(int sigfd, const std::vector<std::string>& argv) {
         stopping = true;
         stop_ = true;
       } else if (*rc == 0) {
-        SleepS(0.05);
+        SleepSeconds(0.05);
       }
     }
     const DaemonDecision d = OnDaemonExit(*rc, stopping, restarts, s_.max_restarts, backoff);
@@ -201,7 +195,7 @@ int AgentRunner::Supervise(int sigfd, const std::vector<std::string>& argv) {
     for (double t = 0; t < d.backoff_s && !stopping; t += 0.05) {
       signalfd_siginfo info{};
       if (read(sigfd, &info, sizeof(info)) == sizeof(info)) stopping = true;
-      SleepS(0.05);
+      SleepSeconds(0.05);
     }
     if (stopping) break;
   }

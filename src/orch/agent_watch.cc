@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/strings.h"
 #include "orch/agent_runner.h"
@@ -22,8 +23,6 @@
 
 namespace ftrain::orch {
 namespace {
-
-void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 std::string EvidenceWords(const std::vector<records::Field>& f) {
   for (const auto& x : f) {
@@ -121,7 +120,7 @@ void AgentRunner::FollowLoop() {
     const double tick = w.rank() > 0 && !s_.batch_host.empty()
                             ? std::min(s_.watch_period_s, s_.detect.detect_period_s)
                             : s_.watch_period_s;
-    for (double t = 0; t < tick && !stop_; t += 0.02) SleepS(0.02);
+    for (double t = 0; t < tick && !stop_; t += 0.02) SleepSeconds(0.02);
   }
 }
 
@@ -167,7 +166,7 @@ WatcherObs AgentRunner::WatchClaim(Slurm* slurm) {
         break;
       }
     }
-    SleepS(std::min(s_.watch_period_s, s_.detect.detect_period_s));
+    SleepSeconds(std::min(s_.watch_period_s, s_.detect.detect_period_s));
   }
   o.now = clock_->Monotonic();
   return o;

@@ -4,7 +4,7 @@
 // clock only stamps records for people. FakeClock drives the unit tests and `--dry-run`.
 #pragma once
 
-#include <chrono>
+#include "core/clock.h"
 
 namespace ftrain::orch {
 
@@ -17,14 +17,8 @@ class Clock {
 
 class SystemClock : public Clock {
  public:
-  double Monotonic() const override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  double Wall() const override {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  }
+  double Monotonic() const override { return MonotonicSeconds(); }
+  double Wall() const override { return UnixSeconds(); }
 };
 
 // Time that moves only when told: Advance moves both clocks, StepWall only the wall clock (a

@@ -22,17 +22,13 @@
 #include "orch/probe_async.h"
 #include "orch/process.h"
 #include "orch/quarantine.h"
+#include "orch/settings.h"
 
 namespace ftrain::orch {
 namespace {
 
 constexpr double kTickS = 0.5;
 constexpr double kLeaseCheckS = 5;
-
-std::string EnvOr(const char* name, const std::string& def = "") {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? def : v;
-}
 
 std::string ShortHost() {
   char buf[256] = {0};

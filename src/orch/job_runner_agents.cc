@@ -11,17 +11,13 @@
 #include <set>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/strings.h"
 #include "orch/files.h"
 #include "orch/job_runner.h"
 #include "orch/process.h"
 
 namespace ftrain::orch {
-namespace {
-
-void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
-
-}  // namespace
 
 void JobRunner::StartAgent(const std::string& node) {
   // --mpi=none: no PMIx wire-up; --ntasks: the job's SLURM_NTASKS would ask for one agent per
@@ -113,7 +109,7 @@ void JobRunner::StartAgents(const std::vector<std::string>& nodes) {
           " s (not on " + Join(missing, " ") + "); ranks without a daemon save synchronously");
       break;
     }
-    SleepS(0.2);
+    SleepSeconds(0.2);
   }
   Observation o = Obs(Observation::Kind::kAgentsReady);
   o.count = static_cast<int>(ready.size());
@@ -139,7 +135,7 @@ void JobRunner::SignalAgents(const std::string& sig) {
     auto pid = Spawn({"timeout", "30", "scancel", "--signal=" + sig, step});
     if (pid.ok()) helpers_.push_back(*pid);
   }
-  SleepS(0.2);  // the signals on their way before the sruns go
+  SleepSeconds(0.2);  // the signals on their way before the sruns go
   for (auto& [node, pid] : agents_) {
     if (pid > 0) {
       kill(pid, SIGKILL);
@@ -159,7 +155,7 @@ void JobRunner::WaitAgents(double seconds) {
       all = all && (declared || AgentGone(node));
     }
     if (all) break;
-    SleepS(0.1);
+    SleepSeconds(0.1);
   }
   answers_.push_back(Obs(Observation::Kind::kAgentsStopped));
 }
@@ -212,12 +208,12 @@ void JobRunner::StopAgents() {
       }
       if (gone) break;
     }
-    SleepS(0.1);
+    SleepSeconds(0.1);
   }
   for (auto& [node, pid] : agents_) {
     if (pid > 0) kill(pid, SIGTERM);
   }
-  for (int i = 0; i < 100 && running(); ++i) SleepS(0.1);  // never an unbounded wait
+  for (int i = 0; i < 100 && running(); ++i) SleepSeconds(0.1);  // never an unbounded wait
   for (auto& [node, pid] : agents_) {
     if (pid > 0) {
       kill(pid, SIGKILL);

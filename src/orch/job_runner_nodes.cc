@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ckpt/store.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/strings.h"
 #include "orch/files.h"
@@ -25,8 +26,6 @@
 
 namespace ftrain::orch {
 namespace {
-
-void SleepS(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 // Runs each argv in parallel, each bounded by timeout_s; whether each exited 0.
 std::vector<bool> RunAll(const std::vector<std::vector<std::string>>& cmds,
@@ -180,7 +179,7 @@ void JobRunner::ConfirmDeath(const std::vector<std::string>& nodes) {
       pending_.push_back(o);
       signalled = true;
     }
-    if (!signalled) SleepS(s);
+    if (!signalled) SleepSeconds(s);
     return !signalled;
   };
   auto f = detector_->ConfirmAfterFailure(nodes, sleep, [this](const std::string& l) { Log(l); });
@@ -228,7 +227,7 @@ void JobRunner::WaitNotResponding(const std::vector<std::string>& nodes, double 
     while (clock_->Monotonic() < until) {
       const std::string st = slurm_->NodeState(n);
       if (!st.empty() && st.back() == '*') break;
-      SleepS(0.5);
+      SleepSeconds(0.5);
     }
   }
   Observation o = Obs(Observation::Kind::kNotRespondingWaited);

@@ -15,14 +15,12 @@
 #include <cstring>
 #include <thread>
 
+#include "core/clock.h"
+
 extern char** environ;
 
 namespace ftrain::orch {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int CodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -115,7 +113,7 @@ RunResult RunCommand(const std::vector<std::string>& argv, const RunOptions& opt
     close(out_pipe[1]);
     close(err_pipe[1]);
   }
-  const double deadline = Now() + opt.timeout_s;
+  const double deadline = MonotonicSeconds() + opt.timeout_s;
   double kill_at = -1;
   int status = 0;
   bool reaped = false;
@@ -127,7 +125,7 @@ RunResult RunCommand(const std::vector<std::string>& argv, const RunOptions& opt
     bool open_fds = false;
     for (const auto& f : fds) open_fds = open_fds || f.fd >= 0;
     if (reaped && !open_fds) break;
-    const double now = Now();
+    const double now = MonotonicSeconds();
     if (!reaped && !r.timed_out && now >= deadline) {
       r.timed_out = true;
       kill(-pid, SIGTERM);
@@ -154,7 +152,7 @@ RunResult RunCommand(const std::vector<std::string>& argv, const RunOptions& opt
       if (reaped) {
         bool any = false;
         for (const auto& f : fds) any = any || f.fd >= 0;
-        if (any && Now() > deadline + opt.kill_after_s + 1) break;
+        if (any && MonotonicSeconds() > deadline + opt.kill_after_s + 1) break;
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -202,10 +200,10 @@ std::optional<int> TryReap(pid_t pid) {
 }
 
 std::optional<int> WaitFor(pid_t pid, double timeout_s) {
-  const double deadline = Now() + timeout_s;
+  const double deadline = MonotonicSeconds() + timeout_s;
   while (true) {
     if (auto code = TryReap(pid)) return code;
-    if (Now() >= deadline) return std::nullopt;
+    if (MonotonicSeconds() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

@@ -99,6 +99,11 @@ Getenv ProcessEnv() {
   };
 }
 
+std::string EnvOr(const std::string& name, const std::string& def) {
+  const std::string v = ProcessEnv()(name);
+  return v.empty() ? def : v;
+}
+
 Getenv MapEnv(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const std::string& name) {
     auto it = vars.find(name);

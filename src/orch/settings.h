@@ -17,6 +17,9 @@ namespace ftrain::orch {
 using Getenv = std::function<std::string(const std::string&)>;
 Getenv ProcessEnv();                                     // std::getenv
 Getenv MapEnv(std::map<std::string, std::string> vars);  // for tests and --dry-run
+// The process's variable `name` (ProcessEnv), or `def` when it is unset or empty: the I/O
+// runners' own FTRAIN_* knobs (job_runner.cc, agent_runner.cc).
+std::string EnvOr(const std::string& name, const std::string& def = "");
 
 // Detection (shared by the controller's watch of the training nodes and the agents' watch of
 // the batch host): see orch/detect.h.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "orch/sim.h"
+#include "records/exit_codes.h"
 
 namespace ftrain::orch {
 namespace {
@@ -55,7 +56,7 @@ std::string InjobLoopBounded(const SimFacts& f) {
     if (l.start != start) run = 0;
     start = l.start;
     if (l.progressed || l.stopped) run = 0;
-    if (l.stopped || l.rc == 79 || l.rc == 74 || l.rc == -1) continue;
+    if (l.stopped || l.rc == kExitRollback || l.rc == kExitStorage || l.rc == -1) continue;
     if (++run > f.injob_budget) {
       return std::to_string(run) + " failed launches in a row in start " + std::to_string(start) +
              " without a new checkpoint (budget " + std::to_string(f.injob_budget) + ")";

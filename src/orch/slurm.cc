@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/strings.h"
 
 namespace ftrain::orch {
@@ -22,12 +23,6 @@ namespace {
 const std::set<std::string> kWholeLineKeys = {"Command",       "WorkDir", "StdErr",       "StdIn",
                                               "StdOut",        "Comment", "AdminComment", "Power",
                                               "SystemComment", "Reason"};
-
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;
@@ -38,12 +33,6 @@ std::vector<std::string> Lines(const std::string& s) {
   }
   return out;
 }
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 std::string TmpDir() {
   const char* t = std::getenv("TMPDIR");
@@ -119,7 +108,7 @@ RunResult SlurmCli::Query(const std::vector<std::string>& argv, double timeout_s
   o.timeout_s = timeout_s;
   RunResult r = RunCommand(argv, o);
   if (r.ok()) return r;
-  Sleep(0.5);  // slurmctld busy: one more try
+  SleepSeconds(0.5);  // slurmctld busy: one more try
   return RunCommand(argv, o);
 }
 
@@ -251,11 +240,11 @@ Status SlurmCli::Release(const std::string& job, const std::vector<std::string>&
 
 Status SlurmCli::Requeue(const std::string& job, int restarts_before, double budget_s,
                          const RequeueGuard& guard) {
-  const double deadline = Now() + budget_s;
+  const double deadline = MonotonicSeconds() + budget_s;
   std::string last = "no try";
   int tries = 0;
   while (true) {
-    const double left = deadline - Now();
+    const double left = deadline - MonotonicSeconds();
     if (left <= 1 && tries > 0) break;
     ++tries;
     if (guard) {
@@ -265,8 +254,8 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
       if (!g.ok()) return g;
       if (!before.ok()) {
         last = before.status().message() + " (not requeueing without an answer)";
-        if (Now() + 1 >= deadline) break;
-        Sleep(1);
+        if (MonotonicSeconds() + 1 >= deadline) break;
+        SleepSeconds(1);
         continue;
       }
     }
@@ -277,8 +266,8 @@ Status SlurmCli::Requeue(const std::string& job, int restarts_before, double bud
     auto info = ShowJob(job);
     if (info.ok() && info->Restarts() > restarts_before) return Status::Ok();
     if (!info.ok()) last += "; " + info.status().message();
-    if (Now() + 1 >= deadline) break;
-    Sleep(1);
+    if (MonotonicSeconds() + 1 >= deadline) break;
+    SleepSeconds(1);
   }
   return Status::Unavailable("scontrol requeue " + job + ": " + last + " (" +
                              std::to_string(tries) + " tries in " +
@@ -320,7 +309,7 @@ Status SlurmCli::Cancel(const std::string& job, bool pending_only) {
     const bool live = st == "RUNNING" || st == "PENDING" || st == "SUSPENDED" ||
                       st == "CONFIGURING" || st == "REQUEUED";
     if (!live || (pending_only && st != "PENDING")) return Status::Ok();
-    Sleep(1);
+    SleepSeconds(1);
   }
   return Status::Unavailable("scancel " + job + ": " + last + "; the job still runs");
 }

@@ -12,8 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/env.h"
+#include "records/progress.h"
 
 namespace ftrain::train {
+
+using records::WriteReplace;
+
 namespace {
 
 uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
@@ -22,24 +26,6 @@ uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
 }
 
 }  // namespace
-
-Status WriteReplace(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return Status::IOError("open " + tmp + ": " + std::strerror(errno));
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int write_errno = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    ::unlink(tmp.c_str());  // best effort: the next write replaces it anyway
-    return Status::IOError("write " + tmp + ": " +
-                           (n < 0 ? std::strerror(write_errno) : "short write"));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
 
 std::string NodeLocalProgress::DirFor(const std::string& root, const std::string& run_dir,
                                       const std::string& generation, int node) {

@@ -13,11 +13,6 @@
 
 namespace ftrain::train {
 
-// Writes `text` to `path` through a temporary (path.tmp.<pid>, no link followed) and a rename,
-// so that a reader never sees a torn file. Not synced: progress is live state; a crash makes
-// it moot. The error names the operation and the path.
-Status WriteReplace(const std::string& path, const std::string& text);
-
 class NodeLocalProgress {
  public:
   // <root>/ftrain-hang-<16 hex digits of run_dir, generation and node>.

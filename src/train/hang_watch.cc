@@ -11,13 +11,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "comm/launch_count.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
 #include "records/hangs.h"
+#include "records/progress.h"
 
 namespace ftrain::train {
 
@@ -32,12 +33,7 @@ constexpr double kFreshS = 5;
 // could be reached, but at least this often (the rank may change phase meanwhile).
 constexpr double kMaxJudgeWaitS = 30;
 
-double MonoNow() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 double Secs(std::chrono::milliseconds ms) { return std::chrono::duration<double>(ms).count(); }
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 int StackSignal() { return SIGRTMIN + 3; }
 std::atomic<bool> g_stack_written{false};
@@ -135,9 +131,9 @@ RankProgress HangWatch::Snapshot(const Sample& s, double stuck_s, double thresho
   p.launched = s.launched;
   p.stuck_s = stuck_s;
   p.threshold_s = threshold_s;
-  p.time = UnixNow();
+  p.time = UnixSeconds();
   p.pid = static_cast<int64_t>(getpid());
-  p.mono = MonoNow();
+  p.mono = MonotonicSeconds();
   return p;
 }
 
@@ -149,7 +145,7 @@ void HangWatch::ShareLocal(const RankProgress& p) {
 }
 
 bool HangWatch::IsNodeLeader(const std::vector<RankProgress>& local) const {
-  const double now = MonoNow();
+  const double now = MonotonicSeconds();
   for (const RankProgress& p : local) {
     if (p.rank < o_.rank && now - p.mono <= kFreshS) return false;
   }
@@ -161,9 +157,9 @@ void HangWatch::PublishNode(const std::vector<RankProgress>& local) {
   n.node = o_.node;
   n.host = o_.host;
   n.generation = o_.generation;
-  n.time = UnixNow();
+  n.time = UnixSeconds();
   n.ranks = local;
-  Status s = WriteReplace(RunLayout(o_.run_dir).node_progress(o_.node), NodeProgressJson(n));
+  Status s = records::WriteNodeProgress(RunLayout(o_.run_dir).node_progress(o_.node), n);
   if (s.ok() || node_warned_) return;
   node_warned_ = true;  // once: the guard is blind to this node, the run goes on
   FT_LOG(Warning) << "hang guard: cannot publish this node's progress: " << s.message();
@@ -173,11 +169,10 @@ std::vector<RankProgress> HangWatch::ReadNodes() const {
   std::vector<RankProgress> out;
   const RunLayout layout(o_.run_dir);
   for (int n = 0; n < o_.num_nodes; ++n) {
-    std::string text;
     NodeProgress np;
     // A file that is missing or torn leaves that node's ranks out: no verdict this time.
-    if (!Env::Default()->ReadFile(layout.node_progress(n), &text).ok()) continue;
-    if (!ParseNodeProgress(text, &np) || np.generation != o_.generation || np.node != n) continue;
+    if (!records::ReadNodeProgress(layout.node_progress(n), &np)) continue;
+    if (np.generation != o_.generation || np.node != n) continue;
     for (RankProgress& p : np.ranks) out.push_back(std::move(p));
   }
   return out;
@@ -185,7 +180,8 @@ std::vector<RankProgress> HangWatch::ReadNodes() const {
 
 bool HangWatch::JudgeOnce(std::vector<int>* previous, double* wait_s) {
   *wait_s = 0;
-  const HangVerdict v = JudgeHang(ages_.Aged(ReadNodes(), MonoNow()), o_.world_size, o_.rank);
+  const HangVerdict v =
+      JudgeHang(ages_.Aged(ReadNodes(), MonotonicSeconds()), o_.world_size, o_.rank);
   std::vector<int> ranks;
   for (const RankProgress& h : v.hung) ranks.push_back(h.rank);
   if (ranks.empty() || ranks != *previous) {
@@ -282,7 +278,7 @@ void HangWatch::Act(const HangVerdict& v, const RankProgress& mine) {
     const std::string& job = o_.job_id;
     for (const RankProgress& h : v.hung) {
       records::HangRecord rec;
-      rec.time = UnixNow();
+      rec.time = UnixSeconds();
       rec.step = h.step;
       rec.rank = h.rank;
       rec.node = h.node;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
+#include "core/clock.h"
 #include "core/run_layout.h"
 #include "fsdp/engine.h"
 #include "records/json_lines.h"
@@ -55,10 +56,6 @@ uint64_t DeviceDigest(const std::vector<torch::Tensor>& pieces) {
     base += n;
   }
   return static_cast<uint64_t>(acc.item<int64_t>());  // the check's one host synchronisation
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -116,7 +113,7 @@ Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launc
     hosts.push_back(s.host);
     nodes.push_back(s.node);
     records::QuarantineRecord q;
-    q.time = Now();
+    q.time = UnixSeconds();
     q.host = s.host;
     q.node = s.node;
     q.rank = s.rank;
@@ -127,7 +124,7 @@ Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launc
     if (!job.empty()) q.job = job;
     FT_RETURN_IF_ERROR(records::AppendQuarantine(layout.quarantine(), q));
   }
-  nlohmann::json rec = {{"time", Now()},          {"event", "sdc"},
+  nlohmann::json rec = {{"time", UnixSeconds()},  {"event", "sdc"},
                         {"cause", "sdc"},         {"step", step},
                         {"ranks", ranks},         {"hosts", hosts},
                         {"nodes", nodes},         {"by_majority", v.by_majority},

@@ -297,7 +297,7 @@ struct Run {
   int64_t sdc_passed = 0;            // the newest step a check passed at (or the one resumed)
   // Rolled-back spikes' norms the guard takes as suspects after the keyed step (rollback.h).
   std::map<int64_t, std::vector<double>> suspects_at;
-  double hang_io_s = 0;             // FTRAIN_HANG_IO_S, else dist.timeout_s
+  double hang_io_s = 0;             // guard.hang_io_s, or the deprecated FTRAIN_HANG_IO_S
   std::unique_ptr<HangWatch> hang;  // the hang guard (last: stopped first)
 };
 
@@ -610,7 +610,7 @@ void StartHangWatch(Run* run) {
   FT_LOG(Info) << "hang guard: a rank the others wait for is named after " << rule.str()
                << ", after " << run->cfg.dist.timeout_s
                << " s in the first step, a checkpoint or an evaluation, after " << run->hang_io_s
-               << " s in metrics writes or data reads (FTRAIN_HANG_IO_S; progress in "
+               << " s in metrics writes or data reads (guard.hang_io_s; progress in "
                << RunLayout(run->cfg.run_dir).progress_dir() << ")";
 }
 
@@ -851,8 +851,13 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_RETURN_IF_ERROR(ApplyRollbacks(run.get()));
   run->engine->set_guard_nonfinite(run->guard->nonfinite_on());
   StartSdcCheck(run.get());
-  FT_ASSIGN_OR_RETURN(run->hang_io_s, HangIoAllowance(std::getenv("FTRAIN_HANG_IO_S"),
-                                                      static_cast<double>(cfg.dist.timeout_s)));
+  const char* io_env = std::getenv("FTRAIN_HANG_IO_S");  // deprecated: guard.hang_io_s
+  FT_ASSIGN_OR_RETURN(run->hang_io_s, HangIoAllowance(io_env, cfg.guard.hang_io_s));
+  if (io_env != nullptr && *io_env != '\0' && run->leader) {
+    FT_LOG(Warning) << "FTRAIN_HANG_IO_S is deprecated and goes in a later release: set "
+                    << "guard.hang_io_s = " << io_env << " in the config instead (the variable "
+                    << "overrides guard.hang_io_s = " << cfg.guard.hang_io_s << " for now)";
+  }
   StartHangWatch(run.get());
   if (run->leader && !cfg.data.skip.empty()) {
     FT_LOG(Info) << "guard: data.skip lists " << cfg.data.skip.size()

@@ -13,15 +13,11 @@
 #include <cstring>
 #include <set>
 
+#include "core/strings.h"
 #include "data/format/hash.h"
 
 namespace ftrain::data {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/strings.h"
 #include "data/source/http_fetch.h"
 
 namespace ftrain::data {
@@ -22,13 +23,6 @@ constexpr const char* kEmptySha256 =
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
-}
-
-std::string Trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\r\n");
-  if (a == std::string::npos) return "";
-  size_t b = s.find_last_not_of(" \t\r\n");
-  return s.substr(a, b - a + 1);
 }
 
 // SigV4's URI encoding: unreserved characters stay, every other byte is %XX (upper case);

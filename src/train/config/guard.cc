@@ -79,6 +79,14 @@ Status LoadGuard(const Config& c, GuardSection* out) {
                                    "seconds >= guard.hang_floor_s, got " +
                                    std::to_string(g.hang_timeout_s));
   }
+  FT_RETURN_IF_ERROR(c.GetDouble("guard.hang_io_s", &g.hang_io_s));
+  if (c.Has("guard.hang_io_s") && (!(g.hang_io_s > 0) || !std::isfinite(g.hang_io_s))) {
+    return Status::InvalidArgument(Where(c, "guard.hang_io_s") +
+                                   "guard.hang_io_s must be a number of seconds > 0 (the hang "
+                                   "guard's allowance for metrics writes and data reads; unset: "
+                                   "dist.timeout_s), got " +
+                                   std::to_string(g.hang_io_s));
+  }
   if (g.hang_timeout_s > 0 && g.hang_timeout_s < g.hang_floor_s) {
     return Status::InvalidArgument(
         Where(c, "guard.hang_timeout_s") +

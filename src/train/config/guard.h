@@ -57,6 +57,10 @@ struct GuardSection {
   // an evaluation get dist.timeout_s. Operational: not in the config hash.
   double hang_timeout_s = 0;
   double hang_floor_s = 60;
+  // The allowance of the hang guard's io phase (rank 0's metrics writes, every rank's wait for
+  // its data: storage, where a recovery takes minutes). Unset: dist.timeout_s (TrainConfig::Load
+  // fills it in). The deprecated FTRAIN_HANG_IO_S overrides it (train/config/hang_verdict.h).
+  double hang_io_s = 0;
 };
 
 // The automatic hang threshold's multiple of the median step time.

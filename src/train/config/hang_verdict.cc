@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 
 #include "train/config/guard.h"
 
@@ -14,46 +13,6 @@ namespace ftrain::train {
 namespace {
 constexpr const char* kPhaseNames[] = {"start", "compute",    "optimizer", "boundary",
                                        "eval",  "checkpoint", "io",        "done"};
-
-nlohmann::json ProgressObject(const RankProgress& p) {
-  nlohmann::json j = {{"rank", p.rank},
-                      {"node", p.node},
-                      {"host", p.host},
-                      {"generation", p.generation},
-                      {"step", p.step},
-                      {"phase", p.phase},
-                      {"launched", p.launched},
-                      {"stuck_s", p.stuck_s},
-                      {"threshold_s", p.threshold_s},
-                      {"time", p.time},
-                      {"pid", p.pid}};
-  if (p.mono > 0) j["mono"] = p.mono;
-  return j;
-}
-
-bool ProgressFrom(const nlohmann::json& j, RankProgress* out) {
-  if (!j.is_object()) return false;
-  try {
-    RankProgress p;
-    p.rank = j.at("rank").get<int>();
-    p.node = j.at("node").get<int>();
-    p.host = j.at("host").get<std::string>();
-    p.generation = j.at("generation").get<std::string>();
-    p.step = j.at("step").get<int64_t>();
-    p.phase = j.at("phase").get<std::string>();
-    p.launched = j.at("launched").get<uint64_t>();
-    p.stuck_s = j.at("stuck_s").get<double>();
-    p.threshold_s = j.at("threshold_s").get<double>();
-    p.time = j.at("time").get<double>();
-    p.pid = j.value("pid", int64_t{0});
-    p.mono = j.value("mono", 0.0);
-    *out = std::move(p);
-    return true;
-  } catch (const nlohmann::json::exception&) {
-    return false;  // a field missing or of another type: not a record of ours
-  }
-}
-
 }  // namespace
 
 const char* HangPhaseName(HangPhase p) { return kPhaseNames[static_cast<int>(p)]; }
@@ -61,46 +20,6 @@ const char* HangPhaseName(HangPhase p) { return kPhaseNames[static_cast<int>(p)]
 bool IsLongPhase(HangPhase p) {
   return p == HangPhase::kStart || p == HangPhase::kEval || p == HangPhase::kCheckpoint ||
          p == HangPhase::kDone;
-}
-
-std::string ProgressJson(const RankProgress& p) { return ProgressObject(p).dump(); }
-
-bool ParseProgress(const std::string& text, RankProgress* out) {
-  return ProgressFrom(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false), out);
-}
-
-std::string NodeProgressJson(const NodeProgress& n) {
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const RankProgress& p : n.ranks) ranks.push_back(ProgressObject(p));
-  return nlohmann::json({{"node", n.node},
-                         {"host", n.host},
-                         {"generation", n.generation},
-                         {"time", n.time},
-                         {"ranks", ranks}})
-      .dump();
-}
-
-bool ParseNodeProgress(const std::string& text, NodeProgress* out) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;
-  try {
-    NodeProgress n;
-    n.node = j.at("node").get<int>();
-    n.host = j.at("host").get<std::string>();
-    n.generation = j.at("generation").get<std::string>();
-    n.time = j.at("time").get<double>();
-    const nlohmann::json& ranks = j.at("ranks");
-    if (!ranks.is_array()) return false;
-    for (const nlohmann::json& r : ranks) {
-      RankProgress p;
-      if (!ProgressFrom(r, &p)) return false;
-      n.ranks.push_back(std::move(p));
-    }
-    *out = std::move(n);
-    return true;
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
 }
 
 double HangThreshold(const HangSettings& s, const std::vector<double>& recent_step_s,
@@ -111,14 +30,15 @@ double HangThreshold(const HangSettings& s, const std::vector<double>& recent_st
   return std::max(s.floor_s, kHangStepFactor * MedianOf(recent_step_s));
 }
 
-StatusOr<double> HangIoAllowance(const char* value, double startup_s) {
-  if (value == nullptr || *value == '\0') return startup_s;
+StatusOr<double> HangIoAllowance(const char* value, double configured) {
+  if (value == nullptr || *value == '\0') return configured;
   char* end = nullptr;
   const double v = std::strtod(value, &end);
   if (end == value || *end != '\0' || !std::isfinite(v) || v <= 0) {
     return Status::InvalidArgument(std::string("FTRAIN_HANG_IO_S='") + value +
                                    "' is not a number of seconds > 0: the hang guard's allowance "
-                                   "for metrics writes and data reads (unset: dist.timeout_s)");
+                                   "for metrics writes and data reads (deprecated: unset it and "
+                                   "set guard.hang_io_s in the config)");
   }
   return v;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "records/progress.h"
 
 namespace ftrain::train {
 
@@ -22,45 +23,15 @@ const char* HangPhaseName(HangPhase p);  // "start", "compute", ...
 // a checkpoint): they get the start-up allowance, dist.timeout_s. kIo has its own (io_s).
 bool IsLongPhase(HangPhase p);
 
-// One rank's progress: its entry of RUN/progress/node-<N>.json (and of its node-local file,
-// train/hang_local.h).
-struct RankProgress {
-  int rank = -1;
-  int node = 0;
-  std::string host;
-  std::string generation;  // the start it belongs to (a file of an earlier start is ignored)
-  int64_t step = 0;        // the optimizer step it is in (1-based, as metrics.jsonl's "step")
-  std::string phase;       // HangPhaseName
-  uint64_t launched = 0;   // collectives it has launched, on every group, since its start
-  double stuck_s = 0;      // how long (step, phase, launched) had not changed at the write, on
-                           // the rank's own monotonic clock (a duration, comparable anywhere)
-  double threshold_s = 0;  // its hang threshold in that phase
-  double time = 0;         // unix time of the write: for people only, never compared
-  int64_t pid = 0;
-  double mono = 0;  // the writer's CLOCK_MONOTONIC seconds: compared on its own host only
-};
-std::string ProgressJson(const RankProgress& p);
-// False for text that is not a whole record (a torn or foreign file).
-bool ParseProgress(const std::string& text, RankProgress* out);
-
-// RUN/progress/node-<N>.json: the progress of a node's ranks, written by one rank of the node
-// (train/hang_watch.h) every few seconds.
-struct NodeProgress {
-  int node = 0;
-  std::string host;
-  std::string generation;
-  double time = 0;  // unix time of the write: for people only
-  std::vector<RankProgress> ranks;
-};
-std::string NodeProgressJson(const NodeProgress& n);
-// False for text that is not a whole node record, or holds a rank entry that is not one.
-bool ParseNodeProgress(const std::string& text, NodeProgress* out);
+// One rank's progress and RUN/progress/node-<N>.json: defined in records/progress.h.
+using records::NodeProgress;
+using records::RankProgress;
 
 struct HangSettings {
   double timeout_s = 0;    // guard.hang_timeout_s (0: automatic)
   double floor_s = 60;     // guard.hang_floor_s
   double startup_s = 600;  // dist.timeout_s: the first step of a start, long phases
-  double io_s = 600;       // FTRAIN_HANG_IO_S (default dist.timeout_s): the kIo phase
+  double io_s = 600;       // guard.hang_io_s (default dist.timeout_s): the kIo phase
 };
 // The threshold for a rank in `phase` whose recent step times (the first step of this start
 // left out) are `recent_step_s`: io_s in kIo, the start-up allowance in a long phase or with no
@@ -88,9 +59,11 @@ class ProgressAges {
   std::vector<Seen> seen_;  // by rank; since < 0: never seen
 };
 
-// The kIo allowance from FTRAIN_HANG_IO_S's `value` (nullptr or "": `startup_s`, i.e.
-// dist.timeout_s): seconds > 0. Anything else is InvalidArgument naming the variable.
-StatusOr<double> HangIoAllowance(const char* value, double startup_s);
+// The kIo allowance: `configured` (guard.hang_io_s, itself dist.timeout_s when unset) unless
+// the deprecated FTRAIN_HANG_IO_S's `value` is set (not nullptr or ""): then that value, seconds
+// > 0; anything else is InvalidArgument naming the variable. The variable goes in a later
+// release (docs/operations.md).
+StatusOr<double> HangIoAllowance(const char* value, double configured);
 
 struct HangVerdict {
   std::vector<RankProgress> hung;  // the ranks the others wait for (stuck_s: their age)

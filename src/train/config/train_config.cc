@@ -303,6 +303,8 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(LoadEval(c, &t.eval));
   FT_RETURN_IF_ERROR(LoadGuard(c, &t.guard));
   FT_RETURN_IF_ERROR(CheckHangAgainstTimeout(c, t.guard, t.dist.timeout_s));
+  // guard.hang_io_s unset: the storage waits get the collective timeout, as before the key.
+  if (!c.Has("guard.hang_io_s")) t.guard.hang_io_s = static_cast<double>(t.dist.timeout_s);
   FT_RETURN_IF_ERROR(ParseSkipList(c, t.train.steps, &t.data.skip));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;

@@ -8,6 +8,7 @@
 
 #include "ckpt/ckptd_protocol.h"
 #include "ckpt/filename.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/run_layout.h"
@@ -15,10 +16,6 @@
 
 namespace ftrain::train {
 namespace {
-
-double NowUnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The host's name, for a node id that the caller left empty (tests).
 std::string HostName() {
@@ -57,7 +54,7 @@ StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cf
     FT_LOG(Info) << "metrics: GPU " << s->gpu_->name() << ", bf16 peak " << s->peak_tflops_
                  << " TFLOP/s" << (cfg.metrics.peak_tflops > 0 ? " (metrics.peak_tflops)" : "");
   }
-  const double now = NowUnixSeconds();
+  const double now = UnixSeconds();
   if (cfg.metrics.tensorboard) {
     FT_ASSIGN_OR_RETURN(s->tensorboard_,
                         TensorBoardWriter::Open(RunLayout(cfg.run_dir).tensorboard(),
@@ -221,7 +218,7 @@ std::vector<PromSample> MetricsSinks::PromSamples(const records::StepMetrics& m)
     }
   }
   v.push_back({"ftrain_metrics_updated_timestamp_seconds", "When this file was written.", false,
-               NowUnixSeconds()});
+               UnixSeconds()});
   return v;
 }
 
@@ -244,12 +241,12 @@ void MetricsSinks::Publish(const records::StepMetrics& m) {
   if (prom_ != nullptr) {
     prom_step_ = m;
     prom_pending_ = true;
-    if (NowUnixSeconds() - prom_written_unix_ >= 1.0) WriteProm();
+    if (UnixSeconds() - prom_written_unix_ >= 1.0) WriteProm();
   }
 }
 
 void MetricsSinks::WriteProm() {
-  prom_written_unix_ = NowUnixSeconds();
+  prom_written_unix_ = UnixSeconds();
   prom_pending_ = false;
   Status s = prom_->Write(PromSamples(prom_step_));
   if (!s.ok() && s.message() != prom_error_) {
