@@ -13,6 +13,7 @@
 #include "ckpt/filename.h"
 #include "ckpt/mirror.h"
 #include "ckpt/s3_layout.h"
+#include "ckpt/s3_staging.h"
 #include "ckpt/s3_store.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
@@ -193,6 +194,43 @@ TEST(CkptS3, InspectDiffExportReadS3Checkpoints) {
   r = RunCommand(ctl + " inspect " + root + "/step-00000030 2>&1", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(fs::is_empty(tmp)) << "a private copy was left in " << tmp;
+}
+
+// ckpt.root = s3:// (s3_staging.h): a staged step counts once CommitStaged put it on S3
+// (S3_LATEST); a start's reconciliation drops staged steps S3 never committed and aborts what
+// they left there; a damaged step is set aside so that no resume chooses it again.
+TEST(CkptS3, StagingRootCommitsOnS3AndReconcileDropsUncommittedSteps) {
+  TempDir dir("ckpt-s3-staging");
+  const std::string fs_root = SaveSteps(dir, {10, 20});
+  const std::string root = Root("staged");
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  auto url = StagedS3Root(fs_root);
+  ASSERT_TRUE(url.ok() && *url == root) << url.status().ToString();
+  EXPECT_EQ(StagedS3Latest(fs_root), -1);
+  Status s = CommitStaged(fs_root, 10, 3);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  auto s3 = Open(root);
+  auto latest = s3->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 10);
+  // Step 20 is staged and never committed there (its uploader was killed).
+  auto newest = ReconcileStaging(fs_root, root, 3);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  ASSERT_TRUE(newest->has_value());
+  EXPECT_EQ(**newest, 10);
+  EXPECT_FALSE(fs::exists(fs_root + "/" + StepDirName(20)));
+  EXPECT_TRUE(fs::exists(fs_root + "/" + StepDirName(10)));  // the same manifest as S3's
+  CheckpointStore staged(fs_root);
+  auto local = staged.Latest();
+  ASSERT_TRUE(local.ok() && local->has_value());
+  EXPECT_EQ((*local)->step, 10);
+  // A damaged step is set aside: no longer committed, its manifest kept as evidence.
+  ASSERT_TRUE(SetAsideDamaged(root, 10).ok());
+  latest = s3->Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());
+  EXPECT_TRUE(s3->client()->Head({kBucket, "staged/CORRUPT-step-00000010.json"}).ok());
 }
 
 TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {
