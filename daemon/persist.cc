@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "ckpt/s3_staging.h"
 #include "core/log.h"
 
 namespace ftrain::ckptd {
@@ -69,6 +70,15 @@ PersistResult Persister::Persist(const PersistJob& job) {
       r.status = outcome.status().Annotate("committing step " + std::to_string(r.step));
     } else if (*outcome == ckpt::CommitOutcome::kCommitted) {
       r.committed = r.seen_committed = true;
+      // ckpt.root = s3://...: committed only once S3 holds it (ckpt/s3_staging.h).
+      if (auto s3 = ckpt::StagedS3Root(store_->root()); !s3.ok() || !s3->empty()) {
+        Status up =
+            s3.ok() ? ckpt::CommitStaged(store_->root(), r.step, options_.keep) : s3.status();
+        if (!up.ok()) {
+          r.status = up.Annotate("step " + std::to_string(r.step) + " is staged, not committed");
+          r.committed = r.seen_committed = false;
+        }
+      }
       ckpt::RotationPolicy policy;
       policy.keep_last = options_.keep;
       policy.keep_every = options_.keep_every;
@@ -77,7 +87,9 @@ PersistResult Persister::Persist(const PersistJob& job) {
       auto deleted = store_->Rotate(policy);
       if (!deleted.ok()) FT_LOG(Warning) << "ckptd: rotation: " << deleted.status().ToString();
     } else if (*outcome == ckpt::CommitOutcome::kAlreadyCommitted) {
-      r.seen_committed = true;
+      // On a staging root the winner may still be uploading: S3_LATEST says when it is done.
+      auto s3 = ckpt::StagedS3Root(store_->root());
+      r.seen_committed = s3.ok() && (s3->empty() || ckpt::StagedS3Latest(store_->root()) >= r.step);
     }
   }
   r.persist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -13,6 +13,7 @@
 #include "ckpt/filename.h"
 #include "ckpt/mirror.h"
 #include "ckpt/s3_layout.h"
+#include "ckpt/s3_staging.h"
 #include "ckpt/s3_store.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
@@ -152,6 +153,84 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
   auto none = RestoreFromMirror(Root("roundtrip"), purged);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
+}
+
+// inspect, diff and export on s3:// checkpoints: the root's newest or a named step, copied
+// into a private directory under $TMPDIR that is gone afterwards; the results are the same as
+// on the file-system original (diff identical, the exported safetensors byte-identical).
+TEST(CkptS3, InspectDiffExportReadS3Checkpoints) {
+  TempDir dir("ckpt-s3-tools");
+  const std::string fs_root = SaveSteps(dir, {10, 20});
+  const std::string root = Root("tools");
+  auto s3 = Open(root);
+  for (int64_t step : {10, 20}) {
+    auto out = s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001");
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+  }
+  const std::string tmp = dir / "tmp";
+  fs::create_directories(tmp);
+  const std::string ctl = "TMPDIR=" + tmp + " " + Ckptctl();
+  auto r = RunCommand(ctl + " inspect " + root + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "step         20")) << r.output;
+  r = RunCommand(ctl + " inspect --json " + root + "/step-00000010 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "\"stored_bytes\"")) << r.output;
+  r = RunCommand(ctl + " diff " + fs_root + "/" + StepDirName(20) + " " + root + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "identical")) << r.output;
+  r = RunCommand(ctl + " diff " + root + "/step-00000010 " + root + "/step-00000020 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string a = dir / "fs.safetensors", b = dir / "s3.safetensors";
+  r = RunCommand(ctl + " export " + fs_root + "/" + StepDirName(20) +
+                     " --format safetensors --dtype fp32 -o " + a + " 2>&1",
+                 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = RunCommand(ctl + " export " + root + " --format safetensors --dtype fp32 -o " + b + " 2>&1",
+                 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(RunCommand("cmp " + a + " " + b + " 2>&1", 30).exit_code, 0);
+  // A step that is not committed there is named, exit 2; no copy is left in $TMPDIR.
+  r = RunCommand(ctl + " inspect " + root + "/step-00000030 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(fs::is_empty(tmp)) << "a private copy was left in " << tmp;
+}
+
+// ckpt.root = s3:// (s3_staging.h): a staged step counts once CommitStaged put it on S3
+// (S3_LATEST); a start's reconciliation drops staged steps S3 never committed and aborts what
+// they left there; a damaged step is set aside so that no resume chooses it again.
+TEST(CkptS3, StagingRootCommitsOnS3AndReconcileDropsUncommittedSteps) {
+  TempDir dir("ckpt-s3-staging");
+  const std::string fs_root = SaveSteps(dir, {10, 20});
+  const std::string root = Root("staged");
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  auto url = StagedS3Root(fs_root);
+  ASSERT_TRUE(url.ok() && *url == root) << url.status().ToString();
+  EXPECT_EQ(StagedS3Latest(fs_root), -1);
+  Status s = CommitStaged(fs_root, 10, 3);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  auto s3 = Open(root);
+  auto latest = s3->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 10);
+  // Step 20 is staged and never committed there (its uploader was killed).
+  auto newest = ReconcileStaging(fs_root, root, 3);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  ASSERT_TRUE(newest->has_value());
+  EXPECT_EQ(**newest, 10);
+  EXPECT_FALSE(fs::exists(fs_root + "/" + StepDirName(20)));
+  EXPECT_TRUE(fs::exists(fs_root + "/" + StepDirName(10)));  // the same manifest as S3's
+  CheckpointStore staged(fs_root);
+  auto local = staged.Latest();
+  ASSERT_TRUE(local.ok() && local->has_value());
+  EXPECT_EQ((*local)->step, 10);
+  // A damaged step is set aside: no longer committed, its manifest kept as evidence.
+  ASSERT_TRUE(SetAsideDamaged(root, 10).ok());
+  latest = s3->Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());
+  EXPECT_TRUE(s3->client()->Head({kBucket, "staged/CORRUPT-step-00000010.json"}).ok());
 }
 
 TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {

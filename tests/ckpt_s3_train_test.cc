@@ -32,11 +32,22 @@ class S3TrainTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { dir_.reset(); }
 
-  static std::string TrainCmd(const std::string& run, const std::string& extra = "") {
+  static std::string TrainCmd(const std::string& run, const std::string& extra = "",
+                              const std::string& daemon = "off") {
     return Ftrain() + " launch --nproc 2 --nodes 1 --grace-s 2 -- train --config " +
            FTRAIN_SOURCE_DIR + "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
-           " --train.steps=40 --ckpt.every_steps=5 --ckpt.every_minutes=0 --ckpt.daemon=off " +
-           extra;
+           " --train.steps=40 --ckpt.every_steps=5 --ckpt.every_minutes=0 --ckpt.daemon=" + daemon +
+           " " + extra;
+  }
+  // The uninterrupted file-system run every test compares with, made once.
+  static const std::string& Reference() {
+    static const std::string ref = [] {
+      const std::string r = dir_->path() + "/ref";
+      auto out = RunCommand(TrainCmd(r), 600);
+      EXPECT_EQ(out.exit_code, 0) << out.output;
+      return r;
+    }();
+    return ref;
   }
   static std::unique_ptr<TempDir> dir_;
   static std::string data_;
@@ -52,9 +63,8 @@ int MirrorLatest(const std::string& url) {
 }
 
 TEST_F(S3TrainTest, ScratchPurgedRunResumesFromTheMirrorBitExactly) {
-  const std::string ref = dir_->path() + "/ref";
-  auto r = RunCommand(TrainCmd(ref), 600);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string& ref = Reference();
+  CommandResult r;
 
   const std::string run = dir_->path() + "/run";
   const std::string url = std::string("s3://") + kS3Bucket + "/train";
@@ -103,15 +113,94 @@ TEST_F(S3TrainTest, ScratchPurgedRunResumesFromTheMirrorBitExactly) {
   EXPECT_TRUE(Contains(report.output, "tiers          step 40: file+mirror")) << report.output;
 }
 
-TEST_F(S3TrainTest, BadMirrorSettingsExitTwoBeforeStepOne) {
+// ckpt.root = s3://: ckptd (its S3 traffic through a proxy that hangs the PUT of step 10's
+// manifest) persists and commits step 5 on S3, then is SIGKILLed with the ranks in the
+// middle of committing step 10: S3 shows step 10 partial and step 5 as the newest. The staging
+// root is lost with its node; the relaunch restores step 5 from S3 (every file checked),
+// aborts what the killed upload left, and finishes with step 40 bit-identical to the
+// file-system run's (ckptctl diff between the file system and s3://) and the same losses.
+TEST_F(S3TrainTest, S3RootKilledUploadIsInvisibleAndTheResumeFallsBackBitExactly) {
+  const std::string& ref = Reference();
+  const std::string run = dir_->path() + "/s3root";
+  const std::string url = std::string("s3://") + kS3Bucket + "/s3root";
+  const std::string staging = run + "/ckpt-staging";
+  fs::create_directories(run);
+  TempDir proxy_dir("s3-hang");
+  const auto [hang, proxy] = StartS3Proxy(
+      proxy_dir, {"--stall-match", "^PUT .*step-00000010/manifest\\.json", "--stall-s", "600"});
+  const int daemon = SpawnChild({"env", "AWS_ENDPOINT_URL=" + hang, BinDir() + "/ckptd", "--root",
+                                 staging, "--run-dir", run, "--threads", "1", "--keep", "3"},
+                                run + "/ckptd.log");
+  for (int i = 0; i < 400 && !Contains(ReadFile(run + "/ckptd.log"), "serving node"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(Contains(ReadFile(run + "/ckptd.log"), "serving node"))
+      << ReadFile(run + "/ckptd.log");
+  const std::string root = "--ckpt.root=" + url;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("FTRAIN_TEST_TAG", "s3root", 1);
+    execl("/bin/sh", "sh", "-c",
+          (TrainCmd(run, root, "require") + " >" + run + ".log 2>&1").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string faults = proxy_dir.path() + "/proxy.port.faults";
+  int status = 0;
+  for (int i = 0; i < 1200 && !fs::exists(faults); ++i) {  // up to 2 minutes
+    if (waitpid(pid, &status, WNOHANG) == pid) break;      // the run ended: it failed
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(fs::exists(faults)) << "step 10's commit never reached S3: " << ReadFile(run + ".log")
+                                  << ReadFile(run + "/ckptd.log");
+  kill(daemon, SIGKILL);
+  waitpid(daemon, nullptr, 0);
+  for (int rank : {0, 1}) {
+    for (pid_t p : RankPids("s3root", rank)) kill(p, SIGKILL);
+  }
+  waitpid(pid, &status, 0);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+  // The killed commit is invisible: step 10's shards are there, its manifest is not.
+  auto r = RunCommand(BinDir() + "/ckptctl list " + url + " 2>&1", 60);
+  EXPECT_TRUE(Contains(r.output, "step-00000010  partial")) << r.output;
+  EXPECT_EQ(MirrorLatest(url), 5) << r.output;
+  r = RunCommand(BinDir() + "/ckptd --cleanup --root " + staging + " --run-dir " + run, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  fs::remove_all(staging);  // the staging root is lost with its node
+
+  r = RunCommand(TrainCmd(run, root), 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "checkpoint: restored step 5 from " + url)) << r.output;
+  EXPECT_TRUE(Contains(r.output, "s3 checkpoints: cleaned up")) << r.output;
+  auto diff = RunCommand(BinDir() + "/ckptctl diff " + ref + "/checkpoints/step-00000040 " + url +
+                             "/step-00000040 2>&1",
+                         120);
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_EQ(Losses(run), Losses(ref));
+  r = RunCommand(BinDir() + "/ckptctl list " + url + " 2>&1", 60);
+  EXPECT_FALSE(Contains(r.output, "partial")) << r.output;  // the killed upload is cleaned up
+  EXPECT_TRUE(Contains(r.output, "step-00000030  complete")) << r.output;  // ckpt.keep = 3
+  EXPECT_FALSE(Contains(r.output, "step-00000025")) << r.output;
+}
+
+TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
   const std::string run = dir_->path() + "/bad";
+  TempDir proxy_dir("s3-nocond");  // a store that ignores If-None-Match
+  const auto [nocond, proxy] = StartS3Proxy(proxy_dir, {"--strip-if-none-match"});
   struct Case {
     std::string extra, env, expect;
   } cases[] = {
       {"--ckpt.mirror=http://x/y", "", "ckpt.mirror must be s3://"},
       {"--ckpt.mirror=s3://b/p --ckpt.mirror_keep=0", "", "ckpt.mirror_keep"},
       {"--ckpt.mirror=s3://b/p --ckpt.mirror_part_mb=1", "", "ckpt.mirror_part_mb"},
-      {"--ckpt.root=s3://b/p", "", "ckpt.mirror = s3://"},
+      {"--ckpt.root=s3://", "", "no bucket; set ckpt.root = s3://BUCKET/PREFIX"},
+      {"--ckpt.root=s3://b/p --ckpt.mirror=s3://b/q", "", "unset ckpt.mirror"},
+      {"--ckpt.root=s3://no-such-bucket/p", "", "no-such-bucket"},
+      {"--ckpt.root=s3://" + std::string(kS3Bucket) + "/p",
+       "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=/nonexistent ", "AWS_ACCESS_KEY_ID"},
+      {"--ckpt.root=s3://" + std::string(kS3Bucket) + "/nocond", "AWS_ENDPOINT_URL=" + nocond + " ",
+       "If-None-Match"},
       {"--ckpt.mirror=s3://no-such-bucket/p", "", "no-such-bucket"},
       {"--ckpt.mirror=s3://" + std::string(kS3Bucket) + "/p",
        "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=/nonexistent ", "AWS_ACCESS_KEY_ID"},
@@ -122,6 +211,8 @@ TEST_F(S3TrainTest, BadMirrorSettingsExitTwoBeforeStepOne) {
     EXPECT_TRUE(Contains(r.output, c.expect)) << c.extra << "\n" << r.output;
     EXPECT_TRUE(Losses(run).empty()) << c.extra;  // no step ran
   }
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
 }
 
 }  // namespace

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """A fault-injecting HTTP proxy in front of the moto S3 server, for tests/ckpt_s3_test.cc:
 moto cannot throttle, so this answers 503 SlowDown to the first N requests (--fail-first),
-every Kth (--fail-every), every one (--always-503) or every one after the Nth (--fail-after), stalls the first N (--stall-first), or forwards without the If-None-Match header (a store that
-ignores conditional writes). Everything else is forwarded to the upstream unchanged. Writes
-its port to PORT_FILE once listening and counts the faults it injected in PORT_FILE.faults.
+every Kth (--fail-every), every one (--always-503) or every one after the Nth (--fail-after),
+stalls the first N (--stall-first) or every request whose "METHOD PATH" matches the regular
+expression RE after the first K such (--stall-match RE --stall-skip K), or forwards without the If-None-Match
+header (a store that ignores conditional writes). Everything else is forwarded to the
+upstream unchanged. Writes its port to PORT_FILE once listening and counts the faults it
+injected in PORT_FILE.faults.
 
   s3_fault_proxy.py UPSTREAM PORT_FILE [--fail-first N] [--fail-every K] [--stall-first N]
-      [--stall-s S] [--fail-after N] [--always-503] [--strip-if-none-match]
+      [--stall-s S] [--stall-match RE] [--stall-skip K] [--fail-after N] [--always-503]
+      [--strip-if-none-match]
 """
 import argparse
 import os
+import re
 import http.client
 import http.server
 import threading
@@ -28,13 +33,15 @@ def main():
     ap.add_argument("--fail-every", type=int, default=0)
     ap.add_argument("--stall-first", type=int, default=0)
     ap.add_argument("--stall-s", type=float, default=5.0)
+    ap.add_argument("--stall-match", default="")
+    ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--fail-after", type=int, default=0)
     ap.add_argument("--always-503", action="store_true")
     ap.add_argument("--strip-if-none-match", action="store_true")
     a = ap.parse_args()
     up = urllib.parse.urlparse(a.upstream)
     lock = threading.Lock()
-    state = {"seen": 0, "faults": 0}
+    state = {"seen": 0, "faults": 0, "matched": 0}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -49,6 +56,9 @@ def main():
                 state["seen"] += 1
                 seen = state["seen"]
                 stall = seen <= a.stall_first
+                if a.stall_match and re.search(a.stall_match, self.command + " " + self.path):
+                    state["matched"] += 1
+                    stall = stall or state["matched"] > a.stall_skip
                 fault = (a.always_503 or seen <= a.fail_first or
                          (a.fail_after > 0 and seen > a.fail_after) or
                          (a.fail_every > 0 and seen % a.fail_every == 0))

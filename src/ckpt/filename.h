@@ -8,6 +8,9 @@
 //   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
 //   MEMORY_TIER.json          the newest step restorable from the daemons' memory
 //                             (memory_manifest.h), written temp + fsync + rename
+//   S3_ROOT                   "s3://B/P\n": this root stages checkpoints for ckpt.root = s3://B/P
+//                             (s3_staging.h); a step counts as committed once S3 holds it
+//   S3_LATEST                 "step-00000120\n": the newest step committed on S3 from here
 //   inside a checkpoint: manifest.json, shard-00003.h5, shard-00003.json (receipt), COMMIT
 #pragma once
 
@@ -48,6 +51,8 @@ constexpr char kManifestName[] = "manifest.json";
 constexpr char kLatestName[] = "LATEST";
 constexpr char kMemoryManifestName[] = "MEMORY_TIER.json";
 constexpr char kCommitMarkerName[] = "COMMIT";
+constexpr char kS3RootName[] = "S3_ROOT";
+constexpr char kS3LatestName[] = "S3_LATEST";
 // In step-N.partial/: the generation (job start) whose writers own it; see store.h.
 constexpr char kGenerationName[] = "GENERATION";
 

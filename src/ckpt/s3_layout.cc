@@ -31,6 +31,10 @@ std::string S3ProbeKey(const std::string& prefix, const std::string& nonce) {
   return S3Key(prefix, "PROBE-" + nonce);
 }
 
+std::string S3CorruptKey(const std::string& prefix, int64_t step) {
+  return S3Key(prefix, "CORRUPT-" + StepDirName(step) + ".json");
+}
+
 S3KeyInfo ParseS3Key(const std::string& prefix, const std::string& key) {
   S3KeyInfo info;
   const std::string head = prefix.empty() ? "" : prefix + "/";

@@ -4,6 +4,8 @@
 //   PREFIX/step-00000120/data-<G>/shard-00003.h5  the files, under the generation G that wrote
 //                                              the manifest (meta.generation, "none" if empty)
 //   PREFIX/PROBE-<random>                      the start-up check of conditional writes
+//   PREFIX/CORRUPT-step-00000120.json          the manifest of a step a resume found damaged,
+//                                              set aside (ckpt.root = s3://, s3_staging.h)
 // A step whose manifest is absent is invisible to readers (a half-uploaded or killed upload).
 #pragma once
 
@@ -22,6 +24,7 @@ std::string S3DataDir(const std::string& generation);  // data-<G>
 std::string S3FileKey(const std::string& prefix, int64_t step, const std::string& generation,
                       const std::string& file);
 std::string S3ProbeKey(const std::string& prefix, const std::string& nonce);
+std::string S3CorruptKey(const std::string& prefix, int64_t step);
 
 // A key under PREFIX/: its step (-1 if not under a step-N/ prefix) and whether it is that
 // step's manifest.

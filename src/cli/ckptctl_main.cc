@@ -36,7 +36,8 @@ constexpr char kUsage[] =
     "                                          upload a complete checkpoint, commit it there\n"
     "  restore s3://B/P ROOT                   newest s3 checkpoint into ROOT if newer there\n"
     "list, latest, verify and prune also take s3://BUCKET/PREFIX roots (prune: --abandoned\n"
-    "also deletes uncommitted steps and aborts unfinished uploads; only with no writer alive)\n\n"
+    "also deletes uncommitted steps and aborts unfinished uploads; only with no writer alive);\n"
+    "inspect, diff and export take s3://B/P (its newest) or s3://B/P/step-N, copied to $TMPDIR\n\n"
     "every command takes --log-level debug|info|warning|error (default: $FTRAIN_LOG_LEVEL)\n"
     "exit codes: 0 ok, 1 the checked thing is bad, 2 usage or environment error\n";
 
@@ -295,9 +296,9 @@ int Inspect(int argc, char** argv) {
   opts.add_options()("json", "JSON output");
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
-  auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
-  if (!dir.ok()) return Fail(prog, dir.status());
-  Status s = ckpt::PrintInspect(*dir, p.vm.count("json") > 0, std::cout);
+  auto ck = LocalCheckpoint::Open(p.args[0]);
+  if (!ck.ok()) return Fail(prog, ck.status());
+  Status s = ckpt::PrintInspect((*ck)->dir(), p.vm.count("json") > 0, std::cout);
   return s.ok() ? kExitOk : Fail(prog, s);
 }
 
@@ -305,11 +306,11 @@ int Diff(int argc, char** argv) {
   const std::string prog = std::string("ckptctl ") + argv[0];
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, po::options_description(prog), 2, &p)) return *rc;
-  auto a = ckpt::ResolveCheckpointDir(p.args[0]);
+  auto a = LocalCheckpoint::Open(p.args[0]);
   if (!a.ok()) return Fail(prog, a.status());
-  auto b = ckpt::ResolveCheckpointDir(p.args[1]);
+  auto b = LocalCheckpoint::Open(p.args[1]);
   if (!b.ok()) return Fail(prog, b.status());
-  auto r = ckpt::DiffCheckpoints(*a, *b, std::cout);
+  auto r = ckpt::DiffCheckpoints((*a)->dir(), (*b)->dir(), std::cout);
   if (!r.ok()) return Fail(prog, r.status());
   if (!r->identical) return kExitBad;
   std::cout << "identical: " << r->tensors_compared << " tensors and " << r->blobs_compared
@@ -376,10 +377,11 @@ int Export(int argc, char** argv) {
   if (format == "safetensors" && !p.vm["shard-gb"].defaulted()) {
     return Fail(prog, Status::InvalidArgument("--shard-gb applies to --format hf only"));
   }
-  auto dir = ckpt::ResolveCheckpointDir(p.args[0]);
-  if (!dir.ok()) return Fail(prog, dir.status());
-  Status s = format == "hf" ? ckpt::ExportHf(*dir, dtype, shard_gb, output, std::cout)
-                            : ckpt::ExportSafetensors(*dir, dtype, output, std::cout);
+  auto ck = LocalCheckpoint::Open(p.args[0]);
+  if (!ck.ok()) return Fail(prog, ck.status());
+  const std::string& dir = (*ck)->dir();
+  Status s = format == "hf" ? ckpt::ExportHf(dir, dtype, shard_gb, output, std::cout)
+                            : ckpt::ExportSafetensors(dir, dtype, output, std::cout);
   return s.ok() ? kExitOk : Fail(prog, s);
 }
 

@@ -2,11 +2,16 @@
 // exit code. An outage (5xx, timeouts after the retries) is exit 2, never "bad" (1).
 #include "cli/ckptctl_s3.h"
 
+#include <stdlib.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ckpt/filename.h"
 #include "ckpt/s3_store.h"
@@ -30,6 +35,50 @@ StatusOr<std::unique_ptr<ckpt::S3CheckpointStore>> OpenChecked(const std::string
 }
 
 }  // namespace
+
+StatusOr<std::unique_ptr<LocalCheckpoint>> LocalCheckpoint::Open(const std::string& path) {
+  if (!ckpt::IsS3Root(path)) {
+    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path));
+    return std::unique_ptr<LocalCheckpoint>(new LocalCheckpoint(dir, ""));
+  }
+  // s3://B/P/step-00000120 names one step of the root s3://B/P; anything else is a root.
+  std::string root = path;
+  while (root.size() > 5 && root.back() == '/') root.pop_back();
+  std::optional<int64_t> step;
+  const size_t slash = root.rfind('/');
+  const ckpt::RootEntry e = ckpt::ParseRootEntry(root.substr(slash + 1));
+  if (slash > 5 && e.kind == ckpt::EntryKind::kComplete) {
+    step = e.step;
+    root.resize(slash);
+  }
+  FT_ASSIGN_OR_RETURN(auto store, OpenChecked(root));
+  if (!step) {
+    FT_ASSIGN_OR_RETURN(step, store->Latest());
+    if (!step) return Status::InvalidArgument("no committed checkpoint in '" + root + "'");
+  } else if (auto m = store->ReadManifest(*step); !m.ok()) {
+    if (!m.status().IsNotFound()) return m.status();
+    return Status::InvalidArgument("'" + path + "' is not a committed checkpoint (no " +
+                                   ckpt::StepDirName(*step) + "/manifest.json under " + root + ")");
+  }
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "ckptctl-s3.XXXXXX").string();  // mkdtemp's
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return Status::IOError(tmpl + ": mkdtemp for the copy of " + path + ": " +
+                           std::strerror(errno));
+  }
+  auto local = std::unique_ptr<LocalCheckpoint>(
+      new LocalCheckpoint(tmpl + "/" + ckpt::StepDirName(*step), tmpl));
+  FT_RETURN_IF_ERROR(store->Download(*step, {}, local->dir_));
+  return local;
+}
+
+LocalCheckpoint::~LocalCheckpoint() {
+  if (tmp_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp_, ec);
+  // A copy left behind is only disk space in $TMPDIR; say where it is.
+  if (ec) std::cerr << "ckptctl: could not remove " << tmp_ << ": " << ec.message() << "\n";
+}
 
 int S3List(const std::string& root, bool json) {
   const std::string prog = "ckptctl list";

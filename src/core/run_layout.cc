@@ -55,6 +55,7 @@ std::string RunLayout::job_nodes() const { return JoinPath(run_dir_, ".job-nodes
 std::string RunLayout::heartbeats() const { return JoinPath(run_dir_, ".heartbeats"); }
 std::string RunLayout::submit() const { return JoinPath(run_dir_, ".submit"); }
 std::string RunLayout::default_checkpoint_root() const { return JoinPath(run_dir_, "checkpoints"); }
+std::string RunLayout::default_staging_root() const { return JoinPath(run_dir_, "ckpt-staging"); }
 
 std::string RunLayout::tensorboard() const { return JoinPath(run_dir_, "tensorboard"); }
 std::string RunLayout::commcheck() const { return JoinPath(run_dir_, "commcheck.json"); }
@@ -70,6 +71,10 @@ StatusOr<std::string> RunLayout::CheckpointRoot() const {
   FT_ASSIGN_OR_RETURN(Config cfg, Config::LoadFile(path));
   std::string root = default_checkpoint_root();
   FT_RETURN_IF_ERROR(cfg.GetString("ckpt.root", &root));
+  if (root.rfind("s3://", 0) == 0) {  // checkpoints are staged here, then committed on S3
+    root = default_staging_root();
+    FT_RETURN_IF_ERROR(cfg.GetString("ckpt.staging", &root));
+  }
   if (root.empty()) {
     return Status::InvalidArgument(path + ": ckpt.root is empty; set it to the checkpoint root");
   }

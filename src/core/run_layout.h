@@ -33,6 +33,7 @@
 //   RUN/.job-nodes            the job's live nodes, in ring order (slurm/train.sh writes it,
 //                             the node agents follow it: replication ring, batch-host watchers)
 //   RUN/checkpoints/          the default checkpoint root (ckpt.root overrides it)
+//   RUN/ckpt-staging/         the default staging root of ckpt.root = s3://... (ckpt.staging)
 //   RUN/tensorboard/          TensorBoard event files (metrics.tensorboard)
 //   RUN/prometheus/           the default Prometheus textfile directory (metrics.prometheus_dir)
 //   RUN/profile/              Chrome traces of train.profile_steps: trace-rank<R>.json per rank
@@ -102,6 +103,9 @@ class RunLayout {
   static std::string NodeOfDaemonDir(const std::string& name);
   // RUN/checkpoints: where checkpoints go unless ckpt.root says otherwise.
   std::string default_checkpoint_root() const;
+  // RUN/ckpt-staging: where checkpoints are staged before their commit on S3 when ckpt.root is
+  // s3://... and ckpt.staging is not set (ckpt/s3_staging.h).
+  std::string default_staging_root() const;
   std::string tensorboard() const;
   std::string profile() const;                // RUN/profile
   std::string profile_trace(int rank) const;  // RUN/profile/trace-rank<R>.json
@@ -109,8 +113,9 @@ class RunLayout {
   std::string commcheck() const;  // RUN/commcheck.json
 
   // The checkpoint root the newest start of this run used: ckpt.root from its resolved config
-  // when it has one, else the default. An unreadable or malformed resolved config is an
-  // error naming the file (a wrong root would make a reader miss every checkpoint).
+  // when it has one (its staging root, ckpt.staging, when ckpt.root is s3://), else the default. An
+  // unreadable or malformed resolved config is an error naming the file (a wrong root would make a
+  // reader miss every checkpoint).
   StatusOr<std::string> CheckpointRoot() const;
 
  private:

@@ -52,6 +52,11 @@ StatusOr<std::string> ResolveCheckpointRoot(const JobSettings& s, const RunLayou
   }
   std::string root = layout.default_checkpoint_root();
   if (config.Has("ckpt.root")) FT_RETURN_IF_ERROR(config.GetString("ckpt.root", &root));
+  // ckpt.root = s3://...: the daemons write into its staging root (as RunLayout::CheckpointRoot).
+  if (root.rfind("s3://", 0) == 0) {
+    root = layout.default_staging_root();
+    if (config.Has("ckpt.staging")) FT_RETURN_IF_ERROR(config.GetString("ckpt.staging", &root));
+  }
   return root;
 }
 

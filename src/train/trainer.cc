@@ -38,6 +38,7 @@
 #include "train/boundary_agreement.h"
 #include "train/checkpoint/coordinator.h"
 #include "train/checkpoint/resume.h"
+#include "train/checkpoint/s3_root.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
 #include "train/config/guard.h"
@@ -810,6 +811,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx, run->launch.fence_epoch));
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
   FT_RETURN_IF_ERROR(OpenMirror(run.get()));
+  FT_RETURN_IF_ERROR(OpenS3Root(ctx, cfg, run->generation));
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,

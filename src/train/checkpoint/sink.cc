@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ckpt/filename.h"
+#include "ckpt/s3_staging.h"
 #include "comm/collectives.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -261,6 +262,15 @@ Status CheckpointSink::SaveSync(const ckpt::CheckpointMeta& meta,
   FT_RETURN_IF_ERROR(store_.WriteShard(meta, options_.rank, *host, options_.write).status());
   // Whoever completes the set of receipts commits (a daemon or a rank); O_EXCL picks one.
   FT_ASSIGN_OR_RETURN(ckpt::CommitOutcome outcome, store_.TryCommit(meta));
+  // ckpt.root = s3://...: the step counts once S3 holds it (ckpt/s3_staging.h). Whoever sees
+  // it committed here and not yet there uploads it: the winner, or a rank rewriting what its
+  // daemon failed to upload (a second upload of a committed step is refused harmlessly).
+  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root));
+  if (!s3.empty() && outcome != ckpt::CommitOutcome::kNotReady &&
+      outcome != ckpt::CommitOutcome::kBeingCommitted &&
+      ckpt::StagedS3Latest(options_.root) < meta.step) {
+    FT_RETURN_IF_ERROR(ckpt::CommitStaged(options_.root, meta.step, options_.keep));
+  }
   if (outcome == ckpt::CommitOutcome::kCommitted) {
     *committed = true;
     ckpt::RotationPolicy policy;
@@ -331,6 +341,8 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
   const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
   const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
   bool mine_pending = via_daemon;
+  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root));
+  const bool staged = !s3.empty();
   for (;;) {
     bool failed = false;
     if (mine_pending) {
@@ -345,7 +357,9 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
         mine_pending = false;
       }
     }
-    const bool committed = Env::Default()->IsDirectory(final_dir);
+    // ckpt.root = s3://...: committed once S3 holds it (S3_LATEST), not once staged.
+    const bool committed = staged ? ckpt::StagedS3Latest(options_.root) >= meta.step
+                                  : Env::Default()->IsDirectory(final_dir);
     const bool late = options_.rank == 0 && Clock::now() > deadline;
     double w[3] = {committed ? 0.0 : 1.0, failed ? 1.0 : 0.0, late ? 1.0 : 0.0};
     FT_RETURN_IF_ERROR(ReduceMax(w, 3));

@@ -155,6 +155,30 @@ Status LoadDataAndDist(const Config& c, TrainConfig* out) {
   return Status::Ok();
 }
 
+// ckpt.root = s3://BUCKET/PREFIX (ckpt/s3_staging.h): checkpoints are staged in ckpt.staging
+// (default RUN/ckpt-staging) and committed on S3; t->ckpt.root becomes the staging root.
+Status LoadS3Root(const Config& c, const MirrorConfig& mirror, TrainConfig* t) {
+  std::string staging = RunLayout(t->run_dir).default_staging_root();
+  FT_RETURN_IF_ERROR(c.GetString("ckpt.staging", &staging));
+  if (t->ckpt.root.rfind("s3://", 0) != 0) return Status::Ok();
+  const std::string where = c.Has("ckpt.root") ? c.entries().at("ckpt.root").origin + ": " : "";
+  const size_t slash = t->ckpt.root.find('/', 5);
+  if (t->ckpt.root.size() <= 5 || slash == 5) {
+    return Status::InvalidArgument(where + "ckpt.root = " + t->ckpt.root +
+                                   ": no bucket; set ckpt.root = s3://BUCKET/PREFIX");
+  }
+  if (mirror.enabled()) {
+    return Status::InvalidArgument(where + "ckpt.root = " + t->ckpt.root +
+                                   " is already on S3: unset ckpt.mirror (" + mirror.url + ")");
+  }
+  if (staging.empty() || staging.rfind("s3://", 0) == 0) {
+    return Status::InvalidArgument("ckpt.staging must be a directory, got '" + staging + "'");
+  }
+  t->ckpt.s3_root = t->ckpt.root;
+  t->ckpt.root = staging;
+  return Status::Ok();
+}
+
 // run.dir and [ckpt].
 Status LoadCheckpointing(const Config& c, TrainConfig* out) {
   TrainConfig& t = *out;
@@ -216,17 +240,9 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
         "ckpt: every_minutes/every_steps/keep_every must be >= 0, keep >= 1, zstd_level in "
         "[0, 22], threads >= 0");
   }
-  if (t.ckpt.root.rfind("s3://", 0) == 0) {
-    std::string where = c.Has("ckpt.root") ? c.entries().at("ckpt.root").origin + ": " : "";
-    return Status::InvalidArgument(
-        where + "ckpt.root = " + t.ckpt.root +
-        ": checkpoints are written to a file system; put the object store behind it with "
-        "ckpt.mirror = s3://BUCKET/PREFIX (docs/checkpoint-format.md, \"Checkpoints on S3\")");
-  }
   // The object-store tier: validated here (exit 2 naming the key), read by the trainer.
   FT_ASSIGN_OR_RETURN(MirrorConfig mirror, ParseMirrorConfig(c));
-  (void)mirror;
-  return Status::Ok();
+  return LoadS3Root(c, mirror, &t);
 }
 
 // [metrics].

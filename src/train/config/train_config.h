@@ -76,7 +76,10 @@ struct DistSection {
 };
 
 struct CkptSection {
-  std::string root;           // default <run.dir>/checkpoints
+  // default <run.dir>/checkpoints. With ckpt.root = s3://B/P this is the staging root
+  // (ckpt.staging, default <run.dir>/ckpt-staging) and s3_root holds the URL.
+  std::string root;
+  std::string s3_root;        // "s3://B/P" when ckpt.root is on S3 (ckpt/s3_staging.h)
   double every_minutes = 25;  // wall-clock interval; 0 = off
   int64_t every_steps = 0;    // step interval; 0 = off
   int64_t keep = 3;

@@ -1,0 +1,134 @@
+// The staging root of ckpt.root = s3://...: its marker files, the commit on S3 after the
+// file-system commit, and the reconciliation at a start (s3_staging.h).
+#include "ckpt/s3_staging.h"
+
+#include <set>
+
+#include "ckpt/filename.h"
+#include "ckpt/manifest.h"
+#include "ckpt/s3_layout.h"
+#include "ckpt/s3_store.h"
+#include "ckpt/store.h"
+#include "core/log.h"
+
+namespace ftrain::ckpt {
+namespace {
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// Rewrites LATEST after steps were removed: the newest complete one left, or none.
+Status FixLatestHint(const std::string& fs_root, Env* env) {
+  CheckpointStore fs(fs_root, env);
+  FT_ASSIGN_OR_RETURN(std::optional<CheckpointInfo> newest, fs.Latest());
+  const std::string latest = JoinPath(fs_root, kLatestName);
+  if (newest) return WriteFileDurably(env, latest, StepDirName(newest->step) + "\n");
+  if (!env->FileExists(latest)) return Status::Ok();
+  FT_RETURN_IF_ERROR(env->RemoveFile(latest));
+  return env->SyncDir(fs_root);
+}
+
+}  // namespace
+
+StatusOr<std::string> StagedS3Root(const std::string& fs_root, Env* env) {
+  const std::string path = JoinPath(fs_root, kS3RootName);
+  if (!env->FileExists(path)) return std::string();
+  std::string text;
+  FT_RETURN_IF_ERROR(env->ReadFile(path, &text));
+  text = Trimmed(text);
+  if (!IsS3Root(text)) return Status::Corruption(path + ": '" + text + "' is not s3://B/P");
+  return text;
+}
+
+Status MarkStagingRoot(const std::string& fs_root, const std::string& s3_root, Env* env) {
+  FT_RETURN_IF_ERROR(CreateDirs(env, fs_root));
+  return WriteFileDurably(env, JoinPath(fs_root, kS3RootName), s3_root + "\n");
+}
+
+int64_t StagedS3Latest(const std::string& fs_root, Env* env) {
+  std::string text;
+  if (!env->ReadFile(JoinPath(fs_root, kS3LatestName), &text).ok()) return -1;  // none yet
+  const RootEntry e = ParseRootEntry(Trimmed(text));
+  return e.kind == EntryKind::kComplete ? e.step : -1;
+}
+
+Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::string url, StagedS3Root(fs_root, env));
+  if (url.empty()) {
+    return Status::FailedPrecondition(fs_root + " is not a staging root (no " +
+                                      std::string(kS3RootName) + ")");
+  }
+  const std::string dir = JoinPath(fs_root, StepDirName(step));
+  std::string text;
+  FT_RETURN_IF_ERROR(env->ReadFile(JoinPath(dir, kManifestName), &text));
+  FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, JoinPath(dir, kManifestName)));
+  FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(url));
+  // Fenced by the generation that wrote the step: a late writer of an older start is refused.
+  auto out = s3->Upload(dir, m.meta.generation);
+  if (!out.ok())
+    return out.status().Annotate("committing step " + std::to_string(step) + " to " + url);
+  if (step > StagedS3Latest(fs_root, env)) {
+    FT_RETURN_IF_ERROR(
+        WriteFileDurably(env, JoinPath(fs_root, kS3LatestName), StepDirName(step) + "\n"));
+  }
+  auto deleted = s3->Prune(keep, /*abandoned=*/false, /*dry_run=*/false);
+  // Rotation keeps going at the next commit; this step is committed either way.
+  if (!deleted.ok()) FT_LOG(Warning) << "s3 rotation: " << deleted.status().ToString();
+  return Status::Ok();
+}
+
+StatusOr<std::optional<int64_t>> ReconcileStaging(const std::string& fs_root,
+                                                  const std::string& s3_root, int keep, Env* env) {
+  FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(s3_root));
+  FT_ASSIGN_OR_RETURN(auto remote, s3->List());
+  std::set<int64_t> committed;
+  for (const auto& i : remote) {
+    if (i.committed) committed.insert(i.step);
+  }
+  CheckpointStore fs(fs_root, env);
+  FT_ASSIGN_OR_RETURN(auto local, fs.List());
+  bool removed = false;
+  for (const auto& i : local) {
+    if (i.status != CheckpointStatus::kComplete) continue;
+    std::string mine, theirs;
+    bool same = committed.count(i.step) > 0;
+    if (same) {
+      FT_RETURN_IF_ERROR(env->ReadFile(JoinPath(i.path, kManifestName), &mine));
+      FT_RETURN_IF_ERROR(s3->ReadManifest(i.step, &theirs).status());
+      same = mine == theirs;
+    }
+    if (same) continue;
+    FT_LOG(Warning) << "checkpoint: " << i.path << " is not committed in " << s3_root
+                    << " (an upload that never finished); removing the staged copy";
+    FT_RETURN_IF_ERROR(env->RemoveDirRecursive(i.path));
+    removed = true;
+  }
+  if (removed) FT_RETURN_IF_ERROR(FixLatestHint(fs_root, env));
+  const std::string s3_latest = JoinPath(fs_root, kS3LatestName);
+  if (!committed.empty()) {
+    FT_RETURN_IF_ERROR(WriteFileDurably(env, s3_latest, StepDirName(*committed.rbegin()) + "\n"));
+  } else if (env->FileExists(s3_latest)) {
+    FT_RETURN_IF_ERROR(env->RemoveFile(s3_latest));
+  }
+  // No writer of this job is alive yet and older jobs are fenced: what is uncommitted on S3
+  // is abandoned (its multipart uploads would be billed for ever).
+  FT_ASSIGN_OR_RETURN(auto deleted, s3->Prune(keep, /*abandoned=*/true, /*dry_run=*/false));
+  for (const auto& d : deleted) FT_LOG(Info) << "s3 checkpoints: cleaned up " << d;
+  if (committed.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(*committed.rbegin());
+}
+
+Status SetAsideDamaged(const std::string& s3_root, int64_t step) {
+  FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(s3_root));
+  FT_ASSIGN_OR_RETURN(data::S3Url root, data::S3Url::Parse(s3->root()));
+  std::string text;
+  FT_RETURN_IF_ERROR(s3->ReadManifest(step, &text).status());
+  FT_ASSIGN_OR_RETURN(bool put,
+                      s3->client()->Put({root.bucket, S3CorruptKey(root.key, step)}, text));
+  (void)put;  // unconditional: always true
+  return s3->client()->Delete({root.bucket, S3ManifestKey(root.key, step)});
+}
+
+}  // namespace ftrain::ckpt
