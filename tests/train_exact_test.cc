@@ -1,9 +1,9 @@
 // dist.reduce = exact through real processes: `ftrain launch` trains the tiny model with a
-// global batch of 5 micro-batches (uneven over 2, 3 and 4 ranks: one rank of 4 has a single
-// micro-batch, as do three others), and every checkpoint is bit-identical whatever the number
-// of ranks (`ckptctl diff`: only the per-rank blobs, the data cursors and RNG states, may
-// differ in count); a run stopped at 4 ranks and resumed at 3 equals the uninterrupted one;
-// settings exact cannot serve exit 2 naming the key.
+// global batch of 5 micro-batches, uneven over every world size tried (3 + 2 at 2 ranks,
+// 2 + 2 + 1 at 3, 2 + 1 + 1 + 1 at 4: the ranks with one fewer run an empty slot), and every
+// checkpoint is bit-identical whatever the number of ranks (`ckptctl diff`: only the per-rank
+// blobs, the data cursors and RNG states, may differ in count); a run stopped at 4 ranks and
+// resumed at 3 equals the uninterrupted one; settings exact cannot serve exit 2 naming the key.
 #include <gtest/gtest.h>
 
 #include <memory>
