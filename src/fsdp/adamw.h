@@ -23,6 +23,16 @@ void AdamWStep(const AdamWConfig& cfg, int64_t step, double lr, std::vector<torc
                std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avgs,
                std::vector<torch::Tensor>& exp_avg_sqs);
 
+// The same update, element by element with one rounding per basic operation (mul, add, div,
+// sqrt: each correctly rounded, so a vectorised lane and a scalar tail agree). The fused CPU
+// kernel is not independent of where a shard starts: its scalar tail contracts
+// beta2 v + (1 - beta2) g^2 differently from its vector body, so one element's bits depend on
+// the shard boundaries. dist.reduce = exact uses this one. Not bit-identical to AdamWStep.
+void AdamWStepElementwise(const AdamWConfig& cfg, int64_t step, double lr,
+                          std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                          std::vector<torch::Tensor>& exp_avgs,
+                          std::vector<torch::Tensor>& exp_avg_sqs);
+
 // One AdamW step for one shard. `step` is the optimizer step count after this update (1 for
 // the first). All tensors fp32, same length; param/exp_avg/exp_avg_sq are updated in place.
 void AdamWUpdate(const AdamWConfig& cfg, int64_t step, double lr, torch::Tensor& param,

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "core/log.h"
+#include "fsdp/engine_units.h"
 #include "fsdp/stream_waits.h"
 #include "fsdp/trace_range.h"
 
@@ -78,49 +79,15 @@ FsdpGroups GroupsFor(Sharding s, comm::Comm& world, comm::Comm& intra_node, comm
   return g;
 }
 
-struct FsdpEngine::Unit {
-  struct Param {
-    std::string name;
-    torch::Tensor param;  // the model's leaf parameter; its data is swapped in and out
-    std::vector<int64_t> shape;
-    int64_t offset = 0;
-    int64_t numel = 0;
-  };
-  std::string name;
-  int layer = -1;  // -1 for the root unit
-  std::vector<Param> params;
-  int64_t numel = 0;
-  comm::ShardSpan span;
-  torch::Tensor master, exp_avg, exp_avg_sq;  // fp32 [span.length]
-  torch::Tensor param_shard;                  // param dtype [span.length]; aliases master in fp32
-  // Reduce dtype [span.length]: this rank's shard of the gradient summed over the step's
-  // micro-batches (and, after Step's reductions, over the replicas, divided by the world).
-  torch::Tensor grad_shard;
-  bool grad_fresh = true;  // grad_shard not yet written this step
-  torch::Tensor full;      // gathered params, param dtype [numel]
-  std::unique_ptr<comm::Work> gather_work;
-  bool attached = false;
-  // Saved between forward and backward of a micro-batch.
-  torch::Tensor saved_input;   // act. checkpointing: the block input (no graph)
-  torch::Tensor saved_output;  // no act. checkpointing: output with its graph
-};
-
-// A gradient reduction in flight: the unit's flattened gradient (kept alive until the
-// collective is done with it) reduce-scattered into `out` (the unit's shard itself on its
-// first micro-batch of the step, else a buffer added to it once done).
-struct FsdpEngine::Reduction {
-  Unit* unit = nullptr;
-  torch::Tensor flat;
-  torch::Tensor out;
-  std::unique_ptr<comm::Work> work;
-};
-
 FsdpEngine::~FsdpEngine() {
   // Drain collectives in flight so their worker never touches freed tensors.
   for (auto& u : units_) {
     if (u->gather_work) (void)u->gather_work->Wait();  // errors were or will be reported
   }
-  for (auto& r : reductions_) (void)r.work->Wait();
+  for (auto& r : reductions_) {
+    (void)r.work->Wait();
+    if (r.work_low) (void)r.work_low->Wait();
+  }
   for (auto& w : all_reduces_) (void)w->Wait();
 }
 
@@ -132,6 +99,21 @@ StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(model::LlamaModel model
   }
   if (config.reduce_dtype != torch::kFloat32 && config.reduce_dtype != torch::kBFloat16) {
     return Status::InvalidArgument("train.reduce_dtype must be float32 or bfloat16");
+  }
+  if (config.exact_reduce) {
+    if (config.reduce_dtype != torch::kFloat32) {
+      return Status::InvalidArgument(
+          "dist.reduce = exact replaces the reduce dtype: train.reduce_dtype must be float32");
+    }
+    if (groups.replicate != nullptr && groups.replicate->size() > 1) {
+      return Status::InvalidArgument(
+          "dist.reduce = exact serves dist.sharding = full_shard or shard_grad_op only");
+    }
+    if (config.exact_micro_batches < 1 || config.exact_micro_batches > exact::kMaxAddends) {
+      return Status::InvalidArgument(
+          "dist.reduce = exact needs 1 to " + std::to_string(exact::kMaxAddends) +
+          " micro-batches per step, got " + std::to_string(config.exact_micro_batches));
+    }
   }
   std::unique_ptr<FsdpEngine> e(new FsdpEngine());
   e->model_ = model;
@@ -214,6 +196,7 @@ void FsdpEngine::FinishUnitState(Unit& u) const {
   u.param_shard =
       config_.param_dtype == torch::kFloat32 ? u.master : u.master.to(config_.param_dtype);
   u.grad_shard = torch::zeros({u.span.length}, Opts(config_.reduce_dtype));
+  if (config_.exact_reduce) u.exact_shard = exact::BlocksOf(u.span.offset, u.span.length);
 }
 
 bool FsdpEngine::ReshardAfterForward(int layer) const {
@@ -272,7 +255,8 @@ void FsdpEngine::Release(Unit& u) {
   u.attached = false;
 }
 
-void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
+Status FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
+  if (config_.exact_reduce) return ReduceUnitGradsExact(u);
   torch::NoGradGuard no_grad;
   const int s = groups_.shard ? groups_.shard->size() : 1;
   const bool fresh = u.grad_fresh;
@@ -293,7 +277,7 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
       p.param.mutable_grad() = torch::Tensor();
     }
     if (last_micro_batch) StartAllReduce(u);
-    return;
+    return Status::Ok();
   }
   // One flat buffer in the reduce dtype, filled parameter by parameter (the dtype conversion
   // happens in the copy), reduce-scattered into the shard or into a buffer added to it.
@@ -316,6 +300,7 @@ void FsdpEngine::ReduceUnitGrads(Unit& u, bool last_micro_batch) {
   r.work = reduce->ReduceScatter(r.out, r.flat, comm::ReduceOp::kSum);
   comm_bytes_ += static_cast<uint64_t>(u.numel * (s - 1) / s) * ElemSize(config_.reduce_dtype);
   reductions_.push_back(std::move(r));
+  return Status::Ok();
 }
 
 void FsdpEngine::NoteGradBuffers(const Unit& u, uint64_t flat_bytes) {
@@ -343,8 +328,16 @@ Status FsdpEngine::FinishReductions(size_t keep, bool last_micro_batch) {
       TraceRange range("fsdp/wait reduce-scatter " + r.unit->name);
       FT_RETURN_IF_ERROR(waits_.Wait([&] { return r.work->Wait(); })
                              .Annotate("reduce-scatter of " + r.unit->name));
+      if (r.work_low) {
+        FT_RETURN_IF_ERROR(waits_.Wait([&] { return r.work_low->Wait(); })
+                               .Annotate("reduce-scatter of " + r.unit->name));
+      }
     }
     torch::NoGradGuard no_grad;
+    if (config_.exact_reduce) {
+      FinishExact(r);
+      continue;
+    }
     if (!r.out.is_same(r.unit->grad_shard)) r.unit->grad_shard.add_(r.out);
     if (last_micro_batch) StartAllReduce(*r.unit);
   }
@@ -417,10 +410,14 @@ StatusOr<FsdpEngine::ForwardStart> FsdpEngine::BeginForward(const torch::Tensor&
 }
 
 StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens, double loss_scale,
-                                                    bool last_micro_batch) {
+                                                    bool last_micro_batch, bool contributes) {
   if (tokens.dim() != 2 || tokens.size(1) < 2) {
     return Status::InvalidArgument("a batch must be [B, T+1] tokens with T >= 1");
   }
+  if (!contributes && !config_.exact_reduce) {
+    return Status::InvalidArgument("a micro-batch that does not contribute needs exact_reduce");
+  }
+  contributes_ = contributes;
   ++micro_batches_;
   FT_ASSIGN_OR_RETURN(ForwardStart start, BeginForward(tokens));
   const int L = static_cast<int>(units_.size()) - 1;
@@ -454,7 +451,11 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
   }
   loss = loss.detach();  // read by the caller, or with the step's one host synchronisation
   // Summed in float64, as the host summed the float32 values before.
-  loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
+  if (contributes) {
+    loss_sum_ =
+        loss_sum_.defined() ? loss_sum_ + loss.to(torch::kFloat64) : loss.to(torch::kFloat64);
+    if (config_.exact_reduce) AddExactLoss(loss);
+  }
   torch::Tensor grad = z.grad();
   if (config_.prefetch && L > 0) FT_RETURN_IF_ERROR(Gather(*units_[static_cast<size_t>(L)]));
   for (int i = L - 1; i >= 0; --i) {
@@ -475,12 +476,12 @@ StatusOr<torch::Tensor> FsdpEngine::ForwardBackward(const torch::Tensor& tokens,
     u.saved_output = torch::Tensor();
     // This unit's reduction overlaps the backward of the blocks below; at most two in flight.
     if (fault_.nan_grad) InjectNanGrad(u);
-    ReduceUnitGrads(u, last_micro_batch);
+    FT_RETURN_IF_ERROR(ReduceUnitGrads(u, last_micro_batch));
     Release(u);
     FT_RETURN_IF_ERROR(FinishReductions(kReductionsInFlight, last_micro_batch));
   }
   h0.backward(grad);
-  ReduceUnitGrads(root, last_micro_batch);
+  FT_RETURN_IF_ERROR(ReduceUnitGrads(root, last_micro_batch));
   Release(root);
   FT_RETURN_IF_ERROR(FinishReductions(0, last_micro_batch));
   return loss;
@@ -530,6 +531,8 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
   TraceRange range("fsdp/optimizer");
   waits_.set_forward_backward(false);
   FT_RETURN_IF_ERROR(WaitAllReduces());
+  // exact_reduce: the digit shards become the fp32 gradient shards (the mean already).
+  const bool exact_finite = config_.exact_reduce ? ExactGradients() : true;
   // The gradient of the mean loss over the data-parallel world, as fp32 shards (the shards
   // themselves when the reduce dtype is fp32), in unit order.
   std::vector<torch::Tensor> grads, masters, avgs, avg_sqs, params;
@@ -543,8 +546,12 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
     avg_sqs.push_back(u->exp_avg_sq);
     if (!u->param_shard.is_same(u->master)) params.push_back(u->param_shard);
   }
-  if (!grads.empty()) at::_foreach_div_(grads, static_cast<double>(groups_.world_size));
-  FT_ASSIGN_OR_RETURN(const double sumsq, GlobalSquaredNorm(grads));
+  if (!grads.empty() && !config_.exact_reduce) {
+    at::_foreach_div_(grads, static_cast<double>(groups_.world_size));
+  }
+  FT_ASSIGN_OR_RETURN(const double sumsq, config_.exact_reduce
+                                              ? ExactSquaredNorm(grads, exact_finite)
+                                              : GlobalSquaredNorm(grads));
   StepStats stats;
   stats.loss_sum = last_loss_sum_;
   stats.micro_batches = micro_batches_;
@@ -563,7 +570,11 @@ StatusOr<StepStats> FsdpEngine::Step(const AdamWConfig& adamw, double lr, double
     const double coef = ClipCoefficient(stats.grad_norm, max_norm);
     ++optimizer_step_;
     if (coef < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coef);
-    AdamWStep(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
+    if (config_.exact_reduce) {
+      AdamWStepElementwise(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
+    } else {
+      AdamWStep(adamw, optimizer_step_, lr, masters, grads, avgs, avg_sqs);
+    }
     if (!params.empty()) at::_foreach_copy_(params, masters);
   }
   for (auto& u : units_) u->grad_fresh = true;  // a skipped step's gradients are dropped
@@ -648,6 +659,7 @@ Status FsdpEngine::LoadState(const std::function<Status(const std::string&, cons
   }
   micro_batches_ = 0;
   loss_sum_ = torch::Tensor();
+  exact_loss_ = torch::Tensor();
   return Status::Ok();
 }
 

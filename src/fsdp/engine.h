@@ -75,6 +75,13 @@ struct FsdpConfig {
   // the caller fills it with LoadState (from a checkpoint, or from the base model's files
   // range by range), so no rank ever holds more than its shards plus one read buffer.
   bool defer_init = false;
+  // dist.reduce = exact (fsdp/exact.h): each micro-batch's gradient becomes fixed-point digits
+  // summed as integers over micro-batches and ranks, and the norm and loss are integer sums:
+  // the step's bits do not depend on the number of ranks. Full or grad-op sharding over the
+  // world only (no replicas), fp32 reduce dtype. The step's gradient is the sum over
+  // `exact_micro_batches` micro-batches (all ranks together) divided by it.
+  bool exact_reduce = false;
+  int64_t exact_micro_batches = 1;
 };
 
 // The groups the engine communicates over. `shard` may be null (a group of one rank);
@@ -156,8 +163,10 @@ class FsdpEngine {
   // Returns the unscaled mean loss of this micro-batch as a detached float32 scalar on the
   // engine's device: reading it synchronises the host with the device, so the trainer does
   // not (Step() returns the sum with its one synchronisation).
+  // With exact_reduce, `contributes` false runs the micro-batch for its collectives only (a
+  // rank with one fewer micro-batch than others): its gradient and loss count as exact zeros.
   StatusOr<torch::Tensor> ForwardBackward(const torch::Tensor& tokens, double loss_scale,
-                                          bool last_micro_batch);
+                                          bool last_micro_batch, bool contributes = true);
 
   // Loss of one micro-batch without gradients (held-out evaluation): tokens [B, T+1] as for
   // ForwardBackward, the same gathers and the same compute dtype and device, each unit
@@ -226,6 +235,7 @@ class FsdpEngine {
 
  private:
   struct Unit;
+  struct Reduction;
   // Unit gathers the host may run ahead of the compute stream by (stream_waits.h).
   static constexpr size_t kReleasesPending = 2;
   FsdpEngine() = default;
@@ -239,7 +249,18 @@ class FsdpEngine {
   // After u's backward: its parameters' gradients into its shard (one shard rank: added in
   // place; else flattened and reduce-scattered, queued in reductions_). The last
   // micro-batch's complete shard is then all-reduced across the replicas.
-  void ReduceUnitGrads(Unit& u, bool last_micro_batch);
+  Status ReduceUnitGrads(Unit& u, bool last_micro_batch);
+  // exact_reduce (engine_exact.cc): u's gradient as digits under block bins agreed over the
+  // shard group (an all-reduce MAX), reduce-scattered as int64; FinishExact adds a finished
+  // reduction into u's digit shard.
+  Status ReduceUnitGradsExact(Unit& u);
+  void FinishExact(Reduction& r);
+  void AddExactLoss(const torch::Tensor& loss);
+  // The step's fp32 gradient shards from the digit shards; false when some block of the step
+  // held inf or NaN (the same answer on every rank: the bins are agreed).
+  bool ExactGradients();
+  // The squared norm and the summed loss as integer sums (one all-reduce MAX, one SUM).
+  StatusOr<double> ExactSquaredNorm(const std::vector<torch::Tensor>& grads, bool finite);
   // The gradient bytes alive as u's are about to be flattened: u's and the root's parameter
   // gradients, the new flat buffer and the reductions in flight; raises the peak.
   void NoteGradBuffers(const Unit& u, uint64_t flat_bytes);
@@ -282,7 +303,6 @@ class FsdpEngine {
   // Reduce-scatters in flight: FSDP2's bound, so that at most this many flattened unit
   // gradients are alive next to the one being computed.
   static constexpr size_t kReductionsInFlight = 1;
-  struct Reduction;
   std::deque<Reduction> reductions_;
   std::vector<std::unique_ptr<comm::Work>> all_reduces_;  // the step's, across replicas
   torch::Tensor loss_sum_;    // the step's micro-batch losses so far, on the device
@@ -293,6 +313,8 @@ class FsdpEngine {
   uint64_t gathered_live_ = 0, gathered_peak_ = 0, grad_buffer_peak_ = 0;
   bool guard_nonfinite_ = false;
   bool loss_folded_ = false;  // this step's loss already folded into a replicated gradient
+  bool contributes_ = true;   // the current micro-batch's gradient counts (exact_reduce)
+  torch::Tensor exact_loss_;  // exact_reduce: int64 [2]: sum of rint(loss 2^32), bad losses
   InjectedFault fault_;       // armed for the current step (testing only)
 };
 

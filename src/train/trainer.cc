@@ -124,6 +124,8 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
   fc.ac_every = static_cast<int>(cfg.train.ac_every);
   fc.prefetch = cfg.train.prefetch;
   fc.device = dev.device;
+  fc.exact_reduce = cfg.dist.exact_reduce;
+  if (fc.exact_reduce) fc.exact_micro_batches = cfg.dist.ExactMicroBatches(cfg.train);
   return fsdp::FsdpEngine::Create(
       model, fc,
       fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node(),
@@ -169,27 +171,66 @@ LrSchedule ScheduleFor(const TrainConfig& cfg, int64_t effective_batch) {
 struct MicroBatches {
   double data_wait_s = 0;  // waiting for the reader
 };
-StatusOr<MicroBatches> RunMicroBatches(data::TokenReader& reader, fsdp::FsdpEngine& engine,
-                                       int64_t K, const torch::Device& device, int64_t vocab,
-                                       HangWatch& hang, int64_t step) {
+struct MicroBatchSource {
+  data::TokenReader& reader;
+  const torch::Device& device;
+  int64_t vocab;
+  HangWatch& hang;
+  int64_t step;
+};
+// The next micro-batch as int64 tokens on the device; `use` false: read and dropped.
+StatusOr<torch::Tensor> NextTokens(const MicroBatchSource& src, bool use, MicroBatches* out) {
+  auto td = Clock::now();
+  src.hang.Enter(src.step, HangPhase::kIo);  // a wait for storage gets the I/O allowance
+  FT_ASSIGN_OR_RETURN(data::Batch batch, src.reader.Next());
+  src.hang.Enter(src.step, HangPhase::kCompute);
+  out->data_wait_s += Seconds(td, Clock::now());
+  if (!use) return torch::Tensor();
+  FT_RETURN_IF_ERROR(model::CheckTokenIds(batch.tokens.data(), batch.tokens.size(), src.vocab));
+  torch::Tensor tokens =
+      torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
+          .to(torch::kInt64);
+  if (src.device.is_cuda()) {
+    // The copy is ordered before the forward on the current stream.
+    tokens = tokens.pin_memory().to(src.device, /*non_blocking=*/true);
+  }
+  return tokens;
+}
+
+StatusOr<MicroBatches> RunMicroBatches(const MicroBatchSource& src, fsdp::FsdpEngine& engine,
+                                       int64_t K) {
   MicroBatches out;
   for (int64_t k = 0; k < K; ++k) {
-    auto td = Clock::now();
-    hang.Enter(step, HangPhase::kIo);  // a wait for storage gets the I/O allowance
-    FT_ASSIGN_OR_RETURN(data::Batch batch, reader.Next());
-    hang.Enter(step, HangPhase::kCompute);
-    out.data_wait_s += Seconds(td, Clock::now());
-    FT_RETURN_IF_ERROR(model::CheckTokenIds(batch.tokens.data(), batch.tokens.size(), vocab));
-    torch::Tensor tokens =
-        torch::from_blob(batch.tokens.data(), {batch.rows, batch.row_tokens}, torch::kInt32)
-            .to(torch::kInt64);
-    if (device.is_cuda()) {
-      // The copy is ordered before the forward on the current stream.
-      tokens = tokens.pin_memory().to(device, /*non_blocking=*/true);
-    }
+    FT_ASSIGN_OR_RETURN(torch::Tensor tokens, NextTokens(src, true, &out));
     FT_RETURN_IF_ERROR(
         engine.ForwardBackward(tokens, 1.0 / static_cast<double>(K), k == K - 1).status());
   }
+  return out;
+}
+
+// dist.reduce = exact: the step's M micro-batches come in global order (the reader reads the
+// whole stream); rank r of R trains those with global index g = k R + r, in ceil(M / R) slots
+// that every rank runs. A slot with no micro-batch of its own runs zeros for the collectives
+// and contributes an exact zero. The engine divides the sum by M.
+StatusOr<MicroBatches> RunMicroBatchesExact(const MicroBatchSource& src, fsdp::FsdpEngine& engine,
+                                            int64_t M, const comm::WorldInfo& world,
+                                            at::IntArrayRef shape) {
+  MicroBatches out;
+  const int64_t R = world.world_size;
+  const int64_t slots = (M + R - 1) / R;
+  int64_t read = 0;  // micro-batches of the step read so far
+  for (int64_t k = 0; k < slots; ++k) {
+    const int64_t g = k * R + world.rank;
+    torch::Tensor tokens;
+    while (read <= g && read < M) {
+      FT_ASSIGN_OR_RETURN(tokens, NextTokens(src, read == g, &out));
+      ++read;
+    }
+    const bool mine = g < M;
+    if (!mine) tokens = torch::zeros(shape, torch::TensorOptions(torch::kInt64).device(src.device));
+    FT_RETURN_IF_ERROR(engine.ForwardBackward(tokens, 1.0, k == slots - 1, mine).status());
+  }
+  for (; read < M; ++read) FT_RETURN_IF_ERROR(NextTokens(src, false, &out).status());
   return out;
 }
 
@@ -343,8 +384,10 @@ data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldIn
   data::ReaderOptions o;
   o.source = cfg.data.path;
   o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.dp_rank = world.rank;
-  o.dp_size = world.world_size;
+  // exact: every rank reads the whole stream and keeps its micro-batches (the assignment is
+  // by global micro-batch index, not by a rank's slice of the stream).
+  o.dp_rank = cfg.dist.exact_reduce ? 0 : world.rank;
+  o.dp_size = cfg.dist.exact_reduce ? 1 : world.world_size;
   o.micro_batch = static_cast<int>(cfg.train.micro_batch);
   o.prefetch_depth = prefetch_depth;
   return o;
@@ -421,7 +464,9 @@ Status OpenReader(Run* run) {
 void PlanOptimizer(Run* run) {
   const TrainConfig& cfg = run->cfg;
   const comm::WorldInfo& world = run->ctx->world();
-  run->effective_batch = cfg.train.micro_batch * cfg.train.grad_accum * world.world_size;
+  run->effective_batch = cfg.dist.exact_reduce
+                             ? cfg.train.global_batch
+                             : cfg.train.micro_batch * cfg.train.grad_accum * world.world_size;
   run->sched = ScheduleFor(cfg, run->effective_batch);
   run->schedule_json = nlohmann::json({{"peak_lr", run->sched.peak_lr},
                                        {"min_lr", run->sched.min_lr},
@@ -430,6 +475,15 @@ void PlanOptimizer(Run* run) {
                            .dump();
   run->adamw = {cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay};
   if (!run->leader) return;
+  if (cfg.dist.exact_reduce) {
+    FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, "
+                 << cfg.dist.sharding << " over " << world.world_size
+                 << " ranks; dist.reduce = exact: global batch " << cfg.train.global_batch << " = "
+                 << cfg.dist.ExactMicroBatches(cfg.train) << " micro-batches of "
+                 << cfg.train.micro_batch << " sequences of " << run->seq_len
+                 << " tokens, dealt by global index; peak lr " << run->sched.peak_lr;
+    return;
+  }
   FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, " << cfg.dist.sharding
                << " over " << world.world_size << " ranks (" << world.num_nodes
                << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
@@ -902,18 +956,26 @@ struct StepResult {
 StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
   const TrainConfig& cfg = run.cfg;
   const int64_t K = cfg.train.grad_accum;
+  // Micro-batches the reader yields per step (all of the step's with exact, which deals them).
+  const int64_t M = cfg.dist.exact_reduce ? cfg.dist.ExactMicroBatches(cfg.train) : K;
   StepResult out;
   MicroBatches mb;
   if (run.guard->Listed(step + 1)) {
-    FT_ASSIGN_OR_RETURN(mb, SkipMicroBatches(*run.reader, K, *run.hang, step + 1));
+    FT_ASSIGN_OR_RETURN(mb, SkipMicroBatches(*run.reader, M, *run.hang, step + 1));
     out.stats.skipped = true;
     out.stats.grad_norm = std::nan("");
     out.loss = std::nan("");
     out.skipped = run.guard->ListedReason(step + 1);
   } else {
     FT_RETURN_IF_ERROR(ArmFaults(run, step + 1));
-    FT_ASSIGN_OR_RETURN(mb, RunMicroBatches(*run.reader, *run.engine, K, run.dev.device,
-                                            cfg.model.vocab_size, *run.hang, step + 1));
+    const MicroBatchSource src{*run.reader, run.dev.device, cfg.model.vocab_size, *run.hang,
+                               step + 1};
+    if (cfg.dist.exact_reduce) {
+      FT_ASSIGN_OR_RETURN(mb, RunMicroBatchesExact(src, *run.engine, M, run.ctx->world(),
+                                                   {cfg.train.micro_batch, run.seq_len + 1}));
+    } else {
+      FT_ASSIGN_OR_RETURN(mb, RunMicroBatches(src, *run.engine, K));
+    }
   }
   out.data_wait_s = mb.data_wait_s;
   run.clock->ComputeEnd(mb.data_wait_s);
@@ -926,7 +988,8 @@ StatusOr<StepResult> TrainStep(Run& run, int64_t step, double lr) {
     FT_ASSIGN_OR_RETURN(out.stats,
                         run.engine->Step(run.adamw, lr, cfg.train.clip,
                                          [guard](double norm) { return guard->IsSpike(norm); }));
-    out.loss = out.stats.loss_sum / static_cast<double>(K);
+    // exact: the loss summed over the step's M micro-batches of all ranks (an integer sum).
+    out.loss = out.stats.loss_sum / static_cast<double>(M);
     if (out.stats.skipped) out.skipped = run.guard->ReasonFor(out.stats.grad_norm);
   }
   if (run.flip_after_step) {

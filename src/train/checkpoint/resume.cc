@@ -197,7 +197,12 @@ Status CheckResumeCompatible(const TrainConfig& cfg, const ckpt::Manifest& m,
       }
     }
   }
-  if (m.meta.world_size != world_size) {
+  if (m.meta.world_size != world_size && cfg.dist.exact_reduce) {
+    FT_LOG(Info) << "resume: checkpoint was written by " << m.meta.world_size
+                 << " ranks, this run has " << world_size
+                 << ": resharding; dist.reduce = exact keeps the run bit-identical to one that "
+                    "never changed size";
+  } else if (m.meta.world_size != world_size) {
     FT_LOG(Warning) << "resume: checkpoint was written by " << m.meta.world_size
                     << " ranks, this run has " << world_size
                     << ": resharding; the run is no longer bit-comparable";

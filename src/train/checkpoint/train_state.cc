@@ -271,9 +271,16 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
     state->data_cursor = cursors.front();
     torch::manual_seed(static_cast<uint64_t>(state->step) * 1000003ULL +
                        static_cast<uint64_t>(rank));
-    FT_LOG(Warning) << "resume: world size changed from " << m.meta.world_size << " to "
-                    << world_size << ": tensors resharded, data position remapped, RNG reseeded; "
-                    << "the run is no longer bit-comparable with an uninterrupted one";
+    if (engine.config().exact_reduce) {
+      // The step draws no random numbers, and exact reduction makes its sums order-free.
+      FT_LOG(Info) << "resume: world size changed from " << m.meta.world_size << " to "
+                   << world_size << ": tensors resharded, data position kept, RNG reseeded; "
+                   << "dist.reduce = exact: the bits stay those of an uninterrupted run";
+    } else {
+      FT_LOG(Warning) << "resume: world size changed from " << m.meta.world_size << " to "
+                      << world_size << ": tensors resharded, data position remapped, RNG "
+                      << "reseeded; the run is no longer bit-comparable with an uninterrupted one";
+    }
   }
   return Status::Ok();
 }

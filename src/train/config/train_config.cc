@@ -61,6 +61,7 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   FT_RETURN_IF_ERROR(Positive(c, "train.micro_batch", o.micro_batch));
   FT_RETURN_IF_ERROR(c.GetInt("train.grad_accum", &o.grad_accum));
   FT_RETURN_IF_ERROR(Positive(c, "train.grad_accum", o.grad_accum));
+  FT_RETURN_IF_ERROR(c.GetInt("train.global_batch", &o.global_batch));
   FT_RETURN_IF_ERROR(c.GetDouble("train.lr", &o.lr));
   if (o.lr <= 0) return Status::InvalidArgument("train.lr must be > 0");
   FT_RETURN_IF_ERROR(c.GetDouble("train.min_lr", &o.min_lr));
@@ -124,6 +125,60 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   return Status::Ok();
 }
 
+std::string Origin(const Config& c, const char* key) {
+  return c.Has(key) ? c.entries().at(key).origin + ": " : std::string();
+}
+
+// dist.reduce, and the settings `exact` replaces or cannot serve (each named).
+Status LoadReduce(const Config& c, TrainConfig* out) {
+  TrainConfig& t = *out;
+  const OptimSection& o = t.train;
+  std::string reduce = "float";
+  FT_RETURN_IF_ERROR(c.GetString("dist.reduce", &reduce));
+  FT_RETURN_IF_ERROR(OneOf(c, "dist.reduce", reduce, {"float", "exact"}));
+  t.dist.exact_reduce = reduce == "exact";
+  if (!t.dist.exact_reduce) {
+    if (c.Has("train.global_batch")) {
+      return Status::InvalidArgument(Origin(c, "train.global_batch") +
+                                     "train.global_batch is read with dist.reduce = exact only; "
+                                     "with float the batch is train.micro_batch x "
+                                     "train.grad_accum x ranks");
+    }
+    return Status::Ok();
+  }
+  if (o.global_batch <= 0 || o.global_batch % o.micro_batch != 0) {
+    return Status::InvalidArgument(
+        Origin(c, "train.global_batch") + "train.global_batch = " + std::to_string(o.global_batch) +
+        ": dist.reduce = exact needs the global batch (sequences per step, all ranks) as a "
+        "whole number of micro-batches of train.micro_batch = " +
+        std::to_string(o.micro_batch) + " (give --train.global_batch=N x " +
+        std::to_string(o.micro_batch) + ")");
+  }
+  if (o.global_batch / o.micro_batch > (int64_t{1} << 13)) {
+    return Status::InvalidArgument(Origin(c, "train.global_batch") +
+                                   "train.global_batch: dist.reduce = exact sums at most 8192 "
+                                   "micro-batches per step");
+  }
+  if (o.grad_accum != 1) {
+    return Status::InvalidArgument(Origin(c, "train.grad_accum") +
+                                   "train.grad_accum = " + std::to_string(o.grad_accum) +
+                                   ": dist.reduce = exact deals train.global_batch's "
+                                   "micro-batches to the ranks itself; set grad_accum = 1");
+  }
+  if (o.reduce_dtype != Precision::kFloat32) {
+    return Status::InvalidArgument(Origin(c, "train.reduce_dtype") +
+                                   "train.reduce_dtype = bfloat16: dist.reduce = exact replaces "
+                                   "the reduce dtype (int64 fixed point); set float32");
+  }
+  if (t.dist.sharding != "full_shard" && t.dist.sharding != "shard_grad_op") {
+    return Status::InvalidArgument(Origin(c, "dist.sharding") +
+                                   "dist.sharding = " + t.dist.sharding +
+                                   ": dist.reduce = exact serves full_shard and shard_grad_op "
+                                   "only (no replica all-reduce yet)");
+  }
+  return Status::Ok();
+}
+
 // [data] and [dist], and the device/backend pairing.
 Status LoadDataAndDist(const Config& c, TrainConfig* out) {
   TrainConfig& t = *out;
@@ -141,6 +196,7 @@ Status LoadDataAndDist(const Config& c, TrainConfig* out) {
   FT_RETURN_IF_ERROR(Positive(c, "dist.rdzv_timeout_s", t.dist.rdzv_timeout_s));
   FT_RETURN_IF_ERROR(c.GetInt("dist.timeout_s", &t.dist.timeout_s));
   FT_RETURN_IF_ERROR(Positive(c, "dist.timeout_s", t.dist.timeout_s));
+  FT_RETURN_IF_ERROR(LoadReduce(c, &t));
   if (o.device == Device::kCuda && t.dist.backend != "nccl") {
     return Status::InvalidArgument(
         "train.device = cuda needs dist.backend = nccl (gloo moves CPU tensors only); set "

@@ -28,6 +28,9 @@ struct OptimSection {
   int64_t steps = 0;  // optimizer steps of the whole run (required)
   int64_t micro_batch = 4;
   int64_t grad_accum = 1;
+  // Sequences per optimizer step, all ranks together (dist.reduce = exact, where it is
+  // required): global_batch / micro_batch micro-batches, dealt to ranks by global index.
+  int64_t global_batch = 0;
   double lr = 3e-4;
   double min_lr = -1;  // default lr / 10
   int64_t warmup_steps = 0;
@@ -73,6 +76,11 @@ struct DistSection {
   // A collective that has not finished in this long fails the rank with a message naming the
   // group and operation (a hung or dead peer never hangs a rank forever).
   int64_t timeout_s = 600;
+  // dist.reduce: float (the gradient summed in floating point, in the collectives' order) or
+  // exact (fixed-point sums, the same bits on any number of ranks: fsdp/exact.h).
+  bool exact_reduce = false;
+  // exact: micro-batches per optimizer step (train.global_batch / train.micro_batch).
+  int64_t ExactMicroBatches(const OptimSection& o) const { return o.global_batch / o.micro_batch; }
 };
 
 struct CkptSection {
