@@ -2,8 +2,11 @@
 # train_spare_memory_tier_test.sh - the memory tier (issue 35) with a hot spare and Slurm's
 # default timeouts: `sbatch --nodes=3 --no-kill slurm/train.sh` with FTRAIN_SPARE_NODES=1 on
 # 2 nodes x 2 ranks, a disk checkpoint every 50 steps, a memory snapshot every 3
-# (ckpt.memory_every_steps); a training node crashes (fail-node) at a random step, with no
-# freeze: whatever is in flight is lost. The job continues on the spare (never requeued), the
+# (ckpt.memory_every_steps); a training node crashes (fail-node) at a random step: the ranks
+# are stopped (SIGSTOP) the moment the step is reached, since the tiny model runs ~10 steps a
+# second and fail-node takes a while under load (the run once finished before the crash), but
+# the daemons are not: what they have in flight when the node dies is lost. The job
+# continues on the spare (never requeued), the
 # survivors restore from their own daemons and the spare from its copy as the dead node's
 # buddy; the step restored is tier "memory", at most one memory interval (+1 step, the
 # record's lag behind the buddy's acknowledgement) behind the crash; `ftrain report` shows it;
@@ -30,8 +33,10 @@ export FTRAIN_SPARE_NODES=1 FTRAIN_SPARE_NODELIST="${nodes[0]}"
 log "seed ${SEED}: crash training node ${nodes[2]} at step ~${FAIL_AT_STEP}, spare ${nodes[0]} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit memtier --nodes=3 --no-kill)"
 wait_for_file_lines "${WORK_DIR}/memtier/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
-e2e_fail_node "${nodes[2]}"
+e2e_freeze_ranks memtier
 crash_step="$(wc -l <"${WORK_DIR}/memtier/metrics.jsonl")"
+e2e_fail_node "${nodes[2]}"
+e2e_thaw_ranks memtier
 log "crashed ${nodes[2]} after step ${crash_step}"
 wait_for 120 "the replacement record" grep -q '"event":"restarted","cause":"node_failure"' \
   "${WORK_DIR}/memtier/restarts.jsonl"

@@ -269,14 +269,17 @@ Status LoadCheckpoint(ckpt::CheckpointReader& reader, int rank, int world_size,
     FT_ASSIGN_OR_RETURN(std::vector<std::string> cursors,
                         reader.ReadBlobAllRanks("data", "cursor"));
     state->data_cursor = cursors.front();
-    torch::manual_seed(static_cast<uint64_t>(state->step) * 1000003ULL +
-                       static_cast<uint64_t>(rank));
     if (engine.config().exact_reduce) {
-      // The step draws no random numbers, and exact reduction makes its sums order-free.
+      // The step draws no random numbers and exact reduction makes its sums order-free. The
+      // stream is left where the start's per-rank seed put it (trainer.cc), which is where an
+      // uninterrupted run at this world size has it too: the checkpoints stay byte-identical.
       FT_LOG(Info) << "resume: world size changed from " << m.meta.world_size << " to "
-                   << world_size << ": tensors resharded, data position kept, RNG reseeded; "
-                   << "dist.reduce = exact: the bits stay those of an uninterrupted run";
+                   << world_size << ": tensors resharded, data position kept, RNG as seeded "
+                   << "for this rank; dist.reduce = exact: the bits stay those of an "
+                   << "uninterrupted run";
     } else {
+      torch::manual_seed(static_cast<uint64_t>(state->step) * 1000003ULL +
+                         static_cast<uint64_t>(rank));
       FT_LOG(Warning) << "resume: world size changed from " << m.meta.world_size << " to "
                       << world_size << ": tensors resharded, data position remapped, RNG "
                       << "reseeded; the run is no longer bit-comparable with an uninterrupted one";
