@@ -125,6 +125,18 @@ e2e_wait_done() {  # e2e_wait_done JOBID NAME: fails unless the job COMPLETED
 
 e2e_restarts() { job_field "$1" Restarts; }  # how often Slurm requeued the job
 
+# Every state the job is seen in, one a line in FILE every 0.5 s, until it ends: in the
+# background of the calling shell (its `wait` waits for it). The tests that must never see
+# the job leave RUNNING read the file.
+e2e_watch_states() {  # e2e_watch_states JOBID FILE
+  local job="$1" file="$2"
+  (while sleep 0.5; do
+    s="$(job_state "${job}")"
+    echo "${s}"
+    [[ ! "${s}" =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]] || break
+  done) >"${file}" 2>/dev/null &
+}
+
 wait_for_restarts() {  # wait_for_restarts JOBID N TIMEOUT_S
   wait_for "$3" "job $1 requeued ($2 restarts)" bash -c "[[ \"\$(scontrol -o show job $1 | grep -o 'Restarts=[0-9]*')\" == Restarts=$2 ]]"
 }

@@ -26,11 +26,7 @@ mapfile -t nodes < <(cluster_nodes)
 
 log "seed ${SEED}: crash training node ${nodes[2]} at step ~${FAIL_AT_STEP}, no spare (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit shrink --nodes=3 --no-kill)"
-(while sleep 0.5; do
-  s="$(job_state "${JOB_ID}")"
-  echo "${s}"
-  [[ ! "${s}" =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]] || break
-done) >"${WORK_DIR}/states" 2>/dev/null &
+e2e_watch_states "${JOB_ID}" "${WORK_DIR}/states"
 wait_for_file_lines "${WORK_DIR}/shrink/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(job_field "${JOB_ID}" BatchHost)" == "${nodes[0]}" ]] ||
   fail "the batch host is $(job_field "${JOB_ID}" BatchHost), not ${nodes[0]}"

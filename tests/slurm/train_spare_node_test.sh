@@ -52,11 +52,7 @@ fi
 log "seed ${SEED}: crash training node ${nodes[2]} at step ~${FAIL_AT_STEP}, spare ${nodes[0]} (FTRAIN_TEST_SEED=${SEED} reproduces)"
 JOB_ID="$(e2e_submit spare --nodes=3 --no-kill)"
 # Every state the job is seen in, until it ends: must be RUNNING, then COMPLETED.
-(while sleep 0.5; do
-  s="$(job_state "${JOB_ID}")"
-  echo "${s}"
-  [[ ! "${s}" =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]] || break
-done) >"${WORK_DIR}/states" 2>/dev/null &
+e2e_watch_states "${JOB_ID}" "${WORK_DIR}/states"
 wait_for_file_lines "${WORK_DIR}/spare/metrics.jsonl" "${FAIL_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(job_field "${JOB_ID}" BatchHost)" == "${nodes[0]}" ]] ||
   fail "the batch host is $(job_field "${JOB_ID}" BatchHost), not ${nodes[0]}"

@@ -42,11 +42,7 @@ trap on_exit EXIT
 export FTRAIN_SPARE_NODES=1 FTRAIN_HEALTH_WAIT_S=20 FTRAIN_HEALTH_TIMEOUT_S=15
 export FTRAIN_RESTART_BACKOFF_S=1 FTRAIN_SPARE_CHECK_S=2
 JOB_ID="$(e2e_submit sick --nodes=3 --no-kill)"
-(while sleep 0.5; do
-  s="$(job_state "${JOB_ID}")"
-  echo "${s}"
-  [[ ! "${s}" =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]] || break
-done) >"${WORK_DIR}/states" 2>/dev/null &
+e2e_watch_states "${JOB_ID}" "${WORK_DIR}/states"
 wait_for_file_lines "${WORK_DIR}/sick/metrics.jsonl" "${SICK_AT_STEP}" "${E2E_JOB_TIMEOUT_S}"
 [[ "$(job_nodes "${JOB_ID}" | paste -sd' ')" == "${nodes[*]:0:3}" ]] ||
   fail "job ${JOB_ID} is not on ${nodes[*]:0:3}"
