@@ -118,44 +118,33 @@ std::vector<std::string> SplitWords(const std::string& s) {
   return out;
 }
 
-// Whether the run's config with FTRAIN_ARGS' overrides applied turns the memory tier on
-// (ckpt.memory_every_steps or ckpt.memory_every_seconds > 0); false when neither is set or
-// the config cannot be read (the trainer reports a bad config itself, exit 2).
-bool MemoryTierOn(const std::string& config, const std::vector<std::string>& args) {
+namespace {
+
+// What the controller needs from the run's config with FTRAIN_ARGS' overrides applied, read
+// once; all false when the config cannot be read (the trainer reports a bad config itself,
+// exit 2) and a bad override is the trainer's to report too.
+struct ConfigFacts {
+  bool memory_tier = false;   // ckpt.memory_every_steps or ckpt.memory_every_seconds > 0
+  bool gpus = false;          // train.device = cuda
+  bool exact_reduce = false;  // dist.reduce = exact
+};
+
+ConfigFacts ReadConfigFacts(const std::string& config, const std::vector<std::string>& args) {
+  ConfigFacts f;
   auto c = Config::LoadFile(config);
-  if (!c.ok()) return false;
-  for (const auto& a : args) {
-    if (a.rfind("--ckpt.", 0) == 0) (void)c->ApplyOverride(a);
-  }
+  if (!c.ok()) return f;
+  for (const auto& a : args) (void)c->ApplyOverride(a);
   int64_t steps = 0;
   double seconds = 0;
-  return (c->GetInt("ckpt.memory_every_steps", &steps).ok() && steps > 0) ||
-         (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
+  f.memory_tier = (c->GetInt("ckpt.memory_every_steps", &steps).ok() && steps > 0) ||
+                  (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
+  std::string device, reduce;
+  f.gpus = c->GetString("train.device", &device).ok() && device == "cuda";
+  f.exact_reduce = c->GetString("dist.reduce", &reduce).ok() && reduce == "exact";
+  return f;
 }
 
-// Whether the run's config with FTRAIN_ARGS' overrides trains on GPUs (train.device = cuda);
-// false when it does not say so or cannot be read (the trainer reports a bad config itself).
-bool TrainsOnGpus(const std::string& config, const std::vector<std::string>& args) {
-  auto c = Config::LoadFile(config);
-  if (!c.ok()) return false;
-  for (const auto& a : args) {
-    if (a.rfind("--train.", 0) == 0) (void)c->ApplyOverride(a);  // a bad one: the trainer's
-  }
-  std::string device;
-  return c->GetString("train.device", &device).ok() && device == "cuda";
-}
-
-// Whether the run's config with FTRAIN_ARGS' overrides sets dist.reduce = exact; false when
-// it does not or cannot be read (the trainer reports a bad config itself, exit 2).
-bool ExactReduceOn(const std::string& config, const std::vector<std::string>& args) {
-  auto c = Config::LoadFile(config);
-  if (!c.ok()) return false;
-  for (const auto& a : args) {
-    if (a.rfind("--dist.", 0) == 0) (void)c->ApplyOverride(a);
-  }
-  std::string reduce;
-  return c->GetString("dist.reduce", &reduce).ok() && reduce == "exact";
-}
+}  // namespace
 
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   Reader r(env);
@@ -192,7 +181,8 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   if (elastic != "auto" && elastic != "0" && elastic != "1") {
     return Status::InvalidArgument("FTRAIN_ELASTIC='" + elastic + "' is not auto, 0 or 1");
   }
-  s.elastic = elastic == "1" || (elastic == "auto" && ExactReduceOn(s.config, s.train_args));
+  const ConfigFacts facts = ReadConfigFacts(s.config, s.train_args);
+  s.elastic = elastic == "1" || (elastic == "auto" && facts.exact_reduce);
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_ELASTIC_MIN_NODES", 1, &s.elastic_min_nodes));
   if (s.elastic_min_nodes < 1) {
     return Status::InvalidArgument("FTRAIN_ELASTIC_MIN_NODES must be >= 1");
@@ -204,8 +194,8 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   }
   // The memory tier counts a step restorable only once the buddy holds it: auto turns buddy
   // replication on for it, as it does for spares.
-  if (s.replication == "auto" && MemoryTierOn(s.config, s.train_args)) s.replication = "1";
-  s.health_gpus = TrainsOnGpus(s.config, s.train_args) ? s.ranks_per_node : 0;
+  if (s.replication == "auto" && facts.memory_tier) s.replication = "1";
+  s.health_gpus = facts.gpus ? s.ranks_per_node : 0;
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_NORESPOND_WAIT_S", 30, &s.norespond_wait_s));
   FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_USR1_LEAD_S", 120, &s.usr1_lead_s));
   s.usr1_lead_set = !r.Str("FTRAIN_USR1_LEAD_S", "").empty();
