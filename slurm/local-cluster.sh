@@ -272,7 +272,7 @@ write_configs() {  # write_configs NODES CPUS
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_CPU"
     echo "SchedulerType=sched/builtin"
-    echo "SchedulerParameters=sched_interval=1"
+    echo "SchedulerParameters=sched_interval=1,permit_job_expansion"
     echo "JobRequeue=1"
     echo "ReturnToService=2"
     echo "SlurmdTimeout=${SLURMD_TIMEOUT}"

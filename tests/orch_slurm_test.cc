@@ -185,5 +185,32 @@ TEST(SlurmHelpers, TheNotRespondingWaitAndTheExclusions) {
   EXPECT_FALSE(Responds("down"));
 }
 
+// Issue 47's grow-back: the expansion allocation asks per node what the job asked (as 22.05's
+// `scontrol show job` prints it), never a node the job has, and its id is read from salloc.
+TEST(SlurmHelpers, TheExpansionAsksWhatTheJobAskedPerNode) {
+  JobInfo gpu = ParseShowJob(
+      "JobId=42 JobName=ftrain\n   JobState=RUNNING Reason=None\n   Partition=gpu\n"
+      "   NumNodes=2 NumCPUs=64 NumTasks=16 CPUs/Task=4 ReqB:S:C:T=0:0:*:*\n"
+      "   MinCPUsNode=32 MinMemoryNode=0 MinTmpDiskNode=0\n   OverSubscribe=NO Contiguous=0\n"
+      "   NtasksPerN:B:S:C=8:0:*:* CoreSpec=*\n   TresPerNode=gres:gpu:8\n"
+      "   ReqNodeList=(null) ExcNodeList=n7\n");
+  EXPECT_EQ(ExpandArgs(gpu, "42", 1, "n[1-2]"),
+            (std::vector<std::string>{
+                "salloc", "--no-shell", "--immediate=3", "--dependency=expand:42", "--nodes=1",
+                "--job-name=ftrain-grow-42", "--partition=gpu", "--exclude=n[1-2],n7",
+                "--ntasks-per-node=8", "--mincpus=32", "--gres=gpu:8", "--exclusive"}));
+  JobInfo cpu = ParseShowJob(
+      "JobId=7 JobName=t\n   Partition=debug\n   MinCPUsNode=1\n   OverSubscribe=OK\n"
+      "   NtasksPerN:B:S:C=0:0:*:*\n");
+  EXPECT_EQ(ExpandArgs(cpu, "7", 2, ""),
+            (std::vector<std::string>{
+                "salloc", "--no-shell", "--immediate=3", "--dependency=expand:7", "--nodes=2",
+                "--job-name=ftrain-grow-7", "--partition=debug", "--mincpus=1"}));
+  EXPECT_EQ(GrantedJob("salloc: Granted job allocation 4\nsalloc: Relinquishing\n"), "4");
+  EXPECT_EQ(GrantedJob("salloc: error: Job submit/allocate failed: Requested node "
+                       "configuration is not available\n"),
+            "");
+}
+
 }  // namespace
 }  // namespace ftrain::orch

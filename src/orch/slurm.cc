@@ -407,3 +407,85 @@ std::vector<std::string> Exclusions(const std::vector<std::string>& user_exclude
 }
 
 }  // namespace ftrain::orch
+
+namespace ftrain::orch {
+
+std::vector<std::string> ExpandArgs(const JobInfo& j, const std::string& job, int count,
+                                    const std::string& exclude_hostlist) {
+  std::vector<std::string> a = {"salloc",
+                                "--no-shell",
+                                "--immediate=3",
+                                "--dependency=expand:" + job,
+                                "--nodes=" + std::to_string(count),
+                                "--job-name=ftrain-grow-" + job};
+  if (!j.Get("Partition").empty()) a.push_back("--partition=" + j.Get("Partition"));
+  std::string exclude = exclude_hostlist;  // and the job's own exclusions
+  const std::string own = j.Get("ExcNodeList");
+  if (!own.empty()) exclude += (exclude.empty() ? "" : ",") + own;
+  if (!exclude.empty()) a.push_back("--exclude=" + exclude);
+  const std::string per_node = j.Get("NtasksPerN:B:S:C");  // "2:0:*:*"
+  const std::string tasks = per_node.substr(0, per_node.find(':'));
+  if (!tasks.empty() && tasks != "0" && std::all_of(tasks.begin(), tasks.end(), ::isdigit)) {
+    a.push_back("--ntasks-per-node=" + tasks);
+  }
+  const std::string cpus = j.Get("MinCPUsNode");
+  if (!cpus.empty() && std::all_of(cpus.begin(), cpus.end(), ::isdigit)) {
+    a.push_back("--mincpus=" + cpus);
+  }
+  const std::string tres = j.Get("TresPerNode");  // "gres:gpu:8" (22.05), "gres/gpu:8"
+  if (tres.rfind("gres:", 0) == 0 || tres.rfind("gres/", 0) == 0) {
+    a.push_back("--gres=" + tres.substr(5));
+  }
+  if (j.Get("OverSubscribe") == "NO") a.push_back("--exclusive");
+  return a;
+}
+
+std::string GrantedJob(const std::string& err) {
+  std::smatch m;
+  static const std::regex re("Granted job allocation ([0-9]+)");
+  return std::regex_search(err, m, re) ? std::string(m[1]) : "";
+}
+
+StatusOr<std::vector<std::string>> SlurmCli::Expand(const std::string& job, int count,
+                                                    const std::vector<std::string>& exclude) {
+  auto info = ShowJob(job);
+  if (!info.ok()) return info.status();
+  auto before = Hostnames(info->Get("NodeList"));
+  if (!before.ok()) return before.status();
+  auto excl = exclude.empty() ? StatusOr<std::string>("") : Hostlist(exclude);
+  if (!excl.ok()) return excl.status();
+  // salloc inside the batch job: without SLURM_JOB_ID it is a new allocation, not a step.
+  std::vector<std::string> argv = {"env", "-u", "SLURM_JOB_ID", "-u", "SLURM_JOBID"};
+  for (auto& x : ExpandArgs(*info, job, count, *excl)) argv.push_back(std::move(x));
+  RunResult r = RunCommand(argv, Bounded(30));
+  const std::string grown = GrantedJob(r.err);
+  if (grown.empty()) return Status::Unavailable("salloc: " + r.Describe(30));
+  RunOptions o = Bounded(15);
+  o.cwd = TmpDir();  // scontrol writes slurm_job_J_resize.{sh,csh} where it runs
+  RunResult give = RunCommand({"scontrol", "update", "JobId=" + grown, "NumNodes=0"}, o);
+  // 22.05 merges at NumNodes=0; the documented second half is harmless when it refuses.
+  (void)RunCommand({"scontrol", "update", "JobId=" + job, "NumNodes=ALL"}, o);
+  for (const std::string& id : {grown, job}) {
+    for (const char* ext : {".sh", ".csh"}) {
+      std::remove((TmpDir() + "/slurm_job_" + id + "_resize" + ext).c_str());
+    }
+  }
+  auto after = ShowJob(job);
+  auto now = after.ok() ? Hostnames(after->Get("NodeList"))
+                        : StatusOr<std::vector<std::string>>(after.status());
+  std::vector<std::string> gained;
+  if (now.ok()) {
+    for (const auto& n : *now) {
+      if (std::find(before->begin(), before->end(), n) == before->end()) gained.push_back(n);
+    }
+  }
+  if (gained.empty()) {
+    (void)Cancel(grown, false);  // never leave the new allocation behind
+    return Status::Unavailable("job " + grown + " got nodes but they did not join job " + job +
+                               " (" + (give.ok() ? "NumNodes=0 accepted" : give.Describe(15)) +
+                               ")");
+  }
+  return gained;
+}
+
+}  // namespace ftrain::orch

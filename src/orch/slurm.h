@@ -116,6 +116,13 @@ class Slurm {
   // The user's pending jobs and their dependencies ("ID" -> "afterok:42...").
   virtual std::vector<std::pair<std::string, std::string>> PendingJobsOfUser() = 0;
   virtual Status SetDependency(const std::string& job, const std::string& dependency) = 0;
+  // More nodes for a running job (an elastic run growing back, issue 47): a new allocation of
+  // `count` nodes, none of `exclude`, each asked for what the job asked per node (ExpandArgs),
+  // with --dependency=expand:JOB and --immediate, handed to JOB (its NumNodes=0, then JOB's
+  // NumNodes=ALL), and JOB's nodes read back. Returns the nodes JOB gained; an error says why
+  // none (no room now; permit_job_expansion not in SchedulerParameters).
+  virtual StatusOr<std::vector<std::string>> Expand(const std::string& job, int count,
+                                                    const std::vector<std::string>& exclude) = 0;
 };
 
 class SlurmCli : public Slurm {
@@ -146,6 +153,8 @@ class SlurmCli : public Slurm {
                    const std::string& token) override;
   std::vector<std::pair<std::string, std::string>> PendingJobsOfUser() override;
   Status SetDependency(const std::string& job, const std::string& dependency) override;
+  StatusOr<std::vector<std::string>> Expand(const std::string& job, int count,
+                                            const std::vector<std::string>& exclude) override;
 
  private:
   // A read-only query: two tries, `timeout_s` each.
@@ -168,6 +177,13 @@ double NorespondWaitS(const SlurmConfig& c, double cap_s);
 std::vector<std::string> Exclusions(const std::vector<std::string>& user_excluded,
                                     const std::map<std::string, std::string>& dead_states,
                                     const std::vector<std::string>& faulty);
+// salloc's arguments for Expand: the job's per-node request as `scontrol show job` says it
+// (NtasksPerN, MinCPUsNode, TresPerNode, OverSubscribe=NO: exclusive), its partition, and
+// its own ExcNodeList besides `exclude_hostlist`.
+std::vector<std::string> ExpandArgs(const JobInfo& j, const std::string& job, int count,
+                                    const std::string& exclude_hostlist);
+// The job id in salloc's "Granted job allocation N" line ("" when absent).
+std::string GrantedJob(const std::string& salloc_stderr);
 // A node state of sinfo's %t that says the node responds (idle, mix, alloc, comp, resv, plnd).
 bool Responds(const std::string& sinfo_state);
 
