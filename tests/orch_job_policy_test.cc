@@ -1107,6 +1107,79 @@ TEST(JobPolicySpares, ElasticWithoutASpareShrinksOntoTheSurvivorsDownToTheMinimu
   EXPECT_EQ(off.last.rule, "step.dead_requeue") << off.Text();
 }
 
+// Issue 47's grow-back: a shrunk elastic run asks Slurm every FTRAIN_ELASTIC_GROW_S for the
+// nodes it lost (never one it has, never a quarantined one); a refusal is said once; the nodes
+// the job gained start their agents; the ranks checkpoint and stop (USR1, exit 75); the step
+// relaunches on the larger set. A step that ends otherwise meanwhile keeps them as spares.
+TEST(JobPolicySpares, AShrunkElasticRunGrowsBackWhenTheJobGainsANode) {
+  Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_GROW_S", "10"}}));
+  sim.start_quarantine = {{"n9", "sdc", 10, 1, true}};
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.Tick();
+  EXPECT_FALSE(sim.Did(Action::Kind::kExpand));  // full size: nothing to ask
+  sim.Declared("n2");
+  sim.StepExit(137);
+  sim.NodesInJob({"n1", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.dead_shrunk") << sim.Text();
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "train.grow_ask");
+  EXPECT_TRUE(sim.LastHas("expand num_nodes=1 exclude=[n1 n3 n9] probe=[n2]")) << sim.Text();
+  Observation no = Obs(K::kExpanded);
+  no.detail = "salloc: exit 1: Requested node configuration is not available";
+  sim.On(no);
+  EXPECT_EQ(sim.last.rule, "train.grow_none");
+  EXPECT_TRUE(sim.LastHas("no node to grow back to 3 training nodes yet")) << sim.Text();
+  sim.Tick();
+  EXPECT_TRUE(sim.last.rule.empty()) << sim.last.rule;  // asked again only 10 s later
+  sim.t += 10;
+  sim.Tick();
+  EXPECT_EQ(sim.last.rule, "train.grow_ask");
+  sim.On(no);
+  EXPECT_TRUE(sim.last.actions.empty()) << sim.Text();  // the same reason: said once
+  sim.t += 10;
+  sim.Tick();
+  Observation yes = Obs(K::kExpanded);
+  yes.ok = true;
+  yes.nodes = {"n2"};  // the node came back
+  sim.On(yes);
+  EXPECT_EQ(sim.last.rule, "train.grow_allocated");
+  EXPECT_TRUE(sim.LastHas("write_job_nodes [n1 n2 n3]")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("start_agents [n2]")) << sim.Text();
+  Observation ready = Obs(K::kAgentsReady);
+  ready.count = 1;
+  ready.nodes = {"n2"};
+  sim.On(ready);
+  EXPECT_EQ(sim.last.rule, "train.grow_stop");
+  EXPECT_TRUE(sim.LastHas("signal_step USR1")) << sim.Text();
+  sim.StepExit(75);
+  EXPECT_EQ(sim.last.rule, "step.grown") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record restarted/grow {node=\"n2\",nodes=3,world=6,grow=1}"))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n3 n2] hosts=[n1 n1 n3 n3 n2 n2] overlap"))
+      << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
+  sim.Tick();
+  EXPECT_NE(sim.last.rule, "train.grow_ask");  // full size again
+  sim.StepExit(0);
+  EXPECT_EQ(sim.last.rule, "step.finished");
+
+  // The step fails while the gained node's agent starts: it stays as a spare, which then
+  // takes the dead node's ranks.
+  Sim fail(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_GROW_S", "10"}}));
+  fail.StartTraining({"n1", "n2", "n3"});
+  fail.Declared("n2");
+  fail.StepExit(137);
+  fail.NodesInJob({"n1", "n3"});
+  fail.Tick();
+  fail.On(yes);
+  fail.On(ready);
+  fail.Declared("n3");
+  fail.StepExit(137);
+  EXPECT_TRUE(fail.LastHas("stay(s) in the job as spare(s)")) << fail.Text();
+  fail.NodesInJob({"n1", "n2"});
+  EXPECT_EQ(fail.last.rule, "step.dead_replaced") << fail.Text();
+}
+
 // Too few nodes for the spares only: the dead node is excluded and the spares give way.
 TEST(JobPolicySpares, ADeadNodeWithoutSpareLeftAndRoomOnlyForTheTrainingNodesRequeuesFewer) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));

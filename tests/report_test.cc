@@ -237,6 +237,17 @@ TEST(ReportTest, AShrinkSaysTheNewWorldSize) {
   report::PrintReport(*s, out);
   EXPECT_NE(out.str().find("shrank to 4 ranks on 2 nodes without n3"), std::string::npos)
       << out.str();
+  // Its growth back when the node returns (restarted/grow) says the world it grew to.
+  const std::string grow = WriteSmallRun("grow");
+  r = ReadFile(grow + "/restarts.jsonl");
+  r.replace(r.find("\"cause\":\"rank_failure\"", r.find("\"event\":\"restarted\"")), 22,
+            "\"cause\":\"grow\",\"node\":\"n3\",\"nodes\":3,\"world\":6,\"grow\":1");
+  WriteFile(grow + "/restarts.jsonl", r);
+  auto g = report::AnalyzeRun(grow);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->interruptions.size(), 2u);
+  EXPECT_NE(g->interruptions[1].how.find("(grew to 6 ranks on 3 nodes with n3)"), std::string::npos)
+      << g->interruptions[1].how;
 }
 
 TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {

@@ -24,7 +24,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 const std::map<std::string, Observation::Kind>& Kinds() {
   static const std::map<std::string, Observation::Kind> k = [] {
     std::map<std::string, Observation::Kind> m;
-    for (int i = 0; i <= static_cast<int>(Observation::Kind::kLeaseRenewFailed); ++i) {
+    for (int i = 0; i <= static_cast<int>(Observation::Kind::kExpanded); ++i) {
       const auto kind = static_cast<Observation::Kind>(i);
       m[KindName(kind)] = kind;
     }

@@ -112,7 +112,10 @@ std::vector<std::string> JobPolicy::LiveNodes() const {
   if (!st_.spares) return st_.all_nodes;
   std::vector<std::string> live;
   for (const auto& n : st_.all_nodes) {
-    if (Contains(st_.train_nodes, n) || Contains(st_.spare_nodes, n)) live.push_back(n);
+    if (Contains(st_.train_nodes, n) || Contains(st_.spare_nodes, n) ||
+        Contains(st_.grow_nodes, n)) {
+      live.push_back(n);
+    }
   }
   return live;
 }
@@ -250,7 +253,12 @@ Decision JobPolicy::Training(const Observation& o) {
     }
     case K::kHeartbeatLate:
       return {"train.heartbeat_late", {Log(o.detail), Record("heartbeat_late", "none", o.fields)}};
+    case K::kExpanded:
+      return GrowAllocated(o);
+    case K::kAgentsReady:
+      return GrowAgentsReady(o);
     case K::kTick:
+      if (Decision g = GrowAsk(o); !g.rule.empty()) return g;
       if (st_.next_spare_check < 0) st_.next_spare_check = o.now + s_.spare_check_s;
       if (st_.spares && !st_.spare_nodes.empty() && o.now >= st_.next_spare_check) {
         st_.next_spare_check = o.now + s_.spare_check_s;

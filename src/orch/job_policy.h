@@ -63,7 +63,16 @@ struct JobState {
   std::vector<std::string> all_nodes, train_nodes, spare_nodes, rank_hosts;
   bool spares = false;  // a spare job (FTRAIN_SPARE_NODES > 0)
   int replacements = 0;
-  int shrinks = 0;      // training nodes dropped without a spare (FTRAIN_ELASTIC)
+  int shrinks = 0;  // training nodes dropped without a spare (FTRAIN_ELASTIC)
+  // FTRAIN_ELASTIC's grow-back: the training node count of the start, the nodes the job gained
+  // (their agents start, then the ranks checkpoint and stop), whether the step was asked to
+  // stop to grow, how often it grew, when Slurm is asked again and what it said last.
+  size_t train_target = 0;
+  std::vector<std::string> grow_nodes;
+  bool growing = false;
+  int grows = 0;
+  double next_grow_ask = -1;
+  std::string grow_detail;
   bool agents = false;  // node agents were started (and not yet stopped)
   bool watch_batch_host = false;
   bool stop_requested = false;
@@ -265,6 +274,13 @@ class JobPolicy {
   // when the survivors would be fewer than FTRAIN_ELASTIC_MIN_NODES.
   bool Shrink(const std::string& d, const std::vector<records::Field>& detection,
               std::vector<Action>* acts);
+  // FTRAIN_ELASTIC's grow-back (job_policy_grow.cc): while shrunk, ask Slurm for nodes; start
+  // the agents of those the job gained; stop the ranks at a checkpoint; relaunch on them.
+  Decision GrowAsk(const Observation& o);
+  Decision GrowAllocated(const Observation& o);
+  Decision GrowAgentsReady(const Observation& o);
+  Decision Grow();
+  void GrowAbandoned(int rc, std::vector<Action>* acts);
   Decision ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,
                             std::vector<Action> acts);
   Decision Requeue(std::string rule, std::vector<Action> acts, std::vector<std::string> exclude);

@@ -67,6 +67,8 @@ std::vector<Field> JobPolicy::DetectionFields(const std::string& node, double wa
 // ---- the step's end -------------------------------------------------------------------------
 
 Decision JobPolicy::StepExited(const Observation& o) {
+  std::vector<Action> grow_acts;
+  GrowAbandoned(o.rc, &grow_acts);
   st_.rc = o.rc;
   st_.step_end_wall = o.wall;
   st_.config_error = o.config_error;
@@ -116,6 +118,7 @@ Decision JobPolicy::StepExited(const Observation& o) {
                                                 std::to_string(rollbacks_before) + " before") +
                          "): not a rollback; treated as a rank failure"));
   }
+  d.actions.insert(d.actions.begin(), grow_acts.begin(), grow_acts.end());
   return d;
 }
 
@@ -144,6 +147,7 @@ Decision JobPolicy::Decide(double now) {
                 {Log("training finished"), Record("finished", "complete"), LastStop("complete")},
                 0);
   }
+  if (st_.growing && rc == kExitRequeue && !st_.stop_requested) return Grow();
   if (rc == kExitRequeue || st_.stop_requested) {
     return Requeue(
         "step.stopped",

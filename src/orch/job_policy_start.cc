@@ -205,6 +205,7 @@ Decision JobPolicy::ChooseSpares(std::vector<Action>* acts) {
   for (const auto& n : st_.train_nodes) {
     for (int i = 0; i < s_.ranks_per_node; ++i) st_.rank_hosts.push_back(n);
   }
+  st_.train_target = st_.train_nodes.size();
   acts->push_back(Log("spares: " + std::to_string(st_.rank_hosts.size()) + " ranks on " +
                       Join(st_.train_nodes, " ") + ", spare " + Join(st_.spare_nodes, " ") +
                       "; a failed training node is replaced in this allocation only if the job "

@@ -17,6 +17,7 @@
 #include "ckpt/store.h"
 #include "core/config.h"
 #include "core/env.h"
+#include "core/strings.h"
 #include "orch/files.h"
 #include "orch/probe.h"
 #include "orch/probe_async.h"
@@ -448,6 +449,31 @@ void JobRunner::QueryRoom() {
   answers_.push_back(o);
 }
 
+void JobRunner::Expand(int count, std::vector<std::string> exclude,
+                       const std::vector<std::string>& probe) {
+  Observation o = Obs(Observation::Kind::kExpanded);
+  for (const auto& n : probe) {  // a dead node looks idle to Slurm until SlurmdTimeout
+    auto addr = slurm_->SlurmdAddress(n);
+    const size_t sp = addr.ok() ? addr->find(' ') : std::string::npos;
+    if (sp == std::string::npos ||
+        ConnectProbe(addr->substr(0, sp), std::atoi(addr->c_str() + sp + 1), 2) != "open") {
+      exclude.push_back(n);
+    }
+  }
+  auto gained = slurm_->Expand(ctx_.job, count, exclude);
+  o.ok = gained.ok();
+  if (gained.ok()) {
+    o.nodes = *gained;
+    auto now = slurm_->NodesOfJob(ctx_.job);
+    if (now)
+      Log("job " + ctx_.job + " gained " + ftrain::Join(*gained, " ") + ": it now holds " +
+          SetJobNodesEnv(*now));
+  } else {
+    o.detail = gained.status().message();
+  }
+  answers_.push_back(o);
+}
+
 void JobRunner::Requeue(double budget_s, bool unless_cancelled) {
   MergeRecords();  // Slurm ends this script soon after: the records first
   Observation o = Obs(Observation::Kind::kRequeued);
@@ -571,6 +597,9 @@ void JobRunner::Execute(const Action& a) {
       break;
     case K::kQueryRoom:
       QueryRoom();
+      break;
+    case K::kExpand:
+      Expand(a.num_nodes, a.nodes, a.probe);
       break;
     case K::kExit:
       exit_code_ = a.code;

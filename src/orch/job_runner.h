@@ -70,6 +70,8 @@ class JobRunner {
   void QueryNodesInJob();
   void QueryJobState(double within_s);  // 0: the usual bound
   void QueryRoom();
+  std::string SetJobNodesEnv(const std::vector<std::string>& nodes);
+  void Expand(int count, std::vector<std::string> exclude, const std::vector<std::string>& probe);
   void Requeue(double budget_s, bool unless_cancelled);
   void CountFailedStart();
   void ProbeHealth(const std::vector<std::string>& nodes);

@@ -56,7 +56,12 @@ bool JobRunner::AgentGone(const std::string& node) const {
 
 void JobRunner::StartAgents(const std::vector<std::string>& nodes) {
   watch_batch_host_ = policy_.state().watch_batch_host;
-  for (const auto& n : nodes) StartAgent(n);
+  for (const auto& n : nodes) {
+    // A node whose agent ran before in this start (an elastic run growing back onto a node
+    // that died): its dead agent's heartbeat must not read as the new one's readiness.
+    if (agents_.count(n)) std::remove((layout_.heartbeats() + "/" + n).c_str());
+    StartAgent(n);
+  }
   std::map<std::string, int> tries;
   std::map<std::string, double> retry_at;
   for (const auto& n : nodes) tries[n] = 1;

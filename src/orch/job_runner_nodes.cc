@@ -193,6 +193,16 @@ void JobRunner::ConfirmDeath(const std::vector<std::string>& nodes) {
   answers_.push_back(o);
 }
 
+// Later sruns take the job's node count from these (SLURM_NNODES is srun's -N): after the job
+// shrank (a release) or grew (an expansion). Returns the node list as a host list.
+std::string JobRunner::SetJobNodesEnv(const std::vector<std::string>& nodes) {
+  auto hosts = slurm_->Hostlist(nodes);
+  const std::string h = hosts.ok() ? *hosts : Join(nodes, ",");
+  node_env_["SLURM_JOB_NODELIST"] = node_env_["SLURM_NODELIST"] = h;
+  node_env_["SLURM_JOB_NUM_NODES"] = node_env_["SLURM_NNODES"] = std::to_string(nodes.size());
+  return h;
+}
+
 void JobRunner::Release(const std::vector<std::string>& dead) {
   Observation o = Obs(Observation::Kind::kReleased);
   declared_ = dead;
@@ -206,11 +216,7 @@ void JobRunner::Release(const std::vector<std::string>& dead) {
   if (now && !keep.empty() && keep.size() < now->size()) {
     Status r = slurm_->Release(ctx_.job, keep);
     if (r.ok()) {
-      auto hosts = slurm_->Hostlist(keep);
-      const std::string h = hosts.ok() ? *hosts : Join(keep, ",");
-      // Later sruns take the job's node count from these (SLURM_NNODES is srun's -N).
-      node_env_["SLURM_JOB_NODELIST"] = node_env_["SLURM_NODELIST"] = h;
-      node_env_["SLURM_JOB_NUM_NODES"] = node_env_["SLURM_NNODES"] = std::to_string(keep.size());
+      const std::string h = SetJobNodesEnv(keep);
       Log("released " + Join(dead, " ") + " from job " + ctx_.job + ": it now holds " + h);
       o.ok = true;
     } else {

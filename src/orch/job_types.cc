@@ -94,6 +94,9 @@ std::string ToText(const Action& a) {
       return "stop_agents";
     case K::kQueryRoom:
       return "query_room";
+    case K::kExpand:
+      return "expand num_nodes=" + std::to_string(a.num_nodes) + " exclude=" + List(a.nodes) +
+             (a.probe.empty() ? "" : " probe=" + List(a.probe));
     case K::kQuarantine:
       return "quarantine " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
     case K::kExit:
@@ -147,6 +150,8 @@ const char* KindName(Observation::Kind k) {
       return "agents_stopped";
     case K::kLeaseRenewFailed:
       return "lease_renew_failed";
+    case K::kExpanded:
+      return "expanded";
   }
   return "?";
 }
@@ -204,6 +209,9 @@ std::string ToText(const Observation& o) {
       break;
     case K::kLeaseRenewFailed:
       if (!o.detail.empty()) s += " " + o.detail;
+      break;
+    case K::kExpanded:
+      s += o.ok ? " " + List(o.nodes) : " failed: " + o.detail;
       break;
     default:
       break;

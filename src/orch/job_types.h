@@ -52,6 +52,7 @@ struct Observation {
     kAgentsStopped,
     kLeaseRenewFailed,  // a launch could not renew the run lease (an I/O error; detail): no
                         // step was started. A lease provably taken over ends the job instead.
+    kExpanded,          // Expand's answer: ok, nodes (those the job gained), detail (why not)
   };
   Kind kind = Kind::kTick;
   double now = 0;
@@ -145,6 +146,8 @@ struct Action {
     kWaitAgents,         // seconds -> kAgentsStopped
     kStopAgents,         // the normal stop: TERM, drain, then the sruns -> kAgentsStopped
     kQueryRoom,          // the nodes of the job's partition -> kRoom
+    kExpand,             // num_nodes more nodes for the job, none of `nodes`, `probe`
+                         // only if their slurmd answers -> kExpanded
     kQuarantine,         // nodes[0]: a host; text: the cause; record.fields: the rest of
                          // its RUN/quarantine.jsonl line (time and job added by the runner)
     kExit,               // code
@@ -163,6 +166,9 @@ struct Action {
   std::vector<std::string> faulty;  // kExclude: alive but failing nodes: excluded whatever
                                     // Slurm sees of them
   std::vector<std::string> watch;   // kLaunch: the nodes whose heartbeats the detector reads
+  std::vector<std::string> probe;   // kExpand: nodes that died in this job, asked for only
+                                    // when their slurmd answers again (a dead node Slurm has
+                                    // not yet marked DOWN looks idle to the scheduler)
   // kExclude: NumNodes of the requeued job (0: unchanged) and its training node count, which
   // its starts keep (RUN/.submit/train-nodes-JOB): a requeue with fewer spares.
   int num_nodes = 0;

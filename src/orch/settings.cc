@@ -187,6 +187,7 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   if (s.elastic_min_nodes < 1) {
     return Status::InvalidArgument("FTRAIN_ELASTIC_MIN_NODES must be >= 1");
   }
+  FT_RETURN_IF_ERROR(r.Seconds("FTRAIN_ELASTIC_GROW_S", 30, &s.elastic_grow_s));
   s.replication = r.Str("FTRAIN_REPLICATION", "auto");
   if (s.replication != "auto" && s.replication != "0" && s.replication != "1") {
     return Status::InvalidArgument("FTRAIN_REPLICATION='" + s.replication +

@@ -69,6 +69,11 @@ struct JobSettings {
   // the reduction whose bits do not depend on the number of ranks.
   bool elastic = false;
   int elastic_min_nodes = 1;
+  // FTRAIN_ELASTIC_GROW_S: while an elastic run is shrunk, how often the controller asks Slurm
+  // for nodes to grow back to its training size in this allocation (salloc
+  // --dependency=expand, which needs SchedulerParameters=permit_job_expansion); 0: never (the
+  // run grows back at its next requeue).
+  double elastic_grow_s = 30;
   // FTRAIN_REPLICATION: auto | 1 | 0; auto becomes 1 when the config (with FTRAIN_ARGS) sets
   // ckpt.memory_every_steps or _seconds > 0 (the memory tier needs the buddy's copy), else
   // spares decide.

@@ -131,6 +131,12 @@ bool World::Ask(const Action& a) {
     case K::kStopAgents:
       Answer(Obs(O::kAgentsStopped), rng_.Uniform(0.5, 5));
       return true;
+    case K::kExpand: {  // the simulated Slurm has no job expansion: the run stays shrunk
+      Observation o = Obs(O::kExpanded);
+      o.detail = "the simulated Slurm does not expand jobs";
+      Answer(o, SlurmLatency());
+      return true;
+    }
     case K::kQueryRoom: {
       Observation o = Obs(O::kRoom);
       o.known = SlurmctldUp(t_) && !EmptyAnswer();

@@ -83,17 +83,20 @@ bool IsRestart(const std::string& ev) {
 // several failures (an attempt that failed again before its first checkpoint): then `begin`
 // is when the attempt that failed began, and `next` (not the last in the gap) the time of
 // the next failure's first record.
-// A restarted/shrink record's new world, in words: "(shrank to 4 ranks on 2 nodes without
-// n2)"; empty when the record does not say.
-std::string ShrinkText(const std::string& record) {
+// A restarted/shrink or restarted/grow record's new world, in words: "(shrank to 4 ranks on
+// 2 nodes without n2)", "(grew to 6 ranks on 3 nodes with n2)"; empty when it does not say.
+std::string WorldText(const std::string& record, bool grow) {
   const json j = json::parse(record, nullptr, false);
   if (!j.is_object() || !j.contains("world") || !j["world"].is_number_integer() ||
       !j.contains("nodes") || !j["nodes"].is_number_integer()) {
     return "";
   }
-  std::string s = "(shrank to " + std::to_string(j["world"].get<int64_t>()) + " ranks on " +
+  std::string s = std::string(grow ? "(grew" : "(shrank") + " to " +
+                  std::to_string(j["world"].get<int64_t>()) + " ranks on " +
                   std::to_string(j["nodes"].get<int64_t>()) + " nodes";
-  if (j.contains("node") && j["node"].is_string()) s += " without " + j["node"].get<std::string>();
+  if (j.contains("node") && j["node"].is_string()) {
+    s += (grow ? " with " : " without ") + j["node"].get<std::string>();
+  }
   return s + ")";
 }
 
@@ -126,9 +129,9 @@ Interruption Explain(const RunSummary& r, const records::StepMetrics* p,
     if (life == nullptr && e.last_step_time) life = &e;
     if (!in.how.empty()) in.how += ", then ";
     in.how += e.event + (e.job.empty() ? "" : " (job " + e.job + ")");
-    if (e.event == "restarted" && e.cause == "shrink") {
-      const std::string shrink = ShrinkText(e.json);
-      if (!shrink.empty()) in.how += " " + shrink;
+    if (e.event == "restarted" && (e.cause == "shrink" || e.cause == "grow")) {
+      const std::string world = WorldText(e.json, e.cause == "grow");
+      if (!world.empty()) in.how += " " + world;
     }
   }
   if (first != nullptr) {

@@ -52,7 +52,8 @@ e2e_cleanup() {
 }
 
 # Checks the build and the cluster, makes WORK_DIR, exports train.sh's settings, and makes
-# sure the cached corpus and reference exist (E2E_DATA, E2E_REF).
+# sure the cached corpus and reference exist (E2E_DATA, E2E_REF; the reference runs on
+# E2E_REF_NODES nodes, 2 unless the test says).
 e2e_setup() {
   trap e2e_cleanup EXIT
   [[ -x "${E2E_BIN}/ftrain" ]] || fail "no ftrain binary in ${E2E_BIN}; build first"
@@ -60,7 +61,8 @@ e2e_setup() {
   wait_for_nodes_idle "${E2E_IDLE_TIMEOUT_S}"
   WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ftrain-${SLURM_TEST_NAME}.XXXXXX")"
   local key
-  key="$( (stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd"; echo "${E2E_TRAIN_ARGS}") |
+  key="$( (stat -c '%s %Y' "${E2E_BIN}/ftrain" "${E2E_BIN}/ckptd"; echo "${E2E_TRAIN_ARGS}"
+    echo "${E2E_REF_NODES:-2}") |
     md5sum | cut -c1-12)"
   # One cache root per build directory: a build's stale keys are removed below, and two
   # checkouts testing at once (a clone in CI beside a working tree) must not remove each
@@ -88,7 +90,7 @@ e2e_setup() {
     "${E2E_BIN}/ftrain" pack --train-tokenizer --vocab-size 512 --seq-len 32 --shard-rows 256 \
       --progress none --out "${E2E_DATA}" /usr/share/common-licenses >/dev/null
     log "reference job (uninterrupted), cached for the other tests of this build"
-    JOB_ID="$(FTRAIN_RUN_DIR="${E2E_REF}" e2e_submit_to "${E2E_CACHE}" ref)"
+    JOB_ID="$(FTRAIN_RUN_DIR="${E2E_REF}" e2e_submit_to "${E2E_CACHE}" ref --nodes="${E2E_REF_NODES:-2}")"
     E2E_OUT_DIR="${E2E_CACHE}" e2e_wait_done "${JOB_ID}" ref
     JOB_ID=""
     touch "${E2E_CACHE}/ref.done"
