@@ -1160,8 +1160,15 @@ TEST(JobPolicySpares, AShrunkElasticRunGrowsBackWhenTheJobGainsANode) {
   EXPECT_FALSE(sim.Did(Action::Kind::kRequeue));
   sim.Tick();
   EXPECT_NE(sim.last.rule, "train.grow_ask");  // full size again
-  sim.StepExit(0);
-  EXPECT_EQ(sim.last.rule, "step.finished");
+  // Simulation seed 291: the node that came back dies again; it is declared again (not
+  // ignored as declared already) and the run shrinks again.
+  sim.Declared("n2");
+  EXPECT_EQ(sim.last.rule, "train.declared") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("end_step")) << sim.Text();
+  sim.StepExit(137);
+  sim.NodesInJob({"n1", "n3"});
+  EXPECT_EQ(sim.last.rule, "step.dead_shrunk") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("shrink=2")) << sim.Text();
 
   // The step fails while the gained node's agent starts: it stays as a spare, which then
   // takes the dead node's ranks.
@@ -1178,6 +1185,24 @@ TEST(JobPolicySpares, AShrunkElasticRunGrowsBackWhenTheJobGainsANode) {
   EXPECT_TRUE(fail.LastHas("stay(s) in the job as spare(s)")) << fail.Text();
   fail.NodesInJob({"n1", "n2"});
   EXPECT_EQ(fail.last.rule, "step.dead_replaced") << fail.Text();
+}
+
+// Simulation seed 16623: an elastic run whose host is quarantined (a second hang there) with no
+// spare left shrinks onto the rest of its nodes instead of asking for a requeue that may find
+// no room; the host stays in the job, unused, and is never asked for to grow back.
+TEST(JobPolicySpares, AnElasticRunShrinksAwayFromAQuarantinedHost) {
+  Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_GROW_S", "10"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.StepExitWith(77, {{"n3", "sdc", 9, -1, true}});
+  sim.Confirmed("");  // no node died
+  EXPECT_EQ(sim.last.rule, "step.quarantine_shrunk") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record restarted/shrink {node=\"n3\",nodes=2,world=4,shrink=1,"
+                          "why=\"quarantine\""))
+      << sim.Text();
+  EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2] hosts=[n1 n1 n2 n2] overlap")) << sim.Text();
+  EXPECT_FALSE(sim.Did(Action::Kind::kQueryRoom));
+  sim.Tick();
+  EXPECT_TRUE(sim.LastHas("expand num_nodes=1 exclude=[n1 n2 n3]")) << sim.Text();
 }
 
 // Too few nodes for the spares only: the dead node is excluded and the spares give way.

@@ -63,6 +63,10 @@ Decision JobPolicy::GrowAllocated(const Observation& o) {
   st_.grow_nodes = o.nodes;
   for (const auto& n : o.nodes) {
     if (!Contains(st_.all_nodes, n)) st_.all_nodes.push_back(n);
+    // A node that died earlier in this job is back (its slurmd answered): its next death must
+    // be declared again, and no release of the dead may take it out of the job.
+    st_.declared.erase(std::remove(st_.declared.begin(), st_.declared.end(), n),
+                       st_.declared.end());
   }
   return {"train.grow_allocated",
           {Log("elastic: the job gained " + Join(o.nodes, " ") +

@@ -95,6 +95,10 @@ Decision JobPolicy::QuarantineAfterStep() {
   for (const auto& d : dropped) {
     acts.push_back(Record("spare_lost", "quarantine", {records::Str("node", d)}));
   }
+  if (st_.spares && st_.spare_nodes.empty() && s_.elastic) {
+    Decision d = QuarantineShrink(bad, rule, &acts);
+    if (!d.rule.empty()) return d;
+  }
   if (!st_.spares || bad.size() > st_.spare_nodes.size()) {
     // A requeue excluding them must still find enough nodes: first ask the partition.
     st_.quarantine_bad = bad;
@@ -121,6 +125,40 @@ Decision JobPolicy::QuarantineAfterStep() {
   // Out of the replication ring and the detector's watch; not released (see the docs).
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
   return Launch(rule + "step.quarantine_replaced", acts);
+}
+
+// FTRAIN_ELASTIC with no spare left: the quarantined training nodes' ranks are dropped and the
+// run goes on on the rest of its nodes, as after a death (simulation seed 16623: a requeue
+// excluding them found no room and the job failed). The hosts stay in the allocation, unused.
+// Nothing ({"", {}}) when fewer than FTRAIN_ELASTIC_MIN_NODES would be left.
+Decision JobPolicy::QuarantineShrink(const std::vector<std::string>& bad, const std::string& rule,
+                                     std::vector<Action>* acts) {
+  const size_t left = st_.train_nodes.size() - bad.size();
+  if (bad.size() >= st_.train_nodes.size() || left < static_cast<size_t>(s_.elastic_min_nodes)) {
+    return {"", {}};
+  }
+  for (const auto& n : bad) {
+    st_.train_nodes.erase(std::remove(st_.train_nodes.begin(), st_.train_nodes.end(), n),
+                          st_.train_nodes.end());
+    st_.rank_hosts.erase(std::remove(st_.rank_hosts.begin(), st_.rank_hosts.end(), n),
+                         st_.rank_hosts.end());
+    st_.shrinks += 1;
+    const auto world = static_cast<int64_t>(st_.rank_hosts.size());
+    acts->push_back(Log("node " + n + " is quarantined (RUN/quarantine.jsonl; step exit " +
+                        std::to_string(st_.rc) + ") and no spare is left: shrinking to " +
+                        std::to_string(st_.train_nodes.size()) + " node(s), " +
+                        std::to_string(world) + " ranks (FTRAIN_ELASTIC); it stays in the "
+                        "allocation, unused"));
+    acts->push_back(Record("restarted", "shrink",
+                           {records::Str("node", n),
+                            records::Int("nodes", static_cast<int64_t>(st_.train_nodes.size())),
+                            records::Int("world", world), records::Int("shrink", st_.shrinks),
+                            records::Str("why", "quarantine"), records::Raw("@LOST@", ""),
+                            records::Int("exit", st_.rc)},
+                           true));
+  }
+  acts->push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
+  return Launch(rule + "step.quarantine_shrunk", *acts);
 }
 
 namespace {

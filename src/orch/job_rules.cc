@@ -168,6 +168,13 @@ const std::vector<Rule> kRules = {
    "record restarted/quarantine; a spare takes each one's ranks (it stays in the job, unused); "
    "relaunch",
    "the replica check names a node (exit 77) and a spare is left"},
+  {"step.quarantine_shrunk", "training / confirming",
+   "exit 77 (or 78), a training node in RUN/quarantine.jsonl, no spare left, FTRAIN_ELASTIC on "
+   "and enough nodes left",
+   "record restarted/shrink (why quarantine); drop its ranks (it stays in the job, unused); "
+   "relaunch at once on the rest",
+   "the replica check (or a repeated hang) names a node, no spare is left and the run is "
+   "elastic"},
   {"step.quarantine_room", "training / confirming",
    "exit 77 (or 78) and a node in RUN/quarantine.jsonl trains; no spare for each",
    "ask Slurm for the nodes of the job's partition", ""},

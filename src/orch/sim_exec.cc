@@ -131,10 +131,25 @@ bool World::Ask(const Action& a) {
     case K::kStopAgents:
       Answer(Obs(O::kAgentsStopped), rng_.Uniform(0.5, 5));
       return true;
-    case K::kExpand: {  // the simulated Slurm has no job expansion: the run stays shrunk
+    case K::kExpand: {  // job expansion: healthy partition nodes the job neither has nor excludes
       Observation o = Obs(O::kExpanded);
-      o.detail = "the simulated Slurm does not expand jobs";
-      Answer(o, SlurmLatency());
+      o.ok = SlurmctldUp(t_) && !EmptyAnswer();
+      for (size_t i = 0; o.ok && i < nodes_.size(); ++i) {
+        const int n = static_cast<int>(i);
+        const bool has = std::find(job_nodes_.begin(), job_nodes_.end(), n) != job_nodes_.end();
+        const bool excluded =
+            std::find(a.nodes.begin(), a.nodes.end(), nodes_[i].name) != a.nodes.end();
+        if (has || excluded || !NodeOk(n) || static_cast<int>(o.nodes.size()) >= a.num_nodes) {
+          continue;
+        }
+        job_nodes_.push_back(n);
+        o.nodes.push_back(nodes_[i].name);
+      }
+      if (o.nodes.empty()) {
+        o.ok = false;
+        o.detail = "salloc: Requested node configuration is not available";
+      }
+      Answer(o, SlurmLatency() + rng_.Uniform(0.2, 3));
       return true;
     }
     case K::kQueryRoom: {
