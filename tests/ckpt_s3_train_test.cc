@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "moto_server.h"
@@ -196,6 +197,9 @@ TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
       {"--ckpt.mirror=s3://b/p --ckpt.mirror_part_mb=1", "", "ckpt.mirror_part_mb"},
       {"--ckpt.root=s3://", "", "no bucket; set ckpt.root = s3://BUCKET/PREFIX"},
       {"--ckpt.root=s3://b/p --ckpt.mirror=s3://b/q", "", "unset ckpt.mirror"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_part_mb=4", "", "ckpt.s3_part_mb must be in [5, 5120]"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_threads=0", "", "ckpt.s3_threads must be in [1, 64]"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_max_mb_s=-1", "", "ckpt.s3_max_mb_s must be in"},
       {"--ckpt.root=s3://no-such-bucket/p", "", "no-such-bucket"},
       {"--ckpt.root=s3://" + std::string(kS3Bucket) + "/p",
        "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=/nonexistent ", "AWS_ACCESS_KEY_ID"},

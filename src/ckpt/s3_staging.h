@@ -12,14 +12,19 @@
 
 #include "core/env.h"
 #include "core/status.h"
+#include "data/source/s3.h"
 
 namespace ftrain::ckpt {
 
 // The S3 root `fs_root` stages for ("" when it is an ordinary checkpoint root).
 StatusOr<std::string> StagedS3Root(const std::string& fs_root, Env* env = Env::Default());
-// Marks `fs_root` as the staging root of `s3_root` (the trainer's rank 0, before step 1).
+// How CommitStaged uploads from `fs_root`: the part size, parts in flight and bandwidth cap
+// recorded by MarkStagingRoot (the defaults when S3_ROOT names only the root).
+StatusOr<data::UploadOptions> StagedS3Upload(const std::string& fs_root, Env* env = Env::Default());
+// Marks `fs_root` as the staging root of `s3_root` and records `upload` (ckpt.s3_part_mb,
+// ckpt.s3_threads, ckpt.s3_max_mb_s) for every writer: the trainer's rank 0, before step 1.
 Status MarkStagingRoot(const std::string& fs_root, const std::string& s3_root,
-                       Env* env = Env::Default());
+                       const data::UploadOptions& upload = {}, Env* env = Env::Default());
 // The newest step committed on S3 from this staging root (S3_LATEST; -1: none yet).
 int64_t StagedS3Latest(const std::string& fs_root, Env* env = Env::Default());
 
