@@ -185,6 +185,41 @@ TEST_F(S3TrainTest, S3RootKilledUploadIsInvisibleAndTheResumeFallsBackBitExactly
   EXPECT_FALSE(Contains(r.output, "step-00000025")) << r.output;
 }
 
+// ckpt.root = s3:// with its upload settings: the trainer records them in the staging root's
+// S3_ROOT for every writer, and `ftrain report` shows each checkpoint's tiers: the staged
+// copy on the file system and the commit on S3 (a staged copy removed leaves "s3" alone).
+TEST_F(S3TrainTest, S3RootRunReportsEachCheckpointsTiers) {
+  const std::string run = dir_->path() + "/tiers";
+  const std::string url = std::string("s3://") + kS3Bucket + "/tiers";
+  auto r = RunCommand(TrainCmd(run, "--ckpt.root=" + url +
+                                        " --train.steps=20 --ckpt.s3_part_mb=5 "
+                                        "--ckpt.s3_threads=2 --ckpt.s3_max_mb_s=500"),
+                      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string staging = run + "/ckpt-staging";
+  const std::string marker = ReadFile(staging + "/S3_ROOT");
+  EXPECT_TRUE(Contains(marker, url + "\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "part_bytes=5242880\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "threads=2\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "max_bytes_per_s=500000000\n")) << marker;
+  fs::remove_all(staging + "/step-00000015");  // only S3 holds step 15 now
+  r = RunCommand(
+      Ftrain() + " report " + run +
+          " --json | python3 -c \"import json,sys; c=json.load(sys.stdin)['checkpoints']; "
+          "print(c['s3_root'], c['committed_in_s3'], json.dumps(c['tiers'], "
+          "separators=(',', ':')))\" 2>&1",
+      120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, url + " 3 [{\"step\":20,\"tiers\":[\"staged\",\"s3\"]},"
+                                       "{\"step\":15,\"tiers\":[\"s3\"]},"
+                                       "{\"step\":10,\"tiers\":[\"staged\",\"s3\"]}]"))
+      << r.output;
+  r = RunCommand(Ftrain() + " report " + run + " 2>&1", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "s3 root        3 committed in " + url)) << r.output;
+  EXPECT_TRUE(Contains(r.output, "tiers          step 20: staged+s3, step 15: s3")) << r.output;
+}
+
 TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
   const std::string run = dir_->path() + "/bad";
   TempDir proxy_dir("s3-nocond");  // a store that ignores If-None-Match
