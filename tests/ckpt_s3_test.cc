@@ -16,6 +16,7 @@
 #include "ckpt/s3_layout.h"
 #include "ckpt/s3_staging.h"
 #include "ckpt/s3_store.h"
+#include "ckpt/s3_upload_retrier.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
 #include "ckpt_fixture.h"
@@ -295,6 +296,46 @@ TEST(CkptS3, StagingRootCarriesTheUploadSettingsToCommitStaged) {
   std::ofstream(fs_root + "/" + kS3RootName) << root << "\npart_bytes=lots\n";
   EXPECT_TRUE(StagedS3Upload(fs_root).status().IsCorruption());
   EXPECT_TRUE(CommitStaged(fs_root, 20, 3).IsCorruption());
+}
+
+// An outage while training goes on costs no checkpoint: the store answers 503 to everything
+// while DOWN exists; CommitStaged fails as an outage, the retry thread keeps trying, and
+// once the store is back the step is committed on S3 and in S3_LATEST. A wait that gives up
+// ends CommitStagedRetrying with the outage, nothing committed.
+TEST(CkptS3, StagedUploadThatMeetsAnOutageIsRetriedUntilCommitted) {
+  TempDir dir("ckpt-s3-outage");
+  const std::string fs_root = SaveSteps(dir, {10, 20});
+  const std::string root = Root("outage");
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  const std::string down = dir / "DOWN";
+  std::ofstream(down) << "down\n";
+  auto [endpoint, pid] = StartProxy(dir, {"--down-file", down});
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  int tries = 0;
+  Status s =
+      CommitStagedRetrying(fs_root, 10, 3, [&](std::chrono::milliseconds) { return ++tries < 2; });
+  EXPECT_TRUE(IsS3Outage(s)) << s.ToString();
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(StagedS3Latest(fs_root), -1);
+  {
+    StagedUploadRetrier retrier(fs_root, 3);
+    retrier.Add(10);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    EXPECT_EQ(retrier.pending(), 1u);
+    EXPECT_EQ(StagedS3Latest(fs_root), -1);
+    fs::remove(down);  // the store is back
+    for (int i = 0; i < 600 && retrier.pending() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(retrier.pending(), 0u);
+  }
+  ::setenv("AWS_ENDPOINT_URL", MotoEndpoint().c_str(), 1);
+  ::ftrain::testing::SignalAndReap(pid, SIGKILL);
+  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  auto latest = Open(root)->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status().ToString();
+  EXPECT_EQ(**latest, 10);
+  EXPECT_GE(std::stoi(::ftrain::testing::ReadFile(dir / "proxy.port.faults")), 2);
 }
 
 TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {

@@ -185,6 +185,75 @@ TEST_F(S3TrainTest, S3RootKilledUploadIsInvisibleAndTheResumeFallsBackBitExactly
   EXPECT_FALSE(Contains(r.output, "step-00000025")) << r.output;
 }
 
+// ckptd for `run`'s staging root with its S3 traffic through a proxy that answers 503 to
+// everything while `down` exists (made here: the store starts down). Returns {ckptd, proxy}.
+std::pair<int, int> CkptdBehindAnOutage(const std::string& run, const TempDir& proxy_dir,
+                                        const std::string& down) {
+  fs::create_directories(run);
+  std::ofstream(down) << "down\n";
+  const auto [proxied, proxy] = StartS3Proxy(proxy_dir, {"--down-file", down});
+  const int daemon =
+      SpawnChild({"env", "AWS_ENDPOINT_URL=" + proxied, BinDir() + "/ckptd", "--root",
+                  run + "/ckpt-staging", "--run-dir", run, "--threads", "1", "--keep", "3"},
+                 run + "/ckptd.log");
+  for (int i = 0; i < 400 && !Contains(ReadFile(run + "/ckptd.log"), "serving node"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return {daemon, proxy};
+}
+
+// ckpt.root = s3://, an outage while training goes on: every step ckptd persists is staged,
+// not committed, and the run (its last checkpoint not a durable one) ends with nothing on S3.
+// Once the store is back, ckptd's retry thread commits the newest staged step on its own.
+TEST_F(S3TrainTest, S3RootUploadThatMeetsAnOutageIsRetriedByCkptd) {
+  const std::string run = dir_->path() + "/outage";
+  const std::string url = std::string("s3://") + kS3Bucket + "/outage";
+  TempDir proxy_dir("s3-down");
+  const std::string down = proxy_dir.path() + "/DOWN";
+  const auto [daemon, proxy] = CkptdBehindAnOutage(run, proxy_dir, down);
+  auto r = RunCommand(
+      TrainCmd(run, "--ckpt.root=" + url + " --train.steps=22 --ckpt.save_final=false", "require"),
+      600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 1200 && !Contains(ReadFile(run + "/ckptd.log"), "trying again in"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(Contains(ReadFile(run + "/ckptd.log"), "trying again in"))
+      << ReadFile(run + "/ckptd.log");
+  EXPECT_EQ(MirrorLatest(url), -1) << "committed through a store that was down";
+  fs::remove(down);  // the store is back
+  int latest = -1;
+  for (int i = 0; i < 1200 && latest < 20; ++i) {  // up to 2 minutes
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    latest = MirrorLatest(url);
+  }
+  EXPECT_EQ(latest, 20) << ReadFile(run + "/ckptd.log");
+  EXPECT_TRUE(Contains(ReadFile(run + "/ckpt-staging/S3_LATEST"), "step-00000020"));
+  kill(daemon, SIGTERM);
+  waitpid(daemon, nullptr, 0);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+}
+
+// The same outage at a durable save (the final checkpoint): ckptd commits the step in the
+// staging root but cannot upload it, and the rank, which reaches S3, uploads it itself (a
+// rewrite of its shard would be refused: the step is committed there). The run succeeds only
+// because S3 holds step 20.
+TEST_F(S3TrainTest, S3RootDurableSaveUploadsWhatCkptdCouldNot) {
+  const std::string run = dir_->path() + "/durable";
+  const std::string url = std::string("s3://") + kS3Bucket + "/durable";
+  TempDir proxy_dir("s3-down");
+  const auto [daemon, proxy] = CkptdBehindAnOutage(run, proxy_dir, proxy_dir.path() + "/DOWN");
+  auto r = RunCommand(TrainCmd(run, "--ckpt.root=" + url + " --train.steps=20", "require"), 600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "uploads step 20 to " + url + " itself")) << r.output;
+  EXPECT_EQ(MirrorLatest(url), 20) << r.output;
+  kill(daemon, SIGTERM);
+  waitpid(daemon, nullptr, 0);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+}
+
 // ckpt.root = s3:// with its upload settings: the trainer records them in the staging root's
 // S3_ROOT for every writer, and `ftrain report` shows each checkpoint's tiers: the staged
 // copy on the file system and the commit on S3 (a staged copy removed leaves "s3" alone).

@@ -3,14 +3,15 @@
 moto cannot throttle, so this answers 503 SlowDown to the first N requests (--fail-first),
 every Kth (--fail-every), every one (--always-503) or every one after the Nth (--fail-after),
 stalls the first N (--stall-first) or every request whose "METHOD PATH" matches the regular
-expression RE after the first K such (--stall-match RE --stall-skip K), or forwards without the If-None-Match
-header (a store that ignores conditional writes). Everything else is forwarded to the
+expression RE after the first K such (--stall-match RE --stall-skip K), answers 503 to every
+request while the file DOWN exists (--down-file DOWN: an outage a test starts and ends), or
+forwards without the If-None-Match header (a store that ignores conditional writes). Everything else is forwarded to the
 upstream unchanged. Writes its port to PORT_FILE once listening and counts the faults it
 injected in PORT_FILE.faults.
 
   s3_fault_proxy.py UPSTREAM PORT_FILE [--fail-first N] [--fail-every K] [--stall-first N]
       [--stall-s S] [--stall-match RE] [--stall-skip K] [--fail-after N] [--always-503]
-      [--strip-if-none-match]
+      [--down-file DOWN] [--strip-if-none-match]
 """
 import argparse
 import os
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--fail-after", type=int, default=0)
     ap.add_argument("--always-503", action="store_true")
+    ap.add_argument("--down-file", default="")
     ap.add_argument("--strip-if-none-match", action="store_true")
     a = ap.parse_args()
     up = urllib.parse.urlparse(a.upstream)
@@ -60,6 +62,7 @@ def main():
                     state["matched"] += 1
                     stall = stall or state["matched"] > a.stall_skip
                 fault = (a.always_503 or seen <= a.fail_first or
+                         (a.down_file and os.path.exists(a.down_file)) or
                          (a.fail_after > 0 and seen > a.fail_after) or
                          (a.fail_every > 0 and seen % a.fail_every == 0))
                 if fault or stall:

@@ -2,6 +2,7 @@
 // file-system commit, and the reconciliation at a start (s3_staging.h).
 #include "ckpt/s3_staging.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <vector>
@@ -125,6 +126,30 @@ Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env
   // Rotation keeps going at the next commit; this step is committed either way.
   if (!deleted.ok()) FT_LOG(Warning) << "s3 rotation: " << deleted.status().ToString();
   return Status::Ok();
+}
+
+bool IsS3Outage(const Status& s) {
+  return s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kDeadlineExceeded ||
+         s.code() == Status::Code::kStorageUnavailable;
+}
+
+Status CommitStagedRetrying(const std::string& fs_root, int64_t step, int keep,
+                            const RetryWait& wait, Env* env) {
+  for (int attempt = 0;; ++attempt) {
+    if (StagedS3Latest(fs_root, env) >= step) return Status::Ok();
+    Status s = CommitStaged(fs_root, step, keep, env);
+    if (s.ok()) {
+      if (attempt > 0)
+        FT_LOG(Info) << "s3 checkpoints: step " << step << " committed on try " << attempt + 1;
+      return s;
+    }
+    if (!IsS3Outage(s)) return s;
+    const auto ms = std::chrono::milliseconds(std::min(30000, 500 << std::min(attempt, 6)));
+    FT_LOG(Warning) << "s3 checkpoints: step " << step
+                    << " is staged, not committed: " << s.ToString() << "; trying again in "
+                    << ms.count() << " ms";
+    if (!wait(ms)) return s;
+  }
 }
 
 StatusOr<std::optional<int64_t>> ReconcileStaging(const std::string& fs_root,
