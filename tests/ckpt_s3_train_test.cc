@@ -254,6 +254,29 @@ TEST_F(S3TrainTest, S3RootDurableSaveUploadsWhatCkptdCouldNot) {
   waitpid(proxy, nullptr, 0);
 }
 
+// The same at a durable save without ckptd (ckpt.daemon = off): the committing rank's upload
+// of step 20 meets 503 on its manifest's HEAD 14 times, more than two rounds of the HTTP
+// client's own retries (6 each: the periodic save of step 20, then the final one), so
+// CommitStaged fails as an outage; the final save tries again and the run ends with step 20
+// on S3 (before, the final save failed and so did the run).
+TEST_F(S3TrainTest, S3RootDurableSyncSaveRetriesAnOutage) {
+  const std::string run = dir_->path() + "/sync-outage";
+  const std::string url = std::string("s3://") + kS3Bucket + "/sync-outage";
+  TempDir proxy_dir("s3-fail-match");
+  const auto [proxied, proxy] = StartS3Proxy(
+      proxy_dir,
+      {"--fail-match", "^HEAD .*step-00000020/manifest\\.json", "--fail-match-count", "14"});
+  auto r = RunCommand("AWS_ENDPOINT_URL=" + proxied + " " +
+                          TrainCmd(run, "--ckpt.root=" + url + " --train.steps=20"),
+                      600);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "step 20 is staged, not committed")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "trying again in")) << r.output;
+  EXPECT_EQ(MirrorLatest(url), 20) << r.output;
+}
+
 // ckpt.root = s3:// with its upload settings: the trainer records them in the staging root's
 // S3_ROOT for every writer, and `ftrain report` shows each checkpoint's tiers: the staged
 // copy on the file system and the commit on S3 (a staged copy removed leaves "s3" alone).

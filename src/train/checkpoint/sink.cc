@@ -53,6 +53,8 @@ ckpt::RetryWait UntilDeadline(Clock::time_point deadline) {
 Status RetryS3Outage(Status s, const std::string& root, int64_t step, int keep,
                      Clock::time_point deadline) {
   if (!ckpt::IsS3Outage(s)) return s;
+  auto url = ckpt::StagedS3Root(root);
+  if (!url.ok() || url->empty()) return s;  // a file-system root: no upload to retry
   return ckpt::CommitStagedRetrying(root, step, keep, UntilDeadline(deadline));
 }
 
