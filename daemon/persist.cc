@@ -12,6 +12,7 @@ Persister::Persister(ckpt::CheckpointStore* store, PersistOptions options,
                      std::function<void(PersistResult)> on_done)
     : store_(store),
       options_(options),
+      retrier_(store->root(), options.keep),
       // Two workers, one callback (thread-safe: the server's takes a lock); declaration
       // order copies it first, then moves it.
       queue_([this](const PersistJob& job) { return Persist(job); }, on_done, options.nice,
@@ -75,7 +76,11 @@ PersistResult Persister::Persist(const PersistJob& job) {
         Status up =
             s3.ok() ? ckpt::CommitStaged(store_->root(), r.step, options_.keep) : s3.status();
         if (!up.ok()) {
-          r.status = up.Annotate("step " + std::to_string(r.step) + " is staged, not committed");
+          // An outage: tried again in the background while training goes on.
+          const bool retried = ckpt::IsS3Outage(up);
+          if (retried) retrier_.Add(r.step);
+          r.status = up.Annotate("step " + std::to_string(r.step) + " is staged, not committed" +
+                                 (retried ? " (the upload is retried)" : ""));
           r.committed = r.seen_committed = false;
         }
       }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
+#include "ckpt/s3_upload_retrier.h"
 #include "ckpt/store.h"
 #include "daemon/work_queue.h"
 
@@ -72,6 +73,9 @@ class Persister {
 
   ckpt::CheckpointStore* store_;
   PersistOptions options_;
+  // ckpt.root = s3://...: uploads that met an outage, retried until S3 holds them or a newer
+  // step (destroyed after queue_: the worker adds to it).
+  ckpt::StagedUploadRetrier retrier_;
   WorkQueue<PersistJob, PersistResult> queue_;  // after the members its worker uses
   WorkQueue<PersistJob, PersistResult> memory_queue_;
 };

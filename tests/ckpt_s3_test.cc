@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "ckpt/filename.h"
@@ -15,6 +16,7 @@
 #include "ckpt/s3_layout.h"
 #include "ckpt/s3_staging.h"
 #include "ckpt/s3_store.h"
+#include "ckpt/s3_upload_retrier.h"
 #include "ckpt/store.h"
 #include "ckpt/tools.h"
 #include "ckpt_fixture.h"
@@ -231,6 +233,109 @@ TEST(CkptS3, StagingRootCommitsOnS3AndReconcileDropsUncommittedSteps) {
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());
   EXPECT_TRUE(s3->client()->Head({kBucket, "staged/CORRUPT-step-00000010.json"}).ok());
+}
+
+// The S3 root's upload settings (ckpt.s3_part_mb, ckpt.s3_threads, ckpt.s3_max_mb_s) travel
+// in S3_ROOT to every writer: CommitStaged sends the parts of the size recorded (an object's
+// ETag counts them) and holds to the bandwidth cap; an S3_ROOT from before the settings means
+// the defaults, and a malformed one is Corruption, never a guess.
+TEST(CkptS3, StagingRootCarriesTheUploadSettingsToCommitStaged) {
+  TempDir dir("ckpt-s3-knobs");
+  const std::string fs_root = SaveSteps(dir, {10, 20}, /*scale=*/1300);
+  const std::string root = Root("knobs");
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  auto u = StagedS3Upload(fs_root);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->part_bytes, 8ull << 20);
+  data::UploadOptions want;
+  want.part_bytes = 5ull << 20;
+  want.threads = 2;
+  want.max_bytes_per_s = 8'000'000;
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root, want).ok());
+  auto url = StagedS3Root(fs_root);
+  ASSERT_TRUE(url.ok() && *url == root) << url.status().ToString();
+  u = StagedS3Upload(fs_root);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->part_bytes, want.part_bytes);
+  EXPECT_EQ(u->threads, 2);
+  EXPECT_EQ(u->max_bytes_per_s, want.max_bytes_per_s);
+
+  uint64_t bytes = 0, largest = 0;
+  std::string largest_name;
+  for (const auto& e : fs::directory_iterator(fs_root + "/" + StepDirName(10))) {
+    bytes += e.file_size();
+    if (e.file_size() > largest) largest = e.file_size(), largest_name = e.path().filename();
+  }
+  ASSERT_GT(largest, 5ull << 20) << "the fixture must span two parts of 5 MiB";
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = CommitStaged(fs_root, 10, 3);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // 8 MB/s: the upload cannot be faster than bytes / 8e6 (less a token bucket's first burst).
+  EXPECT_GT(took, 0.7 * double(bytes) / 8e6) << bytes << " bytes in " << took << " s";
+  auto objects = Open(root)->client()->List({kBucket, "knobs/step-00000010/"});
+  ASSERT_TRUE(objects.ok());
+  const uint64_t parts = (largest + want.part_bytes - 1) / want.part_bytes;
+  bool found = false;
+  for (const auto& o : *objects) {
+    if (o.key.size() < largest_name.size() ||
+        o.key.compare(o.key.size() - largest_name.size(), largest_name.size(), largest_name) != 0)
+      continue;
+    found = true;
+    // boto3 is the oracle: a multipart object's ETag ends in "-<number of parts>".
+    auto out = RunCommand("PYTHONPATH=" + std::string(FTRAIN_MOTO_PYTHONPATH) +
+                              " python3 -c \"import boto3,os; print(boto3.client('s3', "
+                              "region_name='us-east-1', endpoint_url=os.environ["
+                              "'AWS_ENDPOINT_URL']).head_object(Bucket='" +
+                              std::string(kBucket) + "', Key='" + o.key + "')['ETag'])\" 2>&1",
+                          60);
+    EXPECT_TRUE(Contains(out.output, "-" + std::to_string(parts) + "\"")) << out.output;
+  }
+  EXPECT_TRUE(found);
+
+  std::ofstream(fs_root + "/" + kS3RootName) << root << "\npart_bytes=lots\n";
+  EXPECT_TRUE(StagedS3Upload(fs_root).status().IsCorruption());
+  EXPECT_TRUE(CommitStaged(fs_root, 20, 3).IsCorruption());
+}
+
+// An outage while training goes on costs no checkpoint: the store answers 503 to everything
+// while DOWN exists; CommitStaged fails as an outage, the retry thread keeps trying, and
+// once the store is back the step is committed on S3 and in S3_LATEST. A wait that gives up
+// ends CommitStagedRetrying with the outage, nothing committed.
+TEST(CkptS3, StagedUploadThatMeetsAnOutageIsRetriedUntilCommitted) {
+  TempDir dir("ckpt-s3-outage");
+  const std::string fs_root = SaveSteps(dir, {10, 20});
+  const std::string root = Root("outage");
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  const std::string down = dir / "DOWN";
+  std::ofstream(down) << "down\n";
+  auto [endpoint, pid] = StartProxy(dir, {"--down-file", down});
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  int tries = 0;
+  Status s =
+      CommitStagedRetrying(fs_root, 10, 3, [&](std::chrono::milliseconds) { return ++tries < 2; });
+  EXPECT_TRUE(IsS3Outage(s)) << s.ToString();
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(StagedS3Latest(fs_root), -1);
+  {
+    StagedUploadRetrier retrier(fs_root, 3);
+    retrier.Add(10);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    EXPECT_EQ(retrier.pending(), 1u);
+    EXPECT_EQ(StagedS3Latest(fs_root), -1);
+    fs::remove(down);  // the store is back
+    for (int i = 0; i < 600 && retrier.pending() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(retrier.pending(), 0u);
+  }
+  ::setenv("AWS_ENDPOINT_URL", MotoEndpoint().c_str(), 1);
+  ::ftrain::testing::SignalAndReap(pid, SIGKILL);
+  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  auto latest = Open(root)->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status().ToString();
+  EXPECT_EQ(**latest, 10);
+  EXPECT_GE(std::stoi(::ftrain::testing::ReadFile(dir / "proxy.port.faults")), 2);
 }
 
 TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {

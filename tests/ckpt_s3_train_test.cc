@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "moto_server.h"
@@ -184,6 +185,133 @@ TEST_F(S3TrainTest, S3RootKilledUploadIsInvisibleAndTheResumeFallsBackBitExactly
   EXPECT_FALSE(Contains(r.output, "step-00000025")) << r.output;
 }
 
+// ckptd for `run`'s staging root with its S3 traffic through a proxy that answers 503 to
+// everything while `down` exists (made here: the store starts down). Returns {ckptd, proxy}.
+std::pair<int, int> CkptdBehindAnOutage(const std::string& run, const TempDir& proxy_dir,
+                                        const std::string& down) {
+  fs::create_directories(run);
+  std::ofstream(down) << "down\n";
+  const auto [proxied, proxy] = StartS3Proxy(proxy_dir, {"--down-file", down});
+  const int daemon =
+      SpawnChild({"env", "AWS_ENDPOINT_URL=" + proxied, BinDir() + "/ckptd", "--root",
+                  run + "/ckpt-staging", "--run-dir", run, "--threads", "1", "--keep", "3"},
+                 run + "/ckptd.log");
+  for (int i = 0; i < 400 && !Contains(ReadFile(run + "/ckptd.log"), "serving node"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return {daemon, proxy};
+}
+
+// ckpt.root = s3://, an outage while training goes on: every step ckptd persists is staged,
+// not committed, and the run (its last checkpoint not a durable one) ends with nothing on S3.
+// Once the store is back, ckptd's retry thread commits the newest staged step on its own.
+TEST_F(S3TrainTest, S3RootUploadThatMeetsAnOutageIsRetriedByCkptd) {
+  const std::string run = dir_->path() + "/outage";
+  const std::string url = std::string("s3://") + kS3Bucket + "/outage";
+  TempDir proxy_dir("s3-down");
+  const std::string down = proxy_dir.path() + "/DOWN";
+  const auto [daemon, proxy] = CkptdBehindAnOutage(run, proxy_dir, down);
+  auto r = RunCommand(
+      TrainCmd(run, "--ckpt.root=" + url + " --train.steps=22 --ckpt.save_final=false", "require"),
+      600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 1200 && !Contains(ReadFile(run + "/ckptd.log"), "trying again in"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(Contains(ReadFile(run + "/ckptd.log"), "trying again in"))
+      << ReadFile(run + "/ckptd.log");
+  EXPECT_EQ(MirrorLatest(url), -1) << "committed through a store that was down";
+  fs::remove(down);  // the store is back
+  int latest = -1;
+  for (int i = 0; i < 1200 && latest < 20; ++i) {  // up to 2 minutes
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    latest = MirrorLatest(url);
+  }
+  EXPECT_EQ(latest, 20) << ReadFile(run + "/ckptd.log");
+  EXPECT_TRUE(Contains(ReadFile(run + "/ckpt-staging/S3_LATEST"), "step-00000020"));
+  kill(daemon, SIGTERM);
+  waitpid(daemon, nullptr, 0);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+}
+
+// The same outage at a durable save (the final checkpoint): ckptd commits the step in the
+// staging root but cannot upload it, and the rank, which reaches S3, uploads it itself (a
+// rewrite of its shard would be refused: the step is committed there). The run succeeds only
+// because S3 holds step 20.
+TEST_F(S3TrainTest, S3RootDurableSaveUploadsWhatCkptdCouldNot) {
+  const std::string run = dir_->path() + "/durable";
+  const std::string url = std::string("s3://") + kS3Bucket + "/durable";
+  TempDir proxy_dir("s3-down");
+  const auto [daemon, proxy] = CkptdBehindAnOutage(run, proxy_dir, proxy_dir.path() + "/DOWN");
+  auto r = RunCommand(TrainCmd(run, "--ckpt.root=" + url + " --train.steps=20", "require"), 600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "uploads step 20 to " + url + " itself")) << r.output;
+  EXPECT_EQ(MirrorLatest(url), 20) << r.output;
+  kill(daemon, SIGTERM);
+  waitpid(daemon, nullptr, 0);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+}
+
+// The same at a durable save without ckptd (ckpt.daemon = off): the committing rank's upload
+// of step 20 meets 503 on its manifest's HEAD 14 times, more than two rounds of the HTTP
+// client's own retries (6 each: the periodic save of step 20, then the final one), so
+// CommitStaged fails as an outage; the final save tries again and the run ends with step 20
+// on S3 (before, the final save failed and so did the run).
+TEST_F(S3TrainTest, S3RootDurableSyncSaveRetriesAnOutage) {
+  const std::string run = dir_->path() + "/sync-outage";
+  const std::string url = std::string("s3://") + kS3Bucket + "/sync-outage";
+  TempDir proxy_dir("s3-fail-match");
+  const auto [proxied, proxy] = StartS3Proxy(
+      proxy_dir,
+      {"--fail-match", "^HEAD .*step-00000020/manifest\\.json", "--fail-match-count", "14"});
+  auto r = RunCommand("AWS_ENDPOINT_URL=" + proxied + " " +
+                          TrainCmd(run, "--ckpt.root=" + url + " --train.steps=20"),
+                      600);
+  kill(proxy, SIGTERM);
+  waitpid(proxy, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "step 20 is staged, not committed")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "trying again in")) << r.output;
+  EXPECT_EQ(MirrorLatest(url), 20) << r.output;
+}
+
+// ckpt.root = s3:// with its upload settings: the trainer records them in the staging root's
+// S3_ROOT for every writer, and `ftrain report` shows each checkpoint's tiers: the staged
+// copy on the file system and the commit on S3 (a staged copy removed leaves "s3" alone).
+TEST_F(S3TrainTest, S3RootRunReportsEachCheckpointsTiers) {
+  const std::string run = dir_->path() + "/tiers";
+  const std::string url = std::string("s3://") + kS3Bucket + "/tiers";
+  auto r = RunCommand(TrainCmd(run, "--ckpt.root=" + url +
+                                        " --train.steps=20 --ckpt.s3_part_mb=5 "
+                                        "--ckpt.s3_threads=2 --ckpt.s3_max_mb_s=500"),
+                      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string staging = run + "/ckpt-staging";
+  const std::string marker = ReadFile(staging + "/S3_ROOT");
+  EXPECT_TRUE(Contains(marker, url + "\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "part_bytes=5242880\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "threads=2\n")) << marker;
+  EXPECT_TRUE(Contains(marker, "max_bytes_per_s=500000000\n")) << marker;
+  fs::remove_all(staging + "/step-00000015");  // only S3 holds step 15 now
+  r = RunCommand(
+      Ftrain() + " report " + run +
+          " --json | python3 -c \"import json,sys; c=json.load(sys.stdin)['checkpoints']; "
+          "print(c['s3_root'], c['committed_in_s3'], json.dumps(c['tiers'], "
+          "separators=(',', ':')))\" 2>&1",
+      120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, url + " 3 [{\"step\":20,\"tiers\":[\"staged\",\"s3\"]},"
+                                       "{\"step\":15,\"tiers\":[\"s3\"]},"
+                                       "{\"step\":10,\"tiers\":[\"staged\",\"s3\"]}]"))
+      << r.output;
+  r = RunCommand(Ftrain() + " report " + run + " 2>&1", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "s3 root        3 committed in " + url)) << r.output;
+  EXPECT_TRUE(Contains(r.output, "tiers          step 20: staged+s3, step 15: s3")) << r.output;
+}
+
 TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
   const std::string run = dir_->path() + "/bad";
   TempDir proxy_dir("s3-nocond");  // a store that ignores If-None-Match
@@ -196,6 +324,9 @@ TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
       {"--ckpt.mirror=s3://b/p --ckpt.mirror_part_mb=1", "", "ckpt.mirror_part_mb"},
       {"--ckpt.root=s3://", "", "no bucket; set ckpt.root = s3://BUCKET/PREFIX"},
       {"--ckpt.root=s3://b/p --ckpt.mirror=s3://b/q", "", "unset ckpt.mirror"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_part_mb=4", "", "ckpt.s3_part_mb must be in [5, 5120]"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_threads=0", "", "ckpt.s3_threads must be in [1, 64]"},
+      {"--ckpt.root=s3://b/p --ckpt.s3_max_mb_s=-1", "", "ckpt.s3_max_mb_s must be in"},
       {"--ckpt.root=s3://no-such-bucket/p", "", "no-such-bucket"},
       {"--ckpt.root=s3://" + std::string(kS3Bucket) + "/p",
        "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME=/nonexistent ", "AWS_ACCESS_KEY_ID"},

@@ -3,14 +3,16 @@
 moto cannot throttle, so this answers 503 SlowDown to the first N requests (--fail-first),
 every Kth (--fail-every), every one (--always-503) or every one after the Nth (--fail-after),
 stalls the first N (--stall-first) or every request whose "METHOD PATH" matches the regular
-expression RE after the first K such (--stall-match RE --stall-skip K), or forwards without the If-None-Match
-header (a store that ignores conditional writes). Everything else is forwarded to the
+expression RE after the first K such (--stall-match RE --stall-skip K), answers 503 to every
+request while the file DOWN exists (--down-file DOWN: an outage a test starts and ends) or to
+the first N requests whose "METHOD PATH" matches RE (--fail-match RE --fail-match-count N), or
+forwards without the If-None-Match header (a store that ignores conditional writes). Everything else is forwarded to the
 upstream unchanged. Writes its port to PORT_FILE once listening and counts the faults it
 injected in PORT_FILE.faults.
 
   s3_fault_proxy.py UPSTREAM PORT_FILE [--fail-first N] [--fail-every K] [--stall-first N]
       [--stall-s S] [--stall-match RE] [--stall-skip K] [--fail-after N] [--always-503]
-      [--strip-if-none-match]
+      [--down-file DOWN] [--fail-match RE] [--fail-match-count N] [--strip-if-none-match]
 """
 import argparse
 import os
@@ -37,11 +39,14 @@ def main():
     ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--fail-after", type=int, default=0)
     ap.add_argument("--always-503", action="store_true")
+    ap.add_argument("--down-file", default="")
+    ap.add_argument("--fail-match", default="")
+    ap.add_argument("--fail-match-count", type=int, default=1)
     ap.add_argument("--strip-if-none-match", action="store_true")
     a = ap.parse_args()
     up = urllib.parse.urlparse(a.upstream)
     lock = threading.Lock()
-    state = {"seen": 0, "faults": 0, "matched": 0}
+    state = {"seen": 0, "faults": 0, "matched": 0, "fail_matched": 0}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -59,7 +64,12 @@ def main():
                 if a.stall_match and re.search(a.stall_match, self.command + " " + self.path):
                     state["matched"] += 1
                     stall = stall or state["matched"] > a.stall_skip
-                fault = (a.always_503 or seen <= a.fail_first or
+                fail_match = False
+                if a.fail_match and re.search(a.fail_match, self.command + " " + self.path):
+                    state["fail_matched"] += 1
+                    fail_match = state["fail_matched"] <= a.fail_match_count
+                fault = (a.always_503 or seen <= a.fail_first or fail_match or
+                         (a.down_file and os.path.exists(a.down_file)) or
                          (a.fail_after > 0 and seen > a.fail_after) or
                          (a.fail_every > 0 and seen % a.fail_every == 0))
                 if fault or stall:

@@ -8,8 +8,9 @@
 //   LATEST                    "step-00000120\n": a hint, written temp + fsync + rename
 //   MEMORY_TIER.json          the newest step restorable from the daemons' memory
 //                             (memory_manifest.h), written temp + fsync + rename
-//   S3_ROOT                   "s3://B/P\n": this root stages checkpoints for ckpt.root = s3://B/P
-//                             (s3_staging.h); a step counts as committed once S3 holds it
+//   S3_ROOT                   "s3://B/P\n" then "key=value\n" upload settings: this root stages
+//                             checkpoints for ckpt.root = s3://B/P (s3_staging.h); a step
+//                             counts as committed once S3 holds it
 //   S3_LATEST                 "step-00000120\n": the newest step committed on S3 from here
 //   inside a checkpoint: manifest.json, shard-00003.h5, shard-00003.json (receipt), COMMIT
 #pragma once

@@ -6,20 +6,27 @@
 // manifest's generation); only then does the step count as committed (S3_LATEST). No LibTorch.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "core/env.h"
 #include "core/status.h"
+#include "data/source/s3.h"
 
 namespace ftrain::ckpt {
 
 // The S3 root `fs_root` stages for ("" when it is an ordinary checkpoint root).
 StatusOr<std::string> StagedS3Root(const std::string& fs_root, Env* env = Env::Default());
-// Marks `fs_root` as the staging root of `s3_root` (the trainer's rank 0, before step 1).
+// How CommitStaged uploads from `fs_root`: the part size, parts in flight and bandwidth cap
+// recorded by MarkStagingRoot (the defaults when S3_ROOT names only the root).
+StatusOr<data::UploadOptions> StagedS3Upload(const std::string& fs_root, Env* env = Env::Default());
+// Marks `fs_root` as the staging root of `s3_root` and records `upload` (ckpt.s3_part_mb,
+// ckpt.s3_threads, ckpt.s3_max_mb_s) for every writer: the trainer's rank 0, before step 1.
 Status MarkStagingRoot(const std::string& fs_root, const std::string& s3_root,
-                       Env* env = Env::Default());
+                       const data::UploadOptions& upload = {}, Env* env = Env::Default());
 // The newest step committed on S3 from this staging root (S3_LATEST; -1: none yet).
 int64_t StagedS3Latest(const std::string& fs_root, Env* env = Env::Default());
 
@@ -28,6 +35,19 @@ int64_t StagedS3Latest(const std::string& fs_root, Env* env = Env::Default());
 // the newest `keep` committed steps stay, superseded ones and their loose objects go.
 // A rotation failure is logged, not returned: the step is committed.
 Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env = Env::Default());
+
+// An error of CommitStaged that may pass (the store unreachable, 5xx or throttling after the
+// client's own retries, a timeout); anything else (fenced, superseded, damage, a staged file
+// missing) is final.
+bool IsS3Outage(const Status& s);
+// Waits `ms` milliseconds between two tries; false: give up now (a deadline, a stop).
+using RetryWait = std::function<bool(std::chrono::milliseconds)>;
+// CommitStaged until it succeeds, S3 holds this step or a newer one from this staging root
+// (S3_LATEST >= step: committed by another writer, or superseded), the error is not an
+// outage, or `wait` gives up; waits 0.5 s, doubling to 30 s, between tries. Returns the last
+// error when it gave up.
+Status CommitStagedRetrying(const std::string& fs_root, int64_t step, int keep,
+                            const RetryWait& wait, Env* env = Env::Default());
 
 // The start of a run with an S3 root (rank 0, no writer of this job alive): removes from the
 // staging root every step S3 has not committed with the same manifest (a killed upload's step

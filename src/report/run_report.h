@@ -138,15 +138,17 @@ struct RunSummary {
   double stall_total_s = 0;
   int checkpoints_in_root = 0, corrupt_in_root = 0;
   std::optional<int64_t> latest_in_root;
-  // ckpt.mirror (report/tiers.cc): the object-store tier and which tiers hold each step, newest
-  // first ("" / empty when the run has no mirror; unreachable: a warning).
+  // ckpt.mirror or ckpt.root = s3://... (report/tiers.cc): the object-store tier and which
+  // tiers hold each step, newest first ("" / empty when the run has neither; unreachable: a
+  // warning). With an S3 root, `file` is the staged copy in ckpt_root (the staging root).
   struct StepTiers {
     int64_t step = -1;
-    bool file = false;    // complete in the file-system root
+    bool file = false;    // complete in the file-system (or staging) root
     bool mirror = false;  // committed in the mirror
+    bool s3 = false;      // committed in the S3 root
   };
-  std::string mirror;
-  int checkpoints_in_mirror = 0;
+  std::string mirror, s3_root;
+  int checkpoints_in_mirror = 0, checkpoints_in_s3 = 0;
   std::vector<StepTiers> tiers;
   // Where the time goes (report/time_breakdown.cc), in the order to look.
   std::vector<records::Straggler> stragglers;  // as named, in step order

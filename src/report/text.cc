@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
+#include "core/strings.h"
 #include "report/run_report.h"
 #include "report/time_breakdown.h"
 
@@ -18,6 +21,16 @@ std::string Fmt(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), fmt, v);
   return buf;
+}
+
+// Where a checkpoint is: "file" (the file-system root) or, with ckpt.root = s3://..., "staged"
+// (its copy in the staging root), then "mirror" (ckpt.mirror) and "s3" (committed on S3).
+std::vector<std::string> TierNames(const RunSummary& r, const RunSummary::StepTiers& s) {
+  std::vector<std::string> names;
+  if (s.file) names.push_back(r.s3_root.empty() ? "file" : "staged");
+  if (s.mirror) names.push_back("mirror");
+  if (s.s3) names.push_back("s3");
+  return names;
 }
 
 std::string At(const RunSummary& r, double t) {
@@ -245,13 +258,16 @@ void PrintReport(const RunSummary& r, std::ostream& out) {
   out << "\n";
   if (!r.mirror.empty()) {
     out << "mirror         " << r.checkpoints_in_mirror << " committed in " << r.mirror << "\n";
+  }
+  if (!r.s3_root.empty()) {
+    out << "s3 root        " << r.checkpoints_in_s3 << " committed in " << r.s3_root
+        << " (staged in " << r.ckpt_root << ")\n";
+  }
+  if (!r.mirror.empty() || !r.s3_root.empty()) {
     std::string t;
     for (size_t i = 0; i < r.tiers.size() && i < 8; ++i) {
-      const auto& s = r.tiers[i];
-      t += (t.empty() ? "" : ", ") + ("step " + std::to_string(s.step) + ": ") +
-           (s.file && s.mirror ? "file+mirror"
-            : s.file           ? "file"
-                               : "mirror");
+      t += (t.empty() ? "" : ", ") + ("step " + std::to_string(r.tiers[i].step) + ": ") +
+           Join(TierNames(r, r.tiers[i]), "+");
     }
     if (!t.empty()) out << "tiers          " << t << (r.tiers.size() > 8 ? ", ..." : "") << "\n";
   }
@@ -336,15 +352,12 @@ void PrintReportJson(const RunSummary& r, std::ostream& out) {
                       {"corrupt_in_root", r.corrupt_in_root},
                       {"latest_in_root", r.latest_in_root ? ojson(*r.latest_in_root) : ojson()}};
   ojson tiers = ojson::array();
-  for (const auto& s : r.tiers) {
-    ojson where = ojson::array();
-    if (s.file) where.push_back("file");
-    if (s.mirror) where.push_back("mirror");
-    tiers.push_back({{"step", s.step}, {"tiers", where}});
-  }
+  for (const auto& s : r.tiers) tiers.push_back({{"step", s.step}, {"tiers", TierNames(r, s)}});
   j["checkpoints"]["tiers"] = tiers;
   j["checkpoints"]["mirror"] = r.mirror.empty() ? ojson() : ojson(r.mirror);
   j["checkpoints"]["committed_in_mirror"] = r.checkpoints_in_mirror;
+  j["checkpoints"]["s3_root"] = r.s3_root.empty() ? ojson() : ojson(r.s3_root);
+  j["checkpoints"]["committed_in_s3"] = r.checkpoints_in_s3;
   ojson ins = ojson::array();
   for (const auto& in : r.interruptions) {
     ojson o = {

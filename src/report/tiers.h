@@ -1,13 +1,14 @@
-// Which tiers hold each checkpoint of a run (`ftrain report`): the file-system root and, when
-// the run's resolved config sets ckpt.mirror, the S3 mirror (listed, never written).
+// Which tiers hold each checkpoint of a run (`ftrain report`): the file-system root (with
+// ckpt.root = s3://..., its staging root) and, when the run's resolved config names one, the
+// S3 mirror (ckpt.mirror) or the S3 root (ckpt.root = s3://...): listed, never written.
 #pragma once
 
 #include "report/run_report.h"
 
 namespace ftrain::report {
 
-// Fills r->mirror, r->checkpoints_in_mirror and r->tiers; a mirror that cannot be listed
-// (no credentials here, an outage) adds a warning instead.
+// Fills r->mirror, r->checkpoints_in_mirror, r->s3_root, r->checkpoints_in_s3 and r->tiers;
+// a store that cannot be listed (no credentials here, an outage) adds a warning instead.
 void ReadCheckpointTiers(const std::string& run_dir, RunSummary* r);
 
 }  // namespace ftrain::report

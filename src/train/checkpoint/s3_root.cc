@@ -14,6 +14,7 @@
 #include "ckpt/store.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "train/config/mirror_config.h"
 
 namespace ftrain::train {
 namespace {
@@ -43,7 +44,13 @@ StatusOr<std::vector<int64_t>> PrepareAsLeader(const TrainConfig& cfg,
   Status s = (*store)->CheckUsable();
   if (s.ok()) s = (*store)->ClaimFence(generation);
   if (!s.ok()) return Status::FailedPrecondition("ckpt.root: " + s.message());
-  FT_RETURN_IF_ERROR(ckpt::MarkStagingRoot(cfg.ckpt.root, url));
+  FT_ASSIGN_OR_RETURN(S3UploadConfig knobs, ParseS3UploadConfig(cfg.raw));
+  data::UploadOptions upload;
+  upload.part_bytes = uint64_t(knobs.part_mb) << 20;
+  upload.threads = knobs.threads;
+  upload.max_bytes_per_s = static_cast<int64_t>(knobs.max_mb_s * 1e6);
+  // Recorded in S3_ROOT: every writer of this staging root (ckptd, a rank) uploads with them.
+  FT_RETURN_IF_ERROR(ckpt::MarkStagingRoot(cfg.ckpt.root, url, upload));
   FT_RETURN_IF_ERROR(
       ckpt::ReconcileStaging(cfg.ckpt.root, url, static_cast<int>(cfg.ckpt.keep)).status());
   FT_ASSIGN_OR_RETURN(auto remote, (*store)->List());

@@ -39,6 +39,25 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Sleeps between the tries of an upload until `deadline`, then gives up.
+ckpt::RetryWait UntilDeadline(Clock::time_point deadline) {
+  return [deadline](std::chrono::milliseconds ms) {
+    if (Clock::now() + ms > deadline) return false;
+    std::this_thread::sleep_for(ms);
+    return true;
+  };
+}
+
+// ckpt.root = s3://...: a durable save whose upload met an outage (`s`) tries it again until
+// `deadline`, so it reports success only once S3 holds the step (ckpt/s3_staging.h).
+Status RetryS3Outage(Status s, const std::string& root, int64_t step, int keep,
+                     Clock::time_point deadline) {
+  if (!ckpt::IsS3Outage(s)) return s;
+  auto url = ckpt::StagedS3Root(root);
+  if (!url.ok() || url->empty()) return s;  // a file-system root: no upload to retry
+  return ckpt::CommitStagedRetrying(root, step, keep, UntilDeadline(deadline));
+}
+
 }  // namespace
 
 CheckpointSink::CheckpointSink(CheckpointSinkOptions options, comm::Comm* world)
@@ -373,10 +392,19 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
     if (w[1] != 0) {
       Status s;
       bool c = false;
-      if (failed) {
+      const auto until = std::chrono::time_point_cast<Clock::duration>(deadline);
+      if (failed && staged && Env::Default()->IsDirectory(final_dir)) {
+        // Committed in the staging root, not on S3 (ckptd's upload failed): only the upload
+        // is left, and a rewrite of the shard would be refused there.
+        FT_LOG(Warning) << "rank " << options_.rank << " uploads step " << step_s << " to " << s3
+                        << " itself";
+        s = ckpt::CommitStagedRetrying(options_.root, meta.step, options_.keep,
+                                       UntilDeadline(until));
+      } else if (failed) {
         FT_LOG(Warning) << "rank " << options_.rank << " rewrites its shard of step " << step_s
                         << " synchronously";
-        s = SaveSync(meta, contents, &c);
+        s = RetryS3Outage(SaveSync(meta, contents, &c), options_.root, meta.step, options_.keep,
+                          until);
       }
       double x[1] = {s.ok() ? 0.0 : 1.0};
       FT_RETURN_IF_ERROR(ReduceMax(x, 1));
@@ -444,6 +472,12 @@ StatusOr<SaveOutcome> CheckpointSink::Save(const ckpt::CheckpointMeta& meta,
   Status local;
   bool committed_here = false;
   if (!via_daemon) local = SaveSync(meta, contents, &committed_here);
+  if (!via_daemon && durable && !local.ok()) {
+    const auto deadline = t0 + std::chrono::duration<double>(options_.flush_timeout_s);
+    local = RetryS3Outage(local, options_.root, meta.step, options_.keep,
+                          std::chrono::time_point_cast<Clock::duration>(deadline));
+    committed_here = local.ok();  // S3 holds it: the file-system commit came first
+  }
   double v[5] = {local.ok() ? 0.0 : 1.0, via_daemon ? 1.0 : 0.0, committed_here ? 1.0 : 0.0,
                  Since(t0), 0.0};
   FT_RETURN_IF_ERROR(ReduceMax(v, 5));

@@ -298,6 +298,7 @@ Status LoadCheckpointing(const Config& c, TrainConfig* out) {
   }
   // The object-store tier: validated here (exit 2 naming the key), read by the trainer.
   FT_ASSIGN_OR_RETURN(MirrorConfig mirror, ParseMirrorConfig(c));
+  FT_RETURN_IF_ERROR(ParseS3UploadConfig(c).status());
   return LoadS3Root(c, mirror, &t);
 }
 
