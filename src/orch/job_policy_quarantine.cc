@@ -147,7 +147,8 @@ Decision JobPolicy::QuarantineShrink(const std::vector<std::string>& bad, const 
     acts->push_back(Log("node " + n + " is quarantined (RUN/quarantine.jsonl; step exit " +
                         std::to_string(st_.rc) + ") and no spare is left: shrinking to " +
                         std::to_string(st_.train_nodes.size()) + " node(s), " +
-                        std::to_string(world) + " ranks (FTRAIN_ELASTIC); it stays in the "
+                        std::to_string(world) +
+                        " ranks (FTRAIN_ELASTIC); it stays in the "
                         "allocation, unused"));
     acts->push_back(Record("restarted", "shrink",
                            {records::Str("node", n),
