@@ -1196,8 +1196,9 @@ TEST(JobPolicySpares, AnElasticRunShrinksAwayFromAQuarantinedHost) {
   sim.StepExitWith(77, {{"n3", "sdc", 9, -1, true}});
   sim.Confirmed("");  // no node died
   EXPECT_EQ(sim.last.rule, "step.quarantine_shrunk") << sim.Text();
-  EXPECT_TRUE(sim.LastHas("record restarted/shrink {node=\"n3\",nodes=2,world=4,shrink=1,"
-                          "why=\"quarantine\""))
+  EXPECT_TRUE(
+      sim.LastHas("record restarted/shrink {node=\"n3\",nodes=2,world=4,shrink=1,"
+                  "why=\"quarantine\""))
       << sim.Text();
   EXPECT_TRUE(sim.LastHas("launch nodes=[n1 n2] hosts=[n1 n1 n2 n2] overlap")) << sim.Text();
   EXPECT_FALSE(sim.Did(Action::Kind::kQueryRoom));
