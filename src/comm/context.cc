@@ -355,7 +355,7 @@ StatusOr<Groups> BuildGroups(const c10::intrusive_ptr<c10d::Store>& store, const
   };
 #ifdef FTRAIN_WITH_NCCL
   if (options.backend == "nccl") {
-    *settings = PinNcclReductionOrder();  // before the first communicator
+    *settings = PinNcclReductionOrder(options.order_free);  // before the first communicator
     FT_LOG(Info) << "dist: " << *settings;
   }
 #else

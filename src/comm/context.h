@@ -20,6 +20,9 @@ struct DistOptions {
   bool build_node_groups = true;  // also create intra-node and inter-node groups
   // nccl: the CUDA device of this rank (the GPU Slurm bound to the task; -1 = local rank).
   int cuda_device = -1;
+  // nccl: every reduction that decides a step's bits is order-free (dist.reduce = exact), so
+  // NCCL's algorithm and protocol are not pinned (comm/nccl_comm.h PinNcclReductionOrder).
+  bool order_free = false;
 };
 
 // Reads FTRAIN_RDZV_TIMEOUT (seconds) over the defaults; errors name the variable.

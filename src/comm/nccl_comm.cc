@@ -455,12 +455,14 @@ class NcclComm : public Comm {
 
 }  // namespace
 
-std::string PinNcclReductionOrder() {
+std::string PinNcclReductionOrder(bool order_free) {
   // Ring all-reduce / reduce-scatter with the Simple protocol add in one fixed order for a
   // given world and topology; NCCL's tuner would otherwise pick per message size and
   // topology. A user who sets these (to tune) keeps theirs, and the log shows it.
-  ::setenv("NCCL_ALGO", "Ring", /*overwrite=*/0);
-  ::setenv("NCCL_PROTO", "Simple", /*overwrite=*/0);
+  if (!order_free) {
+    ::setenv("NCCL_ALGO", "Ring", /*overwrite=*/0);
+    ::setenv("NCCL_PROTO", "Simple", /*overwrite=*/0);
+  }
   int version = 0;
   ncclGetVersion(&version);  // on failure 0, printed as such
   std::string out = "NCCL " + std::to_string(version / 10000) + "." +
@@ -468,6 +470,7 @@ std::string PinNcclReductionOrder() {
   for (const char* var : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"}) {
     if (const char* v = std::getenv(var)) out += std::string(", ") + var + "=" + v;
   }
+  if (order_free) out += ", algorithm unpinned (dist.reduce = exact: integer sums)";
   return out;
 }
 

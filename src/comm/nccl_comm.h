@@ -35,7 +35,9 @@ StatusOr<std::unique_ptr<Comm>> SplitNcclComm(Comm& parent, int color, int key,
 // The NCCL settings that fix the reduction order for a given world, set in the environment
 // before the first communicator unless the user set them (NCCL_ALGO=Ring, NCCL_PROTO=Simple),
 // and the library's version: "NCCL 2.28.9, NCCL_ALGO=Ring NCCL_PROTO=Simple". For logs and
-// the checkpoint layout.
-std::string PinNcclReductionOrder();
+// the checkpoint layout. `order_free` (dist.reduce = exact: every sum of a step is an integer
+// sum or a MAX, the same in any order) pins nothing: NCCL's tuner may choose Tree, NVLS or
+// CollNet and LL/LL128, and the string says so.
+std::string PinNcclReductionOrder(bool order_free = false);
 
 }  // namespace ftrain::comm

@@ -359,6 +359,7 @@ Status StartDistributed(Run* run) {
   dopts.rdzv_timeout_s = static_cast<int>(cfg.dist.rdzv_timeout_s);
   dopts.cuda_device = run->dev.cuda_index;
   dopts.op_timeout_s = static_cast<int>(cfg.dist.timeout_s);
+  dopts.order_free = cfg.dist.exact_reduce;
   FT_ASSIGN_OR_RETURN(dopts, comm::DistOptionsFromEnv(dopts));
   FT_ASSIGN_OR_RETURN(run->ctx, comm::DistContext::Init(dopts));
   const comm::WorldInfo& world = run->ctx->world();
