@@ -47,6 +47,9 @@ export FTRAIN_CKPTD_MAX_RESTARTS="${FTRAIN_CKPTD_MAX_RESTARTS:-3}"
 export FTRAIN_SPARE_NODES="${FTRAIN_SPARE_NODES:-0}"            # hot spares (submit with --nodes=N+S --no-kill)
 export FTRAIN_SPARE_NODELIST="${FTRAIN_SPARE_NODELIST:-}"          # which (default: the last ones, not the batch host)
 export FTRAIN_SPARE_CHECK_S="${FTRAIN_SPARE_CHECK_S:-5}"          # how often a training step looks for lost spares
+export FTRAIN_ELASTIC="${FTRAIN_ELASTIC:-auto}"              # no spare left: shrink onto the survivors (auto: with dist.reduce = exact), 1, 0
+export FTRAIN_ELASTIC_MIN_NODES="${FTRAIN_ELASTIC_MIN_NODES:-1}"    # fewer training nodes than this: requeue instead
+export FTRAIN_ELASTIC_GROW_S="${FTRAIN_ELASTIC_GROW_S:-30}"       # while shrunk, ask Slurm this often for nodes to grow back (0: never)
 export FTRAIN_REPLICATION="${FTRAIN_REPLICATION:-auto}"         # buddy replication: auto (on with spares or a memory tier), 1, 0
 export FTRAIN_REPLICA_MEMORY_GB="${FTRAIN_REPLICA_MEMORY_GB:-8}"      # what a daemon holds for others
 export FTRAIN_REPLICATION_MBPS="${FTRAIN_REPLICATION_MBPS:-0}"      # cap on what a daemon sends its buddy (MB/s; 0 = none)
