@@ -1115,6 +1115,8 @@ TEST(JobPolicySpares, AShrunkElasticRunGrowsBackWhenTheJobGainsANode) {
   Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}, {"FTRAIN_ELASTIC_GROW_S", "10"}}));
   sim.start_quarantine = {{"n9", "sdc", 10, 1, true}};
   sim.StartTraining({"n1", "n2", "n3"});
+  EXPECT_TRUE(sim.AnyHas("6 ranks on n1 n2 n3, no spare")) << sim.Text();
+  EXPECT_TRUE(sim.AnyHas("it grows back when Slurm gives the job nodes again (asked every 10 s)"));
   sim.Tick();
   EXPECT_FALSE(sim.Did(Action::Kind::kExpand));  // full size: nothing to ask
   sim.Declared("n2");

@@ -206,15 +206,24 @@ Decision JobPolicy::ChooseSpares(std::vector<Action>* acts) {
     for (int i = 0; i < s_.ranks_per_node; ++i) st_.rank_hosts.push_back(n);
   }
   st_.train_target = st_.train_nodes.size();
-  acts->push_back(Log("spares: " + std::to_string(st_.rank_hosts.size()) + " ranks on " +
-                      Join(st_.train_nodes, " ") + ", spare " + Join(st_.spare_nodes, " ") +
-                      "; a failed training node is replaced in this allocation only if the job "
-                      "was submitted with --no-kill (else Slurm requeues it as without spares)"));
+  if (!st_.spare_nodes.empty() || !s_.elastic) {
+    acts->push_back(Log("spares: " + std::to_string(st_.rank_hosts.size()) + " ranks on " +
+                        Join(st_.train_nodes, " ") + ", spare " + Join(st_.spare_nodes, " ") +
+                        "; a failed training node is replaced in this allocation only if the "
+                        "job was submitted with --no-kill (else Slurm requeues it as without "
+                        "spares)"));
+  } else {
+    acts->push_back(Log(std::to_string(st_.rank_hosts.size()) + " ranks on " +
+                        Join(st_.train_nodes, " ") + ", no spare"));
+  }
   if (s_.elastic) {
     acts->push_back(
         Log("elastic (FTRAIN_ELASTIC): with no spare left, a failed training node's "
             "ranks are dropped and the run goes on on the survivors (at least " +
-            std::to_string(s_.elastic_min_nodes) + " node(s))"));
+            std::to_string(s_.elastic_min_nodes) + " node(s), --no-kill needed); it grows " +
+            "back when Slurm gives the job nodes again" +
+            (s_.elastic_grow_s > 0 ? " (asked every " + Fmt(s_.elastic_grow_s) + " s)"
+                                   : " (FTRAIN_ELASTIC_GROW_S=0: at the next requeue)")));
   }
   return {"", {}};
 }
