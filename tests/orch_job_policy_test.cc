@@ -1208,6 +1208,27 @@ TEST(JobPolicySpares, AnElasticRunShrinksAwayFromAQuarantinedHost) {
   EXPECT_TRUE(sim.LastHas("expand num_nodes=1 exclude=[n1 n2 n3]")) << sim.Text();
 }
 
+// Issue 47: the trainer refuses the shrunk world (exit 2: its memory plan does not fit fewer
+// nodes): no FAILED as for a configuration error, a requeue for the full allocation.
+TEST(JobPolicySpares, AShrunkWorldTheTrainerRefusesIsRequeuedForItsFullSize) {
+  Sim sim(NoPreflight({{"FTRAIN_ELASTIC", "1"}}));
+  sim.StartTraining({"n1", "n2", "n3"});
+  sim.Declared("n2");
+  sim.StepExit(137);
+  sim.NodesInJob({"n1", "n3"});
+  ASSERT_EQ(sim.last.rule, "step.dead_shrunk") << sim.Text();
+  sim.StepExit(2, "memory: the plan needs 61.2 GB per rank, cuda:0 has 79.1 GB");
+  EXPECT_EQ(sim.last.rule, "step.shrunk_refused") << sim.Text();
+  EXPECT_TRUE(sim.LastHas("refused the shrunk world of 2 of 3 training nodes")) << sim.Text();
+  EXPECT_TRUE(sim.LastHas("record step_failed/shrunk_refused {exit=2}")) << sim.Text();
+  EXPECT_TRUE(sim.Did(Action::Kind::kRequeue));
+  // At full size the same exit is the configuration's: FAILED, exit 2.
+  Sim full(NoPreflight({{"FTRAIN_ELASTIC", "1"}}));
+  full.StartTraining({"n1", "n2", "n3"});
+  full.StepExit(2, "bad key");
+  EXPECT_EQ(full.last.rule, "step.config_error") << full.Text();
+}
+
 // Too few nodes for the spares only: the dead node is excluded and the spares give way.
 TEST(JobPolicySpares, ADeadNodeWithoutSpareLeftAndRoomOnlyForTheTrainingNodesRequeuesFewer) {
   Sim sim(NoPreflight({{"FTRAIN_SPARE_NODES", "1"}}));

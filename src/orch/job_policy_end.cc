@@ -156,6 +156,22 @@ Decision JobPolicy::Decide(double now) {
         {});
   }
   if (Decision nf = NodeFaultAfterStep(); !nf.rule.empty()) return nf;  // exit 76
+  if ((rc == kExitConfig || !st_.config_error.empty()) &&
+      st_.train_nodes.size() < st_.train_target) {
+    // A shrunk elastic run the trainer refused (its plan does not fit the smaller world's
+    // memory, checked before the model is allocated): the full allocation may fit; a real
+    // configuration error fails the requeued start as always.
+    const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
+                                                     : st_.config_error.substr(0, 2000);
+    return Requeue(
+        "step.shrunk_refused",
+        {Log("the trainer refused the shrunk world of " + std::to_string(st_.train_nodes.size()) +
+             " of " + std::to_string(st_.train_target) + " training nodes (exit " + exit +
+             "): " + why + "; requeueing job " + st_.job + " for its full size"),
+         LastStop("shrunk_refused"),
+         Record("step_failed", "shrunk_refused", {records::Int("exit", rc)})},
+        {});
+  }
   if (rc == kExitConfig || !st_.config_error.empty()) {
     const std::string why = st_.config_error.empty() ? "see the ranks' messages above"
                                                      : st_.config_error.substr(0, 2000);
