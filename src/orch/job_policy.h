@@ -276,6 +276,8 @@ class JobPolicy {
               std::vector<Action>* acts);
   // FTRAIN_ELASTIC's grow-back (job_policy_grow.cc): while shrunk, ask Slurm for nodes; start
   // the agents of those the job gained; stop the ranks at a checkpoint; relaunch on them.
+  // Drops training node `n` and its ranks (a shrink); returns the new world size.
+  int64_t DropTrainingNode(const std::string& n);
   Decision QuarantineShrink(const std::vector<std::string>& bad, const std::string& rule,
                             std::vector<Action>* acts);
   Decision GrowAsk(const Observation& o);

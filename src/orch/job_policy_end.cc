@@ -400,16 +400,20 @@ Decision JobPolicy::ReplaceOrRequeue(const std::vector<std::string>& dead, doubl
                 acts);
 }
 
+int64_t JobPolicy::DropTrainingNode(const std::string& n) {
+  st_.train_nodes.erase(std::remove(st_.train_nodes.begin(), st_.train_nodes.end(), n),
+                        st_.train_nodes.end());
+  st_.rank_hosts.erase(std::remove(st_.rank_hosts.begin(), st_.rank_hosts.end(), n),
+                       st_.rank_hosts.end());
+  st_.shrinks += 1;
+  return static_cast<int64_t>(st_.rank_hosts.size());
+}
+
 bool JobPolicy::Shrink(const std::string& d, const std::vector<Field>& detection,
                        std::vector<Action>* acts) {
   const size_t left = st_.train_nodes.size() - (Contains(st_.train_nodes, d) ? 1 : 0);
   if (left < static_cast<size_t>(s_.elastic_min_nodes) || left == 0) return false;
-  st_.train_nodes.erase(std::remove(st_.train_nodes.begin(), st_.train_nodes.end(), d),
-                        st_.train_nodes.end());
-  st_.rank_hosts.erase(std::remove(st_.rank_hosts.begin(), st_.rank_hosts.end(), d),
-                       st_.rank_hosts.end());
-  st_.shrinks += 1;
-  const auto world = static_cast<int64_t>(st_.rank_hosts.size());
+  const int64_t world = DropTrainingNode(d);
   acts->push_back(Log("training node " + d + " failed (step exit " + std::to_string(st_.rc) +
                       ") and no spare is left: shrinking to " + std::to_string(left) +
                       " node(s), " + std::to_string(world) +

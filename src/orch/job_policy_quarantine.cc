@@ -138,12 +138,7 @@ Decision JobPolicy::QuarantineShrink(const std::vector<std::string>& bad, const 
     return {"", {}};
   }
   for (const auto& n : bad) {
-    st_.train_nodes.erase(std::remove(st_.train_nodes.begin(), st_.train_nodes.end(), n),
-                          st_.train_nodes.end());
-    st_.rank_hosts.erase(std::remove(st_.rank_hosts.begin(), st_.rank_hosts.end(), n),
-                         st_.rank_hosts.end());
-    st_.shrinks += 1;
-    const auto world = static_cast<int64_t>(st_.rank_hosts.size());
+    const int64_t world = DropTrainingNode(n);
     acts->push_back(Log("node " + n + " is quarantined (RUN/quarantine.jsonl; step exit " +
                         std::to_string(st_.rc) + ") and no spare is left: shrinking to " +
                         std::to_string(st_.train_nodes.size()) + " node(s), " +
