@@ -283,6 +283,7 @@ class JobPolicy {
   Decision GrowAsk(const Observation& o);
   Decision GrowAllocated(const Observation& o);
   Decision GrowAgentsReady(const Observation& o);
+  bool StoppedToGrow(int rc) const;
   Decision Grow();
   void GrowAbandoned(int rc, std::vector<Action>* acts);
   Decision ReplaceOrRequeue(const std::vector<std::string>& dead, double wall,

@@ -147,7 +147,7 @@ Decision JobPolicy::Decide(double now) {
                 {Log("training finished"), Record("finished", "complete"), LastStop("complete")},
                 0);
   }
-  if (st_.growing && rc == kExitRequeue && !st_.stop_requested) return Grow();
+  if (StoppedToGrow(rc)) return Grow();
   if (rc == kExitRequeue || st_.stop_requested) {
     return Requeue(
         "step.stopped",

@@ -89,6 +89,12 @@ Decision JobPolicy::GrowAgentsReady(const Observation& o) {
            usr1}};
 }
 
+// The step's end is the stop the growth asked for: exit 75 after our USR1, no user's stop and
+// no node declared meanwhile.
+bool JobPolicy::StoppedToGrow(int rc) const {
+  return st_.growing && rc == kExitRequeue && !st_.stop_requested && st_.detect_node.empty();
+}
+
 // The ranks stopped at a checkpoint (exit 75) for the growth: relaunch on the larger set.
 Decision JobPolicy::Grow() {
   const std::vector<std::string> gained = st_.grow_nodes;
@@ -116,8 +122,7 @@ Decision JobPolicy::Grow() {
 // The step ended otherwise while the run was growing (it finished, failed or was stopped):
 // the gained nodes, their agents running, stay in the job as spares.
 void JobPolicy::GrowAbandoned(int rc, std::vector<Action>* acts) {
-  if (st_.grow_nodes.empty()) return;
-  if (st_.growing && rc == kExitRequeue && !st_.stop_requested && st_.detect_node.empty()) return;
+  if (st_.grow_nodes.empty() || StoppedToGrow(rc)) return;
   acts->push_back(Log("elastic: the step ended (exit " + std::to_string(rc) +
                       ") before the run grew; " + Join(st_.grow_nodes, " ") +
                       " stay(s) in the job as spare(s)"));

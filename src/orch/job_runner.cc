@@ -453,12 +453,7 @@ void JobRunner::Expand(int count, std::vector<std::string> exclude,
                        const std::vector<std::string>& probe) {
   Observation o = Obs(Observation::Kind::kExpanded);
   for (const auto& n : probe) {  // a dead node looks idle to Slurm until SlurmdTimeout
-    auto addr = slurm_->SlurmdAddress(n);
-    const size_t sp = addr.ok() ? addr->find(' ') : std::string::npos;
-    if (sp == std::string::npos ||
-        ConnectProbe(addr->substr(0, sp), std::atoi(addr->c_str() + sp + 1), 2) != "open") {
-      exclude.push_back(n);
-    }
+    if (prober_->ProbeTcp(n) != "open") exclude.push_back(n);
   }
   auto gained = slurm_->Expand(ctx_.job, count, exclude);
   o.ok = gained.ok();
