@@ -154,14 +154,12 @@ TEST_F(S3TrainTest, S3RootKilledUploadIsInvisibleAndTheResumeFallsBackBitExactly
   }
   ASSERT_TRUE(fs::exists(faults)) << "step 10's commit never reached S3: " << ReadFile(run + ".log")
                                   << ReadFile(run + "/ckptd.log");
-  kill(daemon, SIGKILL);
-  waitpid(daemon, nullptr, 0);
+  SignalAndReap(daemon, SIGKILL);
   for (int rank : {0, 1}) {
     for (pid_t p : RankPids("s3root", rank)) kill(p, SIGKILL);
   }
   waitpid(pid, &status, 0);
-  kill(proxy, SIGTERM);
-  waitpid(proxy, nullptr, 0);
+  SignalAndReap(proxy, SIGTERM);
   // The killed commit is invisible: step 10's shards are there, its manifest is not.
   auto r = RunCommand(BinDir() + "/ckptctl list " + url + " 2>&1", 60);
   EXPECT_TRUE(Contains(r.output, "step-00000010  partial")) << r.output;
@@ -229,10 +227,8 @@ TEST_F(S3TrainTest, S3RootUploadThatMeetsAnOutageIsRetriedByCkptd) {
   }
   EXPECT_EQ(latest, 20) << ReadFile(run + "/ckptd.log");
   EXPECT_TRUE(Contains(ReadFile(run + "/ckpt-staging/S3_LATEST"), "step-00000020"));
-  kill(daemon, SIGTERM);
-  waitpid(daemon, nullptr, 0);
-  kill(proxy, SIGTERM);
-  waitpid(proxy, nullptr, 0);
+  SignalAndReap(daemon, SIGTERM);
+  SignalAndReap(proxy, SIGTERM);
 }
 
 // The same outage at a durable save (the final checkpoint): ckptd commits the step in the
@@ -248,10 +244,8 @@ TEST_F(S3TrainTest, S3RootDurableSaveUploadsWhatCkptdCouldNot) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "uploads step 20 to " + url + " itself")) << r.output;
   EXPECT_EQ(MirrorLatest(url), 20) << r.output;
-  kill(daemon, SIGTERM);
-  waitpid(daemon, nullptr, 0);
-  kill(proxy, SIGTERM);
-  waitpid(proxy, nullptr, 0);
+  SignalAndReap(daemon, SIGTERM);
+  SignalAndReap(proxy, SIGTERM);
 }
 
 // The same at a durable save without ckptd (ckpt.daemon = off): the committing rank's upload
@@ -269,8 +263,7 @@ TEST_F(S3TrainTest, S3RootDurableSyncSaveRetriesAnOutage) {
   auto r = RunCommand("AWS_ENDPOINT_URL=" + proxied + " " +
                           TrainCmd(run, "--ckpt.root=" + url + " --train.steps=20"),
                       600);
-  kill(proxy, SIGTERM);
-  waitpid(proxy, nullptr, 0);
+  SignalAndReap(proxy, SIGTERM);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "step 20 is staged, not committed")) << r.output;
   EXPECT_TRUE(Contains(r.output, "trying again in")) << r.output;
@@ -342,8 +335,7 @@ TEST_F(S3TrainTest, BadMirrorAndS3RootSettingsExitTwoBeforeStepOne) {
     EXPECT_TRUE(Contains(r.output, c.expect)) << c.extra << "\n" << r.output;
     EXPECT_TRUE(Losses(run).empty()) << c.extra;  // no step ran
   }
-  kill(proxy, SIGTERM);
-  waitpid(proxy, nullptr, 0);
+  SignalAndReap(proxy, SIGTERM);
 }
 
 }  // namespace
