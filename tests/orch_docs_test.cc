@@ -30,6 +30,14 @@ TEST(Docs, OperationsListsTheTransitionTableAsItIs) {
       << HandledTable();
 }
 
+TEST(Docs, DesignHoldsTheControllersMachineAsItIs) {
+  const std::string design = ReadFile(kRoot + "/docs/design.md");
+  ASSERT_FALSE(design.empty());
+  EXPECT_NE(design.find(MachineTable()), std::string::npos)
+      << "docs/design.md's machine is not `ftrain job --machine`; paste it:\n"
+      << MachineTable();
+}
+
 // docs/operations.md's exit-code table names every code of the trainer that the controller
 // acts on (records/exit_codes.h), in its `ftrain train` row.
 TEST(Docs, OperationsListsEveryTrainerExitCode) {

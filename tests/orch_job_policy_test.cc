@@ -229,6 +229,41 @@ std::map<std::string, std::string> NoPreflight(std::map<std::string, std::string
 
 // ---- the start ------------------------------------------------------------------------------
 
+// The machine covers the controller: every phase but `done` takes some observation, every
+// observation kind is taken in some phase, and no two rows without a guard take the same
+// (phase, kind) (the second could never fire).
+TEST(JobMachine, EveryPhaseAndObservationHasARowAndNoRowIsShadowed) {
+  std::set<std::string> phases, kinds, unguarded;
+  for (const auto& r : JobPolicy::Machine()) {
+    kinds.insert(r.observation);
+    std::vector<std::string> ps;
+    if (r.phases == "every phase") {
+      for (int p = 0; p < static_cast<int>(Phase::kDone); ++p) {
+        ps.push_back(PhaseName(static_cast<Phase>(p)));
+      }
+    } else {
+      std::stringstream in(r.phases);
+      for (std::string p; std::getline(in >> std::ws, p, ',');) ps.push_back(p);
+    }
+    for (const auto& p : ps) {
+      phases.insert(p);
+      if (r.when.empty()) {
+        EXPECT_TRUE(unguarded.insert(p + "/" + r.observation).second)
+            << "two rows without a guard take " << r.observation << " in " << p;
+      }
+    }
+  }
+  for (int p = 0; p < static_cast<int>(Phase::kDone); ++p) {
+    EXPECT_TRUE(phases.count(PhaseName(static_cast<Phase>(p))))
+        << "no row in phase " << PhaseName(static_cast<Phase>(p));
+  }
+  EXPECT_FALSE(phases.count("done")) << "the job has ended in `done`";
+  for (int k = 0; k < kObservationKinds; ++k) {
+    EXPECT_TRUE(kinds.count(KindName(static_cast<Observation::Kind>(k))))
+        << "no row takes " << KindName(static_cast<Observation::Kind>(k));
+  }
+}
+
 TEST(JobPolicyStart, FirstStartRecordsAndResetsTheFailedStartCount) {
   Sim sim;
   Observation st = Obs(K::kStarted);

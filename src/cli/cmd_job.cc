@@ -2,7 +2,9 @@
 // so `--signal=B:USR1` reaches it) and the node agent that runs on every node of the job (one
 // step each). Flags and settings only; the work is in src/orch (job_runner.h, agent_runner.h).
 // `ftrain job --dry-run FILE` prints the policy's decisions for recorded observations;
-// `ftrain job --table` the table of what the job script handles (docs/operations.md).
+// `ftrain job --table` the table of what the job script handles (docs/operations.md);
+// `ftrain job --machine` the controller's routes, phases, observations and actions
+// (docs/design.md).
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -22,17 +24,19 @@ namespace po = boost::program_options;
 int RunJob(int argc, char** argv) {
   const std::string program = "ftrain job";
   po::options_description opts(
-      "ftrain job [--script PATH] | --dry-run FILE | --table\n"
+      "ftrain job [--script PATH] | --dry-run FILE | --table | --machine\n"
       "The Slurm job controller (slurm/train.sh execs it; settings: FTRAIN_* variables, see\n"
       "docs/operations.md)");
   std::string script, dry_run;
-  bool table = false;
+  bool table = false, machine = false;
   opts.add_options()("help,h", "show this help")(
       "script", po::value<std::string>(&script),
       "the batch script as Slurm runs it (saved for a resubmission if the batch host dies)")(
       "dry-run", po::value<std::string>(&dry_run),
       "print the decisions for the observations in FILE ('-': stdin); runs nothing")(
-      "table", po::bool_switch(&table), "print the table of what the job script handles");
+      "table", po::bool_switch(&table), "print the table of what the job script handles")(
+      "machine", po::bool_switch(&machine),
+      "print the controller's machine: (phase, observation) -> handler, and its kinds");
   po::variables_map vm;
   Status s = ParseFlags(program, argc, argv, opts, {}, &vm);
   if (!s.ok()) return Fail(program, s);
@@ -42,6 +46,10 @@ int RunJob(int argc, char** argv) {
   }
   if (table) {
     std::cout << orch::HandledTable();
+    return kExitOk;
+  }
+  if (machine) {
+    std::cout << orch::MachineTable();
     return kExitOk;
   }
   if (!dry_run.empty()) {

@@ -24,7 +24,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 const std::map<std::string, Observation::Kind>& Kinds() {
   static const std::map<std::string, Observation::Kind> k = [] {
     std::map<std::string, Observation::Kind> m;
-    for (int i = 0; i <= static_cast<int>(Observation::Kind::kExpanded); ++i) {
+    for (int i = 0; i < kObservationKinds; ++i) {
       const auto kind = static_cast<Observation::Kind>(i);
       m[KindName(kind)] = kind;
     }
@@ -178,6 +178,26 @@ std::string HandledTable() {
     s += std::string("| ") + r.what + " | " + r.does + " | `" + r.id + "` |\n";
   }
   return s;
+}
+
+std::string MachineTable() {
+  std::string s = "| phase | observation | when | handler |\n|---|---|---|---|\n";
+  for (const auto& r : JobPolicy::Machine()) {
+    s += "| " + r.phases + " | `" + r.observation + "` | " + r.when + " | `" + r.handler + "` |\n";
+  }
+  s += "\nPhases: ";
+  for (int p = 0; p <= static_cast<int>(Phase::kDone); ++p) {
+    s += std::string(p ? ", " : "") + "`" + PhaseName(static_cast<Phase>(p)) + "`";
+  }
+  s += ".\n\nObservations (`Observation::Kind`): ";
+  for (int k = 0; k < kObservationKinds; ++k) {
+    s += std::string(k ? ", " : "") + "`" + KindName(static_cast<Observation::Kind>(k)) + "`";
+  }
+  s += ".\n\nActions (`Action::Kind`): ";
+  for (int k = 0; k < kActionKinds; ++k) {
+    s += std::string(k ? ", " : "") + "`" + KindName(static_cast<Action::Kind>(k)) + "`";
+  }
+  return s + ".\n";
 }
 
 }  // namespace ftrain::orch

@@ -3,7 +3,7 @@
 //   SECONDS KIND key=value ...        e.g.  12.5 step_exited rc=137
 // Lists are comma-separated (nodes=n1,n2); `env NAME=VALUE` lines (before the first
 // observation) set FTRAIN_* settings; `#` starts a comment. --table prints the transition
-// table's rows that docs/operations.md lists.
+// table's rows that docs/operations.md lists, --machine the machine docs/design.md holds.
 #pragma once
 
 #include <iosfwd>
@@ -20,5 +20,8 @@ StatusOr<std::optional<Observation>> ParseObservationLine(const std::string& lin
 Status DryRun(const std::string& text, std::ostream& out);
 // The table of what the job script handles (markdown), from kRules.
 std::string HandledTable();
+// The controller's machine (markdown): JobPolicy's routes, then its phases, observations and
+// actions. docs/design.md holds it (tests/orch_docs_test.cc).
+std::string MachineTable();
 
 }  // namespace ftrain::orch

@@ -1,5 +1,5 @@
-// orch/job_policy.cc - JobPolicy, part 2: the dispatch of observations by phase, the records'
-// and actions' constructors, the launch and the training step (detection, spare checks). The
+// orch/job_policy.cc - JobPolicy, part 2: the records' and actions' constructors, the launch
+// and the training step (detection, spare checks); the dispatch is job_machine.cc's table. The
 // start is in job_policy_start.cc, stop requests and TERM in job_policy_stop.cc, a step's end
 // and the job's end in job_policy_end.cc. Each decision names its rule in kRules
 // (job_rules.cc).
@@ -120,85 +120,6 @@ std::vector<std::string> JobPolicy::LiveNodes() const {
   return live;
 }
 
-Decision JobPolicy::On(const Observation& o) {
-  using K = Observation::Kind;
-  if (o.wall > 0) st_.wall = o.wall;
-  if (o.kind == K::kSignal) return OnSignal(o);
-  switch (st_.phase) {
-    case Phase::kStart:
-      if (o.kind == K::kStarted) return Start(o);
-      break;
-    case Phase::kLease:
-      if (o.kind == K::kLease) return Leased(o);
-      break;
-    case Phase::kPreflight:
-      if (o.kind == K::kPreflightExited) return Preflight(o);
-      break;
-    case Phase::kLocalising:
-      if (o.kind == K::kLocalised) return Localised(o);
-      break;
-    case Phase::kAgents:
-      if (o.kind == K::kAgentsReady) return Agents(o);
-      break;
-    case Phase::kTraining:
-      if (o.kind == K::kLeaseRenewFailed) return LeaseRenewFailed(o);
-      return Training(o);
-    case Phase::kStopping:
-      return Stopping(o);
-    case Phase::kConfirming:
-      if (o.kind == K::kConfirmed) return AfterConfirm(o);
-      break;
-    case Phase::kFindingDead:
-      if (o.kind == K::kNodesInJob) return FoundDead(o);
-      break;
-    case Phase::kHealthPoll:
-      return HealthPoll(o);
-    case Phase::kProbing:
-      if (o.kind == K::kHealth) return Probed(o);
-      break;
-    case Phase::kHealthWait:
-      return HealthWait(o);
-    case Phase::kCounting:
-      if (o.kind == K::kFailedStartCounted) return Counted(o);
-      break;
-    case Phase::kBackoff:
-      return Backoff(o);
-    case Phase::kLeaseRetry:
-      return LeaseRetry(o);
-    case Phase::kAskingJob:
-      return AskingJob(o);
-    case Phase::kCheckingRoom:
-      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
-      if (o.kind == K::kTick) return RoomAskAgain(o);
-      if (o.kind != K::kRoom) break;
-      if (!o.known && RoomUnanswered(o.now)) return {"", {}};
-      st_.room_unknown_since = st_.room_ask_at = -1;
-      if (st_.room_for == "after_requeue") return RoomAfterRequeue(o);
-      st_.room_known = true;
-      return st_.room_for == "dead" ? DeadRoomKnown(o) : RoomKnown(o);
-      break;
-    case Phase::kReleasing:
-    case Phase::kWaitingFlag:
-    case Phase::kRequeueing:
-    case Phase::kDraining:
-      if (o.kind == K::kJobState && st_.term_ending) return EndingJobState(o);
-      if (o.kind == K::kRequeued && !o.ok && o.job_state == "CANCELLED") {
-        return RequeueRefusedCancelled(o);
-      }
-      if (o.kind == K::kRequeued && o.ok && st_.phase == Phase::kRequeueing &&
-          NeedsRoomAfterRequeue()) {
-        st_.held_requeued = o;  // the exclusion waits for the partition's room
-        st_.room_for = "after_requeue";
-        st_.phase = Phase::kCheckingRoom;
-        return {"end.room_after_requeue", {Act(Action::Kind::kQueryRoom)}};
-      }
-      return Ending(o);
-    case Phase::kDone:
-      break;
-  }
-  return {"", {}};  // nothing to do (a tick, or an answer nobody waits for any more)
-}
-
 Decision JobPolicy::Launch(std::string rule, std::vector<Action> before) {
   Action l = Act(Action::Kind::kLaunch);
   const size_t ranks = st_.spares ? st_.rank_hosts.size()
@@ -227,52 +148,48 @@ Decision JobPolicy::Launch(std::string rule, std::vector<Action> before) {
   return {std::move(rule), std::move(before)};
 }
 
-Decision JobPolicy::Training(const Observation& o) {
-  using K = Observation::Kind;
-  switch (o.kind) {
-    case K::kStepExited:
-      return StepExited(o);
-    case K::kNodeDeclared: {
-      if (std::find(st_.declared.begin(), st_.declared.end(), o.node) != st_.declared.end()) {
-        return {"", {}};  // declared already: the step is ending
-      }
-      st_.declared.push_back(o.node);
-      st_.detect_node = o.node;
-      st_.detect_fields = o.fields;
-      std::vector<Action> acts{Log(o.detail), Act(Action::Kind::kEndStep)};
-      // Released from the job, Slurm no longer waits for the node (best effort): when a spare
-      // takes its ranks or the run shrinks without it (FTRAIN_ELASTIC).
-      const bool shrinks = s_.elastic && st_.train_nodes.size() > 1 &&
-                           st_.train_nodes.size() - 1 >= static_cast<size_t>(s_.elastic_min_nodes);
-      if (st_.spares && (!st_.spare_nodes.empty() || shrinks)) {
-        Action rel = Act(Action::Kind::kRelease);
-        rel.nodes = st_.declared;
-        acts.push_back(rel);
-      }
-      return {"train.declared", acts};
-    }
-    case K::kHeartbeatLate:
-      return {"train.heartbeat_late", {Log(o.detail), Record("heartbeat_late", "none", o.fields)}};
-    case K::kExpanded:
-      return GrowAllocated(o);
-    case K::kAgentsReady:
-      return GrowAgentsReady(o);
-    case K::kTick:
-      if (Decision g = GrowAsk(o); !g.rule.empty()) return g;
-      if (st_.next_spare_check < 0) st_.next_spare_check = o.now + s_.spare_check_s;
-      if (st_.spares && !st_.spare_nodes.empty() && o.now >= st_.next_spare_check) {
-        st_.next_spare_check = o.now + s_.spare_check_s;
-        return {"train.spare_check", {Act(Action::Kind::kQueryNodesInJob)}};
-      }
-      return {"", {}};
-    case K::kNodesInJob: {
-      std::vector<Action> acts;
-      if (o.known) DropLostSpares(o.nodes, "while the ranks train", &acts);
-      return {acts.empty() ? "" : "train.spare_lost", acts};
-    }
-    default:
-      return {"", {}};
+// A node declared dead or hung by the detector: the step ends; its ranks go to a spare or the
+// run shrinks without it (FTRAIN_ELASTIC), or the job is requeued, once the step has ended.
+Decision JobPolicy::NodeDeclared(const Observation& o) {
+  if (std::find(st_.declared.begin(), st_.declared.end(), o.node) != st_.declared.end()) {
+    return {"", {}};  // declared already: the step is ending
   }
+  st_.declared.push_back(o.node);
+  st_.detect_node = o.node;
+  st_.detect_fields = o.fields;
+  std::vector<Action> acts{Log(o.detail), Act(Action::Kind::kEndStep)};
+  // Released from the job, Slurm no longer waits for the node (best effort): when a spare
+  // takes its ranks or the run shrinks without it (FTRAIN_ELASTIC).
+  const bool shrinks = s_.elastic && st_.train_nodes.size() > 1 &&
+                       st_.train_nodes.size() - 1 >= static_cast<size_t>(s_.elastic_min_nodes);
+  if (st_.spares && (!st_.spare_nodes.empty() || shrinks)) {
+    Action rel = Act(Action::Kind::kRelease);
+    rel.nodes = st_.declared;
+    acts.push_back(rel);
+  }
+  return {"train.declared", acts};
+}
+
+Decision JobPolicy::HeartbeatLate(const Observation& o) {
+  return {"train.heartbeat_late", {Log(o.detail), Record("heartbeat_late", "none", o.fields)}};
+}
+
+// While the step trains: ask to grow back (FTRAIN_ELASTIC), or check that the spares are
+// still in the job every FTRAIN_SPARE_CHECK_S.
+Decision JobPolicy::TrainingTick(const Observation& o) {
+  if (Decision g = GrowAsk(o); !g.rule.empty()) return g;
+  if (st_.next_spare_check < 0) st_.next_spare_check = o.now + s_.spare_check_s;
+  if (st_.spares && !st_.spare_nodes.empty() && o.now >= st_.next_spare_check) {
+    st_.next_spare_check = o.now + s_.spare_check_s;
+    return {"train.spare_check", {Act(Action::Kind::kQueryNodesInJob)}};
+  }
+  return {"", {}};
+}
+
+Decision JobPolicy::SparesInJob(const Observation& o) {
+  std::vector<Action> acts;
+  if (o.known) DropLostSpares(o.nodes, "while the ranks train", &acts);
+  return {acts.empty() ? "" : "train.spare_lost", acts};
 }
 
 // Spares no longer in the job (Slurm took them out): dropped, recorded, the ring re-formed.

@@ -3,9 +3,11 @@
 // Slurm in here: the runner (orch/job_runner.h) turns actions into processes and Slurm
 // commands and their outcomes into observations; the unit tests (tests/orch_job_policy_test.cc)
 // drive it with synthetic observations in milliseconds; `ftrain job --dry-run` prints the
-// decisions for a recorded sequence. kRules is the transition table: docs/design.md draws it,
-// docs/operations.md's table of what the job script handles is checked against it, and every
-// rule has a unit test (the test binary fails when one never fired).
+// decisions for a recorded sequence. The machine is data: Routes() (job_machine.cc) maps (phase,
+// observation kind, guard) to the handler that decides; docs/design.md holds its print. Each
+// handler names the rule(s) of kRules (job_rules.cc) it applied: docs/operations.md's table of
+// what the job script handles is checked against kRules, and every rule has a unit test (the
+// test binary fails when one never fired).
 #pragma once
 
 #include <optional>
@@ -45,7 +47,17 @@ enum class Phase {
 };
 const char* PhaseName(Phase p);
 
-// One row of the transition table.
+// The sub-states of a phase, typed. What the partition's room is asked for (kCheckingRoom):
+// a requeue excluding quarantined or faulty nodes, one excluding dead nodes
+// (job_policy_requeue_checks.cc), or a verified requeue held for the answer.
+enum class RoomFor { kNone, kQuarantine, kDead, kAfterRequeue };
+// What a localisation (kLocalising) follows: the pre-flight check, or repeated rank failures.
+enum class LocaliseAfter { kPreflight, kRankFailure };
+const char* LocaliseAfterName(LocaliseAfter a);  // "preflight", "rank_failure" (records)
+// What a failed start's count (kCounting) is for: rank failures, or a rollback (exit 79).
+enum class Counting { kRankFailure, kRollback };
+
+// One row of the rules: what a handler decided, with its id (Decision::rule).
 struct Rule {
   const char* id;
   const char* phase;  // where it applies, in words
@@ -96,7 +108,7 @@ struct JobState {
   int resubmits = 0;
   std::vector<std::string> spare_list;  // FTRAIN_SPARE_NODELIST, expanded
   // Where things stand.
-  std::string localise_after;        // "preflight" or "rank_failure": what a localisation follows
+  LocaliseAfter localise_after = LocaliseAfter::kPreflight;
   Phase asked_from = Phase::kStart;  // the phase a TERM's question interrupted
   // A TERM's question: when the TERM came, when to ask again, whether slurmctld's silence was
   // seen already, and a step's exit that came while asking (handled once the answer is known).
@@ -137,7 +149,7 @@ struct JobState {
   bool rollback_recorded = false;
   std::string rollback_checkpoint;
   int rollback_restarts = 0;
-  std::string counting = "rank_failure";  // what a failed start counts: rank_failure | rollback
+  Counting counting = Counting::kRankFailure;
   // Exit 74 (the checkpoint storage unreadable at resume): when the current run of 74s began
   // (-1: none), how many, the next back-off; storage_wait: the back-off is the outage's.
   double storage_since = -1;
@@ -147,9 +159,7 @@ struct JobState {
   bool storage_wait = false;
   // RUN/.node_requeues ("NEWEST COUNT") as this start found it, then as it wrote it.
   std::string node_requeues;
-  // What the partition's room is asked for (kCheckingRoom): "quarantine" or "dead" (a requeue
-  // excluding dead nodes, job_policy_requeue_checks.cc).
-  std::string room_for;
+  RoomFor room_for = RoomFor::kNone;
   std::string dead_seen;    // Slurm's view of the dead nodes after the wait for the flag
   bool room_known = false;  // this end asked the partition's room already
   std::optional<Observation> held_requeued;  // a verified requeue, held for the room's answer
@@ -177,10 +187,22 @@ std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
                                     const std::vector<bool>& alone_ok,
                                     const std::vector<bool>& pair_ok);
 
+// One row of the machine in words (docs/design.md, `ftrain job --machine`).
+struct MachineRow {
+  std::string phases;       // "a, b" ("every phase")
+  std::string observation;  // Observation::Kind's name
+  std::string when;         // the guard ("" : always)
+  std::string handler;      // JobPolicy's member that decides
+};
+
 class JobPolicy {
  public:
   explicit JobPolicy(JobSettings settings);
+  // The machine (job_machine.cc): the first row of Routes() whose phase, observation kind and
+  // guard match decides; an observation no row takes changes nothing (a tick, or an answer
+  // nobody waits for any more).
   Decision On(const Observation& o);
+  static std::vector<MachineRow> Machine();
   const JobState& state() const { return st_; }
   // The stop timeout: FTRAIN_STOP_TIMEOUT_S, shortened so that the ranks' stop, the kill
   // grace and the requeue's budget end inside the USR1 lead (FTRAIN_USR1_LEAD_S; with `lead_s`,
@@ -202,30 +224,62 @@ class JobPolicy {
   static constexpr double kStorageBackoffMaxS = 120;
 
  private:
+  using Handler = Decision (JobPolicy::*)(const Observation&);
+  using Guard = bool (JobPolicy::*)(const Observation&) const;
+  // One row of the machine: in one of `phases` (empty: every phase), an observation of `kind`
+  // for which `when` holds (nullptr: always) goes to `handle`.
+  struct Route {
+    std::vector<Phase> phases;
+    Observation::Kind kind;
+    Guard when;
+    const char* when_text;
+    Handler handle;
+    const char* handler;
+  };
+  static const std::vector<Route>& Routes();
+  // The guards.
+  bool IsTerm(const Observation& o) const { return o.signal == "TERM"; }
+  bool IsUsr1(const Observation& o) const { return o.signal == "USR1"; }
+  bool TermAsked(const Observation&) const { return st_.term_ending; }
+  bool RefusedAsCancelled(const Observation& o) const {
+    return !o.ok && o.job_state == "CANCELLED";
+  }
+
   Decision Start(const Observation& o);
   Decision Leased(const Observation& o);
   Decision AfterLease();
   Decision Preflight(const Observation& o);
   Decision Localised(const Observation& o);
   Decision Agents(const Observation& o);
-  Decision Training(const Observation& o);
-  Decision Stopping(const Observation& o);
+  Decision NodeDeclared(const Observation& o);
+  Decision HeartbeatLate(const Observation& o);
+  Decision TrainingTick(const Observation& o);
+  Decision SparesInJob(const Observation& o);
+  Decision StopTick(const Observation& o);
   Decision AfterConfirm(const Observation& o);
   Decision FoundDead(const Observation& o);
   Decision Decide(double now);
-  Decision HealthPoll(const Observation& o);
+  Decision HealthPollTick(const Observation& o);
+  Decision HealthPolled(const Observation& o);
   Decision Probed(const Observation& o);
   Decision HealthWait(const Observation& o);
   Decision Counted(const Observation& o);
   Decision Backoff(const Observation& o);
   Decision JobStateKnown(const Observation& o);
-  Decision AskingJob(const Observation& o);
+  Decision HoldExit(const Observation& o);
+  Decision TermAskTick(const Observation& o);
+  Decision TermAsk(const Observation& o);
+  Decision Usr1(const Observation& o);
   Decision TermUnanswered(double now);
   Decision TermRequeue(std::string rule, const std::string& sig, std::string why);
   Decision LeaseRenewFailed(const Observation& o);
   Decision LeaseRetry(const Observation& o);
   double RequeueBudget() const;
-  Decision Ending(const Observation& o);
+  Decision Released(const Observation& o);
+  Decision FlagWaited(const Observation& o);
+  Decision Requeued(const Observation& o);
+  Decision RequeueDone(const Observation& o);
+  Decision Drained(const Observation& o);
 
   Decision Launch(std::string rule, std::vector<Action> before = {});
   Decision ChooseSpares(std::vector<Action>* acts);
@@ -235,6 +289,7 @@ class JobPolicy {
   Decision NodeFaultAfterProbe(const Observation& health);
   Decision MoveOffFaultyNodes(const std::vector<std::string>& bad,
                               const std::vector<NodeFaultLine>& lines, const std::string& why);
+  Decision RoomAnswered(const Observation& o);
   Decision RoomKnown(const Observation& o);
   bool RoomUnanswered(double now);
   Decision RoomAskAgain(const Observation& o);
@@ -269,7 +324,6 @@ class JobPolicy {
   void DropLostSpares(const std::vector<std::string>& in_job, const std::string& when,
                       std::vector<Action>* acts);
   std::vector<std::string> DeadOf(const Observation& nodes_in_job) const;
-  bool IsEnding() const;
   // FTRAIN_ELASTIC: drops the dead training node `d` and its ranks (no spare left); false
   // when the survivors would be fewer than FTRAIN_ELASTIC_MIN_NODES.
   bool Shrink(const std::string& d, const std::vector<records::Field>& detection,
@@ -292,7 +346,6 @@ class JobPolicy {
   Decision RequeueExcludingDead(std::string rule, std::vector<Action> acts);
   Decision RequeueStopped(const std::string& during);
   Decision Fail(std::string rule, std::vector<Action> acts, int code);
-  Decision OnSignal(const Observation& o);
   std::vector<records::Field> DetectionFields(const std::string& node, double wall) const;
   std::vector<std::string> LiveNodes() const;
   Action Record(const std::string& event, const std::string& cause,

@@ -259,13 +259,14 @@ Decision JobPolicy::Probed(const Observation& o) {
   return {"step.unhealthy", acts};
 }
 
-Decision JobPolicy::HealthPoll(const Observation& o) {
-  using K = Observation::Kind;
-  if (o.kind == K::kTick && o.now >= st_.next_poll) {
-    st_.next_poll = o.now + 1;
-    return {"healthpoll.look", {Act(Action::Kind::kQueryNodesInJob)}};
-  }
-  if (o.kind != K::kNodesInJob) return {"", {}};
+// Spares: a node does not answer; Slurm's view of the job is asked every second.
+Decision JobPolicy::HealthPollTick(const Observation& o) {
+  if (o.now < st_.next_poll) return {"", {}};
+  st_.next_poll = o.now + 1;
+  return {"healthpoll.look", {Act(Action::Kind::kQueryNodesInJob)}};
+}
+
+Decision JobPolicy::HealthPolled(const Observation& o) {
   std::vector<Action> acts;
   if (o.known) DropLostSpares(o.nodes, "", &acts);
   const std::vector<std::string> dead = DeadOf(o);
@@ -283,7 +284,7 @@ Decision JobPolicy::HealthPoll(const Observation& o) {
 }
 
 Decision JobPolicy::HealthWait(const Observation& o) {
-  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  if (o.now < st_.wait_until) return {"", {}};
   return Requeue("healthwait.timeout",  // counted when the wait began (step.unhealthy)
                  {Log("Slurm did not requeue within " + Fmt(s_.health_wait_s) +
                       " s: requeueing job " + st_.job),
@@ -299,7 +300,7 @@ Decision JobPolicy::RankFailure(double now) {
   const std::vector<std::string>& nodes = st_.spares ? st_.train_nodes : st_.all_nodes;
   if (st_.injob_restarts >= 1 && s_.preflight && !st_.localised && !nodes.empty()) {
     st_.localised = true;
-    st_.localise_after = "rank_failure";
+    st_.localise_after = LocaliseAfter::kRankFailure;
     st_.phase = Phase::kLocalising;
     return {"step.localise",
             {Log("training step failed again (exit " + exit +
@@ -309,7 +310,7 @@ Decision JobPolicy::RankFailure(double now) {
   }
   if (st_.injob_restarts >= s_.max_injob_restarts) {
     st_.phase = Phase::kCounting;
-    st_.counting = "rank_failure";
+    st_.counting = Counting::kRankFailure;
     return {"step.count_failed_start", {Act(Action::Kind::kCountFailedStart)}};
   }
   st_.injob_restarts += 1;
@@ -328,7 +329,7 @@ Decision JobPolicy::RankFailure(double now) {
 Decision JobPolicy::Counted(const Observation& o) {
   const std::string exit = std::to_string(st_.rc);
   const std::string n = std::to_string(o.count), k = std::to_string(s_.max_failed_starts);
-  if (st_.counting == "rollback") return RollbackCounted(o);
+  if (st_.counting == Counting::kRollback) return RollbackCounted(o);
   if (o.count >= s_.max_failed_starts) {
     return Fail(
         "failed_start.fail",
@@ -357,7 +358,7 @@ Decision JobPolicy::Counted(const Observation& o) {
 }
 
 Decision JobPolicy::Backoff(const Observation& o) {
-  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  if (o.now < st_.wait_until) return {"", {}};
   if (!st_.storage_wait) st_.backoff_s *= 2;  // a storage outage keeps its own (StorageOutage)
   st_.storage_wait = false;
   return Launch("backoff.relaunch");
@@ -427,7 +428,7 @@ bool JobPolicy::Shrink(const std::string& d, const std::vector<Field>& detection
 }
 
 Decision JobPolicy::Localised(const Observation& o) {
-  const bool after_preflight = st_.localise_after == "preflight";
+  const bool after_preflight = st_.localise_after == LocaliseAfter::kPreflight;
   if (o.nodes.empty()) {
     if (after_preflight) return PreflightFailed();
     return RankFailure(o.now);  // every node passes alone: not a node's fault
@@ -447,11 +448,14 @@ Decision JobPolicy::Localised(const Observation& o) {
   if (!st_.spares || bad_train.size() > st_.spare_nodes.size()) {
     st_.faulty = o.nodes;
     acts.push_back(LastStop("node_fault"));
-    acts.push_back(Record(
-        after_preflight ? "preflight_failed" : "step_failed", "node_fault",
-        {records::Str("nodes", Join(o.nodes, ",")), records::Str("after", st_.localise_after)}));
+    acts.push_back(Record(after_preflight ? "preflight_failed" : "step_failed", "node_fault",
+                          {records::Str("nodes", Join(o.nodes, ",")),
+                           records::Str("after", LocaliseAfterName(st_.localise_after))}));
     acts.push_back(Log("requeueing job " + st_.job + " excluding " + Join(o.nodes, ",")));
-    KeepOutFaulty(o.nodes, "failed the localisation after the " + st_.localise_after, &acts);
+    KeepOutFaulty(
+        o.nodes,
+        std::string("failed the localisation after the ") + LocaliseAfterName(st_.localise_after),
+        &acts);
     return CheckRoomForFaulty("localise.exclude", o.nodes, acts);
   }
   for (const auto& n : bad_train) {  // a spare takes each bad node's ranks
@@ -465,7 +469,10 @@ Decision JobPolicy::Localised(const Observation& o) {
                 records::Int("spares_left", static_cast<int64_t>(st_.spare_nodes.size())),
                 records::Int("replacement", st_.replacements)}));
   }
-  KeepOutFaulty(o.nodes, "failed the localisation after the " + st_.localise_after, &acts);
+  KeepOutFaulty(
+      o.nodes,
+      std::string("failed the localisation after the ") + LocaliseAfterName(st_.localise_after),
+      &acts);
   acts.push_back(WithNodes(Action::Kind::kRelease, o.nodes));  // out of the job: not used again
   acts.push_back(WithNodes(Action::Kind::kWriteJobNodes, LiveNodes()));
   if (after_preflight) {
@@ -540,61 +547,76 @@ Decision JobPolicy::Fail(std::string rule, std::vector<Action> acts, int code) {
   return {std::move(rule), acts};
 }
 
-Decision JobPolicy::Ending(const Observation& o) {
-  using K = Observation::Kind;
+// ---- the job's end: release, the flag, the requeue, the agents -------------------------------
+
+Decision JobPolicy::Released(const Observation& o) {
+  st_.released = o.ok;
+  st_.phase = Phase::kWaitingFlag;
+  Action w = WithNodes(Action::Kind::kWaitNotResponding, st_.declared);
+  w.seconds = s_.norespond_wait_s;
+  return {"end.released", {w}};
+}
+
+Decision JobPolicy::FlagWaited(const Observation& o) {
+  return AskRoomForDead(o.detail);  // job_policy_requeue_checks.cc
+}
+
+// A verified requeue whose exclusion leaves the partition short waits for its room
+// (RoomAfterRequeue); every other one ends here.
+Decision JobPolicy::Requeued(const Observation& o) {
+  if (o.ok && NeedsRoomAfterRequeue()) {
+    st_.held_requeued = o;
+    st_.room_for = RoomFor::kAfterRequeue;
+    st_.phase = Phase::kCheckingRoom;
+    return {"end.room_after_requeue", {Act(Action::Kind::kQueryRoom)}};
+  }
+  return RequeueDone(o);
+}
+
+Decision JobPolicy::RequeueDone(const Observation& o) {
+  std::vector<Action> acts;
+  st_.exit_code = 0;
+  if (!o.ok) {
+    // Never COMPLETED (afterok dependents would start) and never "requeueing" in silence.
+    st_.exit_code = 1;
+    acts.push_back(Log("FAILED: could not requeue job " + st_.job + " (" + o.detail +
+                       "); the job ends FAILED, so that nothing waiting on it starts: submit "
+                       "it again (it resumes from the newest complete checkpoint)"));
+    acts.push_back(Record("failed", "requeue_failed", {records::Str("why", o.detail)}));
+  } else if (!st_.exclude.empty() || !st_.faulty.empty() || !st_.quarantined.empty()) {
+    Action ex = WithNodes(Action::Kind::kExclude, st_.exclude);
+    ex.faulty = st_.faulty;
+    // Every quarantined node of the run stays excluded, whatever this requeue is for (the
+    // runner replaces ftrain's earlier exclusions with this list).
+    for (const auto& q : st_.quarantined) {
+      if (!Contains(ex.faulty, q)) ex.faulty.push_back(q);
+    }
+    ex.released = st_.released;
+    ex.num_nodes = st_.requeue_nodes;
+    ex.train_count = st_.requeue_nodes > 0 ? static_cast<int>(st_.train_nodes.size()) : 0;
+    acts.push_back(ex);
+  }
+  const std::string rule = o.ok ? "end.requeued" : "end.requeue_failed";
+  if (st_.agents) {
+    Action w = Act(Action::Kind::kWaitAgents);
+    w.seconds = 10;
+    acts.push_back(w);
+    st_.phase = Phase::kDraining;
+    return {rule, acts};
+  }
+  st_.phase = Phase::kDone;
   Action exit = Act(Action::Kind::kExit);
-  if (st_.phase == Phase::kReleasing && o.kind == K::kReleased) {
-    st_.released = o.ok;
-    st_.phase = Phase::kWaitingFlag;
-    Action w = WithNodes(Action::Kind::kWaitNotResponding, st_.declared);
-    w.seconds = s_.norespond_wait_s;
-    return {"end.released", {w}};
-  }
-  if (st_.phase == Phase::kWaitingFlag && o.kind == K::kNotRespondingWaited) {
-    return AskRoomForDead(o.detail);  // job_policy_requeue_checks.cc
-  }
-  if (st_.phase == Phase::kRequeueing && o.kind == K::kRequeued) {
-    std::vector<Action> acts;
-    st_.exit_code = 0;
-    if (!o.ok) {
-      // Never COMPLETED (afterok dependents would start) and never "requeueing" in silence.
-      st_.exit_code = 1;
-      acts.push_back(Log("FAILED: could not requeue job " + st_.job + " (" + o.detail +
-                         "); the job ends FAILED, so that nothing waiting on it starts: submit "
-                         "it again (it resumes from the newest complete checkpoint)"));
-      acts.push_back(Record("failed", "requeue_failed", {records::Str("why", o.detail)}));
-    } else if (!st_.exclude.empty() || !st_.faulty.empty() || !st_.quarantined.empty()) {
-      Action ex = WithNodes(Action::Kind::kExclude, st_.exclude);
-      ex.faulty = st_.faulty;
-      // Every quarantined node of the run stays excluded, whatever this requeue is for (the
-      // runner replaces ftrain's earlier exclusions with this list).
-      for (const auto& q : st_.quarantined) {
-        if (!Contains(ex.faulty, q)) ex.faulty.push_back(q);
-      }
-      ex.released = st_.released;
-      ex.num_nodes = st_.requeue_nodes;
-      ex.train_count = st_.requeue_nodes > 0 ? static_cast<int>(st_.train_nodes.size()) : 0;
-      acts.push_back(ex);
-    }
-    if (st_.agents) {
-      Action w = Act(Action::Kind::kWaitAgents);
-      w.seconds = 10;
-      acts.push_back(w);
-      st_.phase = Phase::kDraining;
-      return {o.ok ? "end.requeued" : "end.requeue_failed", acts};
-    }
-    st_.phase = Phase::kDone;
-    exit.code = st_.exit_code;
-    acts.push_back(exit);
-    return {o.ok ? "end.requeued" : "end.requeue_failed", acts};
-  }
-  if (st_.phase == Phase::kDraining && o.kind == K::kAgentsStopped) {
-    st_.phase = Phase::kDone;
-    st_.agents = false;
-    exit.code = st_.exit_code;
-    return {"end.exit", {exit}};
-  }
-  return {"", {}};  // a tick, or Slurm's TERM after the requeue: the end goes on
+  exit.code = st_.exit_code;
+  acts.push_back(exit);
+  return {rule, acts};
+}
+
+Decision JobPolicy::Drained(const Observation&) {
+  st_.phase = Phase::kDone;
+  st_.agents = false;
+  Action exit = Act(Action::Kind::kExit);
+  exit.code = st_.exit_code;
+  return {"end.exit", {exit}};
 }
 
 }  // namespace ftrain::orch

@@ -41,7 +41,7 @@ Decision JobPolicy::Rollback() {
   const std::string k = std::to_string(s_.max_rollback_restarts);
   if (st_.rollback_restarts > s_.max_rollback_restarts) {
     st_.phase = Phase::kCounting;
-    st_.counting = "rollback";
+    st_.counting = Counting::kRollback;
     return {"step.rollback_budget",
             {Log("the trainer rolled the run back (exit 79) " + n +
                  " times with no checkpoint newer than " + newest +

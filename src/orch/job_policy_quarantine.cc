@@ -103,7 +103,7 @@ Decision JobPolicy::QuarantineAfterStep() {
     // A requeue excluding them must still find enough nodes: first ask the partition.
     st_.quarantine_bad = bad;
     st_.phase = Phase::kCheckingRoom;
-    st_.room_for = "quarantine";
+    st_.room_for = RoomFor::kQuarantine;
     acts.push_back(Act(Action::Kind::kQueryRoom));
     return {rule + "step.quarantine_room", acts};
   }

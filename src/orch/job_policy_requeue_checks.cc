@@ -48,7 +48,7 @@ Decision JobPolicy::CheckRoomForFaulty(std::string rule, const std::vector<std::
     if (!Contains(st_.quarantined, b)) st_.quarantined.push_back(b);
   }
   st_.quarantine_bad = bad;
-  st_.room_for = "quarantine";
+  st_.room_for = RoomFor::kQuarantine;
   st_.phase = Phase::kCheckingRoom;
   acts.push_back(Act(Action::Kind::kQueryRoom));
   return {std::move(rule), acts};
@@ -65,6 +65,16 @@ bool JobPolicy::RoomUnanswered(double now) {
   return true;
 }
 
+// The partition's room is known (or sinfo stays silent past the retry): what it was asked for
+// decides.
+Decision JobPolicy::RoomAnswered(const Observation& o) {
+  if (!o.known && RoomUnanswered(o.now)) return {"", {}};
+  st_.room_unknown_since = st_.room_ask_at = -1;
+  if (st_.room_for == RoomFor::kAfterRequeue) return RoomAfterRequeue(o);
+  st_.room_known = true;
+  return st_.room_for == RoomFor::kDead ? DeadRoomKnown(o) : RoomKnown(o);
+}
+
 Decision JobPolicy::RoomAskAgain(const Observation& o) {
   if (st_.room_ask_at < 0 || o.now < st_.room_ask_at) return {"", {}};
   st_.room_ask_at = -1;
@@ -78,7 +88,7 @@ Decision JobPolicy::RoomAskAgain(const Observation& o) {
 // them and the run's faulty and quarantined nodes?
 Decision JobPolicy::AskRoomForDead(const std::string& flagged) {
   st_.dead_seen = flagged;
-  st_.room_for = "dead";
+  st_.room_for = RoomFor::kDead;
   st_.phase = Phase::kCheckingRoom;
   return {"end.room", {Act(Action::Kind::kQueryRoom)}};
 }
@@ -192,7 +202,7 @@ Decision JobPolicy::RoomAfterRequeue(const Observation& o) {
         "fewer nodes, or delete the lines of repaired nodes from " +
         s_.run_dir + "/quarantine.jsonl"));
   }
-  Decision d = Ending(requeued);
+  Decision d = RequeueDone(requeued);
   acts.insert(acts.end(), d.actions.begin(), d.actions.end());
   return {rule + "+" + d.rule, acts};
 }

@@ -251,7 +251,7 @@ Decision JobPolicy::Preflight(const Observation& o) {
     if (st_.all_nodes.size() >= 2 && !st_.localised) {
       st_.localised = true;
       st_.phase = Phase::kLocalising;
-      st_.localise_after = "preflight";
+      st_.localise_after = LocaliseAfter::kPreflight;
       Action loc = Act(Action::Kind::kLocalise);
       loc.nodes = st_.all_nodes;
       return {"preflight.localise",

@@ -15,10 +15,8 @@ using policy_util::LastStop;
 using policy_util::WithNodes;
 using records::Field;
 
-Decision JobPolicy::Stopping(const Observation& o) {
-  using K = Observation::Kind;
-  if (o.kind == K::kStepExited) return StepExited(o);
-  if (o.kind != K::kTick) return {"", {}};
+// USR1/TERM forwarded: the ranks' stop deadline, then TERM, then KILL after the grace.
+Decision JobPolicy::StopTick(const Observation& o) {
   if (st_.kill_at < 0 && o.now >= st_.stop_deadline) {
     st_.kill_at = o.now + kKillGraceS;
     Action term = Act(Action::Kind::kSignalStep);
@@ -50,30 +48,25 @@ TermAnswer ClassifyTermAnswer(const std::string& job_state, const std::string& r
   return TermAnswer::kUnknown;
 }
 
-Decision JobPolicy::OnSignal(const Observation& o) {
-  if (o.signal == "TERM" && (st_.phase == Phase::kReleasing || st_.phase == Phase::kWaitingFlag ||
-                             st_.phase == Phase::kCheckingRoom)) {
-    return TermWhileEnding(o);  // a requeue is on its way: is the job cancelled?
-  }
-  if (o.signal == "TERM" && st_.phase != Phase::kDone && !IsEnding() &&
-      st_.phase != Phase::kAskingJob) {
-    st_.asked_from = st_.phase;
-    st_.phase = Phase::kAskingJob;
-    st_.term_at = o.now;
-    st_.next_ask = o.now + kTermAskEveryS;
-    st_.term_unanswered = false;
-    st_.term_stop_sent = false;
-    st_.held_exit.reset();
-    Action ask = Act(Action::Kind::kQueryJobState);
-    ask.seconds = kTermAskBoundS;
-    return {"term.ask",
-            {Log("TERM: asking slurmctld whether job " + st_.job +
-                 " is cancelled, at its time limit or still running"),
-             ask}};
-  }
-  if (o.signal != "USR1") return {"", {}};
-  return StopRequest("USR1", o.now);
+// A TERM while the job runs (not on its way to a requeue: TermWhileEnding): Slurm's own end
+// of the job (a cancel, the time limit) or an operator's signal. slurmctld is asked which.
+Decision JobPolicy::TermAsk(const Observation& o) {
+  st_.asked_from = st_.phase;
+  st_.phase = Phase::kAskingJob;
+  st_.term_at = o.now;
+  st_.next_ask = o.now + kTermAskEveryS;
+  st_.term_unanswered = false;
+  st_.term_stop_sent = false;
+  st_.held_exit.reset();
+  Action ask = Act(Action::Kind::kQueryJobState);
+  ask.seconds = kTermAskBoundS;
+  return {"term.ask",
+          {Log("TERM: asking slurmctld whether job " + st_.job +
+               " is cancelled, at its time limit or still running"),
+           ask}};
 }
+
+Decision JobPolicy::Usr1(const Observation& o) { return StopRequest("USR1", o.now); }
 
 // A stop request (USR1, or a TERM while the job still runs) where the job is now.
 Decision JobPolicy::StopRequest(const std::string& sig, double now) {
@@ -122,21 +115,14 @@ Decision JobPolicy::StopRequest(const std::string& sig, double now) {
   }
 }
 
-bool JobPolicy::IsEnding() const {
-  return st_.phase == Phase::kReleasing || st_.phase == Phase::kWaitingFlag ||
-         st_.phase == Phase::kRequeueing || st_.phase == Phase::kDraining;
+// A TERM's question is open: a step's exit is held until the answer says what it means.
+Decision JobPolicy::HoldExit(const Observation& o) {
+  st_.held_exit = o;
+  return {"", {}};
 }
 
-// A TERM's question is open: answers, ticks (ask again; the deadline) and a step's exit, which
-// is held until the answer says what it means.
-Decision JobPolicy::AskingJob(const Observation& o) {
-  using K = Observation::Kind;
-  if (o.kind == K::kJobState) return JobStateKnown(o);
-  if (o.kind == K::kStepExited) {
-    st_.held_exit = o;
-    return {"", {}};
-  }
-  if (o.kind != K::kTick) return {"", {}};
+// A TERM's question is open: ask again while slurmctld is silent, until FTRAIN_TERM_ASK_S.
+Decision JobPolicy::TermAskTick(const Observation& o) {
   if (o.now >= st_.term_at + s_.term_ask_s) return TermUnanswered(o.now);
   if (!st_.term_unanswered || o.now < st_.next_ask) return {"", {}};
   st_.next_ask = o.now + kTermAskEveryS;

@@ -1,7 +1,8 @@
-// orch/job_rules.cc - the job controller's transition table: every rule JobPolicy::On can
-// fire, where it applies, on what, and what it does. `ftrain job --table` prints the rows that
-// say what the job script handles; docs/operations.md holds that print and a unit test checks
-// that it is current (tests/orch_job_policy_test.cc), and every rule must fire in some test.
+// orch/job_rules.cc - the job controller's rules: every decision a handler of the machine
+// (job_machine.cc) can name, where it applies, on what, and what it does. `ftrain job --table`
+// prints the rows that say what the job script handles; docs/operations.md holds that print and a
+// unit test checks that it is current (tests/orch_job_policy_test.cc), and every rule must fire in
+// some test.
 #include "orch/job_policy.h"
 
 namespace ftrain::orch {

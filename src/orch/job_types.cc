@@ -27,83 +27,132 @@ std::string Fields(const std::vector<records::Field>& f) {
 
 }  // namespace
 
-std::string ToText(const Action& a) {
+const char* KindName(Action::Kind k) {
   using K = Action::Kind;
-  switch (a.kind) {
+  switch (k) {
     case K::kLog:
-      return "log " + a.text;
+      return "log";
     case K::kRecord:
-      return "record " + a.record.event + "/" + a.record.cause + Fields(a.record.fields) +
-             (a.lost_at_failure ? " (lost work at the failure)" : "");
+      return "record";
     case K::kWriteLastStop:
-      return "last_stop " + a.text;
+      return "last_stop";
     case K::kResetFailedStarts:
       return "reset_failed_starts";
     case K::kCountFailedStart:
       return "count_failed_start";
     case K::kWriteNodeRequeues:
-      return "write_node_requeues " + a.text;
+      return "write_node_requeues";
     case K::kAcquireLease:
       return "acquire_lease";
     case K::kCaptureSubmission:
       return "capture_submission";
     case K::kCancelPending:
-      return "cancel_pending " + a.text;
+      return "cancel_pending";
     case K::kRunPreflight:
       return "run_preflight";
     case K::kLocalise:
-      return "localise " + List(a.nodes);
+      return "localise";
     case K::kMakeSecret:
       return "make_secret";
     case K::kWriteJobNodes:
-      return "write_job_nodes " + List(a.nodes);
+      return "write_job_nodes";
     case K::kStartAgents:
-      return "start_agents " + List(a.nodes);
+      return "start_agents";
     case K::kLaunch:
-      return "launch nodes=" + List(a.nodes) + (a.hosts.empty() ? "" : " hosts=" + List(a.hosts)) +
-             (a.overlap ? " overlap" : "") + " watch=" + List(a.watch);
+      return "launch";
     case K::kSignalStep:
-      return "signal_step " + a.text;
+      return "signal_step";
     case K::kEndStep:
       return "end_step";
     case K::kQueryNodesInJob:
       return "query_nodes_in_job";
     case K::kQueryJobState:
-      return "query_job_state" + (a.seconds > 0 ? " within=" + Secs(a.seconds) + "s" : "");
+      return "query_job_state";
     case K::kProbeHealth:
-      return "probe_health " + List(a.nodes);
+      return "probe_health";
     case K::kConfirmDeath:
-      return "confirm_death " + List(a.nodes);
+      return "confirm_death";
     case K::kRelease:
-      return "release " + List(a.nodes);
+      return "release";
     case K::kWaitNotResponding:
-      return "wait_not_responding " + List(a.nodes) + " " + Secs(a.seconds) + "s";
+      return "wait_not_responding";
     case K::kSignalAgents:
-      return "signal_agents " + a.text;
+      return "signal_agents";
     case K::kRequeue:
-      return "requeue budget=" + Secs(a.seconds) + "s" + (a.text.empty() ? "" : " " + a.text);
+      return "requeue";
     case K::kExclude:
-      return "exclude dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
-             (a.released ? " released" : "") +
-             (a.num_nodes > 0 ? " num_nodes=" + std::to_string(a.num_nodes) +
-                                    " train_count=" + std::to_string(a.train_count)
-                              : "");
+      return "exclude";
     case K::kWaitAgents:
-      return "wait_agents " + Secs(a.seconds) + "s";
+      return "wait_agents";
     case K::kStopAgents:
       return "stop_agents";
     case K::kQueryRoom:
       return "query_room";
     case K::kExpand:
-      return "expand num_nodes=" + std::to_string(a.num_nodes) + " exclude=" + List(a.nodes) +
-             (a.probe.empty() ? "" : " probe=" + List(a.probe));
+      return "expand";
     case K::kQuarantine:
-      return "quarantine " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
+      return "quarantine";
     case K::kExit:
-      return "exit " + std::to_string(a.code);
+      return "exit";
   }
   return "?";
 }
+
+namespace {
+
+// What follows an action's name in ToText ("" or " ...").
+std::string Details(const Action& a) {
+  using K = Action::Kind;
+  switch (a.kind) {
+    case K::kLog:
+    case K::kWriteLastStop:
+    case K::kWriteNodeRequeues:
+    case K::kCancelPending:
+    case K::kSignalStep:
+    case K::kSignalAgents:
+      return " " + a.text;
+    case K::kRecord:
+      return " " + a.record.event + "/" + a.record.cause + Fields(a.record.fields) +
+             (a.lost_at_failure ? " (lost work at the failure)" : "");
+    case K::kLocalise:
+    case K::kWriteJobNodes:
+    case K::kStartAgents:
+    case K::kProbeHealth:
+    case K::kConfirmDeath:
+    case K::kRelease:
+      return " " + List(a.nodes);
+    case K::kLaunch:
+      return " nodes=" + List(a.nodes) + (a.hosts.empty() ? "" : " hosts=" + List(a.hosts)) +
+             (a.overlap ? " overlap" : "") + " watch=" + List(a.watch);
+    case K::kQueryJobState:
+      return a.seconds > 0 ? " within=" + Secs(a.seconds) + "s" : "";
+    case K::kWaitNotResponding:
+      return " " + List(a.nodes) + " " + Secs(a.seconds) + "s";
+    case K::kRequeue:
+      return " budget=" + Secs(a.seconds) + "s" + (a.text.empty() ? "" : " " + a.text);
+    case K::kExclude:
+      return " dead=" + List(a.nodes) + " faulty=" + List(a.faulty) +
+             (a.released ? " released" : "") +
+             (a.num_nodes > 0 ? " num_nodes=" + std::to_string(a.num_nodes) +
+                                    " train_count=" + std::to_string(a.train_count)
+                              : "");
+    case K::kWaitAgents:
+      return " " + Secs(a.seconds) + "s";
+    case K::kExpand:
+      return " num_nodes=" + std::to_string(a.num_nodes) + " exclude=" + List(a.nodes) +
+             (a.probe.empty() ? "" : " probe=" + List(a.probe));
+    case K::kQuarantine:
+      return " " + List(a.nodes) + " cause=" + a.text + Fields(a.record.fields);
+    case K::kExit:
+      return " " + std::to_string(a.code);
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+std::string ToText(const Action& a) { return KindName(a.kind) + Details(a); }
 
 const char* KindName(Observation::Kind k) {
   using K = Observation::Kind;

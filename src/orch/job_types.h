@@ -188,5 +188,9 @@ struct Decision {
 std::string ToText(const Action& a);
 std::string ToText(const Observation& o);
 const char* KindName(Observation::Kind k);
+const char* KindName(Action::Kind k);
+// How many kinds each enum has (they count from 0, the last listed last).
+constexpr int kObservationKinds = static_cast<int>(Observation::Kind::kExpanded) + 1;
+constexpr int kActionKinds = static_cast<int>(Action::Kind::kExit) + 1;
 
 }  // namespace ftrain::orch
