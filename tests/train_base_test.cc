@@ -252,6 +252,21 @@ TEST(TrainConfigLoad, BadFileValueNamesFileAndLine) {
       << u.status().message();
 }
 
+// train.stop_after ends a start early with the schedule of train.steps; past the end or
+// negative is refused naming the key, and how to train longer instead.
+TEST(TrainConfigLoad, StopAfterEndsTheStartEarlyAndIsAtMostSteps) {
+  auto t = TrainConfig::Load(Minimal({"--train.stop_after=4"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->train.LastStep(), 4);
+  EXPECT_EQ(t->train.steps, 10);
+  EXPECT_EQ(TrainConfig::Load(Minimal({}))->train.LastStep(), 10);
+  for (const char* bad : {"--train.stop_after=11", "--train.stop_after=-1"}) {
+    const std::string e = LoadError({bad});
+    EXPECT_TRUE(Contains(e, "train.stop_after")) << bad << ": " << e;
+    EXPECT_TRUE(Contains(e, "raise train.steps")) << bad << ": " << e;
+  }
+}
+
 std::string HashOf(const std::vector<std::string>& overrides) {
   auto t = TrainConfig::Load(Minimal(overrides));
   EXPECT_TRUE(t.ok()) << t.status().ToString();
@@ -266,7 +281,7 @@ TEST(TrainConfigHash, PathsPolicyAndDeviceAreExcluded) {
         "--train.resume=none", "--train.allow_resume_mismatch=true", "--train.log_every=7",
         "--data.path=/d2", "--data.prefetch_depth=1", "--dist.rdzv_timeout_s=9",
         "--train.init=/w.safetensors", "--ckpt.memory_every_steps=5", "--ckpt.memory_every_steps=0",
-        "--ckpt.memory_every_seconds=7"}) {
+        "--ckpt.memory_every_seconds=7", "--train.stop_after=4"}) {
     EXPECT_EQ(HashOf({o}), base) << o << " changed the config hash";
   }
 }
@@ -276,7 +291,7 @@ TEST(TrainConfigHash, WhatChangesTheBitsIsIncluded) {
   for (const char* o :
        {"--train.lr=0.001", "--train.seed=7", "--train.threads=2", "--train.micro_batch=2",
         "--train.param_dtype=bfloat16", "--dist.sharding=no_shard", "--model.rope_theta=500000",
-        "--train.warmup_steps=3"}) {
+        "--train.warmup_steps=3", "--train.steps=4"}) {
     EXPECT_NE(HashOf({o}), base) << o << " did not change the config hash";
   }
   EXPECT_EQ(HashOf({}), base);  // a pure function of the config

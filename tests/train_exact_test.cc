@@ -6,6 +6,7 @@
 // resumed at 3 equals the uninterrupted one; settings exact cannot serve exit 2 naming the key.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -29,18 +30,20 @@ class TrainExactTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { dir_.reset(); }
 
-  static std::string Args(const std::string& run, const std::string& extra = "") {
+  static std::string Args(const std::string& run, const std::string& extra = "",
+                          int every = kEvery) {
     return std::string(" train --config ") + FTRAIN_SOURCE_DIR +
            "/configs/tiny.cfg --data.path=" + data_ + " --run.dir=" + run +
            " --train.steps=" + std::to_string(kSteps) +
-           " --ckpt.every_steps=" + std::to_string(kEvery) +
+           " --ckpt.every_steps=" + std::to_string(every) +
            " --ckpt.every_minutes=0 --ckpt.keep=10 --dist.reduce=exact --train.global_batch=20 " +
            extra;
   }
-  static std::string Train(const std::string& name, int nproc, const std::string& extra = "") {
+  static std::string Train(const std::string& name, int nproc, const std::string& extra = "",
+                           int every = kEvery) {
     const std::string run = dir_->path() + "/" + name;
     auto r = RunCommand(Ftrain() + " launch --nproc " + std::to_string(nproc) + " --grace-s 2 --" +
-                            Args(run, extra),
+                            Args(run, extra, every),
                         300);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return run;
@@ -75,7 +78,8 @@ std::unique_ptr<TempDir> TrainExactTest::dir_;
 std::string TrainExactTest::data_;
 
 TEST_F(TrainExactTest, TwoThreeAndFourRanksSaveTheSameBitsAndResumeAcrossSizes) {
-  const std::string r2 = Train("r2", 2), r3 = Train("r3", 3), r4 = Train("r4", 4);
+  // r3 checkpoints every 2 steps (ckpt.* changes no bit): step 6 is reproduced below.
+  const std::string r2 = Train("r2", 2), r3 = Train("r3", 3, "", 2), r4 = Train("r4", 4);
   for (int step = kEvery; step <= kSteps; step += kEvery) {
     ExpectSameTensors(Step(r2, step), Step(r3, step));
     ExpectSameTensors(Step(r2, step), Step(r4, step));
@@ -90,6 +94,35 @@ TEST_F(TrainExactTest, TwoThreeAndFourRanksSaveTheSameBitsAndResumeAcrossSizes) 
   ExpectSameTensors(Step(r2, kSteps), Step(resumed, kSteps));
   auto tail = Losses(resumed);
   for (int s = kEvery + 1; s <= kSteps; ++s) EXPECT_EQ(tail[s], losses.at(s)) << "step " << s;
+}
+
+// The debug path for a step seen on the big cluster: resume a checkpoint of the 4-rank run on
+// 2 ranks with train.stop_after = 6 (not in the config hash, the LR schedule unchanged): its
+// step 6 is the 3-rank run's step 6, bit for bit, and nothing after it is trained. Raising the
+// end with train.steps instead changes the schedule, so the resume is refused as another run.
+TEST_F(TrainExactTest, AStepIsReproducedOnAnotherNumberOfRanksWithStopAfter) {
+  const std::string r3 = dir_->path() + "/r3";
+  if (!std::filesystem::exists(Step(r3, 6)) ||
+      !std::filesystem::exists(Step(dir_->path() + "/r4", kEvery))) {
+    Train("r3", 3, "", 2);
+    Train("r4", 4);
+  }
+  const std::string r4 = dir_->path() + "/r4";
+  const std::string rep =
+      Train("reproduce", 2, "--train.resume=" + Step(r4, kEvery) + " --train.stop_after=6");
+  ExpectSameTensors(Step(r3, 6), Step(rep, 6));
+  EXPECT_FALSE(std::filesystem::exists(Step(rep, 7)));
+  const auto want = Losses(r3), got = Losses(rep);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.rbegin()->first, 6) << "nothing after step 6 is trained";
+  for (int s = kEvery + 1; s <= 6; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+  auto r =
+      RunCommand(Ftrain() + " launch --nproc 2 --grace-s 2 --" +
+                     Args(dir_->path() + "/steps6", "--train.resume=" + Step(r4, kEvery), kEvery) +
+                     " --train.steps=6",
+                 300);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "refusing to resume")) << r.output;
 }
 
 TEST_F(TrainExactTest, FloatReductionDiffersAcrossWorldSizesWhereExactDoesNot) {

@@ -555,7 +555,7 @@ void StartCheckpoints(Run* run) {
   PhaseClock* clock = run->clock.get();
   p.on_stall = [clock](double s) { clock->AddStall(s); };
   run->checkpoints = std::make_unique<CheckpointCoordinator>(
-      CheckpointSchedule(run->cfg.ckpt, run->cfg.train.steps, Env::Default()), std::move(p));
+      CheckpointSchedule(run->cfg.ckpt, run->cfg.train.LastStep(), Env::Default()), std::move(p));
 }
 
 // guard.sdc_every_steps: whether this run's shards have replicas to compare (hybrid_shard over
@@ -1074,7 +1074,8 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
   const int64_t start_step = state.step;
   // The loop: micro-batches, optimizer step, then the boundary work (decisions, metrics,
   // checkpoint, progress, stop).
-  for (int64_t step = state.step; step < cfg.train.steps; ++step) {
+  const int64_t last = cfg.train.LastStep();  // train.stop_after: the schedule stays steps'
+  for (int64_t step = state.step; step < last; ++step) {
     const auto t0 = Clock::now();
     run->profiler->BeginStep(step + 1);
     run->clock->StepStart();
@@ -1121,7 +1122,7 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
       run->hang->Enter(state.step, HangPhase::kIo);
       FT_RETURN_IF_ERROR(RecordStep(*run, m, t0, saved));
       run->hang->Enter(state.step, HangPhase::kBoundary);
-      if (state.step % cfg.train.log_every == 0 || state.step == cfg.train.steps || at.stop) {
+      if (state.step % cfg.train.log_every == 0 || state.step == last || at.stop) {
         LogProgress(cfg, m, Seconds(run_start, Clock::now()), state.step - start_step,
                     saved.stall_s > 0);
       }
@@ -1138,7 +1139,12 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
     }
   }
   run->hang->Enter(state.step, HangPhase::kDone);
-  if (run->leader) FT_LOG(Info) << "train: done at step " << state.step;
+  if (run->leader) {
+    FT_LOG(Info) << "train: done at step " << state.step
+                 << (last < cfg.train.steps ? " (train.stop_after; the schedule runs to " +
+                                                  std::to_string(cfg.train.steps) + ")"
+                                            : "");
+  }
   FinishMirror(*run);
   return Status::Ok();
 }

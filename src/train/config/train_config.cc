@@ -57,6 +57,13 @@ Status LoadOptim(const Config& c, OptimSection* out) {
   FT_RETURN_IF_ERROR(c.GetInt("train.steps", &o.steps));
   if (!c.Has("train.steps")) return Status::InvalidArgument("config key 'train.steps' is required");
   FT_RETURN_IF_ERROR(Positive(c, "train.steps", o.steps));
+  FT_RETURN_IF_ERROR(c.GetInt("train.stop_after", &o.stop_after));
+  if (o.stop_after < 0 || o.stop_after > o.steps) {
+    return Status::InvalidArgument(
+        "train.stop_after = " + std::to_string(o.stop_after) +
+        " must be 0 (off) or a step from 1 to " + "train.steps = " + std::to_string(o.steps) +
+        " (to train longer, raise train.steps: that changes the LR schedule and the config hash)");
+  }
   FT_RETURN_IF_ERROR(c.GetInt("train.micro_batch", &o.micro_batch));
   FT_RETURN_IF_ERROR(Positive(c, "train.micro_batch", o.micro_batch));
   FT_RETURN_IF_ERROR(c.GetInt("train.grad_accum", &o.grad_accum));
@@ -411,9 +418,10 @@ std::string TrainConfig::ConfigHash() const {
     if (key.rfind("guard.", 0) == 0 || key == "data.skip") continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||
-        key == "train.allow_resume_mismatch" || key == "train.log_every" ||
-        key == "train.profile_steps" || key == "data.path" || key == "data.prefetch_depth" ||
-        key == "dist.rdzv_timeout_s" || key == "train.init" || key == "dist.timeout_s" ||
+        key == "train.stop_after" || key == "train.allow_resume_mismatch" ||
+        key == "train.log_every" || key == "train.profile_steps" || key == "data.path" ||
+        key == "data.prefetch_depth" || key == "dist.rdzv_timeout_s" || key == "train.init" ||
+        key == "dist.timeout_s" ||
         // Where it runs, not what it computes: a CPU checkpoint may resume on GPUs and back
         // (the trainer says that bits are not promised across devices).
         key == "train.device" || key == "dist.backend" ||

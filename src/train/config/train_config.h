@@ -25,7 +25,13 @@ enum class DaemonMode { kOff, kAuto, kRequire };
 const char* DaemonModeName(DaemonMode m);
 
 struct OptimSection {
-  int64_t steps = 0;  // optimizer steps of the whole run (required)
+  int64_t steps = 0;  // optimizer steps of the whole run (required): the LR schedule's length
+  // train.stop_after = N: this start ends after step N with a committed checkpoint and exit 0,
+  // the schedule unchanged (0: off; at most train.steps). Not part of the config hash: a
+  // resume with it reproduces step N of the run bit for bit (Megatron's --exit-interval).
+  int64_t stop_after = 0;
+  // The step this start ends after: stop_after when set, else steps.
+  int64_t LastStep() const { return stop_after > 0 ? stop_after : steps; }
   int64_t micro_batch = 4;
   int64_t grad_accum = 1;
   // Sequences per optimizer step, all ranks together (dist.reduce = exact, where it is
