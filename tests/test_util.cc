@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -180,6 +181,12 @@ std::map<int, std::string> Losses(const std::string& run_dir) {
     out[std::atoi(line.c_str() + s + 7)] = line.substr(l + 7, line.find(',', l) - l - 7);
   }
   return out;
+}
+
+std::string StepDir(const std::string& run_dir, int step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08d", step);
+  return run_dir + "/checkpoints/" + name;
 }
 
 std::vector<int> RankPids(const std::string& tag, int rank) {

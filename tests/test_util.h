@@ -59,6 +59,15 @@ std::string ReadFile(const std::string& path);
 // compares the bits a run computed.
 std::map<int, std::string> Losses(const std::string& run_dir);
 
+// RUN/checkpoints/step-<8 digits>.
+std::string StepDir(const std::string& run_dir, int step);
+
+// The bit-exact acceptance of a resume, as gtest expectations: `ckptctl diff` finds the two
+// checkpoints equal (exit 0; either may be an s3:// URL) and the two runs' per-step losses in
+// metrics.jsonl are equal (and `steps` many, when given).
+void ExpectSameBits(const std::string& ckpt_a, const std::string& ckpt_b, const std::string& run_a,
+                    const std::string& run_b, int steps = -1);
+
 // `ftrain pack` of /usr/share/common-licenses into `out`: a SentencePiece tokenizer of 512
 // tokens trained on it, 32-token rows, `extra` flags after those (e.g. "--shard-rows 256").
 // The real-text corpus the training and eval tests share.

@@ -48,11 +48,7 @@ class TrainExactTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return run;
   }
-  static std::string Step(const std::string& run, int step) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "step-%08d", step);
-    return run + "/checkpoints/" + name;
-  }
+  static std::string Step(const std::string& run, int step) { return StepDir(run, step); }
   // `ckptctl diff` of two checkpoints: every tensor compared, and no difference except the
   // per-rank blobs of runs at different world sizes.
   static void ExpectSameTensors(const std::string& a, const std::string& b) {
