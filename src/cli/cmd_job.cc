@@ -9,6 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "core/env.h"
 #include "orch/agent_runner.h"
 #include "orch/dry_run.h"
 #include "orch/job_runner.h"
@@ -61,7 +62,8 @@ int RunJob(int argc, char** argv) {
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SlurmCli slurm;
   orch::SystemClock clock;
-  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock);
+  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock,
+                         Env::Default());
   return runner.Run();
 }
 
@@ -81,7 +83,7 @@ int RunAgent(int argc, char** argv) {
   auto settings = orch::LoadAgentSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SystemClock clock;
-  orch::AgentRunner runner(*settings, &clock);
+  orch::AgentRunner runner(*settings, &clock, Env::Default());
   return runner.Run();
 }
 
