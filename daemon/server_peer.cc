@@ -75,8 +75,8 @@ Status Server::TryStartPeers() {
     ro.mbps = p.replication_mbps;
     replicator_ = std::make_unique<Replicator>(ro);
   }
-  FetcherOptions fo{p.job,     p.secret,    options_.run_dir, options_.node,
-                    start_id_, p.timeout_s, options_.env};
+  FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, start_id_, p.timeout_s};
+  fo.env = options_.env;
   fetcher_ = std::make_unique<PeerFetcher>(fo, [this](FetchResult r) {
     {
       std::lock_guard<std::mutex> lock(results_mu_);
