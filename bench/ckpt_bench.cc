@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
       if (level == 0 && shuffle) continue;
       const std::string root = dir + "/ckpt";
       std::system(("rm -rf '" + root + "'").c_str());
-      ftrain::ckpt::CheckpointStore store(root);
+      ftrain::ckpt::CheckpointStore store(root, ftrain::Env::Default());
       ftrain::ckpt::CheckpointMeta meta;
       meta.step = 1;
       meta.world_size = 1;
@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
         per_kind[d.kind].second += d.stored_bytes;
       }
       DropCaches(cold);
-      auto rep = ftrain::ckpt::VerifyCheckpoint(root + "/step-00000001", threads);
+      auto rep =
+          ftrain::ckpt::VerifyCheckpoint(root + "/step-00000001", threads, ftrain::Env::Default());
       const double limit = level == 0 ? mb / raw_w : std::min(mb / raw_w, z1 * threads);
       char label[64];
       std::snprintf(label, sizeof(label), "zstd %d%s", level,
@@ -238,7 +239,8 @@ int main(int argc, char** argv) {
       for (int rep_i = 0; rep_i < 2; ++rep_i) {
         for (int v = 0; v < 2; ++v) {
           DropCaches(cold);
-          auto reader = ftrain::ckpt::CheckpointReader::Open(root + "/step-00000001");
+          auto reader =
+              ftrain::ckpt::CheckpointReader::Open(root + "/step-00000001", ftrain::Env::Default());
           if (!reader.ok()) return 1;
           (*reader)->set_verify_for_benchmark(v == 0);
           (*reader)->set_read_threads(threads);

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   // 2. Synchronous WriteShard + commit through the library.
   std::vector<double> sync_s;
   {
-    ftrain::ckpt::CheckpointStore store(dir + "/sync");
+    ftrain::ckpt::CheckpointStore store(dir + "/sync", ftrain::Env::Default());
     for (int r = 0; r < reps; ++r) {
       ftrain::ckpt::CheckpointMeta meta;
       meta.step = r + 1;

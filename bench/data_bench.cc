@@ -148,13 +148,13 @@ int main(int argc, char** argv) {
   spec.chunk_rows = uint32_t(std::max<uint64_t>(1, (1 << 20) / row_bytes));
   spec.rows_per_shard = (256ull << 20) / row_bytes;
   spec.num_rows = uint64_t(gb * 1e9) / row_bytes;
-  auto existing = ftrain::data::Dataset::Open(dir);
+  auto existing = ftrain::data::Dataset::Open(dir, ftrain::Env::Default());
   if (!existing.ok() || (*existing)->index().num_rows != spec.num_rows ||
       (*existing)->index().seq_len != seq_len) {
     std::string rm = "rm -rf '" + dir + "'";
     if (std::system(rm.c_str()) != 0) return 1;
     auto t0 = Clock::now();
-    auto x = ftrain::data::WriteSyntheticDataset(dir, spec);
+    auto x = ftrain::data::WriteSyntheticDataset(dir, spec, ftrain::Env::Default());
     if (!x.ok()) {
       std::fprintf(stderr, "%s\n", x.status().ToString().c_str());
       return 1;
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "data_bench: wrote %.2f GB in %.1f s to %s\n",
                  spec.num_rows * row_bytes / 1e9, Since(t0), dir.c_str());
   }
-  auto ds = ftrain::data::Dataset::Open(dir);
+  auto ds = ftrain::data::Dataset::Open(dir, ftrain::Env::Default());
   const auto& x = (*ds)->index();
   const auto paths = ShardPaths(dir, x);
   std::printf(
@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
       x.shards.size(), x.chunk_rows, mb, std::thread::hardware_concurrency());
 
   ftrain::data::ReaderOptions o;
+  o.env = ftrain::Env::Default();
   o.source = dir;
   o.seed = 1;
   o.micro_batch = mb;

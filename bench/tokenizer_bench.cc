@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: tokenizer_bench --tokenizer PATH --text FILE.jsonl [--repeat N]\n";
     return 2;
   }
-  auto tok = ftrain::data::Tokenizer::Load(tok_path);
+  auto tok = ftrain::data::Tokenizer::Load(tok_path, ftrain::Env::Default());
   if (!tok.ok()) {
     std::cerr << "tokenizer_bench: " << tok.status().message() << "\n";
     return 2;

@@ -244,6 +244,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) return ftrain::cli::Fail(prog, s);
   if (vm.count("cleanup")) return Cleanup(prog, f.o);
   ftrain::ckptd::ServerOptions& o = f.o;
+  o.env = ftrain::Env::Default();  // the daemon's files and clock, passed to every part
   o.persist = {f.threads, f.nice, f.zstd, f.keep, f.max_mb_s, f.keep_every};
   o.memory_gb = f.memory_gb;
   o.slots_per_rank = f.slots;

@@ -19,9 +19,10 @@ using peer::PeerMsg;
 
 PeerFetcher::PeerFetcher(FetcherOptions options, std::function<void(FetchResult)> on_done)
     : options_(std::move(options)),
+      unreachable_(options_.env),
       queue_([this](const FetchJob& job) { return Fetch(job); }, std::move(on_done)) {}
 
-double SteadyNowS() { return NowSeconds(Env::Default()); }
+double SteadyNowS(Env* env) { return NowSeconds(env); }
 
 UnreachablePeers::UnreachablePeers(Env* env, double remember_s)
     : env_(env), remember_s_(remember_s) {}
@@ -93,7 +94,8 @@ std::vector<std::string> PeerFetcher::Reachable(const std::vector<std::string>& 
   std::vector<Status> st(ask.size());
   std::vector<std::thread> probes;
   for (size_t i = 0; i < ask.size(); ++i) {
-    probes.emplace_back([&, i] { st[i] = peer::ConnectPeer(ask[i], options_.timeout_s).status(); });
+    probes.emplace_back(
+        [&, i] { st[i] = peer::ConnectPeer(ask[i], options_.timeout_s, options_.env).status(); });
   }
   for (auto& t : probes) t.join();
   std::vector<std::string> out;
@@ -113,7 +115,7 @@ std::vector<std::string> PeerFetcher::Reachable(const std::vector<std::string>& 
 
 Status PeerFetcher::FetchFrom(const std::string& address, const FetchJob& job, FetchResult* out) {
   FT_ASSIGN_OR_RETURN(std::unique_ptr<peer::PeerConn> conn,
-                      peer::ConnectPeer(address, options_.timeout_s));
+                      peer::ConnectPeer(address, options_.timeout_s, options_.env));
   FT_RETURN_IF_ERROR(peer::AuthenticateAsClient(conn.get(), options_.secret, options_.job));
   FT_RETURN_IF_ERROR(
       conn->Send(PeerMsg::kFetch, peer::EncodeFetch({options_.job, job.rank, job.step})));
@@ -166,7 +168,7 @@ FetchResult PeerFetcher::Fetch(const FetchJob& job) {
     peers = Reachable(peers, &tried);
   }
   for (const auto& a : peers) {
-    if (job.deadline_s > 0 && SteadyNowS() >= job.deadline_s) {
+    if (job.deadline_s > 0 && SteadyNowS(options_.env) >= job.deadline_s) {
       tried += (tried.empty() ? "" : "; ") + std::string("out of time before asking ") + a;
       break;
     }

@@ -51,10 +51,11 @@ struct FetcherOptions {
   std::string job, secret, run_dir, node;
   std::string start;  // peer::StartIdOf: peer-addr files of other starts are skipped
   double timeout_s = 10;
+  Env* env = nullptr;  // the clock of the deadlines (the daemon's Env); required
 };
 
-// Env::Default()'s monotonic clock in seconds (the unit of FetchJob::deadline_s).
-double SteadyNowS();
+// `env`'s monotonic clock in seconds (the unit of FetchJob::deadline_s).
+double SteadyNowS(Env* env);
 
 // Peers that did not answer a probe are left out of the next fetches for `remember_s` (a dead
 // node stays dead; a restarted daemon moves port), then asked again. Time is `env`'s clock,
@@ -96,8 +97,8 @@ class PeerFetcher {
   std::vector<std::string> Reachable(const std::vector<std::string>& peers, std::string* tried);
 
   const FetcherOptions options_;
-  UnreachablePeers unreachable_{Env::Default()};  // worker only
-  WorkQueue<FetchJob, FetchResult> queue_;        // last: its worker uses the members above
+  UnreachablePeers unreachable_;            // worker only
+  WorkQueue<FetchJob, FetchResult> queue_;  // last: its worker uses the members above
 };
 
 }  // namespace ftrain::ckptd

@@ -56,8 +56,13 @@ std::string Reason(const std::string& text) {
 
 }  // namespace
 
-PeerServer::PeerServer(std::string job, std::string secret, double timeout_s, ReplicaStore* store)
-    : job_(std::move(job)), secret_(std::move(secret)), timeout_s_(timeout_s), store_(store) {}
+PeerServer::PeerServer(std::string job, std::string secret, double timeout_s, ReplicaStore* store,
+                       Env* env)
+    : job_(std::move(job)),
+      secret_(std::move(secret)),
+      timeout_s_(timeout_s),
+      store_(store),
+      env_(env) {}
 
 PeerServer::~PeerServer() {
   {
@@ -236,7 +241,7 @@ std::string PeerServer::AdmitLocked(const std::string& host) {
 
 void PeerServer::LogLimitedLocked(const std::string& line) {
   uint64_t dropped = 0;
-  if (!log_budget_.Allow(NowSeconds(Env::Default()), &dropped)) return;
+  if (!log_budget_.Allow(NowSeconds(env_), &dropped)) return;
   FT_LOG(Warning) << line
                   << (dropped > 0 ? " (" + std::to_string(dropped) +
                                         " more peer warnings were not logged: rate limit)"
@@ -274,7 +279,7 @@ void PeerServer::Serve(uint64_t id, int fd, std::string who) {
   {
     // Strangers get a short handshake deadline in a pool of their own; only a proven
     // member of the job reaches the serving slots.
-    peer::PeerConn conn(fd, who, std::min(timeout_s_, kPreAuthTimeoutS));
+    peer::PeerConn conn(fd, who, std::min(timeout_s_, kPreAuthTimeoutS), env_);
     Status s = peer::AuthenticateAsServer(&conn, secret_, job_);
     {
       std::lock_guard<std::mutex> lock(mu_);

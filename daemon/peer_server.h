@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "daemon/peer_address.h"
 #include "daemon/replica_store.h"
@@ -60,7 +61,7 @@ struct PeerServerStats {
 
 class PeerServer {
  public:
-  PeerServer(std::string job, std::string secret, double timeout_s, ReplicaStore* store);
+  PeerServer(std::string job, std::string secret, double timeout_s, ReplicaStore* store, Env* env);
   ~PeerServer();  // stops accepting, closes every connection, joins
   // Binds "HOST:PORT" (port 0: any free one) and starts the accept thread. address() is
   // what others should dial (see AdvertiseOptions).
@@ -86,6 +87,7 @@ class PeerServer {
   const std::string job_, secret_;
   const double timeout_s_;
   ReplicaStore* store_;
+  Env* env_;  // the clock of the deadlines and the log budget
   int listen_fd_ = -1;
   int stop_[2] = {-1, -1};
   std::string address_;

@@ -220,19 +220,19 @@ Status VerifyPieces(const proto::Submit& submit, const std::vector<uint64_t>& xx
   return Status::Ok();
 }
 
-PeerConn::PeerConn(int fd, std::string peer, double timeout_s)
-    : fd_(fd), peer_(std::move(peer)), timeout_s_(timeout_s) {}
+PeerConn::PeerConn(int fd, std::string peer, double timeout_s, Env* env)
+    : fd_(fd), peer_(std::move(peer)), timeout_s_(timeout_s), env_(env) {}
 
 PeerConn::~PeerConn() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 Status PeerConn::WriteAll(const void* p, size_t n) {
-  const double deadline = NowSeconds(Env::Default()) + timeout_s_;
+  const double deadline = NowSeconds(env_) + timeout_s_;
   const auto* b = static_cast<const uint8_t*>(p);
   size_t done = 0;
   while (done < n) {
-    const int left_ms = static_cast<int>((deadline - NowSeconds(Env::Default())) * 1000);
+    const int left_ms = static_cast<int>((deadline - NowSeconds(env_)) * 1000);
     if (left_ms <= 0) return Status::DeadlineExceeded("peer " + peer_ + " does not read (send)");
     pollfd pf{fd_, POLLOUT, 0};
     int pr = ::poll(&pf, 1, left_ms);
@@ -250,7 +250,7 @@ Status PeerConn::ReadAll(void* p, size_t n, double deadline) {
   auto* b = static_cast<uint8_t*>(p);
   size_t got = 0;
   while (got < n) {
-    const int left_ms = static_cast<int>((deadline - NowSeconds(Env::Default())) * 1000);
+    const int left_ms = static_cast<int>((deadline - NowSeconds(env_)) * 1000);
     if (left_ms <= 0) {
       return Status::DeadlineExceeded("peer " + peer_ + " sent " + std::to_string(got) + " of " +
                                       std::to_string(n) + " bytes within " +
@@ -287,7 +287,7 @@ Status PeerConn::SendData(const uint8_t* data, uint32_t n) {
 }
 
 StatusOr<PeerMsg> PeerConn::Receive(std::string* payload) {
-  const double deadline = NowSeconds(Env::Default()) + timeout_s_;
+  const double deadline = NowSeconds(env_) + timeout_s_;
   uint8_t h[kHeaderBytes];
   const uint64_t seen = bytes_in_;
   Status s = ReadAll(h, sizeof(h), deadline);
@@ -332,7 +332,7 @@ Status PeerConn::SendImage(const uint8_t* image, uint64_t extent, const std::ato
 Status PeerConn::ReceiveImage(uint8_t* dst, uint64_t extent) {
   uint64_t pos = 0;
   for (;;) {
-    const double deadline = NowSeconds(Env::Default()) + timeout_s_;
+    const double deadline = NowSeconds(env_) + timeout_s_;
     uint8_t h[kHeaderBytes];
     FT_RETURN_IF_ERROR(ReadAll(h, sizeof(h), deadline));
     FT_ASSIGN_OR_RETURN(FrameHeader fh, DecodeFrameHeader(h));
@@ -376,7 +376,8 @@ Status ParseHostPort(const std::string& s, bool allow_zero, std::string* host, i
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<PeerConn>> ConnectPeer(const std::string& address, double timeout_s) {
+StatusOr<std::unique_ptr<PeerConn>> ConnectPeer(const std::string& address, double timeout_s,
+                                                Env* env) {
   std::string host;
   int port = 0;
   FT_RETURN_IF_ERROR(ParseHostPort(address, false, &host, &port));
@@ -408,7 +409,7 @@ StatusOr<std::unique_ptr<PeerConn>> ConnectPeer(const std::string& address, doub
       // Ignored: only latency of the small handshake frames.
       (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       ::freeaddrinfo(res);
-      return std::make_unique<PeerConn>(fd, address, timeout_s);
+      return std::make_unique<PeerConn>(fd, address, timeout_s, env);
     }
     last = Status::Unavailable("connect to peer " + address + ": " + std::strerror(errno));
     ::close(fd);

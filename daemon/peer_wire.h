@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::ckptd::peer {
@@ -103,7 +104,7 @@ Status VerifyPieces(const ckpt::proto::Submit& submit, const std::vector<uint64_
 // within `timeout_s`. Owns the fd.
 class PeerConn {
  public:
-  PeerConn(int fd, std::string peer, double timeout_s);
+  PeerConn(int fd, std::string peer, double timeout_s, Env* env);
   ~PeerConn();
   PeerConn(const PeerConn&) = delete;
   PeerConn& operator=(const PeerConn&) = delete;
@@ -135,6 +136,7 @@ class PeerConn {
   int fd_;
   std::string peer_;
   double timeout_s_;
+  Env* env_;                // the clock of the deadlines
   bool got_any_ = false;    // any byte received
   uint64_t bytes_in_ = 0;   // bytes received
   bool eof_ = false;        // the peer closed its side
@@ -144,6 +146,7 @@ class PeerConn {
 // "HOST:PORT" -> host and port (1..65535, or 0 where allow_zero).
 Status ParseHostPort(const std::string& s, bool allow_zero, std::string* host, int* port);
 // A TCP connection to "HOST:PORT" within timeout_s.
-StatusOr<std::unique_ptr<PeerConn>> ConnectPeer(const std::string& address, double timeout_s);
+StatusOr<std::unique_ptr<PeerConn>> ConnectPeer(const std::string& address, double timeout_s,
+                                                Env* env);
 
 }  // namespace ftrain::ckptd::peer

@@ -12,7 +12,7 @@ Persister::Persister(ckpt::CheckpointStore* store, PersistOptions options,
                      std::function<void(PersistResult)> on_done)
     : store_(store),
       options_(options),
-      retrier_(store->root(), options.keep),
+      retrier_(store->root(), options.keep, store->env()),
       // Two workers, one callback (thread-safe: the server's takes a lock); declaration
       // order copies it first, then moves it.
       queue_([this](const PersistJob& job) { return Persist(job); }, on_done, options.nice,
@@ -72,9 +72,10 @@ PersistResult Persister::Persist(const PersistJob& job) {
     } else if (*outcome == ckpt::CommitOutcome::kCommitted) {
       r.committed = r.seen_committed = true;
       // ckpt.root = s3://...: committed only once S3 holds it (ckpt/s3_staging.h).
-      if (auto s3 = ckpt::StagedS3Root(store_->root()); !s3.ok() || !s3->empty()) {
-        Status up =
-            s3.ok() ? ckpt::CommitStaged(store_->root(), r.step, options_.keep) : s3.status();
+      if (auto s3 = ckpt::StagedS3Root(store_->root(), store_->env()); !s3.ok() || !s3->empty()) {
+        Status up = s3.ok()
+                        ? ckpt::CommitStaged(store_->root(), r.step, options_.keep, store_->env())
+                        : s3.status();
         if (!up.ok()) {
           // An outage: tried again in the background while training goes on.
           const bool retried = ckpt::IsS3Outage(up);
@@ -93,8 +94,9 @@ PersistResult Persister::Persist(const PersistJob& job) {
       if (!deleted.ok()) FT_LOG(Warning) << "ckptd: rotation: " << deleted.status().ToString();
     } else if (*outcome == ckpt::CommitOutcome::kAlreadyCommitted) {
       // On a staging root the winner may still be uploading: S3_LATEST says when it is done.
-      auto s3 = ckpt::StagedS3Root(store_->root());
-      r.seen_committed = s3.ok() && (s3->empty() || ckpt::StagedS3Latest(store_->root()) >= r.step);
+      auto s3 = ckpt::StagedS3Root(store_->root(), store_->env());
+      r.seen_committed =
+          s3.ok() && (s3->empty() || ckpt::StagedS3Latest(store_->root(), store_->env()) >= r.step);
     }
   }
   r.persist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -102,7 +102,7 @@ bool Replicator::CheckBuddy() {
       Status s;
       for (int attempt = 0; attempt < 3; ++attempt) {  // a buddy given by address may start later
         if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
-        auto conn = peer::ConnectPeer(*address, options_.timeout_s);
+        auto conn = peer::ConnectPeer(*address, options_.timeout_s, options_.env);
         s = conn.ok() ? peer::AuthenticateAsClient(conn->get(), options_.secret, options_.job)
                       : conn.status();
         if (s.ok() || stopping_.load()) break;
@@ -131,7 +131,7 @@ Status Replicator::Send(const ReplicationJob& job, std::string* address) {
     buddy_ = *address;
   }
   FT_ASSIGN_OR_RETURN(std::unique_ptr<peer::PeerConn> conn,
-                      peer::ConnectPeer(*address, options_.timeout_s));
+                      peer::ConnectPeer(*address, options_.timeout_s, options_.env));
   FT_RETURN_IF_ERROR(peer::AuthenticateAsClient(conn.get(), options_.secret, options_.job));
   peer::ReplicaHeader h;
   h.job = options_.job;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ckpt/ckptd_protocol.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "daemon/shm_slots.h"
 #include "daemon/token_bucket.h"
@@ -55,6 +56,7 @@ struct ReplicatorOptions {
   std::string buddy_file;  // a file holding it
   std::string start;       // peer::StartIdOf: a buddy file of another start is not used
   double timeout_s = 10;
+  Env* env = nullptr;  // the clock of the connections (the daemon's Env); required
   int nice = 19;
   double mbps = 0;  // the sender's cap (token bucket, 1 MB = 1e6 bytes); 0 = unlimited
 };

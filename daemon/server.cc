@@ -29,7 +29,8 @@ namespace ftrain::ckptd {
 namespace proto = ckpt::proto;
 using proto::MsgType;
 
-Server::Server(ServerOptions options) : options_(std::move(options)), store_(options_.root) {}
+Server::Server(ServerOptions options)
+    : options_(std::move(options)), store_(options_.root, options_.env) {}
 
 Server::~Server() {
   StopPeers();         // before the slots and the wake pipe go
@@ -92,7 +93,7 @@ Status Server::Start() {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::IOError("pipe2 failed");
 
   UnlinkStaleSegments(proto::ShmPrefix(options_.run_dir, options_.node));
-  FT_RETURN_IF_ERROR(CreateDirs(Env::Default(), options_.root));
+  FT_RETURN_IF_ERROR(CreateDirs(options_.env, options_.root));
   // Finishes a commit that a dead committer (a previous daemon) left half-done.
   Status s = store_.Recover();
   if (!s.ok()) FT_LOG(Warning) << "ckptd: recovery of '" << options_.root << "': " << s.ToString();

@@ -26,6 +26,7 @@
 namespace ftrain::ckptd {
 
 struct ServerOptions {
+  Env* env = nullptr;  // the files and the clock (the main's Env); required
   std::string root;
   std::string run_dir;
   std::string node;

@@ -57,7 +57,8 @@ Status Server::TryStartPeers() {
   if (!p.listen.empty()) {
     replicas_ = std::make_unique<ReplicaStore>(
         static_cast<uint64_t>(p.replica_memory_gb * static_cast<double>(uint64_t{1} << 30)));
-    peer_server_ = std::make_unique<PeerServer>(p.job, p.secret, p.timeout_s, replicas_.get());
+    peer_server_ =
+        std::make_unique<PeerServer>(p.job, p.secret, p.timeout_s, replicas_.get(), options_.env);
     FT_RETURN_IF_ERROR(peer_server_->Start(p.listen, {p.advertise, p.job_nodes}));
     MaybePublishAddress();
   }
@@ -69,11 +70,13 @@ Status Server::TryStartPeers() {
     ro.buddy = p.buddy;
     ro.buddy_file = p.buddy_file;
     ro.timeout_s = p.timeout_s;
+    ro.env = options_.env;
     ro.nice = std::min(19, options_.persist.nice + 10);
     ro.mbps = p.replication_mbps;
     replicator_ = std::make_unique<Replicator>(ro);
   }
   FetcherOptions fo{p.job, p.secret, options_.run_dir, options_.node, start_id_, p.timeout_s};
+  fo.env = options_.env;
   fetcher_ = std::make_unique<PeerFetcher>(fo, [this](FetchResult r) {
     {
       std::lock_guard<std::mutex> lock(results_mu_);
@@ -100,7 +103,7 @@ Status Server::TryStartPeers() {
 // shared file system must not cost the node its replicas. Loop thread.
 void Server::MaybePublishAddress() {
   if (peer_server_ == nullptr || address_published_) return;
-  const double now = SteadyNowS();
+  const double now = SteadyNowS(options_.env);
   if (now < address_retry_at_) return;
   Status s = WriteAddressFile(peer_addr_file_, {peer_server_->address(), start_id_, since_});
   ++address_attempts_;
@@ -206,7 +209,7 @@ bool Server::StartFetch(int fd, Conn& c, const std::string& payload) {
   c.fetch_id = next_fetch_id_++;
   c.fetch_step = req->step;
   // Half the client's wait: the answer (found or not) always arrives while it listens.
-  c.fetch_deadline_s = req->timeout_s > 0 ? SteadyNowS() + req->timeout_s / 2 : 0;
+  c.fetch_deadline_s = req->timeout_s > 0 ? SteadyNowS(options_.env) + req->timeout_s / 2 : 0;
   FT_LOG(Info) << "ckptd: rank " << c.rank << " asks for step " << req->step << " from "
                << (req->address.empty() ? "the peers" : "peer " + req->address) << " (slot " << pick
                << ")";
@@ -218,7 +221,7 @@ bool Server::StartFetch(int fd, Conn& c, const std::string& payload) {
 // Answers the fetches whose client would stop listening soon: not found, "out of time".
 // The fetch itself goes on; its result fills the slot but is sent to no one.
 void Server::ExpireFetches() {
-  const double now = SteadyNowS();
+  const double now = SteadyNowS(options_.env);
   for (auto& [fd, c] : conns_) {
     if (c.fetch_id == 0 || c.fetch_deadline_s <= 0 || now < c.fetch_deadline_s) continue;
     proto::FetchPeerOk none;
@@ -234,7 +237,7 @@ void Server::ExpireFetches() {
 
 // Milliseconds until the next fetch deadline, at most `cap_ms`.
 int Server::NextDeadlineMs(int cap_ms) const {
-  const double now = SteadyNowS();
+  const double now = SteadyNowS(options_.env);
   int ms = cap_ms;
   for (const auto& [fd, c] : conns_) {
     if (c.fetch_id == 0 || c.fetch_deadline_s <= 0) continue;

@@ -4,8 +4,9 @@
 # in backticks, or when docs/design.md names such a folder that does not exist; and when a
 # library file below the mains reads the environment (getenv) without being one of the
 # exceptions listed below with its reason: the launch facts (job, node, rank, fence epoch) come
-# from records::LaunchContext, parsed once in each main. Run by scripts/check-style.sh (ctest
-# `style`). Changes nothing.
+# from records::LaunchContext, parsed once in each main; and when a library file below the
+# mains calls Env::Default() (the one Env is made in the mains and passed down, as leveldb's
+# Options::env). Run by scripts/check-style.sh (ctest `style`). Changes nothing.
 # usage: scripts/check-layout.sh        (exit 0 clean, 1 findings, 2 not a git checkout)
 set -euo pipefail
 
@@ -77,8 +78,29 @@ for f in "${readers[@]}"; do
     failed=1
   fi
 done
+
+# Library files that may call Env::Default(), and why. Everything else takes its Env from its
+# caller (a constructor argument or an options field), ultimately from a main (src/cli/,
+# daemon/ckptd_main.cc) or a test.
+declare -A env_default_ok=(
+  [src/core/env_posix.cc]="defines Env::Default()"
+  [src/core/env.h]="declares Env::Default() and says what FTRAIN_CRASH_AT makes it"
+)
+mapfile -t env_fetchers < <(git ls-files --cached --others --exclude-standard -- src daemon |
+  grep -E '\.(cc|h)$' | grep -v -E '^src/cli/|_main\.cc$' |
+  while IFS= read -r f; do
+    if [ -e "${f}" ] && grep -F 'Env::Default(' "${f}" >/dev/null; then echo "${f}"; fi
+  done)
+for f in "${env_fetchers[@]}"; do
+  if [ -z "${env_default_ok[${f}]:-}" ]; then
+    echo "check-layout: ${f} calls Env::Default() below the mains: take the Env from the" \
+      "caller (a constructor argument or an options field), or list the file here with why" >&2
+    failed=1
+  fi
+done
 if [ "${failed}" -eq 0 ]; then
   echo "check-layout: ${#actual[@]} source folders, each named in ${DESIGN};" \
-    "${#readers[@]} library files read the environment, each a listed exception"
+    "${#readers[@]} library files read the environment, each a listed exception;" \
+    "${#env_fetchers[@]} call Env::Default(), each a listed exception"
 fi
 exit "${failed}"

@@ -110,6 +110,7 @@ class PendingSnapshotTest : public ::testing::Test {
   void SaveDeferredThenExit(int64_t step, const Status& health) {
     Status current;
     train::CheckpointSinkOptions o;
+    o.env = Env::Default();
     o.daemon = train::DaemonMode::kRequire;
     o.run_dir = run_;
     o.node = "n0";

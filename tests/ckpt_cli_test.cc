@@ -32,7 +32,7 @@ class CkptctlTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = tmp_.path() + "/ckpt";
-    ckpt::CheckpointStore store(root_);
+    ckpt::CheckpointStore store(root_, Env::Default());
     ckpt::WriteOptions o;
     o.zstd_level = 3;
     o.chunk_bytes = 2048;
@@ -139,7 +139,7 @@ TEST_F(CkptctlTest, PruneCorruptDryRunRemovesNothing) {
 void SaveChanged(
     const std::string& root, int64_t step,
     const std::function<void(int rank, ckpt::ShardContents*, std::vector<uint8_t>*)>& change) {
-  ckpt::CheckpointStore store(root);
+  ckpt::CheckpointStore store(root, Env::Default());
   const auto meta = FixtureMeta(step, 2);
   for (int r = 0; r < 2; ++r) {
     RankState state(step, r, 2, 4);

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   const int64_t first = std::atoll(argv[2]), last = std::atoll(argv[3]);
   const int world = std::atoi(argv[4]);
   const int64_t scale = std::atoll(argv[5]);
-  ftrain::ckpt::CheckpointStore store(root);
+  ftrain::ckpt::CheckpointStore store(root, ftrain::Env::Default());
   ftrain::Status s = store.Recover();
   if (!s.ok()) {
     std::fprintf(stderr, "recover: %s\n", s.ToString().c_str());

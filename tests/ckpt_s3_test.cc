@@ -62,7 +62,7 @@ S3StoreOptions SmallParts() {
 // File-system checkpoints of `steps` (world 2) in dir; returns the root.
 std::string SaveSteps(const TempDir& dir, const std::vector<int64_t>& steps, int64_t scale = 4) {
   const std::string root = dir / "fs";
-  CheckpointStore store(root);
+  CheckpointStore store(root, Env::Default());
   for (int64_t s : steps) {
     Status st = ::ftrain::testing::SaveFixture(&store, s, 2, {}, scale);
     EXPECT_TRUE(st.ok()) << st.ToString();
@@ -83,16 +83,19 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
   ASSERT_TRUE(s3->CheckUsable().ok());
   ASSERT_TRUE(s3->ClaimFence("e000000000000001-00000001").ok());
   for (int64_t step : {10, 20, 30}) {
-    auto out = s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001");
+    auto out =
+        s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001", Env::Default());
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     EXPECT_EQ(*out, MirrorOutcome::kCommitted);
   }
   // The same step again: the conditional manifest PUT is refused, nothing overwritten.
-  auto again = s3->Upload(fs_root + "/" + StepDirName(30), "e000000000000001-00000001");
+  auto again =
+      s3->Upload(fs_root + "/" + StepDirName(30), "e000000000000001-00000001", Env::Default());
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, MirrorOutcome::kAlreadyCommitted);
   // An older step than the newest committed one is superseded, as on a file system.
-  auto old = s3->Upload(fs_root + "/" + StepDirName(10), "e000000000000001-00000001");
+  auto old =
+      s3->Upload(fs_root + "/" + StepDirName(10), "e000000000000001-00000001", Env::Default());
   ASSERT_TRUE(old.ok());  // step 10 is committed already
   EXPECT_EQ(*old, MirrorOutcome::kAlreadyCommitted);
   auto list = s3->List();
@@ -112,7 +115,7 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
       << oracle.output;
   EXPECT_TRUE(Contains(oracle.output, "roundtrip/step-00000030/manifest.json ")) << oracle.output;
 
-  auto rep = s3->Verify(30, dir.path(), 2);
+  auto rep = s3->Verify(30, dir.path(), 2, Env::Default());
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0].problem);
   EXPECT_GT(rep->datasets_checked, 0);
@@ -139,20 +142,20 @@ TEST(CkptS3, MirrorCommitListVerifyPruneRestoreRoundTrip) {
 
   // The scratch space is purged: the restore brings the newest back, bit-identical.
   const std::string purged = dir / "purged";
-  auto restored = RestoreFromMirror(Root("roundtrip"), purged);
+  auto restored = RestoreFromMirror(Root("roundtrip"), purged, Env::Default());
   ASSERT_TRUE(restored.ok()) << restored.status().ToString();
   ASSERT_TRUE(restored->has_value());
   EXPECT_EQ(**restored, 30);
-  CheckpointStore back(purged);
+  CheckpointStore back(purged, Env::Default());
   auto latest = back.Latest();
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->step, 30);
   std::ostringstream diff;
-  auto d = DiffCheckpoints(fs_root + "/" + StepDirName(30), (*latest)->path, diff);
+  auto d = DiffCheckpoints(fs_root + "/" + StepDirName(30), (*latest)->path, diff, Env::Default());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->identical) << diff.str();
   // Nothing more to restore once the file system is as new.
-  auto none = RestoreFromMirror(Root("roundtrip"), purged);
+  auto none = RestoreFromMirror(Root("roundtrip"), purged, Env::Default());
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
 }
@@ -166,7 +169,8 @@ TEST(CkptS3, InspectDiffExportReadS3Checkpoints) {
   const std::string root = Root("tools");
   auto s3 = Open(root);
   for (int64_t step : {10, 20}) {
-    auto out = s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001");
+    auto out =
+        s3->Upload(fs_root + "/" + StepDirName(step), "e000000000000001-00000001", Env::Default());
     ASSERT_TRUE(out.ok()) << out.status().ToString();
   }
   const std::string tmp = dir / "tmp";
@@ -205,25 +209,25 @@ TEST(CkptS3, StagingRootCommitsOnS3AndReconcileDropsUncommittedSteps) {
   TempDir dir("ckpt-s3-staging");
   const std::string fs_root = SaveSteps(dir, {10, 20});
   const std::string root = Root("staged");
-  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
-  auto url = StagedS3Root(fs_root);
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root, {}, Env::Default()).ok());
+  auto url = StagedS3Root(fs_root, Env::Default());
   ASSERT_TRUE(url.ok() && *url == root) << url.status().ToString();
-  EXPECT_EQ(StagedS3Latest(fs_root), -1);
-  Status s = CommitStaged(fs_root, 10, 3);
+  EXPECT_EQ(StagedS3Latest(fs_root, Env::Default()), -1);
+  Status s = CommitStaged(fs_root, 10, 3, Env::Default());
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  EXPECT_EQ(StagedS3Latest(fs_root, Env::Default()), 10);
   auto s3 = Open(root);
   auto latest = s3->Latest();
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ(**latest, 10);
   // Step 20 is staged and never committed there (its uploader was killed).
-  auto newest = ReconcileStaging(fs_root, root, 3);
+  auto newest = ReconcileStaging(fs_root, root, 3, Env::Default());
   ASSERT_TRUE(newest.ok()) << newest.status().ToString();
   ASSERT_TRUE(newest->has_value());
   EXPECT_EQ(**newest, 10);
   EXPECT_FALSE(fs::exists(fs_root + "/" + StepDirName(20)));
   EXPECT_TRUE(fs::exists(fs_root + "/" + StepDirName(10)));  // the same manifest as S3's
-  CheckpointStore staged(fs_root);
+  CheckpointStore staged(fs_root, Env::Default());
   auto local = staged.Latest();
   ASSERT_TRUE(local.ok() && local->has_value());
   EXPECT_EQ((*local)->step, 10);
@@ -243,18 +247,18 @@ TEST(CkptS3, StagingRootCarriesTheUploadSettingsToCommitStaged) {
   TempDir dir("ckpt-s3-knobs");
   const std::string fs_root = SaveSteps(dir, {10, 20}, /*scale=*/1300);
   const std::string root = Root("knobs");
-  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
-  auto u = StagedS3Upload(fs_root);
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root, {}, Env::Default()).ok());
+  auto u = StagedS3Upload(fs_root, Env::Default());
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(u->part_bytes, 8ull << 20);
   data::UploadOptions want;
   want.part_bytes = 5ull << 20;
   want.threads = 2;
   want.max_bytes_per_s = 8'000'000;
-  ASSERT_TRUE(MarkStagingRoot(fs_root, root, want).ok());
-  auto url = StagedS3Root(fs_root);
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root, want, Env::Default()).ok());
+  auto url = StagedS3Root(fs_root, Env::Default());
   ASSERT_TRUE(url.ok() && *url == root) << url.status().ToString();
-  u = StagedS3Upload(fs_root);
+  u = StagedS3Upload(fs_root, Env::Default());
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(u->part_bytes, want.part_bytes);
   EXPECT_EQ(u->threads, 2);
@@ -268,7 +272,7 @@ TEST(CkptS3, StagingRootCarriesTheUploadSettingsToCommitStaged) {
   }
   ASSERT_GT(largest, 5ull << 20) << "the fixture must span two parts of 5 MiB";
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = CommitStaged(fs_root, 10, 3);
+  Status s = CommitStaged(fs_root, 10, 3, Env::Default());
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(s.ok()) << s.ToString();
   // 8 MB/s: the upload cannot be faster than bytes / 8e6 (less a token bucket's first burst).
@@ -294,8 +298,8 @@ TEST(CkptS3, StagingRootCarriesTheUploadSettingsToCommitStaged) {
   EXPECT_TRUE(found);
 
   std::ofstream(fs_root + "/" + kS3RootName) << root << "\npart_bytes=lots\n";
-  EXPECT_TRUE(StagedS3Upload(fs_root).status().IsCorruption());
-  EXPECT_TRUE(CommitStaged(fs_root, 20, 3).IsCorruption());
+  EXPECT_TRUE(StagedS3Upload(fs_root, Env::Default()).status().IsCorruption());
+  EXPECT_TRUE(CommitStaged(fs_root, 20, 3, Env::Default()).IsCorruption());
 }
 
 // An outage while training goes on costs no checkpoint: the store answers 503 to everything
@@ -306,23 +310,23 @@ TEST(CkptS3, StagedUploadThatMeetsAnOutageIsRetriedUntilCommitted) {
   TempDir dir("ckpt-s3-outage");
   const std::string fs_root = SaveSteps(dir, {10, 20});
   const std::string root = Root("outage");
-  ASSERT_TRUE(MarkStagingRoot(fs_root, root).ok());
+  ASSERT_TRUE(MarkStagingRoot(fs_root, root, {}, Env::Default()).ok());
   const std::string down = dir / "DOWN";
   std::ofstream(down) << "down\n";
   auto [endpoint, pid] = StartProxy(dir, {"--down-file", down});
   ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
   int tries = 0;
-  Status s =
-      CommitStagedRetrying(fs_root, 10, 3, [&](std::chrono::milliseconds) { return ++tries < 2; });
+  Status s = CommitStagedRetrying(
+      fs_root, 10, 3, [&](std::chrono::milliseconds) { return ++tries < 2; }, Env::Default());
   EXPECT_TRUE(IsS3Outage(s)) << s.ToString();
   EXPECT_EQ(tries, 2);
-  EXPECT_EQ(StagedS3Latest(fs_root), -1);
+  EXPECT_EQ(StagedS3Latest(fs_root, Env::Default()), -1);
   {
-    StagedUploadRetrier retrier(fs_root, 3);
+    StagedUploadRetrier retrier(fs_root, 3, Env::Default());
     retrier.Add(10);
     std::this_thread::sleep_for(std::chrono::seconds(2));
     EXPECT_EQ(retrier.pending(), 1u);
-    EXPECT_EQ(StagedS3Latest(fs_root), -1);
+    EXPECT_EQ(StagedS3Latest(fs_root, Env::Default()), -1);
     fs::remove(down);  // the store is back
     for (int i = 0; i < 600 && retrier.pending() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -331,7 +335,7 @@ TEST(CkptS3, StagedUploadThatMeetsAnOutageIsRetriedUntilCommitted) {
   }
   ::setenv("AWS_ENDPOINT_URL", MotoEndpoint().c_str(), 1);
   ::ftrain::testing::SignalAndReap(pid, SIGKILL);
-  EXPECT_EQ(StagedS3Latest(fs_root), 10);
+  EXPECT_EQ(StagedS3Latest(fs_root, Env::Default()), 10);
   auto latest = Open(root)->Latest();
   ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status().ToString();
   EXPECT_EQ(**latest, 10);
@@ -342,6 +346,7 @@ TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {
   TempDir dir("ckpt-s3");
   const std::string fs_root = SaveSteps(dir, {1});
   MirrorOptions o;
+  o.env = Env::Default();
   o.url = Root("mirror");
   o.keep = 2;
   o.every_s = 0.2;
@@ -349,7 +354,7 @@ TEST(CkptS3, MirrorThreadCopiesNewCheckpointsRotatesAndFencesOlderJobs) {
   auto m = CheckpointMirror::Open(o, fs_root, "e000000000000005-00000001");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   (*m)->Start();
-  CheckpointStore store(fs_root);
+  CheckpointStore store(fs_root, Env::Default());
   auto s3 = Open(o.url);
   for (int64_t step : {2, 3, 4}) {
     ASSERT_TRUE(::ftrain::testing::SaveFixture(&store, step, 2, {}, 4).ok());
@@ -382,14 +387,16 @@ TEST(CkptS3, OlderGenerationIsFencedAndCommitsNothing) {
   ASSERT_TRUE(s3->ClaimFence("e000000000000002-0000aaaa").ok());
   Status claim = s3->ClaimFence("e000000000000001-0000bbbb");
   EXPECT_EQ(claim.code(), Status::Code::kFailedPrecondition) << claim.ToString();
-  auto out = s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000001-0000bbbb");
+  auto out =
+      s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000001-0000bbbb", Env::Default());
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(Contains(out.status().message(), "fenced")) << out.status().ToString();
   auto latest = s3->Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());  // its objects are there, its manifest is not
   // The owner of the fence commits.
-  auto owner = s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000002-0000aaaa");
+  auto owner =
+      s3->Upload(fs_root + "/" + StepDirName(5), "e000000000000002-0000aaaa", Env::Default());
   ASSERT_TRUE(owner.ok()) << owner.status().ToString();
 }
 
@@ -398,7 +405,7 @@ TEST(CkptS3, KilledUploadLeavesNothingVisibleAndPruneAbortsIt) {
   const std::string fs_root = SaveSteps(dir, {7, 8}, 400);
   const std::string root = Root("killed");
   auto s3 = Open(root);
-  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(7), "g").ok());
+  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(7), "g", Env::Default()).ok());
   // A real process uploading step 8 at 1 MB/s, killed once its multipart upload exists.
   const int pid = Spawn({Ckptctl(), "mirror", fs_root + "/" + StepDirName(8), root,
                          "--max-mb-per-s", "0.2", "--part-mb", "5", "--generation", "g"},
@@ -445,12 +452,12 @@ TEST(CkptS3, ThrottlingIsRetriedAndOutagesAreNotDamage) {
   S3StoreOptions o = SmallParts();
   o.http.stall_timeout_ms = 1000;
   auto s3 = Open(Root("throttled"), o);
-  auto out = s3->Upload(fs_root + "/" + StepDirName(3), "g");
+  auto out = s3->Upload(fs_root + "/" + StepDirName(3), "g", Env::Default());
   ::setenv("AWS_ENDPOINT_URL", MotoEndpoint().c_str(), 1);
   ::ftrain::testing::SignalAndReap(pid, SIGKILL);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_GE(std::stoi(::ftrain::testing::ReadFile(dir / "proxy.port.faults")), 5);
-  auto rep = Open(Root("throttled"))->Verify(3, dir.path(), 2);
+  auto rep = Open(Root("throttled"))->Verify(3, dir.path(), 2, Env::Default());
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->ok());
 
@@ -470,7 +477,7 @@ TEST(CkptS3, DamagedObjectIsCorruption) {
   TempDir dir("ckpt-s3");
   const std::string fs_root = SaveSteps(dir, {4});
   auto s3 = Open(Root("damaged"));
-  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(4), "g").ok());
+  ASSERT_TRUE(s3->Upload(fs_root + "/" + StepDirName(4), "g", Env::Default()).ok());
   auto m = s3->ReadManifest(4);
   ASSERT_TRUE(m.ok());
   const std::string key = S3FileKey("damaged", 4, m->meta.generation, m->files[1].path);
@@ -488,7 +495,7 @@ TEST(CkptS3, DamagedObjectIsCorruption) {
     ASSERT_EQ(std::fwrite(local.data(), 1, local.size(), f), local.size());
     std::fclose(f);
   }
-  auto bad_upload = s3->Upload(fs5.substr(0, fs5.rfind('/')), "g");
+  auto bad_upload = s3->Upload(fs5.substr(0, fs5.rfind('/')), "g", Env::Default());
   EXPECT_EQ(bad_upload.status().code(), Status::Code::kCorruption)
       << bad_upload.status().ToString();
   auto latest4 = s3->Latest();
@@ -498,9 +505,9 @@ TEST(CkptS3, DamagedObjectIsCorruption) {
   auto r = RunCommand(Ckptctl() + " verify " + Root("damaged") + " 2>&1", 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(Contains(r.output, "XXH3")) << r.output;
-  auto restored = RestoreFromMirror(Root("damaged"), dir / "restore");
+  auto restored = RestoreFromMirror(Root("damaged"), dir / "restore", Env::Default());
   EXPECT_EQ(restored.status().code(), Status::Code::kCorruption) << restored.status().ToString();
-  CheckpointStore fs(dir / "restore");
+  CheckpointStore fs(dir / "restore", Env::Default());
   auto latest = fs.Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());  // nothing half-restored is visible

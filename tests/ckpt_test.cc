@@ -109,16 +109,16 @@ TEST(CkptFilename, BuildAndParse) {
 
 TEST(Ckpt, RoundTripVerifiesAndReadsBack) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 10, 2).ok());
   auto latest = store.Latest();
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->step, 10);
   EXPECT_EQ(ReadAll(tmp.path() + "/LATEST"), "step-00000010\n");
-  auto rep = ckpt::VerifyCheckpoint((*latest)->path);
+  auto rep = ckpt::VerifyCheckpoint((*latest)->path, 0, Env::Default());
   EXPECT_TRUE(rep.ok()) << rep.problems.front().problem;
   EXPECT_GT(rep.datasets_checked, 20);
-  auto reader = CheckpointReader::Open((*latest)->path);
+  auto reader = CheckpointReader::Open((*latest)->path, Env::Default());
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   ExpectTensorMatchesFixture(**reader, 10);
   auto sched = (*reader)->ReadBlob("scheduler", "state", 0, 2);
@@ -132,16 +132,16 @@ TEST(Ckpt, EveryCompressionSettingRoundTrips) {
   for (int level : {0, 1, 3, 9}) {
     for (bool shuffle : {false, true}) {
       TempDir tmp;
-      CheckpointStore store(tmp.path());
+      CheckpointStore store(tmp.path(), Env::Default());
       ckpt::WriteOptions o;
       o.zstd_level = level;
       o.shuffle = shuffle;
       o.chunk_bytes = 1000;  // many chunks, a partial edge chunk, odd sizes
       o.threads = 3;
       ASSERT_TRUE(SaveFixture(&store, 1, 3, o).ok());
-      auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001");
+      auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001", 0, Env::Default());
       EXPECT_TRUE(rep.ok()) << "level " << level << " shuffle " << shuffle;
-      auto reader = CheckpointReader::Open(tmp.path() + "/step-00000001");
+      auto reader = CheckpointReader::Open(tmp.path() + "/step-00000001", Env::Default());
       ASSERT_TRUE(reader.ok());
       ExpectTensorMatchesFixture(**reader, 1);
     }
@@ -150,9 +150,9 @@ TEST(Ckpt, EveryCompressionSettingRoundTrips) {
 
 TEST(Ckpt, ReshardingReadsAnyWorldSize) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 5, 3).ok());
-  auto reader = CheckpointReader::Open(tmp.path() + "/step-00000005");
+  auto reader = CheckpointReader::Open(tmp.path() + "/step-00000005", Env::Default());
   ASSERT_TRUE(reader.ok());
   const auto tensors = FixtureTensors();
   for (int new_world : {1, 2, 4, 5}) {
@@ -194,7 +194,7 @@ class CorruptionTest : public ::testing::TestWithParam<CorruptionCase> {};
 
 TEST_P(CorruptionTest, FlippedByteInDataIsCaughtAndNamed) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ckpt::WriteOptions o;
   o.zstd_level = GetParam().level;
   ASSERT_TRUE(SaveFixture(&store, 1, 2, o).ok());
@@ -204,7 +204,7 @@ TEST_P(CorruptionTest, FlippedByteInDataIsCaughtAndNamed) {
   const uint64_t addr = DataAddress(shard, ds, &size);
   ASSERT_GT(size, 16u);
   FlipByte(shard, addr + size / 2);
-  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001");
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001", 0, Env::Default());
   ASSERT_FALSE(rep.ok());
   bool named = false;
   for (const auto& p : rep.problems) {
@@ -221,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, CorruptionTest,
 class DamagedCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = std::make_unique<CheckpointStore>(tmp_.path());
+    store_ = std::make_unique<CheckpointStore>(tmp_.path(), Env::Default());
     ASSERT_TRUE(SaveFixture(store_.get(), 1, 2).ok());
     ASSERT_TRUE(SaveFixture(store_.get(), 2, 2).ok());
     dir_ = tmp_.path() + "/step-00000002";
@@ -235,10 +235,10 @@ class DamagedCheckpointTest : public ::testing::Test {
     auto latest = store_->Latest();
     ASSERT_TRUE(latest.ok() && latest->has_value());
     EXPECT_EQ((*latest)->step, 1);
-    EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path).ok());
+    EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path, 0, Env::Default()).ok());
   }
   std::string FirstProblem() {
-    auto rep = ckpt::VerifyCheckpoint(dir_);
+    auto rep = ckpt::VerifyCheckpoint(dir_, 0, Env::Default());
     EXPECT_FALSE(rep.ok());
     return rep.problems.empty() ? ""
                                 : rep.problems.front().file + ": " + rep.problems.front().problem;
@@ -273,7 +273,7 @@ TEST_F(DamagedCheckpointTest, ManifestPathOutsideTheCheckpoint) {
     WriteAll(dir_ + "/manifest.json", j.dump());
     EXPECT_NE(FirstProblem().find("not a plain name"), std::string::npos) << evil;
     ExpectFallsBackToStep1();
-    auto reader = CheckpointReader::Open(dir_);
+    auto reader = CheckpointReader::Open(dir_, Env::Default());
     EXPECT_FALSE(reader.ok());
   }
 }
@@ -299,7 +299,7 @@ TEST_F(DamagedCheckpointTest, WrongMagicOrVersionInShard) {
   const std::string shard = dir_ + "/shard-00000.h5";
   hid_t f = H5Fcreate(shard.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(f);
-  auto rep = ckpt::VerifyCheckpoint(dir_);
+  auto rep = ckpt::VerifyCheckpoint(dir_, 0, Env::Default());
   ASSERT_FALSE(rep.ok());
   std::string all;
   for (const auto& p : rep.problems) all += p.problem + "\n";
@@ -320,17 +320,17 @@ TEST_F(DamagedCheckpointTest, EmptyAndForeignDirectories) {
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->step, 2);
   TempDir empty;
-  CheckpointStore none(empty.path());
+  CheckpointStore none(empty.path(), Env::Default());
   auto l2 = none.Latest();
   ASSERT_TRUE(l2.ok());
   EXPECT_FALSE(l2->has_value());
-  CheckpointStore missing(empty.path() + "/nope");
+  CheckpointStore missing(empty.path() + "/nope", Env::Default());
   EXPECT_FALSE(missing.List().ok());
 }
 
 TEST(CkptCommit, OnlyOneCommitterAndOnlyWhenEveryRankIsThere) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   const auto meta = FixtureMeta(3, 2);
   RankState r0(3, 0, 2), r1(3, 1, 2);
   ASSERT_TRUE(store.WriteShard(meta, 0, r0.contents(), {}).ok());
@@ -349,7 +349,7 @@ TEST(CkptCommit, OnlyOneCommitterAndOnlyWhenEveryRankIsThere) {
 
 TEST(CkptCommit, RecoveryFinishesACommitWhoseCommitterDied) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   const auto meta = FixtureMeta(4, 2);
   for (int r = 0; r < 2; ++r) {
     RankState s(4, r, 2);
@@ -364,12 +364,12 @@ TEST(CkptCommit, RecoveryFinishesACommitWhoseCommitterDied) {
   auto latest = store.Latest();
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->step, 4);
-  EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path).ok());
+  EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path, 0, Env::Default()).ok());
 }
 
 TEST(CkptCommit, OlderStepIsNotCommittedOverANewerOne) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 8, 1).ok());
   Status s = SaveFixture(&store, 6, 1);
   EXPECT_FALSE(s.ok());
@@ -378,7 +378,7 @@ TEST(CkptCommit, OlderStepIsNotCommittedOverANewerOne) {
 
 TEST(CkptRotation, KeepsNewestKMilestonesAndLeasedOnes) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   for (int step = 1; step <= 8; ++step) ASSERT_TRUE(SaveFixture(&store, step, 1).ok());
   auto lease = ckpt::ReadLease::Acquire(tmp.path() + "/step-00000001");
   ASSERT_TRUE(lease.ok());
@@ -388,7 +388,8 @@ TEST(CkptRotation, KeepsNewestKMilestonesAndLeasedOnes) {
   ASSERT_EQ(mkdir((tmp.path() + "/step-00000002.deleting").c_str(), 0755), 0);
   auto dry = store.Rotate({3, 4}, /*dry_run=*/true);
   ASSERT_TRUE(dry.ok());
-  EXPECT_TRUE(ckpt::VerifyCheckpoint(tmp.path() + "/step-00000002").ok()) << "dry run deleted";
+  EXPECT_TRUE(ckpt::VerifyCheckpoint(tmp.path() + "/step-00000002", 0, Env::Default()).ok())
+      << "dry run deleted";
   auto deleted = store.Rotate({3, 4});
   ASSERT_TRUE(deleted.ok());
   auto list = store.List();
@@ -417,7 +418,7 @@ TEST(CkptFaults, FailureAtEveryFileSystemStep) {
   int64_t total_ops = 0;
   {
     TempDir tmp;
-    ckpt::CheckpointStore plain(tmp.path());
+    ckpt::CheckpointStore plain(tmp.path(), Env::Default());
     ASSERT_TRUE(SaveFixture(&plain, 1, 2).ok());
     FaultInjectionEnv env(Env::Default());
     CheckpointStore store(tmp.path(), &env);
@@ -431,7 +432,7 @@ TEST(CkptFaults, FailureAtEveryFileSystemStep) {
     for (bool sticky : {false, true}) {
       for (int64_t op = 1; op <= total_ops; ++op) {
         TempDir tmp;
-        CheckpointStore plain(tmp.path());
+        CheckpointStore plain(tmp.path(), Env::Default());
         ASSERT_TRUE(SaveFixture(&plain, 1, 2).ok());
         FaultInjectionEnv env(Env::Default());
         if (sticky)
@@ -448,13 +449,14 @@ TEST(CkptFaults, FailureAtEveryFileSystemStep) {
         auto latest = plain.Latest();
         ASSERT_TRUE(latest.ok() && latest->has_value()) << "op " << op;
         EXPECT_TRUE((*latest)->step == 1 || (*latest)->step == 2) << "op " << op;
-        EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path).ok()) << "op " << op;
+        EXPECT_TRUE(ckpt::VerifyCheckpoint((*latest)->path, 0, Env::Default()).ok()) << "op " << op;
         if ((*latest)->step == 1) {
           // The save failed before the commit point: step 1 untouched.
-          EXPECT_TRUE(ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001").ok()) << "op " << op;
+          EXPECT_TRUE(ckpt::VerifyCheckpoint(tmp.path() + "/step-00000001", 0, Env::Default()).ok())
+              << "op " << op;
         }
         // A retry at the next interval (new step, healthy disk) succeeds.
-        CheckpointStore healthy(tmp.path());
+        CheckpointStore healthy(tmp.path(), Env::Default());
         ASSERT_TRUE(healthy.Recover().ok());
         Status retry = SaveFixture(&healthy, 3, 2);
         EXPECT_TRUE(retry.ok()) << "op " << op << ": " << retry.ToString();
@@ -466,21 +468,22 @@ TEST(CkptFaults, FailureAtEveryFileSystemStep) {
 
 TEST(CkptTools, DiffAndExport) {
   TempDir tmp;
-  CheckpointStore a(tmp.path() + "/a"), b(tmp.path() + "/b"), c(tmp.path() + "/c");
+  CheckpointStore a(tmp.path() + "/a", Env::Default()), b(tmp.path() + "/b", Env::Default()),
+      c(tmp.path() + "/c", Env::Default());
   ASSERT_TRUE(SaveFixture(&a, 5, 2).ok());
   ASSERT_TRUE(SaveFixture(&b, 5, 3).ok());  // same state, other world size
   ASSERT_TRUE(SaveFixture(&c, 6, 2).ok());
   std::ostringstream out;
-  auto same =
-      ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/b/step-00000005", out);
+  auto same = ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005",
+                                    tmp.path() + "/b/step-00000005", out, Env::Default());
   ASSERT_TRUE(same.ok());
   // Tensors are identical across world sizes; per-rank state is not comparable.
   EXPECT_FALSE(same->identical);
   EXPECT_NE(out.str().find("per-rank and the world sizes differ"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("elements differ"), std::string::npos) << out.str();
   std::ostringstream out2;
-  auto diff =
-      ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005", tmp.path() + "/c/step-00000006", out2);
+  auto diff = ckpt::DiffCheckpoints(tmp.path() + "/a/step-00000005",
+                                    tmp.path() + "/c/step-00000006", out2, Env::Default());
   ASSERT_TRUE(diff.ok());
   EXPECT_FALSE(diff->identical);
   EXPECT_NE(out2.str().find("max abs difference"), std::string::npos) << out2.str();
@@ -488,7 +491,9 @@ TEST(CkptTools, DiffAndExport) {
   for (const char* dtype : {"bf16", "fp32"}) {
     const std::string file = tmp.path() + "/model-" + dtype + ".safetensors";
     std::ostringstream log;
-    ASSERT_TRUE(ckpt::ExportSafetensors(tmp.path() + "/a/step-00000005", dtype, file, log).ok());
+    ASSERT_TRUE(
+        ckpt::ExportSafetensors(tmp.path() + "/a/step-00000005", dtype, file, log, Env::Default())
+            .ok());
     auto header = model::ReadSafetensorsHeader(file);
     ASSERT_TRUE(header.ok()) << header.status().ToString();
     ASSERT_EQ(header->entries.size(), FixtureTensors().size());
@@ -533,7 +538,7 @@ TEST(Bf16, RoundsToNearestEven) {
 // itself (not only from ckptctl verify), for whole pieces and resharded ranges alike.
 TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ckpt::WriteOptions o;
   o.zstd_level = GetParam().level;
   ASSERT_TRUE(SaveFixture(&store, 1, 2, o).ok());
@@ -543,7 +548,7 @@ TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
   uint64_t size = 0;
   const uint64_t addr = DataAddress(shard, ds, &size);
   FlipByte(shard, addr + size / 2);
-  auto reader = CheckpointReader::Open(dir);
+  auto reader = CheckpointReader::Open(dir, Env::Default());
   ASSERT_TRUE(reader.ok()) << reader.status().message();  // sizes still match: opens fine
   const ckpt::ManifestTensor* t =
       (*reader)->manifest().FindTensor("master", "model.embed_tokens.weight");
@@ -571,7 +576,7 @@ TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
                   .ok());
   // The same damage through the second line of defence alone (no whole-file check): each
   // piece's hash against the manifest, or zstd's frame checksum, names it too.
-  auto pieces = CheckpointReader::Open(dir);
+  auto pieces = CheckpointReader::Open(dir, Env::Default());
   ASSERT_TRUE(pieces.ok());
   (*pieces)->set_piece_checks_for_test();
   Status ps =
@@ -584,7 +589,7 @@ TEST_P(CorruptionTest, ReaderVerifiesEveryPieceItLoads) {
 // rotation never deletes it; prune removes it only when asked.
 TEST(CkptStore, MarkCorruptKeepsEvidenceAndRotationLeavesIt) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   for (int step = 1; step <= 3; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
   auto moved = store.MarkCorrupt(3);
   ASSERT_TRUE(moved.ok()) << moved.status().message();
@@ -612,7 +617,7 @@ TEST(CkptStore, MarkCorruptKeepsEvidenceAndRotationLeavesIt) {
 // Rotation deletes an older checkpoint only once the newest one reads back and verifies.
 TEST(CkptRotation, NothingOlderIsDeletedWhileTheNewestFailsVerification) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 1, 2).ok());
   ASSERT_TRUE(SaveFixture(&store, 2, 2).ok());
   const std::string shard = tmp.path() + "/step-00000002/shard-00000.h5";
@@ -631,10 +636,10 @@ TEST(CkptRotation, SymlinkToAnArchiveIsNeverFollowedOrDeleted) {
   TempDir tmp;
   const std::string root = tmp.path() + "/root", archive = tmp.path() + "/archive";
   ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
-  CheckpointStore arch(archive);
+  CheckpointStore arch(archive, Env::Default());
   ASSERT_TRUE(SaveFixture(&arch, 1, 2).ok());
   ASSERT_EQ(symlink((archive + "/step-00000001").c_str(), (root + "/step-00000001").c_str()), 0);
-  CheckpointStore store(root);
+  CheckpointStore store(root, Env::Default());
   for (int step = 2; step <= 5; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
   auto list = store.List();
   ASSERT_TRUE(list.ok());
@@ -642,7 +647,7 @@ TEST(CkptRotation, SymlinkToAnArchiveIsNeverFollowedOrDeleted) {
   auto deleted = store.Rotate({1, 0});
   ASSERT_TRUE(deleted.ok());
   for (const auto& d : *deleted) EXPECT_NE(d, root + "/step-00000001");
-  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001").ok());
+  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001", 0, Env::Default()).ok());
   struct stat st;
   EXPECT_EQ(lstat((root + "/step-00000001").c_str(), &st), 0);
   // A link inside a directory being removed is unlinked, its target untouched.
@@ -650,7 +655,7 @@ TEST(CkptRotation, SymlinkToAnArchiveIsNeverFollowedOrDeleted) {
   ASSERT_EQ(mkdir(doomed.c_str(), 0755), 0);
   ASSERT_EQ(symlink(archive.c_str(), (doomed + "/link").c_str()), 0);
   ASSERT_TRUE(Env::Default()->RemoveDirRecursive(doomed).ok());
-  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001").ok());
+  EXPECT_TRUE(ckpt::VerifyCheckpoint(archive + "/step-00000001", 0, Env::Default()).ok());
   EXPECT_FALSE(Env::Default()->RemoveDirRecursive(root + "/step-00000001").ok());
 }
 
@@ -658,12 +663,12 @@ TEST(CkptRotation, SymlinkToAnArchiveIsNeverFollowedOrDeleted) {
 // copy (an F64 dataset read into a float32 buffer would overflow it).
 TEST(CkptReader, DatasetOfAnotherTypeIsRefusedBeforeCopying) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 1, 1).ok());
   const std::string dir = tmp.path() + "/step-00000001";
   const std::string shard = dir + "/shard-00000.h5";
   const std::string name = "model.norm.weight";
-  auto reader = CheckpointReader::Open(dir);
+  auto reader = CheckpointReader::Open(dir, Env::Default());
   ASSERT_TRUE(reader.ok());
   const int64_t n = (*reader)->manifest().FindTensor("master", name)->numel();
   reader->reset();
@@ -690,7 +695,7 @@ TEST(CkptReader, DatasetOfAnotherTypeIsRefusedBeforeCopying) {
   ASSERT_TRUE(m.ok());
   ASSERT_TRUE(ckpt::HashFile(shard, &m->files[0].size, &m->files[0].xxh3).ok());
   WriteAll(dir + "/manifest.json", m->ToJson());
-  auto reader2 = CheckpointReader::Open(dir);
+  auto reader2 = CheckpointReader::Open(dir, Env::Default());
   ASSERT_TRUE(reader2.ok()) << reader2.status().message();
   std::vector<float> buf(static_cast<size_t>(n) + 16, 7.0f);
   Status s = (*reader2)->ReadTensorRange("master", name, 0, n, buf.data());
@@ -705,7 +710,7 @@ TEST(CkptReader, DatasetOfAnotherTypeIsRefusedBeforeCopying) {
 // pieces do not tile its tensors. Runs 10,000+ cases in a few seconds.
 TEST(CkptUntrusted, MutatedManifestsAndReceiptsAreRejectedCleanly) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ASSERT_TRUE(SaveFixture(&store, 1, 2).ok());
   const std::string manifest = ReadAll(tmp.path() + "/step-00000001/manifest.json");
   ASSERT_TRUE(ckpt::Manifest::FromJson(manifest, "m").ok());
@@ -820,7 +825,7 @@ TEST(CkptUntrusted, MutatedManifestsAndReceiptsAreRejectedCleanly) {
 // message naming the file and field; listing, rotation and Latest go on with the others.
 TEST(CkptUntrusted, RenamedKeyInAnOldManifestDoesNotStopListingOrRotation) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   for (int step = 1; step <= 4; ++step) ASSERT_TRUE(SaveFixture(&store, step, 2).ok());
   const std::string path = tmp.path() + "/step-00000001/manifest.json";
   nlohmann::json j = nlohmann::json::parse(ReadAll(path));
@@ -844,7 +849,7 @@ TEST(CkptUntrusted, RenamedKeyInAnOldManifestDoesNotStopListingOrRotation) {
 // python-zstandard) rejects a damaged chunk on its own.
 TEST(CkptFormat, ZstdFramesCarryTheirChecksumFlag) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   ckpt::WriteOptions o;
   o.zstd_level = 3;
   o.shuffle = false;
@@ -865,7 +870,7 @@ TEST(CkptFormat, ZstdFramesCarryTheirChecksumFlag) {
 // never puts its shard into generation G+1's commit of the same step, whichever comes first.
 TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
   TempDir tmp;
-  CheckpointStore store(tmp.path());
+  CheckpointStore store(tmp.path(), Env::Default());
   const std::string old_gen = "000001700000000-0000000a", new_gen = "000001700000999-0000000b";
   ASSERT_LT(old_gen, ckpt::NewGeneration(0));
   auto meta_of = [&](const std::string& g) {
@@ -899,9 +904,9 @@ TEST(CkptFencing, AStaleGenerationNeverGetsIntoANewerCommit) {
   auto committed = store.TryCommit(meta_of(new_gen));
   ASSERT_TRUE(committed.ok()) << committed.status().message();
   EXPECT_EQ(*committed, ckpt::CommitOutcome::kCommitted);
-  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005", 0, Env::Default());
   EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
-  auto m = CheckpointReader::Open(tmp.path() + "/step-00000005");
+  auto m = CheckpointReader::Open(tmp.path() + "/step-00000005", Env::Default());
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->manifest().meta.generation, new_gen);
   // And once G+1 owns a partial, a G writer cannot take it back.
@@ -995,7 +1000,7 @@ TEST(CkptFencing, AStaleWriterPausedAfterItsClaimNeverOverwritesTheNewerShard) {
     m.generation = g;
     return m;
   };
-  CheckpointStore newer(tmp.path());
+  CheckpointStore newer(tmp.path(), Env::Default());
   StatusOr<ckpt::Receipt> newer_receipt = Status::Internal("not run");
   bool fired = false;
   HookEnv env([&](const std::string&, const std::string&, bool before) {
@@ -1015,7 +1020,7 @@ TEST(CkptFencing, AStaleWriterPausedAfterItsClaimNeverOverwritesTheNewerShard) {
   EXPECT_EQ(hash, newer_receipt->xxh3) << "the stale writer replaced the newer shard";
   auto c = newer.TryCommit(meta_of(new_gen));
   ASSERT_TRUE(c.ok()) << c.status().message();
-  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005", 0, Env::Default());
   EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
 }
 
@@ -1030,7 +1035,7 @@ TEST(CkptFencing, TwoWritersOfOneGenerationNeverRemoveEachOthersClaim) {
     m.generation = g;
     return m;
   };
-  CheckpointStore fast(tmp.path());
+  CheckpointStore fast(tmp.path(), Env::Default());
   ASSERT_TRUE(fast.WriteShard(meta_of(old_gen), 0, RankState(5, 0, 2).contents(), {}).ok());
   StatusOr<ckpt::Receipt> first = Status::Internal("not run");
   bool fired = false;
@@ -1047,7 +1052,7 @@ TEST(CkptFencing, TwoWritersOfOneGenerationNeverRemoveEachOthersClaim) {
   auto c = fast.TryCommit(meta_of(new_gen));
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(*c, ckpt::CommitOutcome::kCommitted) << "a rank's claim and shard were removed";
-  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005");
+  auto rep = ckpt::VerifyCheckpoint(tmp.path() + "/step-00000005", 0, Env::Default());
   EXPECT_TRUE(rep.ok()) << rep.problems.front().file << ": " << rep.problems.front().problem;
   // Nothing of the retired partial or the claims is left in the root.
   auto foreign = fast.ListForeign();

@@ -180,8 +180,8 @@ int main(int argc, char** argv) {
     if (!manifest_root.empty()) {
       // What resume does with an in-memory snapshot: each tensor piece only if its XXH3 is
       // the committed manifest's for this rank and slice.
-      auto reader = ftrain::ckpt::CheckpointReader::Open(manifest_root + "/" +
-                                                         ftrain::ckpt::StepDirName(sub.step));
+      auto reader = ftrain::ckpt::CheckpointReader::Open(
+          manifest_root + "/" + ftrain::ckpt::StepDirName(sub.step), ftrain::Env::Default());
       if (!reader.ok()) {
         std::fprintf(stderr, "manifest: %s\n", reader.status().ToString().c_str());
         return 7;

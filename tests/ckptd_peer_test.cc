@@ -185,7 +185,7 @@ class CkptdPeerTest : public ::testing::Test {
     return pred();
   }
   int64_t Latest() {
-    ckpt::CheckpointStore store(root_);
+    ckpt::CheckpointStore store(root_, Env::Default());
     auto l = store.Latest();
     return l.ok() && l->has_value() ? (*l)->step : -1;
   }
@@ -447,7 +447,7 @@ TEST_F(CkptdPeerTest, TheSlotBeingSentIsHandedOutLast) {
 class HostilePeer {
  public:
   explicit HostilePeer(const std::string& address) {
-    auto c = ckptd::peer::ConnectPeer(address, 5);
+    auto c = ckptd::peer::ConnectPeer(address, 5, Env::Default());
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (c.ok()) conn_ = std::move(c).value();
   }

@@ -142,7 +142,7 @@ TEST(PeerWire, ReceiveImageChecksItsLength) {
       EXPECT_EQ(::write(sv[1], wire.data(), wire.size()), static_cast<ssize_t>(wire.size()));
       ::shutdown(sv[1], SHUT_WR);
     });
-    PeerConn conn(sv[0], "test", 2);
+    PeerConn conn(sv[0], "test", 2, Env::Default());
     std::string buf(extent + 16, 'G');
     Status s = conn.ReceiveImage(reinterpret_cast<uint8_t*>(buf.data()), extent);
     writer.join();

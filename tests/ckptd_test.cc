@@ -113,7 +113,7 @@ class CkptdTest : public ::testing::Test {
   }
   // The newest complete step in the root (-1 when none), waiting up to `timeout_s` for `want`.
   int64_t WaitLatest(int64_t want, double timeout_s = 20) {
-    ckpt::CheckpointStore store(root_);
+    ckpt::CheckpointStore store(root_, Env::Default());
     int64_t got = -1;
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -163,7 +163,7 @@ TEST_F(CkptdTest, HandoffCommitsVerifiesAndMatchesTheSynchronousSave) {
   std::string out;
   EXPECT_EQ(Ckptctl("verify " + root_ + " --all", &out), 0) << out;
   // Bit-identical to the same state saved synchronously through the library.
-  ckpt::CheckpointStore sync(base_ + "/sync");
+  ckpt::CheckpointStore sync(base_ + "/sync", Env::Default());
   ASSERT_TRUE(testing::SaveFixture(&sync, 2, 2).ok());
   EXPECT_EQ(Ckptctl("diff " + root_ + "/step-00000002 " + base_ + "/sync/step-00000002", &out), 0)
       << out;
@@ -187,7 +187,7 @@ TEST_F(CkptdTest, DeviceTensorsGoStraightIntoRegisteredSlots_FakeGpu) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" 0 outside the "), std::string::npos) << r.output;
   ASSERT_EQ(WaitLatest(2), 2) << ReadLog("g0");
-  ckpt::CheckpointStore sync(base_ + "/sync");
+  ckpt::CheckpointStore sync(base_ + "/sync", Env::Default());
   ASSERT_TRUE(testing::SaveFixture(&sync, 2, 1).ok());
   std::string out;
   EXPECT_EQ(Ckptctl("diff " + root_ + "/step-00000002 " + base_ + "/sync/step-00000002", &out), 0)
@@ -375,7 +375,7 @@ TEST_F(CkptdTest, DaemonKilledAtManyPipelinePointsKeepsTheLastCompleteCheckpoint
   for (int n = 2; n <= 31; n += 2) {
     SCOPED_TRACE("FTRAIN_CRASH_AT=" + std::to_string(n));
     fs::remove_all(root_);
-    ckpt::CheckpointStore store(root_);
+    ckpt::CheckpointStore store(root_, Env::Default());
     ASSERT_TRUE(testing::SaveFixture(&store, 1, 2).ok());
     const std::string env = "FTRAIN_CRASH_AT=" + std::to_string(n);
     pid_t d = StartDaemon("c", {}, env);

@@ -128,6 +128,7 @@ TEST(FakeNccl, SaveBeginsNoSnapshotAfterACommunicatorFailed) {
   FakeNcclComm control;  // the Gloo control group of the votes: healthy
   Status nccl_health;
   train::CheckpointSinkOptions o;
+  o.env = Env::Default();
   o.daemon = train::DaemonMode::kOff;
   o.run_dir = tmp.path();
   o.root = tmp / "checkpoints";

@@ -66,7 +66,7 @@ std::string Show(const std::vector<int>& v, size_t from) {
 
 TEST_P(HfTokenizerTest, EncodeEqualsTokenizersOnHeldOutText) {
   const json& e = (*expected_)[GetParam()];
-  auto tok = Tokenizer::Load(*dir_ / GetParam());  // the model directory
+  auto tok = Tokenizer::Load(*dir_ / GetParam(), Env::Default());  // the model directory
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_STREQ((*tok)->type(), "huggingface");
   EXPECT_EQ((*tok)->bos_id(), e["bos"].get<int>());
@@ -93,6 +93,7 @@ TEST_P(HfTokenizerTest, PackedStreamEqualsTokenizersPerDocument) {
   const json& e = (*expected_)[GetParam()];
   TempDir out("ftrain-hfpack");
   PackOptions o;
+  o.env = Env::Default();
   o.inputs = {*dir_ / "heldout.jsonl"};
   o.out_dir = out.path();
   o.tokenizer_path = *dir_ / (GetParam() + "/tokenizer.json");
@@ -112,7 +113,7 @@ TEST_P(HfTokenizerTest, PackedStreamEqualsTokenizersPerDocument) {
     for (int id : ids) want.push_back(uint32_t(id));
     if (e["eos"].get<int>() >= 0) want.push_back(e["eos"].get<uint32_t>());
   }
-  auto ds = Dataset::Open(out.path(), {});
+  auto ds = Dataset::Open(out.path(), Env::Default(), {});
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   const DatasetIndex& x = (*ds)->index();
   EXPECT_EQ(x.tokenizer_type, "huggingface");
@@ -173,14 +174,14 @@ TEST_F(HfTokenizerCliTest, ModelDirectoryPrefersTokenizerJsonAndSpecialStringsBe
                        10)
                 .exit_code,
             0);
-  auto tok = Tokenizer::Load(t.path());
+  auto tok = Tokenizer::Load(t.path(), Env::Default());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_STREQ((*tok)->type(), "huggingface");
   // "<|endoftext|>" written inside a document is the special token, as in tokenizers' encode.
   std::vector<int> ids;
   ASSERT_TRUE((*tok)->Encode("a <|endoftext|> b", &ids).ok());
   EXPECT_NE(std::find(ids.begin(), ids.end(), (*tok)->eos_id()), ids.end());
-  auto missing = Tokenizer::Load(*dir_ / "unsupported-none");
+  auto missing = Tokenizer::Load(*dir_ / "unsupported-none", Env::Default());
   EXPECT_TRUE(missing.status().IsNotFound()) << missing.status().ToString();
 }
 

@@ -25,12 +25,13 @@ class HttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SyntheticSpec spec;  // 1000 rows, 4 shards, chunks of 16 rows
-    ASSERT_TRUE(WriteSyntheticDataset(tmp_.path() + "/ds", spec).ok());
+    ASSERT_TRUE(WriteSyntheticDataset(tmp_.path() + "/ds", spec, Env::Default()).ok());
     server_ = std::make_unique<FaultyHttpServer>(tmp_.path());
   }
 
   ReaderOptions Opts(const std::string& source) {
     ReaderOptions o;
+    o.env = Env::Default();
     o.source = source;
     o.seed = 3;
     o.micro_batch = 50;
@@ -71,7 +72,7 @@ TEST_F(HttpTest, SameBatchesAsTheFileSource) {
 }
 
 TEST_F(HttpTest, MissingIndexIs404NamingTheUrl) {
-  auto ds = Dataset::Open(server_->url() + "/nope", HttpOptions());
+  auto ds = Dataset::Open(server_->url() + "/nope", Env::Default(), HttpOptions());
   ASSERT_TRUE(ds.status().IsNotFound()) << ds.status().ToString();
   EXPECT_TRUE(Contains(ds.status().message(), server_->url() + "/nope/index.json"));
   EXPECT_TRUE(Contains(ds.status().message(), "HTTP 404"));
@@ -189,10 +190,10 @@ TEST_F(HttpTest, CorruptedChunkEveryTimeIsCorruptionNamingUrlAndChunk) {
   EXPECT_TRUE(Contains(s.message(), Url() + "/shard-000001.bin: chunk 2 (bytes 5120..5631)"))
       << s.message();
 
-  auto ds = Dataset::Open(Url(), HttpOptions());
+  auto ds = Dataset::Open(Url(), Env::Default(), HttpOptions());
   ASSERT_TRUE(ds.ok());
   VerifyReport report;
-  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report).ok());
+  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report, Env::Default()).ok());
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_TRUE(Contains(report.problems[0], "shard-000001.bin: chunk 2")) << report.problems[0];
 }
@@ -202,7 +203,7 @@ TEST_F(HttpTest, ConnectionRefusedIsRetriedThenNamed) {
   h.max_retries = 2;
   h.backoff_ms = 5;
   std::string url = "http://127.0.0.1:1/ds";  // nothing listens on port 1
-  auto ds = Dataset::Open(url, h);
+  auto ds = Dataset::Open(url, Env::Default(), h);
   ASSERT_EQ(ds.status().code(), Status::Code::kUnavailable) << ds.status().ToString();
   EXPECT_TRUE(Contains(ds.status().message(), url + "/index.json")) << ds.status().message();
   EXPECT_TRUE(Contains(ds.status().message(), "failed after 3 attempts")) << ds.status().message();

@@ -141,6 +141,8 @@ TEST(Pack, AFailedWriteNeverLeavesADatasetThatLooksComplete) {
   WriteFileOrDie(t / "tok.model", *model);
 
   PackOptions o;
+
+  o.env = Env::Default();
   o.inputs = {t / "in.txt"};
   o.tokenizer_path = t / "tok.model";
   o.seq_len = 16;

@@ -32,7 +32,7 @@ class ReaderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     tmp_ = new TempDir;
-    auto x = WriteSyntheticDataset(tmp_->path() + "/ds", Spec());
+    auto x = WriteSyntheticDataset(tmp_->path() + "/ds", Spec(), Env::Default());
     ASSERT_TRUE(x.ok()) << x.status().ToString();
     index_ = new DatasetIndex(*x);
   }
@@ -43,6 +43,7 @@ class ReaderTest : public ::testing::Test {
 
   static ReaderOptions Opts(int rank, int size, int mb) {
     ReaderOptions o;
+    o.env = Env::Default();
     o.source = tmp_->path() + "/ds";
     o.seed = 7;
     o.dp_rank = rank;
@@ -247,7 +248,7 @@ TEST_F(ReaderTest, CursorBlobIsValidated) {
   TempDir other;
   SyntheticSpec spec = Spec();
   spec.num_rows = 999;
-  ASSERT_TRUE(WriteSyntheticDataset(other.path() + "/ds", spec).ok());
+  ASSERT_TRUE(WriteSyntheticDataset(other.path() + "/ds", spec, Env::Default()).ok());
   o = Opts(0, 1, 4);
   o.source = other.path() + "/ds";
   auto v = TokenReader::Open(o, &blob);
@@ -295,9 +296,9 @@ TEST_F(ReaderTest, CorruptChunkIsNamedByShardChunkAndOffset) {
   EXPECT_TRUE(r->Next().status().IsCorruption());
 
   VerifyReport report;
-  auto ds = Dataset::Open(dir);
+  auto ds = Dataset::Open(dir, Env::Default());
   ASSERT_TRUE(ds.ok());
-  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report).ok());
+  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report, Env::Default()).ok());
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_TRUE(Contains(report.problems[0], "shard-000001.bin: chunk 5")) << report.problems[0];
 }
@@ -317,8 +318,8 @@ TEST_F(ReaderTest, TruncatedShardIsNamedWithTheOffset) {
       << s.message();
 
   VerifyReport report;
-  auto ds = Dataset::Open(dir);
-  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report).ok());
+  auto ds = Dataset::Open(dir, Env::Default());
+  ASSERT_TRUE(VerifyDataset(ds->get(), "", &report, Env::Default()).ok());
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_TRUE(Contains(report.problems[0], "shard-000002.bin")) << report.problems[0];
 }
@@ -392,8 +393,9 @@ TEST(ShardFormat, Uint32TokensRoundTrip) {
   spec.num_rows = 100;
   spec.token_bytes = 4;
   spec.vocab = 100000;
-  ASSERT_TRUE(WriteSyntheticDataset(t.path() + "/ds", spec).ok());
+  ASSERT_TRUE(WriteSyntheticDataset(t.path() + "/ds", spec, Env::Default()).ok());
   ReaderOptions o;
+  o.env = Env::Default();
   o.source = t.path() + "/ds";
   o.micro_batch = 10;
   auto r = TokenReader::Open(o, nullptr);

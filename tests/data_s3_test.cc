@@ -124,7 +124,7 @@ class S3Env : public ::testing::Environment {
       ::_exit(127);
     }
     WriteCorpus(d + "/corpus");
-    ASSERT_TRUE(WriteSyntheticDataset(d + "/ds", SyntheticSpec()).ok());
+    ASSERT_TRUE(WriteSyntheticDataset(d + "/ds", SyntheticSpec(), Env::Default()).ok());
     auto r = RunCommand(
         "PYTHONPATH=" + Q(pythonpath) + " python3 " + Q(FTRAIN_SOURCE_DIR) +
             "/tests/s3_fixture.py " + moto->endpoint + " " + kBucket + " --upload " +
@@ -150,6 +150,7 @@ const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new S3Env);
 Status ReadEpoch(const std::string& source, testing::Stream* out,
                  std::vector<float>* latencies = nullptr) {
   ReaderOptions o;
+  o.env = Env::Default();
   o.source = source;
   o.seed = 3;
   o.micro_batch = 50;
@@ -196,6 +197,7 @@ TEST_F(S3Test, PackFromAPrefixIsByteIdenticalToPackingTheLocalFiles) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   WriteFileOrDie(t / "tok.model", *model);
   PackOptions o;
+  o.env = Env::Default();
   o.tokenizer_path = t / "tok.model";
   o.seq_len = 32;
   o.shard_rows = 200;
@@ -243,7 +245,8 @@ TEST_F(S3Test, ListingOfMoreThanOnePageIsComplete) {
 }
 
 TEST_F(S3Test, MissingObjectAndBucketAreOneLineNamingTheUrl) {
-  auto ds = Dataset::Open(std::string("s3://") + kBucket + "/datasets/nope", HttpOptions());
+  auto ds = Dataset::Open(std::string("s3://") + kBucket + "/datasets/nope", Env::Default(),
+                          HttpOptions());
   ASSERT_TRUE(ds.status().IsNotFound()) << ds.status().ToString();
   EXPECT_TRUE(Contains(ds.status().message(), std::string("s3://") + kBucket +
                                                   "/datasets/nope/index.json: HTTP 404 NoSuchKey"))
@@ -267,7 +270,7 @@ TEST_F(S3Test, SignedRequestsPassAndAWrongSecretIsNamedWithoutTheSecret) {
 
   const std::string wrong = "wrongSECRET/abc+def1234567890";
   UseUserKey(wrong);
-  auto ds = Dataset::Open(url, HttpOptions());
+  auto ds = Dataset::Open(url, Env::Default(), HttpOptions());
   ASSERT_FALSE(ds.ok());
   const std::string m = ds.status().message();
   EXPECT_TRUE(Contains(m, url + "/index.json: HTTP 403 SignatureDoesNotMatch")) << m;
@@ -288,11 +291,11 @@ TEST_F(S3Test, SessionTokenAndProfileCredentials) {
   SetEnv("AWS_ACCESS_KEY_ID", moto->creds["temp_access_key"].get<std::string>());
   SetEnv("AWS_SECRET_ACCESS_KEY", moto->creds["temp_secret_key"].get<std::string>());
   SetEnv("AWS_SESSION_TOKEN", moto->creds["temp_token"].get<std::string>());
-  auto ds = Dataset::Open(url, HttpOptions());
+  auto ds = Dataset::Open(url, Env::Default(), HttpOptions());
   EXPECT_TRUE(ds.ok()) << ds.status().ToString();
   // moto compares the token with the one it issued: a wrong one is refused, and not echoed.
   SetEnv("AWS_SESSION_TOKEN", "wrong-session-token-123");
-  ds = Dataset::Open(url, HttpOptions());
+  ds = Dataset::Open(url, Env::Default(), HttpOptions());
   ASSERT_FALSE(ds.ok());
   EXPECT_TRUE(Contains(ds.status().message(), "InvalidToken")) << ds.status().message();
   EXPECT_TRUE(Contains(ds.status().message(), "session token")) << ds.status().message();
@@ -312,16 +315,16 @@ TEST_F(S3Test, SessionTokenAndProfileCredentials) {
     ::unsetenv(v);
   }
   SetEnv("AWS_PROFILE", "ftrain-test");
-  ds = Dataset::Open(url, HttpOptions());
+  ds = Dataset::Open(url, Env::Default(), HttpOptions());
   EXPECT_TRUE(ds.ok()) << ds.status().ToString();
   ::unsetenv("AWS_PROFILE");
-  ds = Dataset::Open(url, HttpOptions());
+  ds = Dataset::Open(url, Env::Default(), HttpOptions());
   ASSERT_FALSE(ds.ok());
   EXPECT_TRUE(Contains(ds.status().message(), "InvalidAccessKeyId")) << ds.status().message();
   EXPECT_TRUE(Contains(ds.status().message(), "profile [default] in " + home.path()))
       << ds.status().message();
   SetEnv("AWS_PROFILE", "nope");
-  ds = Dataset::Open(url, HttpOptions());
+  ds = Dataset::Open(url, Env::Default(), HttpOptions());
   EXPECT_TRUE(ds.status().IsInvalidArgument()) << ds.status().ToString();
   EXPECT_TRUE(Contains(ds.status().message(), "no profile [nope] in " + home.path()))
       << ds.status().message();

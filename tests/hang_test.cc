@@ -265,6 +265,7 @@ void OnTerm(int) { g_term = 1; }
                            const Scenario& sc) {
   HangWatch::Options o;
   o.run_dir = run;
+  o.env = Env::Default();
   o.rank = rank;
   o.world_size = 4;
   o.node = rank / 2;
@@ -361,7 +362,7 @@ TEST(HangWatchProcesses, AStuckRankIsNamedOnceAndEveryRankExits78) {
   const std::vector<int> codes = RunRanks(run.path(), local.path(), sc);
   EXPECT_EQ(codes, std::vector<int>(4, kExitHang));
   std::vector<std::string> warnings;
-  auto hangs = records::ReadHangsFile(RunLayout(run.path()).hangs(), &warnings);
+  auto hangs = records::ReadHangsFile(RunLayout(run.path()).hangs(), &warnings, Env::Default());
   ASSERT_TRUE(hangs.ok()) << hangs.status().message();
   ASSERT_EQ(hangs->size(), 1u);  // by the lowest rank that is not hung, once
   EXPECT_EQ((*hangs)[0].rank, 3);
@@ -400,7 +401,7 @@ TEST(HangWatchProcesses, UnderALauncherThatTerminatesOnTheFirstExitEveryRankStil
   const std::vector<int> codes = RunRanks(run.path(), local.path(), sc);
   EXPECT_EQ(codes, std::vector<int>(4, kExitHang));
   std::vector<std::string> warnings;
-  auto hangs = records::ReadHangsFile(RunLayout(run.path()).hangs(), &warnings);
+  auto hangs = records::ReadHangsFile(RunLayout(run.path()).hangs(), &warnings, Env::Default());
   ASSERT_TRUE(hangs.ok()) << hangs.status().message();
   ASSERT_EQ(hangs->size(), 1u);
   EXPECT_EQ((*hangs)[0].rank, 3);

@@ -58,7 +58,7 @@ class HfModelTest : public ::testing::Test {
     spec.num_rows = kRows;
     spec.seq_len = kSeqLen;
     spec.vocab = kVocab;
-    auto x = data::WriteSyntheticDataset(data_, spec);
+    auto x = data::WriteSyntheticDataset(data_, spec, Env::Default());
     ASSERT_TRUE(x.ok()) << x.status().ToString();
     // The same rows for transformers (one batch of all rows: the order does not matter).
     nlohmann::json rows = nlohmann::json::array();

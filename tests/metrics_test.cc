@@ -306,6 +306,7 @@ TEST_F(MetricsTest, SinksOnCpuOmitGpuFieldsAndPublishEverywhere) {
   auto cfg = LoadConfig(dir_, {"--metrics.baseline_tokens_per_s_per_gpu=2048"});
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   SinkContext ctx;
+  ctx.env = Env::Default();
   ctx.world_size = 2;
   ctx.num_params = 1000000;
   ctx.resume_step = 6;
@@ -369,6 +370,7 @@ TEST_F(MetricsTest, SinksOnAGpuAddUtilisationMemoryMfuAndPerGpuThroughput) {
   auto cfg = LoadConfig(dir_, {"--metrics.tensorboard=false", "--metrics.prometheus_dir=off"});
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   SinkContext ctx;
+  ctx.env = Env::Default();
   ctx.world_size = 8;
   ctx.cuda_index = 0;
   ctx.num_params = 7000000000;
@@ -415,7 +417,9 @@ TEST_F(MetricsTest, UnwritablePrometheusDirIsAConfigError) {
   auto cfg = LoadConfig(
       dir_, {"--metrics.tensorboard=false", "--metrics.prometheus_dir=" + dir_ + "/ro/file/sub"});
   ASSERT_TRUE(cfg.ok());
-  auto sinks = MetricsSinks::Open(*cfg, SinkContext{});
+  SinkContext ctx;
+  ctx.env = Env::Default();
+  auto sinks = MetricsSinks::Open(*cfg, ctx);
   ASSERT_FALSE(sinks.ok());
   EXPECT_TRUE(sinks.status().IsInvalidArgument());
   EXPECT_NE(sinks.status().message().find("metrics.prometheus_dir"), std::string::npos)

@@ -39,7 +39,7 @@ JobAlive Running(std::set<std::string> running) {
 class Lease : public ::testing::Test {
  protected:
   TempDir tmp_;
-  RunLease lease_{tmp_.path() + "/.lease", tmp_.path() + "/.lease.d"};
+  RunLease lease_{tmp_.path() + "/.lease", tmp_.path() + "/.lease.d", Env::Default()};
 };
 
 TEST_F(Lease, TheFirstJobTakesItAndAnotherLiveJobIsRefused) {
@@ -178,8 +178,9 @@ TEST(RootLease, TwoRunsOnOneCheckpointRootNeverBothHoldIt) {
   TempDir tmp;
   const std::string root = tmp.path() + "/ckpt";
   ASSERT_TRUE(CreateDirs(Env::Default(), tmp.path() + "/runA").ok());
-  RunLease a_side(RootLeaseFile(root), RootLeaseDir(root));
-  RunLease b_side(RootLeaseFile(root), RootLeaseDir(root));  // another controller, same files
+  RunLease a_side(RootLeaseFile(root), RootLeaseDir(root), Env::Default());
+  RunLease b_side(RootLeaseFile(root), RootLeaseDir(root),
+                  Env::Default());  // another controller, same files
   LeaseHolder a = Job("42");
   a.run = CanonicalRunDir(tmp.path() + "/runA");
   LeaseHolder b = Job("43");
@@ -204,7 +205,7 @@ TEST(RootLease, TwoRunsOnOneCheckpointRootNeverBothHoldIt) {
   EXPECT_EQ(rb->holder.run, b.run);
   // The run lease is unchanged by the `run` rule: a holder without it is judged as before.
   TempDir run;
-  RunLease rl(run.path() + "/.lease", run.path() + "/.lease.d");
+  RunLease rl(run.path() + "/.lease", run.path() + "/.lease.d", Env::Default());
   ASSERT_TRUE(rl.Acquire(Job("42"), Running({"42"}))->ok);
   EXPECT_FALSE(rl.Acquire(Job("43"), Running({"42"}))->ok);
 }

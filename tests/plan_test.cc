@@ -1020,7 +1020,7 @@ TEST(PlanCliTest, DataDirectory) {
   data::SyntheticSpec spec;
   spec.num_rows = 100;
   spec.seq_len = 15;
-  ASSERT_TRUE(data::WriteSyntheticDataset(dir, spec).ok());
+  ASSERT_TRUE(data::WriteSyntheticDataset(dir, spec, Env::Default()).ok());
   auto r = RunCli({"--params", "7e9", "--nodes", "8", "--data", dir, "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -1107,16 +1107,16 @@ TEST(PlanCliTest, CalibrateReadsCheckpointAndData) {
   data::SyntheticSpec spec;
   spec.num_rows = 64;
   spec.seq_len = 15;
-  ASSERT_TRUE(data::WriteSyntheticDataset(run + "/data", spec).ok());
+  ASSERT_TRUE(data::WriteSyntheticDataset(run + "/data", spec, Env::Default()).ok());
   WriteFile(run + "/config.resolved.cfg",
             "model.hidden_size = 64\nmodel.intermediate_size = 172\nmodel.max_seq_len = 64\n"
             "model.num_heads = 4\nmodel.num_kv_heads = 2\nmodel.num_layers = 2\n"
             "model.vocab_size = 512\ndata.path = " +
                 run + "/data\n");
-  ckpt::CheckpointStore store(run + "/checkpoints");
+  ckpt::CheckpointStore store(run + "/checkpoints", Env::Default());
   ASSERT_TRUE(ftrain::testing::SaveFixture(&store, 5, 4).ok());
 
-  auto facts = ReadCalibrationRun(run, std::nullopt);
+  auto facts = ReadCalibrationRun(run, std::nullopt, Env::Default());
   ASSERT_TRUE(facts.ok()) << facts.status().ToString();
   EXPECT_EQ(facts->gpus, 4);
   EXPECT_NE(facts->gpus_source.find("step-00000005"), std::string::npos) << facts->gpus_source;

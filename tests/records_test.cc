@@ -59,46 +59,47 @@ class Spools : public ::testing::Test {
 };
 
 TEST_F(Spools, EveryHostWritesItsOwnSpoolAndTheMergeIsTheOrderedUnion) {
-  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(3, "restarted"))).ok());
-  ASSERT_TRUE(AppendToSpool(layout_, "n2", EncodeLine(Rec(1, "step_failed"))).ok());
-  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "heartbeat_late"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(3, "restarted")), Env::Default()).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n2", EncodeLine(Rec(1, "step_failed")), Env::Default()).ok());
+  ASSERT_TRUE(
+      AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "heartbeat_late")), Env::Default()).ok());
   EXPECT_EQ(ReadFile(layout_.restarts()), "");  // nobody merged yet
-  auto m = ReadMerged(layout_);
+  auto m = ReadMerged(layout_, Env::Default());
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->lines.size(), 3u);  // a reader sees the spools all the same
   EXPECT_EQ(m->lines[0].json["event"], "step_failed");
-  auto added = MergeSpools(layout_);
+  auto added = MergeSpools(layout_, Env::Default());
   ASSERT_TRUE(added.ok());
   EXPECT_EQ(*added, 3);
-  EXPECT_EQ(*MergeSpools(layout_), 0);  // nothing new: nothing rewritten
+  EXPECT_EQ(*MergeSpools(layout_, Env::Default()), 0);  // nothing new: nothing rewritten
   const std::string merged = ReadFile(layout_.restarts());
   EXPECT_LT(merged.find("step_failed"), merged.find("heartbeat_late"));
   EXPECT_LT(merged.find("heartbeat_late"), merged.find("restarted"));
   // The merged file and the spools together: still three records, no duplicates.
-  EXPECT_EQ(ReadMerged(layout_)->lines.size(), 3u);
-  SpoolMerger merger(layout_);
+  EXPECT_EQ(ReadMerged(layout_, Env::Default())->lines.size(), 3u);
+  SpoolMerger merger(layout_, Env::Default());
   EXPECT_EQ(*merger.MaybeMerge(), 0);
-  ASSERT_TRUE(AppendToSpool(layout_, "n3", EncodeLine(Rec(4, "resumed"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n3", EncodeLine(Rec(4, "resumed")), Env::Default()).ok());
   EXPECT_EQ(*merger.MaybeMerge(), 1);
 }
 
 // Hole 9: a torn line (a crash mid-append) or garbage is skipped and reported, never fatal.
 TEST_F(Spools, ATornOrMalformedLineIsSkippedAndReported) {
-  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started")), Env::Default()).ok());
   {
     std::ofstream out(layout_.restarts_spool("n1"), std::ios::app);
     out << "{\"time\":2,\"event\":\"step_fai\n"
         << EncodeLine(Rec(3, "restarted")) << "\n"
         << "{\"time\":4,\"eve";  // cut mid-append
   }
-  auto m = ReadMerged(layout_);
+  auto m = ReadMerged(layout_, Env::Default());
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->lines.size(), 2u);
   ASSERT_EQ(m->warnings.size(), 2u);
   EXPECT_NE(m->warnings[0].find("restarts-n1.jsonl:2: not a record"), std::string::npos)
       << m->warnings[0];
   EXPECT_NE(m->warnings[1].find("restarts-n1.jsonl:4: incomplete last line"), std::string::npos);
-  ASSERT_TRUE(MergeSpools(layout_).ok());
+  ASSERT_TRUE(MergeSpools(layout_, Env::Default()).ok());
   EXPECT_EQ(ReadFile(layout_.restarts()).find("step_fai"), std::string::npos);
 }
 
@@ -113,9 +114,11 @@ LaunchContext Launch(std::map<std::string, std::string> vars) {
 TEST_F(Spools, UnderTheControllerTheTrainerWritesItsNodesSpool) {
   const LaunchContext under_job =
       Launch({{"FTRAIN_RECORDS_SPOOL", "1"}, {"SLURMD_NODENAME", "n7.cluster"}});
-  ASSERT_TRUE(AppendForThisProcess(layout_, under_job, EncodeLine(Rec(1, "resumed"))).ok());
+  ASSERT_TRUE(
+      AppendForThisProcess(layout_, under_job, EncodeLine(Rec(1, "resumed")), Env::Default()).ok());
   const LaunchContext alone = Launch({{"SLURMD_NODENAME", "n7"}});
-  ASSERT_TRUE(AppendForThisProcess(layout_, alone, EncodeLine(Rec(2, "fell_back"))).ok());
+  ASSERT_TRUE(
+      AppendForThisProcess(layout_, alone, EncodeLine(Rec(2, "fell_back")), Env::Default()).ok());
   EXPECT_NE(ReadFile(layout_.restarts_spool("n7")).find("resumed"), std::string::npos);
   EXPECT_NE(ReadFile(layout_.restarts()).find("fell_back"), std::string::npos);  // on its own
 }
@@ -123,10 +126,10 @@ TEST_F(Spools, UnderTheControllerTheTrainerWritesItsNodesSpool) {
 TEST_F(Spools, ALinkInPlaceOfASpoolIsNotFollowed) {
   const std::string victim = tmp_.path() + "/victim";
   std::ofstream(victim) << "keep\n";
-  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started"))).ok());
+  ASSERT_TRUE(AppendToSpool(layout_, "n1", EncodeLine(Rec(1, "started")), Env::Default()).ok());
   ASSERT_EQ(unlink(layout_.restarts_spool("n1").c_str()), 0);
   ASSERT_EQ(symlink(victim.c_str(), layout_.restarts_spool("n1").c_str()), 0);
-  Status s = AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "restarted")));
+  Status s = AppendToSpool(layout_, "n1", EncodeLine(Rec(2, "restarted")), Env::Default());
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(ReadFile(victim), "keep\n");
 }
@@ -165,12 +168,13 @@ TEST_F(Spools, TheEnvCreatesNoFileThroughALink) {
 TEST_F(Spools, ANodeFaultLineNamesTheHostNodeAndRank) {
   std::map<std::string, std::string> env = {
       {"SLURMD_NODENAME", "n3"}, {"SLURM_NODEID", "2"}, {"SLURM_PROCID", "5"}};
-  ASSERT_TRUE(RecordNodeFault(tmp_.path(), Launch(env), "no usable GPU \"here\"").ok());
+  ASSERT_TRUE(
+      RecordNodeFault(tmp_.path(), Launch(env), "no usable GPU \"here\"", Env::Default()).ok());
   env["RANK"] = "4";
-  ASSERT_TRUE(RecordNodeFault(tmp_.path(), Launch(env), "second").ok());
+  ASSERT_TRUE(RecordNodeFault(tmp_.path(), Launch(env), "second", Env::Default()).ok());
   std::vector<std::pair<int, nlohmann::json>> lines;
   std::vector<std::string> warnings;
-  ASSERT_TRUE(ReadJsonLines(layout_.node_faults(), &lines, &warnings).ok());
+  ASSERT_TRUE(ReadJsonLines(layout_.node_faults(), &lines, &warnings, Env::Default()).ok());
   ASSERT_EQ(lines.size(), 2u);
   const nlohmann::json& j = lines[0].second;
   EXPECT_EQ(j["host"], "n3");
@@ -182,13 +186,14 @@ TEST_F(Spools, ANodeFaultLineNamesTheHostNodeAndRank) {
   NodeFaultWho nobody;
   nobody.host = "h";
   EXPECT_EQ(EncodeNodeFault(1.5, nobody, "x"), "{\"time\":1.5,\"host\":\"h\",\"reason\":\"x\"}");
-  EXPECT_TRUE(RecordNodeFault(tmp_.path() + "/missing", Launch(env), "x").ok());  // nothing to tell
+  EXPECT_TRUE(RecordNodeFault(tmp_.path() + "/missing", Launch(env), "x", Env::Default())
+                  .ok());  // nothing to tell
   EXPECT_FALSE(std::ifstream(tmp_.path() + "/missing/node_faults.jsonl").good());
   const std::string victim = tmp_.path() + "/victim";
   std::ofstream(victim) << "keep\n";
   ASSERT_EQ(unlink(layout_.node_faults().c_str()), 0);
   ASSERT_EQ(symlink(victim.c_str(), layout_.node_faults().c_str()), 0);
-  EXPECT_FALSE(RecordNodeFault(tmp_.path(), Launch(env), "x").ok());
+  EXPECT_FALSE(RecordNodeFault(tmp_.path(), Launch(env), "x", Env::Default()).ok());
   EXPECT_EQ(ReadFile(victim), "keep\n");
 }
 
@@ -238,7 +243,7 @@ TEST(Rollbacks, TheFileRoundTripsReadsTheOldFormAndRejectsWhatItCannotRead) {
   applied.last = 12;
   applied.resumed_from = 10;
   ASSERT_TRUE(AppendAppliedRollback(dir.path(), applied).ok());
-  auto r = ReadRollbacks(dir.path());
+  auto r = ReadRollbacks(dir.path(), Env::Default());
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->size(), 2u);
   EXPECT_EQ((*r)[0].kind, RollbackKind::kRollback);
@@ -254,7 +259,7 @@ TEST(Rollbacks, TheFileRoundTripsReadsTheOldFormAndRejectsWhatItCannotRead) {
       WriteFileDurably(Env::Default(), file,
                        "{\"time\":1,\"step\":50,\"reason\":\"spike\",\"resumed_from\":20}\n")
           .ok());
-  r = ReadRollbacks(dir.path());
+  r = ReadRollbacks(dir.path(), Env::Default());
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->size(), 1u);
   EXPECT_EQ((*r)[0].version, 1);
@@ -272,7 +277,7 @@ TEST(Rollbacks, TheFileRoundTripsReadsTheOldFormAndRejectsWhatItCannotRead) {
   };
   for (const auto& [line, want] : bad) {
     ASSERT_TRUE(WriteFileDurably(Env::Default(), file, line + "\n").ok());
-    auto b = ReadRollbacks(dir.path());
+    auto b = ReadRollbacks(dir.path(), Env::Default());
     ASSERT_FALSE(b.ok()) << line;
     EXPECT_TRUE(ftrain::testing::Contains(b.status().message(), want)) << b.status().message();
   }
@@ -308,7 +313,7 @@ TEST(QuarantineRecords, TheWrittenLinesAreTheFormerBytesAndBothReadersReadThem) 
   ASSERT_TRUE(AppendQuarantine(path, sdc).ok());
   ASSERT_TRUE(AppendQuarantine(path, hang).ok());
   std::vector<std::string> warnings;
-  auto strict = ReadQuarantineFile(path, &warnings);
+  auto strict = ReadQuarantineFile(path, &warnings, Env::Default());
   ASSERT_TRUE(strict.ok()) << strict.status().message();
   ASSERT_EQ(strict->size(), 2u);
   EXPECT_EQ((*strict)[0].shard, 1);
@@ -321,7 +326,7 @@ TEST(QuarantineRecords, TheWrittenLinesAreTheFormerBytesAndBothReadersReadThem) 
   EXPECT_EQ(skipped, 2);
   EXPECT_EQ(lenient[2].rank, -1);  // a field of the wrong type keeps its default
   std::ofstream(path, std::ios::app) << "{\"time\":1,\"host\":\"h\",\"rank\":\"x\"}\n";
-  auto bad = ReadQuarantineFile(path, &warnings);
+  auto bad = ReadQuarantineFile(path, &warnings, Env::Default());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(path + ":3: field 'rank'"), std::string::npos)
       << bad.status().message();
@@ -349,7 +354,7 @@ TEST(HangRecords, TheWrittenLineIsTheFormerBytesAndBothReadersReadIt) {
   h.job = "12";
   ASSERT_TRUE(AppendHang(path, h).ok());
   std::vector<std::string> warnings;
-  auto strict = ReadHangsFile(path, &warnings);
+  auto strict = ReadHangsFile(path, &warnings, Env::Default());
   ASSERT_TRUE(strict.ok()) << strict.status().message();
   ASSERT_EQ(strict->size(), 1u);
   EXPECT_EQ((*strict)[0].job, "12");
@@ -360,7 +365,7 @@ TEST(HangRecords, TheWrittenLineIsTheFormerBytesAndBothReadersReadIt) {
   EXPECT_EQ(lenient[0].phase, "compute");
   EXPECT_EQ(skipped, 1);  // no host: the controller cannot count it against one
   std::ofstream(path, std::ios::app) << "{\"time\":2}\n";
-  auto bad = ReadHangsFile(path, &warnings);
+  auto bad = ReadHangsFile(path, &warnings, Env::Default());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(path + ":2: field 'rank' is missing"), std::string::npos)
       << bad.status().message();
@@ -411,9 +416,9 @@ TEST(ProgressRecords, TheNodeFileIsTheFormerBytesAndRoundTripsThroughItsPath) {
   TempDir dir("records_progress");
   const std::string path = dir.path() + "/node-3.json";
   NodeProgress m;
-  EXPECT_FALSE(ReadNodeProgress(path, &m));  // missing: no verdict from it
+  EXPECT_FALSE(ReadNodeProgress(path, &m, Env::Default()));  // missing: no verdict from it
   ASSERT_TRUE(WriteNodeProgress(path, n).ok());
-  ASSERT_TRUE(ReadNodeProgress(path, &m));
+  ASSERT_TRUE(ReadNodeProgress(path, &m, Env::Default()));
   EXPECT_EQ(ReadFile(path), NodeProgressJson(n));
   EXPECT_EQ(m.node, 3);
   ASSERT_EQ(m.ranks.size(), 2u);

@@ -147,7 +147,7 @@ std::string WriteSmallRun(const std::string& name, bool new_fields = true) {
 }
 
 TEST(ReportTest, GoodputHoursLostAndPercentilesMatchHandComputedValues) {
-  auto s = report::AnalyzeRun(WriteSmallRun("small"));
+  auto s = report::AnalyzeRun(WriteSmallRun("small"), Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_NEAR(s->start, kT0, 1e-6);
   EXPECT_NEAR(s->wall_s, 395, 1e-6);
@@ -204,7 +204,7 @@ TEST(ReportTest, SupersededStartIsListedButIsNoInterruption) {
   const std::string dir = WriteSmallRun("superseded");
   std::ofstream(dir + "/restarts.jsonl", std::ios::app)
       << Event(kT0 + 380, "superseded", "replaced", "\"new_job\":\"1002\"");
-  auto s = report::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->interruptions.size(), 2u);  // as without it
   EXPECT_NEAR(s->lost_s, 332.5, 1e-6);
@@ -226,7 +226,7 @@ TEST(ReportTest, AShrinkSaysTheNewWorldSize) {
   r.replace(r.find("\"cause\":\"rank_failure\"", at), 22,
             "\"cause\":\"shrink\",\"node\":\"n3\",\"nodes\":2,\"world\":4,\"shrink\":1");
   WriteFile(dir + "/restarts.jsonl", r);
-  auto s = report::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 2u);
   EXPECT_NE(s->interruptions[1].how.find("restarted (job 1001) (shrank to 4 ranks on 2 nodes "
@@ -243,7 +243,7 @@ TEST(ReportTest, AShrinkSaysTheNewWorldSize) {
   r.replace(r.find("\"cause\":\"rank_failure\"", r.find("\"event\":\"restarted\"")), 22,
             "\"cause\":\"grow\",\"node\":\"n3\",\"nodes\":3,\"world\":6,\"grow\":1");
   WriteFile(grow + "/restarts.jsonl", r);
-  auto g = report::AnalyzeRun(grow);
+  auto g = report::AnalyzeRun(grow, Env::Default());
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_EQ(g->interruptions.size(), 2u);
   EXPECT_NE(g->interruptions[1].how.find("(grew to 6 ranks on 3 nodes with n3)"), std::string::npos)
@@ -252,7 +252,7 @@ TEST(ReportTest, AShrinkSaysTheNewWorldSize) {
 
 TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {
   auto text = [](const std::string& dir) {
-    auto s = report::AnalyzeRun(dir);
+    auto s = report::AnalyzeRun(dir, Env::Default());
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     std::ostringstream out;
     if (s.ok()) report::PrintReport(*s, out);
@@ -277,7 +277,7 @@ TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {
                    "start (no complete checkpoint)\n"),
             std::string::npos)
       << t;
-  auto s = report::AnalyzeRun(failed);
+  auto s = report::AnalyzeRun(failed, Env::Default());
   ASSERT_TRUE(s.ok());
   std::ostringstream js;
   report::PrintReportJson(*s, js);
@@ -296,7 +296,7 @@ TEST(ReportTest, StateSaysFinishedFailedOrNotFinishedWithWhatToDo) {
 }
 
 TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
-  auto s = report::AnalyzeRun(WriteSmallRun("text"));
+  auto s = report::AnalyzeRun(WriteSmallRun("text"), Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::ostringstream out;
   report::PrintReport(*s, out);
@@ -314,7 +314,7 @@ TEST(ReportTest, TextShowsIsoTimesOffsetsAndNoUnixSeconds) {
 }
 
 TEST(ReportTest, OldRecordsWithoutLastStepAreEstimatedFromLostSeconds) {
-  auto s = report::AnalyzeRun(WriteSmallRun("old", /*new_fields=*/false));
+  auto s = report::AnalyzeRun(WriteSmallRun("old", /*new_fields=*/false), Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 2u);
   const auto& a = s->interruptions[0];
@@ -339,7 +339,7 @@ TEST(ReportTest, RestartOutsideTrainShIsAnInterruptionWithEstimates) {
             Event(kT0 + 35, "fell_back", "corrupt_checkpoint", "\"step\":20,\"problem\":\"hash\"") +
                 Event(kT0 + 38, "resumed", "resume",
                       "\"step\":15,\"dir\":\"ckpt/step-00000015\",\"source\":\"disk\""));
-  auto s = report::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 1u);
   const auto& in = s->interruptions[0];
@@ -362,7 +362,7 @@ TEST(ReportTest, OptionalGpuFieldsAreReportedWhenPresent) {
   std::string m;
   AddSteps(&m, 1, 20, kT0, 0, SmallSt, 5, 0.5, /*gpu=*/true);
   WriteFile(dir + "/metrics.jsonl", m);
-  auto s = report::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_TRUE(s->mfu && s->gpu_util && s->gpu_mem_gb && s->tokens_per_s_per_gpu);
   EXPECT_NEAR(s->mfu->p50, 0.404, 1e-9);  // 0.400..0.409 twice each: 10th of 20
@@ -747,7 +747,7 @@ TEST(ReportTest, FtrainDetectionShowsItsTimeAndEvidence) {
                       std::string(life) + "\"node\":\"n2\",\"exit\":1," + detection) +
                 Event(end + 6.5, "restarted", "node_failure",
                       "\"node\":\"n2\",\"spare\":\"n3\"," + detection));
-  auto s = report::AnalyzeRun(dir);
+  auto s = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->interruptions.size(), 1u);  // not the late heartbeat
   const auto& in = s->interruptions[0];
@@ -791,7 +791,7 @@ TEST(ReportTest, MostRanksOfANodeStragglingNameTheNode) {
        named(4, "n2", 0.30) + "," + named(5, "n2", 0.29) + "," + named(6, "n2", 0.31) + "," +
        named(1, "n1", 0.25) + "]}\n";
   WriteFile(dir + "/metrics.jsonl", m);
-  auto r = report::AnalyzeRun(dir);
+  auto r = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(r.ok()) << r.status().message();
   std::ostringstream out;
   report::PrintReport(*r, out);
@@ -835,7 +835,7 @@ TEST(ReportTest, CommcheckRecordOverOtherRanksOrNodesIsNamed) {
   };
   for (const auto& [ranks, nodes] : std::vector<std::pair<int, int>>{{2, 1}, {8, 1}, {4, 2}}) {
     const std::string dir = write_run("link_mismatch", ranks, nodes);
-    auto r = report::AnalyzeRun(dir);
+    auto r = report::AnalyzeRun(dir, Env::Default());
     ASSERT_TRUE(r.ok()) << r.status().message();
     std::ostringstream out;
     report::PrintReport(*r, out);
@@ -858,7 +858,7 @@ TEST(ReportTest, CommcheckRecordOverOtherRanksOrNodesIsNamed) {
         << out.str();
   }
   const std::string dir = write_run("link_match", 8, 2);
-  auto r = report::AnalyzeRun(dir);
+  auto r = report::AnalyzeRun(dir, Env::Default());
   ASSERT_TRUE(r.ok()) << r.status().message();
   std::ostringstream out;
   report::PrintReport(*r, out);

@@ -103,8 +103,8 @@ Status WriteWeightsFile(CheckpointReader& reader, const std::vector<const Manife
 }  // namespace
 
 Status ExportSafetensors(const std::string& dir, const std::string& dtype,
-                         const std::string& out_path, std::ostream& log) {
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir));
+                         const std::string& out_path, std::ostream& log, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir, env));
   const Manifest& m = reader->manifest();
   FT_ASSIGN_OR_RETURN(std::vector<const ManifestTensor*> tensors, ExportedTensors(m, dir, dtype));
   std::map<std::string, std::string> meta = {{"format", "pt"},
@@ -191,7 +191,7 @@ Status ExportHf(const std::string& dir, const std::string& dtype, double shard_g
     return Status::InvalidArgument("--shard-gb must be a positive number of GB, got " +
                                    std::to_string(shard_gb));
   }
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir, env));
   const Manifest& m = reader->manifest();
   FT_ASSIGN_OR_RETURN(std::vector<const ManifestTensor*> tensors, ExportedTensors(m, dir, dtype));
   FT_ASSIGN_OR_RETURN(auto files, CarriedHfFiles(*reader, dir, dtype));

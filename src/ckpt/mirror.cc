@@ -22,6 +22,7 @@ CheckpointMirror::CheckpointMirror(MirrorOptions options, std::string fs_root,
 StatusOr<std::unique_ptr<CheckpointMirror>> CheckpointMirror::Open(const MirrorOptions& options,
                                                                    const std::string& fs_root,
                                                                    const std::string& generation) {
+  if (options.env == nullptr) return Status::InvalidArgument("MirrorOptions.env is not set");
   auto store = S3CheckpointStore::Open(options.url, options.store);
   if (!store.ok()) {
     return Status::InvalidArgument("ckpt.mirror = " + options.url + ": " +
@@ -76,14 +77,14 @@ void CheckpointMirror::Loop() {
 
 StatusOr<int64_t> CheckpointMirror::SyncOnce() {
   std::lock_guard<std::mutex> lock(sync_mu_);
-  CheckpointStore fs(fs_root_);
+  CheckpointStore fs(fs_root_, options_.env);
   FT_ASSIGN_OR_RETURN(std::optional<CheckpointInfo> newest, fs.Latest());
   if (!newest || newest->step <= mirrored_step_) return int64_t{-1};
   // Rotation on the file system skips a checkpoint a reader holds.
   auto lease = ReadLease::Acquire(newest->path);
   if (!lease.ok()) return lease.status();
   const auto t0 = std::chrono::steady_clock::now();
-  FT_ASSIGN_OR_RETURN(MirrorOutcome out, store_->Upload(newest->path, generation_));
+  FT_ASSIGN_OR_RETURN(MirrorOutcome out, store_->Upload(newest->path, generation_, options_.env));
   mirrored_step_ = newest->step;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   FT_LOG(Info) << "ckpt.mirror: step " << newest->step

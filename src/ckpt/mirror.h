@@ -22,6 +22,7 @@ struct MirrorOptions {
   int keep = 3;
   double every_s = 300;
   S3StoreOptions store;
+  Env* env = nullptr;  // the local side (the file-system root); required, set by the caller
 };
 
 class CheckpointMirror {

@@ -21,8 +21,7 @@ namespace ftrain::ckpt {
 class CheckpointReader {
  public:
   // `dir` is a complete checkpoint directory (step-N). Errors name the file and problem.
-  static StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& dir,
-                                                          Env* env = Env::Default());
+  static StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& dir, Env* env);
   const Manifest& manifest() const { return manifest_; }
   const std::string& dir() const { return dir_; }
 

@@ -115,7 +115,7 @@ Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env
   FT_ASSIGN_OR_RETURN(options.upload, StagedS3Upload(fs_root, env));
   FT_ASSIGN_OR_RETURN(auto s3, S3CheckpointStore::Open(url, options));
   // Fenced by the generation that wrote the step: a late writer of an older start is refused.
-  auto out = s3->Upload(dir, m.meta.generation);
+  auto out = s3->Upload(dir, m.meta.generation, env);
   if (!out.ok())
     return out.status().Annotate("committing step " + std::to_string(step) + " to " + url);
   if (step > StagedS3Latest(fs_root, env)) {

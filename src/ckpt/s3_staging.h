@@ -19,22 +19,22 @@
 namespace ftrain::ckpt {
 
 // The S3 root `fs_root` stages for ("" when it is an ordinary checkpoint root).
-StatusOr<std::string> StagedS3Root(const std::string& fs_root, Env* env = Env::Default());
+StatusOr<std::string> StagedS3Root(const std::string& fs_root, Env* env);
 // How CommitStaged uploads from `fs_root`: the part size, parts in flight and bandwidth cap
 // recorded by MarkStagingRoot (the defaults when S3_ROOT names only the root).
-StatusOr<data::UploadOptions> StagedS3Upload(const std::string& fs_root, Env* env = Env::Default());
+StatusOr<data::UploadOptions> StagedS3Upload(const std::string& fs_root, Env* env);
 // Marks `fs_root` as the staging root of `s3_root` and records `upload` (ckpt.s3_part_mb,
 // ckpt.s3_threads, ckpt.s3_max_mb_s) for every writer: the trainer's rank 0, before step 1.
 Status MarkStagingRoot(const std::string& fs_root, const std::string& s3_root,
-                       const data::UploadOptions& upload = {}, Env* env = Env::Default());
+                       const data::UploadOptions& upload, Env* env);
 // The newest step committed on S3 from this staging root (S3_LATEST; -1: none yet).
-int64_t StagedS3Latest(const std::string& fs_root, Env* env = Env::Default());
+int64_t StagedS3Latest(const std::string& fs_root, Env* env);
 
 // Uploads the complete checkpoint fs_root/step-N to the staging root's S3 root and commits it
 // there (a step S3 already holds counts as done), records it in S3_LATEST, then rotates S3:
 // the newest `keep` committed steps stay, superseded ones and their loose objects go.
 // A rotation failure is logged, not returned: the step is committed.
-Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env = Env::Default());
+Status CommitStaged(const std::string& fs_root, int64_t step, int keep, Env* env);
 
 // An error of CommitStaged that may pass (the store unreachable, 5xx or throttling after the
 // client's own retries, a timeout); anything else (fenced, superseded, damage, a staged file
@@ -47,15 +47,14 @@ using RetryWait = std::function<bool(std::chrono::milliseconds)>;
 // outage, or `wait` gives up; waits 0.5 s, doubling to 30 s, between tries. Returns the last
 // error when it gave up.
 Status CommitStagedRetrying(const std::string& fs_root, int64_t step, int keep,
-                            const RetryWait& wait, Env* env = Env::Default());
+                            const RetryWait& wait, Env* env);
 
 // The start of a run with an S3 root (rank 0, no writer of this job alive): removes from the
 // staging root every step S3 has not committed with the same manifest (a killed upload's step
 // must not be resumed), then aborts the multipart uploads and deletes the objects of
 // uncommitted steps on S3 (Prune with `abandoned`). Returns S3's newest committed step.
 StatusOr<std::optional<int64_t>> ReconcileStaging(const std::string& fs_root,
-                                                  const std::string& s3_root, int keep,
-                                                  Env* env = Env::Default());
+                                                  const std::string& s3_root, int keep, Env* env);
 
 // A committed step a resume found damaged (an object's XXH3 differs from its manifest's):
 // its manifest is copied to PREFIX/CORRUPT-step-N.json and deleted, so no later resume

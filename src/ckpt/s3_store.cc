@@ -99,8 +99,7 @@ Status S3CheckpointStore::ClaimFence(const std::string& generation) {
 }
 
 StatusOr<MirrorOutcome> S3CheckpointStore::Upload(const std::string& dir,
-                                                  const std::string& generation) {
-  Env* env = Env::Default();
+                                                  const std::string& generation, Env* env) {
   std::string text;
   FT_RETURN_IF_ERROR(env->ReadFile(JoinPath(dir, kManifestName), &text));
   FT_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(text, JoinPath(dir, kManifestName)));

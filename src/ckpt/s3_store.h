@@ -58,11 +58,11 @@ class S3CheckpointStore {
   // (FailedPrecondition: this job is older than the root's owner).
   Status ClaimFence(const std::string& generation);
 
-  // Uploads the complete file-system checkpoint `dir` (its manifest's files by multipart
-  // upload, in parallel parts), then commits it: re-reads FENCE (refused if newer than
+  // Uploads the complete file-system checkpoint `dir`, read through `env` (its manifest's files
+  // by multipart upload, in parallel parts), then commits it: re-reads FENCE (refused if newer than
   // `generation`) and puts the manifest with If-None-Match: *. A step older than the newest
   // committed one is refused (superseded), as on a file system.
-  StatusOr<MirrorOutcome> Upload(const std::string& dir, const std::string& generation);
+  StatusOr<MirrorOutcome> Upload(const std::string& dir, const std::string& generation, Env* env);
 
   // Every step with objects, newest first; `committed` says whether its manifest exists.
   StatusOr<std::vector<S3CheckpointInfo>> List();
@@ -74,12 +74,13 @@ class S3CheckpointStore {
   // empty) into dir/ (made if missing) by parallel Range GETs, each checked against the
   // manifest's size and XXH3 (Corruption on a mismatch; outages are retried by the client
   // and reported as Unavailable, never as damage), and, `with_manifest`, the manifest last.
-  Status Download(int64_t step, const std::vector<int>& ranks, const std::string& dir,
-                  Env* env = Env::Default(), bool with_manifest = true);
+  Status Download(int64_t step, const std::vector<int>& ranks, const std::string& dir, Env* env,
+                  bool with_manifest = true);
 
   // Downloads step `step` into a private temp directory and runs the file-system deep
   // verify on it (every dataset's XXH3), then removes the copy.
-  StatusOr<VerifyReport> Verify(int64_t step, const std::string& scratch_dir, int threads);
+  StatusOr<VerifyReport> Verify(int64_t step, const std::string& scratch_dir, int threads,
+                                Env* env);
 
   // Keeps the newest `keep_last` (>= 1) committed steps; deletes older committed ones
   // (manifest first, then its objects), the loose objects of steps older than the newest
@@ -115,13 +116,11 @@ class S3CheckpointStore {
 //     updates LATEST, so the ordinary resume finds it.
 // RestoreFromMirror runs all three in one process.
 StatusOr<std::optional<int64_t>> PlanRestore(const std::string& mirror, const std::string& fs_root,
-                                             Env* env = Env::Default());
+                                             Env* env);
 Status RestoreFiles(const std::string& mirror, const std::string& fs_root, int64_t step, int rank,
-                    int world, Env* env = Env::Default());
-Status FinishRestore(const std::string& mirror, const std::string& fs_root, int64_t step,
-                     Env* env = Env::Default());
+                    int world, Env* env);
+Status FinishRestore(const std::string& mirror, const std::string& fs_root, int64_t step, Env* env);
 StatusOr<std::optional<int64_t>> RestoreFromMirror(const std::string& mirror,
-                                                   const std::string& fs_root,
-                                                   Env* env = Env::Default());
+                                                   const std::string& fs_root, Env* env);
 
 }  // namespace ftrain::ckpt

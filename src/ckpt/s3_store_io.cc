@@ -59,8 +59,7 @@ Status S3CheckpointStore::Download(int64_t step, const std::vector<int>& ranks,
 }
 
 StatusOr<VerifyReport> S3CheckpointStore::Verify(int64_t step, const std::string& scratch_dir,
-                                                 int threads) {
-  Env* env = Env::Default();
+                                                 int threads, Env* env) {
   const std::string tmp = JoinPath(scratch_dir, "ckpt-s3-verify." + std::to_string(::getpid()));
   const std::string dir = JoinPath(tmp, StepDirName(step));
   Status s = Download(step, {}, dir, env);

@@ -10,8 +10,8 @@
 
 namespace ftrain::ckpt {
 
-StagedUploadRetrier::StagedUploadRetrier(std::string fs_root, int keep)
-    : fs_root_(std::move(fs_root)), keep_(keep), thread_([this] { Loop(); }) {}
+StagedUploadRetrier::StagedUploadRetrier(std::string fs_root, int keep, Env* env)
+    : fs_root_(std::move(fs_root)), keep_(keep), env_(env), thread_([this] { Loop(); }) {}
 
 StagedUploadRetrier::~StagedUploadRetrier() {
   {
@@ -51,7 +51,7 @@ void StagedUploadRetrier::Loop() {
       std::unique_lock<std::mutex> l(mu_);
       return !cv_.wait_for(l, ms, [&] { return stop_ || *pending_.rbegin() > step; });
     };
-    Status s = CommitStagedRetrying(fs_root_, step, keep_, wait);
+    Status s = CommitStagedRetrying(fs_root_, step, keep_, wait, env_);
     lock.lock();
     if (s.ok()) {
       FT_LOG(Info) << "s3 checkpoints: step " << step << " is committed on S3 (or superseded)";

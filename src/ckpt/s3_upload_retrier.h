@@ -12,11 +12,13 @@
 #include <string>
 #include <thread>
 
+#include "core/env.h"
+
 namespace ftrain::ckpt {
 
 class StagedUploadRetrier {
  public:
-  StagedUploadRetrier(std::string fs_root, int keep);
+  StagedUploadRetrier(std::string fs_root, int keep, Env* env);
   // Stops the thread; a try in flight finishes first. Steps still pending stay staged and
   // uncommitted: the next start's reconciliation drops them (s3_staging.h).
   ~StagedUploadRetrier();
@@ -33,6 +35,7 @@ class StagedUploadRetrier {
 
   const std::string fs_root_;
   const int keep_;
+  Env* const env_;  // the staging root's files
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<int64_t> pending_;  // guarded by mu_

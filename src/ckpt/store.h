@@ -71,9 +71,10 @@ enum class CommitOutcome { kCommitted, kNotReady, kAlreadyCommitted, kBeingCommi
 
 class CheckpointStore {
  public:
-  explicit CheckpointStore(std::string root, Env* env = Env::Default());
+  explicit CheckpointStore(std::string root, Env* env);
 
   const std::string& root() const { return root_; }
+  Env* env() const { return env_; }
 
   // Writes rank `rank`'s shard of step meta.step into step-N.partial/ (creating it), makes it
   // durable (file fsync, rename from .tmp, directory fsync) and leaves its receipt.

@@ -115,8 +115,8 @@ Status PrintList(const std::string& root, bool as_json, std::ostream& out, Env* 
   return Status::Ok();
 }
 
-Status PrintInspect(const std::string& dir, bool as_json, std::ostream& out) {
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir));
+Status PrintInspect(const std::string& dir, bool as_json, std::ostream& out, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir, env));
   const Manifest& m = reader->manifest();
   // On-disk bytes per tensor: sum of the stored sizes the shards report.
   std::map<std::string, uint64_t> stored;
@@ -186,9 +186,9 @@ Status PrintInspect(const std::string& dir, bool as_json, std::ostream& out) {
 }
 
 StatusOr<DiffResult> DiffCheckpoints(const std::string& a_dir, const std::string& b_dir,
-                                     std::ostream& out) {
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> a, CheckpointReader::Open(a_dir));
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> b, CheckpointReader::Open(b_dir));
+                                     std::ostream& out, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> a, CheckpointReader::Open(a_dir, env));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> b, CheckpointReader::Open(b_dir, env));
   DiffResult res;
   auto differ = [&](const std::string& what) {
     res.identical = false;

@@ -12,8 +12,8 @@
 
 namespace ftrain::ckpt {
 
-Status PrintList(const std::string& root, bool json, std::ostream& out, Env* env = Env::Default());
-Status PrintInspect(const std::string& dir, bool json, std::ostream& out);
+Status PrintList(const std::string& root, bool json, std::ostream& out, Env* env);
+Status PrintInspect(const std::string& dir, bool json, std::ostream& out, Env* env);
 
 struct DiffResult {
   bool identical = true;
@@ -22,14 +22,15 @@ struct DiffResult {
 };
 // Compares every tensor (globally, so different world sizes compare too) and every piece of
 // state; prints each difference with the max abs difference for float tensors.
-StatusOr<DiffResult> DiffCheckpoints(const std::string& a, const std::string& b, std::ostream& out);
+StatusOr<DiffResult> DiffCheckpoints(const std::string& a, const std::string& b, std::ostream& out,
+                                     Env* env);
 
 // Consolidated model weights under their Hugging Face names. dtype "bf16" reads the bf16
 // model tensors (bit-exact with what training computed with) and "fp32" the fp32 master
 // weights; when one kind is absent the other is converted (fp32 -> bf16 rounds to nearest
 // even).
 Status ExportSafetensors(const std::string& dir, const std::string& dtype,
-                         const std::string& out_path, std::ostream& log);
+                         const std::string& out_path, std::ostream& log, Env* env);
 
 // A Hugging Face model directory at `out_dir` (made if missing; refused when not empty):
 // the weights (as ExportSafetensors) in model-0000i-of-0000n.safetensors files of at most
@@ -37,10 +38,10 @@ Status ExportSafetensors(const std::string& dir, const std::string& dtype,
 // checkpoint carries (model/hf_files.h), config.json with torch_dtype set to the export dtype.
 // A checkpoint that carries no config.json (written by an older ftrain) is InvalidArgument.
 Status ExportHf(const std::string& dir, const std::string& dtype, double shard_gb,
-                const std::string& out_dir, std::ostream& log, Env* env = Env::Default());
+                const std::string& out_dir, std::ostream& log, Env* env);
 
 // A checkpoint directory from a PATH that is either a checkpoint or a root (-> latest).
-StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env = Env::Default());
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path, Env* env);
 
 uint16_t Fp32ToBf16(float f);
 

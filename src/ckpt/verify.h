@@ -30,6 +30,6 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
-VerifyReport VerifyCheckpoint(const std::string& dir, int threads = 0, Env* env = Env::Default());
+VerifyReport VerifyCheckpoint(const std::string& dir, int threads, Env* env);
 
 }  // namespace ftrain::ckpt

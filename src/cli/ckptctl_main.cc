@@ -193,7 +193,7 @@ int List(int argc, char** argv) {
   Parsed p;
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
   if (ckpt::IsS3Root(p.args[0])) return S3List(p.args[0], p.vm.count("json") > 0);
-  Status s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout);
+  Status s = ckpt::PrintList(p.args[0], p.vm.count("json") > 0, std::cout, Env::Default());
   return s.ok() ? kExitOk : Fail(prog, s.IsNotFound() ? Status::InvalidArgument(s.message()) : s);
 }
 
@@ -204,11 +204,11 @@ StatusOr<std::vector<std::string>> VerifyTargets(const std::string& path, bool a
   }
   std::vector<std::string> dirs;
   if (!all) {
-    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path));
+    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path, Env::Default()));
     dirs.push_back(dir);
     return dirs;
   }
-  ckpt::CheckpointStore store(path);
+  ckpt::CheckpointStore store(path, Env::Default());
   FT_ASSIGN_OR_RETURN(auto infos, store.List());
   int set_aside = 0;
   for (const auto& i : infos) {
@@ -244,7 +244,8 @@ int Verify(int argc, char** argv) {
   int rc = kExitOk;
   nlohmann::json all = nlohmann::json::array();
   for (const auto& d : *dirs) {
-    if (PrintVerify(ckpt::VerifyCheckpoint(d, threads), p.vm.count("json") > 0, &all) != kExitOk) {
+    if (PrintVerify(ckpt::VerifyCheckpoint(d, threads, Env::Default()), p.vm.count("json") > 0,
+                    &all) != kExitOk) {
       rc = kExitBad;
     }
   }
@@ -265,7 +266,7 @@ int Latest(int argc, char** argv) {
     }
     return S3Latest(p.args[0]);
   }
-  ckpt::CheckpointStore store(p.args[0]);
+  ckpt::CheckpointStore store(p.args[0], Env::Default());
   if (!Env::Default()->IsDirectory(p.args[0])) {
     return Fail(prog, Status::InvalidArgument("checkpoint root '" + p.args[0] +
                                               "' does not exist or is not a directory"));
@@ -275,7 +276,7 @@ int Latest(int argc, char** argv) {
   for (const auto& i : *all) {
     if (i.status != ckpt::CheckpointStatus::kComplete) continue;
     if (p.vm.count("verified")) {
-      auto rep = ckpt::VerifyCheckpoint(i.path);
+      auto rep = ckpt::VerifyCheckpoint(i.path, 0, Env::Default());
       if (!rep.ok()) {
         std::cerr << "ckptctl latest: skipping " << i.path << ": " << rep.problems.front().problem
                   << "\n";
@@ -298,7 +299,7 @@ int Inspect(int argc, char** argv) {
   if (auto rc = ParseOrExit(argc, argv, opts, 1, &p)) return *rc;
   auto ck = LocalCheckpoint::Open(p.args[0]);
   if (!ck.ok()) return Fail(prog, ck.status());
-  Status s = ckpt::PrintInspect((*ck)->dir(), p.vm.count("json") > 0, std::cout);
+  Status s = ckpt::PrintInspect((*ck)->dir(), p.vm.count("json") > 0, std::cout, Env::Default());
   return s.ok() ? kExitOk : Fail(prog, s);
 }
 
@@ -310,7 +311,7 @@ int Diff(int argc, char** argv) {
   if (!a.ok()) return Fail(prog, a.status());
   auto b = LocalCheckpoint::Open(p.args[1]);
   if (!b.ok()) return Fail(prog, b.status());
-  auto r = ckpt::DiffCheckpoints((*a)->dir(), (*b)->dir(), std::cout);
+  auto r = ckpt::DiffCheckpoints((*a)->dir(), (*b)->dir(), std::cout, Env::Default());
   if (!r.ok()) return Fail(prog, r.status());
   if (!r->identical) return kExitBad;
   std::cout << "identical: " << r->tensors_compared << " tensors and " << r->blobs_compared
@@ -344,7 +345,7 @@ int Prune(int argc, char** argv) {
     return Fail(prog, Status::InvalidArgument("'" + p.args[0] + "' is not a directory"));
   }
   const bool dry_run = p.vm.count("dry-run") > 0;
-  ckpt::CheckpointStore store(p.args[0]);
+  ckpt::CheckpointStore store(p.args[0], Env::Default());
   auto deleted = store.Rotate({keep, keep_every}, dry_run);
   if (!deleted.ok()) return Fail(prog, deleted.status());
   if (p.vm.count("corrupt")) {
@@ -380,8 +381,9 @@ int Export(int argc, char** argv) {
   auto ck = LocalCheckpoint::Open(p.args[0]);
   if (!ck.ok()) return Fail(prog, ck.status());
   const std::string& dir = (*ck)->dir();
-  Status s = format == "hf" ? ckpt::ExportHf(dir, dtype, shard_gb, output, std::cout)
-                            : ckpt::ExportSafetensors(dir, dtype, output, std::cout);
+  Status s = format == "hf"
+                 ? ckpt::ExportHf(dir, dtype, shard_gb, output, std::cout, Env::Default())
+                 : ckpt::ExportSafetensors(dir, dtype, output, std::cout, Env::Default());
   return s.ok() ? kExitOk : Fail(prog, s);
 }
 

@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<ckpt::S3CheckpointStore>> OpenChecked(const std::string
 
 StatusOr<std::unique_ptr<LocalCheckpoint>> LocalCheckpoint::Open(const std::string& path) {
   if (!ckpt::IsS3Root(path)) {
-    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path));
+    FT_ASSIGN_OR_RETURN(std::string dir, ckpt::ResolveCheckpointDir(path, Env::Default()));
     return std::unique_ptr<LocalCheckpoint>(new LocalCheckpoint(dir, ""));
   }
   // s3://B/P/step-00000120 names one step of the root s3://B/P; anything else is a root.
@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<LocalCheckpoint>> LocalCheckpoint::Open(const std::stri
   }
   auto local = std::unique_ptr<LocalCheckpoint>(
       new LocalCheckpoint(tmpl + "/" + ckpt::StepDirName(*step), tmpl));
-  FT_RETURN_IF_ERROR(store->Download(*step, {}, local->dir_));
+  FT_RETURN_IF_ERROR(store->Download(*step, {}, local->dir_, Env::Default()));
   return local;
 }
 
@@ -132,7 +132,7 @@ int S3Verify(const std::string& root, bool all, bool json, int threads) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& i : *list) {
     if (!i.committed) continue;
-    auto rep = (*store)->Verify(i.step, scratch, threads);
+    auto rep = (*store)->Verify(i.step, scratch, threads, Env::Default());
     if (!rep.ok()) {  // an outage (retries spent) or a local error: exit 2, never "bad"
       return Fail(prog, Status::FailedPrecondition(rep.status().message() +
                                                    " (an outage, not damage: nothing was "
@@ -198,7 +198,7 @@ int Mirror(int argc, char** argv) {
     s = Status::InvalidArgument("'" + args[1] + "' is not s3://BUCKET/PREFIX");
   if (!s.ok()) return Fail(prog, s);
   if (generation.empty()) generation = ckpt::NewGeneration(/*fence_epoch=*/0);  // a clock one
-  auto dir = ckpt::ResolveCheckpointDir(args[0]);
+  auto dir = ckpt::ResolveCheckpointDir(args[0], Env::Default());
   if (!dir.ok()) return Fail(prog, dir.status());
   ckpt::S3StoreOptions o;
   o.upload.part_bytes = uint64_t(part_mb) << 20;
@@ -206,7 +206,7 @@ int Mirror(int argc, char** argv) {
   o.upload.max_bytes_per_s = static_cast<int64_t>(max_mb_per_s * 1e6);
   auto store = OpenChecked(args[1], o, /*writer=*/true);
   if (!store.ok()) return Fail(prog, store.status());
-  auto out = (*store)->Upload(*dir, generation);
+  auto out = (*store)->Upload(*dir, generation, Env::Default());
   if (!out.ok()) return Fail(prog, out.status());
   std::cout << (*out == ckpt::MirrorOutcome::kCommitted ? "committed " : "already committed ")
             << *dir << " -> " << (*store)->root() << "\n";
@@ -218,7 +218,7 @@ int Restore(int argc, char** argv) {
   if (argc != 3) return Fail(prog, Status::InvalidArgument("takes S3ROOT FSROOT"));
   auto store = OpenChecked(argv[1]);
   if (!store.ok()) return Fail(prog, store.status());
-  auto step = ckpt::RestoreFromMirror(argv[1], argv[2]);
+  auto step = ckpt::RestoreFromMirror(argv[1], argv[2], Env::Default());
   if (!step.ok()) return Fail(prog, step.status());
   if (!*step) {
     std::cout << "nothing to restore: " << argv[2] << " is as new as " << argv[1] << "\n";

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "comm/commcheck.h"
 #include "comm/context.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "train/device/device.h"
 
@@ -27,6 +28,7 @@ int RunCommcheck(int argc, char** argv) {
       "MASTER_ADDR/MASTER_PORT)");
   std::string sizes_text = "1M,4M,16M,64M";
   comm::CommcheckOptions o;
+  o.env = Env::Default();  // this process's files
   int rdzv_timeout = 0;
   std::string backend = "gloo";
   opts.add_options()("help,h", "show this help")(

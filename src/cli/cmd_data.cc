@@ -9,6 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
+#include "core/env.h"
 #include "data/format/format.h"
 #include "data/format/hash.h"
 #include "data/pack/pack.h"
@@ -40,7 +41,7 @@ StatusOr<std::unique_ptr<data::Tokenizer>> DatasetTokenizer(data::Dataset* ds,
   std::string where;
   if (!override_path.empty()) {
     where = override_path;
-    FT_ASSIGN_OR_RETURN(tok, data::Tokenizer::Load(override_path));
+    FT_ASSIGN_OR_RETURN(tok, data::Tokenizer::Load(override_path, Env::Default()));
   } else {
     where = ds->source()->Where(x.tokenizer_file);
     FT_ASSIGN_OR_RETURN(std::string bytes, ds->source()->ReadFile(x.tokenizer_file));
@@ -85,7 +86,7 @@ int Inspect(int argc, char** argv) {
   po::variables_map vm;
   Status s = ParseFlags(program, argc, argv, opts, pos, &vm);
   if (!s.ok()) return Fail(program, s);
-  auto ds = data::Dataset::Open(src, http);
+  auto ds = data::Dataset::Open(src, Env::Default(), http);
   if (!ds.ok()) return Fail(program, ds.status());
   const data::DatasetIndex& x = (*ds)->index();
   uint64_t in_bytes = 0;
@@ -162,17 +163,19 @@ int Verify(int argc, char** argv) {
   po::variables_map vm;
   Status s = ParseFlags(program, argc, argv, opts, pos, &vm);
   if (!s.ok()) return Fail(program, s);
-  auto ds = data::Dataset::Open(src, http);
+  auto ds = data::Dataset::Open(src, Env::Default(), http);
   if (!ds.ok()) return Fail(program, ds.status());
   data::VerifyReport report;
   if (!tokenizer.empty()) {
-    auto file = data::ResolveTokenizerFile(tokenizer);  // a model directory names its file
+    auto file =
+        data::ResolveTokenizerFile(tokenizer, Env::Default());  // a model directory names its file
     if (!file.ok()) return Fail(program, file.status());
     tokenizer = *file;
   }
-  s = data::VerifyDataset(ds->get(), tokenizer, &report, [](const std::string& name, bool ok) {
-    std::cout << name << ": " << (ok ? "ok" : "BAD") << "\n";
-  });
+  s = data::VerifyDataset(ds->get(), tokenizer, &report, Env::Default(),
+                          [](const std::string& name, bool ok) {
+                            std::cout << name << ": " << (ok ? "ok" : "BAD") << "\n";
+                          });
   if (!s.ok()) return Fail(program, s);
   for (const auto& p : report.problems) std::cerr << program << ": " << p << "\n";
   std::cout << (report.ok() ? "verify: OK: " : "verify: FAILED: ") << report.shards_checked
@@ -184,6 +187,7 @@ int Verify(int argc, char** argv) {
 int Batches(int argc, char** argv) {
   const std::string program = "ftrain data batches";
   data::ReaderOptions r;
+  r.env = Env::Default();  // this process's files
   int steps = 4;
   std::string cursor_in, cursor_out;
   bool print_tokens = false;

@@ -10,6 +10,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/env.h"
 #include "train/config/train_config.h"
 #include "train/eval/eval.h"
 
@@ -191,6 +192,7 @@ int RunEval(int argc, char** argv) {
   eo.config = *tc;
   eo.weights = f.weights;
   eo.batches = batches;
+  eo.env = Env::Default();
   auto r = train::RunEval(eo);
   if (!r.ok()) return Fail(program, r.status());
   if (r->rank != 0) return kExitOk;  // rank 0 speaks for the job

@@ -11,6 +11,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "core/env.h"
 #include "orch/agent_runner.h"
 #include "orch/dry_run.h"
 #include "orch/job_runner.h"
@@ -69,7 +70,8 @@ int RunJob(int argc, char** argv) {
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SlurmCli slurm;
   orch::SystemClock clock;
-  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock);
+  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock,
+                         Env::Default());
   return runner.Run();
 }
 
@@ -89,7 +91,7 @@ int RunAgent(int argc, char** argv) {
   auto settings = orch::LoadAgentSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SystemClock clock;
-  orch::AgentRunner runner(*settings, &clock);
+  orch::AgentRunner runner(*settings, &clock, Env::Default());
   return runner.Run();
 }
 

@@ -4,6 +4,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/data_commands.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "data/pack/pack.h"
 #include "data/pack/pack_parts.h"
@@ -34,6 +35,7 @@ int PackOnePart(const std::string& program, const data::PackOptions& o, const st
 int RunPackMerge(int argc, char** argv) {
   const std::string program = "ftrain pack merge";
   data::MergeOptions m;
+  m.env = Env::Default();  // this process's files
   po::options_description opts("ftrain pack merge OUT PART_DIR...");
   opts.add_options()("help,h", "show this help")("force", po::bool_switch(&m.force),
                                                  "replace a packed dataset already in OUT");
@@ -171,6 +173,7 @@ int RunPackLocal(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return RunPackMerge(argc - 1, argv + 1);
   const std::string program = "ftrain pack";
   data::PackOptions o;
+  o.env = Env::Default();  // this process's files
   PackFlags f;
   po::options_description opts = PackFlagOptions(&o, &f);
   po::positional_options_description pos;

@@ -13,6 +13,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/env.h"
 #include "model/llama_config.h"
 #include "plan/planner.h"
 #include "plan/sources.h"
@@ -205,11 +206,11 @@ StatusOr<PlanInput> InputFromFlags(const po::variables_map& vm,
         "--mfu and --calibrate both give the MFU; use one (--calibrate measures it from a run)");
   }
   if (vm.count("data")) {
-    FT_ASSIGN_OR_RETURN(in.data, ReadDataFacts(vm["data"].as<std::string>()));
+    FT_ASSIGN_OR_RETURN(in.data, ReadDataFacts(vm["data"].as<std::string>(), Env::Default()));
   }
   if (vm.count("calibrate")) {
-    FT_ASSIGN_OR_RETURN(in.calibrate,
-                        ReadCalibrationRun(vm["calibrate"].as<std::string>(), calibrate_gpus));
+    FT_ASSIGN_OR_RETURN(in.calibrate, ReadCalibrationRun(vm["calibrate"].as<std::string>(),
+                                                         calibrate_gpus, Env::Default()));
   }
   return in;
 }

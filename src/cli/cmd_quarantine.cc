@@ -143,7 +143,8 @@ int RunQuarantine(int argc, char** argv) {
   if (action != "list" && action != "clear") {
     return Fail(program, Status::InvalidArgument("give list or clear, then the run directory"));
   }
-  if (run_dir.empty() || !Env::Default()->IsDirectory(run_dir)) {
+  Env* env = Env::Default();  // this process's files, passed down
+  if (run_dir.empty() || !env->IsDirectory(run_dir)) {
     return Fail(program, Status::InvalidArgument("run directory '" + run_dir +
                                                  "' is not a directory: give run.dir"));
   }
@@ -159,7 +160,7 @@ int RunQuarantine(int argc, char** argv) {
   keep.hang_s = *hang;
   const std::string path = RunLayout(run_dir).quarantine();
   std::vector<std::string> warnings;
-  auto lines = records::ReadQuarantineFile(path, &warnings);
+  auto lines = records::ReadQuarantineFile(path, &warnings, env);
   if (!lines.ok()) return Fail(program, lines.status());
   for (const auto& w : warnings) std::cerr << program << ": warning: " << w << "\n";
   const double now =

@@ -3,6 +3,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "core/env.h"
 #include "report/run_report.h"
 
 namespace ftrain::cli {
@@ -30,7 +31,7 @@ int RunReport(int argc, char** argv) {
   if (run_dir.empty()) {
     return Fail(program, Status::InvalidArgument("give the run directory (see --help)"));
   }
-  auto summary = report::AnalyzeRun(run_dir);
+  auto summary = report::AnalyzeRun(run_dir, Env::Default());
   if (!summary.ok()) return Fail(program, summary.status());
   if (json) {
     // The text report lists its warnings (skipped torn lines, estimates) at its end; with

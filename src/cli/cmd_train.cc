@@ -15,6 +15,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/config.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "records/config_error.h"
 #include "records/node_faults.h"
@@ -55,6 +56,7 @@ Status LocalDataReadable(const std::string& path) {
 
 int RunTrain(int argc, char** argv) {
   const std::string program = "ftrain train";
+  Env* env = Env::Default();  // this process's files and clock, passed to everything below
   std::string config_path;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -87,7 +89,7 @@ int RunTrain(int argc, char** argv) {
     if (o.rfind("--run.dir=", 0) == 0) cli_run_dir = o.substr(10);
   }
   auto config_error = [&](const Status& s) {
-    Status w = records::RecordConfigError(cli_run_dir, s.message());
+    Status w = records::RecordConfigError(cli_run_dir, s.message(), env);
     (void)w;  // best effort: the message is on stderr either way
     return Fail(program, s);
   };
@@ -103,7 +105,7 @@ int RunTrain(int argc, char** argv) {
   const records::LaunchContext launch = records::LaunchContext::FromEnvironment();
   Status s = LocalDataReadable(tc->data.path);
   try {
-    if (s.ok()) s = train::RunTraining(*tc, launch, &exit_code);
+    if (s.ok()) s = train::RunTraining(*tc, launch, env, &exit_code);
   } catch (const StatusError& e) {
     // The model validates its inputs by throwing (e.g. a token id outside the vocabulary).
     s = e.status();
@@ -124,7 +126,7 @@ int RunTrain(int argc, char** argv) {
     // RUN/node_faults.jsonl naming the host, so that `ftrain job` moves its ranks to a spare
     // or requeues without it (the same on every node: the job fails as a config error).
     if (s.IsNodeFault()) {
-      Status w = records::RecordNodeFault(tc->run_dir, launch, s.message());
+      Status w = records::RecordNodeFault(tc->run_dir, launch, s.message(), env);
       if (!w.ok()) FT_LOG(Warning) << "cannot record the node fault: " << w.message();
       return kExitNodeFault;
     }
@@ -133,7 +135,7 @@ int RunTrain(int argc, char** argv) {
     }
     const int code = ExitCodeFor(s);
     if (code == kExitUsage) {
-      Status w = records::RecordConfigError(tc->run_dir, s.message());
+      Status w = records::RecordConfigError(tc->run_dir, s.message(), env);
       if (!w.ok()) FT_LOG(Warning) << "cannot record the error: " << w.message();
     }
     return code;

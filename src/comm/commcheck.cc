@@ -265,7 +265,7 @@ Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& o
       {"barrier_us", barrier_us},
       {"results", json_rows}};
   if (!options.record_path.empty()) {
-    Status w = WriteFileDurably(Env::Default(), options.record_path, doc.dump() + "\n");
+    Status w = WriteFileDurably(options.env, options.record_path, doc.dump() + "\n");
     if (!w.ok()) {
       const std::string what = "commcheck: the collectives passed, but rank 0 cannot write";
       *record_error =
@@ -289,6 +289,9 @@ Status Finish(DistContext& ctx, const CommcheckOptions& options, std::ostream& o
 Status RunCommcheck(DistContext& ctx, const CommcheckOptions& options, std::ostream& out,
                     std::vector<CommcheckRow>* rows, Status* record_error) {
   *record_error = Status::Ok();
+  if (!options.record_path.empty() && options.env == nullptr) {
+    return Status::InvalidArgument("CommcheckOptions.env is not set (it writes record_path)");
+  }
   torch::NoGradGuard no_grad;
   FT_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(options.device));
   FT_ASSIGN_OR_RETURN(const Fault fault, ParseFault(options.inject_fault));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/context.h"
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::comm {
@@ -22,6 +23,7 @@ struct CommcheckOptions {
   // Rank 0 also writes the JSON result here (durably: temp file + rename), whether or not it
   // prints the table: the run's record of its link (RUN/commcheck.json, `ftrain report`).
   std::string record_path;
+  Env* env = nullptr;        // writes the record (the main's Env); required with record_path
   bool check_groups = true;  // also check the intra-node and inter-node groups
   // Where the test tensors live: "cpu" (Gloo) or "cuda:N" (NCCL needs device memory; needs a
   // LibTorch built with CUDA at run time).

@@ -13,11 +13,7 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxCarriedBytes = 64u << 20;  // a Llama 3 tokenizer.json is ~9 MB
 
-bool IsDir(const std::string& p) { return Env::Default()->IsDirectory(p); }
-bool IsFile(const std::string& p) { return Env::Default()->IsRegularFile(p); }
-
-StatusOr<std::string> ReadCarried(const std::string& path) {
-  Env* env = Env::Default();
+StatusOr<std::string> ReadCarried(const std::string& path, Env* env) {
   StatusOr<uint64_t> size = env->FileSize(path);
   if (!size.ok()) return Status::InvalidArgument("cannot stat '" + path + "'");
   if (*size > kMaxCarriedBytes) {
@@ -51,23 +47,23 @@ const std::vector<std::string>& HfCarriedFileNames() {
   return kNames;
 }
 
-std::string HfBaseDir(const std::string& init) {
+std::string HfBaseDir(const std::string& init, Env* env) {
   if (init.empty() || init == "random") return "";
-  if (IsDir(init)) return init;
+  if (env->IsDirectory(init)) return init;
   const size_t slash = init.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : init.substr(0, slash);
 }
 
 StatusOr<HfFiles> CollectHfFiles(const std::string& base_dir, const std::string& data_tokenizer,
-                                 const LlamaConfig& model, int bos_id, int eos_id) {
+                                 const LlamaConfig& model, int bos_id, int eos_id, Env* env) {
   HfFiles out;
   bool tokenizer = false;
   for (const std::string& name :
        base_dir.empty() ? std::vector<std::string>() : HfCarriedFileNames()) {
     const std::string path = base_dir + "/" + name;
-    if (!IsFile(path)) continue;
-    FT_ASSIGN_OR_RETURN(std::string text, ReadCarried(path));
+    if (!env->IsRegularFile(path)) continue;
+    FT_ASSIGN_OR_RETURN(std::string text, ReadCarried(path, env));
     if (name == "config.json" || name == "generation_config.json") {
       const json j = json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
@@ -82,11 +78,11 @@ StatusOr<HfFiles> CollectHfFiles(const std::string& base_dir, const std::string&
     out.bytes["config.json"] = LlamaConfigJson(model, bos_id, eos_id);
     out.sources["config.json"] = "made from [model] (LlamaForCausalLM)";
   }
-  if (!tokenizer && !data_tokenizer.empty() && IsFile(data_tokenizer)) {
+  if (!tokenizer && !data_tokenizer.empty() && env->IsRegularFile(data_tokenizer)) {
     const size_t slash = data_tokenizer.rfind('/');
     const std::string name =
         slash == std::string::npos ? data_tokenizer : data_tokenizer.substr(slash + 1);
-    FT_ASSIGN_OR_RETURN(out.bytes[name], ReadCarried(data_tokenizer));
+    FT_ASSIGN_OR_RETURN(out.bytes[name], ReadCarried(data_tokenizer, env));
     out.sources[name] = data_tokenizer;
   }
   return out;

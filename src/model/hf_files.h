@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "model/llama_config.h"
 
@@ -32,7 +33,7 @@ const std::vector<std::string>& HfCarriedFileNames();
 
 // The directory a train.init value names: itself when it is a directory, else the directory of
 // the file (a model.safetensors or an index); empty for "random".
-std::string HfBaseDir(const std::string& init);
+std::string HfBaseDir(const std::string& init, Env* env);
 
 // What a run carries: every HfCarriedFileNames() file in `base_dir` (empty: no base), a made
 // config.json (LlamaConfigJson) when the base has none, and, when the base has no tokenizer
@@ -40,7 +41,7 @@ std::string HfBaseDir(const std::string& init);
 // (InvalidArgument) name the file: a config.json that is not a JSON object, a file over
 // 64 MiB, one that cannot be read.
 StatusOr<HfFiles> CollectHfFiles(const std::string& base_dir, const std::string& data_tokenizer,
-                                 const LlamaConfig& model, int bos_id, int eos_id);
+                                 const LlamaConfig& model, int bos_id, int eos_id, Env* env);
 
 // config.json of a LlamaForCausalLM with these shapes (ids < 0 are left out).
 std::string LlamaConfigJson(const LlamaConfig& cfg, int bos_id, int eos_id);

@@ -43,8 +43,8 @@ std::string FullHost() {
 
 }  // namespace
 
-AgentRunner::AgentRunner(AgentSettings s, const Clock* clock)
-    : s_(std::move(s)), clock_(clock), layout_(s_.run_dir) {
+AgentRunner::AgentRunner(AgentSettings s, const Clock* clock, Env* env)
+    : s_(std::move(s)), clock_(clock), env_(env), layout_(s_.run_dir) {
   job_ = EnvOr("SLURM_JOB_ID");
   restart_count_ = std::atoi(EnvOr("SLURM_RESTART_COUNT", "0").c_str());
 }
@@ -70,7 +70,7 @@ bool AgentRunner::DaemonAnswers() const {
 
 void AgentRunner::HeartbeatLoop() {
   const std::string f = layout_.heartbeats() + "/" + s_.node;
-  if (!CreateDirs(Env::Default(), layout_.heartbeats()).ok()) {
+  if (!CreateDirs(env_, layout_.heartbeats()).ok()) {
     Log("WARNING: cannot make " + layout_.heartbeats() + ": no heartbeat");
     return;
   }
@@ -106,7 +106,7 @@ bool AgentRunner::PointBuddy(const std::vector<std::string>& ring) {
   if (next.empty() || next == buddy_) return true;
   const std::string link = layout_.daemon_buddy_addr(s_.node);
   const std::string target = layout_.daemon_peer_addr(next);
-  if (!CreateDirs(Env::Default(), Dirname(link)).ok()) return false;
+  if (!CreateDirs(env_, Dirname(link)).ok()) return false;
   const std::string tmp = link + ".tmp";
   std::remove(tmp.c_str());
   if (symlink(target.c_str(), tmp.c_str()) != 0 || std::rename(tmp.c_str(), link.c_str()) != 0) {
@@ -232,7 +232,7 @@ int AgentRunner::Run() {
     PointBuddy(ring);
   }
   const std::vector<std::string> peer = PeerArgs();
-  (void)CreateDirs(Env::Default(), layout_.logs());
+  (void)CreateDirs(env_, layout_.logs());
   std::thread hb([this] { HeartbeatLoop(); });
   std::thread follow;
   if (!s_.batch_host.empty() || s_.replication) {

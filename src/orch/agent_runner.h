@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/run_layout.h"
 #include "orch/agent_policy.h"
 #include "orch/clock.h"
@@ -30,7 +31,8 @@ namespace ftrain::orch {
 
 class AgentRunner {
  public:
-  AgentRunner(AgentSettings s, const Clock* clock);
+  // `env`: the files the agent writes (the main's Env).
+  AgentRunner(AgentSettings s, const Clock* clock, Env* env);
   int Run();
 
  private:
@@ -55,6 +57,7 @@ class AgentRunner {
 
   AgentSettings s_;
   const Clock* clock_;
+  Env* env_;
   RunLayout layout_;
   std::string job_, ckpt_root_;
   int restart_count_ = 0;

@@ -44,19 +44,19 @@ WatcherObs AgentRunner::Answer(WatcherObs::Kind k) const {
 void AgentRunner::Record(const records::RestartRecord& rec) {
   records::RestartRecord r = rec;
   r.time = clock_->Wall();
-  Status w = records::AppendToSpool(layout_, s_.node, records::EncodeLine(r));
+  Status w = records::AppendToSpool(layout_, s_.node, records::EncodeLine(r), env_);
   if (!w.ok()) Log("WARNING: " + w.message());
   if (!lease_) return;
-  RunLease lease(layout_.lease(), layout_.lease_dir());
+  RunLease lease(layout_.lease(), layout_.lease_dir(), env_);
   auto holds = lease.Holds(*lease_);
-  if (holds.ok() && *holds) (void)records::MergeSpools(layout_);  // the lease holder writes
+  if (holds.ok() && *holds) (void)records::MergeSpools(layout_, env_);  // the lease holder writes
 }
 
 // Has this start's resubmission an outcome: the new job's marker (written before its record),
 // or a resubmitted / not_resubmitted record of this job and restart count?
 bool AgentRunner::ResubmissionDone() const {
   if (access((layout_.submit() + "/replaced-" + job_).c_str(), F_OK) == 0) return true;
-  auto m = records::ReadMerged(layout_);
+  auto m = records::ReadMerged(layout_, env_);
   if (!m.ok()) return false;
   for (const auto& l : m->lines) {
     const auto& j = l.json;
@@ -135,7 +135,7 @@ WatcherObs AgentRunner::Claim(bool takeover) {
   const std::string path = takeover ? ClaimPath() + ".takeover" : ClaimPath();
   o.ok = mkdir(path.c_str(), 0700) == 0;
   if (o.ok) {
-    (void)WriteFileDurably(Env::Default(), path + "/by", s_.node + "\n");
+    (void)WriteFileDurably(env_, path + "/by", s_.node + "\n");
   } else {
     auto by = ReadText(ClaimPath() + "/by");
     o.by = by.ok() ? by->substr(0, by->find('\n')) : "";
@@ -186,7 +186,7 @@ WatcherObs AgentRunner::TakeLease(Slurm* slurm) {
     const std::string st = info->State();
     return st == "RUNNING" || st == "CONFIGURING" || st == "SUSPENDED";
   };
-  auto r = RunLease(layout_.lease(), layout_.lease_dir()).Acquire(me, alive);
+  auto r = RunLease(layout_.lease(), layout_.lease_dir(), env_).Acquire(me, alive);
   o.ok = r.ok() && r->ok;
   if (o.ok) {
     lease_ = r->holder;
@@ -225,7 +225,7 @@ WatcherObs AgentRunner::Submit(Slurm* slurm) {
     o.error = nj.status().message();
     return o;
   }
-  RunLease lease(layout_.lease(), layout_.lease_dir());
+  RunLease lease(layout_.lease(), layout_.lease_dir(), env_);
   auto holds = lease_ ? lease.Holds(*lease_) : StatusOr<bool>(false);
   if (!holds.ok() || !*holds) {  // the fence: a watcher that lost the run submits nothing
     o.error = "this watcher no longer holds the run lease";
@@ -310,8 +310,8 @@ void AgentRunner::Execute(const WatcherAct& a, Slurm* slurm) {
       break;
     case K::kMarkReplaced: {
       // Should Slurm requeue this job before its cancel, that start ends at once (the marker).
-      (void)WriteFileDurably(Env::Default(), layout_.submit() + "/replaced-" + job_, a.text + "\n");
-      RunLease lease(layout_.lease(), layout_.lease_dir());
+      (void)WriteFileDurably(env_, layout_.submit() + "/replaced-" + job_, a.text + "\n");
+      RunLease lease(layout_.lease(), layout_.lease_dir(), env_);
       if (lease_) (void)lease.HandOff(*lease_, a.text);
       break;
     }

@@ -76,15 +76,16 @@ JobContext ContextFromEnvironment(const std::string& script) {
   return c;
 }
 
-JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock)
+JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock, Env* env)
     : s_(std::move(s)),
       ctx_(std::move(ctx)),
       slurm_(slurm),
       clock_(clock),
+      env_(env),
       layout_(s_.run_dir),
       policy_(s_),
-      lease_(layout_.lease(), layout_.lease_dir()),
-      merger_(layout_) {
+      lease_(layout_.lease(), layout_.lease_dir(), env_),
+      merger_(layout_, env_) {
   prober_ = std::make_unique<SlurmProber>(layout_.heartbeats(), slurm_, s_.detect.probe_timeout_s);
   // The tick's probes run on threads with a Slurm client of their own (hole 11): a probe that
   // hangs never holds up a signal.
@@ -123,7 +124,7 @@ int JobRunner::Run() {
   for (int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&set, sig);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  (void)CreateDirs(Env::Default(), s_.run_dir);
+  (void)CreateDirs(env_, s_.run_dir);
   auto root = ResolveCheckpointRoot(s_, layout_);
   if (!root.ok()) {
     // The trainer refuses the same configuration with exit 2 and says why; until then the
@@ -225,7 +226,7 @@ void JobRunner::WaitForEvents(double max_s) {
         if (o.rc != 0) {
           // The trainer would fail on the same directory: can a file be made next to it?
           const std::string probe = layout_.commcheck() + ".probe." + std::to_string(getpid());
-          Status w = WriteFileDurably(Env::Default(), probe, "");
+          Status w = WriteFileDurably(env_, probe, "");
           if (w.ok()) {
             std::remove(probe.c_str());
           } else {
@@ -501,7 +502,7 @@ void JobRunner::Execute(const Action& a) {
       Record(a);
       break;
     case K::kWriteLastStop: {
-      Status w = WriteFileDurably(Env::Default(), layout_.last_stop(), a.text + "\n");
+      Status w = WriteFileDurably(env_, layout_.last_stop(), a.text + "\n");
       if (!w.ok()) Log("WARNING: " + w.message());
       break;
     }
@@ -510,7 +511,7 @@ void JobRunner::Execute(const Action& a) {
       std::remove(layout_.node_requeues().c_str());
       break;
     case K::kWriteNodeRequeues: {
-      Status w = WriteFileDurably(Env::Default(), layout_.node_requeues(), a.text + "\n");
+      Status w = WriteFileDurably(env_, layout_.node_requeues(), a.text + "\n");
       if (!w.ok()) Log("WARNING: cannot write " + layout_.node_requeues() + ": " + w.message());
       break;
     }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/run_layout.h"
 #include "orch/clock.h"
 #include "orch/detect.h"
@@ -39,7 +40,8 @@ JobContext ContextFromEnvironment(const std::string& script);
 
 class JobRunner {
  public:
-  JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock);
+  // `env`: the files the runner writes (the main's Env).
+  JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock, Env* env);
   ~JobRunner();
   // Runs the job to its end; the exit code of `ftrain job`.
   int Run();
@@ -98,6 +100,7 @@ class JobRunner {
   JobContext ctx_;
   Slurm* slurm_;
   const Clock* clock_;
+  Env* env_;
   RunLayout layout_;
   std::string ckpt_root_;
   JobPolicy policy_;

@@ -128,8 +128,7 @@ void JobRunner::MakeSecret() {
 }
 
 void JobRunner::WriteJobNodes(const std::vector<std::string>& nodes) {
-  Status w = WriteFileDurably(Env::Default(), layout_.job_nodes(),
-                              ctx_.job + " " + Join(nodes, " ") + "\n");
+  Status w = WriteFileDurably(env_, layout_.job_nodes(), ctx_.job + " " + Join(nodes, " ") + "\n");
   if (!w.ok()) {
     Log("WARNING: could not write " + layout_.job_nodes() +
         ": the node agents keep the previous live nodes (" + w.message() + ")");
@@ -319,7 +318,7 @@ void JobRunner::Exclude(const Action& a) {
 
 std::string JobRunner::NewestCheckpoint() const {
   std::string newest = "none";
-  auto list = ckpt::CheckpointStore(ckpt_root_).List();
+  auto list = ckpt::CheckpointStore(ckpt_root_, env_).List();
   if (list.ok()) {
     int64_t best = -1;
     for (const auto& c : *list) {
@@ -336,8 +335,8 @@ void JobRunner::CountFailedStart() {
   const std::string newest = NewestCheckpoint();
   auto prev = ReadText(layout_.failed_starts());
   const int count = NextFailedStartCount(prev.ok() ? *prev : "", newest);
-  Status w = WriteFileDurably(Env::Default(), layout_.failed_starts(),
-                              newest + " " + std::to_string(count) + "\n");
+  Status w =
+      WriteFileDurably(env_, layout_.failed_starts(), newest + " " + std::to_string(count) + "\n");
   if (!w.ok())
     Log("WARNING: cannot write " + layout_.failed_starts() + ": failed starts are not counted");
   Observation o = Obs(Observation::Kind::kFailedStartCounted);

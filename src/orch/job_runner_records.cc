@@ -26,7 +26,7 @@ std::vector<records::Field> JobRunner::LostFields(bool at_failure) {
     if (j.contains("step") && j["step"].is_number_integer()) last_step = j["step"].get<int64_t>();
   }
   double newest = 0;
-  auto list = ckpt::CheckpointStore(ckpt_root_).List();
+  auto list = ckpt::CheckpointStore(ckpt_root_, env_).List();
   if (list.ok()) {
     int64_t best = -1;
     for (const auto& c : *list) {
@@ -58,7 +58,7 @@ void JobRunner::Record(const Action& a) {
     for (const auto& l : LostFields(a.lost_at_failure)) fields.push_back(l);
   }
   r.fields = fields;
-  Status w = records::AppendToSpool(layout_, ctx_.node, records::EncodeLine(r));
+  Status w = records::AppendToSpool(layout_, ctx_.node, records::EncodeLine(r), env_);
   // The record only informs people and the report: the job goes on without it.
   if (!w.ok()) Log("WARNING: " + w.message());
   MergeRecords();
@@ -87,7 +87,7 @@ void JobRunner::ReadNodeFaults(Observation* o) const {
 // read: a 79 is then no rollback) and the newest complete checkpoint, for a start or a step's
 // end: the policy bounds rollbacks and node requeues per newest checkpoint.
 void JobRunner::ReadRunRecords(Observation* o) const {
-  auto r = records::ReadRollbacks(layout_.run_dir());
+  auto r = records::ReadRollbacks(layout_.run_dir(), env_);
   o->rollbacks = r.ok() ? records::CountRollbacks(*r) : -1;
   o->checkpoint = NewestCheckpoint();
 }
@@ -129,7 +129,7 @@ void JobRunner::AcquireLease() {
   (void)AcquireLeaseOn(&lease_, me, alive, &o);
   if (o.lease_ok && !PathInside(ckpt_root_, s_.run_dir)) {
     // The checkpoint root outside the run directory: another run must not train on it.
-    RunLease root(RootLeaseFile(ckpt_root_), RootLeaseDir(ckpt_root_));
+    RunLease root(RootLeaseFile(ckpt_root_), RootLeaseDir(ckpt_root_), env_);
     LeaseHolder run_me = me;
     run_me.run = CanonicalRunDir(s_.run_dir);
     Observation r = Obs(Observation::Kind::kLease);

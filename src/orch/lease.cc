@@ -156,7 +156,7 @@ StatusOr<std::optional<LeaseHolder>> RunLease::Current() const {
 }
 
 StatusOr<bool> RunLease::Create(const LeaseHolder& h) {
-  FT_RETURN_IF_ERROR(CreateDirs(Env::Default(), dir_));
+  FT_RETURN_IF_ERROR(CreateDirs(env_, dir_));
   const std::string entry = dir_ + "/" + EpochName(h.epoch);
   const std::string tmp = dir_ + "/.tmp." + h.token + "." + std::to_string(getpid());
   FT_RETURN_IF_ERROR(WriteNew(tmp, FormatHolder(h)));
@@ -172,7 +172,7 @@ StatusOr<bool> RunLease::Create(const LeaseHolder& h) {
     auto other = ParseHolder(text);
     if (!other || other->token != h.token) return false;
   }
-  FT_RETURN_IF_ERROR(WriteFileDurably(Env::Default(), file_, FormatHolder(h)));
+  FT_RETURN_IF_ERROR(WriteFileDurably(env_, file_, FormatHolder(h)));
   return true;
 }
 
@@ -229,7 +229,7 @@ StatusOr<LeaseHolder> RunLease::Renew(const LeaseHolder& mine) {
   if (cur->epoch > mine.epoch) {
     // Our own renewal whose holder file was not written (an I/O error after the link, and this
     // is the retry): the entry is ours, so finish it instead of calling it a take-over.
-    FT_RETURN_IF_ERROR(WriteFileDurably(Env::Default(), file_, FormatHolder(*cur)));
+    FT_RETURN_IF_ERROR(WriteFileDurably(env_, file_, FormatHolder(*cur)));
     return *cur;
   }
   LeaseHolder next = mine;
@@ -253,7 +253,7 @@ Status RunLease::HandOff(const LeaseHolder& mine, const std::string& new_job) {
   if (!holds) return Status::Aborted("the run lease is no longer this watcher's");
   LeaseHolder h = mine;
   h.handoff = new_job;
-  return WriteFileDurably(Env::Default(), file_, FormatHolder(h));
+  return WriteFileDurably(env_, file_, FormatHolder(h));
 }
 
 }  // namespace ftrain::orch

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::orch {
@@ -67,8 +68,8 @@ std::string CanonicalRunDir(const std::string& run_dir);
 
 class RunLease {
  public:
-  RunLease(std::string lease_file, std::string lease_dir)
-      : file_(std::move(lease_file)), dir_(std::move(lease_dir)) {}
+  RunLease(std::string lease_file, std::string lease_dir, Env* env)
+      : file_(std::move(lease_file)), dir_(std::move(lease_dir)), env_(env) {}
   // The holder now (the highest epoch), nothing when the run was never leased.
   StatusOr<std::optional<LeaseHolder>> Current() const;
   // Takes the lease for `me` (epoch and token are filled in) if the rules above allow; a
@@ -87,6 +88,7 @@ class RunLease {
   // Makes entry `h.epoch`; false when another made it first.
   StatusOr<bool> Create(const LeaseHolder& h);
   std::string file_, dir_;
+  Env* env_;  // the lease's files
 };
 
 }  // namespace ftrain::orch

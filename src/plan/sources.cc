@@ -15,8 +15,8 @@
 
 namespace ftrain {
 
-StatusOr<DataFacts> ReadDataFacts(const std::string& spec) {
-  auto ds = data::Dataset::Open(spec);
+StatusOr<DataFacts> ReadDataFacts(const std::string& spec, Env* env) {
+  auto ds = data::Dataset::Open(spec, env);
   if (!ds.ok()) {
     // A path that is not there is a usage error of this command (exit 2), not bad data.
     if (ds.status().code() == Status::Code::kNotFound) {
@@ -35,8 +35,8 @@ StatusOr<DataFacts> ReadDataFacts(const std::string& spec) {
   return f;
 }
 
-StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
-                                            std::optional<int64_t> gpus) {
+StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir, std::optional<int64_t> gpus,
+                                            Env* env) {
   CalibrationRun run;
   run.run_dir = run_dir;
   const std::string metrics = RunLayout(run_dir).metrics();
@@ -83,7 +83,7 @@ StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
     run.model = *model;
     std::string data_path;
     if (cfg.GetString("data.path", &data_path).ok()) {
-      auto facts = ReadDataFacts(data_path);
+      auto facts = ReadDataFacts(data_path, env);
       // The data may have moved since the run; the model's max_seq_len then bounds the rows.
       if (facts.ok()) run.seq_len = facts->seq_len;
     }
@@ -94,7 +94,7 @@ StatusOr<CalibrationRun> ReadCalibrationRun(const std::string& run_dir,
     run.gpus_source = "--calibrate-gpus";
     return run;
   }
-  ckpt::CheckpointStore store(ckpt_root);
+  ckpt::CheckpointStore store(ckpt_root, env);
   auto latest = store.Latest();
   // No readable checkpoint leaves the count unknown; the planner then asks for the flag.
   if (latest.ok() && latest->has_value()) {

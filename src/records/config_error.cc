@@ -6,9 +6,8 @@
 
 namespace ftrain::records {
 
-Status RecordConfigError(const std::string& run_dir, const std::string& message) {
+Status RecordConfigError(const std::string& run_dir, const std::string& message, Env* env) {
   if (run_dir.empty()) return Status::Ok();
-  Env* env = Env::Default();
   if (!env->IsDirectory(run_dir)) return Status::Ok();  // nothing started: nothing to tell
   return WriteFileDurably(env, RunLayout(run_dir).config_error(), message + "\n");
 }

@@ -5,11 +5,12 @@
 
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::records {
 
 // Does nothing when `run_dir` is empty or does not exist (nothing started: nothing to tell).
-Status RecordConfigError(const std::string& run_dir, const std::string& message);
+Status RecordConfigError(const std::string& run_dir, const std::string& message, Env* env);
 
 }  // namespace ftrain::records

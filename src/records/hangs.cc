@@ -31,9 +31,9 @@ Status AppendHang(const std::string& path, const HangRecord& h) {
 }
 
 StatusOr<std::vector<HangRecord>> ReadHangsFile(const std::string& path,
-                                                std::vector<std::string>* warnings) {
+                                                std::vector<std::string>* warnings, Env* env) {
   std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, warnings));
+  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, warnings, env));
   std::vector<HangRecord> out;
   for (const auto& [no, j] : lines) {
     const std::string where = path + ":" + std::to_string(no);

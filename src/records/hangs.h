@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::records {
@@ -36,7 +37,7 @@ Status AppendHang(const std::string& path, const HangRecord& h);
 // "time" or "rank", or holds a field of the wrong type is Corruption naming path:line; a torn
 // last line is skipped with a warning (ReadJsonLines).
 StatusOr<std::vector<HangRecord>> ReadHangsFile(const std::string& path,
-                                                std::vector<std::string>* warnings);
+                                                std::vector<std::string>* warnings, Env* env);
 // Lenient: every line of `text` that is a JSON object with a non-empty "host"; a field of the
 // wrong type keeps its default; skipped lines are counted in `*skipped` when given.
 std::vector<HangRecord> ParseHangsText(const std::string& text, int* skipped = nullptr);

@@ -40,8 +40,7 @@ Status AppendJsonLine(const std::string& path, const std::string& line) {
 }
 
 Status ReadJsonLines(const std::string& path, std::vector<std::pair<int, json>>* out,
-                     std::vector<std::string>* warnings) {
-  Env* env = Env::Default();
+                     std::vector<std::string>* warnings, Env* env) {
   std::string text;
   Status read = env->ReadFile(path, &text);
   if (!read.ok()) {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::records {
@@ -26,7 +27,7 @@ Status AppendJsonLine(const std::string& path, const std::string& line);
 // newline (what a crash in the middle of an append leaves): skipped with a warning, as are
 // empty lines. A missing file is no lines; one that cannot be read is an IOError.
 Status ReadJsonLines(const std::string& path, std::vector<std::pair<int, nlohmann::json>>* out,
-                     std::vector<std::string>* warnings);
+                     std::vector<std::string>* warnings, Env* env);
 
 // Typed field access naming `where` (file:line) and the field; an absent optional field keeps
 // `*v`. A string field also takes a number (a job id written as one).

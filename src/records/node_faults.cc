@@ -29,8 +29,8 @@ std::string EncodeNodeFault(double time, const NodeFaultWho& who, const std::str
 }
 
 Status RecordNodeFault(const std::string& run_dir, const LaunchContext& launch,
-                       const std::string& reason) {
-  if (run_dir.empty() || !Env::Default()->IsDirectory(run_dir)) return Status::Ok();
+                       const std::string& reason, Env* env) {
+  if (run_dir.empty() || !env->IsDirectory(run_dir)) return Status::Ok();
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return AppendJsonLine(RunLayout(run_dir).node_faults(),

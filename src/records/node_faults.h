@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "records/launch_context.h"
 
@@ -29,6 +30,6 @@ std::string EncodeNodeFault(double time, const NodeFaultWho& who, const std::str
 // link followed). Does nothing when `run_dir` is empty or not a directory (nothing started:
 // nothing to tell).
 Status RecordNodeFault(const std::string& run_dir, const LaunchContext& launch,
-                       const std::string& reason);
+                       const std::string& reason, Env* env);
 
 }  // namespace ftrain::records

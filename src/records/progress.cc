@@ -116,9 +116,9 @@ Status WriteNodeProgress(const std::string& path, const NodeProgress& n) {
   return WriteReplace(path, NodeProgressJson(n));
 }
 
-bool ReadNodeProgress(const std::string& path, NodeProgress* out) {
+bool ReadNodeProgress(const std::string& path, NodeProgress* out, Env* env) {
   std::string text;
-  if (!Env::Default()->ReadFile(path, &text).ok()) return false;
+  if (!env->ReadFile(path, &text).ok()) return false;
   return ParseNodeProgress(text, out);
 }
 

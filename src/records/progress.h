@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::records {
@@ -55,6 +56,6 @@ Status WriteReplace(const std::string& path, const std::string& text);
 // The node file at `path` (WriteReplace of NodeProgressJson).
 Status WriteNodeProgress(const std::string& path, const NodeProgress& n);
 // False when `path` is missing, unreadable or not a whole node record (no verdict from it).
-bool ReadNodeProgress(const std::string& path, NodeProgress* out);
+bool ReadNodeProgress(const std::string& path, NodeProgress* out, Env* env);
 
 }  // namespace ftrain::records

@@ -31,9 +31,10 @@ Status AppendQuarantine(const std::string& path, const QuarantineRecord& q) {
 }
 
 StatusOr<std::vector<QuarantineRecord>> ReadQuarantineFile(const std::string& path,
-                                                           std::vector<std::string>* warnings) {
+                                                           std::vector<std::string>* warnings,
+                                                           Env* env) {
   std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, warnings));
+  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, warnings, env));
   std::vector<QuarantineRecord> out;
   for (const auto& [no, j] : lines) {
     const std::string where = path + ":" + std::to_string(no);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "records/restarts.h"
 
@@ -42,7 +43,8 @@ Status AppendQuarantine(const std::string& path, const QuarantineRecord& q);
 // "time" or "host", or holds a field of the wrong type is Corruption naming path:line; a torn
 // last line is skipped with a warning (ReadJsonLines).
 StatusOr<std::vector<QuarantineRecord>> ReadQuarantineFile(const std::string& path,
-                                                           std::vector<std::string>* warnings);
+                                                           std::vector<std::string>* warnings,
+                                                           Env* env);
 // Lenient: every line of `text` that is a JSON object with a non-empty "host"; a field of the
 // wrong type is left at its default. Lines skipped (torn, not JSON, no host) are counted in
 // `*skipped` when given.

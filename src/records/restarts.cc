@@ -76,25 +76,26 @@ std::string EncodeLine(const RestartRecord& r) {
   return s + "}";
 }
 
-Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line) {
-  FT_RETURN_IF_ERROR(CreateDirs(Env::Default(), layout.records_dir()));
+Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line,
+                     Env* env) {
+  FT_RETURN_IF_ERROR(CreateDirs(env, layout.records_dir()));
   return AppendJsonLine(layout.restarts_spool(node), line);
 }
 
 Status AppendForThisProcess(const RunLayout& layout, const LaunchContext& launch,
-                            const std::string& line) {
+                            const std::string& line, Env* env) {
   if (!launch.records_spool) return AppendJsonLine(layout.restarts(), line);
-  return AppendToSpool(layout, launch.short_host, line);
+  return AppendToSpool(layout, launch.short_host, line, env);
 }
 
 namespace {
 
 // The complete lines of one file (a last line without '\n' is reported, not returned).
 Status ReadLines(const std::string& path, std::vector<Line>* out,
-                 std::vector<std::string>* warnings, bool warn_incomplete) {
+                 std::vector<std::string>* warnings, bool warn_incomplete, Env* env) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (!Env::Default()->FileExists(path)) return Status::Ok();  // nothing recorded (yet)
+    if (!env->FileExists(path)) return Status::Ok();  // nothing recorded (yet)
     return Status::IOError("cannot read '" + path + "': check its permissions");
   }
   std::stringstream buf;
@@ -129,8 +130,7 @@ Status ReadLines(const std::string& path, std::vector<Line>* out,
   return Status::Ok();
 }
 
-StatusOr<std::vector<std::string>> Spools(const RunLayout& layout) {
-  Env* env = Env::Default();
+StatusOr<std::vector<std::string>> Spools(const RunLayout& layout, Env* env) {
   std::vector<std::string> out;
   if (!env->IsDirectory(layout.records_dir())) return out;
   FT_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(layout.records_dir()));
@@ -144,11 +144,11 @@ StatusOr<std::vector<std::string>> Spools(const RunLayout& layout) {
 }
 
 Status ReadAll(const RunLayout& layout, bool warn_incomplete, std::vector<Line>* main_lines,
-               std::vector<Line>* spool_lines, std::vector<std::string>* warnings) {
-  FT_RETURN_IF_ERROR(ReadLines(layout.restarts(), main_lines, warnings, warn_incomplete));
-  FT_ASSIGN_OR_RETURN(std::vector<std::string> spools, Spools(layout));
+               std::vector<Line>* spool_lines, std::vector<std::string>* warnings, Env* env) {
+  FT_RETURN_IF_ERROR(ReadLines(layout.restarts(), main_lines, warnings, warn_incomplete, env));
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> spools, Spools(layout, env));
   for (const auto& p : spools)
-    FT_RETURN_IF_ERROR(ReadLines(p, spool_lines, warnings, warn_incomplete));
+    FT_RETURN_IF_ERROR(ReadLines(p, spool_lines, warnings, warn_incomplete, env));
   return Status::Ok();
 }
 
@@ -167,18 +167,18 @@ std::vector<Line> Union(std::vector<Line> a, std::vector<Line> b) {
 
 }  // namespace
 
-StatusOr<Merged> ReadMerged(const RunLayout& layout) {
+StatusOr<Merged> ReadMerged(const RunLayout& layout, Env* env) {
   Merged m;
   std::vector<Line> main_lines, spool_lines;
-  FT_RETURN_IF_ERROR(ReadAll(layout, true, &main_lines, &spool_lines, &m.warnings));
+  FT_RETURN_IF_ERROR(ReadAll(layout, true, &main_lines, &spool_lines, &m.warnings, env));
   m.lines = Union(std::move(main_lines), std::move(spool_lines));
   return m;
 }
 
-StatusOr<int> MergeSpools(const RunLayout& layout) {
+StatusOr<int> MergeSpools(const RunLayout& layout, Env* env) {
   std::vector<Line> main_lines, spool_lines;
   std::vector<std::string> warnings;  // the merge only copies; the report names bad lines
-  FT_RETURN_IF_ERROR(ReadAll(layout, false, &main_lines, &spool_lines, &warnings));
+  FT_RETURN_IF_ERROR(ReadAll(layout, false, &main_lines, &spool_lines, &warnings, env));
   std::set<std::string> have;
   for (const auto& l : main_lines) have.insert(l.text);
   int added = 0;
@@ -186,12 +186,12 @@ StatusOr<int> MergeSpools(const RunLayout& layout) {
   if (added == 0) return 0;
   std::string text;
   for (const auto& l : Union(std::move(main_lines), std::move(spool_lines))) text += l.text + "\n";
-  FT_RETURN_IF_ERROR(WriteFileDurably(Env::Default(), layout.restarts(), text));
+  FT_RETURN_IF_ERROR(WriteFileDurably(env, layout.restarts(), text));
   return added;
 }
 
 StatusOr<int> SpoolMerger::MaybeMerge() {
-  FT_ASSIGN_OR_RETURN(std::vector<std::string> spools, Spools(layout_));
+  FT_ASSIGN_OR_RETURN(std::vector<std::string> spools, Spools(layout_, env_));
   bool grew = false;
   std::map<std::string, int64_t> now;
   for (const auto& p : spools) {
@@ -202,7 +202,7 @@ StatusOr<int> SpoolMerger::MaybeMerge() {
     if (it == sizes_.end() || it->second != st.st_size) grew = true;
   }
   if (!grew) return 0;
-  FT_ASSIGN_OR_RETURN(int added, MergeSpools(layout_));
+  FT_ASSIGN_OR_RETURN(int added, MergeSpools(layout_, env_));
   sizes_ = std::move(now);
   return added;
 }

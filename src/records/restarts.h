@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/run_layout.h"
 #include "core/status.h"
 #include "records/launch_context.h"
@@ -55,12 +56,13 @@ std::string EncodeLine(const RestartRecord& r);
 // Lines are appended with AppendJsonLine (json_lines.h): one write(2), O_APPEND, a symbolic link
 // as the file refused.
 // The spool of `node` (RUN/.records/restarts-<node>.jsonl), created as needed.
-Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line);
+Status AppendToSpool(const RunLayout& layout, const std::string& node, const std::string& line,
+                     Env* env);
 // Where a process that is not the job controller writes: under `ftrain job`
 // (launch.records_spool) the spool of the node it runs on (launch.short_host), else, run on
 // its own (one writer), restarts.jsonl itself.
 Status AppendForThisProcess(const RunLayout& layout, const LaunchContext& launch,
-                            const std::string& line);
+                            const std::string& line, Env* env);
 
 // A record read back: its text, its time, where it came from ("file:line") and the object.
 struct Line {
@@ -76,22 +78,23 @@ struct Merged {
 // restarts.jsonl and every spool, merged. Lines that are not JSON objects with a numeric
 // "time" are skipped with a warning naming file:line; so is a last line without its newline
 // (a write in progress, or one a crash cut). Missing files are no records, not an error.
-StatusOr<Merged> ReadMerged(const RunLayout& layout);
+StatusOr<Merged> ReadMerged(const RunLayout& layout, Env* env);
 
 // The single writer's merge: rewrites restarts.jsonl (temp, fsync, rename, fsync of the
 // directory) as ReadMerged's lines when a spool holds a line it lacks. Only the holder of the
 // run lease calls it. Returns how many lines were added (0: nothing rewritten).
-StatusOr<int> MergeSpools(const RunLayout& layout);
+StatusOr<int> MergeSpools(const RunLayout& layout, Env* env);
 
 // Remembers the spools' sizes so that a controller can call it every tick for the price of
 // a few stat(2) calls: it merges only when a spool grew.
 class SpoolMerger {
  public:
-  explicit SpoolMerger(RunLayout layout) : layout_(std::move(layout)) {}
+  SpoolMerger(RunLayout layout, Env* env) : layout_(std::move(layout)), env_(env) {}
   StatusOr<int> MaybeMerge();
 
  private:
   RunLayout layout_;
+  Env* env_;
   std::map<std::string, int64_t> sizes_;  // spool name -> size at the last merge
 };
 

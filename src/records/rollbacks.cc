@@ -41,11 +41,11 @@ Status ParseLine(const nlohmann::json& j, const std::string& where, RollbackReco
 
 }  // namespace
 
-StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir) {
+StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir, Env* env) {
   const std::string path = RunLayout(run_dir).rollbacks();
   std::vector<std::pair<int, nlohmann::json>> lines;
   std::vector<std::string> warnings;
-  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, &warnings));
+  FT_RETURN_IF_ERROR(ReadJsonLines(path, &lines, &warnings, env));
   std::vector<RollbackRecord> out;
   for (const auto& [n, j] : lines) {
     const std::string where = path + ":" + std::to_string(n);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::records {
@@ -36,7 +37,7 @@ struct RollbackRecord {
 
 // The lines of `run_dir`, in file order (no file: none). A bad line, an unknown kind or a
 // version newer than kRollbacksVersion is Corruption naming file:line and the field.
-StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir);
+StatusOr<std::vector<RollbackRecord>> ReadRollbacks(const std::string& run_dir, Env* env);
 // Appends a rollback line: {"v":2,"time","kind":"rollback","step","reason","resumed_from",
 // "grad_norm" (when finite)}. Durable when it returns (records::AppendJsonLine).
 Status AppendRollback(const std::string& run_dir, const RollbackRecord& r, double grad_norm);

@@ -346,8 +346,8 @@ void Analyze(RunSummary* r) {
 
 // RUN/quarantine.jsonl (absent: nothing quarantined). A bad line is Corruption naming it.
 // A number a line lacks is shown as 0, as the report always has.
-Status ReadQuarantine(const std::string& path, RunSummary* r) {
-  auto lines = records::ReadQuarantineFile(path, &r->warnings);
+Status ReadQuarantine(const std::string& path, RunSummary* r, Env* env) {
+  auto lines = records::ReadQuarantineFile(path, &r->warnings, env);
   FT_RETURN_IF_ERROR(lines.status());
   for (records::QuarantineRecord& l : *lines) {
     QuarantinedNode q;
@@ -361,8 +361,8 @@ Status ReadQuarantine(const std::string& path, RunSummary* r) {
 }
 
 // RUN/hangs.jsonl (absent: no hang). A bad line is Corruption naming it.
-Status ReadHangs(const std::string& path, RunSummary* r) {
-  auto lines = records::ReadHangsFile(path, &r->warnings);
+Status ReadHangs(const std::string& path, RunSummary* r, Env* env) {
+  auto lines = records::ReadHangsFile(path, &r->warnings, env);
   FT_RETURN_IF_ERROR(lines.status());
   for (HungRank& h : *lines) {
     h.node = std::max(h.node, 0);
@@ -410,8 +410,7 @@ void MatchQuarantineActions(RunSummary* r) {
 
 }  // namespace
 
-StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
-  Env* env = Env::Default();
+StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir, Env* env) {
   if (!env->IsDirectory(run_dir)) {
     return Status::InvalidArgument("run directory '" + run_dir +
                                    "' does not exist or is not a directory: give the "
@@ -429,7 +428,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
                                    "ftrain run directory (give the run.dir of a training run)");
   }
   std::vector<std::pair<int, json>> lines;
-  FT_RETURN_IF_ERROR(records::ReadJsonLines(metrics, &lines, &r.warnings));
+  FT_RETURN_IF_ERROR(records::ReadJsonLines(metrics, &lines, &r.warnings, env));
   for (const auto& [no, j] : lines) {
     FT_ASSIGN_OR_RETURN(
         records::StepMetrics s,
@@ -439,7 +438,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   if (r.steps.empty()) r.warnings.push_back(metrics + ": no steps recorded (yet)");
   // restarts.jsonl and its per-host spools, merged (records/restarts.h): a torn or malformed
   // record is skipped and named in the warnings, never fatal.
-  FT_ASSIGN_OR_RETURN(records::Merged merged, records::ReadMerged(layout));
+  FT_ASSIGN_OR_RETURN(records::Merged merged, records::ReadMerged(layout, env));
   for (auto& w : merged.warnings) r.warnings.push_back(std::move(w));
   for (const auto& l : merged.lines) {
     auto e = ParseEvent(l.json, l.where);
@@ -452,7 +451,7 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
   std::stable_sort(r.events.begin(), r.events.end(),
                    [](const RunEvent& a, const RunEvent& b) { return a.time < b.time; });
   FT_ASSIGN_OR_RETURN(r.ckpt_root, RunLayout(run_dir).CheckpointRoot());
-  ckpt::CheckpointStore store(r.ckpt_root);
+  ckpt::CheckpointStore store(r.ckpt_root, env);
   auto list = store.List();
   // A missing or unreadable root only leaves the root's count out of the report.
   if (list.ok()) {
@@ -464,9 +463,9 @@ StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir) {
       if (c.status == ckpt::CheckpointStatus::kCorrupt) ++r.corrupt_in_root;
     }
   }
-  ReadCheckpointTiers(run_dir, &r);
-  FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r));
-  FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r));
+  ReadCheckpointTiers(run_dir, &r, env);
+  FT_RETURN_IF_ERROR(ReadQuarantine(layout.quarantine(), &r, env));
+  FT_RETURN_IF_ERROR(ReadHangs(layout.hangs(), &r, env));
   MatchQuarantineActions(&r);
   Analyze(&r);
   ReadLinkRecord(layout.commcheck(), &r);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "records/hangs.h"
 #include "records/metrics_record.h"
@@ -168,7 +169,7 @@ RunState RunStateOf(const RunSummary& r);
 // Reads and analyses RUN_DIR. A missing directory or one without records is InvalidArgument
 // (exit 2); a malformed record is Corruption naming file:line (exit 1), except a torn last
 // line of a file (what a crash mid-append leaves), which is skipped with a warning.
-StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir);
+StatusOr<RunSummary> AnalyzeRun(const std::string& run_dir, Env* env);
 
 void PrintReport(const RunSummary& r, std::ostream& out);
 void PrintReportJson(const RunSummary& r, std::ostream& out);

@@ -40,9 +40,9 @@ int ListCommitted(const std::string& key, const std::string& url, bool RunSummar
 
 }  // namespace
 
-void ReadCheckpointTiers(const std::string& run_dir, RunSummary* r) {
+void ReadCheckpointTiers(const std::string& run_dir, RunSummary* r, Env* env) {
   StepMap steps;
-  ckpt::CheckpointStore store(r->ckpt_root);
+  ckpt::CheckpointStore store(r->ckpt_root, env);
   auto list = store.List();
   if (list.ok()) {
     for (const auto& c : *list) {

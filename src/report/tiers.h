@@ -9,6 +9,6 @@ namespace ftrain::report {
 
 // Fills r->mirror, r->checkpoints_in_mirror, r->s3_root, r->checkpoints_in_s3 and r->tiers;
 // a store that cannot be listed (no credentials here, an outage) adds a warning instead.
-void ReadCheckpointTiers(const std::string& run_dir, RunSummary* r);
+void ReadCheckpointTiers(const std::string& run_dir, RunSummary* r, Env* env);
 
 }  // namespace ftrain::report

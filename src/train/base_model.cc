@@ -44,9 +44,9 @@ Status LoadOwnShards(const std::string& init, fsdp::FsdpEngine& engine, uint64_t
   return s;
 }
 
-StatusOr<model::HfFiles> HfFilesOfCheckpoint(const std::string& dir) {
+StatusOr<model::HfFiles> HfFilesOfCheckpoint(const std::string& dir, Env* env) {
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
-                      ckpt::CheckpointReader::Open(dir));
+                      ckpt::CheckpointReader::Open(dir, env));
   model::HfFiles files;
   for (const auto& b : reader->manifest().blobs) {
     if (b.group != model::kHfStateGroup) continue;
@@ -81,15 +81,16 @@ Status LoadBaseWeights(const std::string& init, comm::DistContext& ctx, fsdp::Fs
   return vote[1].item<double>() != 0 ? Status::InvalidArgument(why) : Status::IOError(why);
 }
 
-StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokenizer& data) {
+StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokenizer& data,
+                                       Env* env) {
   std::string dir = cfg.train.resume == "none" ? "" : cfg.train.resume;
   if (cfg.train.resume == "auto") {
-    ckpt::CheckpointStore store(cfg.ckpt.root);
+    ckpt::CheckpointStore store(cfg.ckpt.root, env);
     auto latest = store.Latest();
     dir = latest.ok() && latest->has_value() ? (*latest)->path : "";
   }
   if (!dir.empty()) {
-    auto carried = HfFilesOfCheckpoint(dir);
+    auto carried = HfFilesOfCheckpoint(dir, env);
     if (carried.ok() && !carried->empty()) return carried;
     if (!carried.ok()) {
       FT_LOG(Warning) << "cannot take the Hugging Face files from " << dir << ": "
@@ -100,8 +101,9 @@ StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokeniz
   // train.init's.
   const std::string& hf_config = cfg.model.hf_config_path;
   const bool from_hf = !hf_config.empty();
-  const std::string base_dir = model::HfBaseDir(from_hf ? hf_config : cfg.train.init);
-  auto collected = model::CollectHfFiles(base_dir, data.path, cfg.model, data.bos_id, data.eos_id);
+  const std::string base_dir = model::HfBaseDir(from_hf ? hf_config : cfg.train.init, env);
+  auto collected =
+      model::CollectHfFiles(base_dir, data.path, cfg.model, data.bos_id, data.eos_id, env);
   if (!collected.ok()) return collected.status().Annotate(from_hf ? "model.hf" : "train.init");
   return collected;
 }

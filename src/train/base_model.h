@@ -34,7 +34,7 @@ struct DataTokenizer {
 // Rank 0's Hugging Face files for this run: those the checkpoint it will resume from carries
 // (train.resume auto: the newest complete one; a path: that one), else collected from the
 // base directory of train.init and the dataset (model::CollectHfFiles).
-StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokenizer& data);
+StatusOr<model::HfFiles> HfFilesForRun(const TrainConfig& cfg, const DataTokenizer& data, Env* env);
 
 // Rank 0's `sources` (file name -> where it came from) as a JSON object on every rank, for the
 // checkpoint layout (collective on the control group).

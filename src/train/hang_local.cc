@@ -35,12 +35,12 @@ std::string NodeLocalProgress::DirFor(const std::string& root, const std::string
   return root + "/ftrain-hang-" + hex;
 }
 
-NodeLocalProgress::NodeLocalProgress(std::string dir, int rank, std::string generation)
-    : dir_(std::move(dir)), rank_(rank), generation_(std::move(generation)) {}
+NodeLocalProgress::NodeLocalProgress(std::string dir, int rank, std::string generation, Env* env)
+    : dir_(std::move(dir)), rank_(rank), generation_(std::move(generation)), env_(env) {}
 
 Status NodeLocalProgress::Open() {
   if (::mkdir(dir_.c_str(), 0700) == 0 || errno == EEXIST) {
-    if (Env::Default()->IsDirectory(dir_)) return Status::Ok();
+    if (env_->IsDirectory(dir_)) return Status::Ok();
   }
   return Status::IOError("mkdir " + dir_ + ": " + std::strerror(errno));
 }
@@ -51,7 +51,7 @@ Status NodeLocalProgress::Write(const RankProgress& p) {
 
 std::vector<RankProgress> NodeLocalProgress::ReadAll() const {
   std::vector<RankProgress> out;
-  auto names = Env::Default()->ListDir(dir_);
+  auto names = env_->ListDir(dir_);
   if (!names.ok()) return out;  // no directory: nothing shared yet
   for (const std::string& name : *names) {
     if (name.rfind("rank-", 0) != 0 || name.size() < 10 ||
@@ -60,7 +60,7 @@ std::vector<RankProgress> NodeLocalProgress::ReadAll() const {
     }
     std::string text;
     RankProgress p;
-    if (!Env::Default()->ReadFile(dir_ + "/" + name, &text).ok()) continue;  // just removed
+    if (!env_->ReadFile(dir_ + "/" + name, &text).ok()) continue;  // just removed
     if (!ParseProgress(text, &p) || p.generation != generation_) continue;
     out.push_back(std::move(p));
   }
@@ -76,7 +76,7 @@ Status NodeLocalProgress::WriteVerdict(const HangVerdict& v) {
 
 bool NodeLocalProgress::ReadVerdict(HangVerdict* v) const {
   std::string text;
-  if (!Env::Default()->ReadFile(dir_ + "/verdict.json", &text).ok()) return false;
+  if (!env_->ReadFile(dir_ + "/verdict.json", &text).ok()) return false;
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || j.value("generation", std::string()) != generation_ ||
       !j.contains("hung") || !j["hung"].is_array() || !j.contains("recorder") ||
@@ -100,7 +100,7 @@ void NodeLocalProgress::Remove() {
   ::unlink((dir_ + "/rank-" + std::to_string(rank_) + ".json").c_str());
   // A rank removes its entry only once it has read the verdict (or ends without one): with no
   // entry left, nobody needs the verdict. Otherwise a later rank's Remove takes them.
-  auto names = Env::Default()->ListDir(dir_);
+  auto names = env_->ListDir(dir_);
   if (!names.ok()) return;
   for (const std::string& name : *names) {
     if (name.rfind("rank-", 0) == 0) return;

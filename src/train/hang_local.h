@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "train/config/hang_verdict.h"
 
@@ -19,7 +20,7 @@ class NodeLocalProgress {
   static std::string DirFor(const std::string& root, const std::string& run_dir,
                             const std::string& generation, int node);
 
-  NodeLocalProgress(std::string dir, int rank, std::string generation);
+  NodeLocalProgress(std::string dir, int rank, std::string generation, Env* env);
   const std::string& dir() const { return dir_; }
   // Creates the directory (0700; one that exists is fine).
   Status Open();
@@ -39,6 +40,7 @@ class NodeLocalProgress {
   std::string dir_;
   int rank_;
   std::string generation_;
+  Env* env_;
 };
 
 }  // namespace ftrain::train

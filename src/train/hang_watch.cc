@@ -88,17 +88,17 @@ HangWatch::HangWatch(Options o)
     : o_(Tuned(std::move(o))),
       main_(pthread_self()),
       local_(NodeLocalProgress::DirFor(o_.local_root, o_.run_dir, o_.generation, o_.node), o_.rank,
-             o_.generation) {
+             o_.generation, o_.env) {
   InstallStackDumpHandler();
   // The directory may be made by every rank at once; one that exists is fine.
-  Status s = CreateDirs(Env::Default(), RunLayout(o_.run_dir).progress_dir());
+  Status s = CreateDirs(o_.env, RunLayout(o_.run_dir).progress_dir());
   if (!s.ok()) FT_LOG(Warning) << "hang guard: " << s.message() << " (no progress is published)";
   if (Status l = local_.Open(); !l.ok()) {
     const std::string shared = NodeLocalProgress::DirFor(RunLayout(o_.run_dir).progress_dir(),
                                                          o_.run_dir, o_.generation, o_.node);
     FT_LOG(Warning) << "hang guard: node-local directory: " << l.message() << "; sharing "
                     << "through " << shared << " on the run's file system instead";
-    local_ = NodeLocalProgress(shared, o_.rank, o_.generation);
+    local_ = NodeLocalProgress(shared, o_.rank, o_.generation, o_.env);
     if (Status l2 = local_.Open(); !l2.ok()) FT_LOG(Warning) << "hang guard: " << l2.message();
   }
   ShareLocal(Snapshot(Sample{}, 0, o_.settings.startup_s));
@@ -171,7 +171,7 @@ std::vector<RankProgress> HangWatch::ReadNodes() const {
   for (int n = 0; n < o_.num_nodes; ++n) {
     NodeProgress np;
     // A file that is missing or torn leaves that node's ranks out: no verdict this time.
-    if (!records::ReadNodeProgress(layout.node_progress(n), &np)) continue;
+    if (!records::ReadNodeProgress(layout.node_progress(n), &np, o_.env)) continue;
     if (np.generation != o_.generation || np.node != n) continue;
     for (RankProgress& p : np.ranks) out.push_back(std::move(p));
   }

@@ -37,6 +37,7 @@ class HangWatch {
  public:
   struct Options {
     std::string run_dir;
+    Env* env = nullptr;  // the files and the clock (the main's Env); required
     int rank = 0;
     int world_size = 1;
     int node = 0;

@@ -22,8 +22,8 @@ struct StepProfiler::StepRange {
   TraceRange range;
 };
 
-StepProfiler::StepProfiler(int64_t first, int64_t last, std::string path, bool cuda)
-    : first_(first), last_(last), path_(std::move(path)), cuda_(cuda) {}
+StepProfiler::StepProfiler(int64_t first, int64_t last, std::string path, bool cuda, Env* env)
+    : first_(first), last_(last), path_(std::move(path)), cuda_(cuda), env_(env) {}
 
 StepProfiler::~StepProfiler() {
   range_.reset();
@@ -50,8 +50,7 @@ void StepProfiler::EndStep(int64_t step) {
   on_ = false;
   std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   const size_t slash = path_.rfind('/');
-  Status dir = slash == std::string::npos ? Status::Ok()
-                                          : CreateDirs(Env::Default(), path_.substr(0, slash));
+  Status dir = slash == std::string::npos ? Status::Ok() : CreateDirs(env_, path_.substr(0, slash));
   if (!dir.ok() || result == nullptr) {
     // Not fatal: a profile is a diagnosis, training goes on without it.
     FT_LOG(Error) << "profiler: cannot write " << path_ << ": "

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::train {
@@ -17,7 +18,7 @@ namespace ftrain::train {
 class StepProfiler {
  public:
   // first > last: off. `path`: where the trace goes.
-  StepProfiler(int64_t first, int64_t last, std::string path, bool cuda);
+  StepProfiler(int64_t first, int64_t last, std::string path, bool cuda, Env* env);
   ~StepProfiler();
   // Around step `step` (1-based: the number metrics.jsonl gives it).
   void BeginStep(int64_t step);
@@ -29,6 +30,7 @@ class StepProfiler {
   int64_t first_, last_;
   std::string path_;
   bool cuda_;
+  Env* env_;  // makes the trace's directory
   bool on_ = false;
   std::unique_ptr<StepRange> range_;  // the open "ftrain/step N" range
 };

@@ -103,7 +103,7 @@ StatusOr<SdcVerdict> CheckReplicas(const fsdp::FsdpEngine& engine, comm::Comm& c
 }
 
 Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launch, int64_t step,
-                 const SdcVerdict& v) {
+                 const SdcVerdict& v, Env* env) {
   const RunLayout layout(run_dir);
   nlohmann::json ranks = nlohmann::json::array(), hosts = nlohmann::json::array(),
                  nodes = nlohmann::json::array();
@@ -130,7 +130,7 @@ Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launc
                         {"nodes", nodes},         {"by_majority", v.by_majority},
                         {"replicas", v.replicas}, {"detail", v.summary}};
   if (!job.empty()) rec["job"] = job;
-  return records::AppendForThisProcess(layout, launch, rec.dump());
+  return records::AppendForThisProcess(layout, launch, rec.dump(), env);
 }
 
 }  // namespace ftrain::train

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "records/exit_codes.h"
 #include "records/launch_context.h"
@@ -54,6 +55,6 @@ StatusOr<SdcVerdict> CheckReplicas(const fsdp::FsdpEngine& engine, comm::Comm& c
 // After a mismatch at `step` (rank 0 only): a "sdc" record in restarts.jsonl (through its
 // spool under `ftrain job`) and one line per suspect in RUN/quarantine.jsonl.
 Status RecordSdc(const std::string& run_dir, const records::LaunchContext& launch, int64_t step,
-                 const SdcVerdict& v);
+                 const SdcVerdict& v, Env* env);
 
 }  // namespace ftrain::train

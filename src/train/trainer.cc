@@ -135,8 +135,9 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
 // synchronously through the library.
 StatusOr<CheckpointSinkOptions> SinkOptionsFor(const TrainConfig& cfg, const comm::WorldInfo& world,
-                                               const records::LaunchContext& launch) {
+                                               const records::LaunchContext& launch, Env* env) {
   CheckpointSinkOptions co;
+  co.env = env;
   co.daemon = cfg.ckpt.daemon;
   co.run_dir = cfg.run_dir;
   co.node = launch.CkptdNodeId();
@@ -295,9 +296,10 @@ void LogProgress(const TrainConfig& cfg, const records::StepMetrics& m, double e
 // Everything one start of the trainer holds, in the order it is built (and destroyed in
 // reverse: the checkpoint sink before the device memory its copies use).
 struct Run {
-  Run(const TrainConfig& c, const records::LaunchContext& l) : cfg(c), launch(l) {}
+  Run(const TrainConfig& c, const records::LaunchContext& l, Env* e) : cfg(c), launch(l), env(e) {}
   const TrainConfig& cfg;
   const records::LaunchContext& launch;
+  Env* env;  // every file and the clock (the main's)
   DeviceChoice dev;
   std::string math_modes;
   std::unique_ptr<comm::DistContext> ctx;
@@ -381,9 +383,10 @@ Status StartDistributed(Run* run) {
 
 // This rank's view of the data: its slice of every global batch, in the run's order.
 data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldInfo& world,
-                                     int prefetch_depth) {
+                                     int prefetch_depth, Env* env) {
   data::ReaderOptions o;
   o.source = cfg.data.path;
+  o.env = env;
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   // exact: every rank reads the whole stream and keeps its micro-batches (the assignment is
   // by global micro-batch index, not by a rank's slice of the stream).
@@ -396,9 +399,9 @@ data::ReaderOptions ReaderOptionsFor(const TrainConfig& cfg, const comm::WorldIn
 
 // The data's version and tokenizer, from opening it once without a cursor (cheap: reads
 // index.json).
-StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world,
+StatusOr<std::string> DataVersionOf(const TrainConfig& cfg, const comm::WorldInfo& world, Env* env,
                                     DataTokenizer* tokenizer, int64_t* seq_len) {
-  auto r = data::TokenReader::Open(ReaderOptionsFor(cfg, world, 0), nullptr);
+  auto r = data::TokenReader::Open(ReaderOptionsFor(cfg, world, 0, env), nullptr);
   if (!r.ok()) {
     // A data path that is not there is a configuration error (exit 2); damaged data is not.
     if (r.status().IsNotFound() || r.status().IsInvalidArgument()) {
@@ -448,7 +451,7 @@ Status CheckMemory(const Run& run, int64_t seq_len) {
 Status OpenReader(Run* run) {
   const TrainConfig& cfg = run->cfg;
   data::ReaderOptions ro =
-      ReaderOptionsFor(cfg, run->ctx->world(), static_cast<int>(cfg.data.prefetch_depth));
+      ReaderOptionsFor(cfg, run->ctx->world(), static_cast<int>(cfg.data.prefetch_depth), run->env);
   ro.expected_data_version = run->data_version;
   const std::string* cursor = run->state.data_cursor.empty() ? nullptr : &run->state.data_cursor;
   FT_ASSIGN_OR_RETURN(run->reader, data::TokenReader::Open(ro, cursor));
@@ -520,7 +523,8 @@ Status StartPhases(Run* run) {
   const OptimSection& t = run->cfg.train;
   run->profiler = std::make_unique<StepProfiler>(
       t.profile_first, t.profile_last,
-      RunLayout(run->cfg.run_dir).profile_trace(run->ctx->world().rank), run->dev.device.is_cuda());
+      RunLayout(run->cfg.run_dir).profile_trace(run->ctx->world().rank), run->dev.device.is_cuda(),
+      run->env);
   FT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
                       GatherHosts(run->ctx->control(), run->launch.CkptdNodeId()));
   run->hosts = hosts;
@@ -555,7 +559,7 @@ void StartCheckpoints(Run* run) {
   PhaseClock* clock = run->clock.get();
   p.on_stall = [clock](double s) { clock->AddStall(s); };
   run->checkpoints = std::make_unique<CheckpointCoordinator>(
-      CheckpointSchedule(run->cfg.ckpt, run->cfg.train.LastStep(), Env::Default()), std::move(p));
+      CheckpointSchedule(run->cfg.ckpt, run->cfg.train.LastStep(), run->env), std::move(p));
 }
 
 // guard.sdc_every_steps: whether this run's shards have replicas to compare (hybrid_shard over
@@ -588,8 +592,7 @@ void StartSdcCheck(Run* run) {
 // After silent data corruption (rank 0): the memory tier's record of a step newer than the last
 // passed check is dropped, so that the restart goes to a checked state (issue 44, hole 7).
 void DropUncheckedMemoryRecord(const Run& run) {
-  auto dropped =
-      ckpt::DropMemoryManifestNewerThan(Env::Default(), run.cfg.ckpt.root, run.sdc_passed);
+  auto dropped = ckpt::DropMemoryManifestNewerThan(run.env, run.cfg.ckpt.root, run.sdc_passed);
   if (!dropped.ok()) {
     FT_LOG(Error) << "guard: " << dropped.status().message();
   } else if (*dropped >= 0) {
@@ -623,7 +626,7 @@ StatusOr<bool> SdcMismatch(Run& run, int64_t step, bool snapshot_due) {
                 << "; nothing of this step is saved, exiting with " << kExitSdc
                 << " to restart from the newest checkpoint";
   if (run.leader) {
-    Status w = RecordSdc(run.cfg.run_dir, run.launch, step, v);
+    Status w = RecordSdc(run.cfg.run_dir, run.launch, step, v, run.env);
     if (!w.ok()) FT_LOG(Error) << "guard: cannot record the corruption: " << w.message();
     DropUncheckedMemoryRecord(run);
   }
@@ -639,6 +642,7 @@ void StartHangWatch(Run* run) {
   const comm::WorldInfo& w = run->ctx->world();
   HangWatch::Options o;
   o.run_dir = run->cfg.run_dir;
+  o.env = run->env;
   o.rank = w.rank;
   o.world_size = w.world_size;
   o.node = w.node_rank;
@@ -694,7 +698,8 @@ void AddDueSuspects(Run* run, int64_t step) {
 // that come after the step this start resumed are skipped, like data.skip. A rollback no start
 // has applied yet is applied now, and rank 0 records the exact range before any step trains.
 Status ApplyRollbacks(Run* run) {
-  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records, ReadRollbacks(run->cfg.run_dir));
+  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> records,
+                      ReadRollbacks(run->cfg.run_dir, run->env));
   run->suspects_at = RolledBackSuspects(records, run->state.step);
   AddDueSuspects(run, run->state.step);
   const RollbackSkips skips = PlanRollbackSkips(records, run->state.step, run->cfg.train.steps);
@@ -733,20 +738,21 @@ Status RestoreMirrorAtStart(Run* run, const std::string& url) {
   const std::string& root = run->cfg.ckpt.root;
   double step = -1;
   if (run->leader) {
-    auto plan = ckpt::PlanRestore(url, root);
+    auto plan = ckpt::PlanRestore(url, root, run->env);
     if (!plan.ok()) FT_LOG(Warning) << "ckpt.mirror: not restored: " << plan.status().ToString();
     if (plan.ok() && *plan) step = static_cast<double>(**plan);
   }
   FT_ASSIGN_OR_RETURN(step, FromLeader(ctx, step));
   if (step < 0) return Status::Ok();
   const int64_t s = static_cast<int64_t>(step);
-  Status mine = ckpt::RestoreFiles(url, root, s, ctx.world().rank, ctx.world().world_size);
+  Status mine =
+      ckpt::RestoreFiles(url, root, s, ctx.world().rank, ctx.world().world_size, run->env);
   if (!mine.ok()) FT_LOG(Warning) << "ckpt.mirror: restoring my files: " << mine.ToString();
   torch::Tensor failed = torch::tensor({mine.ok() ? 0.0 : 1.0}, torch::kFloat64);
   FT_RETURN_IF_ERROR(ctx.control().AllReduce(failed, comm::ReduceOp::kSum)->Wait());
   if (run->leader) {
     Status done = failed[0].item<double>() > 0 ? Status::Unavailable("a rank's download failed")
-                                               : ckpt::FinishRestore(url, root, s);
+                                               : ckpt::FinishRestore(url, root, s, run->env);
     if (done.ok()) {
       FT_LOG(Info) << "ckpt.mirror: restored step " << s << " from " << url << " into " << root;
     } else {
@@ -770,6 +776,7 @@ Status OpenMirror(Run* run) {
     o.url = mc.url;
     o.keep = mc.keep;
     o.every_s = mc.every_s;
+    o.env = run->env;
     o.store.upload.part_bytes = uint64_t(mc.part_mb) << 20;
     o.store.upload.threads = mc.threads;
     o.store.upload.max_bytes_per_s = static_cast<int64_t>(mc.max_mb_s * 1e6);
@@ -797,13 +804,12 @@ void FinishMirror(Run& run) {
 // One start, from the device to the first step: rendezvous, the model under FSDP, the
 // checkpoint path, the resume, the data reader, the optimizer and the metrics writers.
 StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
-                                        const records::LaunchContext& launch) {
-  auto run = std::make_unique<Run>(cfg, launch);
+                                        const records::LaunchContext& launch, Env* env) {
+  auto run = std::make_unique<Run>(cfg, launch, env);
   FT_RETURN_IF_ERROR(StartDistributed(run.get()));
   comm::DistContext& ctx = *run->ctx;
   const comm::WorldInfo& world = ctx.world();
   if (run->leader) {
-    Env* env = Env::Default();
     FT_RETURN_IF_ERROR(CreateDirs(env, cfg.run_dir).Annotate("run.dir"));
     // A checkpoint root that cannot be made is a setting to fix (exit 2), not a failure to
     // restart from: every checkpoint, the final one included, would fail the same way.
@@ -823,7 +829,8 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   // them fits the device: known before the model is allocated.
   DataTokenizer data_tokenizer;
   int64_t data_seq_len = 0;
-  FT_ASSIGN_OR_RETURN(run->data_version, DataVersionOf(cfg, world, &data_tokenizer, &data_seq_len));
+  FT_ASSIGN_OR_RETURN(run->data_version,
+                      DataVersionOf(cfg, world, env, &data_tokenizer, &data_seq_len));
   FT_RETURN_IF_ERROR(CheckMemory(*run, data_seq_len));
   FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
@@ -833,7 +840,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   // Checkpoint path: this node's ckptd if there is one (ckpt.daemon), else synchronous.
   // Start() waits until the daemon has persisted what an earlier trainer of this job handed
   // over, so that the recovery below sees no live writer.
-  FT_ASSIGN_OR_RETURN(CheckpointSinkOptions co, SinkOptionsFor(cfg, world, run->launch));
+  FT_ASSIGN_OR_RETURN(CheckpointSinkOptions co, SinkOptionsFor(cfg, world, run->launch, env));
   if (run->dev.device.is_cuda()) {
     run->device_memory = MakeCudaDeviceMemory(run->dev.cuda_index);
     co.device = run->device_memory.get();
@@ -849,7 +856,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   // slots are sized.
   model::HfFiles hf;
   if (run->leader) {
-    FT_ASSIGN_OR_RETURN(hf, HfFilesForRun(cfg, data_tokenizer));
+    FT_ASSIGN_OR_RETURN(hf, HfFilesForRun(cfg, data_tokenizer, env));
   }
   FT_ASSIGN_OR_RETURN(std::string hf_sources, ShareHfSources(ctx, hf));
   run->hf_sources = nlohmann::json::parse(hf_sources);
@@ -866,7 +873,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_ASSIGN_OR_RETURN(run->generation, AgreeOnGeneration(ctx, run->launch.fence_epoch));
   if (run->leader) FT_LOG(Info) << "checkpoint generation " << run->generation;
   FT_RETURN_IF_ERROR(OpenMirror(run.get()));
-  FT_RETURN_IF_ERROR(OpenS3Root(ctx, cfg, run->generation));
+  FT_RETURN_IF_ERROR(OpenS3Root(ctx, cfg, run->generation, env));
   std::string resume_dir;
   FT_ASSIGN_OR_RETURN(run->resume_step,
                       Resume(cfg, ctx, *run->ckpt_sink, run->data_version, run->hardware,
@@ -878,7 +885,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   }
   run->state.hf_files = std::move(hf.bytes);
   FT_RETURN_IF_ERROR(OpenReader(run.get()));
-  FT_RETURN_IF_ERROR(CheckEvalData(cfg, ctx));
+  FT_RETURN_IF_ERROR(CheckEvalData(cfg, ctx, env));
   PlanOptimizer(run.get());
   if (run->leader) {
     FT_ASSIGN_OR_RETURN(run->metrics,
@@ -888,6 +895,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
                      run->resume_step};
     sink.node = run->launch.CkptdNodeId();
     sink.job_id = run->launch.job_id;
+    sink.env = env;
     sink.attention_flops_per_token = 12.0 * static_cast<double>(cfg.model.num_layers) *
                                      static_cast<double>(cfg.model.hidden_size) *
                                      static_cast<double>(run->seq_len);
@@ -1045,7 +1053,7 @@ bool MustRollBack(const Run& run, const StepResult& r) {
 // Ends this start so that the next resumes from the newest restorable snapshot and skips up
 // to `step` (train/config/rollback.h). Rank 0 records it; a spent budget ends the run (exit 2).
 Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
-  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> past, ReadRollbacks(run.cfg.run_dir));
+  FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> past, ReadRollbacks(run.cfg.run_dir, run.env));
   FT_RETURN_IF_ERROR(CheckRollbackBudget(past, step, run.cfg.guard));
   if (run.leader) {
     RollbackRecord rec{step, r.skipped, run.resume_step};
@@ -1064,9 +1072,10 @@ Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
 
 }  // namespace
 
-Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch, int* exit_code) {
+Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch, Env* env,
+                   int* exit_code) {
   *exit_code = 0;
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg, launch));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, StartRun(cfg, launch, env));
   RunState& state = run->state;
   const int64_t tokens_per_step = run->effective_batch * run->seq_len;
   CheckpointCoordinator& ckpt = *run->checkpoints;
@@ -1112,7 +1121,8 @@ Status RunTraining(const TrainConfig& cfg, const records::LaunchContext& launch,
     }
     // Before the checkpoint, so that the line it carries has the held-out loss too.
     run->hang->Enter(state.step, HangPhase::kEval);
-    FT_RETURN_IF_ERROR(EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, &m));
+    FT_RETURN_IF_ERROR(
+        EvalAtBoundary(cfg, *run->engine, *run->ctx, state.step, at.stop, run->env, &m));
     run->hang->Enter(state.step, HangPhase::kCheckpoint);
     FT_ASSIGN_OR_RETURN(BoundarySave saved,
                         ckpt.AtBoundary(state.step, {at.time_due, at.memory_time_due}, at.stop, m));

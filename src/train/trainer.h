@@ -5,6 +5,7 @@
 // checkpoint and kExitRequeue. The header is LibTorch-free; the loop lives in trainer.cc.
 #pragma once
 
+#include "core/env.h"
 #include "core/status.h"
 #include "records/launch_context.h"
 #include "train/config/train_config.h"
@@ -14,7 +15,9 @@ namespace ftrain::train {
 // Runs the whole training; *exit_code is 0 when the run finished, kExitRequeue when it
 // stopped on a signal after checkpointing. A non-OK Status is an error (its code decides the
 // exit code in main). `launch`: the facts main read from the environment (job, node, fence
-// epoch), which the records, the checkpoint generation and the daemon's node id use.
-Status RunTraining(const TrainConfig& config, const records::LaunchContext& launch, int* exit_code);
+// epoch), which the records, the checkpoint generation and the daemon's node id use; `env`:
+// the files and the clock every part of the run goes through (the main's Env).
+Status RunTraining(const TrainConfig& config, const records::LaunchContext& launch, Env* env,
+                   int* exit_code);
 
 }  // namespace ftrain::train

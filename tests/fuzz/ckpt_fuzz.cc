@@ -330,7 +330,7 @@ Counts FuzzPeerWire(long cases, std::mt19937_64& rng, Clock::time_point deadline
 
 // A small real checkpoint (2 ranks, fp32 + bf16 tensors, blobs), written once.
 void MakeCheckpoint(const std::string& root) {
-  ckpt::CheckpointStore store(root);
+  ckpt::CheckpointStore store(root, ftrain::Env::Default());
   std::vector<std::vector<float>> data(2, std::vector<float>(3000));
   for (size_t i = 0; i < 3000; ++i) data[0][i] = data[1][i] = static_cast<float>(i % 97) * 0.01f;
   std::vector<uint16_t> half(1500, 0x3f80);
@@ -369,7 +369,7 @@ struct Original {
 };
 Original ReadOriginal(const std::string& dir) {
   Original o;
-  auto reader = ckpt::CheckpointReader::Open(dir);
+  auto reader = ckpt::CheckpointReader::Open(dir, ftrain::Env::Default());
   if (!reader.ok()) std::abort();
   for (const auto& t : (*reader)->manifest().tensors) {
     if (!(*reader)->ReadTensor(t.kind, t.name, &o.tensors[t.kind + "/" + t.name]).ok())
@@ -392,7 +392,7 @@ Original ReadOriginal(const std::string& dir) {
 // Reads everything resume would read. Any failure is fine; a read that succeeds must return
 // the original bytes, and verification must refuse a checkpoint whose shard changed.
 void ReadEverything(const std::string& dir, const Original& original, bool changed) {
-  auto reader = ckpt::CheckpointReader::Open(dir);
+  auto reader = ckpt::CheckpointReader::Open(dir, ftrain::Env::Default());
   if (reader.ok()) {
     for (const auto& t : (*reader)->manifest().tensors) {
       const std::string id = t.kind + "/" + t.name;
@@ -422,7 +422,7 @@ void ReadEverything(const std::string& dir, const Original& original, bool chang
   }
   // ckptctl verify parses a damaged file in a child process: HDF5 crashing there is contained
   // and reported, and counted here (exit 3) to show how often libhdf5 itself fails.
-  const auto rep = ckpt::VerifyCheckpoint(dir, 1);
+  const auto rep = ckpt::VerifyCheckpoint(dir, 1, ftrain::Env::Default());
   for (const auto& p : rep.problems) {
     if (p.problem.find("HDF5 structure of this damaged file is broken") != std::string::npos) {
       std::fflush(nullptr);
@@ -525,7 +525,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   MakeCheckpoint(work + "/base");
   const std::string manifest = ReadAll(work + "/base/step-00000007/manifest.json");
-  ckpt::CheckpointStore store(work + "/base");
+  ckpt::CheckpointStore store(work + "/base", ftrain::Env::Default());
   ckpt::CheckpointMeta meta;
   meta.step = 8;
   meta.world_size = 2;

@@ -14,8 +14,8 @@ uint32_t SyntheticToken(uint64_t row, uint64_t t, uint32_t vocab) {
   return uint32_t((row * 31 + t) % vocab);
 }
 
-StatusOr<DatasetIndex> WriteSyntheticDataset(const std::string& dir, const SyntheticSpec& spec) {
-  Env* env = Env::Default();
+StatusOr<DatasetIndex> WriteSyntheticDataset(const std::string& dir, const SyntheticSpec& spec,
+                                             Env* env) {
   FT_RETURN_IF_ERROR(env->CreateDir(dir));
   DatasetIndex x;
   x.seq_len = spec.seq_len;

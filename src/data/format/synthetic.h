@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "data/format/index.h"
 
@@ -22,7 +23,8 @@ struct SyntheticSpec {
 };
 
 // Creates dir (must not hold a dataset) and writes the dataset; returns its index.
-StatusOr<DatasetIndex> WriteSyntheticDataset(const std::string& dir, const SyntheticSpec& spec);
+StatusOr<DatasetIndex> WriteSyntheticDataset(const std::string& dir, const SyntheticSpec& spec,
+                                             Env* env);
 
 // The token the synthetic row `row` holds at position t.
 uint32_t SyntheticToken(uint64_t row, uint64_t t, uint32_t vocab);

@@ -228,6 +228,7 @@ Status PackOptions::Validate() const {
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
   if (inputs.empty()) return bad("no inputs: give text or JSON Lines files or directories");
   if (out_dir.empty()) return bad("--out is required");
+  if (env == nullptr) return bad("PackOptions.env is not set");
   if (seq_len == 0) return bad("--seq-len must be > 0");
   if (seq_len > (1u << 24)) return bad("--seq-len must be <= 16777216");
   if (train_tokenizer == !tokenizer_path.empty()) {
@@ -357,13 +358,13 @@ StatusOr<PackResult> Pack(const PackOptions& o) {
   // output directory that PrepareOutDir clears.
   std::unique_ptr<Tokenizer> tok;
   if (!o.train_tokenizer) {
-    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path));
+    FT_ASSIGN_OR_RETURN(tok, Tokenizer::Load(o.tokenizer_path, o.env));
   }
   InputScan scan;
   FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
   LogInputs(scan);
   const int threads = ResolveThreads(o.threads);
-  Env* env = o.env != nullptr ? o.env : Env::Default();
+  Env* env = o.env;
   FT_RETURN_IF_ERROR(PrepareOutDir(env, o.out_dir, o.force));
   if (o.train_tokenizer) {
     TrainTokenizerOptions t = o.train;

@@ -36,7 +36,7 @@ struct PackOptions {
   bool force = false;  // replace a packed dataset already in out_dir
   ProgressMeter::Mode progress = ProgressMeter::Mode::kAuto;
   double progress_interval_s = 10;
-  Env* env = nullptr;  // every write and directory change goes here; nullptr: Env::Default()
+  Env* env = nullptr;  // every read, write and directory change goes here; required
 
   // Names the bad flag (usage errors).
   Status Validate() const;

@@ -389,12 +389,12 @@ StatusOr<PartResult> PackPart(const PackOptions& o, PartId part) {
         "first with a single `ftrain pack --train-tokenizer` on a sample of the inputs)");
   }
   auto t0 = std::chrono::steady_clock::now();
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(o.tokenizer_path));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(o.tokenizer_path, o.env));
   InputScan scan;
   FT_RETURN_IF_ERROR(ScanInputs(o.inputs, &scan));
   LogInputs(scan);
   const int threads = ResolveThreads(o.threads);
-  Env* env = o.env != nullptr ? o.env : Env::Default();
+  Env* env = o.env;
   PartManifest m;
   m.part = part;
   m.shape = PackShape(o, *tok, threads);
@@ -508,8 +508,9 @@ Status StreamPart(const std::string& dir, const PartManifest& m, ShardCutter* cu
 
 StatusOr<PackResult> MergeParts(const MergeOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
-  Env* env = o.env != nullptr ? o.env : Env::Default();
+  Env* env = o.env;
   if (o.out_dir.empty()) return Status::InvalidArgument("the output directory is required");
+  if (env == nullptr) return Status::InvalidArgument("MergeOptions.env is not set");
   std::vector<PartManifest> parts;
   std::vector<std::string> dir_of;
   FT_RETURN_IF_ERROR(LoadParts(env, o.parts, &parts, &dir_of));

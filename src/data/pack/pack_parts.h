@@ -55,7 +55,7 @@ struct MergeOptions {
   std::string out_dir;
   std::vector<std::string> parts;  // part directories, any order
   bool force = false;              // replace a packed dataset already in out_dir
-  Env* env = nullptr;
+  Env* env = nullptr;              // every read, write and directory change; required
 };
 
 // Joins finished parts into out_dir. Refuses (FailedPrecondition, nothing written) parts of

@@ -6,8 +6,9 @@
 
 namespace ftrain::data {
 
-StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& spec, const HttpOptions& http) {
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<Source> source, OpenSource(spec, http));
+StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& spec, Env* env,
+                                                 const HttpOptions& http) {
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Source> source, OpenSource(spec, http, env));
   return OpenWithSource(std::move(source));
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "data/format/format.h"
 #include "data/format/index.h"
@@ -27,7 +28,7 @@ struct ChunkRef {
 
 class Dataset {
  public:
-  static StatusOr<std::unique_ptr<Dataset>> Open(const std::string& spec,
+  static StatusOr<std::unique_ptr<Dataset>> Open(const std::string& spec, Env* env,
                                                  const HttpOptions& http = HttpOptions());
   static StatusOr<std::unique_ptr<Dataset>> OpenWithSource(std::unique_ptr<Source> source);
 

@@ -11,6 +11,7 @@ namespace ftrain::data {
 Status ReaderOptions::Validate() const {
   auto bad = [](const std::string& m) { return Status::InvalidArgument("data reader: " + m); };
   if (source.empty()) return bad("source is empty: give a packed directory or an http(s) URL");
+  if (env == nullptr) return bad("env is not set");
   if (dp_size < 1) return bad("dp_size must be >= 1, got " + std::to_string(dp_size));
   if (dp_rank < 0 || dp_rank >= dp_size) {
     return bad("dp_rank must be in [0, " + std::to_string(dp_size) + "), got " +
@@ -32,7 +33,7 @@ Status ReaderOptions::Validate() const {
 StatusOr<std::unique_ptr<TokenReader>> TokenReader::Open(const ReaderOptions& opts,
                                                          const std::string* cursor) {
   FT_RETURN_IF_ERROR(opts.Validate());
-  FT_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(opts.source, opts.http));
+  FT_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(opts.source, opts.env, opts.http));
   return Open(std::move(ds), opts, cursor);
 }
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "data/read/dataset.h"
 #include "data/read/rank_stream.h"
@@ -25,6 +26,7 @@ namespace ftrain::data {
 
 struct ReaderOptions {
   std::string source;  // packed directory, or http(s):// base URL
+  Env* env = nullptr;  // reads a directory source (the main's Env); required
   uint64_t seed = 0;
   int dp_rank = 0;
   int dp_size = 1;

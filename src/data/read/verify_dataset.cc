@@ -81,7 +81,7 @@ Status CheckShard(Dataset* ds, uint32_t s, std::string* problem, uint64_t* bytes
 
 }  // namespace
 
-Status VerifyDataset(Dataset* ds, const std::string& tokenizer_path, VerifyReport* report,
+Status VerifyDataset(Dataset* ds, const std::string& tokenizer_path, VerifyReport* report, Env* env,
                      const std::function<void(const std::string&, bool)>& on_shard) {
   const DatasetIndex& x = ds->index();
   // The tokenizer stored with the data.
@@ -96,7 +96,7 @@ Status VerifyDataset(Dataset* ds, const std::string& tokenizer_path, VerifyRepor
   }
   if (!tokenizer_path.empty()) {
     std::string bytes;
-    Status read = Env::Default()->ReadFile(tokenizer_path, &bytes);
+    Status read = env->ReadFile(tokenizer_path, &bytes);
     if (read.IsNotFound()) return Status::NotFound(tokenizer_path + ": no such file");
     FT_RETURN_IF_ERROR(read);
     const uint64_t h = Hash64(bytes.data(), bytes.size());

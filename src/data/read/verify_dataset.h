@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "data/read/dataset.h"
 
@@ -25,6 +26,7 @@ struct VerifyReport {
 // Returns a non-OK Status only when verification could not run (e.g. the source is gone);
 // bad data is reported in report->problems.
 Status VerifyDataset(Dataset* dataset, const std::string& tokenizer_path, VerifyReport* report,
+                     Env* env,
                      const std::function<void(const std::string& shard, bool ok)>& on_shard = {});
 
 }  // namespace ftrain::data

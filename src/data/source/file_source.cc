@@ -17,7 +17,7 @@ namespace {
 
 class FileSource : public Source {
  public:
-  explicit FileSource(std::string dir) : dir_(std::move(dir)) {
+  FileSource(std::string dir, Env* env) : dir_(std::move(dir)), env_(env) {
     while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   }
   ~FileSource() override {
@@ -29,7 +29,7 @@ class FileSource : public Source {
   StatusOr<std::string> ReadFile(const std::string& name) override {
     const std::string path = Where(name);
     std::string out;
-    Status s = Env::Default()->ReadFile(path, &out);
+    Status s = env_->ReadFile(path, &out);
     if (s.IsNotFound()) return Status::NotFound(path + ": no such file");
     if (!s.ok()) return s;
     return out;
@@ -88,14 +88,15 @@ class FileSource : public Source {
   }
 
   std::string dir_;
+  Env* env_;  // ReadFile's reads
   std::mutex mu_;
   std::map<std::string, int> fds_;  // guarded by mu_; closed in the destructor
 };
 
 }  // namespace
 
-std::unique_ptr<Source> NewFileSource(const std::string& dir) {
-  return std::make_unique<FileSource>(dir);
+std::unique_ptr<Source> NewFileSource(const std::string& dir, Env* env) {
+  return std::make_unique<FileSource>(dir, env);
 }
 
 bool IsUrl(const std::string& spec) {
@@ -113,7 +114,8 @@ Status HttpOptions::Validate() const {
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http) {
+StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http,
+                                             Env* env) {
   if (spec.empty()) return Status::InvalidArgument("data source is empty: give a directory or URL");
   if (IsS3Url(spec)) {
     FT_RETURN_IF_ERROR(http.Validate());
@@ -129,7 +131,7 @@ StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const Http
                             "index.json, or an http(s):// or s3:// URL)");
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(spec + ": not a directory");
-  return NewFileSource(spec);
+  return NewFileSource(spec, env);
 }
 
 }  // namespace ftrain::data

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::data {
@@ -55,9 +56,11 @@ class Source {
 // "http://..." or "https://..." -> HTTP source; "s3://bucket/prefix" -> S3 source (data/s3.h);
 // anything else is a directory path.
 bool IsUrl(const std::string& spec);
-StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http);
+// `env` reads a directory's files (a URL's do not pass there).
+StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& spec, const HttpOptions& http,
+                                             Env* env);
 
-std::unique_ptr<Source> NewFileSource(const std::string& dir);
+std::unique_ptr<Source> NewFileSource(const std::string& dir, Env* env);
 std::unique_ptr<Source> NewHttpSource(const std::string& base_url, const HttpOptions& http);
 
 }  // namespace ftrain::data

@@ -59,9 +59,9 @@ class SentencePieceTokenizer : public Tokenizer {
 };
 
 // A tokenizer named but not readable is not there to use (NotFound: exit 1).
-StatusOr<std::string> ReadWhole(const std::string& path, const std::string& what) {
+StatusOr<std::string> ReadWhole(const std::string& path, const std::string& what, Env* env) {
   std::string bytes;
-  Status s = Env::Default()->ReadFile(path, &bytes);
+  Status s = env->ReadFile(path, &bytes);
   if (!s.ok()) return Status::NotFound("cannot read the " + what + ": " + s.message());
   return bytes;
 }
@@ -73,8 +73,7 @@ bool LooksLikeJson(const std::string& bytes) {
 
 }  // namespace
 
-StatusOr<std::string> ResolveTokenizerFile(const std::string& path) {
-  Env* env = Env::Default();
+StatusOr<std::string> ResolveTokenizerFile(const std::string& path, Env* env) {
   if (!env->IsDirectory(path)) return path;
   for (const char* name : {kHfTokenizerFileName, kTokenizerFileName}) {
     if (env->IsRegularFile(path + "/" + name)) return path + "/" + name;
@@ -83,16 +82,15 @@ StatusOr<std::string> ResolveTokenizerFile(const std::string& path) {
                           kTokenizerFileName + "; give the tokenizer file itself");
 }
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
-  FT_ASSIGN_OR_RETURN(std::string file, ResolveTokenizerFile(path));
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path, Env* env) {
+  FT_ASSIGN_OR_RETURN(std::string file, ResolveTokenizerFile(path, env));
   size_t slash = file.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
-  FT_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(file, "tokenizer"));
+  FT_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(file, "tokenizer", env));
   std::string config;
-  if (LooksLikeJson(bytes) &&
-      Env::Default()->IsRegularFile(dir + "/" + kHfTokenizerConfigFileName)) {
+  if (LooksLikeJson(bytes) && env->IsRegularFile(dir + "/" + kHfTokenizerConfigFileName)) {
     FT_ASSIGN_OR_RETURN(config,
-                        ReadWhole(dir + "/" + kHfTokenizerConfigFileName, "tokenizer config"));
+                        ReadWhole(dir + "/" + kHfTokenizerConfigFileName, "tokenizer config", env));
   }
   return FromBytes(std::move(bytes), file, std::move(config));
 }

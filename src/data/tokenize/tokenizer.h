@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace ftrain::data {
@@ -19,7 +20,7 @@ class Tokenizer {
   // A SentencePiece .model, a tokenizer.json (BOS/EOS from a tokenizer_config.json next to
   // it), or a model directory holding tokenizer.json (what transformers loads) or else
   // tokenizer.model.
-  static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+  static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path, Env* env);
   // A model's bytes as stored with a dataset; JSON is a tokenizer.json, anything else a
   // SentencePiece model. `config` is tokenizer_config.json's bytes or "".
   static StatusOr<std::unique_ptr<Tokenizer>> FromBytes(std::string model, const std::string& where,
@@ -51,6 +52,6 @@ class Tokenizer {
 
 // The tokenizer file a --tokenizer path means: the path itself, or for a model directory its
 // tokenizer.json (preferred) or tokenizer.model. NotFound when a directory holds neither.
-StatusOr<std::string> ResolveTokenizerFile(const std::string& path);
+StatusOr<std::string> ResolveTokenizerFile(const std::string& path, Env* env);
 
 }  // namespace ftrain::data

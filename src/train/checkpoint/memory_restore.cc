@@ -22,12 +22,12 @@ using Clock = std::chrono::steady_clock;
 // Rank 0 reads the record and broadcasts [step, digest halves per rank]; -1: nothing newer
 // than the disk that this run can take.
 StatusOr<ckpt::MemoryManifest> AgreeOnRecord(const TrainConfig& cfg, comm::DistContext& ctx,
-                                             int64_t disk_step) {
+                                             int64_t disk_step, Env* env) {
   const int w = ctx.world().world_size;
   std::vector<double> v(1 + 2 * static_cast<size_t>(w), 0.0);
   v[0] = -1;
   if (ctx.world().rank == 0) {
-    auto rec = ckpt::ReadMemoryManifest(Env::Default(), cfg.ckpt.root);
+    auto rec = ckpt::ReadMemoryManifest(env, cfg.ckpt.root);
     if (!rec.ok()) {
       FT_LOG(Warning) << "resume: memory tier: " << rec.status().message() << "; using the disk";
     } else if (rec->has_value()) {
@@ -99,7 +99,7 @@ StatusOr<MemoryRestore> RestoreMemoryTier(const TrainConfig& cfg, comm::DistCont
   const auto t0 = Clock::now();
   const comm::WorldInfo& world = ctx.world();
   MemoryRestore out;
-  FT_ASSIGN_OR_RETURN(ckpt::MemoryManifest rec, AgreeOnRecord(cfg, ctx, disk_step));
+  FT_ASSIGN_OR_RETURN(ckpt::MemoryManifest rec, AgreeOnRecord(cfg, ctx, disk_step, sink.env()));
   if (rec.step < 0) return out;
   out.recorded = rec.step;
   std::optional<ckpt::CkptdClient::MemorySnapshot> snap;
@@ -119,7 +119,7 @@ StatusOr<MemoryRestore> RestoreMemoryTier(const TrainConfig& cfg, comm::DistCont
   // Every rank holds its verified piece: write the step out, exactly as ckptd would have.
   ckpt::CheckpointMeta meta = snap->submit.meta;
   meta.generation = generation;
-  ckpt::CheckpointStore store(cfg.ckpt.root);
+  ckpt::CheckpointStore store(cfg.ckpt.root, sink.env());
   Status s = store
                  .WriteShard(meta, world.rank, ckpt::proto::ContentsOf(snap->submit, snap->base),
                              sink.write_options())
@@ -132,7 +132,7 @@ StatusOr<MemoryRestore> RestoreMemoryTier(const TrainConfig& cfg, comm::DistCont
   FT_RETURN_IF_ERROR(ctx.control().AllReduce(peers, comm::ReduceOp::kSum)->Wait());
   out.ranks_from_peer = static_cast<int>(peers[0].item<double>());
   const bool committed =
-      written && Env::Default()->IsDirectory(JoinPath(cfg.ckpt.root, ckpt::StepDirName(rec.step)));
+      written && sink.env()->IsDirectory(JoinPath(cfg.ckpt.root, ckpt::StepDirName(rec.step)));
   FT_ASSIGN_OR_RETURN(bool everywhere, AllOk(ctx, !committed));
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!everywhere) {

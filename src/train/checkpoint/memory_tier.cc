@@ -109,7 +109,7 @@ Status MemoryTier::Confirm(const ckpt::CheckpointMeta& identity, int64_t step, b
                           (static_cast<uint64_t>(row[2 + 2 * r]) << 32));
     }
     if (options_.leader) {
-      Status s = ckpt::WriteMemoryManifest(Env::Default(), options_.root, m);
+      Status s = ckpt::WriteMemoryManifest(sink_->env(), options_.root, m);
       if (!s.ok()) {
         FT_LOG(Error) << "memory tier: cannot record step " << m.step
                       << " as restorable from memory: " << s.message()

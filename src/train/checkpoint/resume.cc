@@ -42,13 +42,13 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 // Rank 0 picks what to resume from and broadcasts the step (-1: start fresh). When the root
 // or a checkpoint newer than the newest complete one cannot be read (an outage), `*outage`
 // says so (with rank 0's message) and nothing is chosen: the caller waits and asks again.
-StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ctx, std::string* dir,
-                                   std::string* outage) {
+StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ctx, Env* env,
+                                   std::string* dir, std::string* outage) {
   int64_t step = -1;
   Status decision;
   outage->clear();
   if (ctx.world().rank == 0) {
-    ckpt::CheckpointStore store(cfg.ckpt.root);
+    ckpt::CheckpointStore store(cfg.ckpt.root, env);
     Status rec = store.Recover();
     if (!rec.ok()) FT_LOG(Warning) << "checkpoint recovery: " << rec.message();
     // No writer of this root is alive at a job start (one job per root), so what recovery
@@ -64,7 +64,7 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       auto latest = store.Latest();
       if (!latest.ok()) {
         decision = latest.status();
-      } else if (!latest->has_value() && !Env::Default()->ListDir(cfg.ckpt.root).ok()) {
+      } else if (!latest->has_value() && !env->ListDir(cfg.ckpt.root).ok()) {
         // This start made the root a moment ago: a root that does not list now is storage
         // that does not answer (or lies: an NFS negative entry), not a fresh run.
         decision = Status::StorageUnavailable("the checkpoint root '" + cfg.ckpt.root +
@@ -94,7 +94,7 @@ StatusOr<int64_t> ChooseResumeStep(const TrainConfig& cfg, comm::DistContext& ct
       }
     } else {
       ckpt::Manifest m;
-      ckpt::CheckpointStore parent(Dirname(r));
+      ckpt::CheckpointStore parent(Dirname(r), env);
       Status s = parent.CheckComplete(r, &m);
       struct stat st {};
       const bool no_such_dir = ::stat(r.c_str(), &st) != 0 && errno == ENOENT;
@@ -256,7 +256,7 @@ Status LoadOne(const TrainConfig& cfg, const comm::WorldInfo& world, CheckpointS
   *src = RestoreSources();
   const auto t0 = Clock::now();
   FT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::CheckpointReader> reader,
-                      ckpt::CheckpointReader::Open(dir));
+                      ckpt::CheckpointReader::Open(dir, sink.env()));
   FT_RETURN_IF_ERROR(
       CheckResumeCompatible(cfg, reader->manifest(), data_version, world.world_size, hardware));
   // Restore from memory: the daemon of this node may still hold this rank's snapshot of
@@ -324,10 +324,10 @@ Status ReadThrough(const std::string& path) {
 // and this rank's shards (every shard when the world size changed). A load that reported a
 // Corruption is damage only if it does: HDF5 reports an I/O error while opening a file as a
 // format error, and an outage must never set a good checkpoint aside.
-bool RereadsInFull(const std::string& dir, int rank, int world_size) {
+bool RereadsInFull(const std::string& dir, int rank, int world_size, Env* env) {
   const std::string manifest_path = JoinPath(dir, "manifest.json");
   std::string text;
-  if (!Env::Default()->ReadFile(manifest_path, &text).ok()) return false;
+  if (!env->ReadFile(manifest_path, &text).ok()) return false;
   auto m = ckpt::Manifest::FromJson(text, manifest_path);
   if (!m.ok()) return true;  // read in full, and wrong: damage
   for (const auto& f : m->files) {
@@ -347,7 +347,7 @@ bool RereadsInFull(const std::string& dir, int rank, int world_size) {
 // slowest rank's load.
 Status RecordResume(const TrainConfig& cfg, const records::LaunchContext& launch,
                     comm::DistContext& ctx, int64_t step, const std::string& dir,
-                    const RestoreSources& src, const MemoryRestore& mem) {
+                    const RestoreSources& src, const MemoryRestore& mem, Env* env) {
   torch::Tensor sum =
       torch::tensor({static_cast<double>(src.from_memory), src.from_memory > 0 ? 1.0 : 0.0,
                      static_cast<double>(src.from_peer), src.from_peer > 0 ? 1.0 : 0.0},
@@ -396,7 +396,7 @@ Status RecordResume(const TrainConfig& cfg, const records::LaunchContext& launch
   if (mem.recorded >= 0) rec["memory_recorded_step"] = mem.recorded;
   if (!mem.why_not.empty()) rec["memory_fallback"] = mem.why_not;
   if (!launch.job_id.empty()) rec["job"] = launch.job_id;
-  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump());
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump(), env);
   // The record only informs the report; training goes on without it.
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the resume: " << w.message();
   return Status::Ok();
@@ -419,8 +419,9 @@ void LogMemoryTier(const comm::WorldInfo& world, const MemoryRestore& mem, int64
 // The waits of one start's resume for storage that does not answer (ckpt.resume_retry_s).
 class StorageWait {
  public:
-  explicit StorageWait(double retry_s) : retry_s_(retry_s), start_(NowSeconds(Env::Default())) {}
-  double waited() const { return NowSeconds(Env::Default()) - start_; }
+  StorageWait(double retry_s, Env* env) : retry_s_(retry_s), env_(env), start_(NowSeconds(env)) {}
+  Env* env() const { return env_; }
+  double waited() const { return NowSeconds(env_) - start_; }
   bool expired() const { return waited() >= retry_s_; }
   // Logs (rank 0) and sleeps before the next try; the give-up once the time is spent.
   Status Next(int rank, const std::string& what, bool expired) {
@@ -433,12 +434,13 @@ class StorageWait {
                       << wait << " s (try " << tries_ << ", " << static_cast<int>(waited())
                       << " of ckpt.resume_retry_s = " << retry_s_ << " s used)";
     }
-    Env::Default()->SleepForMicroseconds(static_cast<int64_t>(wait * 1e6));
+    env_->SleepForMicroseconds(static_cast<int64_t>(wait * 1e6));
     return Status::Ok();
   }
 
  private:
   double retry_s_;
+  Env* env_;  // the clock the waits are measured and slept on
   double start_;
   int tries_ = 0;
 };
@@ -448,7 +450,8 @@ StatusOr<ResumeStep> VoteOnLoad(const TrainConfig& cfg, comm::DistContext& ctx,
                                 const Status& loaded, const std::string& dir,
                                 const StorageWait& wait) {
   const comm::WorldInfo& world = ctx.world();
-  const bool rereads = loaded.IsCorruption() && RereadsInFull(dir, world.rank, world.world_size);
+  const bool rereads =
+      loaded.IsCorruption() && RereadsInFull(dir, world.rank, world.world_size, wait.env());
   const LoadOutcome o = ClassifyLoad(loaded, rereads);
   torch::Tensor vote = torch::tensor(
       {o == LoadOutcome::kDamaged ? 1.0 : 0.0, o == LoadOutcome::kUnreadable ? 1.0 : 0.0,
@@ -462,8 +465,8 @@ StatusOr<ResumeStep> VoteOnLoad(const TrainConfig& cfg, comm::DistContext& ctx,
 
 // Rank 0 moves a checkpoint that failed verification aside (kept as evidence) and records it.
 void SetAside(const TrainConfig& cfg, const records::LaunchContext& launch, int64_t step,
-              const std::string& dir, const Status& loaded) {
-  ckpt::CheckpointStore store(cfg.ckpt.root);
+              const std::string& dir, const Status& loaded, Env* env) {
+  ckpt::CheckpointStore store(cfg.ckpt.root, env);
   auto moved = store.MarkCorrupt(step);
   const std::string why =
       loaded.ok() ? "another rank failed to load it (see its log)" : loaded.message();
@@ -485,7 +488,7 @@ void SetAside(const TrainConfig& cfg, const records::LaunchContext& launch, int6
       {"moved_to", *moved},
       {"problem", why}};
   if (!launch.job_id.empty()) rec["job"] = launch.job_id;
-  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump());
+  Status w = records::AppendForThisProcess(RunLayout(cfg.run_dir), launch, rec.dump(), env);
   if (!w.ok()) FT_LOG(Warning) << "resume: cannot record the fallback: " << w.message();
 }
 
@@ -498,11 +501,11 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
   const comm::WorldInfo& world = ctx.world();
   MemoryRestore mem;
   bool memory_tried = cfg.train.resume != "auto" || !cfg.ckpt.restore_from_memory;
-  StorageWait wait(cfg.ckpt.resume_retry_s);
+  StorageWait wait(cfg.ckpt.resume_retry_s, sink.env());
   for (;;) {
     *state = RunState();
     std::string outage;
-    FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, dir, &outage));
+    FT_ASSIGN_OR_RETURN(int64_t step, ChooseResumeStep(cfg, ctx, sink.env(), dir, &outage));
     if (!outage.empty()) {
       FT_RETURN_IF_ERROR(wait.Next(world.rank, outage, wait.expired()));
       continue;
@@ -529,7 +532,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
         state->restarts += 1;
         FT_LOG(Info) << "resume: restored step " << state->step << " from " << *dir << " (restart "
                      << state->restarts << ", every byte verified)";
-        FT_RETURN_IF_ERROR(RecordResume(cfg, launch, ctx, step, *dir, src, mem));
+        FT_RETURN_IF_ERROR(RecordResume(cfg, launch, ctx, step, *dir, src, mem, sink.env()));
         return step;
       case ResumeStep::kFail:
         if (!loaded.ok()) return loaded;
@@ -540,7 +543,7 @@ StatusOr<int64_t> Resume(const TrainConfig& cfg, comm::DistContext& ctx, Checkpo
                                      next == ResumeStep::kGiveUp));
         continue;
       case ResumeStep::kFallBack:
-        if (world.rank == 0) SetAside(cfg, launch, step, *dir, loaded);
+        if (world.rank == 0) SetAside(cfg, launch, step, *dir, loaded, sink.env());
         // Everyone waits until the damaged checkpoint is out of the way before choosing again.
         FT_RETURN_IF_ERROR(ctx.control().Barrier()->Wait());
         continue;

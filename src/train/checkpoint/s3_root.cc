@@ -35,7 +35,7 @@ StatusOr<double> MaxOverRanks(comm::DistContext& ctx, double v) {
 // Rank 0: the store's checks, the fence, the staging marker and the reconciliation. Returns
 // the committed steps on S3 newer than the newest complete staged one, newest first.
 StatusOr<std::vector<int64_t>> PrepareAsLeader(const TrainConfig& cfg,
-                                               const std::string& generation) {
+                                               const std::string& generation, Env* env) {
   const std::string& url = cfg.ckpt.s3_root;
   auto store = ckpt::S3CheckpointStore::Open(url);
   if (!store.ok()) {
@@ -50,11 +50,11 @@ StatusOr<std::vector<int64_t>> PrepareAsLeader(const TrainConfig& cfg,
   upload.threads = knobs.threads;
   upload.max_bytes_per_s = static_cast<int64_t>(knobs.max_mb_s * 1e6);
   // Recorded in S3_ROOT: every writer of this staging root (ckptd, a rank) uploads with them.
-  FT_RETURN_IF_ERROR(ckpt::MarkStagingRoot(cfg.ckpt.root, url, upload));
+  FT_RETURN_IF_ERROR(ckpt::MarkStagingRoot(cfg.ckpt.root, url, upload, env));
   FT_RETURN_IF_ERROR(
-      ckpt::ReconcileStaging(cfg.ckpt.root, url, static_cast<int>(cfg.ckpt.keep)).status());
+      ckpt::ReconcileStaging(cfg.ckpt.root, url, static_cast<int>(cfg.ckpt.keep), env).status());
   FT_ASSIGN_OR_RETURN(auto remote, (*store)->List());
-  ckpt::CheckpointStore fs(cfg.ckpt.root);
+  ckpt::CheckpointStore fs(cfg.ckpt.root, env);
   FT_ASSIGN_OR_RETURN(std::optional<ckpt::CheckpointInfo> local, fs.Latest());
   std::vector<int64_t> steps;
   for (const auto& i : remote) {  // newest first
@@ -67,8 +67,7 @@ StatusOr<std::vector<int64_t>> PrepareAsLeader(const TrainConfig& cfg,
 }
 
 // Rank 0: an empty step-N.restore directory for the ranks' downloads.
-Status BeginRestore(const std::string& root, int64_t step) {
-  Env* env = Env::Default();
+Status BeginRestore(const std::string& root, int64_t step, Env* env) {
   const std::string tmp = JoinPath(root, ckpt::RestoreDirName(step));
   if (env->FileExists(tmp)) FT_RETURN_IF_ERROR(env->RemoveDirRecursive(tmp));
   return CreateDirs(env, tmp);
@@ -84,7 +83,7 @@ double Outcome(const Status& s) {
 // Every rank: the restore loop. Rank 0 picks the step (-1: none left, -2: give up) and
 // decides after each round from the worst rank's outcome.
 Status RestoreWithFallback(comm::DistContext& ctx, const TrainConfig& cfg,
-                           std::vector<int64_t> steps) {
+                           std::vector<int64_t> steps, Env* env) {
   const bool leader = ctx.world().rank == 0;
   const std::string& url = cfg.ckpt.s3_root;
   const auto deadline =
@@ -93,7 +92,7 @@ Status RestoreWithFallback(comm::DistContext& ctx, const TrainConfig& cfg,
   bool give_up = false;
   for (int attempt = 0;; ++attempt) {
     double step = give_up ? -2 : (leader && next < steps.size() ? double(steps[next]) : -1);
-    if (leader && step >= 0) FT_RETURN_IF_ERROR(BeginRestore(cfg.ckpt.root, int64_t(step)));
+    if (leader && step >= 0) FT_RETURN_IF_ERROR(BeginRestore(cfg.ckpt.root, int64_t(step), env));
     FT_ASSIGN_OR_RETURN(step, FromLeader(ctx, step));
     if (step == -1) return Status::Ok();  // resume from what is staged (or start fresh)
     if (step == -2) {
@@ -104,7 +103,7 @@ Status RestoreWithFallback(comm::DistContext& ctx, const TrainConfig& cfg,
     }
     const int64_t s = static_cast<int64_t>(step);
     Status mine =
-        ckpt::RestoreFiles(url, cfg.ckpt.root, s, ctx.world().rank, ctx.world().world_size);
+        ckpt::RestoreFiles(url, cfg.ckpt.root, s, ctx.world().rank, ctx.world().world_size, env);
     if (!mine.ok())
       FT_LOG(Warning) << "checkpoint: restoring step " << s << ": " << mine.ToString();
     FT_ASSIGN_OR_RETURN(double worst, MaxOverRanks(ctx, Outcome(mine)));
@@ -113,7 +112,7 @@ Status RestoreWithFallback(comm::DistContext& ctx, const TrainConfig& cfg,
       continue;
     }
     if (worst == 0) {
-      FT_RETURN_IF_ERROR(ckpt::FinishRestore(url, cfg.ckpt.root, s));
+      FT_RETURN_IF_ERROR(ckpt::FinishRestore(url, cfg.ckpt.root, s, env));
       FT_LOG(Info) << "checkpoint: restored step " << s << " from " << url;
       return ctx.control().Barrier()->Wait();
     }
@@ -137,11 +136,12 @@ Status RestoreWithFallback(comm::DistContext& ctx, const TrainConfig& cfg,
 
 }  // namespace
 
-Status OpenS3Root(comm::DistContext& ctx, const TrainConfig& cfg, const std::string& generation) {
+Status OpenS3Root(comm::DistContext& ctx, const TrainConfig& cfg, const std::string& generation,
+                  Env* env) {
   if (cfg.ckpt.s3_root.empty()) return Status::Ok();
   const bool leader = ctx.world().rank == 0;
   StatusOr<std::vector<int64_t>> steps = std::vector<int64_t>();
-  if (leader) steps = PrepareAsLeader(cfg, generation);
+  if (leader) steps = PrepareAsLeader(cfg, generation, env);
   // A refusal ends every rank with rank 0's code, not a peer's broken collective.
   FT_ASSIGN_OR_RETURN(double c, FromLeader(ctx, static_cast<double>(steps.status().code())));
   const auto code = static_cast<Status::Code>(static_cast<int>(c));
@@ -150,7 +150,7 @@ Status OpenS3Root(comm::DistContext& ctx, const TrainConfig& cfg, const std::str
                   : Status(code, "ckpt.root: refused by rank 0 (its log says why)");
   }
   if (cfg.train.resume != "auto") return Status::Ok();
-  return RestoreWithFallback(ctx, cfg, leader ? std::move(*steps) : std::vector<int64_t>());
+  return RestoreWithFallback(ctx, cfg, leader ? std::move(*steps) : std::vector<int64_t>(), env);
 }
 
 }  // namespace ftrain::train

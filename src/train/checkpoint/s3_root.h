@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comm/context.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "train/config/train_config.h"
 
@@ -19,6 +20,7 @@ namespace ftrain::train {
 
 // Every rank calls it once, after the checkpoint sink started (no writer of this job alive)
 // and before the resume. A no-op unless cfg.ckpt.s3_root is set.
-Status OpenS3Root(comm::DistContext& ctx, const TrainConfig& cfg, const std::string& generation);
+Status OpenS3Root(comm::DistContext& ctx, const TrainConfig& cfg, const std::string& generation,
+                  Env* env);
 
 }  // namespace ftrain::train

@@ -51,17 +51,17 @@ ckpt::RetryWait UntilDeadline(Clock::time_point deadline) {
 // ckpt.root = s3://...: a durable save whose upload met an outage (`s`) tries it again until
 // `deadline`, so it reports success only once S3 holds the step (ckpt/s3_staging.h).
 Status RetryS3Outage(Status s, const std::string& root, int64_t step, int keep,
-                     Clock::time_point deadline) {
+                     Clock::time_point deadline, Env* env) {
   if (!ckpt::IsS3Outage(s)) return s;
-  auto url = ckpt::StagedS3Root(root);
+  auto url = ckpt::StagedS3Root(root, env);
   if (!url.ok() || url->empty()) return s;  // a file-system root: no upload to retry
-  return ckpt::CommitStagedRetrying(root, step, keep, UntilDeadline(deadline));
+  return ckpt::CommitStagedRetrying(root, step, keep, UntilDeadline(deadline), env);
 }
 
 }  // namespace
 
 CheckpointSink::CheckpointSink(CheckpointSinkOptions options, comm::Comm* world)
-    : options_(std::move(options)), world_(world), store_(options_.root) {}
+    : options_(std::move(options)), world_(world), store_(options_.root, options_.env) {}
 
 void CheckpointSink::WaitForDeviceCopies() {
   if (!pending_ || options_.device == nullptr) return;
@@ -191,7 +191,7 @@ Status CheckpointSink::Start(uint64_t slot_bytes) {
   slot_bytes_ = slot_bytes + slot_bytes / 64 + (1u << 20);
   if (options_.daemon != DaemonMode::kOff) {
     const std::string sock = ckpt::proto::SocketPath(options_.run_dir, options_.node);
-    if (!Env::Default()->FileExists(sock)) {
+    if (!options_.env->FileExists(sock)) {
       if (options_.daemon == DaemonMode::kRequire) {
         FT_LOG(Error) << "ckpt.daemon = require, but there is no ckptd socket " << sock;
       } else {
@@ -284,11 +284,11 @@ Status CheckpointSink::SaveSync(const ckpt::CheckpointMeta& meta,
   // ckpt.root = s3://...: the step counts once S3 holds it (ckpt/s3_staging.h). Whoever sees
   // it committed here and not yet there uploads it: the winner, or a rank rewriting what its
   // daemon failed to upload (a second upload of a committed step is refused harmlessly).
-  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root));
+  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root, options_.env));
   if (!s3.empty() && outcome != ckpt::CommitOutcome::kNotReady &&
       outcome != ckpt::CommitOutcome::kBeingCommitted &&
-      ckpt::StagedS3Latest(options_.root) < meta.step) {
-    FT_RETURN_IF_ERROR(ckpt::CommitStaged(options_.root, meta.step, options_.keep));
+      ckpt::StagedS3Latest(options_.root, options_.env) < meta.step) {
+    FT_RETURN_IF_ERROR(ckpt::CommitStaged(options_.root, meta.step, options_.keep, options_.env));
   }
   if (outcome == ckpt::CommitOutcome::kCommitted) {
     *committed = true;
@@ -360,7 +360,7 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
   const std::string final_dir = JoinPath(options_.root, ckpt::StepDirName(meta.step));
   const auto deadline = Clock::now() + std::chrono::duration<double>(options_.flush_timeout_s);
   bool mine_pending = via_daemon;
-  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root));
+  FT_ASSIGN_OR_RETURN(std::string s3, ckpt::StagedS3Root(options_.root, options_.env));
   const bool staged = !s3.empty();
   for (;;) {
     bool failed = false;
@@ -377,8 +377,8 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
       }
     }
     // ckpt.root = s3://...: committed once S3 holds it (S3_LATEST), not once staged.
-    const bool committed = staged ? ckpt::StagedS3Latest(options_.root) >= meta.step
-                                  : Env::Default()->IsDirectory(final_dir);
+    const bool committed = staged ? ckpt::StagedS3Latest(options_.root, options_.env) >= meta.step
+                                  : options_.env->IsDirectory(final_dir);
     const bool late = options_.rank == 0 && Clock::now() > deadline;
     double w[3] = {committed ? 0.0 : 1.0, failed ? 1.0 : 0.0, late ? 1.0 : 0.0};
     FT_RETURN_IF_ERROR(ReduceMax(w, 3));
@@ -393,18 +393,18 @@ Status CheckpointSink::WaitUntilCommitted(const ckpt::CheckpointMeta& meta,
       Status s;
       bool c = false;
       const auto until = std::chrono::time_point_cast<Clock::duration>(deadline);
-      if (failed && staged && Env::Default()->IsDirectory(final_dir)) {
+      if (failed && staged && options_.env->IsDirectory(final_dir)) {
         // Committed in the staging root, not on S3 (ckptd's upload failed): only the upload
         // is left, and a rewrite of the shard would be refused there.
         FT_LOG(Warning) << "rank " << options_.rank << " uploads step " << step_s << " to " << s3
                         << " itself";
         s = ckpt::CommitStagedRetrying(options_.root, meta.step, options_.keep,
-                                       UntilDeadline(until));
+                                       UntilDeadline(until), options_.env);
       } else if (failed) {
         FT_LOG(Warning) << "rank " << options_.rank << " rewrites its shard of step " << step_s
                         << " synchronously";
         s = RetryS3Outage(SaveSync(meta, contents, &c), options_.root, meta.step, options_.keep,
-                          until);
+                          until, options_.env);
       }
       double x[1] = {s.ok() ? 0.0 : 1.0};
       FT_RETURN_IF_ERROR(ReduceMax(x, 1));
@@ -475,7 +475,7 @@ StatusOr<SaveOutcome> CheckpointSink::Save(const ckpt::CheckpointMeta& meta,
   if (!via_daemon && durable && !local.ok()) {
     const auto deadline = t0 + std::chrono::duration<double>(options_.flush_timeout_s);
     local = RetryS3Outage(local, options_.root, meta.step, options_.keep,
-                          std::chrono::time_point_cast<Clock::duration>(deadline));
+                          std::chrono::time_point_cast<Clock::duration>(deadline), options_.env);
     committed_here = local.ok();  // S3 holds it: the file-system commit came first
   }
   double v[5] = {local.ok() ? 0.0 : 1.0, via_daemon ? 1.0 : 0.0, committed_here ? 1.0 : 0.0,

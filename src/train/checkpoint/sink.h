@@ -31,6 +31,7 @@ struct CheckpointSinkOptions {
   std::string run_dir;  // the daemon's socket is RUN/ckptd-<node>/sock
   std::string node;     // ckpt::proto::DefaultNodeId() unless a test says otherwise
   std::string root;
+  Env* env = nullptr;  // the files and the clock (the main's Env); required
   int rank = 0;
   int world = 1;
   ckpt::WriteOptions write;  // synchronous path
@@ -91,6 +92,7 @@ class CheckpointSink {
 
   bool connected() const { return client_ != nullptr; }
   const ckpt::WriteOptions& write_options() const { return options_.write; }
+  Env* env() const { return options_.env; }  // the run's Env, for the resume beside the sink
 
   // Memory tier (memory_tier.h). Not collective: hands this rank's snapshot of meta.step to
   // the daemon as memory-only (kept in memory and replicated to the buddy, never persisted),

@@ -67,8 +67,9 @@ Status CheckCheckpointTensors(const ckpt::Manifest& m, const std::string& dir,
 // This rank's master shards from checkpoint `dir` (any world size): its "master" (fp32)
 // ranges, or its "model" (bf16) ones when the checkpoint holds no master weights. The AdamW
 // moments are not read (zero).
-Status LoadFromCheckpoint(fsdp::FsdpEngine& engine, const std::string& dir, EvalResult* result) {
-  auto opened = ckpt::CheckpointReader::Open(dir);
+Status LoadFromCheckpoint(fsdp::FsdpEngine& engine, const std::string& dir, EvalResult* result,
+                          Env* env) {
+  auto opened = ckpt::CheckpointReader::Open(dir, env);
   if (!opened.ok()) return AsUsage(opened.status(), "--weights '" + dir + "'");
   ckpt::CheckpointReader& reader = **opened;
   const ckpt::Manifest& m = reader.manifest();
@@ -124,8 +125,8 @@ Status LoadFromSafetensors(fsdp::FsdpEngine& engine, const std::string& path, Ev
   return Status::Ok();
 }
 
-Status LoadWeights(fsdp::FsdpEngine& engine, const std::string& path, EvalResult* result) {
-  Env* env = Env::Default();
+Status LoadWeights(fsdp::FsdpEngine& engine, const std::string& path, EvalResult* result,
+                   Env* env) {
   if (path.empty()) return Status::InvalidArgument("--weights PATH is required");
   if (!env->FileExists(path)) {
     return Status::InvalidArgument("--weights '" + path +
@@ -139,7 +140,7 @@ Status LoadWeights(fsdp::FsdpEngine& engine, const std::string& path, EvalResult
     }
     auto dir = ckpt::ResolveCheckpointDir(path, env);
     if (!dir.ok()) return AsUsage(dir.status(), "--weights");
-    return LoadFromCheckpoint(engine, *dir, result);
+    return LoadFromCheckpoint(engine, *dir, result, env);
   }
   return LoadFromSafetensors(engine, path, result);
 }
@@ -201,6 +202,7 @@ StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEvalEngine(const TrainConfig& c
 
 StatusOr<EvalResult> RunEval(const EvalOptions& o) {
   if (o.batches <= 0) return Status::InvalidArgument("--batches must be > 0");
+  if (o.env == nullptr) return Status::InvalidArgument("EvalOptions.env is not set");
   const TrainConfig& cfg = o.config;
   EvalResult result;
   try {
@@ -210,8 +212,9 @@ StatusOr<EvalResult> RunEval(const EvalOptions& o) {
     result.device = w.dev.description;
     result.dtype = PrecisionName(cfg.train.param_dtype);
     FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine, BuildEvalEngine(cfg, w));
-    FT_RETURN_IF_ERROR(AgreeLoaded(*w.ctx, LoadWeights(*engine, o.weights, &result)));
+    FT_RETURN_IF_ERROR(AgreeLoaded(*w.ctx, LoadWeights(*engine, o.weights, &result, o.env)));
     HeldOutOptions ho;
+    ho.env = o.env;
     ho.source = cfg.data.path;
     ho.seed = static_cast<uint64_t>(cfg.train.seed);
     ho.batches = o.batches;

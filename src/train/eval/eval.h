@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "train/config/train_config.h"
 
@@ -22,6 +23,7 @@ struct EvalOptions {
   TrainConfig config;
   std::string weights;   // *.safetensors, *.index.json, an HF model dir, a checkpoint (root)
   int64_t batches = 16;  // micro-batches to average over, all ranks together (> 0)
+  Env* env = nullptr;    // the files (the main's Env); required
 };
 
 struct EvalResult {

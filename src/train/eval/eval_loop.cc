@@ -22,6 +22,7 @@ StatusOr<std::unique_ptr<data::TokenReader>> OpenHeldOut(const HeldOutOptions& o
                                                          const comm::WorldInfo& world) {
   data::ReaderOptions ro;
   ro.source = o.source;
+  ro.env = o.env;
   ro.seed = o.seed;
   ro.dp_rank = world.rank;
   ro.dp_size = world.world_size;
@@ -107,9 +108,10 @@ StatusOr<HeldOutResult> HeldOutLoss(fsdp::FsdpEngine& engine, comm::DistContext&
 
 namespace {
 // [eval]'s rows: eval.path from its start in train.seed's order.
-HeldOutOptions HeldOutFor(const TrainConfig& cfg) {
+HeldOutOptions HeldOutFor(const TrainConfig& cfg, Env* env) {
   HeldOutOptions o;
   o.source = cfg.eval.path;
+  o.env = env;
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.batches = cfg.eval.batches;
   o.micro_batch = cfg.train.micro_batch;
@@ -118,11 +120,12 @@ HeldOutOptions HeldOutFor(const TrainConfig& cfg) {
 }
 }  // namespace
 
-Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx) {
+Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx, Env* env) {
   if (cfg.eval.every_steps <= 0) return Status::Ok();
-  HeldOutOptions o = HeldOutFor(cfg);
+  HeldOutOptions o = HeldOutFor(cfg, env);
   data::ReaderOptions ro;  // the training data, for its tokenizer (reads index.json only)
   ro.source = cfg.data.path;
+  ro.env = env;
   ro.prefetch_depth = 0;
   auto training = data::TokenReader::Open(ro, nullptr);
   if (training.ok()) o.tokenizer_xxh3 = (*training)->index().tokenizer_xxh3;
@@ -130,11 +133,11 @@ Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx) {
 }
 
 Status EvalAtBoundary(const TrainConfig& cfg, fsdp::FsdpEngine& engine, comm::DistContext& ctx,
-                      int64_t step, bool stop, records::StepMetrics* m) {
+                      int64_t step, bool stop, Env* env, records::StepMetrics* m) {
   const EvalSection& e = cfg.eval;
   if (e.every_steps <= 0 || stop) return Status::Ok();
   if (step % e.every_steps != 0 && step != cfg.train.steps) return Status::Ok();
-  const HeldOutOptions o = HeldOutFor(cfg);
+  const HeldOutOptions o = HeldOutFor(cfg, env);
   HeldOutResult r;
   try {
     FT_ASSIGN_OR_RETURN(r, HeldOutLoss(engine, ctx, o));

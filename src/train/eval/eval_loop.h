@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "train/config/train_config.h"
 #include "train/telemetry/metrics.h"
@@ -30,6 +31,7 @@ namespace ftrain::train {
 
 struct HeldOutOptions {
   std::string source;              // packed directory or http(s):// URL
+  Env* env = nullptr;              // reads a directory source (the main's Env); required
   uint64_t seed = 0;               // the order (train.seed: the order a training run would read)
   int64_t batches = 16;            // micro-batches over all ranks (> 0)
   int64_t micro_batch = 4;         // rows per micro-batch
@@ -61,7 +63,7 @@ StatusOr<HeldOutResult> HeldOutLoss(fsdp::FsdpEngine& engine, comm::DistContext&
 // packed with the training data's tokenizer, so that a wrong eval.path is exit 2 before the
 // first step, not at the first evaluation (or never: other token ids evaluate silently).
 // Collective (a no-op when eval.every_steps is 0).
-Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx);
+Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx, Env* env);
 
 // The trainer's [eval] at the boundary of `step` (steps completed): with eval.every_steps > 0,
 // after every every_steps-th step and after the last (train.steps), but never at a stop
@@ -69,6 +71,6 @@ Status CheckEvalData(const TrainConfig& cfg, comm::DistContext& ctx);
 // step). Sets m->eval_loss and m->eval_s; rank 0 logs the loss. Collective; a no-op (no
 // collective) when it is not due, decided from values every rank shares.
 Status EvalAtBoundary(const TrainConfig& cfg, fsdp::FsdpEngine& engine, comm::DistContext& ctx,
-                      int64_t step, bool stop, records::StepMetrics* m);
+                      int64_t step, bool stop, Env* env, records::StepMetrics* m);
 
 }  // namespace ftrain::train

@@ -28,6 +28,7 @@ std::string HostName() {
 
 StatusOr<std::unique_ptr<MetricsSinks>> MetricsSinks::Open(const TrainConfig& cfg,
                                                            const SinkContext& ctx) {
+  if (ctx.env == nullptr) return Status::InvalidArgument("SinkContext.env is not set");
   std::unique_ptr<MetricsSinks> s(new MetricsSinks());
   s->ctx_ = ctx;
   if (s->ctx_.node.empty()) s->ctx_.node = HostName();
@@ -111,7 +112,7 @@ void MetricsSinks::PollCommitted() {
   if (pending_step_ <= last_committed_) return;
   // The rename to step-<N> is the commit (ckpt/store.h); one stat per step while it is
   // pending. A reader's stat, not a counted Env operation.
-  if (Env::Default()->IsDirectory(JoinPath(ckpt_root_, ckpt::StepDirName(pending_step_)))) {
+  if (ctx_.env->IsDirectory(JoinPath(ckpt_root_, ckpt::StepDirName(pending_step_)))) {
     last_committed_ = pending_step_;
   }
 }

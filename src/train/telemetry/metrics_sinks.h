@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/env.h"
 #include "core/prom_textfile.h"
 #include "core/status.h"
 #include "train/config/train_config.h"
@@ -34,6 +35,7 @@ struct SinkContext {
   std::string nvml_library = NvmlGpu::kLibrary;  // tests: a stand-in NVML
   std::string node;    // the node's id (records::LaunchContext::CkptdNodeId); "" = the host name
   std::string job_id;  // SLURM_JOB_ID as main read it (Prometheus labels); "" outside Slurm
+  Env* env = nullptr;  // sees a checkpoint's commit (the main's Env); required
 };
 
 class MetricsSinks {
