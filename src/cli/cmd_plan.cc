@@ -13,7 +13,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/config.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 #include "plan/planner.h"
 #include "plan/sources.h"
 

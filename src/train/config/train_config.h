@@ -9,7 +9,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 #include "train/config/guard.h"
 
 namespace ftrain::train {
