@@ -72,7 +72,7 @@ class RunLayout {
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;
   // RUN/rollbacks.jsonl: one line per rollback of guard.policy = rollback
-  // (train/config/rollback.h); every start reads it to skip the rolled-back steps.
+  // (train/verdicts/rollback.h); every start reads it to skip the rolled-back steps.
   std::string rollbacks() const;
   // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
   // epoch, created exclusively): the run lease (orch/lease.h).

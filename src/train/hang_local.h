@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/config/hang_verdict.h"
+#include "train/verdicts/hang_verdict.h"
 
 namespace ftrain::train {
 

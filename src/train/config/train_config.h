@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "formats/llama_config.h"
-#include "train/config/guard.h"
+#include "train/verdicts/guard.h"
 
 namespace ftrain::train {
 
@@ -65,7 +65,7 @@ struct OptimSection {
 struct DataSection {
   std::string path;  // packed directory or http(s):// URL (required)
   int64_t prefetch_depth = 4;
-  // data.skip: optimizer steps whose batches are read and not trained on (train/config/guard.h).
+  // data.skip: optimizer steps whose batches are read and not trained on (train/verdicts/guard.h).
   std::set<int64_t> skip;
 };
 
