@@ -22,7 +22,7 @@
 #include "ckpt/verify.h"
 #include "ckpt_fixture.h"
 #include "comm/collectives.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 
 namespace ftrain::testing {

@@ -26,9 +26,9 @@
 #include "comm/context.h"
 #include "core/config.h"
 #include "counting_allocator.h"
+#include "formats/llama_config.h"
 #include "fsdp/engine.h"
 #include "model/llama.h"
-#include "model/llama_config.h"
 
 using namespace ftrain;
 

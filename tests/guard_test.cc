@@ -1,9 +1,9 @@
-// The guard's decisions without processes (train/config/guard.h, core/fault_inject.h,
+// The guard's decisions without processes (train/verdicts/guard.h, core/fault_inject.h,
 // records/metrics_record.h): [guard] and data.skip validation, the spike rule on a rolling
 // median + MAD, the skip budget, FTRAIN_FAULT parsing, a skipped step's metrics line and the
-// replica check's verdict (train/config/sdc_verdict.h).
+// replica check's verdict (train/verdicts/sdc_verdict.h).
 // The end-to-end runs are in tests/guard_run_test.cc.
-#include "train/config/guard.h"
+#include "train/verdicts/guard.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include "core/fault_inject.h"
 #include "records/metrics_record.h"
 #include "tiny_config.h"
-#include "train/config/rollback.h"
-#include "train/config/sdc_verdict.h"
 #include "train/config/train_config.h"
+#include "train/verdicts/rollback.h"
+#include "train/verdicts/sdc_verdict.h"
 
 namespace ftrain::train {
 namespace {

@@ -1,4 +1,4 @@
-// The hang guard's decisions without processes (train/config/hang_verdict.h): the threshold a
+// The hang guard's decisions without processes (train/verdicts/hang_verdict.h): the threshold a
 // phase gets (the I/O allowance), the judge's ages on its own clock (a fake one), which rank
 // the others wait for, the [guard] hang keys and the stall fault's parsing. Then the watchdog
 // itself (train/hang_watch.h) in real processes with real files: ranks of two "nodes" sharing
@@ -21,11 +21,11 @@
 #include "records/hangs.h"
 #include "test_util.h"
 #include "tiny_config.h"
-#include "train/config/guard.h"
-#include "train/config/hang_verdict.h"
 #include "train/config/train_config.h"
 #include "train/hang_local.h"
 #include "train/hang_watch.h"
+#include "train/verdicts/guard.h"
+#include "train/verdicts/hang_verdict.h"
 
 namespace ftrain::train {
 namespace {

@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "formats/safetensors.h"
 #include "lean_ops_check.h"
 #include "model/linear_cross_entropy.h"
 #include "model/llama.h"
-#include "model/safetensors.h"
 #include "model/weights_io.h"
 #include "test_util.h"
 

@@ -16,7 +16,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "data/format/synthetic.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 #include "plan/memory_fit.h"
 #include "plan/planner.h"
 #include "plan/sources.h"

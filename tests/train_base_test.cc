@@ -15,9 +15,9 @@
 #include "records/metrics_record.h"
 #include "test_util.h"
 #include "train/config/lr_schedule.h"
-#include "train/config/resume_verdict.h"
 #include "train/config/train_config.h"
 #include "train/telemetry/metrics.h"
+#include "train/verdicts/resume_verdict.h"
 
 namespace ftrain::train {
 namespace {

@@ -1,7 +1,7 @@
 // ckptctl export: consolidated model weights under their Hugging Face names, as one
 // safetensors file, or as a Hugging Face model directory (sharded safetensors with
 // model.safetensors.index.json, config.json with the export dtype, generation_config.json and
-// the tokenizer files that the checkpoint carries; model/hf_files.h) that transformers loads.
+// the tokenizer files that the checkpoint carries; formats/hf_files.h) that transformers loads.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -11,8 +11,8 @@
 
 #include "ckpt/reader.h"
 #include "ckpt/tools.h"
-#include "model/hf_files.h"
-#include "model/safetensors.h"
+#include "formats/hf_files.h"
+#include "formats/safetensors.h"
 
 namespace ftrain::ckpt {
 

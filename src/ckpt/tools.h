@@ -35,7 +35,7 @@ Status ExportSafetensors(const std::string& dir, const std::string& dtype,
 // A Hugging Face model directory at `out_dir` (made if missing; refused when not empty):
 // the weights (as ExportSafetensors) in model-0000i-of-0000n.safetensors files of at most
 // `shard_gb` GB each with model.safetensors.index.json, and the Hugging Face files the
-// checkpoint carries (model/hf_files.h), config.json with torch_dtype set to the export dtype.
+// checkpoint carries (formats/hf_files.h), config.json with torch_dtype set to the export dtype.
 // A checkpoint that carries no config.json (written by an older ftrain) is InvalidArgument.
 Status ExportHf(const std::string& dir, const std::string& dtype, double shard_gb,
                 const std::string& out_dir, std::ostream& log, Env* env);

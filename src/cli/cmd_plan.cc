@@ -14,7 +14,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/env.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 #include "plan/planner.h"
 #include "plan/sources.h"
 

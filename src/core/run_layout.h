@@ -72,7 +72,7 @@ class RunLayout {
   // fired in this run, one "KIND@STEP:RANK" per line (core/fault_inject.h).
   std::string faults_fired() const;
   // RUN/rollbacks.jsonl: one line per rollback of guard.policy = rollback
-  // (train/config/rollback.h); every start reads it to skip the rolled-back steps.
+  // (train/verdicts/rollback.h); every start reads it to skip the rolled-back steps.
   std::string rollbacks() const;
   // RUN/.lease (the current holder, replaced atomically) and RUN/.lease.d (one entry per
   // epoch, created exclusively): the run lease (orch/lease.h).
@@ -97,7 +97,7 @@ class RunLayout {
   // environment, the batch script), replayed by the node agents when the batch host dies.
   std::string submit() const;
   // model.hf's config.json as the run's first start read it ({"source": path, "text": bytes}):
-  // a restart whose base directory has moved takes the model from here (model/hf_config.h).
+  // a restart whose base directory has moved takes the model from here (formats/hf_config.h).
   std::string hf_config_copy() const;
   // The node of a daemon directory name ("ckptd-n1" -> "n1"); empty if it is not one.
   static std::string NodeOfDaemonDir(const std::string& name);

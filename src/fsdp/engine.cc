@@ -21,7 +21,7 @@
 #include "core/log.h"
 #include "fsdp/engine_units.h"
 #include "fsdp/stream_waits.h"
-#include "fsdp/trace_range.h"
+#include "trace/trace_range.h"
 
 namespace ftrain::fsdp {
 

@@ -9,7 +9,7 @@
 #include "fsdp/engine.h"
 #include "fsdp/engine_units.h"
 #include "fsdp/exact.h"
-#include "fsdp/trace_range.h"
+#include "trace/trace_range.h"
 
 namespace ftrain::fsdp {
 namespace {

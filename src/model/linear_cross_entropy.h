@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "model/llama_config.h"  // LossChunkTokens
+#include "formats/llama_config.h"  // LossChunkTokens
 
 namespace ftrain::model {
 

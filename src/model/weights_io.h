@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/llama_config.h"
-#include "model/safetensors.h"
+#include "formats/llama_config.h"
+#include "formats/safetensors.h"
 
 namespace at {
 class Tensor;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 
 namespace ftrain {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 
 namespace ftrain {
 

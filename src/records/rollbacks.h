@@ -2,7 +2,7 @@
 // line per event, appended by rank 0. A "rollback" line names a step that was not applied
 // (written before every rank exits 79); an "applied" line names the exact steps the next start
 // skipped for it (written by that start before it trains), so that every later start skips
-// the same steps whatever it resumes. train/config/rollback.h holds the rules; the job
+// the same steps whatever it resumes. train/verdicts/rollback.h holds the rules; the job
 // controller counts the rollback lines. The record, its writer and its strict reader.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace ftrain::records {
 
 // The line format written now. Version 1 (no "v" field, ftrain before the "applied" lines):
-// every line is a rollback; the reader still takes it (train/config/rollback.h applies it as
+// every line is a rollback; the reader still takes it (train/verdicts/rollback.h applies it as
 // the old trainer did).
 inline constexpr int kRollbacksVersion = 2;
 

@@ -9,8 +9,8 @@
 
 #include "comm/context.h"
 #include "core/status.h"
+#include "formats/hf_files.h"
 #include "fsdp/engine.h"
-#include "model/hf_files.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::train {

@@ -9,7 +9,7 @@
 
 #include "comm/collectives.h"
 #include "comm/context.h"
-#include "fsdp/trace_range.h"
+#include "trace/trace_range.h"
 #include "train/signals.h"
 
 namespace ftrain::train {

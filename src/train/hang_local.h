@@ -10,7 +10,7 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "train/config/hang_verdict.h"
+#include "train/verdicts/hang_verdict.h"
 
 namespace ftrain::train {
 

@@ -4,7 +4,7 @@
 // node-local files (train/hang_local.h). One rank per node (the lowest whose watchdog is alive)
 // writes RUN/progress/node-<N>.json with all of them every publish_every, and, only while a
 // rank of its node has not moved for longer than its threshold, reads the N node files every
-// judge_every or later and judges (train/config/hang_verdict.h) on its own monotonic clock:
+// judge_every or later and judges (train/verdicts/hang_verdict.h) on its own monotonic clock:
 // twice the same verdict naming the ranks the others wait for, written to the node-local
 // verdict that every rank of the node reads. Then every rank ends itself with kExitHang, the
 // lowest rank that is not hung having appended the record to RUN/hangs.jsonl, the hung rank
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "records/exit_codes.h"
-#include "train/config/hang_verdict.h"
 #include "train/hang_local.h"
+#include "train/verdicts/hang_verdict.h"
 
 namespace ftrain::train {
 

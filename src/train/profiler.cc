@@ -8,7 +8,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
-#include "fsdp/trace_range.h"
+#include "trace/trace_range.h"
 
 namespace ftrain::train {
 

@@ -1,7 +1,7 @@
 // train.profile_steps=A:B: LibTorch's Kineto profiler (its C++ API) records steps A..B of
 // this rank, CPU activities and, on a GPU, CUDA activities, and writes a Chrome/Perfetto trace
 // to RUN/profile/trace-rank<R>.json (`ftrain paths RUN --get profile`) when step B ends. The
-// named ranges in it come from fsdp/trace_range.h (units, collectives, the optimizer,
+// named ranges in it come from trace/trace_range.h (units, collectives, the optimizer,
 // checkpoint copies) and a "ftrain/step N" range per step. Outside those steps nothing is
 // enabled. Header without LibTorch.
 #pragma once

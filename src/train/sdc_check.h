@@ -2,7 +2,7 @@
 // guard.sdc_every_steps steps (and before every disk checkpoint), after the optimizer step,
 // each rank hashes its fp32 master shard; one all-gather on the control group (Gloo, CPU
 // tensors: a few bytes per rank) gives every rank every hash, and every rank reaches the same
-// verdict (train/config/sdc_verdict.h), so a mismatch ends every rank alike. The header is
+// verdict (train/verdicts/sdc_verdict.h), so a mismatch ends every rank alike. The header is
 // LibTorch-free.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include "core/status.h"
 #include "records/exit_codes.h"
 #include "records/launch_context.h"
-#include "train/config/sdc_verdict.h"
+#include "train/verdicts/sdc_verdict.h"
 
 namespace ftrain::fsdp {
 class FsdpEngine;

@@ -28,12 +28,12 @@
 #include "core/run_layout.h"
 #include "core/version.h"
 #include "data/read/reader.h"
+#include "formats/hf_config.h"
 #include "fsdp/engine.h"
-#include "fsdp/trace_range.h"
-#include "model/hf_config.h"
 #include "model/llama.h"
 #include "plan/memory_fit.h"
 #include "records/restarts.h"
+#include "trace/trace_range.h"
 #include "train/base_model.h"
 #include "train/boundary_agreement.h"
 #include "train/checkpoint/coordinator.h"
@@ -41,10 +41,8 @@
 #include "train/checkpoint/s3_root.h"
 #include "train/checkpoint/sink.h"
 #include "train/checkpoint/train_state.h"
-#include "train/config/guard.h"
 #include "train/config/lr_schedule.h"
 #include "train/config/mirror_config.h"
-#include "train/config/rollback.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
 #include "train/eval/eval_loop.h"
@@ -55,6 +53,8 @@
 #include "train/signals.h"
 #include "train/telemetry/metrics.h"
 #include "train/telemetry/metrics_sinks.h"
+#include "train/verdicts/guard.h"
+#include "train/verdicts/rollback.h"
 
 namespace ftrain::train {
 namespace {
@@ -694,7 +694,7 @@ void AddDueSuspects(Run* run, int64_t step) {
   run->suspects_at.erase(it);
 }
 
-// guard.policy = rollback (train/config/rollback.h): the steps RUN/rollbacks.jsonl rolls back
+// guard.policy = rollback (train/verdicts/rollback.h): the steps RUN/rollbacks.jsonl rolls back
 // that come after the step this start resumed are skipped, like data.skip. A rollback no start
 // has applied yet is applied now, and rank 0 records the exact range before any step trains.
 Status ApplyRollbacks(Run* run) {
@@ -1051,7 +1051,7 @@ bool MustRollBack(const Run& run, const StepResult& r) {
 }
 
 // Ends this start so that the next resumes from the newest restorable snapshot and skips up
-// to `step` (train/config/rollback.h). Rank 0 records it; a spent budget ends the run (exit 2).
+// to `step` (train/verdicts/rollback.h). Rank 0 records it; a spent budget ends the run (exit 2).
 Status RollBack(Run& run, int64_t step, const StepResult& r, int* exit_code) {
   FT_ASSIGN_OR_RETURN(std::vector<RollbackRecord> past, ReadRollbacks(run.cfg.run_dir, run.env));
   FT_RETURN_IF_ERROR(CheckRollbackBudget(past, step, run.cfg.guard));

@@ -29,7 +29,7 @@
 #include "records/json_lines.h"
 #include "records/restarts.h"
 #include "train/checkpoint/memory_restore.h"
-#include "train/config/resume_verdict.h"
+#include "train/verdicts/resume_verdict.h"
 
 namespace ftrain::train {
 namespace {

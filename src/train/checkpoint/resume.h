@@ -29,7 +29,7 @@ namespace ftrain::train {
 // complete one is tried, down to starting fresh; training is deterministic, so the run still
 // ends bit-identical. Storage that does not answer (an I/O error, a file not found, on any
 // rank or while choosing) is an outage, never damage: nothing is moved aside and the same
-// choice is retried (train/config/resume_verdict.h) for ckpt.resume_retry_s, then the result
+// choice is retried (train/verdicts/resume_verdict.h) for ckpt.resume_retry_s, then the result
 // is StorageUnavailable (ftrain train exits 74).
 // `hardware` is this run's fingerprint (a checkpoint written elsewhere resumes with a
 // warning). Returns the resumed step (`*dir` its directory), or -1 for a fresh start.

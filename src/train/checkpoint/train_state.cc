@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "core/log.h"
-#include "model/hf_files.h"
+#include "formats/hf_files.h"
 
 namespace ftrain::train {
 

@@ -26,7 +26,7 @@ struct RunState {
   // Rank 0: the Hugging Face files (name -> bytes) every checkpoint carries for `ckptctl
   // export --format hf` (train/base_model.h); empty on the other ranks.
   std::map<std::string, std::string> hf_files;
-  // [guard] (train/config/guard.h): the spike window's norms (training state: they decide
+  // [guard] (train/verdicts/guard.h): the spike window's norms (training state: they decide
   // later steps) and the steps skipped so far with why (run history: a run that skipped step
   // K on a NaN and one given data.skip=K hold the same training state).
   std::vector<double> guard_norms;

@@ -414,7 +414,7 @@ std::string TrainConfig::ConfigHash() const {
     // The held-out loss reads the weights, never changes them (train/eval/eval_loop.h).
     if (key.rfind("eval.", 0) == 0) continue;
     // The guard and the skip list change a run's bits only where they skip a step, and every
-    // skip is recorded in the checkpoints: a resume may turn them on (train/config/guard.h).
+    // skip is recorded in the checkpoints: a resume may turn them on (train/verdicts/guard.h).
     if (key.rfind("guard.", 0) == 0 || key == "data.skip") continue;
     const bool irrelevant =
         key.rfind("run.", 0) == 0 || key.rfind("ckpt.", 0) == 0 || key == "train.resume" ||

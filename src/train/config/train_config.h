@@ -9,8 +9,8 @@
 
 #include "core/config.h"
 #include "core/status.h"
-#include "model/llama_config.h"
-#include "train/config/guard.h"
+#include "formats/llama_config.h"
+#include "train/verdicts/guard.h"
 
 namespace ftrain::train {
 
@@ -71,7 +71,7 @@ struct OptimSection {
 struct DataSection {
   std::string path;  // packed directory or http(s):// URL (required)
   int64_t prefetch_depth = 4;
-  // data.skip: optimizer steps whose batches are read and not trained on (train/config/guard.h).
+  // data.skip: optimizer steps whose batches are read and not trained on (train/verdicts/guard.h).
   std::set<int64_t> skip;
 };
 

@@ -22,7 +22,7 @@
 #include "core/status.h"
 #include "records/exit_codes.h"
 #include "records/rollbacks.h"
-#include "train/config/guard.h"
+#include "train/verdicts/guard.h"
 
 namespace ftrain::train {
 

@@ -1,5 +1,5 @@
 // The resume's rules for a failed load (resume_verdict.h).
-#include "train/config/resume_verdict.h"
+#include "train/verdicts/resume_verdict.h"
 
 #include <algorithm>
 #include <cstdio>

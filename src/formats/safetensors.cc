@@ -1,5 +1,5 @@
 // safetensors header validation, reading and streaming writing.
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

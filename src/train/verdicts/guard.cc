@@ -1,5 +1,5 @@
 // [guard], data.skip and the step guard's decisions (guard.h).
-#include "train/config/guard.h"
+#include "train/verdicts/guard.h"
 
 #include <algorithm>
 #include <cmath>

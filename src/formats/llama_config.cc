@@ -2,14 +2,14 @@
 // parameter counting. Counting follows the HF models: per layer q_proj, k_proj, v_proj,
 // o_proj, gate_proj, up_proj, down_proj (each with its bias where the config has one),
 // input_layernorm, post_attention_layernorm.
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
 
-#include "model/hf_config.h"
+#include "formats/hf_config.h"
 
 namespace ftrain {
 namespace {

@@ -2,7 +2,7 @@
 // to change the forward/backward math (token ids, generation settings, metadata), or refused
 // with one line naming it. Defaults for absent keys are those of transformers 5.17's
 // LlamaConfig / MistralConfig / Qwen2Config.
-#include "model/hf_config.h"
+#include "formats/hf_config.h"
 
 #include <sys/stat.h>
 

@@ -1,6 +1,6 @@
 // Hugging Face directory files carried by checkpoints: collection at a run's start, the
 // made config.json for a run without a base, the dtype patch at export.
-#include "model/hf_files.h"
+#include "formats/hf_files.h"
 
 #include <nlohmann/json.hpp>
 

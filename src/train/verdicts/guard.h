@@ -19,7 +19,7 @@ namespace ftrain::train {
 
 // guard.policy: off (every update applied, as before), skip (a non-finite or spiking step is
 // not applied), rollback (not applied, and the run goes back to the newest restorable
-// snapshot and skips every step from there to that one: train/config/rollback.h).
+// snapshot and skips every step from there to that one: train/verdicts/rollback.h).
 enum class GuardPolicy { kOff, kSkip, kRollback };
 const char* GuardPolicyName(GuardPolicy p);
 
@@ -59,7 +59,7 @@ struct GuardSection {
   double hang_floor_s = 60;
   // The allowance of the hang guard's io phase (rank 0's metrics writes, every rank's wait for
   // its data: storage, where a recovery takes minutes). Unset: dist.timeout_s (TrainConfig::Load
-  // fills it in). The deprecated FTRAIN_HANG_IO_S overrides it (train/config/hang_verdict.h).
+  // fills it in). The deprecated FTRAIN_HANG_IO_S overrides it (train/verdicts/hang_verdict.h).
   double hang_io_s = 0;
 };
 
@@ -95,7 +95,7 @@ class StepGuard {
   const char* ListedReason(int64_t step) const {
     return listed_.count(step) > 0 ? "listed" : "rollback";
   }
-  // A rollback skips steps [first, last] (train/config/rollback.h): not computed, like data.skip.
+  // A rollback skips steps [first, last] (train/verdicts/rollback.h): not computed, like data.skip.
   void AddRolledBack(int64_t first, int64_t last) {
     for (int64_t s = first; s <= last; ++s) rolled_back_.insert(s);
   }

@@ -1,5 +1,5 @@
 // The replica check's verdict (sdc_verdict.h).
-#include "train/config/sdc_verdict.h"
+#include "train/verdicts/sdc_verdict.h"
 
 #include <algorithm>
 #include <map>

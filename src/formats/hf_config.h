@@ -11,7 +11,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 
 namespace ftrain {
 

@@ -1,5 +1,5 @@
 // guard.policy = rollback's rules (rollback.h; the record is records/rollbacks.h).
-#include "train/config/rollback.h"
+#include "train/verdicts/rollback.h"
 
 #include <algorithm>
 

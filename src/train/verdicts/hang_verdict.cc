@@ -1,12 +1,12 @@
 // The hang guard's pure decisions (hang_verdict.h).
-#include "train/config/hang_verdict.h"
+#include "train/verdicts/hang_verdict.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "train/config/guard.h"
+#include "train/verdicts/guard.h"
 
 namespace ftrain::train {
 

@@ -12,7 +12,7 @@
 
 #include "core/env.h"
 #include "core/status.h"
-#include "model/llama_config.h"
+#include "formats/llama_config.h"
 
 namespace ftrain::model {
 
