@@ -66,11 +66,15 @@ declare -A getenv_ok=(
   [src/orch/settings.cc]="ProcessEnv(): the controller's Getenv, handed in by the mains; EnvOr(): the I/O runners' FTRAIN_* knobs"
   [src/orch/slurm.cc]="TMPDIR for the Slurm CLI's scratch files"
 )
-mapfile -t readers < <(git ls-files --cached --others --exclude-standard -- src daemon |
-  grep -E '\.(cc|h)$' | grep -v -E '^src/cli/|_main\.cc$' |
-  while IFS= read -r f; do
-    if [ -e "${f}" ] && grep -E 'getenv\(' "${f}" >/dev/null; then echo "${f}"; fi
-  done)
+# The C++ files below the mains (not src/cli/, not a *_main.cc) that hold the fixed string $1.
+below_mains_holding() {
+  git ls-files --cached --others --exclude-standard -- src daemon |
+    grep -E '\.(cc|h)$' | grep -v -E '^src/cli/|_main\.cc$' |
+    while IFS= read -r f; do
+      if [ -e "${f}" ] && grep -F "$1" "${f}" >/dev/null; then echo "${f}"; fi
+    done
+}
+mapfile -t readers < <(below_mains_holding 'getenv(')
 for f in "${readers[@]}"; do
   if [ -z "${getenv_ok[${f}]:-}" ]; then
     echo "check-layout: ${f} reads the environment (getenv) below the mains: take the value" \
@@ -86,11 +90,7 @@ declare -A env_default_ok=(
   [src/core/env_posix.cc]="defines Env::Default()"
   [src/core/env.h]="declares Env::Default() and says what FTRAIN_CRASH_AT makes it"
 )
-mapfile -t env_fetchers < <(git ls-files --cached --others --exclude-standard -- src daemon |
-  grep -E '\.(cc|h)$' | grep -v -E '^src/cli/|_main\.cc$' |
-  while IFS= read -r f; do
-    if [ -e "${f}" ] && grep -F 'Env::Default(' "${f}" >/dev/null; then echo "${f}"; fi
-  done)
+mapfile -t env_fetchers < <(below_mains_holding 'Env::Default(')
 for f in "${env_fetchers[@]}"; do
   if [ -z "${env_default_ok[${f}]:-}" ]; then
     echo "check-layout: ${f} calls Env::Default() below the mains: take the Env from the" \
