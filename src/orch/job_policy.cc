@@ -243,7 +243,7 @@ Decision JobPolicy::LeaseRenewFailed(const Observation& o) {
 }
 
 Decision JobPolicy::LeaseRetry(const Observation& o) {
-  if (o.kind != Observation::Kind::kTick || o.now < st_.wait_until) return {"", {}};
+  if (o.now < st_.wait_until) return {"", {}};  // a tick (the machine routes only ticks here)
   return Launch("lease.relaunch");
 }
 
