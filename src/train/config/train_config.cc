@@ -390,6 +390,13 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   return t;
 }
 
+StatusOr<TrainConfig> TrainConfig::LoadFile(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
+  FT_ASSIGN_OR_RETURN(Config config, Config::LoadFile(path));
+  for (const auto& o : overrides) FT_RETURN_IF_ERROR(config.ApplyOverride(o));
+  return Load(config);
+}
+
 const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
 const char* PrecisionName(Precision p) {
   return p == Precision::kBFloat16 ? "bfloat16" : "float32";
