@@ -101,7 +101,7 @@ StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx, int64_t fence_ep
 StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
                                                         comm::DistContext& ctx,
                                                         const DeviceChoice& dev) {
-  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
+  FT_ASSIGN_OR_RETURN(Sharding sharding, ParseSharding(cfg.dist.sharding));
   // Names and shapes only: the engine fills each rank's shards itself and drops the model's
   // tensors, which are allocated but never touched, so none of their pages becomes resident
   // (deterministic mode, on a GPU run, would otherwise fill them with NaN first: 27 GB of
@@ -568,14 +568,14 @@ void StartSdcCheck(Run* run) {
   const int64_t every = run->cfg.guard.sdc_every_steps;
   if (every <= 0) return;
   const comm::WorldInfo& w = run->ctx->world();
-  const fsdp::Sharding s = run->engine->config().sharding;
+  const Sharding s = run->engine->config().sharding;
   // The resumed state was checked before it was saved (disk or memory): the last known good.
   run->sdc_passed = std::max<int64_t>(0, run->state.step);
   run->place.rank = w.rank;
   run->place.node = w.node_rank;
-  run->place.shard = s == fsdp::Sharding::kNoShard ? 0 : w.local_rank;
-  run->sdc_check = (s == fsdp::Sharding::kNoShard && w.world_size > 1) ||
-                   (s == fsdp::Sharding::kHybridShard && w.num_nodes > 1);
+  run->place.shard = s == Sharding::kNoShard ? 0 : w.local_rank;
+  run->sdc_check = (s == Sharding::kNoShard && w.world_size > 1) ||
+                   (s == Sharding::kHybridShard && w.num_nodes > 1);
   if (!run->leader) return;
   if (run->sdc_check) {
     FT_LOG(Info) << "guard: replicas compare their master shards' hashes every " << every
