@@ -101,7 +101,7 @@ StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx, int64_t fence_ep
 StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
                                                         comm::DistContext& ctx,
                                                         const DeviceChoice& dev) {
-  FT_ASSIGN_OR_RETURN(Sharding sharding, ParseSharding(cfg.dist.sharding));
+  const Sharding sharding = cfg.dist.sharding;
   // Names and shapes only: the engine fills each rank's shards itself and drops the model's
   // tensors, which are allocated but never touched, so none of their pages becomes resident
   // (deterministic mode, on a GPU run, would otherwise fill them with NaN first: 27 GB of
@@ -429,7 +429,7 @@ Status CheckMemory(const Run& run, int64_t seq_len) {
   const comm::WorldInfo& w = run.ctx->world();
   MemoryFitInput in;
   in.model = cfg.model;
-  in.sharding = cfg.dist.sharding;
+  in.sharding = ShardingName(cfg.dist.sharding);
   in.nodes = w.num_nodes;
   in.ranks_per_node = w.local_world_size;
   in.device_bytes =
@@ -481,25 +481,25 @@ void PlanOptimizer(Run* run) {
   if (!run->leader) return;
   if (cfg.dist.exact_reduce) {
     FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, "
-                 << cfg.dist.sharding << " over " << world.world_size
+                 << ShardingName(cfg.dist.sharding) << " over " << world.world_size
                  << " ranks; dist.reduce = exact: global batch " << cfg.train.global_batch << " = "
                  << cfg.dist.ExactMicroBatches(cfg.train) << " micro-batches of "
                  << cfg.train.micro_batch << " sequences of " << run->seq_len
                  << " tokens, dealt by global index; peak lr " << run->sched.peak_lr;
     return;
   }
-  FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, " << cfg.dist.sharding
-               << " over " << world.world_size << " ranks (" << world.num_nodes
-               << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
-               << " x accumulation " << cfg.train.grad_accum << " x data-parallel "
-               << world.world_size << " = " << run->effective_batch << " sequences of "
-               << run->seq_len << " tokens; peak lr " << run->sched.peak_lr
+  FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, "
+               << ShardingName(cfg.dist.sharding) << " over " << world.world_size << " ranks ("
+               << world.num_nodes << " nodes); effective batch = micro_batch "
+               << cfg.train.micro_batch << " x accumulation " << cfg.train.grad_accum
+               << " x data-parallel " << world.world_size << " = " << run->effective_batch
+               << " sequences of " << run->seq_len << " tokens; peak lr " << run->sched.peak_lr
                << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
 }
 
 nlohmann::json LayoutJson(const Run& run) {
   const comm::WorldInfo& world = run.ctx->world();
-  return {{"sharding", run.cfg.dist.sharding},
+  return {{"sharding", ShardingName(run.cfg.dist.sharding)},
           {"world_size", world.world_size},
           {"num_nodes", world.num_nodes},
           {"local_world_size", world.local_world_size},
@@ -582,8 +582,8 @@ void StartSdcCheck(Run* run) {
                  << " steps and before every checkpoint (guard.sdc_every_steps)";
   } else {
     FT_LOG(Warning) << "guard: guard.sdc_every_steps = " << every << " but "
-                    << run->cfg.dist.sharding << " over " << w.num_nodes << " node(s), "
-                    << w.world_size
+                    << ShardingName(run->cfg.dist.sharding) << " over " << w.num_nodes
+                    << " node(s), " << w.world_size
                     << " rank(s) keeps no replica of a shard: there is nothing to compare, no "
                        "replica check runs (docs/operations.md, Silent data corruption)";
   }

@@ -182,7 +182,7 @@ StatusOr<World> StartWorld(const TrainConfig& cfg) {
 // The engine over the model: the run's sharding, compute dtype and device; the master shards
 // left for LoadWeights.
 StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEvalEngine(const TrainConfig& cfg, World& w) {
-  FT_ASSIGN_OR_RETURN(Sharding sharding, ParseSharding(cfg.dist.sharding));
+  const Sharding sharding = cfg.dist.sharding;
   model::LlamaModel model(cfg.model);
   fsdp::FsdpConfig fc;
   fc.defer_init = true;
