@@ -427,24 +427,26 @@ Status CheckMemory(const Run& run, int64_t seq_len) {
   if (skip != nullptr && std::string(skip) == "1") return Status::Ok();
   const TrainConfig& cfg = run.cfg;
   const comm::WorldInfo& w = run.ctx->world();
-  MemoryFitInput in;
+  PlanInput in;
   in.model = cfg.model;
-  in.sharding = ShardingName(cfg.dist.sharding);
+  in.model_source = "the run's model";  // what the planner's messages say the model is
   in.nodes = w.num_nodes;
-  in.ranks_per_node = w.local_world_size;
-  in.device_bytes =
+  in.gpus_per_node = w.local_world_size;
+  const uint64_t device_bytes =
       run.dev.device.is_cuda()
           ? run.dev.memory_bytes
           : HostMemoryBytes() / static_cast<uint64_t>(std::max(1, w.local_world_size));
-  in.device = run.dev.device.is_cuda()
-                  ? "cuda:" + std::to_string(run.dev.cuda_index)
-                  : "this host (its memory / " + std::to_string(w.local_world_size) + " ranks)";
+  in.gpu_mem_gb = static_cast<double>(device_bytes) / 1e9;  // 0: unknown, nothing is checked
   in.seq_len = seq_len;
   in.micro_batch = cfg.train.micro_batch;
   in.act_ckpt = cfg.train.activation_checkpointing;
   in.ac_every = cfg.train.ac_every;
   in.grad_bytes = cfg.train.reduce_dtype == Precision::kBFloat16 ? 2 : 4;
-  return CheckMemoryFit(in);
+  const std::string device =
+      run.dev.device.is_cuda()
+          ? "cuda:" + std::to_string(run.dev.cuda_index)
+          : "this host (its memory / " + std::to_string(w.local_world_size) + " ranks)";
+  return CheckMemoryFit(in, cfg.dist.sharding, device);
 }
 
 // The reader positioned where the resumed state says, checked against the model.
