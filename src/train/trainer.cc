@@ -45,6 +45,7 @@
 #include "train/config/mirror_config.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
+#include "train/engine_builder.h"
 #include "train/eval/eval_loop.h"
 #include "train/hang_watch.h"
 #include "train/phase_clock.h"
@@ -91,45 +92,6 @@ StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx, int64_t fence_ep
                 static_cast<long long>(first < 0 ? -first : first),
                 static_cast<unsigned>(t[1].item<double>()));
   return std::string(buf);
-}
-
-// The model and the FSDP engine over it. A random init is computed unit by unit while
-// sharding (fsdp::FsdpConfig::init_seed); base weights (train.init) are read later, after the
-// resume decided that they are needed, each rank reading only its own shards
-// (LoadBaseWeights). Either way the model's own tensors are allocated but never written, so
-// no rank holds the whole fp32 model.
-StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
-                                                        comm::DistContext& ctx,
-                                                        const DeviceChoice& dev) {
-  const Sharding sharding = cfg.dist.sharding;
-  // Names and shapes only: the engine fills each rank's shards itself and drops the model's
-  // tensors, which are allocated but never touched, so none of their pages becomes resident
-  // (deterministic mode, on a GPU run, would otherwise fill them with NaN first: 27 GB of
-  // host memory per rank at 7B, single-threaded, at every start).
-  fsdp::NoUninitializedFill no_fill;
-  model::LlamaModel model(cfg.model);
-  fsdp::FsdpConfig fc;
-  if (cfg.train.init == "random") {
-    fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
-  } else {
-    fc.defer_init = true;
-  }
-  fc.sharding = sharding;
-  auto dtype = [](Precision p) {
-    return p == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
-  };
-  fc.param_dtype = dtype(cfg.train.param_dtype);
-  fc.reduce_dtype = dtype(cfg.train.reduce_dtype);
-  fc.activation_checkpointing = cfg.train.activation_checkpointing;
-  fc.ac_every = static_cast<int>(cfg.train.ac_every);
-  fc.prefetch = cfg.train.prefetch;
-  fc.device = dev.device;
-  fc.exact_reduce = cfg.dist.exact_reduce;
-  if (fc.exact_reduce) fc.exact_micro_batches = cfg.dist.ExactMicroBatches(cfg.train);
-  return fsdp::FsdpEngine::Create(
-      model, fc,
-      fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node(),
-                      &ctx.world_reduce(), &ctx.intra_node_reduce()));
 }
 
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
@@ -834,7 +796,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_ASSIGN_OR_RETURN(run->data_version,
                       DataVersionOf(cfg, world, env, &data_tokenizer, &data_seq_len));
   FT_RETURN_IF_ERROR(CheckMemory(*run, data_seq_len));
-  FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
+  FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev, EngineUse::kTrain));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
   // carried in every checkpoint so that anything that does draw resumes exactly).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL +
