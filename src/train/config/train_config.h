@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/sharding.h"
 #include "core/status.h"
 #include "formats/llama_config.h"
 #include "train/verdicts/guard.h"
@@ -76,7 +77,7 @@ struct DataSection {
 };
 
 struct DistSection {
-  std::string sharding = "full_shard";
+  Sharding sharding = Sharding::kFullShard;  // read with ParseSharding, printed with ShardingName
   std::string backend = "gloo";
   int64_t rdzv_timeout_s = 300;
   // A collective that has not finished in this long fails the rank with a message naming the
