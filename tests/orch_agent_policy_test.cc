@@ -4,10 +4,13 @@
 // dead claimant only, the Slurm-view requeue). Milliseconds, no processes.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "orch/agent_policy.h"
+#include "orch/dry_run.h"
 #include "orch/topology.h"
 
 namespace ftrain::orch {
@@ -471,6 +474,44 @@ TEST(WatcherMachine, EveryStateHasARowAndTheRulesAreUnique) {
   for (const auto& r : kWatcherRules) EXPECT_TRUE(ids.insert(r.id).second) << r.id;
   for (const auto& f : Fired())
     EXPECT_TRUE(ids.count(f)) << "rule '" << f << "' not in kWatcherRules";
+}
+
+// `ftrain agent --dry-run`: the recorded sequence in tests/fixtures/watcher_dry_run.txt gives
+// each decision's rule and state in order; a bad line is refused naming it.
+TEST(WatcherDryRun, TheFixtureReplaysRuleByRuleAndBadLinesAreNamed) {
+  std::ifstream in(std::string(FTRAIN_SOURCE_DIR) + "/tests/fixtures/watcher_dry_run.txt");
+  ASSERT_TRUE(in) << "tests/fixtures/watcher_dry_run.txt";
+  std::stringstream text;
+  text << in.rdbuf();
+  std::ostringstream out;
+  Status s = WatcherDryRun(text.str(), out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<std::string> rules;
+  std::istringstream lines(out.str());
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("  -> ", 0) == 0) {
+      rules.push_back(l.substr(5));
+      Fired().insert(l.substr(5, l.find(' ', 5) - 5));
+    }
+  }
+  EXPECT_EQ(rules, (std::vector<std::string>{"watch.late [watching]", "watch.declared [claiming]",
+                                             "watch.claim_held [waiting_claim]",
+                                             "watch.claim_taken_over [claiming]",
+                                             "watch.claimed [leasing]", "watch.leased [submitting]",
+                                             "watch.resubmitted [done]"}))
+      << out.str();
+  EXPECT_NE(out.str().find("     record resubmitted/node_failure"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("     notify_and_cancel 4242"), std::string::npos) << out.str();
+  std::ostringstream bad;
+  Status b = WatcherDryRun("0 teleport by=x\n", bad);
+  EXPECT_NE(b.message().find("line 1: '0 teleport by=x': unknown kind 'teleport'"),
+            std::string::npos)
+      << b.message();
+  b = WatcherDryRun("rank 3\n", bad);
+  EXPECT_NE(b.message().find("line 1: rank must be 1"), std::string::npos) << b.message();
+  b = WatcherDryRun("0 claim ok=1\nrank 2\n", bad);
+  EXPECT_NE(b.message().find("line 2: rank after the first observation"), std::string::npos)
+      << b.message();
 }
 
 // Every rule of kWatcherRules fired in some test of this binary (checked after all of them ran).

@@ -22,6 +22,26 @@ namespace ftrain::cli {
 
 namespace po = boost::program_options;
 
+namespace {
+
+// --dry-run FILE ('-': stdin) through `replay` (the job's or the watcher's); exit 2 when the
+// file cannot be read or a line is bad, naming it.
+int DryRun(const std::string& program, const std::string& file,
+           Status (*replay)(const std::string&, std::ostream&)) {
+  std::stringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) return Fail(program, Status::InvalidArgument("--dry-run: cannot read '" + file + "'"));
+    text << in.rdbuf();
+  }
+  Status s = replay(text.str(), std::cout);
+  return s.ok() ? kExitOk : Fail(program, s);
+}
+
+}  // namespace
+
 int RunJob(int argc, char** argv) {
   const std::string program = "ftrain job";
   po::options_description opts(
@@ -53,19 +73,7 @@ int RunJob(int argc, char** argv) {
     std::cout << orch::MachineTable();
     return kExitOk;
   }
-  if (!dry_run.empty()) {
-    std::stringstream text;
-    if (dry_run == "-") {
-      text << std::cin.rdbuf();
-    } else {
-      std::ifstream in(dry_run);
-      if (!in)
-        return Fail(program, Status::InvalidArgument("--dry-run: cannot read '" + dry_run + "'"));
-      text << in.rdbuf();
-    }
-    s = orch::DryRun(text.str(), std::cout);
-    return s.ok() ? kExitOk : Fail(program, s);
-  }
+  if (!dry_run.empty()) return DryRun(program, dry_run, orch::DryRun);
   auto settings = orch::LoadJobSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SlurmCli slurm;
@@ -78,9 +86,14 @@ int RunJob(int argc, char** argv) {
 int RunAgent(int argc, char** argv) {
   const std::string program = "ftrain agent";
   po::options_description opts(
-      "ftrain agent\nThe node agent: runs this node's ckptd, its heartbeat, and the batch-host "
-      "watch (started by `ftrain job`, one step per node; settings: FTRAIN_* variables)");
-  opts.add_options()("help,h", "show this help");
+      "ftrain agent | --dry-run FILE\nThe node agent: runs this node's ckptd, its heartbeat, and "
+      "the batch-host watch (started by `ftrain job`, one step per node; settings: FTRAIN_* "
+      "variables)");
+  std::string dry_run;
+  opts.add_options()("help,h", "show this help")(
+      "dry-run", po::value<std::string>(&dry_run),
+      "print the batch-host watcher's decisions for the observations in FILE ('-': stdin); "
+      "runs nothing");
   po::variables_map vm;
   Status s = ParseFlags(program, argc, argv, opts, {}, &vm);
   if (!s.ok()) return Fail(program, s);
@@ -88,6 +101,7 @@ int RunAgent(int argc, char** argv) {
     std::cout << opts;
     return kExitOk;
   }
+  if (!dry_run.empty()) return DryRun(program, dry_run, orch::WatcherDryRun);
   auto settings = orch::LoadAgentSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SystemClock clock;

@@ -18,6 +18,12 @@ namespace ftrain::orch {
 StatusOr<std::optional<Observation>> ParseObservationLine(const std::string& line);
 // Runs the policy over `text`, writes each observation and its decision to `out`.
 Status DryRun(const std::string& text, std::ostream& out);
+// `ftrain agent --dry-run`: the batch-host watcher (WatcherPolicy) over `text`, each observation
+// and its decision to `out`. Lines as above with the watcher's kinds and keys (left, known, ok,
+// done, dead, can_run, by, job, error, log, options, count); `env NAME=VALUE` sets the agent's
+// settings (defaults: SLURMD_NODENAME=n2 watching FTRAIN_BATCH_HOST=n1) and `rank 1|2` which
+// watcher it is, both before the first observation.
+Status WatcherDryRun(const std::string& text, std::ostream& out);
 // The table of what the job script handles (markdown), from kRules.
 std::string HandledTable();
 // The controller's machine (markdown): JobPolicy's routes, then its phases, observations and
