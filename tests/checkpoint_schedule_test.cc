@@ -21,7 +21,7 @@ CkptSection Every(double minutes, int64_t steps, bool save_final = true) {
 }
 
 TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSave) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(25, 0), 1000, &env);
   EXPECT_FALSE(s.TimeDue());
   env.AdvanceSeconds(25 * 60 - 0.001);
@@ -37,14 +37,14 @@ TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSav
 }
 
 TEST(CheckpointSchedule, ZeroMinutesTurnsTheClockOff) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(0, 0), 1000, &env);
   env.AdvanceSeconds(1e7);
   EXPECT_FALSE(s.TimeDue());
 }
 
 TEST(CheckpointSchedule, DueOnTheStepIntervalTheAgreedClockAStopOrTheFinalStep) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(0, 50), 120, &env);
   EXPECT_FALSE(s.Due(49, false, false));
   EXPECT_TRUE(s.Due(50, false, false));
@@ -58,7 +58,7 @@ TEST(CheckpointSchedule, DueOnTheStepIntervalTheAgreedClockAStopOrTheFinalStep) 
 }
 
 TEST(CheckpointSchedule, AStopAndTheFinalStepMustBeDurableIntervalsNot) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(25, 50), 120, &env);
   EXPECT_FALSE(s.MustBeDurable(50, false));
   EXPECT_TRUE(s.MustBeDurable(51, true));
@@ -115,7 +115,7 @@ TEST(MemoryTierSchedule, ASnapshotPassesOnceWhileTheOneBeforeAwaitsItsBuddy) {
 // boundary agreement max-reduces the vote, and MemoryTier::Due takes it at that step on every
 // rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.
 TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnapshotOrSave) {
-  ftrain::testing::FakeClockEnv env;
+  ftrain::testing::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   c.every_steps = 10;
@@ -147,7 +147,7 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
 }
 
 TEST(MemoryTierSchedule, BothIntervalsAndZeroSecondsIsOff) {
-  ftrain::testing::FakeClockEnv env;
+  ftrain::testing::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   ftrain::train::CheckpointSchedule s(c, 1000, &env);

@@ -252,7 +252,7 @@ TEST(PeerWire, HostPortParsing) {
 // A peer that did not answer is skipped for a minute, then asked again; one that answers is
 // asked at once.
 TEST(UnreachablePeers, ADeadPeerIsSkippedForAMinuteThenAskedAgain) {
-  testing::FakeClockEnv env;
+  testing::FakeClockEnv env(Env::Default());
   UnreachablePeers dead(&env, 60);
   EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
   dead.MarkDead("n1:7000", dead.Now());

@@ -115,7 +115,7 @@ TEST(JudgeHang, TwoStuckRanksAreBothNamedAndTheLowestOtherRecords) {
 // the rank's age). Ages are now the judge's own monotonic clock's (a fake one here): the file's
 // wall-clock time is never used.
 TEST(ProgressAges, AJudgeWhoseWallClockIsAheadDoesNotNameARankInACheckpoint) {
-  testing::FakeClockEnv clock;
+  testing::FakeClockEnv clock(Env::Default());
   auto now = [&clock] { return static_cast<double>(clock.NowMicros()) / 1e6; };
   const double judge_wall = 1.7e9;
   RankProgress saving = Rank(0, 40, 30, judge_wall - 600);  // its host's clock: 10 min behind
