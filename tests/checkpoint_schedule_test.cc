@@ -3,7 +3,7 @@
 // which saves must be durable. No processes, no waiting.
 #include <gtest/gtest.h>
 
-#include "fake_clock_env.h"
+#include "core/fake_clock_env.h"
 #include "train/checkpoint/coordinator.h"
 #include "train/checkpoint/memory_tier.h"
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <thread>
 
+#include "core/fake_clock_env.h"
 #include "daemon/peer_auth.h"
 #include "daemon/peer_fetch.h"
 #include "daemon/peer_wire.h"
-#include "fake_clock_env.h"
 #include "test_util.h"
 
 namespace ftrain::ckptd::peer {
