@@ -10,8 +10,6 @@
 namespace ftrain::train {
 namespace {
 
-using ftrain::testing::FakeClockEnv;
-
 CkptSection Every(double minutes, int64_t steps, bool save_final = true) {
   CkptSection c;
   c.every_minutes = minutes;
@@ -24,11 +22,11 @@ TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSav
   FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(25, 0), 1000, &env);
   EXPECT_FALSE(s.TimeDue());
-  env.AdvanceSeconds(25 * 60 - 0.001);
+  env.Advance(25 * 60 - 0.001);
   EXPECT_FALSE(s.TimeDue());
-  env.AdvanceSeconds(0.001);
+  env.Advance(0.001);
   EXPECT_TRUE(s.TimeDue());
-  env.AdvanceSeconds(3600);  // however late the boundary comes, it is one checkpoint
+  env.Advance(3600);  // however late the boundary comes, it is one checkpoint
   EXPECT_TRUE(s.TimeDue());
   s.Saved();
   EXPECT_FALSE(s.TimeDue());
@@ -39,7 +37,7 @@ TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSav
 TEST(CheckpointSchedule, ZeroMinutesTurnsTheClockOff) {
   FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(0, 0), 1000, &env);
-  env.AdvanceSeconds(1e7);
+  env.Advance(1e7);
   EXPECT_FALSE(s.TimeDue());
 }
 
@@ -115,7 +113,7 @@ TEST(MemoryTierSchedule, ASnapshotPassesOnceWhileTheOneBeforeAwaitsItsBuddy) {
 // boundary agreement max-reduces the vote, and MemoryTier::Due takes it at that step on every
 // rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.
 TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnapshotOrSave) {
-  ftrain::testing::FakeClockEnv env(ftrain::Env::Default());
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   c.every_steps = 10;
@@ -127,7 +125,7 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
   EXPECT_TRUE(tier.enabled());
   std::vector<int64_t> memory, disk;
   for (int64_t step = 1; step <= 12; ++step) {
-    env.AdvanceSeconds(2);
+    env.Advance(2);
     const bool vote = s.MemoryTimeDue();
     if (s.Due(step, false, false)) {  // a disk checkpoint: both clocks start again
       disk.push_back(step);
@@ -142,16 +140,16 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
   EXPECT_EQ(memory, (std::vector<int64_t>{3, 6, 9}));
   EXPECT_EQ(disk, (std::vector<int64_t>{10}));
   EXPECT_FALSE(s.MemoryTimeDue());
-  env.AdvanceSeconds(1);
+  env.Advance(1);
   EXPECT_TRUE(s.MemoryTimeDue());
 }
 
 TEST(MemoryTierSchedule, BothIntervalsAndZeroSecondsIsOff) {
-  ftrain::testing::FakeClockEnv env(ftrain::Env::Default());
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   ftrain::train::CheckpointSchedule s(c, 1000, &env);
-  env.AdvanceSeconds(1e7);
+  env.Advance(1e7);
   EXPECT_FALSE(s.MemoryTimeDue());  // memory_every_seconds = 0: the clock never votes
   ftrain::train::MemoryTierOptions o;
   o.every_steps = 4;
