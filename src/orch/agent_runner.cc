@@ -43,8 +43,8 @@ std::string FullHost() {
 
 }  // namespace
 
-AgentRunner::AgentRunner(AgentSettings s, const Clock* clock, Env* env)
-    : s_(std::move(s)), clock_(clock), env_(env), layout_(s_.run_dir) {
+AgentRunner::AgentRunner(AgentSettings s, Env* env)
+    : s_(std::move(s)), env_(env), layout_(s_.run_dir) {
   job_ = EnvOr("SLURM_JOB_ID");
   restart_count_ = std::atoi(EnvOr("SLURM_RESTART_COUNT", "0").c_str());
 }
