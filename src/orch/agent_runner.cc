@@ -26,14 +26,15 @@
 #include "orch/topology.h"
 
 namespace ftrain::orch {
-namespace {
 
-std::string Stamp() {
-  const std::time_t t = std::time(nullptr);
+std::string AgentRunner::Stamp() const {
+  const auto t = static_cast<std::time_t>(UnixSeconds(env_));
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return when;
 }
+
+namespace {
 
 std::string FullHost() {
   char buf[256] = {0};

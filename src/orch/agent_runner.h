@@ -36,6 +36,7 @@ class AgentRunner {
 
  private:
   void Log(const std::string& text);
+  std::string Stamp() const;  // now in UTC, on the wall clock of env_, for log lines
   void HeartbeatLoop();
   void FollowLoop();
   bool PointBuddy(const std::vector<std::string>& ring);

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -256,10 +255,7 @@ void AgentRunner::NotifyAndCancel(const std::string& new_job, Slurm* slurm) {
   // This step's output went to srun on the dead batch host: the job's output file directly.
   if (!out_file_.empty()) {
     std::ofstream out(out_file_, std::ios::app);
-    const std::time_t t = std::time(nullptr);
-    char when[32];
-    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    out << "[" << when << "] agent.sh " << s_.node << ": " << msg << "\n";
+    out << "[" << Stamp() << "] agent.sh " << s_.node << ": " << msg << "\n";
   }
   // A cancelled job never satisfies afterok, and afterany would fire now.
   for (const auto& [id, dep] : slurm->PendingJobsOfUser()) {
