@@ -1,11 +1,11 @@
-// The training loop's checkpoint due rule (train/checkpoint/coordinator.h, CheckpointSchedule)
-// on a fake clock: the wall-clock interval, the step interval, a stop, the final step, and
-// which saves must be durable. No processes, no waiting.
+// The training loop's checkpoint due rules (train/checkpoint/schedule.h, CheckpointSchedule)
+// on a fake clock: the wall-clock interval, the step interval, a stop, the final step, which
+// saves must be durable, and the memory tier's intervals. No processes, no waiting, no LibTorch.
 #include <gtest/gtest.h>
 
 #include "core/fake_clock_env.h"
-#include "train/checkpoint/coordinator.h"
 #include "train/checkpoint/memory_tier.h"
+#include "train/checkpoint/schedule.h"
 
 namespace ftrain::train {
 namespace {
@@ -69,19 +69,20 @@ TEST(CheckpointSchedule, AStopAndTheFinalStepMustBeDurableIntervalsNot) {
 // The memory tier's due rule (issue 35): every N optimizer steps, off at 0; the coordinator
 // takes a disk checkpoint instead where both are due.
 TEST(MemoryTierSchedule, DueEveryNStepsAndOffAtZero) {
-  ftrain::train::MemoryTierOptions o;
-  o.every_steps = 3;
-  ftrain::train::MemoryTier tier(o, nullptr);
-  EXPECT_TRUE(tier.enabled());
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
+  ftrain::train::CkptSection c;
+  c.memory_every_steps = 3;
+  ftrain::train::CheckpointSchedule tier(c, 1000, &env);
+  EXPECT_TRUE(tier.memory_tier());
   std::vector<int64_t> due;
   for (int64_t s = 0; s <= 10; ++s) {
-    if (tier.Due(s)) due.push_back(s);
+    if (tier.MemoryDue(s, false)) due.push_back(s);
   }
   EXPECT_EQ(due, (std::vector<int64_t>{3, 6, 9}));
-  o.every_steps = 0;
-  ftrain::train::MemoryTier off(o, nullptr);
-  EXPECT_FALSE(off.enabled());
-  for (int64_t s = 0; s <= 10; ++s) EXPECT_FALSE(off.Due(s));
+  c.memory_every_steps = 0;
+  ftrain::train::CheckpointSchedule off(c, 1000, &env);
+  EXPECT_FALSE(off.memory_tier());
+  for (int64_t s = 0; s <= 10; ++s) EXPECT_FALSE(off.MemoryDue(s, true));
 }
 
 // A due snapshot passes while the one before it still awaits a buddy and a step is recorded:
@@ -110,7 +111,7 @@ TEST(MemoryTierSchedule, ASnapshotPassesOnceWhileTheOneBeforeAwaitsItsBuddy) {
 }
 
 // ckpt.memory_every_seconds: rank 0's clock votes (CheckpointSchedule::MemoryTimeDue), the
-// boundary agreement max-reduces the vote, and MemoryTier::Due takes it at that step on every
+// boundary agreement max-reduces the vote, and MemoryDue takes it at that step on every
 // rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.
 TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnapshotOrSave) {
   ftrain::FakeClockEnv env(ftrain::Env::Default());
@@ -119,10 +120,7 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
   c.every_steps = 10;
   c.memory_every_seconds = 5;
   ftrain::train::CheckpointSchedule s(c, 1000, &env);
-  ftrain::train::MemoryTierOptions o;
-  o.every_seconds = c.memory_every_seconds;
-  ftrain::train::MemoryTier tier(o, nullptr);
-  EXPECT_TRUE(tier.enabled());
+  EXPECT_TRUE(s.memory_tier());
   std::vector<int64_t> memory, disk;
   for (int64_t step = 1; step <= 12; ++step) {
     env.Advance(2);
@@ -130,7 +128,7 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
     if (s.Due(step, false, false)) {  // a disk checkpoint: both clocks start again
       disk.push_back(step);
       s.Saved();
-    } else if (tier.Due(step, vote)) {
+    } else if (s.MemoryDue(step, vote)) {
       memory.push_back(step);
       s.MemoryTaken();
     }
@@ -151,15 +149,14 @@ TEST(MemoryTierSchedule, BothIntervalsAndZeroSecondsIsOff) {
   ftrain::train::CheckpointSchedule s(c, 1000, &env);
   env.Advance(1e7);
   EXPECT_FALSE(s.MemoryTimeDue());  // memory_every_seconds = 0: the clock never votes
-  ftrain::train::MemoryTierOptions o;
-  o.every_steps = 4;
-  o.every_seconds = 30;
-  ftrain::train::MemoryTier tier(o, nullptr);
-  EXPECT_TRUE(tier.Due(4, false));   // the step interval
-  EXPECT_TRUE(tier.Due(5, true));    // the agreed clock
-  EXPECT_FALSE(tier.Due(5, false));  // neither
-  EXPECT_FALSE(tier.Due(0, true));   // never before the first step
-  o.every_seconds = 0;
-  ftrain::train::MemoryTier steps_only(o, nullptr);
-  EXPECT_FALSE(steps_only.Due(5, true));  // a stray vote does not count without the interval
+  c.memory_every_steps = 4;
+  c.memory_every_seconds = 30;
+  ftrain::train::CheckpointSchedule both(c, 1000, &env);
+  EXPECT_TRUE(both.MemoryDue(4, false));   // the step interval
+  EXPECT_TRUE(both.MemoryDue(5, true));    // the agreed clock
+  EXPECT_FALSE(both.MemoryDue(5, false));  // neither
+  EXPECT_FALSE(both.MemoryDue(0, true));   // never before the first step
+  c.memory_every_seconds = 0;
+  ftrain::train::CheckpointSchedule steps_only(c, 1000, &env);
+  EXPECT_FALSE(steps_only.MemoryDue(5, true));  // a stray vote does not count without the interval
 }

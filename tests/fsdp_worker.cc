@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   if (!ctx.ok()) return Fail(ctx.status());
   const auto& w = (*ctx)->world();
 
-  auto sharding = fsdp::ParseSharding(a["--sharding"]);
+  auto sharding = ParseSharding(a["--sharding"]);
   if (!sharding.ok()) return Fail(sharding.status());
   fsdp::FsdpConfig fc;
   fc.sharding = *sharding;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "orch/agent_policy.h"
 #include "orch/topology.h"
@@ -160,6 +161,18 @@ WatcherObs Obs(WatcherObs::Kind k, double now = 0) {
   return o;
 }
 
+// The rules of kWatcherRules that fired in this binary's tests.
+std::set<std::string>& Fired() {
+  static std::set<std::string> fired;
+  return fired;
+}
+
+// The decision's rule counts as fired; its actions pass on.
+std::vector<WatcherAct> Acts(const WatcherDecision& d) {
+  if (!d.rule.empty()) Fired().insert(d.rule);
+  return d.acts;
+}
+
 std::string Kinds(const std::vector<WatcherAct>& acts) {
   std::string s;
   for (const auto& a : acts) {
@@ -205,6 +218,8 @@ std::string Kinds(const std::vector<WatcherAct>& acts) {
   return s;
 }
 
+std::string Kinds(const WatcherDecision& d) { return Kinds(Acts(d)); }
+
 WatcherObs Declared() {
   WatcherObs o = Obs(WatcherObs::Kind::kDeclared);
   o.fields = {records::Str("detected_by", "ftrain"), records::Str("evidence", "heartbeat silent")};
@@ -221,7 +236,7 @@ TEST(WatcherPolicy, TheFirstWatcherClaimsLeasesRecordsSubmitsAndCancels) {
   EXPECT_EQ(Kinds(w.On(claim)), "lease ");
   WatcherObs lease = Obs(WatcherObs::Kind::kLease);
   lease.ok = true;
-  auto acts = w.On(lease);
+  auto acts = Acts(w.On(lease));
   EXPECT_EQ(Kinds(acts), "record:step_failed submit ");
   EXPECT_EQ(records::EncodeLine(acts[0].record).substr(0, 0), "");
   std::string line = records::EncodeLine(acts[0].record);
@@ -232,7 +247,7 @@ TEST(WatcherPolicy, TheFirstWatcherClaimsLeasesRecordsSubmitsAndCancels) {
   WatcherObs sub = Obs(WatcherObs::Kind::kSubmitted);
   sub.job = "4242";
   sub.options = "--nodes=2 --exclude=n1";
-  acts = w.On(sub);
+  acts = Acts(w.On(sub));
   // The marker before the record, the record before the cancel.
   EXPECT_EQ(Kinds(acts), "mark record:resubmitted notify_cancel ");
   EXPECT_NE(records::EncodeLine(acts[1].record)
@@ -254,14 +269,14 @@ TEST(WatcherPolicy, TheSecondWatcherActsFiveSecondsLater) {
 TEST(WatcherPolicy, AClaimIsTakenOverOnlyFromADeadClaimant) {
   WatcherPolicy w(Watcher("n2"), "42", 0);
   w.SetRank(1);
-  w.On(Declared());
+  Acts(w.On(Declared()));
   WatcherObs held = Obs(WatcherObs::Kind::kClaim);
   held.by = "n3";
   EXPECT_EQ(Kinds(w.On(held)), "watch_claim ");
   WatcherObs dead = Obs(WatcherObs::Kind::kClaimWatch);
   dead.by = "n3";
   dead.dead = true;
-  auto acts = w.On(dead);
+  auto acts = Acts(w.On(dead));
   EXPECT_EQ(Kinds(acts), "log take_over ");
   EXPECT_EQ(acts[0].text,
             "the other watcher n3 claimed job 42's resubmission and died: taking it over");
@@ -271,12 +286,12 @@ TEST(WatcherPolicy, AClaimIsTakenOverOnlyFromADeadClaimant) {
 
   WatcherPolicy live(Watcher("n2"), "42", 0);
   live.SetRank(1);
-  live.On(Declared());
-  live.On(held);
+  Acts(live.On(Declared()));
+  Acts(live.On(held));
   WatcherObs done = Obs(WatcherObs::Kind::kClaimWatch);
   done.by = "n3";
   done.done = true;
-  acts = live.On(done);
+  acts = Acts(live.On(done));
   EXPECT_EQ(Kinds(acts), "log ");
   EXPECT_NE(acts[0].text.find("is being submitted again by the other watcher (n3)"),
             std::string::npos);
@@ -286,21 +301,21 @@ TEST(WatcherPolicy, AClaimIsTakenOverOnlyFromADeadClaimant) {
 TEST(WatcherPolicy, NoResubmissionPastTheLimitOrWhenSbatchFails) {
   WatcherPolicy w(Watcher("n2", 1, 3), "42", 0);
   w.SetRank(1);
-  w.On(Declared());
+  Acts(w.On(Declared()));
   WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
   claim.ok = true;
-  w.On(claim);
+  Acts(w.On(claim));
   WatcherObs lease = Obs(WatcherObs::Kind::kLease);
   lease.ok = true;
-  auto acts = w.On(lease);
+  auto acts = Acts(w.On(lease));
   EXPECT_EQ(Kinds(acts), "record:step_failed log record:not_resubmitted ");
   EXPECT_FALSE(w.watching_heartbeat());  // Slurm decides now
 
   WatcherPolicy f(Watcher("n2"), "42", 0);
   f.SetRank(1);
-  f.On(Declared());
-  f.On(claim);
-  f.On(lease);
+  Acts(f.On(Declared()));
+  Acts(f.On(claim));
+  Acts(f.On(lease));
   WatcherObs failed = Obs(WatcherObs::Kind::kSubmitted);
   failed.error = "sbatch --nodes=2 failed (exit 1: invalid partition)";
   EXPECT_EQ(Kinds(f.On(failed)), "log record:not_resubmitted ");
@@ -311,18 +326,18 @@ TEST(WatcherPolicy, NoResubmissionPastTheLimitOrWhenSbatchFails) {
 TEST(WatcherPolicy, ANewJobThatCanNeverRunIsCancelledAndTheOldOneKept) {
   WatcherPolicy w(Watcher("n2"), "42", 0);
   w.SetRank(1);
-  w.On(Declared());
+  Acts(w.On(Declared()));
   WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
   claim.ok = true;
-  w.On(claim);
+  Acts(w.On(claim));
   WatcherObs lease = Obs(WatcherObs::Kind::kLease);
   lease.ok = true;
-  w.On(lease);
+  Acts(w.On(lease));
   WatcherObs sub = Obs(WatcherObs::Kind::kSubmitted);
   sub.job = "4242";
   sub.can_run = false;
   sub.error = "PENDING, BadConstraints";
-  auto acts = w.On(sub);
+  auto acts = Acts(w.On(sub));
   EXPECT_EQ(Kinds(acts), "cancel_new log record:not_resubmitted ");
   EXPECT_EQ(acts[0].text, "4242");
 }
@@ -330,10 +345,10 @@ TEST(WatcherPolicy, ANewJobThatCanNeverRunIsCancelledAndTheOldOneKept) {
 TEST(WatcherPolicy, ALeaseHeldByAnotherJobStopsTheResubmission) {
   WatcherPolicy w(Watcher("n2"), "42", 0);
   w.SetRank(1);
-  w.On(Declared());
+  Acts(w.On(Declared()));
   WatcherObs claim = Obs(WatcherObs::Kind::kClaim);
   claim.ok = true;
-  w.On(claim);
+  Acts(w.On(claim));
   WatcherObs lease = Obs(WatcherObs::Kind::kLease);
   lease.error = "the run is held by job 43";
   EXPECT_EQ(Kinds(w.On(lease)), "log ");
@@ -348,27 +363,27 @@ TEST(WatcherPolicy, SlurmsViewRequeuesOnceAfterTwoLooks) {
   WatcherObs back = Obs(WatcherObs::Kind::kHostView);
   WatcherObs unknown = Obs(WatcherObs::Kind::kHostView);
   unknown.known = false;
-  w.On(gone);
-  w.On(back);  // a blip: not confirmed
-  w.On(gone);
-  w.On(unknown);  // slurmctld did not answer: no news
+  Acts(w.On(gone));
+  Acts(w.On(back));  // a blip: not confirmed
+  Acts(w.On(gone));
+  Acts(w.On(unknown));  // slurmctld did not answer: no news
   EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 1))), "");
-  w.On(gone);
+  Acts(w.On(gone));
   EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 2))), "restarts ");
   WatcherObs r = Obs(WatcherObs::Kind::kRestarts);
   r.count = -1;  // slurmctld did not answer: look again later
   EXPECT_EQ(Kinds(w.On(r)), "");
-  w.On(gone);
-  w.On(gone);
+  Acts(w.On(gone));
+  Acts(w.On(gone));
   EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 3))), "restarts ");
   r.count = 0;
-  auto acts = w.On(r);
+  auto acts = Acts(w.On(r));
   EXPECT_EQ(Kinds(acts), "log record:step_failed log requeue ");
   EXPECT_NE(records::EncodeLine(acts[1].record).find("\"watcher\":\"n2\",\"detected\":"),
             std::string::npos);
   WatcherObs ok = Obs(WatcherObs::Kind::kRequeued);
   ok.ok = true;
-  w.On(ok);
+  Acts(w.On(ok));
   EXPECT_TRUE(w.done());
   EXPECT_EQ(Kinds(w.On(gone)), "");
 }
@@ -378,9 +393,9 @@ TEST(WatcherPolicy, ARequeueBySomeoneElseIsNotRepeated) {
   w.SetRank(1);
   WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
   gone.left = true;
-  w.On(gone);
-  w.On(gone);
-  w.On(Obs(WatcherObs::Kind::kTick, 1));
+  Acts(w.On(gone));
+  Acts(w.On(gone));
+  Acts(w.On(Obs(WatcherObs::Kind::kTick, 1)));
   WatcherObs r = Obs(WatcherObs::Kind::kRestarts);
   r.count = 1;
   EXPECT_EQ(Kinds(w.On(r)), "");
@@ -392,8 +407,8 @@ TEST(WatcherPolicy, WithoutSparesSlurmsViewIsNotConsultedAndNonWatchersDoNothing
   w.SetRank(1);
   WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
   gone.left = true;
-  w.On(gone);
-  w.On(gone);
+  Acts(w.On(gone));
+  Acts(w.On(gone));
   EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 9))), "");
   WatcherPolicy none(Watcher("n4"), "42", 0);
   none.SetRank(0);
@@ -403,6 +418,77 @@ TEST(WatcherPolicy, WithoutSparesSlurmsViewIsNotConsultedAndNonWatchersDoNothing
   w.SetRank(1);
   EXPECT_EQ(Kinds(w.On(late)), "log record:heartbeat_late ");
 }
+
+// A requeue slurmctld refused: the watcher says so and watches again, two looks in a row
+// before it tries again (a blip after the refusal convicts nobody).
+TEST(WatcherPolicy, AFailedRequeueIsLoggedAndTriedAgainAfterTwoMoreLooks) {
+  WatcherPolicy w(Watcher("n2"), "42", 0);
+  w.SetRank(1);
+  WatcherObs gone = Obs(WatcherObs::Kind::kHostView);
+  gone.left = true;
+  Acts(w.On(gone));
+  Acts(w.On(gone));
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 1))), "restarts ");
+  WatcherObs r = Obs(WatcherObs::Kind::kRestarts);
+  EXPECT_EQ(Kinds(w.On(r)), "log record:step_failed log requeue ");
+  WatcherObs failed = Obs(WatcherObs::Kind::kRequeued);
+  failed.error = "Requested operation is presently disabled";
+  const WatcherDecision d = w.On(failed);
+  EXPECT_EQ(d.rule, "watch.requeue_failed");
+  EXPECT_EQ(Kinds(d), "log ");
+  EXPECT_EQ(w.state(), WatcherPolicy::State::kWatching);
+  Acts(w.On(gone));
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 2))), "") << "one look is not enough";
+  Acts(w.On(gone));
+  // The step_failed record is not written twice for one failure.
+  EXPECT_EQ(Kinds(w.On(Obs(WatcherObs::Kind::kTick, 3))), "restarts ");
+  EXPECT_EQ(Kinds(w.On(r)), "log requeue ");
+}
+
+// The machine is complete: every state but done has a row, every observation kind but the
+// answers nobody waits for has one, no two unguarded rows overlap, and every rule a handler
+// can name is in kWatcherRules once.
+TEST(WatcherMachine, EveryStateHasARowAndTheRulesAreUnique) {
+  std::set<std::string> states, kinds, unguarded;
+  for (const auto& r : WatcherPolicy::Machine()) {
+    states.insert(r.phases);
+    kinds.insert(r.observation);
+    if (r.when.empty()) {
+      EXPECT_TRUE(unguarded.insert(r.phases + "/" + r.observation).second)
+          << r.phases << " " << r.observation << ": a second unguarded row is never reached";
+    }
+  }
+  for (int i = 0; i < WatcherPolicy::kStates; ++i) {
+    const auto st = static_cast<WatcherPolicy::State>(i);
+    if (st == WatcherPolicy::State::kDone) continue;
+    EXPECT_TRUE(states.count(WatcherPolicy::StateName(st))) << WatcherPolicy::StateName(st);
+  }
+  for (int k = 0; k < kWatcherObsKinds; ++k) {
+    const char* name = WatcherKindName(static_cast<WatcherObs::Kind>(k));
+    EXPECT_TRUE(kinds.count(name)) << "observation '" << name << "' has no row";
+  }
+  std::set<std::string> ids;
+  for (const auto& r : kWatcherRules) EXPECT_TRUE(ids.insert(r.id).second) << r.id;
+  for (const auto& f : Fired())
+    EXPECT_TRUE(ids.count(f)) << "rule '" << f << "' not in kWatcherRules";
+}
+
+// Every rule of kWatcherRules fired in some test of this binary (checked after all of them ran).
+class EveryWatcherRuleFired : public ::testing::Environment {
+ public:
+  void TearDown() override {
+#ifdef GTEST_FLAG_GET
+    const std::string filter = GTEST_FLAG_GET(filter);
+#else
+    const std::string filter = ::testing::GTEST_FLAG(filter);
+#endif
+    if (filter != "*") return;  // a partial run proves nothing
+    for (const auto& r : kWatcherRules) {
+      EXPECT_TRUE(Fired().count(r.id)) << "rule '" << r.id << "' fired in no test";
+    }
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EveryWatcherRuleFired);
 
 }  // namespace
 }  // namespace ftrain::orch

@@ -183,11 +183,20 @@ TEST(Settings, TheReplicationCapIsANumberOfMegabytesPerSecond) {
   }
 }
 
+// A config the trainer accepts (the controller reads it as the trainer does:
+// orch::TrainerConfig), with `extra` appended.
+void WriteTrainerConfig(const std::string& path, const std::string& extra) {
+  std::ofstream(path) << "[model]\nvocab_size = 512\nhidden_size = 64\nintermediate_size = 172\n"
+                         "num_layers = 2\nnum_heads = 4\nnum_kv_heads = 2\nmax_seq_len = 64\n"
+                         "[train]\nsteps = 9\n"
+                      << extra;
+}
+
 // The health probe asks each node for the GPUs of its ranks only when the job trains on GPUs.
 TEST(Settings, TheHealthProbeWantsTheRanksGpusOnlyForACudaRun) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";
-  std::ofstream(cfg) << "[train]\ndevice = cpu\n";
+  WriteTrainerConfig(cfg, "device = cpu\n");
   std::map<std::string, std::string> env = {{"FTRAIN_CONFIG", cfg},
                                             {"FTRAIN_RUN_DIR", "r"},
                                             {"FTRAIN_DATA", "d"},
@@ -195,7 +204,7 @@ TEST(Settings, TheHealthProbeWantsTheRanksGpusOnlyForACudaRun) {
   auto cpu = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   EXPECT_EQ(cpu->health_gpus, 0);
-  env["FTRAIN_ARGS"] = "--train.steps=9 --train.device=cuda";
+  env["FTRAIN_ARGS"] = "--train.device=cuda --dist.backend=nccl";
   auto cuda = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
   EXPECT_EQ(cuda->health_gpus, 4);
@@ -205,13 +214,13 @@ TEST(Settings, TheHealthProbeWantsTheRanksGpusOnlyForACudaRun) {
 TEST(Settings, ExactReductionTurnsAutoElasticOnAndBadValuesAreNamed) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";
-  std::ofstream(cfg) << "[dist]\nsharding = full_shard\n";
+  WriteTrainerConfig(cfg, "[dist]\nsharding = full_shard\n");
   std::map<std::string, std::string> env = {
       {"FTRAIN_CONFIG", cfg}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
   auto off = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_FALSE(off->elastic);
-  env["FTRAIN_ARGS"] = "--dist.reduce=exact";
+  env["FTRAIN_ARGS"] = "--dist.reduce=exact --train.global_batch=8";
   auto on = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_TRUE(on->elastic);
@@ -235,17 +244,17 @@ TEST(Settings, ExactReductionTurnsAutoElasticOnAndBadValuesAreNamed) {
 TEST(Settings, TheMemoryTierTurnsAutoReplicationOn) {
   TempDir tmp;
   const std::string cfg = tmp.path() + "/run.cfg";
-  std::ofstream(cfg) << "[ckpt]\nevery_minutes = 25\n";
+  WriteTrainerConfig(cfg, "[ckpt]\nevery_minutes = 25\n");
   std::map<std::string, std::string> env = {
       {"FTRAIN_CONFIG", cfg}, {"FTRAIN_RUN_DIR", "r"}, {"FTRAIN_DATA", "d"}};
   auto off = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->replication, "auto");  // no spares, no memory tier: the policy decides (off)
-  env["FTRAIN_ARGS"] = "--train.steps=9 --ckpt.memory_every_steps=5";
+  env["FTRAIN_ARGS"] = "--ckpt.memory_every_steps=5";
   auto on = LoadJobSettings(MapEnv(env));
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_EQ(on->replication, "1");
-  std::ofstream(cfg) << "[ckpt]\nmemory_every_steps = 3\n";
+  WriteTrainerConfig(cfg, "[ckpt]\nmemory_every_steps = 3\n");
   env.erase("FTRAIN_ARGS");
   EXPECT_EQ(LoadJobSettings(MapEnv(env))->replication, "1");
   env["FTRAIN_REPLICATION"] = "0";  // the user's word wins

@@ -1167,31 +1167,46 @@ TEST(PlanCliTest, NothingFitsStillExitsZero) {
 
 // --- The memory check before step 1 (plan/memory_fit.h) ---------------------------------------
 
-MemoryFitInput SevenB(const std::string& sharding, int64_t nodes, int64_t per_node) {
-  MemoryFitInput in;
+// The trainer's plan input for 7B at seq 4096 on 80 GB GPUs, checkpointing every layer.
+PlanInput SevenB(int64_t nodes, int64_t per_node) {
+  PlanInput in;
   in.model = LoadModel("llama-7b.cfg");
-  in.sharding = sharding;
   in.nodes = nodes;
-  in.ranks_per_node = per_node;
-  in.device_bytes = 80'000'000'000ULL;
-  in.device = "cuda:0";
+  in.gpus_per_node = per_node;
+  in.gpu_mem_gb = 80;
   in.seq_len = 4096;
   in.micro_batch = 1;
   in.act_ckpt = true;
   return in;
 }
 
+TEST(MemoryFit, EachShardingHasItsRowInThePlan) {
+  auto p = MakePlan(SevenB(1, 8));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<std::pair<Sharding, std::string>> want = {
+      {Sharding::kFullShard, "full_shard"},
+      {Sharding::kShardGradOp, "zero2"},
+      {Sharding::kNoShard, "ddp"},
+      {Sharding::kHybridShard, "hybrid_shard"}};
+  for (const auto& [sharding, row] : want) {
+    EXPECT_EQ(PlanRowName(sharding), row) << ShardingName(sharding);
+    bool found = false;
+    for (const auto& s : p->strategies) found = found || s.name == row;
+    EXPECT_TRUE(found) << row << " is not a row of the plan";
+  }
+}
+
 TEST(MemoryFit, TheSeedCaseFits) {
-  EXPECT_TRUE(CheckMemoryFit(SevenB("hybrid_shard", 8, 8)).ok());
-  EXPECT_TRUE(CheckMemoryFit(SevenB("full_shard", 8, 8)).ok());
-  MemoryFitInput unknown = SevenB("no_shard", 1, 1);
-  unknown.device_bytes = 0;  // the device's memory could not be read: nothing is refused
-  EXPECT_TRUE(CheckMemoryFit(unknown).ok());
+  EXPECT_TRUE(CheckMemoryFit(SevenB(8, 8), Sharding::kHybridShard, "cuda:0").ok());
+  EXPECT_TRUE(CheckMemoryFit(SevenB(8, 8), Sharding::kFullShard, "cuda:0").ok());
+  PlanInput unknown = SevenB(1, 1);
+  unknown.gpu_mem_gb = 0;  // the device's memory could not be read: nothing is refused
+  EXPECT_TRUE(CheckMemoryFit(unknown, Sharding::kNoShard, "cuda:0").ok());
 }
 
 TEST(MemoryFit, ReplicatedStateIsRefusedNamingTheFiguresAndWhatFits) {
   // 7B unsharded: 16 bytes x 6.7e9 = 108 GB of state on every 80 GB GPU.
-  Status s = CheckMemoryFit(SevenB("no_shard", 1, 8));
+  Status s = CheckMemoryFit(SevenB(1, 8), Sharding::kNoShard, "cuda:0");
   ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
   for (const char* want : {"dist.sharding = no_shard needs", "state 10", "cuda:0 has 72.0 GB",
                            "dist.sharding = full_shard", "ftrain plan --model CONFIG --nodes 1",
@@ -1203,22 +1218,22 @@ TEST(MemoryFit, ReplicatedStateIsRefusedNamingTheFiguresAndWhatFits) {
 TEST(MemoryFit, EachSuggestionIsCheckedByThePlanner) {
   // Activations without checkpointing at seq 4096 x micro-batch 8 do not fit; checkpointing or
   // a smaller micro-batch does.
-  MemoryFitInput in = SevenB("full_shard", 8, 8);
+  PlanInput in = SevenB(8, 8);
   in.act_ckpt = false;
   in.micro_batch = 8;
-  Status s = CheckMemoryFit(in);
+  Status s = CheckMemoryFit(in, Sharding::kFullShard, "cuda:0");
   ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.message().find("train.activation_checkpointing = true"), std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("train.micro_batch = "), std::string::npos) << s.message();
   // One 80 GB GPU cannot hold 7B's sharded state; 4 or more can.
-  s = CheckMemoryFit(SevenB("full_shard", 1, 1));
+  s = CheckMemoryFit(SevenB(1, 1), Sharding::kFullShard, "cuda:0");
   ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.message().find("full_shard on 2 nodes"), std::string::npos) << s.message();
   // Nothing data-parallel fits a 1 GB device at seq 4096: said so.
-  in = SevenB("full_shard", 1, 8);
-  in.device_bytes = 1'000'000'000ULL;
-  s = CheckMemoryFit(in);
+  in = SevenB(1, 8);
+  in.gpu_mem_gb = 1;
+  s = CheckMemoryFit(in, Sharding::kFullShard, "cuda:0");
   ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.message().find("nothing fits, not even full_shard"), std::string::npos)
       << s.message();

@@ -73,7 +73,7 @@ TEST(TrainConfigLoad, DefaultsOfAMinimalConfig) {
   EXPECT_EQ(t->train.device, Device::kCpu);
   EXPECT_EQ(t->train.param_dtype, Precision::kFloat32);
   EXPECT_EQ(t->train.resume, "auto");
-  EXPECT_EQ(t->dist.sharding, "full_shard");
+  EXPECT_EQ(t->dist.sharding, Sharding::kFullShard);
   EXPECT_EQ(t->dist.backend, "gloo");
   EXPECT_EQ(t->ckpt.root, "/run/checkpoints");
   EXPECT_EQ(t->ckpt.keep, 3);
@@ -213,6 +213,30 @@ TEST(TrainConfigLoad, MessagesNameTheKeyAndItsOrigin) {
     ASSERT_FALSE(m.empty()) << c.overrides[0] << " was accepted";
     for (const auto& w : c.want) EXPECT_TRUE(Contains(m, w)) << c.overrides[0] << ": " << m;
   }
+}
+
+// dist.sharding is parsed once, at load: each spelling reads as its strategy and prints back
+// as written (logs and checkpoint layouts print it), and a bad one gets the same message, to the
+// byte, as every other key with a fixed set of values.
+TEST(TrainConfigLoad, ShardingIsParsedOnceAndPrintsAsWritten) {
+  for (const char* name : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}) {
+    auto t = TrainConfig::Load(Minimal({std::string("--dist.sharding=") + name}));
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status().ToString();
+    EXPECT_STREQ(ShardingName(t->dist.sharding), name);
+    auto parsed = ParseSharding(name);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(*parsed, t->dist.sharding);
+  }
+  EXPECT_EQ(LoadError({"--dist.sharding=zero3"}),
+            "command line: dist.sharding = 'zero3' is not one of full_shard, shard_grad_op, "
+            "no_shard, hybrid_shard");
+  auto file = Config::Parse(std::string(kMinimal) + "[dist]\nsharding = ddp\n", "test.cfg");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto t = TrainConfig::Load(*file);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "test.cfg:15: dist.sharding = 'ddp' is not one of full_shard, shard_grad_op, "
+            "no_shard, hybrid_shard");
 }
 
 TEST(TrainConfigLoad, RequiredKeysAreNamed) {

@@ -93,13 +93,7 @@ int RunTrain(int argc, char** argv) {
     (void)w;  // best effort: the message is on stderr either way
     return Fail(program, s);
   };
-  auto config = Config::LoadFile(config_path);
-  if (!config.ok()) return config_error(config.status());
-  for (const auto& o : overrides) {
-    Status s = config->ApplyOverride(o);
-    if (!s.ok()) return config_error(s);
-  }
-  auto tc = train::TrainConfig::Load(*config);
+  auto tc = train::TrainConfig::LoadFile(config_path, overrides);
   if (!tc.ok()) return config_error(tc.status());
   int exit_code = 0;
   const records::LaunchContext launch = records::LaunchContext::FromEnvironment();

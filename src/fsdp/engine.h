@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "core/sharding.h"
 #include "core/status.h"
 #include "fsdp/adamw.h"
 #include "fsdp/stream_waits.h"
@@ -48,9 +49,6 @@ class NoUninitializedFill {
  private:
   bool fill_;
 };
-
-enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
-StatusOr<Sharding> ParseSharding(const std::string& name);
 
 struct FsdpConfig {
   Sharding sharding = Sharding::kFullShard;

@@ -143,75 +143,70 @@ WatcherAct WatcherPolicy::Log(const std::string& text) const {
   return {WatcherAct::Kind::kLog, text, {}};
 }
 
-std::vector<WatcherAct> WatcherPolicy::On(const WatcherObs& o) {
-  using K = WatcherObs::Kind;
-  if (rank_ == 0 && state_ == State::kWatching) return {};  // not a watcher (now)
-  switch (o.kind) {
-    case K::kLate:
-      if (state_ != State::kWatching || !hb_watch_) return {};
-      return {Log(o.log), Record("heartbeat_late", "none", o.fields)};
-    case K::kDeclared:
-      if (state_ != State::kWatching || !hb_watch_) return {};
-      return Declared(o);
-    case K::kHostView:
-      if (state_ != State::kWatching || s_.spare_nodes == 0 || !o.known) return {};
-      absent_ = o.left ? absent_ + 1 : 0;
-      if (absent_ >= 2) {  // confirmed by a second look
-        state_ = State::kRequeueDelay;
-        act_at_ = o.now + (rank_ - 1) * kSecondWatcherDelayS;
-      }
-      return {};
-    case K::kTick:
-      if (state_ == State::kDelay && o.now >= act_at_) {
-        state_ = State::kClaiming;
-        return {{WatcherAct::Kind::kClaim, "", {}}};
-      }
-      if (state_ == State::kRequeueDelay && o.now >= act_at_) {
-        state_ = State::kRequeueing;
-        return {{WatcherAct::Kind::kQueryRestarts, "", {}}};
-      }
-      return {};
-    case K::kClaim:
-      if (state_ != State::kClaiming) return {};
-      if (o.ok) return Claimed();
-      state_ = State::kWaitingClaim;
-      return {{WatcherAct::Kind::kWatchClaim, o.by, {}}};
-    case K::kClaimWatch:
-      if (state_ != State::kWaitingClaim) return {};
-      if (o.dead) {
-        state_ = State::kClaiming;
-        return {Log("the other watcher " + (o.by.empty() ? "?" : o.by) + " claimed job " + job_ +
-                    "'s resubmission and died: taking it over"),
-                {WatcherAct::Kind::kTakeOverClaim, "", {}}};
-      }
-      state_ = State::kDone;
-      return {Log("job " + job_ + " is being submitted again by the other watcher" +
-                  (o.by.empty() ? "" : " (" + o.by + ")"))};
-    case K::kLease:
-      if (state_ != State::kLeasing) return {};
-      return Leased(o);
-    case K::kSubmitted:
-      if (state_ != State::kSubmitting) return {};
-      return Submitted(o);
-    case K::kRestarts:
-      if (state_ != State::kRequeueing) return {};
-      return Restarts(o);
-    case K::kRequeued:
-      if (state_ != State::kRequeueing) return {};
-      state_ = o.ok ? State::kDone : State::kWatching;
-      if (!o.ok) absent_ = 0;  // look twice again before the next try
-      return o.ok ? std::vector<WatcherAct>{}
-                  : std::vector<WatcherAct>{
-                        Log("the requeue failed (" + o.error + "); trying again")};
-  }
-  return {};
+WatcherDecision WatcherPolicy::Late(const WatcherObs& o) {
+  return {"watch.late", {Log(o.log), Record("heartbeat_late", "none", o.fields)}};
 }
 
-std::vector<WatcherAct> WatcherPolicy::Leased(const WatcherObs& o) {
+WatcherDecision WatcherPolicy::Declared(const WatcherObs& o) {
+  evidence_ = o.fields;
+  std::vector<WatcherAct> acts{Log(o.log)};
+  if (rank_ == 2) {
+    state_ = State::kDelay;
+    act_at_ = o.now + kSecondWatcherDelayS;
+    return {"watch.declared_second", acts};
+  }
+  state_ = State::kClaiming;
+  acts.push_back({WatcherAct::Kind::kClaim, "", {}});
+  return {"watch.declared", acts};
+}
+
+WatcherDecision WatcherPolicy::HostView(const WatcherObs& o) {
+  absent_ = o.left ? absent_ + 1 : 0;
+  if (absent_ < 2) return {o.left ? "watch.host_absent_once" : "watch.host_in_job", {}};
+  // Confirmed by a second look.
+  state_ = State::kRequeueDelay;
+  act_at_ = o.now + (rank_ - 1) * kSecondWatcherDelayS;
+  return {"watch.host_left", {}};
+}
+
+WatcherDecision WatcherPolicy::DelayTick(const WatcherObs&) {
+  state_ = State::kClaiming;
+  return {"watch.second_claims", {{WatcherAct::Kind::kClaim, "", {}}}};
+}
+
+WatcherDecision WatcherPolicy::RequeueDelayTick(const WatcherObs&) {
+  state_ = State::kRequeueing;
+  return {"watch.query_restarts", {{WatcherAct::Kind::kQueryRestarts, "", {}}}};
+}
+
+WatcherDecision WatcherPolicy::Claimed(const WatcherObs& o) {
+  if (o.ok) {
+    state_ = State::kLeasing;
+    return {"watch.claimed", {{WatcherAct::Kind::kTakeLease, "", {}}}};
+  }
+  state_ = State::kWaitingClaim;
+  return {"watch.claim_held", {{WatcherAct::Kind::kWatchClaim, o.by, {}}}};
+}
+
+WatcherDecision WatcherPolicy::ClaimWatched(const WatcherObs& o) {
+  if (o.dead) {
+    state_ = State::kClaiming;
+    return {"watch.claim_taken_over",
+            {Log("the other watcher " + (o.by.empty() ? "?" : o.by) + " claimed job " + job_ +
+                 "'s resubmission and died: taking it over"),
+             {WatcherAct::Kind::kTakeOverClaim, "", {}}}};
+  }
+  state_ = State::kDone;
+  return {"watch.claim_outcome",
+          {Log("job " + job_ + " is being submitted again by the other watcher" +
+               (o.by.empty() ? "" : " (" + o.by + ")"))}};
+}
+
+WatcherDecision WatcherPolicy::Leased(const WatcherObs& o) {
   if (!o.ok) {
     hb_watch_ = false;
     state_ = State::kWatching;
-    return {Log("not submitting job " + job_ + " again: " + o.error)};
+    return {"watch.lease_refused", {Log("not submitting job " + job_ + " again: " + o.error)}};
   }
   std::vector<records::Field> f{records::Str("node", s_.batch_host),
                                 records::Bool("batch_host", true),
@@ -230,21 +225,21 @@ std::vector<WatcherAct> WatcherPolicy::Leased(const WatcherObs& o) {
                       "FTRAIN_MAX_RESUBMITS=" + std::to_string(s_.max_resubmits) + " reached")}));
     hb_watch_ = false;
     state_ = State::kWatching;
-    return acts;
+    return {"watch.resubmits_spent", acts};
   }
   state_ = State::kSubmitting;
   acts.push_back({WatcherAct::Kind::kSubmit, "", {}});
-  return acts;
+  return {"watch.leased", acts};
 }
 
-std::vector<WatcherAct> WatcherPolicy::Restarts(const WatcherObs& o) {
+WatcherDecision WatcherPolicy::Restarts(const WatcherObs& o) {
   if (o.count < 0) {  // slurmctld did not answer: look again later
     state_ = State::kWatching;
-    return {};
+    return {"watch.restarts_unknown", {}};
   }
   if (o.count != restart_count_) {  // requeued already
     state_ = State::kDone;
-    return {};
+    return {"watch.requeued_already", {}};
   }
   std::vector<WatcherAct> acts;
   if (!recorded_) {
@@ -258,54 +253,46 @@ std::vector<WatcherAct> WatcherPolicy::Restarts(const WatcherObs& o) {
   }
   acts.push_back(Log("requeueing job " + job_));
   acts.push_back({WatcherAct::Kind::kRequeue, "", {}});
-  return acts;
+  return {"watch.requeue", acts};
 }
 
-std::vector<WatcherAct> WatcherPolicy::Declared(const WatcherObs& o) {
-  evidence_ = o.fields;
-  evidence_words_ = o.log;
-  std::vector<WatcherAct> acts{Log(o.log)};
-  if (rank_ == 2) {
-    state_ = State::kDelay;
-    act_at_ = o.now + kSecondWatcherDelayS;
-    return acts;
+WatcherDecision WatcherPolicy::Requeued(const WatcherObs& o) {
+  if (o.ok) {
+    state_ = State::kDone;
+    return {"watch.requeue_done", {}};
   }
-  state_ = State::kClaiming;
-  acts.push_back({WatcherAct::Kind::kClaim, "", {}});
-  return acts;
+  state_ = State::kWatching;
+  absent_ = 0;  // look twice again before the next try
+  return {"watch.requeue_failed", {Log("the requeue failed (" + o.error + "); trying again")}};
 }
 
-std::vector<WatcherAct> WatcherPolicy::Claimed() {
-  state_ = State::kLeasing;
-  return {{WatcherAct::Kind::kTakeLease, "", {}}};
-}
-
-std::vector<WatcherAct> WatcherPolicy::NotResubmitted(const std::string& why) {
+WatcherDecision WatcherPolicy::NotResubmitted(const std::string& rule, std::vector<WatcherAct> acts,
+                                              const std::string& why) {
   hb_watch_ = false;  // Slurm decides now (its view here, or its own requeue)
   state_ = State::kWatching;
-  return {Log("could not submit job " + job_ + " again (" + why +
-              "); Slurm requeues it once it "
-              "marks " +
-              s_.batch_host + " DOWN"),
-          Record("not_resubmitted", "node_failure", {records::Str("why", why)})};
+  acts.push_back(Log("could not submit job " + job_ + " again (" + why +
+                     "); Slurm requeues it once it marks " + s_.batch_host + " DOWN"));
+  acts.push_back(Record("not_resubmitted", "node_failure", {records::Str("why", why)}));
+  return {rule, acts};
 }
 
-std::vector<WatcherAct> WatcherPolicy::Submitted(const WatcherObs& o) {
-  if (o.job.empty()) return NotResubmitted(o.error);
+WatcherDecision WatcherPolicy::Submitted(const WatcherObs& o) {
+  if (o.job.empty()) return NotResubmitted("watch.submit_failed", {}, o.error);
   if (!o.can_run) {
     // Never cancel the old job for a new one that will not run.
-    std::vector<WatcherAct> acts{{WatcherAct::Kind::kCancelNewJob, o.job, {}}};
-    auto more = NotResubmitted("the new job " + o.job + " can never run: " + o.error);
-    acts.insert(acts.end(), more.begin(), more.end());
-    return acts;
+    return NotResubmitted("watch.new_job_cannot_run",
+                          {{WatcherAct::Kind::kCancelNewJob, o.job, {}}},
+                          "the new job " + o.job + " can never run: " + o.error);
   }
   state_ = State::kDone;
-  return {{WatcherAct::Kind::kMarkReplaced, o.job, {}},
-          Record("resubmitted", "node_failure",
-                 {records::Str("node", s_.batch_host), records::Str("new_job", o.job),
-                  records::Str("excluded", s_.batch_host),
-                  records::Int("resubmits", s_.resubmits + 1), records::Str("options", o.options)}),
-          {WatcherAct::Kind::kNotifyAndCancel, o.job, {}}};
+  return {
+      "watch.resubmitted",
+      {{WatcherAct::Kind::kMarkReplaced, o.job, {}},
+       Record("resubmitted", "node_failure",
+              {records::Str("node", s_.batch_host), records::Str("new_job", o.job),
+               records::Str("excluded", s_.batch_host), records::Int("resubmits", s_.resubmits + 1),
+               records::Str("options", o.options)}),
+       {WatcherAct::Kind::kNotifyAndCancel, o.job, {}}}};
 }
 
 }  // namespace ftrain::orch

@@ -1,7 +1,10 @@
 // orch/agent_policy.h - the node agent's decisions (`ftrain agent`), pure: what to do when the
 // node's checkpoint daemon exits, which node is this one's buddy and who watches the batch
 // host, and the watcher's handling of a dead batch host (WatcherPolicy, a transition function
-// like the job controller's). The agent runner (orch/agent_runner.h) does the I/O.
+// in the job controller's idiom: its machine is data, Routes() in watcher_machine.cc, each
+// decision names a rule of kWatcherRules, every rule fires in a unit test, and
+// `ftrain job --machine` prints it for docs/design.md). The agent runner (orch/agent_runner.h)
+// does the I/O.
 //
 // The batch host's watchers are chosen apart from it: two live nodes a third and two thirds of
 // the ring away from the batch host (not its neighbours in host-name order, which usually share
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "orch/policy_table.h"
 #include "orch/settings.h"
 #include "records/restarts.h"
 
@@ -94,36 +98,76 @@ struct WatcherAct {
   records::RestartRecord record;
 };
 
+// What the watcher decided on one observation: the rule of kWatcherRules it applied ("": none
+// applies, nothing to do) and its actions, in order.
+struct WatcherDecision {
+  std::string rule;
+  std::vector<WatcherAct> acts;
+};
+extern const std::vector<Rule> kWatcherRules;
+constexpr int kWatcherObsKinds = static_cast<int>(WatcherObs::Kind::kRequeued) + 1;
+constexpr int kWatcherActKinds = static_cast<int>(WatcherAct::Kind::kRequeue) + 1;
+const char* WatcherKindName(WatcherObs::Kind k);
+const char* WatcherKindName(WatcherAct::Kind k);
+
 // The watcher of one node: rank (1 or 2) decides who acts first; the second waits 5 s.
 class WatcherPolicy {
  public:
+  enum class State {
+    kWatching,      // the batch host's heartbeat and Slurm's view of it
+    kDelay,         // the second watcher's 5 s before it claims
+    kClaiming,      // asked for the claim
+    kWaitingClaim,  // the other watcher holds the claim: its outcome
+    kLeasing,       // asked for the run lease
+    kSubmitting,    // submitting the job again
+    kRequeueDelay,  // Slurm took the batch host out: the second watcher's 5 s
+    kRequeueing,    // asking the restart count, then requeueing
+    kDone
+  };
   WatcherPolicy(const AgentSettings& s, std::string job, int restart_count)
       : s_(s), job_(std::move(job)), restart_count_(restart_count) {}
-  std::vector<WatcherAct> On(const WatcherObs& o);
+  // The first row of Routes() whose state, kind and guard match decides.
+  WatcherDecision On(const WatcherObs& o);
   void SetRank(int rank) { rank_ = rank; }
   int rank() const { return rank_; }
+  State state() const { return state_; }
   bool watching_heartbeat() const { return hb_watch_ && state_ == State::kWatching; }
   bool done() const { return state_ == State::kDone; }
   static constexpr double kSecondWatcherDelayS = 5;
+  static const char* StateName(State s);
+  static constexpr int kStates = static_cast<int>(State::kDone) + 1;
+  static std::vector<MachineRow> Machine();
 
  private:
-  enum class State {
-    kWatching,
-    kDelay,
-    kClaiming,
-    kWaitingClaim,
-    kLeasing,
-    kSubmitting,
-    kRequeueDelay,
-    kRequeueing,
-    kDone
+  using Guard = bool (WatcherPolicy::*)(const WatcherObs&) const;
+  using Handler = WatcherDecision (WatcherPolicy::*)(const WatcherObs&);
+  struct Route {
+    std::vector<State> states;
+    WatcherObs::Kind kind;
+    Guard when;
+    const char* when_text;
+    Handler handle;
+    const char* handler;
   };
-  std::vector<WatcherAct> Declared(const WatcherObs& o);
-  std::vector<WatcherAct> Leased(const WatcherObs& o);
-  std::vector<WatcherAct> Restarts(const WatcherObs& o);
-  std::vector<WatcherAct> Claimed();
-  std::vector<WatcherAct> Submitted(const WatcherObs& o);
-  std::vector<WatcherAct> NotResubmitted(const std::string& why);
+  static const std::vector<Route>& Routes();
+  // The guards.
+  bool HeartbeatWatched(const WatcherObs&) const { return hb_watch_; }
+  bool SparesAndKnown(const WatcherObs& o) const { return s_.spare_nodes > 0 && o.known; }
+  bool DelayOver(const WatcherObs& o) const { return o.now >= act_at_; }
+  // The handlers (watcher_machine.cc's rows).
+  WatcherDecision Late(const WatcherObs& o);
+  WatcherDecision Declared(const WatcherObs& o);
+  WatcherDecision HostView(const WatcherObs& o);
+  WatcherDecision DelayTick(const WatcherObs& o);
+  WatcherDecision RequeueDelayTick(const WatcherObs& o);
+  WatcherDecision Claimed(const WatcherObs& o);
+  WatcherDecision ClaimWatched(const WatcherObs& o);
+  WatcherDecision Leased(const WatcherObs& o);
+  WatcherDecision Submitted(const WatcherObs& o);
+  WatcherDecision Restarts(const WatcherObs& o);
+  WatcherDecision Requeued(const WatcherObs& o);
+  WatcherDecision NotResubmitted(const std::string& rule, std::vector<WatcherAct> acts,
+                                 const std::string& why);
   WatcherAct Record(const std::string& event, const std::string& cause,
                     std::vector<records::Field> f) const;
   WatcherAct Log(const std::string& text) const;
@@ -138,7 +182,6 @@ class WatcherPolicy {
   double act_at_ = 0;      // the second watcher's delay
   bool recorded_ = false;  // the batch host's failure was recorded by this watcher
   std::vector<records::Field> evidence_;
-  std::string evidence_words_;
 };
 
 }  // namespace ftrain::orch

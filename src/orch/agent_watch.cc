@@ -109,7 +109,7 @@ void AgentRunner::FollowLoop() {
     }
     obs.push_back(Answer(WatcherObs::Kind::kTick));
     for (size_t i = 0; i < obs.size() && !stop_; ++i) {
-      for (const auto& a : w.On(obs[i])) {
+      for (const auto& a : w.On(obs[i]).acts) {
         Execute(a, &slurm);
         // Answers come back at once, before anything else.
         obs.insert(obs.begin() + static_cast<long>(i) + 1, answers_.begin(), answers_.end());

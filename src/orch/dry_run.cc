@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "orch/agent_policy.h"
 #include "orch/job_policy.h"
 #include "orch/settings.h"
 
@@ -180,6 +181,34 @@ std::string HandledTable() {
   return s;
 }
 
+namespace {
+
+// The batch-host watcher's machine (WatcherPolicy, agent_policy.h), in the same form.
+std::string WatcherMachineTable() {
+  std::string s =
+      "The batch-host watcher (`WatcherPolicy`):\n\n"
+      "| state | observation | when | handler |\n|---|---|---|---|\n";
+  for (const auto& r : WatcherPolicy::Machine()) {
+    s += "| " + r.phases + " | `" + r.observation + "` | " + r.when + " | `" + r.handler + "` |\n";
+  }
+  s += "\nStates: ";
+  for (int i = 0; i < WatcherPolicy::kStates; ++i) {
+    s += std::string(i ? ", " : "") + "`" +
+         WatcherPolicy::StateName(static_cast<WatcherPolicy::State>(i)) + "`";
+  }
+  s += ".\n\nObservations (`WatcherObs::Kind`): ";
+  for (int k = 0; k < kWatcherObsKinds; ++k) {
+    s += std::string(k ? ", " : "") + "`" + WatcherKindName(static_cast<WatcherObs::Kind>(k)) + "`";
+  }
+  s += ".\n\nActions (`WatcherAct::Kind`): ";
+  for (int k = 0; k < kWatcherActKinds; ++k) {
+    s += std::string(k ? ", " : "") + "`" + WatcherKindName(static_cast<WatcherAct::Kind>(k)) + "`";
+  }
+  return s + ".\n";
+}
+
+}  // namespace
+
 std::string MachineTable() {
   std::string s = "| phase | observation | when | handler |\n|---|---|---|---|\n";
   for (const auto& r : JobPolicy::Machine()) {
@@ -197,7 +226,7 @@ std::string MachineTable() {
   for (int k = 0; k < kActionKinds; ++k) {
     s += std::string(k ? ", " : "") + "`" + KindName(static_cast<Action::Kind>(k)) + "`";
   }
-  return s + ".\n";
+  return s + ".\n\n" + WatcherMachineTable();
 }
 
 }  // namespace ftrain::orch

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "orch/job_types.h"
+#include "orch/policy_table.h"
 #include "orch/settings.h"
 #include "orch/stop_lead.h"
 #include "records/exit_codes.h"
@@ -57,14 +58,6 @@ const char* LocaliseAfterName(LocaliseAfter a);  // "preflight", "rank_failure" 
 // What a failed start's count (kCounting) is for: rank failures, or a rollback (exit 79).
 enum class Counting { kRankFailure, kRollback };
 
-// One row of the rules: what a handler decided, with its id (Decision::rule).
-struct Rule {
-  const char* id;
-  const char* phase;  // where it applies, in words
-  const char* when;   // the observation and the condition
-  const char* does;   // the actions, in words
-  const char* what;   // for docs/operations.md ("" : an internal step, not listed there)
-};
 extern const std::vector<Rule> kRules;
 
 // Everything the policy knows about the job, in one struct (no hidden state).
@@ -186,14 +179,6 @@ int NextFailedStartCount(const std::string& failed_starts_text, const std::strin
 std::vector<std::string> BlameNodes(const std::vector<std::string>& nodes,
                                     const std::vector<bool>& alone_ok,
                                     const std::vector<bool>& pair_ok);
-
-// One row of the machine in words (docs/design.md, `ftrain job --machine`).
-struct MachineRow {
-  std::string phases;       // "a, b" ("every phase")
-  std::string observation;  // Observation::Kind's name
-  std::string when;         // the guard ("" : always)
-  std::string handler;      // JobPolicy's member that decides
-};
 
 class JobPolicy {
  public:

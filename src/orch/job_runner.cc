@@ -38,29 +38,6 @@ std::string ShortHost() {
   return h.substr(0, h.find('.'));
 }
 
-// ckpt.root as the trainer resolves it from its own arguments (the config file, FTRAIN_ARGS,
-// FTRAIN_CKPT_ROOT), so that the daemons write where the trainer looks.
-StatusOr<std::string> ResolveCheckpointRoot(const JobSettings& s, const RunLayout& layout) {
-  FT_ASSIGN_OR_RETURN(Config config, Config::LoadFile(s.config));
-  FT_RETURN_IF_ERROR(config.ApplyOverride("--run.dir=" + s.run_dir));
-  for (const auto& a : s.train_args) {
-    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
-      FT_RETURN_IF_ERROR(config.ApplyOverride(a));
-    }
-  }
-  if (!s.ckpt_root_override.empty()) {
-    FT_RETURN_IF_ERROR(config.ApplyOverride("--ckpt.root=" + s.ckpt_root_override));
-  }
-  std::string root = layout.default_checkpoint_root();
-  if (config.Has("ckpt.root")) FT_RETURN_IF_ERROR(config.GetString("ckpt.root", &root));
-  // ckpt.root = s3://...: the daemons write into its staging root (as RunLayout::CheckpointRoot).
-  if (root.rfind("s3://", 0) == 0) {
-    root = layout.default_staging_root();
-    if (config.Has("ckpt.staging")) FT_RETURN_IF_ERROR(config.GetString("ckpt.staging", &root));
-  }
-  return root;
-}
-
 }  // namespace
 
 JobContext ContextFromEnvironment(const std::string& script) {
@@ -124,15 +101,18 @@ int JobRunner::Run() {
   sigprocmask(SIG_BLOCK, &set, nullptr);
   sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   (void)CreateDirs(env_, s_.run_dir);
-  auto root = ResolveCheckpointRoot(s_, layout_);
-  if (!root.ok()) {
+  // ckpt.root as the trainer resolves it (an S3 root: its staging root), so that the daemons
+  // write where the trainer looks.
+  auto trainer = TrainerConfig(s_);
+  if (trainer.ok()) {
+    ckpt_root_ = trainer->ckpt.root;
+  } else {
     // The trainer refuses the same configuration with exit 2 and says why; until then the
     // records go where the run's resolved config (or the default) says.
-    std::cerr << "train.sh: WARNING: " << root.status().message() << std::endl;
+    std::cerr << "train.sh: WARNING: " << trainer.status().message() << std::endl;
     auto fallback = layout_.CheckpointRoot();
-    root = fallback.ok() ? *fallback : layout_.default_checkpoint_root();
+    ckpt_root_ = fallback.ok() ? *fallback : layout_.default_checkpoint_root();
   }
-  ckpt_root_ = *root;
   Observation st = Obs(Observation::Kind::kStarted);
   st.job = ctx_.job;
   st.restart_count = ctx_.restart_count;
@@ -354,14 +334,9 @@ void JobRunner::Launch(const Action& a) {
     argv = {"srun", "--ntasks-per-node=" + std::to_string(s_.ranks_per_node)};
   }
   for (const char* x : {"--mpi=pmix", "--kill-on-bad-exit=1"}) argv.push_back(x);
-  for (const auto& x :
-       std::vector<std::string>{s_.bin, "train", "--config", s_.config, "--data.path=" + s_.data,
-                                "--run.dir=" + s_.run_dir, "--train.resume=auto"}) {
-    argv.push_back(x);
-  }
-  if (!s_.ckpt_root_override.empty()) argv.push_back("--ckpt.root=" + s_.ckpt_root_override);
-  argv.push_back(s_.ckptd ? "--ckpt.daemon=auto" : "--ckpt.daemon=off");
-  for (const auto& x : s_.train_args) argv.push_back(x);
+  argv.push_back(s_.bin);
+  argv.push_back("train");
+  for (const auto& x : TrainerArgs(s_)) argv.push_back(x);
   std::remove(layout_.config_error().c_str());  // the trainer writes it when it exits 2
   node_faults_at_launch_ = ReadTextOr(layout_.node_faults()).size();  // the step's lines follow
   SpawnOptions o;

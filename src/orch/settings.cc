@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "orch/quarantine.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::orch {
 namespace {
@@ -120,31 +121,40 @@ std::vector<std::string> SplitWords(const std::string& s) {
 
 namespace {
 
-// What the controller needs from the run's config with FTRAIN_ARGS' overrides applied, read
-// once; all false when the config cannot be read (the trainer reports a bad config itself,
-// exit 2) and a bad override is the trainer's to report too.
+// What the controller needs from the run's config as the trainer will read it: all false when
+// the trainer will refuse the config (it exits 2 and says why; the job fails as a config error).
 struct ConfigFacts {
   bool memory_tier = false;   // ckpt.memory_every_steps or ckpt.memory_every_seconds > 0
   bool gpus = false;          // train.device = cuda
   bool exact_reduce = false;  // dist.reduce = exact
 };
 
-ConfigFacts ReadConfigFacts(const std::string& config, const std::vector<std::string>& args) {
+ConfigFacts ReadConfigFacts(const JobSettings& s) {
   ConfigFacts f;
-  auto c = Config::LoadFile(config);
-  if (!c.ok()) return f;
-  for (const auto& a : args) (void)c->ApplyOverride(a);
-  int64_t steps = 0;
-  double seconds = 0;
-  f.memory_tier = (c->GetInt("ckpt.memory_every_steps", &steps).ok() && steps > 0) ||
-                  (c->GetDouble("ckpt.memory_every_seconds", &seconds).ok() && seconds > 0);
-  std::string device, reduce;
-  f.gpus = c->GetString("train.device", &device).ok() && device == "cuda";
-  f.exact_reduce = c->GetString("dist.reduce", &reduce).ok() && reduce == "exact";
+  auto t = TrainerConfig(s);
+  if (!t.ok()) return f;
+  f.memory_tier = t->ckpt.MemoryTierOn();
+  f.gpus = t->train.device == train::Device::kCuda;
+  f.exact_reduce = t->dist.exact_reduce;
   return f;
 }
 
 }  // namespace
+
+std::vector<std::string> TrainerArgs(const JobSettings& s) {
+  std::vector<std::string> args = {"--config", s.config, "--data.path=" + s.data,
+                                   "--run.dir=" + s.run_dir, "--train.resume=auto"};
+  if (!s.ckpt_root_override.empty()) args.push_back("--ckpt.root=" + s.ckpt_root_override);
+  args.push_back(s.ckptd ? "--ckpt.daemon=auto" : "--ckpt.daemon=off");
+  args.insert(args.end(), s.train_args.begin(), s.train_args.end());
+  return args;
+}
+
+StatusOr<train::TrainConfig> TrainerConfig(const JobSettings& s) {
+  const std::vector<std::string> args = TrainerArgs(s);
+  // After "--config FILE": the overrides, as `ftrain train` applies them.
+  return train::TrainConfig::LoadFile(s.config, {args.begin() + 2, args.end()});
+}
 
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   Reader r(env);
@@ -181,7 +191,7 @@ StatusOr<JobSettings> LoadJobSettings(const Getenv& env) {
   if (elastic != "auto" && elastic != "0" && elastic != "1") {
     return Status::InvalidArgument("FTRAIN_ELASTIC='" + elastic + "' is not auto, 0 or 1");
   }
-  const ConfigFacts facts = ReadConfigFacts(s.config, s.train_args);
+  const ConfigFacts facts = ReadConfigFacts(s);
   s.elastic = elastic == "1" || (elastic == "auto" && facts.exact_reduce);
   FT_RETURN_IF_ERROR(r.Count("FTRAIN_ELASTIC_MIN_NODES", 1, &s.elastic_min_nodes));
   if (s.elastic_min_nodes < 1) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "train/config/train_config.h"
 
 namespace ftrain::orch {
 
@@ -130,6 +131,16 @@ struct AgentSettings {
 };
 
 StatusOr<JobSettings> LoadJobSettings(const Getenv& env);
+
+// The arguments after `ftrain train` with which the controller launches each start (the srun
+// line, job_runner.cc): the config, the job's data, run directory and checkpoint root, the
+// daemon mode, and FTRAIN_ARGS last, so that they win as they do on a command line.
+std::vector<std::string> TrainerArgs(const JobSettings& s);
+// What the trainer launched with TrainerArgs will run, read as it reads it
+// (train::TrainConfig::LoadFile): the controller's facts about the run (the memory tier, GPUs,
+// exact reduction, the checkpoint root) come from here, never from the keys read again.
+// Errors: those the trainer exits 2 with.
+StatusOr<train::TrainConfig> TrainerConfig(const JobSettings& s);
 StatusOr<AgentSettings> LoadAgentSettings(const Getenv& env);
 
 // Splits on white space (FTRAIN_ARGS, FTRAIN_CKPTD_ARGS: lists of flags, as the scripts did).

@@ -10,18 +10,12 @@
 namespace ftrain {
 namespace {
 
-std::string Gb(double bytes) {
+std::string OneDecimal(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", bytes / 1e9);
+  std::snprintf(buf, sizeof buf, "%.1f", v);
   return buf;
 }
-
-// The plan's name for a dist.sharding value.
-std::string PlanName(const std::string& sharding) {
-  if (sharding == "no_shard") return "ddp";
-  if (sharding == "shard_grad_op") return "zero2";
-  return sharding;
-}
+std::string Gb(double bytes) { return OneDecimal(bytes / 1e9); }
 
 const StrategyPlan* Row(const PlanResult& p, const std::string& name) {
   for (const auto& s : p.strategies) {
@@ -30,30 +24,15 @@ const StrategyPlan* Row(const PlanResult& p, const std::string& name) {
   return nullptr;
 }
 
-PlanInput PlanInputFor(const MemoryFitInput& in) {
-  PlanInput pi;
-  pi.model = in.model;
-  pi.model_source = "the run's model";
-  pi.nodes = in.nodes;
-  pi.gpus_per_node = in.ranks_per_node;
-  pi.gpu_mem_gb = static_cast<double>(in.device_bytes) / 1e9;
-  pi.seq_len = in.seq_len;
-  pi.micro_batch = in.micro_batch;
-  pi.act_ckpt = in.act_ckpt;
-  pi.ac_every = in.ac_every;
-  pi.grad_bytes = in.grad_bytes;
-  return pi;
-}
-
 // Settings that would fit, each checked with the planner (none of them is a guess).
-std::vector<std::string> WhatFits(const MemoryFitInput& in, const std::string& name) {
+std::vector<std::string> WhatFits(const PlanInput& in, Sharding sharding, const std::string& name) {
   std::vector<std::string> out;
-  auto fits = [&](const MemoryFitInput& alt, const std::string& row) {
-    auto p = MakePlan(PlanInputFor(alt));
+  auto fits = [&](const PlanInput& alt, const std::string& row) {
+    auto p = MakePlan(alt);
     const StrategyPlan* s = p.ok() ? Row(*p, row) : nullptr;
     return s != nullptr && s->fits;
   };
-  MemoryFitInput alt = in;
+  PlanInput alt = in;
   if (!in.act_ckpt) {
     alt.act_ckpt = true;
     alt.ac_every = 2;  // selective: half the layers recomputed, less recompute than all
@@ -77,7 +56,7 @@ std::vector<std::string> WhatFits(const MemoryFitInput& in, const std::string& n
       break;
     }
   }
-  if (in.sharding != "full_shard" && fits(in, "full_shard")) {
+  if (sharding != Sharding::kFullShard && fits(in, "full_shard")) {
     out.push_back("dist.sharding = full_shard");
   }
   for (int64_t nodes = in.nodes * 2; nodes <= in.nodes * 64; nodes *= 2) {
@@ -93,21 +72,21 @@ std::vector<std::string> WhatFits(const MemoryFitInput& in, const std::string& n
 
 }  // namespace
 
-Status CheckMemoryFit(const MemoryFitInput& in) {
-  if (in.device_bytes == 0) return Status::Ok();  // unknown device memory: nothing to check
-  const std::string name = PlanName(in.sharding);
-  FT_ASSIGN_OR_RETURN(PlanResult p, MakePlan(PlanInputFor(in)));
+Status CheckMemoryFit(const PlanInput& in, Sharding sharding, const std::string& device) {
+  if (in.gpu_mem_gb <= 0) return Status::Ok();  // unknown device memory: nothing to check
+  const std::string name = PlanRowName(sharding);
+  FT_ASSIGN_OR_RETURN(PlanResult p, MakePlan(in));
   const StrategyPlan* s = Row(p, name);
   if (s == nullptr || s->fits) return Status::Ok();
   std::string msg =
-      "memory: dist.sharding = " + in.sharding + " needs " + Gb(s->total_bytes) +
-      " GB per rank by `ftrain plan` (state " + Gb(s->state_bytes) + ", gathered units " +
-      Gb(s->gathered_bytes) + ", gradient buffers " + Gb(s->grad_buffer_bytes) + ", head + loss " +
-      Gb(s->loss_bytes) + ", activations " + Gb(s->activation_bytes) + ") but " + in.device +
-      " has " + Gb(p.usable_bytes) + " GB usable (" + Gb(static_cast<double>(in.device_bytes)) +
-      " GB less the " + std::to_string(static_cast<int>(p.input.reserve_fraction * 100 + 0.5)) +
-      " % reserve)";
-  const std::vector<std::string> fixes = WhatFits(in, name);
+      "memory: dist.sharding = " + std::string(ShardingName(sharding)) + " needs " +
+      Gb(s->total_bytes) + " GB per rank by `ftrain plan` (state " + Gb(s->state_bytes) +
+      ", gathered units " + Gb(s->gathered_bytes) + ", gradient buffers " +
+      Gb(s->grad_buffer_bytes) + ", head + loss " + Gb(s->loss_bytes) + ", activations " +
+      Gb(s->activation_bytes) + ") but " + device + " has " + Gb(p.usable_bytes) + " GB usable (" +
+      OneDecimal(in.gpu_mem_gb) + " GB less the " +
+      std::to_string(static_cast<int>(p.input.reserve_fraction * 100 + 0.5)) + " % reserve)";
+  const std::vector<std::string> fixes = WhatFits(in, sharding, name);
   if (fixes.empty()) {
     msg +=
         "; nothing fits, not even full_shard on 64 times the nodes: shorten the sequences or use a "
@@ -116,15 +95,16 @@ Status CheckMemoryFit(const MemoryFitInput& in) {
     msg += "; what fits:";
     for (size_t i = 0; i < fixes.size(); ++i) msg += (i ? ", or " : " ") + fixes[i];
   }
+  // p.input: `in` with the planner's defaults filled in (seq_len, when `in` left it unset).
   char cmd[256];
   std::snprintf(
       cmd, sizeof cmd,
       " (the table: ftrain plan --model CONFIG --nodes %lld --gpus-per-node %lld "
       "--gpu-mem-gb %.1f --seq-len %lld --micro-batch %lld%s%s); "
       "FTRAIN_SKIP_MEMORY_CHECK=1 starts anyway",
-      static_cast<long long>(in.nodes), static_cast<long long>(in.ranks_per_node),
-      static_cast<double>(in.device_bytes) / 1e9, static_cast<long long>(in.seq_len),
-      static_cast<long long>(in.micro_batch), in.act_ckpt ? " --act-ckpt" : "",
+      static_cast<long long>(in.nodes), static_cast<long long>(in.gpus_per_node), in.gpu_mem_gb,
+      static_cast<long long>(*p.input.seq_len), static_cast<long long>(in.micro_batch),
+      in.act_ckpt ? " --act-ckpt" : "",
       in.act_ckpt && in.ac_every > 1 ? (" --ac-every " + std::to_string(in.ac_every)).c_str() : "");
   return Status::InvalidArgument(msg + cmd);
 }

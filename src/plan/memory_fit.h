@@ -7,32 +7,21 @@
 #include <cstdint>
 #include <string>
 
+#include "core/sharding.h"
 #include "core/status.h"
-#include "formats/llama_config.h"
+#include "plan/planner.h"
 
 namespace ftrain {
 
-struct MemoryFitInput {
-  LlamaConfig model;
-  std::string sharding = "full_shard";  // dist.sharding
-  int64_t nodes = 1;
-  int64_t ranks_per_node = 1;
-  // Memory of the device one rank uses: a GPU's, or on CPU the host's share per rank (all of a
-  // node's ranks share its memory).
-  uint64_t device_bytes = 0;
-  std::string device = "cpu";  // for the message: "cuda:0 ..." or "cpu"
-  int64_t seq_len = 0;         // the data's sequence length
-  int64_t micro_batch = 1;     // train.micro_batch
-  bool act_ckpt = true;        // train.activation_checkpointing
-  int64_t ac_every = 1;        // train.ac_every
-  double grad_bytes = 2;       // train.reduce_dtype: bf16 2, fp32 4
-};
-
-// The plan's row for `sharding` (ddp for no_shard, zero2 for shard_grad_op) fits in the usable
-// memory (device_bytes less the plan's 10 % reserve): Ok. Else InvalidArgument that names the
-// figures, what to change (train.activation_checkpointing, train.micro_batch, dist.sharding,
-// more nodes) and the `ftrain plan` command that shows the table.
-Status CheckMemoryFit(const MemoryFitInput& in);
+// The plan's row for `sharding` (PlanRowName) fits in the usable memory (in.gpu_mem_gb less the
+// plan's 10 % reserve): Ok. Else InvalidArgument that names the figures, what to change
+// (train.activation_checkpointing, train.micro_batch, dist.sharding, more nodes) and the
+// `ftrain plan` command that shows the table. `in` is the run's own plan input: its model,
+// nodes, ranks per node (gpus_per_node), seq_len, micro_batch, act_ckpt, ac_every, grad_bytes,
+// and as gpu_mem_gb the memory of the device one rank uses: a GPU's, or on CPU the host's share
+// per rank (all of a node's ranks share its memory); 0 (unknown): nothing is checked.
+// `device` names that device in the message: "cuda:0" or "this host (...)".
+Status CheckMemoryFit(const PlanInput& in, Sharding sharding, const std::string& device);
 
 // The host's physical memory in bytes (sysconf); 0 when unknown.
 uint64_t HostMemoryBytes();

@@ -112,6 +112,24 @@ constexpr StandardShape kStandardShapes[] = {
 enum StrategyIndex { kDdp = 0, kZero1, kZero2, kFullShard, kHybridShard, kNumStrategies };
 constexpr const char* kStrategyNames[] = {"ddp", "zero1", "zero2", "full_shard", "hybrid_shard"};
 
+}  // namespace
+
+const char* PlanRowName(Sharding s) {
+  switch (s) {
+    case Sharding::kNoShard:
+      return kStrategyNames[kDdp];
+    case Sharding::kShardGradOp:
+      return kStrategyNames[kZero2];
+    case Sharding::kHybridShard:
+      return kStrategyNames[kHybridShard];
+    case Sharding::kFullShard:
+      break;
+  }
+  return kStrategyNames[kFullShard];
+}
+
+namespace {
+
 // Nearest by ratio (log distance): 5e9 is nearer 7B than 3B.
 const StandardShape& NearestShape(double parameters) {
   const StandardShape* best = &kStandardShapes[0];

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sharding.h"
 #include "core/status.h"
 #include "formats/llama_config.h"
 
@@ -194,6 +195,11 @@ struct StrategyPlan {
 // daemon/replica_store.h).
 constexpr int kCkptdSlotsPerRank = 2;
 constexpr int kBuddyReplicasPerRank = 2;
+
+// The row (StrategyPlan::name) that models what the engine runs for dist.sharding = s: ddp for
+// no_shard, zero2 for shard_grad_op (the engine shards optimizer state and gradients and keeps a
+// unit gathered from its forward to its backward), full_shard and hybrid_shard as themselves.
+const char* PlanRowName(Sharding s);
 
 struct PlanResult {
   PlanInput input;  // as given, with defaults filled in (seq_len always set)

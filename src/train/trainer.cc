@@ -45,6 +45,7 @@
 #include "train/config/mirror_config.h"
 #include "train/device/device.h"
 #include "train/device/device_memory.h"
+#include "train/engine_builder.h"
 #include "train/eval/eval_loop.h"
 #include "train/hang_watch.h"
 #include "train/phase_clock.h"
@@ -91,45 +92,6 @@ StatusOr<std::string> AgreeOnGeneration(comm::DistContext& ctx, int64_t fence_ep
                 static_cast<long long>(first < 0 ? -first : first),
                 static_cast<unsigned>(t[1].item<double>()));
   return std::string(buf);
-}
-
-// The model and the FSDP engine over it. A random init is computed unit by unit while
-// sharding (fsdp::FsdpConfig::init_seed); base weights (train.init) are read later, after the
-// resume decided that they are needed, each rank reading only its own shards
-// (LoadBaseWeights). Either way the model's own tensors are allocated but never written, so
-// no rank holds the whole fp32 model.
-StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEngine(const TrainConfig& cfg,
-                                                        comm::DistContext& ctx,
-                                                        const DeviceChoice& dev) {
-  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
-  // Names and shapes only: the engine fills each rank's shards itself and drops the model's
-  // tensors, which are allocated but never touched, so none of their pages becomes resident
-  // (deterministic mode, on a GPU run, would otherwise fill them with NaN first: 27 GB of
-  // host memory per rank at 7B, single-threaded, at every start).
-  fsdp::NoUninitializedFill no_fill;
-  model::LlamaModel model(cfg.model);
-  fsdp::FsdpConfig fc;
-  if (cfg.train.init == "random") {
-    fc.init_seed = static_cast<uint64_t>(cfg.train.seed);
-  } else {
-    fc.defer_init = true;
-  }
-  fc.sharding = sharding;
-  auto dtype = [](Precision p) {
-    return p == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
-  };
-  fc.param_dtype = dtype(cfg.train.param_dtype);
-  fc.reduce_dtype = dtype(cfg.train.reduce_dtype);
-  fc.activation_checkpointing = cfg.train.activation_checkpointing;
-  fc.ac_every = static_cast<int>(cfg.train.ac_every);
-  fc.prefetch = cfg.train.prefetch;
-  fc.device = dev.device;
-  fc.exact_reduce = cfg.dist.exact_reduce;
-  if (fc.exact_reduce) fc.exact_micro_batches = cfg.dist.ExactMicroBatches(cfg.train);
-  return fsdp::FsdpEngine::Create(
-      model, fc,
-      fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node(),
-                      &ctx.world_reduce(), &ctx.intra_node_reduce()));
 }
 
 // Where this rank's checkpoints go (ckpt.*): this node's ckptd if there is one, else
@@ -427,24 +389,26 @@ Status CheckMemory(const Run& run, int64_t seq_len) {
   if (skip != nullptr && std::string(skip) == "1") return Status::Ok();
   const TrainConfig& cfg = run.cfg;
   const comm::WorldInfo& w = run.ctx->world();
-  MemoryFitInput in;
+  PlanInput in;
   in.model = cfg.model;
-  in.sharding = cfg.dist.sharding;
+  in.model_source = "the run's model";  // what the planner's messages say the model is
   in.nodes = w.num_nodes;
-  in.ranks_per_node = w.local_world_size;
-  in.device_bytes =
+  in.gpus_per_node = w.local_world_size;
+  const uint64_t device_bytes =
       run.dev.device.is_cuda()
           ? run.dev.memory_bytes
           : HostMemoryBytes() / static_cast<uint64_t>(std::max(1, w.local_world_size));
-  in.device = run.dev.device.is_cuda()
-                  ? "cuda:" + std::to_string(run.dev.cuda_index)
-                  : "this host (its memory / " + std::to_string(w.local_world_size) + " ranks)";
+  in.gpu_mem_gb = static_cast<double>(device_bytes) / 1e9;  // 0: unknown, nothing is checked
   in.seq_len = seq_len;
   in.micro_batch = cfg.train.micro_batch;
   in.act_ckpt = cfg.train.activation_checkpointing;
   in.ac_every = cfg.train.ac_every;
   in.grad_bytes = cfg.train.reduce_dtype == Precision::kBFloat16 ? 2 : 4;
-  return CheckMemoryFit(in);
+  const std::string device =
+      run.dev.device.is_cuda()
+          ? "cuda:" + std::to_string(run.dev.cuda_index)
+          : "this host (its memory / " + std::to_string(w.local_world_size) + " ranks)";
+  return CheckMemoryFit(in, cfg.dist.sharding, device);
 }
 
 // The reader positioned where the resumed state says, checked against the model.
@@ -481,25 +445,25 @@ void PlanOptimizer(Run* run) {
   if (!run->leader) return;
   if (cfg.dist.exact_reduce) {
     FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, "
-                 << cfg.dist.sharding << " over " << world.world_size
+                 << ShardingName(cfg.dist.sharding) << " over " << world.world_size
                  << " ranks; dist.reduce = exact: global batch " << cfg.train.global_batch << " = "
                  << cfg.dist.ExactMicroBatches(cfg.train) << " micro-batches of "
                  << cfg.train.micro_batch << " sequences of " << run->seq_len
                  << " tokens, dealt by global index; peak lr " << run->sched.peak_lr;
     return;
   }
-  FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, " << cfg.dist.sharding
-               << " over " << world.world_size << " ranks (" << world.num_nodes
-               << " nodes); effective batch = micro_batch " << cfg.train.micro_batch
-               << " x accumulation " << cfg.train.grad_accum << " x data-parallel "
-               << world.world_size << " = " << run->effective_batch << " sequences of "
-               << run->seq_len << " tokens; peak lr " << run->sched.peak_lr
+  FT_LOG(Info) << "train: " << run->engine->NumParameters() << " parameters, "
+               << ShardingName(cfg.dist.sharding) << " over " << world.world_size << " ranks ("
+               << world.num_nodes << " nodes); effective batch = micro_batch "
+               << cfg.train.micro_batch << " x accumulation " << cfg.train.grad_accum
+               << " x data-parallel " << world.world_size << " = " << run->effective_batch
+               << " sequences of " << run->seq_len << " tokens; peak lr " << run->sched.peak_lr
                << (cfg.train.lr_scale_with_batch ? " (linear scaling rule)" : "");
 }
 
 nlohmann::json LayoutJson(const Run& run) {
   const comm::WorldInfo& world = run.ctx->world();
-  return {{"sharding", run.cfg.dist.sharding},
+  return {{"sharding", ShardingName(run.cfg.dist.sharding)},
           {"world_size", world.world_size},
           {"num_nodes", world.num_nodes},
           {"local_world_size", world.local_world_size},
@@ -568,22 +532,22 @@ void StartSdcCheck(Run* run) {
   const int64_t every = run->cfg.guard.sdc_every_steps;
   if (every <= 0) return;
   const comm::WorldInfo& w = run->ctx->world();
-  const fsdp::Sharding s = run->engine->config().sharding;
+  const Sharding s = run->engine->config().sharding;
   // The resumed state was checked before it was saved (disk or memory): the last known good.
   run->sdc_passed = std::max<int64_t>(0, run->state.step);
   run->place.rank = w.rank;
   run->place.node = w.node_rank;
-  run->place.shard = s == fsdp::Sharding::kNoShard ? 0 : w.local_rank;
-  run->sdc_check = (s == fsdp::Sharding::kNoShard && w.world_size > 1) ||
-                   (s == fsdp::Sharding::kHybridShard && w.num_nodes > 1);
+  run->place.shard = s == Sharding::kNoShard ? 0 : w.local_rank;
+  run->sdc_check = (s == Sharding::kNoShard && w.world_size > 1) ||
+                   (s == Sharding::kHybridShard && w.num_nodes > 1);
   if (!run->leader) return;
   if (run->sdc_check) {
     FT_LOG(Info) << "guard: replicas compare their master shards' hashes every " << every
                  << " steps and before every checkpoint (guard.sdc_every_steps)";
   } else {
     FT_LOG(Warning) << "guard: guard.sdc_every_steps = " << every << " but "
-                    << run->cfg.dist.sharding << " over " << w.num_nodes << " node(s), "
-                    << w.world_size
+                    << ShardingName(run->cfg.dist.sharding) << " over " << w.num_nodes
+                    << " node(s), " << w.world_size
                     << " rank(s) keeps no replica of a shard: there is nothing to compare, no "
                        "replica check runs (docs/operations.md, Silent data corruption)";
   }
@@ -832,7 +796,7 @@ StatusOr<std::unique_ptr<Run>> StartRun(const TrainConfig& cfg,
   FT_ASSIGN_OR_RETURN(run->data_version,
                       DataVersionOf(cfg, world, env, &data_tokenizer, &data_seq_len));
   FT_RETURN_IF_ERROR(CheckMemory(*run, data_seq_len));
-  FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev));
+  FT_ASSIGN_OR_RETURN(run->engine, BuildEngine(cfg, ctx, run->dev, EngineUse::kTrain));
   // Per-rank RNG stream (the model itself draws nothing at run time; the state is still
   // carried in every checkpoint so that anything that does draw resumes exactly).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL +

@@ -15,44 +15,11 @@
 
 namespace ftrain::train {
 
-CheckpointSchedule::CheckpointSchedule(const CkptSection& ckpt, int64_t final_step, Env* env)
-    : ckpt_(ckpt),
-      final_step_(final_step),
-      env_(env),
-      last_micros_(env->NowMicros()),
-      last_memory_micros_(last_micros_) {}
-
-bool CheckpointSchedule::TimeDue() const {
-  return ckpt_.every_minutes > 0 &&
-         static_cast<double>(env_->NowMicros() - last_micros_) / 1e6 >= ckpt_.every_minutes * 60;
-}
-
-bool CheckpointSchedule::MemoryTimeDue() const {
-  return ckpt_.memory_every_seconds > 0 &&
-         static_cast<double>(env_->NowMicros() - last_memory_micros_) / 1e6 >=
-             ckpt_.memory_every_seconds;
-}
-
-bool CheckpointSchedule::Due(int64_t step, bool time_due, bool stop) const {
-  const bool step_due = ckpt_.every_steps > 0 && step % ckpt_.every_steps == 0;
-  return time_due || step_due || stop || (step == final_step_ && ckpt_.save_final);
-}
-
-bool CheckpointSchedule::MustBeDurable(int64_t step, bool stop) const {
-  return stop || step == final_step_;
-}
-
-void CheckpointSchedule::Saved() { last_micros_ = last_memory_micros_ = env_->NowMicros(); }
-
-void CheckpointSchedule::MemoryTaken() { last_memory_micros_ = env_->NowMicros(); }
-
 CheckpointCoordinator::CheckpointCoordinator(CheckpointSchedule schedule, Parts parts)
     : schedule_(std::move(schedule)), parts_(std::move(parts)), last_saved_(parts_.resumed_step) {
   const CkptSection& c = schedule_.ckpt();
-  if (c.memory_every_steps > 0 || c.memory_every_seconds > 0) {
+  if (schedule_.memory_tier()) {
     MemoryTierOptions o;
-    o.every_steps = c.memory_every_steps;
-    o.every_seconds = c.memory_every_seconds;
     o.root = c.root;
     o.rank = parts_.rank;
     o.world = parts_.identity.meta.world_size;
@@ -65,10 +32,6 @@ CheckpointCoordinator::~CheckpointCoordinator() = default;
 
 int64_t CheckpointCoordinator::memory_restorable() const {
   return memory_ ? memory_->restorable_step() : -1;
-}
-
-bool CheckpointCoordinator::MemoryDue(int64_t step, bool memory_time_due) const {
-  return memory_ != nullptr && memory_->Due(step, memory_time_due);
 }
 
 ckpt::CheckpointMeta CheckpointCoordinator::MetaNow(const records::StepMetrics& m) {
@@ -112,7 +75,7 @@ StatusOr<BoundarySave> CheckpointCoordinator::AtBoundary(int64_t step, TimeVotes
                                                          const records::StepMetrics& m) {
   BoundarySave out;
   const bool disk_due = schedule_.Due(step, agreed.disk, stop);
-  const bool memory_due = !disk_due && memory_ && memory_->Due(step, agreed.memory);
+  const bool memory_due = !disk_due && MemoryDue(step, agreed.memory);
   if (memory_) {
     // Snapshots of earlier steps that their buddies now hold become restorable (collective
     // while any await it; the same on every rank), always before a snapshot takes a daemon

@@ -1,5 +1,5 @@
-// The one owner of the training loop's checkpoints: when one is due (CheckpointSchedule:
-// the wall-clock and step intervals, a stop, the final step), whether it must be durable,
+// The one owner of the training loop's checkpoints: when one is due (schedule.h, the one owner
+// of every interval, disk and memory), whether it must be durable,
 // what goes in (train_state.h), where it goes (sink.h), the training time it stalls, and the
 // GPU snapshot copy that must end before the next optimizer step changes the state. The loop
 // calls it at three points of every step:
@@ -20,6 +20,7 @@
 #include "core/env.h"
 #include "core/status.h"
 #include "records/metrics_record.h"
+#include "train/checkpoint/schedule.h"
 #include "train/config/train_config.h"
 
 namespace ftrain::data {
@@ -34,39 +35,6 @@ namespace ftrain::train {
 class CheckpointSink;
 class MemoryTier;
 struct RunState;
-
-// When a checkpoint is due. Time comes from `env` (Env::NowMicros), so tests drive the rule
-// with a fake clock. Torch-free.
-class CheckpointSchedule {
- public:
-  // The wall-clock interval starts now.
-  CheckpointSchedule(const CkptSection& ckpt, int64_t final_step, Env* env);
-  // ckpt.every_minutes have passed since the start or the last saved checkpoint.
-  bool TimeDue() const;
-  // Whether the boundary after optimizer step `step` checkpoints, given the agreed flags
-  // (`time_due`: rank 0's TimeDue; `stop`: a stop signal on any rank).
-  bool Due(int64_t step, bool time_due, bool stop) const;
-  // A stop and the final step must be committed before the run goes on (or ends).
-  bool MustBeDurable(int64_t step, bool stop) const;
-  // ckpt.memory_every_steps/_seconds: the memory tier (memory_tier.h); 0 = off.
-  const CkptSection& ckpt() const { return ckpt_; }
-  // ckpt.memory_every_seconds have passed since the start, the last memory snapshot or the
-  // last saved checkpoint (rank 0's vote, agreed at the boundary like TimeDue).
-  bool MemoryTimeDue() const;
-  // A checkpoint was saved: both wall-clock intervals start again (a saved checkpoint is in
-  // the daemons' memory too).
-  void Saved();
-  // A memory snapshot was taken: the memory tier's wall-clock interval starts again.
-  void MemoryTaken();
-  Env* env() const { return env_; }
-
- private:
-  CkptSection ckpt_;
-  int64_t final_step_;
-  Env* env_;
-  uint64_t last_micros_;
-  uint64_t last_memory_micros_;
-};
 
 // This rank's wall-clock votes after an optimizer step (only rank 0's clock votes); the
 // boundary agreement max-reduces them so that every rank acts at the same step.
@@ -122,7 +90,9 @@ class CheckpointCoordinator {
   // Whether a memory-tier snapshot is due after `step` (`memory_time_due`: the agreed vote;
   // at a disk step the disk takes it instead). The replica check runs before every one too:
   // only checked steps become restorable from memory (issue 44, hole 7).
-  bool MemoryDue(int64_t step, bool memory_time_due) const;
+  bool MemoryDue(int64_t step, bool memory_time_due) const {
+    return memory_ != nullptr && schedule_.MemoryDue(step, memory_time_due);
+  }
   // The newest step this start saved (or resumed from); -1 when none.
   int64_t last_saved() const { return last_saved_; }
   // The newest step this start recorded as restorable from memory; -1 when none.

@@ -19,12 +19,6 @@ bool Loggable(int64_t n) { return n <= 10 || n % 100 == 0; }
 MemoryTier::MemoryTier(MemoryTierOptions options, CheckpointSink* sink)
     : options_(std::move(options)), sink_(sink) {}
 
-bool MemoryTier::Due(int64_t step, bool time_due) const {
-  if (!enabled() || step <= 0) return false;
-  if (time_due && options_.every_seconds > 0) return true;
-  return options_.every_steps > 0 && step % options_.every_steps == 0;
-}
-
 double MemoryTier::Take(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents) {
   // Every rank remembers the step, taken or not, so that Confirm stays the same collective
   // everywhere; a rank that skipped it says "not held" there.

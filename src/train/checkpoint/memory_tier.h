@@ -1,6 +1,6 @@
-// The memory tier: every ckpt.memory_every_steps (or ckpt.memory_every_seconds, rank 0's clock
-// agreed at the step boundary: CheckpointSchedule::MemoryTimeDue) a snapshot goes to this node's
-// ckptd and its buddy's memory, never to disk (the disk interval stays
+// The memory tier: when the schedule says a snapshot is due (schedule.h: ckpt.memory_every_steps
+// or ckpt.memory_every_seconds, rank 0's clock agreed at the step boundary) a snapshot goes to
+// this node's ckptd and its buddy's memory, never to disk (the disk interval stays
 // ckpt.every_minutes/every_steps). A step counts as restorable from memory only when every rank's
 // snapshot of it is held in two places, its own daemon and that daemon's buddy; then rank 0 records
 // it, with every rank's snapshot digest, in ROOT/MEMORY_TIER.json (ckpt/memory_manifest.h), which
@@ -21,10 +21,9 @@ namespace ftrain::train {
 
 class CheckpointSink;
 
+// Where and who; when is the schedule's (schedule.h), which the coordinator asks.
 struct MemoryTierOptions {
-  int64_t every_steps = 0;   // 0: off
-  double every_seconds = 0;  // 0: off; the coordinator's schedule keeps the clock
-  std::string root;          // ckpt.root: where MEMORY_TIER.json goes
+  std::string root;  // ckpt.root: where MEMORY_TIER.json goes
   int rank = 0;
   int world = 1;
   bool leader = false;  // rank 0 writes the manifest and logs
@@ -34,11 +33,6 @@ class MemoryTier {
  public:
   MemoryTier(MemoryTierOptions options, CheckpointSink* sink);
 
-  bool enabled() const { return options_.every_steps > 0 || options_.every_seconds > 0; }
-  // A memory snapshot is due after optimizer step `step` (the caller skips it at disk steps):
-  // the step interval, or `time_due`, the agreed vote of ckpt.memory_every_seconds (the same
-  // on every rank, so every rank takes it at the same step). Pure.
-  bool Due(int64_t step, bool time_due = false) const;
   // Hands this rank's snapshot over (not collective); returns the training thread's stall.
   // A skipped snapshot is logged and leaves the step unrestorable from memory.
   double Take(const ckpt::CheckpointMeta& meta, const ckpt::ShardContents& contents);

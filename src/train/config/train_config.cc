@@ -177,9 +177,9 @@ Status LoadReduce(const Config& c, TrainConfig* out) {
                                    "train.reduce_dtype = bfloat16: dist.reduce = exact replaces "
                                    "the reduce dtype (int64 fixed point); set float32");
   }
-  if (t.dist.sharding != "full_shard" && t.dist.sharding != "shard_grad_op") {
+  if (t.dist.sharding != Sharding::kFullShard && t.dist.sharding != Sharding::kShardGradOp) {
     return Status::InvalidArgument(Origin(c, "dist.sharding") +
-                                   "dist.sharding = " + t.dist.sharding +
+                                   "dist.sharding = " + ShardingName(t.dist.sharding) +
                                    ": dist.reduce = exact serves full_shard and shard_grad_op "
                                    "only (no replica all-reduce yet)");
   }
@@ -194,9 +194,14 @@ Status LoadDataAndDist(const Config& c, TrainConfig* out) {
   FT_RETURN_IF_ERROR(c.GetInt("data.prefetch_depth", &t.data.prefetch_depth));
   if (t.data.prefetch_depth < 0) return Status::InvalidArgument("data.prefetch_depth must be >= 0");
 
-  FT_RETURN_IF_ERROR(c.GetString("dist.sharding", &t.dist.sharding));
-  FT_RETURN_IF_ERROR(OneOf(c, "dist.sharding", t.dist.sharding,
-                           {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}));
+  std::string sharding = ShardingName(t.dist.sharding);
+  FT_RETURN_IF_ERROR(c.GetString("dist.sharding", &sharding));
+  StatusOr<Sharding> parsed = ParseSharding(sharding);
+  // ParseSharding's message is OneOf's without the origin: the same text as every other key.
+  if (!parsed.ok()) {
+    return Status::InvalidArgument(Origin(c, "dist.sharding") + parsed.status().message());
+  }
+  t.dist.sharding = *parsed;
   FT_RETURN_IF_ERROR(c.GetString("dist.backend", &t.dist.backend));
   FT_RETURN_IF_ERROR(OneOf(c, "dist.backend", t.dist.backend, {"gloo", "nccl"}));
   FT_RETURN_IF_ERROR(c.GetInt("dist.rdzv_timeout_s", &t.dist.rdzv_timeout_s));
@@ -388,6 +393,13 @@ StatusOr<TrainConfig> TrainConfig::Load(const Config& c) {
   FT_RETURN_IF_ERROR(ParseSkipList(c, t.train.steps, &t.data.skip));
   FT_RETURN_IF_ERROR(c.CheckAllConsumed());
   return t;
+}
+
+StatusOr<TrainConfig> TrainConfig::LoadFile(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
+  FT_ASSIGN_OR_RETURN(Config config, Config::LoadFile(path));
+  for (const auto& o : overrides) FT_RETURN_IF_ERROR(config.ApplyOverride(o));
+  return Load(config);
 }
 
 const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }

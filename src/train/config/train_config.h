@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/sharding.h"
 #include "core/status.h"
 #include "formats/llama_config.h"
 #include "train/verdicts/guard.h"
@@ -76,7 +77,7 @@ struct DataSection {
 };
 
 struct DistSection {
-  std::string sharding = "full_shard";
+  Sharding sharding = Sharding::kFullShard;  // read with ParseSharding, printed with ShardingName
   std::string backend = "gloo";
   int64_t rdzv_timeout_s = 300;
   // A collective that has not finished in this long fails the rank with a message naming the
@@ -111,6 +112,9 @@ struct CkptSection {
   // ... or every this many seconds (rank 0's clock, agreed at the step boundary like
   // every_minutes); 0 = off. Either interval turns the tier on. Operational too.
   double memory_every_seconds = 0;
+  // The memory tier is on (either interval above): the trainer's schedule and the job
+  // controller's replication default (orch/settings.cc) both ask this, never the keys.
+  bool MemoryTierOn() const { return memory_every_steps > 0 || memory_every_seconds > 0; }
   // How long a resume retries checkpoint storage that cannot be read (I/O errors, files that
   // went missing) before the start gives up with exit 74 (train/checkpoint/resume.h). Nothing
   // unreadable is ever set aside. Operational: not in ConfigHash.
@@ -153,6 +157,11 @@ struct TrainConfig {
 
   // Reads every section; unknown keys and bad values fail with the key and its origin.
   static StatusOr<TrainConfig> Load(const Config& config);
+  // The file at `path` with command-line overrides applied in order (`--section.key=value`,
+  // the later wins), then Load: how `ftrain train` reads its config, and how the job controller
+  // reads what the trainer it launches will run (orch/settings.h, TrainerConfig).
+  static StatusOr<TrainConfig> LoadFile(const std::string& path,
+                                        const std::vector<std::string>& overrides);
   // Hash of the settings that change the bits of a run (model, optimizer, schedule, seeds,
   // dtypes, threads, sharding); paths, checkpoint policy and metrics sinks are excluded.
   std::string ConfigHash() const;

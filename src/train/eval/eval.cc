@@ -19,6 +19,7 @@
 #include "model/llama.h"
 #include "model/weights_io.h"
 #include "train/device/device.h"
+#include "train/engine_builder.h"
 #include "train/eval/eval_loop.h"
 
 namespace ftrain::train {
@@ -179,25 +180,6 @@ StatusOr<World> StartWorld(const TrainConfig& cfg) {
   return w;
 }
 
-// The engine over the model: the run's sharding, compute dtype and device; the master shards
-// left for LoadWeights.
-StatusOr<std::unique_ptr<fsdp::FsdpEngine>> BuildEvalEngine(const TrainConfig& cfg, World& w) {
-  FT_ASSIGN_OR_RETURN(fsdp::Sharding sharding, fsdp::ParseSharding(cfg.dist.sharding));
-  model::LlamaModel model(cfg.model);
-  fsdp::FsdpConfig fc;
-  fc.defer_init = true;
-  fc.sharding = sharding;
-  fc.param_dtype =
-      cfg.train.param_dtype == Precision::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
-  fc.reduce_dtype = fc.param_dtype;
-  fc.activation_checkpointing = false;
-  fc.prefetch = cfg.train.prefetch;
-  fc.device = w.dev.device;
-  comm::DistContext& ctx = *w.ctx;
-  return fsdp::FsdpEngine::Create(
-      model, fc, fsdp::GroupsFor(sharding, ctx.world_comm(), ctx.intra_node(), ctx.inter_node()));
-}
-
 }  // namespace
 
 StatusOr<EvalResult> RunEval(const EvalOptions& o) {
@@ -211,7 +193,8 @@ StatusOr<EvalResult> RunEval(const EvalOptions& o) {
     result.ranks = w.ctx->world().world_size;
     result.device = w.dev.description;
     result.dtype = PrecisionName(cfg.train.param_dtype);
-    FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine, BuildEvalEngine(cfg, w));
+    FT_ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
+                        BuildEngine(cfg, *w.ctx, w.dev, EngineUse::kEval));
     FT_RETURN_IF_ERROR(AgreeLoaded(*w.ctx, LoadWeights(*engine, o.weights, &result, o.env)));
     HeldOutOptions ho;
     ho.env = o.env;
