@@ -3,14 +3,12 @@
 // saves must be durable, and the memory tier's intervals. No processes, no waiting, no LibTorch.
 #include <gtest/gtest.h>
 
-#include "fake_clock_env.h"
+#include "core/fake_clock_env.h"
 #include "train/checkpoint/memory_tier.h"
 #include "train/checkpoint/schedule.h"
 
 namespace ftrain::train {
 namespace {
-
-using ftrain::testing::FakeClockEnv;
 
 CkptSection Every(double minutes, int64_t steps, bool save_final = true) {
   CkptSection c;
@@ -21,14 +19,14 @@ CkptSection Every(double minutes, int64_t steps, bool save_final = true) {
 }
 
 TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSave) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(25, 0), 1000, &env);
   EXPECT_FALSE(s.TimeDue());
-  env.AdvanceSeconds(25 * 60 - 0.001);
+  env.Advance(25 * 60 - 0.001);
   EXPECT_FALSE(s.TimeDue());
-  env.AdvanceSeconds(0.001);
+  env.Advance(0.001);
   EXPECT_TRUE(s.TimeDue());
-  env.AdvanceSeconds(3600);  // however late the boundary comes, it is one checkpoint
+  env.Advance(3600);  // however late the boundary comes, it is one checkpoint
   EXPECT_TRUE(s.TimeDue());
   s.Saved();
   EXPECT_FALSE(s.TimeDue());
@@ -37,14 +35,14 @@ TEST(CheckpointSchedule, TimeIsDueOnceTheIntervalHasPassedSinceStartOrTheLastSav
 }
 
 TEST(CheckpointSchedule, ZeroMinutesTurnsTheClockOff) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(0, 0), 1000, &env);
-  env.AdvanceSeconds(1e7);
+  env.Advance(1e7);
   EXPECT_FALSE(s.TimeDue());
 }
 
 TEST(CheckpointSchedule, DueOnTheStepIntervalTheAgreedClockAStopOrTheFinalStep) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(0, 50), 120, &env);
   EXPECT_FALSE(s.Due(49, false, false));
   EXPECT_TRUE(s.Due(50, false, false));
@@ -58,7 +56,7 @@ TEST(CheckpointSchedule, DueOnTheStepIntervalTheAgreedClockAStopOrTheFinalStep) 
 }
 
 TEST(CheckpointSchedule, AStopAndTheFinalStepMustBeDurableIntervalsNot) {
-  FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   CheckpointSchedule s(Every(25, 50), 120, &env);
   EXPECT_FALSE(s.MustBeDurable(50, false));
   EXPECT_TRUE(s.MustBeDurable(51, true));
@@ -71,7 +69,7 @@ TEST(CheckpointSchedule, AStopAndTheFinalStepMustBeDurableIntervalsNot) {
 // The memory tier's due rule (issue 35): every N optimizer steps, off at 0; the coordinator
 // takes a disk checkpoint instead where both are due.
 TEST(MemoryTierSchedule, DueEveryNStepsAndOffAtZero) {
-  ftrain::testing::FakeClockEnv env;
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.memory_every_steps = 3;
   ftrain::train::CheckpointSchedule tier(c, 1000, &env);
@@ -116,7 +114,7 @@ TEST(MemoryTierSchedule, ASnapshotPassesOnceWhileTheOneBeforeAwaitsItsBuddy) {
 // boundary agreement max-reduces the vote, and MemoryDue takes it at that step on every
 // rank. Driven here by a fake clock: 2 s per step, an interval of 5 s.
 TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnapshotOrSave) {
-  ftrain::testing::FakeClockEnv env;
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   c.every_steps = 10;
@@ -125,7 +123,7 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
   EXPECT_TRUE(s.memory_tier());
   std::vector<int64_t> memory, disk;
   for (int64_t step = 1; step <= 12; ++step) {
-    env.AdvanceSeconds(2);
+    env.Advance(2);
     const bool vote = s.MemoryTimeDue();
     if (s.Due(step, false, false)) {  // a disk checkpoint: both clocks start again
       disk.push_back(step);
@@ -140,16 +138,16 @@ TEST(MemoryTierSchedule, SecondsIntervalVotesOnTheClockAndStartsAgainAtEachSnaps
   EXPECT_EQ(memory, (std::vector<int64_t>{3, 6, 9}));
   EXPECT_EQ(disk, (std::vector<int64_t>{10}));
   EXPECT_FALSE(s.MemoryTimeDue());
-  env.AdvanceSeconds(1);
+  env.Advance(1);
   EXPECT_TRUE(s.MemoryTimeDue());
 }
 
 TEST(MemoryTierSchedule, BothIntervalsAndZeroSecondsIsOff) {
-  ftrain::testing::FakeClockEnv env;
+  ftrain::FakeClockEnv env(ftrain::Env::Default());
   ftrain::train::CkptSection c;
   c.every_minutes = 0;
   ftrain::train::CheckpointSchedule s(c, 1000, &env);
-  env.AdvanceSeconds(1e7);
+  env.Advance(1e7);
   EXPECT_FALSE(s.MemoryTimeDue());  // memory_every_seconds = 0: the clock never votes
   c.memory_every_steps = 4;
   c.memory_every_seconds = 30;

@@ -13,10 +13,10 @@
 #include <string>
 #include <thread>
 
+#include "core/fake_clock_env.h"
 #include "daemon/peer_auth.h"
 #include "daemon/peer_fetch.h"
 #include "daemon/peer_wire.h"
-#include "fake_clock_env.h"
 #include "test_util.h"
 
 namespace ftrain::ckptd::peer {
@@ -252,15 +252,15 @@ TEST(PeerWire, HostPortParsing) {
 // A peer that did not answer is skipped for a minute, then asked again; one that answers is
 // asked at once.
 TEST(UnreachablePeers, ADeadPeerIsSkippedForAMinuteThenAskedAgain) {
-  testing::FakeClockEnv env;
+  FakeClockEnv env(Env::Default());
   UnreachablePeers dead(&env, 60);
   EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
   dead.MarkDead("n1:7000", dead.Now());
   EXPECT_TRUE(dead.Skip("n1:7000", dead.Now()));
   EXPECT_FALSE(dead.Skip("n2:7000", dead.Now()));
-  env.AdvanceSeconds(59.9);
+  env.Advance(59.9);
   EXPECT_TRUE(dead.Skip("n1:7000", dead.Now()));
-  env.AdvanceSeconds(0.2);
+  env.Advance(0.2);
   EXPECT_FALSE(dead.Skip("n1:7000", dead.Now()));
   dead.MarkDead("n1:7000", dead.Now());
   dead.MarkAlive("n1:7000");  // it answered a later probe

@@ -15,9 +15,9 @@
 #include "comm/launch_count.h"
 #include "core/config.h"
 #include "core/env.h"
+#include "core/fake_clock_env.h"
 #include "core/fault_inject.h"
 #include "core/run_layout.h"
-#include "fake_clock_env.h"
 #include "records/hangs.h"
 #include "test_util.h"
 #include "tiny_config.h"
@@ -115,7 +115,7 @@ TEST(JudgeHang, TwoStuckRanksAreBothNamedAndTheLowestOtherRecords) {
 // the rank's age). Ages are now the judge's own monotonic clock's (a fake one here): the file's
 // wall-clock time is never used.
 TEST(ProgressAges, AJudgeWhoseWallClockIsAheadDoesNotNameARankInACheckpoint) {
-  testing::FakeClockEnv clock;
+  FakeClockEnv clock(Env::Default());
   auto now = [&clock] { return static_cast<double>(clock.NowMicros()) / 1e6; };
   const double judge_wall = 1.7e9;
   RankProgress saving = Rank(0, 40, 30, judge_wall - 600);  // its host's clock: 10 min behind
@@ -129,9 +129,9 @@ TEST(ProgressAges, AJudgeWhoseWallClockIsAheadDoesNotNameARankInACheckpoint) {
   EXPECT_DOUBLE_EQ(v.wait_s, 570);  // 30 s into a 600 s allowance
   // Its files keep saying the same (its node froze): it ages on the judge's clock, and is
   // named once 600 s of it have passed since it began.
-  clock.AdvanceSeconds(569);
+  clock.Advance(569);
   EXPECT_TRUE(JudgeHang(ages.Aged(all, now()), 4, 1).hung.empty());
-  clock.AdvanceSeconds(2);
+  clock.Advance(2);
   v = JudgeHang(ages.Aged(all, now()), 4, 1);
   ASSERT_EQ(v.hung.size(), 1u);
   EXPECT_EQ(v.hung[0].rank, 0);

@@ -7,6 +7,8 @@
 
 #include <map>
 
+#include "core/clock.h"
+#include "core/fake_clock_env.h"
 #include "orch/detect.h"
 
 namespace ftrain::orch {
@@ -61,18 +63,44 @@ TEST(Heartbeat, ReadinessIsThisStartsAgentSayingItsDaemonAnswers) {
   EXPECT_FALSE(DaemonReady("", "42", 0));
 }
 
-TEST(HeartbeatMonitor, SilenceIsMonotonicAndAnyChangeIsLife) {
-  FakeClock clock;
-  HeartbeatMonitor m;
-  m.Reset({"n2"}, clock.Monotonic());
-  EXPECT_EQ(m.Observe("n2", "1 9 42", clock.Monotonic()), 0);
+// The fake time every time-dependent test runs on (core/fake_clock_env.h): time passing moves
+// both clocks, a step of the host's clock only the wall clock, a sleep returns at once and moves
+// both by its length.
+TEST(FakeClockEnv, AdvanceStepWallAndASleepMoveTheClocksTheyName) {
+  FakeClockEnv clock(Env::Default());
+  EXPECT_DOUBLE_EQ(NowSeconds(&clock), 1000);
+  EXPECT_DOUBLE_EQ(UnixSeconds(&clock), 1.7e9);
   clock.Advance(2.5);
-  EXPECT_DOUBLE_EQ(m.Observe("n2", "1 9 42", clock.Monotonic()), 2.5);
+  EXPECT_DOUBLE_EQ(NowSeconds(&clock), 1002.5);
+  EXPECT_DOUBLE_EQ(UnixSeconds(&clock), 1.7e9 + 2.5);
+  clock.StepWall(-3600);  // NTP sets it back an hour
+  EXPECT_DOUBLE_EQ(NowSeconds(&clock), 1002.5);
+  EXPECT_DOUBLE_EQ(UnixSeconds(&clock), 1.7e9 + 2.5 - 3600);
+  clock.SleepForMicroseconds(500000);
+  EXPECT_DOUBLE_EQ(NowSeconds(&clock), 1003);
+  EXPECT_DOUBLE_EQ(UnixSeconds(&clock), 1.7e9 + 3 - 3600);
+}
+
+// The real Env's wall clock is unix time (system_clock), what records are stamped with.
+TEST(PosixEnv, TheWallClockIsUnixTime) {
+  const double before = UnixSeconds();
+  const double t = UnixSeconds(Env::Default());
+  EXPECT_LE(before - 1e-6, t);
+  EXPECT_LE(t, UnixSeconds() + 1e-6);
+}
+
+TEST(HeartbeatMonitor, SilenceIsMonotonicAndAnyChangeIsLife) {
+  FakeClockEnv clock(Env::Default());
+  HeartbeatMonitor m;
+  m.Reset({"n2"}, NowSeconds(&clock));
+  EXPECT_EQ(m.Observe("n2", "1 9 42", NowSeconds(&clock)), 0);
+  clock.Advance(2.5);
+  EXPECT_DOUBLE_EQ(m.Observe("n2", "1 9 42", NowSeconds(&clock)), 2.5);
   clock.Advance(1);
-  EXPECT_EQ(m.Observe("n2", "", clock.Monotonic()), 0);  // unreadable is a change too
+  EXPECT_EQ(m.Observe("n2", "", NowSeconds(&clock)), 0);  // unreadable is a change too
   // A step of the wall clock (NTP, `date -s`) is no silence: only the monotonic clock counts.
   clock.StepWall(3600);
-  EXPECT_EQ(m.Observe("n2", "", clock.Monotonic()), 0);
+  EXPECT_EQ(m.Observe("n2", "", NowSeconds(&clock)), 0);
 }
 
 TEST(Judge, TheVerdictRules) {
@@ -106,7 +134,7 @@ TEST(Judge, TheVerdictRules) {
 }
 
 TEST(Detector, ALateNodeIsNotedOnceThenADeadOneDeclaredWithItsEvidence) {
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   FakeProber p;
   Detector d(Defaults(), &p, &clock);
   p.beats = {{"n1", "1"}, {"n2", "1"}};
@@ -134,6 +162,7 @@ TEST(Detector, ALateNodeIsNotedOnceThenADeadOneDeclaredWithItsEvidence) {
       << dead[0].log;
   std::string fields;
   for (const auto& f : dead[0].fields) fields += f.key + "=" + f.json + ",";
+  EXPECT_EQ(fields.rfind("detected=1700000004.000000,", 0), 0u) << fields;  // the wall clock
   EXPECT_NE(fields.find("detected_by=\"ftrain\",verdict=\"dead\",heartbeat_silent_s=4.0,"
                         "slurmd=\"refused\",probe_s="),
             std::string::npos)
@@ -141,7 +170,7 @@ TEST(Detector, ALateNodeIsNotedOnceThenADeadOneDeclaredWithItsEvidence) {
 }
 
 TEST(Detector, APausedNodeIsDeclaredHungWhenNoTaskStarts) {
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   FakeProber p;
   Detector d(Defaults(), &p, &clock);
   p.beats = {{"n2", "1"}};
@@ -161,7 +190,7 @@ TEST(Detector, APausedNodeIsDeclaredHungWhenNoTaskStarts) {
 }
 
 TEST(Detector, ConfirmingAFailureWaitsForTheHeartbeatOnlyOfNodesThatDoNotAnswer) {
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   FakeProber p;
   Detector d(Defaults(), &p, &clock);
   p.beats = {{"n1", "1"}, {"n2", "1"}};
@@ -185,7 +214,7 @@ TEST(Detector, ConfirmingAFailureWaitsForTheHeartbeatOnlyOfNodesThatDoNotAnswer)
 // Hole 11: a signal during the confirmation ends it at once (the runner's sleep reads the
 // signalfd and says stop): nothing declared, the signal handled right after the answer.
 TEST(Detector, ASignalEndsTheConfirmationAtOnce) {
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   FakeProber p;
   Detector d(Defaults(), &p, &clock);
   p.beats = {{"n1", "1"}, {"n2", "1"}};

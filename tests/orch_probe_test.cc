@@ -16,6 +16,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/fake_clock_env.h"
 #include "orch/detect.h"
 #include "orch/probe.h"
 #include "orch/probe_async.h"
@@ -122,7 +123,7 @@ class PortProber : public Prober {
 
 // Seconds from a TERM sent (blocked, pending) to the loop reading it from a signalfd, the loop
 // being what the controller's runner does: a look at the nodes on every tick, then signals.
-double TermLatency(Detector* d, FakeClock* clock, int sigfd) {
+double TermLatency(Detector* d, FakeClockEnv* clock, int sigfd) {
   kill(getpid(), SIGTERM);
   const double t0 = Now();
   for (int tick = 0; tick < 100; ++tick) {
@@ -147,7 +148,7 @@ TEST(AsyncProbes, ATermIsReadWithinOneTickWhileAProbeHangs) {
   const double probe_timeout_s = 0.4;  // a hanging probe: two tries, 0.8 s
 
   // The old way: the look probes in line and the TERM waits behind it.
-  FakeClock c1;
+  FakeClockEnv c1(Env::Default());
   PortProber sync_prober(hole.port(), probe_timeout_s);
   Detector sync(s, &sync_prober, &c1);
   sync.Reset({"n1"});
@@ -156,7 +157,7 @@ TEST(AsyncProbes, ATermIsReadWithinOneTickWhileAProbeHangs) {
   EXPECT_GE(TermLatency(&sync, &c1, sigfd), 0.7);
 
   // Asynchronous probes: the look returns at once; the TERM is read in the first tick.
-  FakeClock c2;
+  FakeClockEnv c2(Env::Default());
   PortProber heartbeats(hole.port(), probe_timeout_s);
   auto probing = std::make_shared<PortProber>(hole.port(), probe_timeout_s);
   AsyncProbes async(s, probing);
@@ -185,7 +186,7 @@ TEST(AsyncProbes, ATermIsReadWithinOneTickWhileAProbeHangs) {
 TEST(AsyncProbes, ARefusalIsDeclaredAtTheLookAfterItsAnswerWithItsEvidence) {
   Port refusing(Port::Mode::kRefusing);
   const DetectSettings s;
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   PortProber heartbeats(refusing.port(), 1);
   AsyncProbes async(s, std::make_shared<PortProber>(refusing.port(), 1));
   Detector d(s, &heartbeats, &clock, &async);
@@ -209,7 +210,7 @@ TEST(AsyncProbes, ARefusalIsDeclaredAtTheLookAfterItsAnswerWithItsEvidence) {
 TEST(AsyncProbes, AnAnswerAskedInAnEarlierSilenceIsDropped) {
   Port refusing(Port::Mode::kRefusing);
   const DetectSettings s;
-  FakeClock clock;
+  FakeClockEnv clock(Env::Default());
   PortProber heartbeats(refusing.port(), 1);
   AsyncProbes async(s, std::make_shared<PortProber>(refusing.port(), 1));
   Detector d(s, &heartbeats, &clock, &async);

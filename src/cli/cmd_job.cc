@@ -77,9 +77,7 @@ int RunJob(int argc, char** argv) {
   auto settings = orch::LoadJobSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
   orch::SlurmCli slurm;
-  orch::SystemClock clock;
-  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, &clock,
-                         Env::Default());
+  orch::JobRunner runner(*settings, orch::ContextFromEnvironment(script), &slurm, Env::Default());
   return runner.Run();
 }
 
@@ -104,8 +102,7 @@ int RunAgent(int argc, char** argv) {
   if (!dry_run.empty()) return DryRun(program, dry_run, orch::WatcherDryRun);
   auto settings = orch::LoadAgentSettings(orch::ProcessEnv());
   if (!settings.ok()) return Fail(program, settings.status());
-  orch::SystemClock clock;
-  orch::AgentRunner runner(*settings, &clock, Env::Default());
+  orch::AgentRunner runner(*settings, Env::Default());
   return runner.Run();
 }
 

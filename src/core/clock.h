@@ -1,7 +1,8 @@
 // The standard clocks as seconds, and a sleep in seconds: the one definition of the small
 // helpers that the controller, the agent, the trainer's guards and ckptd each had their own
-// copy of. Code that must fake time in tests takes an Env (core/env.h) or orch::Clock instead;
-// these are for the places that read the real clock directly.
+// copy of. Code that must fake time in tests takes an Env (core/env.h) instead and reads it
+// with NowSeconds(env) and UnixSeconds(env); these are for the places that read the real clock
+// directly.
 #pragma once
 
 #include <chrono>

@@ -21,6 +21,7 @@ Status CreateDirs(Env* env, const std::string& dir) {
 }
 
 double NowSeconds(Env* env) { return static_cast<double>(env->NowMicros()) / 1e6; }
+double UnixSeconds(Env* env) { return static_cast<double>(env->UnixMicros()) / 1e6; }
 
 std::string Dirname(const std::string& path) {
   size_t slash = path.find_last_of('/');

@@ -1,9 +1,10 @@
 // Env: the small interface to the operating system that every crash-sensitive write and every
 // timing rule goes through (leveldb style): the file system, so tests can fail the Nth
 // operation (ENOSPC, EIO) or kill the process at it, and a monotonic clock with sleep, so tests
-// of "due after N seconds" rules move a fake clock instead of waiting. PosixEnv is the real
-// one; EnvWrapper forwards to another (FaultInjectionEnv, tests' fake clocks). Bulk data that
-// HDF5 writes itself does not pass here; the sync/rename/marker steps around it do.
+// of "due after N seconds" rules move a fake clock instead of waiting, and a wall clock that
+// stamps records. PosixEnv is the real one; EnvWrapper forwards to another (FaultInjectionEnv,
+// FakeClockEnv in core/fake_clock_env.h). Bulk data that HDF5 writes itself does not pass here;
+// the sync/rename/marker steps around it do.
 #pragma once
 
 #include <atomic>
@@ -53,15 +54,19 @@ class Env {
   virtual bool IsRegularFile(const std::string& path) = 0;  // follows links
   virtual bool IsSymlink(const std::string& path) = 0;      // lstat: the entry itself
 
-  // Time. A monotonic clock (steady_clock; its epoch is arbitrary, so only differences mean
-  // anything) in microseconds, and a sleep on the same clock. Wall-clock timestamps for
-  // records (unix time) are not this: they are data, not a rule.
+  // Time. Every rule (a silence, a deadline, a back-off, "due after N s") reads the monotonic
+  // clock (steady_clock; its epoch is arbitrary, so only differences mean anything), in
+  // microseconds, and sleeps on it. The wall clock (system_clock, unix microseconds) only
+  // stamps records people read: NTP or an operator's `date -s` steps it, so no rule reads it.
   virtual uint64_t NowMicros() = 0;
+  virtual uint64_t UnixMicros() = 0;
   virtual void SleepForMicroseconds(int64_t micros) = 0;
 };
 
 // Seconds on env's monotonic clock (NowMicros / 1e6), for rules written in seconds.
 double NowSeconds(Env* env);
+// Unix seconds on env's wall clock (UnixMicros / 1e6): for records only.
+double UnixSeconds(Env* env);
 
 // Forwards every call to another Env; a subclass overrides what it changes (leveldb's
 // EnvWrapper).
@@ -98,6 +103,7 @@ class EnvWrapper : public Env {
   bool IsRegularFile(const std::string& path) override { return target_->IsRegularFile(path); }
   bool IsSymlink(const std::string& path) override { return target_->IsSymlink(path); }
   uint64_t NowMicros() override { return target_->NowMicros(); }
+  uint64_t UnixMicros() override { return target_->UnixMicros(); }
   void SleepForMicroseconds(int64_t micros) override { target_->SleepForMicroseconds(micros); }
 
  private:

@@ -203,6 +203,12 @@ class PosixEnv : public Env {
                                      .count());
   }
 
+  uint64_t UnixMicros() override {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  }
+
   void SleepForMicroseconds(int64_t micros) override {
     std::this_thread::sleep_for(std::chrono::microseconds(micros));
   }

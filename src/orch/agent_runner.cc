@@ -26,14 +26,15 @@
 #include "orch/topology.h"
 
 namespace ftrain::orch {
-namespace {
 
-std::string Stamp() {
-  const std::time_t t = std::time(nullptr);
+std::string AgentRunner::Stamp() const {
+  const auto t = static_cast<std::time_t>(UnixSeconds(env_));
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return when;
 }
+
+namespace {
 
 std::string FullHost() {
   char buf[256] = {0};
@@ -43,8 +44,8 @@ std::string FullHost() {
 
 }  // namespace
 
-AgentRunner::AgentRunner(AgentSettings s, const Clock* clock, Env* env)
-    : s_(std::move(s)), clock_(clock), env_(env), layout_(s_.run_dir) {
+AgentRunner::AgentRunner(AgentSettings s, Env* env)
+    : s_(std::move(s)), env_(env), layout_(s_.run_dir) {
   job_ = EnvOr("SLURM_JOB_ID");
   restart_count_ = std::atoi(EnvOr("SLURM_RESTART_COUNT", "0").c_str());
 }

@@ -22,7 +22,6 @@
 #include "core/env.h"
 #include "core/run_layout.h"
 #include "orch/agent_policy.h"
-#include "orch/clock.h"
 #include "orch/lease.h"
 #include "orch/settings.h"
 #include "orch/slurm.h"
@@ -31,12 +30,13 @@ namespace ftrain::orch {
 
 class AgentRunner {
  public:
-  // `env`: the files the agent writes (the main's Env).
-  AgentRunner(AgentSettings s, const Clock* clock, Env* env);
+  // `env`: the files the agent writes and its clocks (the main's Env).
+  AgentRunner(AgentSettings s, Env* env);
   int Run();
 
  private:
   void Log(const std::string& text);
+  std::string Stamp() const;  // now in UTC, on the wall clock of env_, for log lines
   void HeartbeatLoop();
   void FollowLoop();
   bool PointBuddy(const std::vector<std::string>& ring);
@@ -56,7 +56,6 @@ class AgentRunner {
   void Record(const records::RestartRecord& r);
 
   AgentSettings s_;
-  const Clock* clock_;
   Env* env_;
   RunLayout layout_;
   std::string job_, ckpt_root_;

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -36,14 +35,14 @@ std::string EvidenceWords(const std::vector<records::Field>& f) {
 WatcherObs AgentRunner::Answer(WatcherObs::Kind k) const {
   WatcherObs o;
   o.kind = k;
-  o.now = clock_->Monotonic();
-  o.wall = clock_->Wall();
+  o.now = NowSeconds(env_);
+  o.wall = UnixSeconds(env_);
   return o;
 }
 
 void AgentRunner::Record(const records::RestartRecord& rec) {
   records::RestartRecord r = rec;
-  r.time = clock_->Wall();
+  r.time = UnixSeconds(env_);
   Status w = records::AppendToSpool(layout_, s_.node, records::EncodeLine(r), env_);
   if (!w.ok()) Log("WARNING: " + w.message());
   if (!lease_) return;
@@ -73,11 +72,11 @@ void AgentRunner::FollowLoop() {
   SlurmCli slurm;
   slurm.set_submit_timeout(s_.sbatch_timeout_s);
   SlurmProber prober(layout_.heartbeats(), &slurm, s_.detect.probe_timeout_s);
-  Detector host(s_.detect, &prober, clock_);
+  Detector host(s_.detect, &prober, env_);
   WatcherPolicy w(s_, job_, restart_count_);
   double next_look = 0;
   while (!stop_) {
-    const double now = clock_->Monotonic();
+    const double now = NowSeconds(env_);
     std::vector<WatcherObs> obs;
     if (now >= next_look) {
       next_look = now + s_.watch_period_s;
@@ -147,7 +146,7 @@ WatcherObs AgentRunner::Claim(bool takeover) {
 // host's), never a timeout alone (a live claimant keeps its claim).
 WatcherObs AgentRunner::WatchClaim(Slurm* slurm) {
   SlurmProber prober(layout_.heartbeats(), slurm, s_.detect.probe_timeout_s);
-  Detector claimant(s_.detect, &prober, clock_);
+  Detector claimant(s_.detect, &prober, env_);
   WatcherObs o = Answer(WatcherObs::Kind::kClaimWatch);
   while (!stop_) {
     if (ResubmissionDone()) {
@@ -168,7 +167,7 @@ WatcherObs AgentRunner::WatchClaim(Slurm* slurm) {
     }
     SleepSeconds(std::min(s_.watch_period_s, s_.detect.detect_period_s));
   }
-  o.now = clock_->Monotonic();
+  o.now = NowSeconds(env_);
   return o;
 }
 
@@ -256,10 +255,7 @@ void AgentRunner::NotifyAndCancel(const std::string& new_job, Slurm* slurm) {
   // This step's output went to srun on the dead batch host: the job's output file directly.
   if (!out_file_.empty()) {
     std::ofstream out(out_file_, std::ios::app);
-    const std::time_t t = std::time(nullptr);
-    char when[32];
-    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    out << "[" << when << "] agent.sh " << s_.node << ": " << msg << "\n";
+    out << "[" << Stamp() << "] agent.sh " << s_.node << ": " << msg << "\n";
   }
   // A cancelled job never satisfies afterok, and afterany would fire now.
   for (const auto& [id, dep] : slurm->PendingJobsOfUser()) {

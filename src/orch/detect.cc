@@ -145,7 +145,7 @@ Finding Detector::Declare(const std::string& node, Verdict v, const Evidence& e)
   }
   char probe_s[32];
   std::snprintf(probe_s, sizeof(probe_s), "%.2f", std::max(0.0, e.probe_s));
-  f.fields = {records::Num("detected", clock_->Wall(), 6),
+  f.fields = {records::Num("detected", UnixSeconds(env_), 6),
               records::Str("detected_by", "ftrain"),
               records::Str("verdict", VerdictName(v)),
               records::Raw("heartbeat_silent_s", silent),
@@ -178,7 +178,7 @@ Finding Detector::Late(const std::string& n, const Evidence& e) const {
 std::vector<Finding> Detector::Look(const std::vector<std::string>& nodes) {
   std::vector<Finding> late;
   for (const auto& n : nodes) {
-    const double now = clock_->Monotonic();
+    const double now = NowSeconds(env_);
     const double silent_s = monitor_.Observe(n, prober_->ReadHeartbeat(n), now);
     if (silent_s < s_.heartbeat_timeout_s) continue;
     Evidence e;
@@ -189,9 +189,9 @@ std::vector<Finding> Detector::Look(const std::vector<std::string>& nodes) {
       if (!got) continue;
       e = *got;  // judged as of when it was asked: its silence, its probes
     } else {
-      const double t0 = clock_->Monotonic();
+      const double t0 = NowSeconds(env_);
       e = GatherEvidence(s_, prober_, n, nodes, silent_s);
-      e.probe_s = clock_->Monotonic() - t0;
+      e.probe_s = NowSeconds(env_) - t0;
     }
     const Verdict v = Judge(s_, e);
     if (v == Verdict::kDead || v == Verdict::kHung) return {Declare(n, v, e)};
@@ -210,14 +210,14 @@ std::optional<std::map<std::string, std::string>> Detector::ProbeAll(
     return tcp;
   }
   // Asked now (silent 0: the slurmd only); an answer asked before now is another question's.
-  const double asked = clock_->Monotonic() - 1e-9;
+  const double asked = NowSeconds(env_) - 1e-9;
   while (true) {
     for (const auto& n : nodes) {
       if (tcp.count(n)) continue;
       if (auto e = async_->Take(n, asked)) {
         tcp[n] = e->tcp;
       } else {
-        async_->Ask(n, 0, nodes, clock_->Monotonic());
+        async_->Ask(n, 0, nodes, NowSeconds(env_));
       }
     }
     if (tcp.size() == nodes.size()) return tcp;
@@ -245,8 +245,8 @@ std::optional<Finding> Detector::ConfirmAfterFailure(
       "heartbeat");
   const double window =
       (timeouts ? std::max(s_.blip_s, s_.heartbeat_timeout_s) : s_.heartbeat_timeout_s) + 2;
-  const double deadline = clock_->Monotonic() + window;
-  while (clock_->Monotonic() < deadline) {
+  const double deadline = NowSeconds(env_) + window;
+  while (NowSeconds(env_) < deadline) {
     for (const auto& f : Look(suspects)) {
       if (f.verdict == Verdict::kDead || f.verdict == Verdict::kHung) return f;
     }

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "orch/clock.h"
+#include "core/env.h"
 #include "orch/settings.h"
 #include "records/restarts.h"
 
@@ -120,9 +120,9 @@ struct Finding {
 class Detector {
  public:
   // With `async`, the probes run there and `prober` only reads heartbeats.
-  Detector(DetectSettings s, Prober* prober, const Clock* clock, AsyncProbes* async = nullptr)
-      : s_(s), prober_(prober), clock_(clock), async_(async) {}
-  void Reset(const std::vector<std::string>& nodes) { monitor_.Reset(nodes, clock_->Monotonic()); }
+  Detector(DetectSettings s, Prober* prober, Env* env, AsyncProbes* async = nullptr)
+      : s_(s), prober_(prober), env_(env), async_(async) {}
+  void Reset(const std::vector<std::string>& nodes) { monitor_.Reset(nodes, NowSeconds(env_)); }
   // One look at every node of `nodes` (read the heartbeats, probe the silent ones). Returns
   // the first node declared dead or hung, else any late ones noted for the first time. With
   // AsyncProbes a silent node's probes are asked for and judged at a later look, once
@@ -145,7 +145,7 @@ class Detector {
       const std::vector<std::string>& nodes, const std::function<bool(double)>& sleep);
   DetectSettings s_;
   Prober* prober_;
-  const Clock* clock_;
+  Env* env_;  // its clocks only: silences on the monotonic one, the record's stamp on the wall
   AsyncProbes* async_;
   HeartbeatMonitor monitor_;
 };

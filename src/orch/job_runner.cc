@@ -53,11 +53,10 @@ JobContext ContextFromEnvironment(const std::string& script) {
   return c;
 }
 
-JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock, Env* env)
+JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, Env* env)
     : s_(std::move(s)),
       ctx_(std::move(ctx)),
       slurm_(slurm),
-      clock_(clock),
       env_(env),
       layout_(s_.run_dir),
       policy_(s_),
@@ -69,7 +68,7 @@ JobRunner::JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* c
   async_probes_ = std::make_unique<AsyncProbes>(
       s_.detect, std::make_shared<SlurmProber>(layout_.heartbeats(), std::make_unique<SlurmCli>(),
                                                s_.detect.probe_timeout_s));
-  detector_ = std::make_unique<Detector>(s_.detect, prober_.get(), clock_, async_probes_.get());
+  detector_ = std::make_unique<Detector>(s_.detect, prober_.get(), env_, async_probes_.get());
 }
 
 JobRunner::~JobRunner() {
@@ -78,7 +77,7 @@ JobRunner::~JobRunner() {
 }
 
 void JobRunner::Log(const std::string& text) {
-  const std::time_t t = std::time(nullptr);
+  const auto t = static_cast<std::time_t>(UnixSeconds(env_));
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   // "train.sh job J:" is what operators and the tests grep in the job's output.
@@ -89,8 +88,8 @@ void JobRunner::Log(const std::string& text) {
 Observation JobRunner::Obs(Observation::Kind k) const {
   Observation o;
   o.kind = k;
-  o.now = clock_->Monotonic();
-  o.wall = clock_->Wall();
+  o.now = NowSeconds(env_);
+  o.wall = UnixSeconds(env_);
   return o;
 }
 
@@ -151,7 +150,7 @@ int JobRunner::Run() {
     st.train_count = std::atoi(t->c_str());  // requeued with fewer nodes (job_runner_nodes.cc)
   }
   pending_.push_back(st);
-  next_tick_ = clock_->Monotonic() + kTickS;
+  next_tick_ = NowSeconds(env_) + kTickS;
   while (!done_) {
     while (!pending_.empty() && !done_) {
       Observation o = pending_.front();
@@ -166,8 +165,8 @@ int JobRunner::Run() {
 }
 
 void JobRunner::Feed(Observation o) {
-  o.now = clock_->Monotonic();
-  if (o.wall == 0) o.wall = clock_->Wall();
+  o.now = NowSeconds(env_);
+  if (o.wall == 0) o.wall = UnixSeconds(env_);
   const Decision d = policy_.On(o);
   for (const auto& a : d.actions) {
     if (done_) break;
@@ -180,7 +179,7 @@ void JobRunner::Feed(Observation o) {
 
 // Signals, the children's exits and the tick; answers go to pending_.
 void JobRunner::WaitForEvents(double max_s) {
-  const double until = clock_->Monotonic() + max_s;
+  const double until = NowSeconds(env_) + max_s;
   while (pending_.empty() && !done_) {
     signalfd_siginfo info{};
     while (read(sigfd_, &info, sizeof(info)) == sizeof(info)) {
@@ -190,7 +189,7 @@ void JobRunner::WaitForEvents(double max_s) {
     }
     if (preflight_ > 0) {
       std::optional<int> rc = TryReap(preflight_);
-      if (!rc && clock_->Monotonic() >= preflight_deadline_) {
+      if (!rc && NowSeconds(env_) >= preflight_deadline_) {
         kill(preflight_, SIGTERM);  // `timeout` of the scripts: 124
         rc = WaitFor(preflight_, 5);
         if (!rc) {
@@ -239,12 +238,12 @@ void JobRunner::WaitForEvents(double max_s) {
       it = TryReap(*it) ? helpers_.erase(it) : it + 1;
     }
     if (!pending_.empty()) return;
-    if (clock_->Monotonic() >= next_tick_) {
-      next_tick_ = clock_->Monotonic() + kTickS;
+    if (NowSeconds(env_) >= next_tick_) {
+      next_tick_ = NowSeconds(env_) + kTickS;
       OnTick();
       return;
     }
-    if (clock_->Monotonic() >= until) return;
+    if (NowSeconds(env_) >= until) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -264,8 +263,8 @@ void JobRunner::OnTick() {
       pending_.push_back(o);
     }
   }
-  if (mine_ && clock_->Monotonic() >= next_lease_check_) {
-    next_lease_check_ = clock_->Monotonic() + kLeaseCheckS;
+  if (mine_ && NowSeconds(env_) >= next_lease_check_) {
+    next_lease_check_ = NowSeconds(env_) + kLeaseCheckS;
     auto holds = lease_.Holds(*mine_);
     if (holds.ok() && !*holds) {
       auto cur = lease_.Current();
@@ -364,7 +363,7 @@ void JobRunner::EndStep() {
     return;
   }
   if (step_ <= 0) return;
-  const double t0 = clock_->Monotonic();
+  const double t0 = NowSeconds(env_);
   // scancel answers only once slurmctld gave up on the dead node (MessageTimeout + 1 s), while
   // the live nodes' tasks die at once: in the background.
   auto steps = slurm_->Steps(ctx_.job);
@@ -384,7 +383,7 @@ void JobRunner::EndStep() {
   }
   kill(step_, SIGKILL);  // srun itself waits for the dead node
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "training step ended (%.1f s)", clock_->Monotonic() - t0);
+  std::snprintf(buf, sizeof(buf), "training step ended (%.1f s)", NowSeconds(env_) - t0);
   Log(buf);
 }
 

@@ -20,7 +20,6 @@
 
 #include "core/env.h"
 #include "core/run_layout.h"
-#include "orch/clock.h"
 #include "orch/detect.h"
 #include "orch/job_policy.h"
 #include "orch/lease.h"
@@ -40,8 +39,8 @@ JobContext ContextFromEnvironment(const std::string& script);
 
 class JobRunner {
  public:
-  // `env`: the files the runner writes (the main's Env).
-  JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, const Clock* clock, Env* env);
+  // `env`: the files the runner writes and its clocks (the main's Env).
+  JobRunner(JobSettings s, JobContext ctx, Slurm* slurm, Env* env);
   ~JobRunner();
   // Runs the job to its end; the exit code of `ftrain job`.
   int Run();
@@ -99,7 +98,6 @@ class JobRunner {
   JobSettings s_;
   JobContext ctx_;
   Slurm* slurm_;
-  const Clock* clock_;
   Env* env_;
   RunLayout layout_;
   std::string ckpt_root_;

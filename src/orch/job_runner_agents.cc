@@ -65,7 +65,7 @@ void JobRunner::StartAgents(const std::vector<std::string>& nodes) {
   std::map<std::string, int> tries;
   std::map<std::string, double> retry_at;
   for (const auto& n : nodes) tries[n] = 1;
-  const double t0 = clock_->Monotonic();
+  const double t0 = NowSeconds(env_);
   std::set<std::string> ready;
   while (true) {
     ready.clear();
@@ -87,7 +87,7 @@ void JobRunner::StartAgents(const std::vector<std::string>& nodes) {
     for (const auto& n : nodes) {
       pid_t& pid = agents_[n];
       if (retry_at.count(n)) {
-        if (clock_->Monotonic() < retry_at[n]) {
+        if (NowSeconds(env_) < retry_at[n]) {
           any_alive = true;
           continue;
         }
@@ -98,11 +98,11 @@ void JobRunner::StartAgents(const std::vector<std::string>& nodes) {
         Log("WARNING: the node agent's step on " + n + " ended at start (attempt " +
             std::to_string(tries[n]) + "/3)");
         pid = -pid;
-        if (tries[n] < 3) retry_at[n] = clock_->Monotonic() + 1;
+        if (tries[n] < 3) retry_at[n] = NowSeconds(env_) + 1;
       }
       any_alive = any_alive || agents_[n] > 0 || retry_at.count(n);
     }
-    const double waited = clock_->Monotonic() - t0;
+    const double waited = NowSeconds(env_) - t0;
     if (waited >= s_.ckptd_start_timeout_s || !any_alive) {
       std::vector<std::string> missing;
       for (const auto& n : nodes) {
@@ -152,8 +152,8 @@ void JobRunner::SignalAgents(const std::string& sig) {
 }
 
 void JobRunner::WaitAgents(double seconds) {
-  const double until = clock_->Monotonic() + seconds;
-  while (clock_->Monotonic() < until) {
+  const double until = NowSeconds(env_) + seconds;
+  while (NowSeconds(env_) < until) {
     bool all = true;
     for (const auto& [node, pid] : agents_) {
       const bool declared = std::find(declared_.begin(), declared_.end(), node) != declared_.end();

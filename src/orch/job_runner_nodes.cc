@@ -75,7 +75,7 @@ void JobRunner::RunPreflight() {
     return;
   }
   preflight_ = *pid;
-  preflight_deadline_ = clock_->Monotonic() + s_.preflight_timeout_s;
+  preflight_deadline_ = NowSeconds(env_) + s_.preflight_timeout_s;
 }
 
 void JobRunner::Localise(const std::vector<std::string>& nodes) {
@@ -227,9 +227,9 @@ void JobRunner::Release(const std::vector<std::string>& dead) {
 }
 
 void JobRunner::WaitNotResponding(const std::vector<std::string>& nodes, double cap_s) {
-  const double until = clock_->Monotonic() + NorespondWaitS(slurm_->Config(), cap_s);
+  const double until = NowSeconds(env_) + NorespondWaitS(slurm_->Config(), cap_s);
   for (const auto& n : nodes) {
-    while (clock_->Monotonic() < until) {
+    while (NowSeconds(env_) < until) {
       const std::string st = slurm_->NodeState(n);
       if (!st.empty() && st.back() == '*') break;
       SleepSeconds(0.5);

@@ -48,7 +48,7 @@ std::vector<records::Field> JobRunner::LostFields(bool at_failure) {
 
 void JobRunner::Record(const Action& a) {
   records::RestartRecord r = a.record;
-  r.time = clock_->Wall();
+  r.time = UnixSeconds(env_);
   std::vector<records::Field> fields;
   for (const auto& f : r.fields) {
     if (f.key != "@LOST@") {
@@ -97,7 +97,7 @@ void JobRunner::ReadRunRecords(Observation* o) const {
 void JobRunner::Quarantine(const Action& a) {
   if (a.nodes.empty()) return;
   records::QuarantineRecord q;
-  q.time = clock_->Wall();
+  q.time = UnixSeconds(env_);
   q.host = a.nodes[0];
   q.fields = a.record.fields;
   q.cause = a.text;
