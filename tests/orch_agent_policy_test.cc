@@ -12,6 +12,7 @@
 #include "orch/agent_policy.h"
 #include "orch/dry_run.h"
 #include "orch/topology.h"
+#include "rules_fired.h"
 
 namespace ftrain::orch {
 namespace {
@@ -164,11 +165,7 @@ WatcherObs Obs(WatcherObs::Kind k, double now = 0) {
   return o;
 }
 
-// The rules of kWatcherRules that fired in this binary's tests.
-std::set<std::string>& Fired() {
-  static std::set<std::string> fired;
-  return fired;
-}
+using testing::Fired;
 
 // The decision's rule counts as fired; its actions pass on.
 std::vector<WatcherAct> Acts(const WatcherDecision& d) {
@@ -515,21 +512,8 @@ TEST(WatcherDryRun, TheFixtureReplaysRuleByRuleAndBadLinesAreNamed) {
 }
 
 // Every rule of kWatcherRules fired in some test of this binary (checked after all of them ran).
-class EveryWatcherRuleFired : public ::testing::Environment {
- public:
-  void TearDown() override {
-#ifdef GTEST_FLAG_GET
-    const std::string filter = GTEST_FLAG_GET(filter);
-#else
-    const std::string filter = ::testing::GTEST_FLAG(filter);
-#endif
-    if (filter != "*") return;  // a partial run proves nothing
-    for (const auto& r : kWatcherRules) {
-      EXPECT_TRUE(Fired().count(r.id)) << "rule '" << r.id << "' fired in no test";
-    }
-  }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EveryWatcherRuleFired);
+const auto* const kEnv =
+    ::testing::AddGlobalTestEnvironment(new testing::EveryRuleFired(&kWatcherRules));
 
 }  // namespace
 }  // namespace ftrain::orch

@@ -16,14 +16,12 @@
 #include "orch/dry_run.h"
 #include "orch/job_policy.h"
 #include "orch/quarantine.h"
+#include "rules_fired.h"
 
 namespace ftrain::orch {
 namespace {
 
-std::set<std::string>& Fired() {
-  static std::set<std::string> f;
-  return f;
-}
+using testing::Fired;
 
 using K = Observation::Kind;
 using Env = std::map<std::string, std::string>;
@@ -2855,21 +2853,7 @@ TEST(JobPolicyTable, RuleIdsAreUniqueAndEveryDecisionNamesOne) {
 }
 
 // Every rule of the table fired in some test of this binary (checked after all of them ran).
-class EveryRuleFired : public ::testing::Environment {
- public:
-  void TearDown() override {
-#ifdef GTEST_FLAG_GET
-    const std::string filter = GTEST_FLAG_GET(filter);
-#else
-    const std::string filter = ::testing::GTEST_FLAG(filter);
-#endif
-    if (filter != "*") return;  // a partial run proves nothing
-    for (const auto& r : kRules) {
-      EXPECT_TRUE(Fired().count(r.id)) << "rule '" << r.id << "' fired in no test";
-    }
-  }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EveryRuleFired);
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new testing::EveryRuleFired(&kRules));
 
 }  // namespace
 }  // namespace ftrain::orch
